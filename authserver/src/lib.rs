@@ -1,1 +1,67 @@
-//! placeholder
+//! tokengate's OAuth 2.0 authorization server: token, introspection, revocation and metadata
+//! endpoints, storage on SQLite or PostgreSQL, and the operator command line.
+
+pub mod cli;
+pub mod config;
+pub mod oauth;
+pub mod secrets;
+pub mod store;
+
+use axum::Router;
+use axum::routing::get;
+use config::Settings;
+use std::future::Future;
+use std::sync::Arc;
+use store::Store;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub settings: Arc<Settings>,
+    pub store: Store,
+}
+
+impl AppState {
+    pub fn new(settings: Settings, store: Store) -> Self {
+        Self { settings: Arc::new(settings), store }
+    }
+}
+
+/// The whole HTTP surface of the authorization server.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .merge(oauth::router())
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(state)
+}
+
+/// Serves the app on `listener` until `shutdown` completes, then drains in-flight requests.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+}
+
+/// Resolves on Ctrl-C or SIGTERM (how Kubernetes stops a pod).
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

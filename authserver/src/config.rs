@@ -1,0 +1,244 @@
+//! Settings: `config/authserver.yaml` mirrored by serde, then validated, with `AUTHSERVER_*` overrides.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The config file as written (mirror of the YAML; every key optional with a named default).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    listen: Option<String>,
+    issuer: Option<String>,
+    database_url: Option<String>,
+    scopes: Option<BTreeMap<String, String>>,
+    default_scopes: Option<Vec<String>>,
+    access_token_lifetime: Option<i64>,
+    refresh_token_lifetime: Option<i64>,
+}
+
+/// Validated settings the server runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub issuer: String,
+    pub database_url: String,
+    /// Scope name to description, in name order.
+    pub scopes: BTreeMap<String, String>,
+    pub default_scopes: Vec<String>,
+    pub access_token_lifetime: i64,
+    pub refresh_token_lifetime: i64,
+}
+
+pub const DEFAULT_CONFIG_PATH: &str = "config/authserver.yaml";
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/authserver.db";
+const DEFAULT_LISTEN: &str = "127.0.0.1:8001";
+const DEFAULT_ACCESS_TOKEN_LIFETIME: i64 = 36_000;
+const DEFAULT_REFRESH_TOKEN_LIFETIME: i64 = 30 * 24 * 3600;
+
+/// A configuration problem, naming the file (or variable), the key and the value.
+#[derive(Debug, thiserror::Error)]
+#[error("{source_name}: {message}")]
+pub struct ConfigError {
+    pub source_name: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(source_name: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { source_name: source_name.into(), message: message.into() }
+    }
+}
+
+impl Settings {
+    /// Reads the file (a missing file at the default path means "all defaults"), applies the
+    /// `AUTHSERVER_*` environment overrides, and validates.
+    pub fn load(path: Option<&Path>) -> Result<Settings, ConfigError> {
+        Self::load_with_env(path, |key| std::env::var(key).ok())
+    }
+
+    /// Like [`Settings::load`], reading the environment through `env` (for tests).
+    pub fn load_with_env(
+        path: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        let explicit = path.map(Path::to_path_buf).or_else(|| env("AUTHSERVER_CONFIG").map(PathBuf::from));
+        let path = explicit.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+        let file = path.display().to_string();
+        let raw = match std::fs::read_to_string(&path) {
+            Ok(text) => serde_yaml_ng::from_str::<Option<RawSettings>>(&text)
+                .map_err(|error| ConfigError::new(&file, error.to_string()))?
+                .unwrap_or_default(),
+            Err(error) if explicit.is_none() && error.kind() == std::io::ErrorKind::NotFound => {
+                RawSettings::default()
+            }
+            Err(error) => return Err(ConfigError::new(&file, format!("cannot read: {error}"))),
+        };
+        Self::from_raw(raw, &file, env)
+    }
+
+    /// Parses YAML text (for tests and embedding), with no environment overrides.
+    pub fn from_yaml(text: &str, file: &str) -> Result<Settings, ConfigError> {
+        let raw = serde_yaml_ng::from_str::<Option<RawSettings>>(text)
+            .map_err(|error| ConfigError::new(file, error.to_string()))?
+            .unwrap_or_default();
+        Self::from_raw(raw, file, |_| None)
+    }
+
+    fn from_raw(
+        raw: RawSettings,
+        file: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        // Each value remembers where it came from, so an error names the file key or the variable.
+        let pick = |key: &str, from_file: Option<String>| -> (String, Option<String>) {
+            let var = format!("AUTHSERVER_{}", key.to_uppercase());
+            match env(&var) {
+                Some(value) => (format!("environment variable {var}"), Some(value)),
+                None => (format!("{file}: key \"{key}\""), from_file),
+            }
+        };
+        let fail = |origin: &str, message: String| ConfigError::new(origin, message);
+
+        let (origin, listen) = pick("listen", raw.listen);
+        let listen_text = listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen = listen_text
+            .parse::<SocketAddr>()
+            .map_err(|_| fail(&origin, format!("\"{listen_text}\" is not an address like 127.0.0.1:8001")))?;
+
+        let (origin, issuer) = pick("issuer", raw.issuer);
+        let issuer = issuer.unwrap_or_else(|| format!("http://{listen}"));
+        if !(issuer.starts_with("http://") || issuer.starts_with("https://")) {
+            return Err(fail(&origin, format!("\"{issuer}\" is not an http(s) URL")));
+        }
+        let issuer = issuer.trim_end_matches('/').to_owned();
+
+        let (origin, database_url) = pick("database_url", raw.database_url);
+        let database_url = database_url.unwrap_or_else(|| DEFAULT_DATABASE_URL.into());
+        if !["sqlite:", "postgres://", "postgresql://"].iter().any(|p| database_url.starts_with(p)) {
+            return Err(fail(&origin, format!("\"{}\" must start with sqlite: or postgres://", redact_url(&database_url))));
+        }
+
+        let scopes = raw.scopes.unwrap_or_else(example_scopes);
+        for name in scopes.keys() {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_graphic() && c != '"' && c != '\\') {
+                return Err(fail(&format!("{file}: key \"scopes\""), format!("\"{name}\" is not a valid scope name")));
+            }
+        }
+
+        let (origin, defaults) = pick("default_scopes", raw.default_scopes.map(|v| v.join(" ")));
+        let default_scopes: Vec<String> = match defaults {
+            Some(text) => text.split_whitespace().map(str::to_owned).collect(),
+            None => ["read", "write", "groups"].iter().filter(|s| scopes.contains_key(**s)).map(|s| s.to_string()).collect(),
+        };
+        if let Some(unknown) = default_scopes.iter().find(|s| !scopes.contains_key(*s)) {
+            return Err(fail(&origin, format!("scope \"{unknown}\" is not declared in scopes")));
+        }
+
+        let lifetime = |key: &str, from_file: Option<i64>, default: i64| -> Result<i64, ConfigError> {
+            let (origin, value) = pick(key, from_file.map(|v| v.to_string()));
+            let Some(text) = value else { return Ok(default) };
+            match text.trim().parse::<i64>() {
+                Ok(seconds) if seconds > 0 => Ok(seconds),
+                _ => Err(fail(&origin, format!("\"{text}\" is not a positive number of seconds"))),
+            }
+        };
+        let access_token_lifetime = lifetime("access_token_lifetime", raw.access_token_lifetime, DEFAULT_ACCESS_TOKEN_LIFETIME)?;
+        let refresh_token_lifetime = lifetime("refresh_token_lifetime", raw.refresh_token_lifetime, DEFAULT_REFRESH_TOKEN_LIFETIME)?;
+
+        Ok(Settings { listen, issuer, database_url, scopes, default_scopes, access_token_lifetime, refresh_token_lifetime })
+    }
+
+    /// Settings for tests: the example scopes, an in-memory database unless one is given.
+    pub fn for_tests(database_url: &str) -> Settings {
+        Settings {
+            listen: DEFAULT_LISTEN.parse().expect("constant address"),
+            issuer: "http://127.0.0.1:8000".into(),
+            database_url: database_url.into(),
+            scopes: example_scopes(),
+            default_scopes: vec!["read".into(), "write".into(), "groups".into()],
+            access_token_lifetime: DEFAULT_ACCESS_TOKEN_LIFETIME,
+            refresh_token_lifetime: DEFAULT_REFRESH_TOKEN_LIFETIME,
+        }
+    }
+}
+
+/// The scopes of the seed's example configuration.
+pub fn example_scopes() -> BTreeMap<String, String> {
+    [
+        ("read", "Read scope"),
+        ("write", "Write scope"),
+        ("groups", "Access to your groups"),
+        ("introspection", "Introspect token scope"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// A database URL fit for a message: the password, if any, replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &userinfo[..colon], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_example() {
+        let s = Settings::from_yaml("", "x.yaml").unwrap();
+        assert_eq!(s.access_token_lifetime, 36000);
+        assert_eq!(s.default_scopes, ["read", "write", "groups"]);
+        assert_eq!(s.scopes["introspection"], "Introspect token scope");
+        assert_eq!(s.database_url, DEFAULT_DATABASE_URL);
+    }
+
+    #[test]
+    fn errors_name_file_key_and_value() {
+        let err = Settings::from_yaml("default_scopes: [read, nope]", "config/a.yaml").unwrap_err();
+        assert_eq!(err.to_string(), "config/a.yaml: key \"default_scopes\": scope \"nope\" is not declared in scopes");
+        let err = Settings::from_yaml("listen: nowhere", "config/a.yaml").unwrap_err();
+        assert!(err.to_string().contains("config/a.yaml: key \"listen\": \"nowhere\""), "{err}");
+        let err = Settings::from_yaml("access_token_lifetime: -5", "c.yaml").unwrap_err();
+        assert!(err.to_string().contains("c.yaml: key \"access_token_lifetime\": \"-5\""), "{err}");
+        let err = Settings::from_yaml("colour: blue", "c.yaml").unwrap_err();
+        assert!(err.to_string().starts_with("c.yaml: unknown field `colour`"), "{err}");
+    }
+
+    #[test]
+    fn environment_overrides_name_the_variable() {
+        let env = |key: &str| match key {
+            "AUTHSERVER_LISTEN" => Some("127.0.0.1:9999".to_owned()),
+            "AUTHSERVER_ACCESS_TOKEN_LIFETIME" => Some("soon".to_owned()),
+            _ => None,
+        };
+        let err = Settings::load_with_env(Some(Path::new("/nonexistent/a.yaml")), env).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent/a.yaml: cannot read"), "{err}");
+        let dir = std::env::temp_dir().join(format!("tg-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("a.yaml");
+        std::fs::write(&file, "issuer: https://auth.example/\n").unwrap();
+        let err = Settings::load_with_env(Some(&file), env).unwrap_err();
+        assert_eq!(err.to_string(), "environment variable AUTHSERVER_ACCESS_TOKEN_LIFETIME: \"soon\" is not a positive number of seconds");
+        let ok = Settings::load_with_env(Some(&file), |k| (k == "AUTHSERVER_LISTEN").then(|| "127.0.0.1:9999".to_owned())).unwrap();
+        assert_eq!(ok.listen.port(), 9999);
+        assert_eq!(ok.issuer, "https://auth.example");
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact_url("postgres://u:pw@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact_url("sqlite://data/a.db"), "sqlite://data/a.db");
+    }
+}

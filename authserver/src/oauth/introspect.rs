@@ -1,0 +1,82 @@
+//! `GET|POST /o/introspect/` (RFC 7662): what a token is, for callers allowed to ask.
+
+use super::params::{Params, authenticate_client, has_client_credentials};
+use super::{OAuthError, no_store};
+use crate::AppState;
+use crate::store::TokenRecord;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{RawQuery, State};
+use axum::http::{HeaderMap, Method, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+pub const INTROSPECTION_SCOPE: &str = "introspection";
+
+pub async fn introspect(
+    State(state): State<AppState>,
+    method: Method,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
+    let params = if method == Method::GET {
+        Params::parse(query.unwrap_or_default().as_bytes())?
+    } else {
+        Params::from_form(&headers, &body)?
+    };
+    authorize_caller(&state, &headers, &params).await?;
+    let token = params.require("token")?;
+    let want_refresh = params.get("token_type_hint") == Some("refresh_token");
+    let record = state.store.find_token(token).await?;
+    let body = match record {
+        Some(record) if record.is_active() && (record.kind == TokenRecord::ACCESS || want_refresh) => active_claims(&record),
+        _ => json!({ "active": false }),
+    };
+    Ok(no_store(Json(body).into_response()))
+}
+
+/// A bearer token carrying the `introspection` scope, or an application allowed to introspect.
+async fn authorize_caller(state: &AppState, headers: &HeaderMap, params: &Params) -> Result<(), OAuthError> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.len() > 7 && v[..7].eq_ignore_ascii_case("bearer "))
+        .map(|v| v[7..].trim());
+    if let Some(token) = bearer {
+        return match state.store.find_token(token).await? {
+            Some(caller) if caller.kind == TokenRecord::ACCESS && caller.is_active() => {
+                if caller.scope.split_whitespace().any(|s| s == INTROSPECTION_SCOPE) { Ok(()) } else { Err(OAuthError::Forbidden) }
+            }
+            _ => Err(OAuthError::Unauthenticated),
+        };
+    }
+    if !has_client_credentials(headers, params) {
+        return Err(OAuthError::Unauthenticated);
+    }
+    match authenticate_client(&state.store, headers, params).await {
+        Ok(app) if app.may_introspect => Ok(()),
+        Ok(_) => Err(OAuthError::Forbidden),
+        Err(OAuthError::InvalidClient) => Err(OAuthError::Unauthenticated),
+        Err(other) => Err(other),
+    }
+}
+
+fn active_claims(record: &TokenRecord) -> serde_json::Value {
+    let mut claims = json!({
+        "active": true,
+        "scope": record.scope,
+        "client_id": record.client_id,
+        "exp": record.expires_at,
+        "iat": record.issued_at,
+        "token_type": if record.kind == TokenRecord::ACCESS { "Bearer" } else { "refresh_token" },
+    });
+    match (&record.username, record.user_id) {
+        (Some(username), Some(id)) => {
+            claims["username"] = username.clone().into();
+            claims["sub"] = id.to_string().into();
+        }
+        _ => claims["sub"] = record.client_id.clone().into(),
+    }
+    claims
+}

@@ -1,0 +1,34 @@
+//! The OAuth 2.0 endpoints under `/o/` and the RFC 8414 metadata.
+
+mod error;
+mod introspect;
+mod metadata;
+mod params;
+mod revoke;
+mod token;
+
+pub use error::OAuthError;
+pub use introspect::INTROSPECTION_SCOPE;
+pub use token::resolve_scope;
+
+use crate::AppState;
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::Response;
+use axum::routing::{get, post};
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/o/token/", post(token::token))
+        .route("/o/introspect/", get(introspect::introspect).post(introspect::introspect))
+        .route("/o/revoke_token/", post(revoke::revoke))
+        .route("/.well-known/oauth-authorization-server", get(metadata::metadata))
+}
+
+/// RFC 6749 §5.1: token responses must not be cached.
+fn no_store(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
+    response
+}

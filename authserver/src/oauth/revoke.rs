@@ -1,0 +1,20 @@
+//! `POST /o/revoke_token/` (RFC 7009): a client revokes one of its own tokens and its family.
+
+use super::params::{Params, authenticate_client};
+use super::{OAuthError, no_store};
+use crate::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+/// `200` with an empty body, also for unknown tokens and for other clients' tokens (which are
+/// left alone), so the answer tells nothing about tokens the caller does not own.
+pub async fn revoke(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, OAuthError> {
+    let params = Params::from_form(&headers, &body)?;
+    let app = authenticate_client(&state.store, &headers, &params).await?;
+    let token = params.require("token")?;
+    let revoked = state.store.revoke_token(token, app.id).await?;
+    tracing::info!(client_id = %app.client_id, revoked, "revocation request");
+    Ok(no_store(StatusCode::OK.into_response()))
+}

@@ -1,0 +1,103 @@
+//! Random secrets, SHA-256 digests, constant-time comparison and argon2id password hashing.
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rand::RngCore;
+use rand::rngs::OsRng;
+use sha2::{Digest, Sha256};
+use std::sync::OnceLock;
+use subtle::ConstantTimeEq;
+
+/// A new random secret: 32 bytes from the OS, base64url without padding (43 characters).
+pub fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    OsRng.fill_bytes(&mut bytes);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A new random client identifier: 20 bytes, base64url (27 characters).
+pub fn random_client_id() -> String {
+    let mut bytes = [0u8; 20];
+    OsRng.fill_bytes(&mut bytes);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Hex SHA-256 of a secret: what storage keeps instead of the secret itself.
+pub fn digest(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+/// What a log line or a page may show of a secret: the first 8 hex digits of its digest.
+pub fn fingerprint(secret_digest: &str) -> &str {
+    secret_digest.get(..8).unwrap_or(secret_digest)
+}
+
+/// Compares two strings in time that depends only on their lengths.
+pub fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.as_bytes().ct_eq(b.as_bytes()).into()
+}
+
+/// Hashes a password with argon2id (OWASP parameters, the crate's defaults) on the blocking pool.
+pub async fn hash_password(password: String) -> anyhow::Result<String> {
+    tokio::task::spawn_blocking(move || hash_password_blocking(&password)).await?
+}
+
+fn hash_password_blocking(password: &str) -> anyhow::Result<String> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|hash| hash.to_string())
+        .map_err(|error| anyhow::anyhow!("argon2: {error}"))
+}
+
+/// Checks a password against a stored hash on the blocking pool. With no hash (unknown user,
+/// or a user without a password) it still spends one verification, so that timing does not
+/// tell which usernames exist, and answers false.
+pub async fn verify_password(password: String, stored_hash: Option<String>) -> bool {
+    tokio::task::spawn_blocking(move || {
+        let (hash, real) = match stored_hash {
+            Some(hash) => (hash, true),
+            None => (dummy_hash().to_owned(), false),
+        };
+        let ok = PasswordHash::new(&hash)
+            .map(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+            .unwrap_or(false);
+        ok && real
+    })
+    .await
+    .unwrap_or(false)
+}
+
+fn dummy_hash() -> &'static str {
+    static DUMMY: OnceLock<String> = OnceLock::new();
+    DUMMY.get_or_init(|| {
+        hash_password_blocking("tokengate-dummy-password").unwrap_or_else(|_| String::new())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn password_round_trip_and_dummy() {
+        let hash = hash_password("s3cret".into()).await.unwrap();
+        assert!(hash.starts_with("$argon2id$"));
+        assert!(verify_password("s3cret".into(), Some(hash.clone())).await);
+        assert!(!verify_password("wrong".into(), Some(hash)).await);
+        assert!(!verify_password("tokengate-dummy-password".into(), None).await);
+    }
+
+    #[test]
+    fn digests_and_tokens() {
+        let token = random_token();
+        assert_eq!(token.len(), 43);
+        assert_ne!(token, random_token());
+        assert_eq!(digest("abc").len(), 64);
+        assert_eq!(fingerprint(&digest("abc")), "ba7816bf");
+        assert!(constant_time_eq("same", "same"));
+        assert!(!constant_time_eq("same", "diff"));
+    }
+}

@@ -1,0 +1,245 @@
+//! Registered client applications; their secrets are kept only as SHA-256 digests.
+
+use super::{Store, StoreResult, conflict, now};
+use crate::secrets;
+use serde::Serialize;
+use sqlx::Row;
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientType {
+    Confidential,
+    Public,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GrantType {
+    Password,
+    ClientCredentials,
+    AuthorizationCode,
+}
+
+impl ClientType {
+    pub const ALL: [ClientType; 2] = [ClientType::Confidential, ClientType::Public];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientType::Confidential => "confidential",
+            ClientType::Public => "public",
+        }
+    }
+}
+
+impl GrantType {
+    pub const ALL: [GrantType; 3] = [GrantType::Password, GrantType::ClientCredentials, GrantType::AuthorizationCode];
+    /// The stored and command-line name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrantType::Password => "password",
+            GrantType::ClientCredentials => "client-credentials",
+            GrantType::AuthorizationCode => "authorization-code",
+        }
+    }
+    /// The name people read in the views.
+    pub fn label(self) -> &'static str {
+        match self {
+            GrantType::Password => "Resource owner password-based",
+            GrantType::ClientCredentials => "Client credentials",
+            GrantType::AuthorizationCode => "Authorization code",
+        }
+    }
+    /// The `grant_type` value of RFC 6749 that this registration allows at the token endpoint.
+    pub fn oauth_value(self) -> &'static str {
+        match self {
+            GrantType::Password => "password",
+            GrantType::ClientCredentials => "client_credentials",
+            GrantType::AuthorizationCode => "authorization_code",
+        }
+    }
+}
+
+impl FromStr for ClientType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        ClientType::ALL.into_iter().find(|t| t.as_str() == s).ok_or_else(|| format!("unknown client type \"{s}\" (confidential or public)"))
+    }
+}
+
+impl FromStr for GrantType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        GrantType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s || t.oauth_value() == s)
+            .ok_or_else(|| format!("unknown grant type \"{s}\" (password, client-credentials or authorization-code)"))
+    }
+}
+
+impl fmt::Display for GrantType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// A registered client.
+#[derive(Debug, Clone, Serialize)]
+pub struct Application {
+    pub id: i64,
+    pub name: String,
+    pub client_id: String,
+    #[serde(skip)]
+    pub client_secret_digest: Option<String>,
+    pub client_type: ClientType,
+    pub grant_type: GrantType,
+    pub redirect_uris: String,
+    /// Scopes this client may ask for; empty means every declared scope.
+    pub allowed_scopes: Vec<String>,
+    pub may_introspect: bool,
+    pub owner_id: Option<i64>,
+    pub created_at: i64,
+}
+
+impl Application {
+    /// Constant-time check of a presented secret against the stored digest.
+    pub fn secret_matches(&self, presented: &str) -> bool {
+        match &self.client_secret_digest {
+            Some(stored) => secrets::constant_time_eq(stored, &secrets::digest(presented)),
+            None => false,
+        }
+    }
+    /// What the views show of the secret after creation.
+    pub fn secret_fingerprint(&self) -> Option<&str> {
+        self.client_secret_digest.as_deref().map(secrets::fingerprint)
+    }
+}
+
+/// The fields an operator sets, for creation and update.
+#[derive(Debug, Clone)]
+pub struct ApplicationInput {
+    pub name: String,
+    pub client_type: ClientType,
+    pub grant_type: GrantType,
+    pub redirect_uris: String,
+    pub allowed_scopes: Vec<String>,
+    pub may_introspect: bool,
+}
+
+const COLUMNS: &str = "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at";
+
+fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
+    let parse_err = |e: String| super::StoreError::Other(anyhow::anyhow!(e));
+    Ok(Application {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        client_id: row.try_get("client_id")?,
+        client_secret_digest: row.try_get("client_secret_digest")?,
+        client_type: row.try_get::<String, _>("client_type")?.parse().map_err(parse_err)?,
+        grant_type: row.try_get::<String, _>("grant_type")?.parse().map_err(parse_err)?,
+        redirect_uris: row.try_get("redirect_uris")?,
+        allowed_scopes: row.try_get::<String, _>("allowed_scopes")?.split_whitespace().map(str::to_owned).collect(),
+        may_introspect: row.try_get::<i64, _>("may_introspect")? != 0,
+        owner_id: row.try_get("owner_id")?,
+        created_at: row.try_get("created_at")?,
+    })
+}
+
+impl Store {
+    /// Registers an application. The client id is generated unless given; the secret is
+    /// generated unless given, returned once, and stored only as a digest. Public clients get none.
+    pub async fn create_application(
+        &self,
+        input: &ApplicationInput,
+        owner_id: Option<i64>,
+        client_id: Option<String>,
+        client_secret: Option<String>,
+    ) -> StoreResult<(Application, Option<String>)> {
+        let secret = match input.client_type {
+            ClientType::Confidential => Some(client_secret.unwrap_or_else(secrets::random_token)),
+            ClientType::Public => None,
+        };
+        let row = sqlx::query(&format!(
+            "INSERT INTO applications (name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {COLUMNS}"
+        ))
+        .bind(&input.name)
+        .bind(client_id.unwrap_or_else(secrets::random_client_id))
+        .bind(secret.as_deref().map(secrets::digest))
+        .bind(input.client_type.as_str())
+        .bind(input.grant_type.as_str())
+        .bind(&input.redirect_uris)
+        .bind(input.allowed_scopes.join(" "))
+        .bind(i64::from(input.may_introspect))
+        .bind(owner_id)
+        .bind(now())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(conflict("an application with that client id"))?;
+        Ok((from_row(&row)?, secret))
+    }
+
+    pub async fn get_application(&self, id: i64) -> StoreResult<Option<Application>> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM applications WHERE id = $1")).bind(id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
+    pub async fn find_application_by_client_id(&self, client_id: &str) -> StoreResult<Option<Application>> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM applications WHERE client_id = $1"))
+            .bind(client_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
+    /// All applications (`owner_id` None) or those of one owner.
+    pub async fn list_applications(&self, owner_id: Option<i64>) -> StoreResult<Vec<Application>> {
+        let rows = match owner_id {
+            Some(owner) => {
+                sqlx::query(&format!("SELECT {COLUMNS} FROM applications WHERE owner_id = $1 ORDER BY id"))
+                    .bind(owner)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+            None => sqlx::query(&format!("SELECT {COLUMNS} FROM applications ORDER BY id")).fetch_all(&self.pool).await?,
+        };
+        rows.iter().map(from_row).collect()
+    }
+
+    pub async fn update_application(&self, id: i64, input: &ApplicationInput) -> StoreResult<Option<Application>> {
+        let row = sqlx::query(&format!(
+            "UPDATE applications SET name = $1, client_type = $2, grant_type = $3, redirect_uris = $4, allowed_scopes = $5, may_introspect = $6
+             WHERE id = $7 RETURNING {COLUMNS}"
+        ))
+        .bind(&input.name)
+        .bind(input.client_type.as_str())
+        .bind(input.grant_type.as_str())
+        .bind(&input.redirect_uris)
+        .bind(input.allowed_scopes.join(" "))
+        .bind(i64::from(input.may_introspect))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
+    /// Replaces the secret with a new random one, returned once; tokens already issued stay valid.
+    pub async fn regenerate_secret(&self, id: i64) -> StoreResult<Option<String>> {
+        let secret = secrets::random_token();
+        let done = sqlx::query("UPDATE applications SET client_secret_digest = $1 WHERE id = $2")
+            .bind(secrets::digest(&secret))
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok((done.rows_affected() == 1).then_some(secret))
+    }
+
+    /// Deletes the application and every token issued to it.
+    pub async fn delete_application(&self, id: i64) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM tokens WHERE application_id = $1").bind(id).execute(&mut *tx).await?;
+        let done = sqlx::query("DELETE FROM applications WHERE id = $1").bind(id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+}

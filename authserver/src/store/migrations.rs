@@ -1,0 +1,133 @@
+//! Schema migrations, numbered, each written once per backend; applied in order under a lock.
+
+use super::{Backend, Store, StoreResult};
+use sqlx::Connection;
+
+/// (version, SQLite statements, PostgreSQL statements)
+const MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    "CREATE TABLE users (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        username TEXT NOT NULL UNIQUE,
+        email TEXT NOT NULL DEFAULT '',
+        first_name TEXT NOT NULL DEFAULT '',
+        last_name TEXT NOT NULL DEFAULT '',
+        password_hash TEXT,
+        is_active INTEGER NOT NULL DEFAULT 1,
+        is_staff INTEGER NOT NULL DEFAULT 0,
+        is_superuser INTEGER NOT NULL DEFAULT 0,
+        date_joined INTEGER NOT NULL);
+    CREATE TABLE groups (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL UNIQUE);
+    CREATE TABLE user_groups (
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        group_id INTEGER NOT NULL REFERENCES groups(id) ON DELETE CASCADE,
+        PRIMARY KEY (user_id, group_id));
+    CREATE TABLE applications (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        client_id TEXT NOT NULL UNIQUE,
+        client_secret_digest TEXT,
+        client_type TEXT NOT NULL,
+        grant_type TEXT NOT NULL,
+        redirect_uris TEXT NOT NULL DEFAULT '',
+        allowed_scopes TEXT NOT NULL DEFAULT '',
+        may_introspect INTEGER NOT NULL DEFAULT 0,
+        owner_id INTEGER REFERENCES users(id) ON DELETE SET NULL,
+        created_at INTEGER NOT NULL);
+    CREATE TABLE tokens (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        digest TEXT NOT NULL UNIQUE,
+        application_id INTEGER NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        user_id INTEGER REFERENCES users(id) ON DELETE CASCADE,
+        scope TEXT NOT NULL,
+        family TEXT NOT NULL,
+        access_token_id INTEGER,
+        issued_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        revoked INTEGER NOT NULL DEFAULT 0);
+    CREATE INDEX tokens_family ON tokens(family);",
+    "CREATE TABLE users (
+        id BIGSERIAL PRIMARY KEY,
+        username TEXT NOT NULL UNIQUE,
+        email TEXT NOT NULL DEFAULT '',
+        first_name TEXT NOT NULL DEFAULT '',
+        last_name TEXT NOT NULL DEFAULT '',
+        password_hash TEXT,
+        is_active BIGINT NOT NULL DEFAULT 1,
+        is_staff BIGINT NOT NULL DEFAULT 0,
+        is_superuser BIGINT NOT NULL DEFAULT 0,
+        date_joined BIGINT NOT NULL);
+    CREATE TABLE groups (
+        id BIGSERIAL PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE);
+    CREATE TABLE user_groups (
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        group_id BIGINT NOT NULL REFERENCES groups(id) ON DELETE CASCADE,
+        PRIMARY KEY (user_id, group_id));
+    CREATE TABLE applications (
+        id BIGSERIAL PRIMARY KEY,
+        name TEXT NOT NULL,
+        client_id TEXT NOT NULL UNIQUE,
+        client_secret_digest TEXT,
+        client_type TEXT NOT NULL,
+        grant_type TEXT NOT NULL,
+        redirect_uris TEXT NOT NULL DEFAULT '',
+        allowed_scopes TEXT NOT NULL DEFAULT '',
+        may_introspect BIGINT NOT NULL DEFAULT 0,
+        owner_id BIGINT REFERENCES users(id) ON DELETE SET NULL,
+        created_at BIGINT NOT NULL);
+    CREATE TABLE tokens (
+        id BIGSERIAL PRIMARY KEY,
+        kind TEXT NOT NULL,
+        digest TEXT NOT NULL UNIQUE,
+        application_id BIGINT NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        user_id BIGINT REFERENCES users(id) ON DELETE CASCADE,
+        scope TEXT NOT NULL,
+        family TEXT NOT NULL,
+        access_token_id BIGINT,
+        issued_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        revoked BIGINT NOT NULL DEFAULT 0);
+    CREATE INDEX tokens_family ON tokens(family);",
+)];
+
+/// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
+/// lock keeps replicas that start together from racing.
+pub(super) async fn run(store: &Store) -> StoreResult<()> {
+    let mut conn = store.pool.acquire().await?;
+    if store.backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_lock(727170)").execute(&mut *conn).await?;
+    }
+    let result = apply(&mut conn, store.backend).await;
+    if store.backend == Backend::Postgres {
+        sqlx::query("SELECT pg_advisory_unlock(727170)").execute(&mut *conn).await?;
+    }
+    result
+}
+
+async fn apply(conn: &mut sqlx::AnyConnection, backend: Backend) -> StoreResult<()> {
+    sqlx::query("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)")
+        .execute(&mut *conn)
+        .await?;
+    for (version, sqlite, postgres) in MIGRATIONS {
+        let done: Option<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+            .bind(version)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if done.is_some() {
+            continue;
+        }
+        let script = if backend == Backend::Postgres { postgres } else { sqlite };
+        let mut tx = conn.begin().await?;
+        for statement in script.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            sqlx::query(statement).execute(&mut *tx).await?;
+        }
+        sqlx::query("INSERT INTO schema_migrations (version) VALUES ($1)").bind(version).execute(&mut *tx).await?;
+        tx.commit().await?;
+        tracing::info!(version, "applied database migration");
+    }
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! Storage: one `Store` over sqlx's `AnyPool`, so the same queries run on SQLite and PostgreSQL.
+
+mod applications;
+mod groups;
+mod migrations;
+mod tokens;
+mod users;
+
+pub use applications::{Application, ApplicationInput, ClientType, GrantType};
+pub use groups::Group;
+pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenRecord};
+pub use users::{NewUser, User, UserUpdate};
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::AnyPool;
+use std::time::Duration;
+
+/// Which database the pool talks to; only DDL and locking differ between the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Errors of the storage layer that callers act on; everything else is `Database`.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0} already exists")]
+    Conflict(&'static str),
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("{0}")]
+    Other(#[from] anyhow::Error),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The authorization server's storage: users, groups, applications and tokens.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Store {
+    /// Connects to `sqlite:…` or `postgres://…`, creating the SQLite file and its folder when
+    /// missing, and applies the migrations that have not run yet.
+    pub async fn connect(database_url: &str) -> StoreResult<Store> {
+        install_default_drivers();
+        let backend = if database_url.starts_with("postgres") { Backend::Postgres } else { Backend::Sqlite };
+        let url = match backend {
+            Backend::Sqlite => sqlite_url(database_url)?,
+            Backend::Postgres => database_url.to_owned(),
+        };
+        let max_connections = match backend {
+            Backend::Sqlite if url.contains(":memory:") || url.contains("mode=memory") => 1,
+            Backend::Sqlite => 8,
+            Backend::Postgres => 16,
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(10))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if backend == Backend::Sqlite {
+                        for pragma in ["PRAGMA foreign_keys = ON", "PRAGMA journal_mode = WAL", "PRAGMA busy_timeout = 5000", "PRAGMA synchronous = NORMAL"] {
+                            sqlx::query(pragma).execute(&mut *conn).await?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await?;
+        let store = Store { pool, backend };
+        migrations::run(&store).await?;
+        Ok(store)
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+}
+
+/// `sqlite://data/x.db` → the folder `data/` is created and the file is opened read-write-create.
+fn sqlite_url(url: &str) -> StoreResult<String> {
+    let rest = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+    let path = rest.split('?').next().unwrap_or_default();
+    if path.is_empty() || path == ":memory:" {
+        return Ok(url.to_owned());
+    }
+    if let Some(parent) = std::path::Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|error| anyhow::anyhow!("cannot create database folder {}: {error}", parent.display()))?;
+    }
+    Ok(if url.contains("mode=") { url.to_owned() } else if url.contains('?') { format!("{url}&mode=rwc") } else { format!("{url}?mode=rwc") })
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}
+
+/// Maps a unique-constraint violation to `Conflict(what)`.
+fn conflict(what: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
+    move |error| match &error {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(what),
+        _ => StoreError::Database(error),
+    }
+}

@@ -1,0 +1,181 @@
+//! Users: the resource owners of the password grant, the operators and the example API's users.
+
+use super::{Store, StoreResult, conflict, now};
+use crate::secrets;
+use serde::Serialize;
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+/// A user as everything outside storage sees it: never the password hash.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct User {
+    pub id: i64,
+    pub username: String,
+    pub email: String,
+    pub first_name: String,
+    pub last_name: String,
+    pub is_active: bool,
+    pub is_staff: bool,
+    pub is_superuser: bool,
+    pub date_joined: i64,
+}
+
+/// What creating a user takes; the password, if any, is hashed with argon2id before storage.
+#[derive(Debug, Clone, Default)]
+pub struct NewUser {
+    pub username: String,
+    pub email: String,
+    pub first_name: String,
+    pub last_name: String,
+    pub password: Option<String>,
+    pub is_active: bool,
+    pub is_staff: bool,
+    pub is_superuser: bool,
+}
+
+/// A partial update: `None` leaves the field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct UserUpdate {
+    pub username: Option<String>,
+    pub email: Option<String>,
+    pub first_name: Option<String>,
+    pub last_name: Option<String>,
+    pub password: Option<String>,
+    pub is_active: Option<bool>,
+    pub is_staff: Option<bool>,
+    pub is_superuser: Option<bool>,
+}
+
+const COLUMNS: &str = "id, username, email, first_name, last_name, is_active, is_staff, is_superuser, date_joined";
+
+fn from_row(row: &AnyRow) -> StoreResult<User> {
+    Ok(User {
+        id: row.try_get("id")?,
+        username: row.try_get("username")?,
+        email: row.try_get("email")?,
+        first_name: row.try_get("first_name")?,
+        last_name: row.try_get("last_name")?,
+        is_active: row.try_get::<i64, _>("is_active")? != 0,
+        is_staff: row.try_get::<i64, _>("is_staff")? != 0,
+        is_superuser: row.try_get::<i64, _>("is_superuser")? != 0,
+        date_joined: row.try_get("date_joined")?,
+    })
+}
+
+impl Store {
+    pub async fn create_user(&self, new: &NewUser) -> StoreResult<User> {
+        let hash = match &new.password {
+            Some(password) => Some(secrets::hash_password(password.clone()).await?),
+            None => None,
+        };
+        let row = sqlx::query(&format!(
+            "INSERT INTO users (username, email, first_name, last_name, password_hash, is_active, is_staff, is_superuser, date_joined)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {COLUMNS}"
+        ))
+        .bind(&new.username)
+        .bind(&new.email)
+        .bind(&new.first_name)
+        .bind(&new.last_name)
+        .bind(hash)
+        .bind(i64::from(new.is_active))
+        .bind(i64::from(new.is_staff))
+        .bind(i64::from(new.is_superuser))
+        .bind(now())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(conflict("a user with that username"))?;
+        from_row(&row)
+    }
+
+    pub async fn list_users(&self) -> StoreResult<Vec<User>> {
+        let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM users ORDER BY id")).fetch_all(&self.pool).await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    /// Users whose username, email or name contains `needle` (case-insensitive).
+    pub async fn search_users(&self, needle: &str) -> StoreResult<Vec<User>> {
+        let pattern = format!("%{}%", needle.to_lowercase());
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM users WHERE lower(username) LIKE $1 OR lower(email) LIKE $2
+             OR lower(first_name) LIKE $3 OR lower(last_name) LIKE $4 ORDER BY id"
+        ))
+        .bind(&pattern)
+        .bind(&pattern)
+        .bind(&pattern)
+        .bind(&pattern)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    pub async fn get_user(&self, id: i64) -> StoreResult<Option<User>> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM users WHERE id = $1")).bind(id).fetch_optional(&self.pool).await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
+    pub async fn find_user_by_username(&self, username: &str) -> StoreResult<Option<User>> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM users WHERE username = $1"))
+            .bind(username)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
+    /// The user whose username and password match, if active. Always spends one argon2
+    /// verification, whether or not the username exists.
+    pub async fn authenticate_user(&self, username: &str, password: &str) -> StoreResult<Option<User>> {
+        let row = sqlx::query(&format!("SELECT {COLUMNS}, password_hash FROM users WHERE username = $1"))
+            .bind(username)
+            .fetch_optional(&self.pool)
+            .await?;
+        let (user, hash) = match &row {
+            Some(row) => (Some(from_row(row)?), row.try_get::<Option<String>, _>("password_hash")?),
+            None => (None, None),
+        };
+        let matches = secrets::verify_password(password.to_owned(), hash).await;
+        Ok(user.filter(|u| matches && u.is_active))
+    }
+
+    pub async fn update_user(&self, id: i64, update: &UserUpdate) -> StoreResult<Option<User>> {
+        let Some(current) = self.get_user(id).await? else { return Ok(None) };
+        let row = sqlx::query(&format!(
+            "UPDATE users SET username = $1, email = $2, first_name = $3, last_name = $4,
+             is_active = $5, is_staff = $6, is_superuser = $7 WHERE id = $8 RETURNING {COLUMNS}"
+        ))
+        .bind(update.username.as_ref().unwrap_or(&current.username))
+        .bind(update.email.as_ref().unwrap_or(&current.email))
+        .bind(update.first_name.as_ref().unwrap_or(&current.first_name))
+        .bind(update.last_name.as_ref().unwrap_or(&current.last_name))
+        .bind(i64::from(update.is_active.unwrap_or(current.is_active)))
+        .bind(i64::from(update.is_staff.unwrap_or(current.is_staff)))
+        .bind(i64::from(update.is_superuser.unwrap_or(current.is_superuser)))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(conflict("a user with that username"))?;
+        if let Some(password) = &update.password {
+            self.set_password(id, password).await?;
+        }
+        row.as_ref().map(from_row).transpose()
+    }
+
+    pub async fn set_password(&self, id: i64, password: &str) -> StoreResult<bool> {
+        let hash = secrets::hash_password(password.to_owned()).await?;
+        let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2").bind(hash).bind(id).execute(&self.pool).await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn delete_user(&self, id: i64) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM user_groups WHERE user_id = $1").bind(id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM tokens WHERE user_id = $1").bind(id).execute(&mut *tx).await?;
+        sqlx::query("UPDATE applications SET owner_id = NULL WHERE owner_id = $1").bind(id).execute(&mut *tx).await?;
+        let done = sqlx::query("DELETE FROM users WHERE id = $1").bind(id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    pub async fn count_users(&self) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users").fetch_one(&self.pool).await?)
+    }
+}
