@@ -6,6 +6,7 @@ pub mod config;
 pub mod oauth;
 pub mod secrets;
 pub mod store;
+pub mod testing;
 
 use axum::Router;
 use axum::routing::get;

@@ -4,7 +4,8 @@ use super::{Backend, Store, StoreResult};
 use sqlx::Connection;
 
 /// (version, SQLite statements, PostgreSQL statements)
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
     1,
     "CREATE TABLE users (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -92,7 +93,37 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[(
         expires_at BIGINT NOT NULL,
         revoked BIGINT NOT NULL DEFAULT 0);
     CREATE INDEX tokens_family ON tokens(family);",
-)];
+    ),
+    (
+        2,
+        "CREATE TABLE sessions (
+        id_digest TEXT PRIMARY KEY,
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        csrf_token TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL);
+    CREATE INDEX sessions_user ON sessions(user_id);
+    CREATE INDEX sessions_expires ON sessions(expires_at);
+    CREATE TABLE login_failures (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        bucket TEXT NOT NULL,
+        failed_at INTEGER NOT NULL);
+    CREATE INDEX login_failures_bucket ON login_failures(bucket, failed_at);",
+        "CREATE TABLE sessions (
+        id_digest TEXT PRIMARY KEY,
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        csrf_token TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL);
+    CREATE INDEX sessions_user ON sessions(user_id);
+    CREATE INDEX sessions_expires ON sessions(expires_at);
+    CREATE TABLE login_failures (
+        id BIGSERIAL PRIMARY KEY,
+        bucket TEXT NOT NULL,
+        failed_at BIGINT NOT NULL);
+    CREATE INDEX login_failures_bucket ON login_failures(bucket, failed_at);",
+    ),
+];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
 /// lock keeps replicas that start together from racing.

@@ -3,11 +3,13 @@
 mod applications;
 mod groups;
 mod migrations;
+mod sessions;
 mod tokens;
 mod users;
 
 pub use applications::{Application, ApplicationInput, ClientType, GrantType};
 pub use groups::Group;
+pub use sessions::{NewSession, Session};
 pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenRecord};
 pub use users::{NewUser, User, UserUpdate};
 

@@ -1,0 +1,107 @@
+//! Helpers for tests across the workspace: fresh stores on SQLite and, when `DATABASE_URL`
+//! names one, on PostgreSQL (each in a schema of its own), and a server on a loopback port.
+
+use crate::config::Settings;
+use crate::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
+use crate::{AppState, serve};
+use std::net::SocketAddr;
+
+/// A fresh SQLite database in a new temporary file.
+pub async fn sqlite_store() -> Store {
+    let dir = std::env::temp_dir().join(format!("tokengate-test-{}", crate::secrets::random_client_id()));
+    let url = format!("sqlite://{}/db.sqlite", dir.display());
+    Store::connect(&url).await.expect("open a temporary SQLite database")
+}
+
+/// The PostgreSQL URL from `DATABASE_URL`, when it names one.
+pub fn postgres_url() -> Option<String> {
+    std::env::var("DATABASE_URL").ok().filter(|url| url.starts_with("postgres"))
+}
+
+/// A fresh, empty schema on the PostgreSQL server of `DATABASE_URL`, if set.
+pub async fn postgres_store() -> Option<Store> {
+    let url = postgres_url()?;
+    let schema = format!("tg_{}", crate::secrets::random_client_id().to_lowercase().replace(['-', '_'], ""));
+    sqlx::any::install_default_drivers();
+    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url).await.expect("connect to DATABASE_URL");
+    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&mut conn).await.expect("create a test schema");
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
+    Some(Store::connect(&scoped).await.expect("open the PostgreSQL test schema"))
+}
+
+/// Every backend this run can test: SQLite always, PostgreSQL when configured.
+pub async fn all_stores() -> Vec<Store> {
+    let mut stores = vec![sqlite_store().await];
+    stores.extend(postgres_store().await);
+    stores
+}
+
+/// The store tests should use by default: PostgreSQL when `DATABASE_URL` names one, else SQLite.
+pub async fn store() -> Store {
+    match postgres_store().await {
+        Some(store) => store,
+        None => sqlite_store().await,
+    }
+}
+
+/// A confidential application and its secret.
+pub async fn application(store: &Store, grant_type: GrantType, may_introspect: bool) -> (String, String) {
+    let input = ApplicationInput {
+        name: format!("test {}", grant_type.as_str()),
+        client_type: ClientType::Confidential,
+        grant_type,
+        redirect_uris: String::new(),
+        allowed_scopes: Vec::new(),
+        may_introspect,
+    };
+    let (app, secret) = store.create_application(&input, None, None, None).await.expect("create an application");
+    (app.client_id, secret.expect("confidential clients get a secret"))
+}
+
+/// An active user with this password.
+pub async fn user(store: &Store, username: &str, password: &str) -> crate::store::User {
+    let new = NewUser { username: username.into(), password: Some(password.into()), is_active: true, ..Default::default() };
+    store.create_user(&new).await.expect("create a user")
+}
+
+/// A running authorization server on a loopback port; dropping the handle stops it.
+pub struct RunningServer {
+    pub addr: SocketAddr,
+    pub base_url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// Stops accepting and waits for the server task to end.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Starts the authorization server over `store` on `addr` (use port 0 for any free port).
+pub async fn spawn_server(store: Store, settings: Settings, addr: SocketAddr) -> RunningServer {
+    let listener = tokio::net::TcpListener::bind(addr).await.expect("bind a loopback port");
+    let addr = listener.local_addr().expect("bound address");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let state = AppState::new(settings, store);
+    let task = tokio::spawn(async move {
+        let _ = serve(listener, state, async move {
+            let _ = stopped.await;
+        })
+        .await;
+    });
+    RunningServer { addr, base_url: format!("http://{addr}"), stop: Some(stop), task }
+}

@@ -1,0 +1,133 @@
+//! `/accounts/login/` and `/accounts/logout/`: operator sign-in with a database session, and the
+//! throttle that refuses a username or an address after repeated failures.
+
+use super::forms::FormData;
+use super::session::{HOME, Operator, SESSION_COOKIE, SESSION_LIFETIME, cookie, current_session, may_sign_in, safe_next, set_cookie};
+use super::templates::{LoginPage, Nav};
+use super::{WebResult, csrf, render, see_other};
+use crate::AppState;
+use axum::Router;
+use axum::Extension;
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use std::net::SocketAddr;
+
+/// Failed sign-ins allowed per username and per address within [`FAILURE_WINDOW`].
+pub(crate) const MAX_FAILURES: i64 = 5;
+/// Seconds a failure counts against its username and address.
+pub(crate) const FAILURE_WINDOW: i64 = 15 * 60;
+
+const BAD_CREDENTIALS: &str = "Please enter the correct username and password of a staff account. Both fields may be case-sensitive.";
+const THROTTLED: &str = "Too many failed sign-in attempts. Wait 15 minutes and try again.";
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/accounts/login/", get(login_page).post(login))
+        .route("/accounts/logout/", post(logout))
+}
+
+#[derive(Deserialize)]
+struct NextQuery {
+    next: Option<String>,
+}
+
+async fn login_page(State(state): State<AppState>, headers: HeaderMap, Query(query): Query<NextQuery>) -> WebResult {
+    let next = query.next.as_deref().and_then(safe_next).unwrap_or(HOME).to_owned();
+    // Already signed in: straight on.
+    if current_session(&state, &headers).await?.is_some() {
+        return Ok(see_other(&next));
+    }
+    Ok(login_form(&state, &headers, StatusCode::OK, String::new(), next, None))
+}
+
+fn login_form(state: &AppState, headers: &HeaderMap, status: StatusCode, username: String, next: String, error: Option<&str>) -> Response {
+    let (csrf_token, set) = csrf::login_token(state, headers);
+    let page = LoginPage { nav: Nav::anonymous(), csrf_token, username, next, error: error.map(str::to_owned) };
+    let mut response = render(status, &page);
+    if let Some(value) = set.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+/// The client's address: the socket's peer when the server was started with connect info, else
+/// the last hop a proxy in front added to `X-Forwarded-For`.
+fn client_address(headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<String> {
+    if let Some(peer) = peer {
+        return Some(peer.ip().to_string());
+    }
+    headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(',').next())
+        .map(str::trim)
+        .filter(|v| !v.is_empty() && v.len() <= 64)
+        .map(str::to_owned)
+}
+
+async fn login(
+    State(state): State<AppState>,
+    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
+    form: FormData,
+) -> WebResult {
+    csrf::verify_login(&headers, &form)?;
+    let username = form.text("username");
+    let password = form.get("password").unwrap_or_default().to_owned();
+    let next = form.get("next").and_then(safe_next).unwrap_or(HOME).to_owned();
+    if username.is_empty() || password.is_empty() || username.len() > 150 {
+        return Ok(login_form(&state, &headers, StatusCode::BAD_REQUEST, username, next, Some(BAD_CREDENTIALS)));
+    }
+
+    let address = client_address(&headers, connect.map(|Extension(ConnectInfo(peer))| peer));
+    let mut buckets = vec![format!("user:{}", username.to_lowercase())];
+    if let Some(address) = &address {
+        buckets.push(format!("addr:{address}"));
+    }
+    for bucket in &buckets {
+        if state.store.count_login_failures(bucket, FAILURE_WINDOW).await? >= MAX_FAILURES {
+            tracing::warn!(address = address.as_deref().unwrap_or("unknown"), "sign-in refused: too many failures");
+            let mut response = login_form(&state, &headers, StatusCode::TOO_MANY_REQUESTS, username, next, Some(THROTTLED));
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
+            return Ok(response);
+        }
+    }
+
+    let user = state.store.authenticate_user(&username, &password).await?.filter(may_sign_in);
+    let Some(user) = user else {
+        // The username is not logged: people type their password into it.
+        tracing::info!(address = address.as_deref().unwrap_or("unknown"), "operator sign-in failed");
+        state.store.record_login_failure(&buckets, FAILURE_WINDOW).await?;
+        return Ok(login_form(&state, &headers, StatusCode::BAD_REQUEST, username, next, Some(BAD_CREDENTIALS)));
+    };
+
+    state.store.clear_login_failures(&buckets[0]).await?;
+    // A fresh session id at every sign-in; an older session of this browser ends.
+    if let Some(old) = cookie(&headers, SESSION_COOKIE) {
+        state.store.delete_session(old).await?;
+    }
+    let session = state.store.create_session(user.id, SESSION_LIFETIME).await?;
+    tracing::info!(user_id = user.id, username = %user.username, "operator signed in");
+    let mut response = see_other(&next);
+    let value = set_cookie(&state, SESSION_COOKIE, &session.session_id, "/", Some(SESSION_LIFETIME));
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    Ok(response)
+}
+
+async fn logout(State(state): State<AppState>, operator: Operator, headers: HeaderMap, form: FormData) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    if let Some(session_id) = cookie(&headers, SESSION_COOKIE) {
+        state.store.delete_session(session_id).await?;
+    }
+    tracing::info!(user_id = operator.user.id, "operator signed out");
+    let mut response = see_other("/accounts/login/");
+    if let Ok(value) = HeaderValue::from_str(&set_cookie(&state, SESSION_COOKIE, "", "/", Some(0))) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    Ok(response.into_response())
+}

@@ -1,0 +1,67 @@
+//! CSRF protection: signed-in forms carry their session's token; the sign-in form, which has no
+//! session yet, carries a token that must match a cookie set with the form (double submit).
+//! Both are compared in constant time.
+
+use super::WebError;
+use super::forms::FormData;
+use super::session::{Operator, cookie, set_cookie};
+use crate::AppState;
+use crate::secrets::{constant_time_eq, random_token};
+use axum::http::HeaderMap;
+
+/// The hidden field every form carries.
+pub(crate) const FIELD: &str = "csrf_token";
+/// The cookie that pairs with the sign-in form's hidden field.
+pub(crate) const LOGIN_COOKIE: &str = "tokengate_csrf";
+
+/// Accepts a signed-in form only with its session's token.
+pub(crate) fn verify(operator: &Operator, form: &FormData) -> Result<(), WebError> {
+    match form.get(FIELD) {
+        Some(presented) if constant_time_eq(presented, &operator.csrf_token) => Ok(()),
+        _ => Err(WebError::Csrf),
+    }
+}
+
+/// The token for a sign-in form: the one in the visitor's cookie if it looks like ours, else a
+/// new one with the `Set-Cookie` value that stores it.
+pub(crate) fn login_token(state: &AppState, headers: &HeaderMap) -> (String, Option<String>) {
+    match cookie(headers, LOGIN_COOKIE).filter(|t| looks_like_token(t)) {
+        Some(token) => (token.to_owned(), None),
+        None => {
+            let token = random_token();
+            let set = set_cookie(state, LOGIN_COOKIE, &token, "/accounts/", None);
+            (token, Some(set))
+        }
+    }
+}
+
+/// Accepts a sign-in form only when its hidden token equals the cookie.
+pub(crate) fn verify_login(headers: &HeaderMap, form: &FormData) -> Result<(), WebError> {
+    match (cookie(headers, LOGIN_COOKIE), form.get(FIELD)) {
+        (Some(expected), Some(presented)) if looks_like_token(expected) && constant_time_eq(presented, expected) => Ok(()),
+        _ => Err(WebError::Csrf),
+    }
+}
+
+fn looks_like_token(token: &str) -> bool {
+    token.len() == 43 && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{HeaderValue, header};
+
+    #[test]
+    fn login_token_must_match_the_cookie() {
+        let token = random_token();
+        let mut headers = HeaderMap::new();
+        headers.insert(header::COOKIE, HeaderValue::from_str(&format!("{LOGIN_COOKIE}={token}")).unwrap());
+        let good = FormData::from_pairs(vec![(FIELD.into(), token.clone())]);
+        assert!(verify_login(&headers, &good).is_ok());
+        let bad = FormData::from_pairs(vec![(FIELD.into(), random_token())]);
+        assert!(verify_login(&headers, &bad).is_err());
+        assert!(verify_login(&HeaderMap::new(), &good).is_err());
+        assert!(verify_login(&headers, &FormData::default()).is_err());
+    }
+}

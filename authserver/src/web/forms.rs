@@ -1,0 +1,105 @@
+//! Submitted forms as name/value pairs (repeated names kept, for checkboxes) and the per-field
+//! error messages that a refused form is shown again with.
+
+use axum::extract::{Form, FromRequest, Request};
+use axum::response::{IntoResponse, Response};
+use std::collections::BTreeMap;
+
+/// An `application/x-www-form-urlencoded` body, in order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FormData(Vec<(String, String)>);
+
+impl FormData {
+    pub fn from_pairs(pairs: Vec<(String, String)>) -> Self {
+        FormData(pairs)
+    }
+
+    /// The first value of `name`, as sent.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// The first value of `name`, trimmed; empty when absent.
+    pub fn text(&self, name: &str) -> String {
+        self.get(name).unwrap_or_default().trim().to_owned()
+    }
+
+    /// Every value sent under `name` (checkbox groups).
+    pub fn all(&self, name: &str) -> Vec<String> {
+        self.0.iter().filter(|(k, _)| k == name).map(|(_, v)| v.clone()).collect()
+    }
+
+    /// Whether a checkbox was ticked.
+    pub fn checked(&self, name: &str) -> bool {
+        self.get(name).is_some_and(|v| !v.is_empty() && v != "off" && v != "false")
+    }
+}
+
+impl<S: Send + Sync> FromRequest<S> for FormData {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
+        let Form(pairs) = Form::<Vec<(String, String)>>::from_request(request, state).await.map_err(IntoResponse::into_response)?;
+        Ok(FormData(pairs))
+    }
+}
+
+/// Messages keyed by field name; `ALL` holds those about the form as a whole.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FieldErrors(BTreeMap<String, String>);
+
+impl FieldErrors {
+    pub const ALL: &'static str = "__all__";
+
+    pub fn add(&mut self, field: &str, message: impl Into<String>) {
+        self.0.entry(field.to_owned()).or_insert_with(|| message.into());
+    }
+
+    pub fn get(&self, field: &str) -> Option<&str> {
+        self.0.get(field).map(String::as_str)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Whether a field has an error (for `aria-invalid`).
+    pub fn has(&self, field: &str) -> bool {
+        self.0.contains_key(field)
+    }
+}
+
+/// Checks a length in characters; `what` starts the message.
+pub(crate) fn check_length(errors: &mut FieldErrors, field: &str, value: &str, what: &str, required: bool, max: usize) {
+    if required && value.is_empty() {
+        errors.add(field, "This field is required.");
+    } else if value.chars().count() > max {
+        errors.add(field, format!("{what} must be at most {max} characters."));
+    } else if value.chars().any(char::is_control) {
+        errors.add(field, format!("{what} may not contain control characters."));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_and_checkboxes() {
+        let form = FormData::from_pairs(vec![
+            ("name".into(), "  x ".into()),
+            ("scope".into(), "read".into()),
+            ("scope".into(), "write".into()),
+            ("flag".into(), "on".into()),
+        ]);
+        assert_eq!(form.text("name"), "x");
+        assert_eq!(form.all("scope"), ["read", "write"]);
+        assert!(form.checked("flag"));
+        assert!(!form.checked("other"));
+        let mut errors = FieldErrors::default();
+        check_length(&mut errors, "name", "", "Name", true, 5);
+        check_length(&mut errors, "long", "abcdef", "Long", false, 5);
+        assert_eq!(errors.get("name"), Some("This field is required."));
+        assert_eq!(errors.get("long"), Some("Long must be at most 5 characters."));
+    }
+}

@@ -1,0 +1,119 @@
+//! Browser views: operator sign-in, the applications pages under `/o/applications/`, the
+//! administration under `/admin/`, and the one stylesheet they share.
+
+mod admin;
+mod applications;
+mod auth;
+mod csrf;
+mod forms;
+mod session;
+mod templates;
+
+pub use session::{SESSION_COOKIE, safe_next};
+
+use crate::AppState;
+use crate::store::StoreError;
+use askama::Template;
+use axum::Router;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::map_response;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+
+const STYLESHEET: &str = include_str!("../../static/style.css");
+const SCRIPT: &str = include_str!("../../static/app.js");
+
+/// Every browser route, with the security headers all of them carry.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .merge(auth::router())
+        .merge(applications::router())
+        .merge(admin::router())
+        .route("/static/style.css", get(|| async { asset("text/css; charset=utf-8", STYLESHEET) }))
+        .route("/static/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .layer(map_response(security_headers))
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "public, max-age=3600")],
+        body,
+    )
+        .into_response()
+}
+
+/// Pages may show a client secret once and carry CSRF tokens: never cached, never framed, and
+/// only this server's own stylesheet and script.
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    if !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    response
+}
+
+/// Renders a template with a status; a template failure is logged and becomes a plain 500.
+pub(crate) fn render<T: Template>(status: StatusCode, template: &T) -> Response {
+    match template.render() {
+        Ok(html) => (status, Html(html)).into_response(),
+        Err(error) => {
+            tracing::error!(%error, "template rendering failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
+        }
+    }
+}
+
+/// `303 See Other` to a local path: where every successful POST goes.
+pub(crate) fn see_other(path: &str) -> Response {
+    Redirect::to(path).into_response()
+}
+
+/// Why a view did not answer with its page; turned into an HTML error page in one place.
+#[derive(Debug)]
+pub(crate) enum WebError {
+    NotFound,
+    Forbidden,
+    Csrf,
+    Internal(String),
+}
+
+impl From<StoreError> for WebError {
+    fn from(error: StoreError) -> Self {
+        WebError::Internal(error.to_string())
+    }
+}
+
+impl IntoResponse for WebError {
+    fn into_response(self) -> Response {
+        let (status, title, message) = match self {
+            WebError::NotFound => (StatusCode::NOT_FOUND, "Not found", "There is nothing here."),
+            WebError::Forbidden => {
+                (StatusCode::FORBIDDEN, "Forbidden", "Your account is not allowed to see or change this.")
+            }
+            WebError::Csrf => (
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                "CSRF verification failed: the form was stale or did not come from this site. Reload the page and try again.",
+            ),
+            WebError::Internal(error) => {
+                tracing::error!(%error, "browser view failed");
+                (StatusCode::INTERNAL_SERVER_ERROR, "Server error", "Something went wrong on our side. Try again later.")
+            }
+        };
+        render(status, &templates::ErrorPage { nav: templates::Nav::anonymous(), title, message })
+    }
+}
+
+pub(crate) type WebResult = Result<Response, WebError>;
+
+/// A path segment that must be a record id; anything else is a missing record.
+pub(crate) fn parse_id(raw: &str) -> Result<i64, WebError> {
+    raw.parse::<i64>().ok().filter(|id| *id > 0).ok_or(WebError::NotFound)
+}

@@ -1,0 +1,232 @@
+//! The askama templates of the views (files under `authserver/templates/`) and the values they show.
+
+use super::forms::FieldErrors;
+use super::session::Operator;
+use crate::store::{Application, Group, User};
+use askama::Template;
+
+/// The header every page has: who is signed in, and the token for the sign-out button.
+pub(crate) struct Nav {
+    pub user: Option<User>,
+    pub csrf_token: String,
+}
+
+impl Nav {
+    pub fn anonymous() -> Nav {
+        Nav { user: None, csrf_token: String::new() }
+    }
+
+    pub fn of(operator: &Operator) -> Nav {
+        Nav { user: Some(operator.user.clone()), csrf_token: operator.csrf_token.clone() }
+    }
+}
+
+/// One option of a select or one checkbox of a group.
+pub(crate) struct Choice {
+    pub value: String,
+    pub label: String,
+    pub selected: bool,
+}
+
+/// `2025-01-31 14:05 UTC` from seconds since the epoch.
+pub(crate) fn utc(timestamp: i64) -> String {
+    let days = timestamp.div_euclid(86_400);
+    let seconds = timestamp.rem_euclid(86_400);
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {:02}:{:02} UTC", seconds / 3600, seconds % 3600 / 60)
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+pub(crate) struct ErrorPage {
+    pub nav: Nav,
+    pub title: &'static str,
+    pub message: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "login.html")]
+pub(crate) struct LoginPage {
+    pub nav: Nav,
+    pub csrf_token: String,
+    pub username: String,
+    pub next: String,
+    pub error: Option<String>,
+}
+
+/// One line of the applications list.
+pub(crate) struct ApplicationRow {
+    pub id: i64,
+    pub name: String,
+    pub client_id: String,
+    pub client_type: &'static str,
+    pub grant_label: &'static str,
+    pub owner: String,
+}
+
+#[derive(Template)]
+#[template(path = "applications/list.html")]
+pub(crate) struct ApplicationList {
+    pub nav: Nav,
+    pub applications: Vec<ApplicationRow>,
+    pub show_owner: bool,
+}
+
+/// What the application form shows: the values entered (or stored) as text.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ApplicationValues {
+    pub name: String,
+    pub client_type: String,
+    pub grant_type: String,
+    pub redirect_uris: String,
+    pub scopes: Vec<String>,
+    pub may_introspect: bool,
+}
+
+#[derive(Template)]
+#[template(path = "applications/form.html")]
+pub(crate) struct ApplicationForm {
+    pub nav: Nav,
+    pub title: String,
+    pub action: String,
+    pub cancel: String,
+    pub values: ApplicationValues,
+    pub errors: FieldErrors,
+    pub client_types: Vec<Choice>,
+    pub grant_types: Vec<Choice>,
+    pub scopes: Vec<Choice>,
+}
+
+#[derive(Template)]
+#[template(path = "applications/detail.html")]
+pub(crate) struct ApplicationDetail {
+    pub nav: Nav,
+    pub app: Application,
+    /// The secret in full: only right after registration or regeneration.
+    pub secret: Option<String>,
+    pub fingerprint: Option<String>,
+    pub redirect_uris: Vec<String>,
+    pub scopes: String,
+    pub owner: String,
+    pub created: String,
+}
+
+#[derive(Template)]
+#[template(path = "applications/delete.html")]
+pub(crate) struct ApplicationDelete {
+    pub nav: Nav,
+    pub app: Application,
+}
+
+#[derive(Template)]
+#[template(path = "admin/index.html")]
+pub(crate) struct AdminIndex {
+    pub nav: Nav,
+    pub user_count: usize,
+    pub group_count: usize,
+}
+
+#[derive(Template)]
+#[template(path = "admin/users.html")]
+pub(crate) struct UserList {
+    pub nav: Nav,
+    pub users: Vec<User>,
+    pub q: String,
+}
+
+/// The user form's values as text and ticks.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UserValues {
+    pub username: String,
+    pub email: String,
+    pub first_name: String,
+    pub last_name: String,
+    pub is_active: bool,
+    pub is_staff: bool,
+    pub is_superuser: bool,
+}
+
+#[derive(Template)]
+#[template(path = "admin/user_form.html")]
+pub(crate) struct UserForm {
+    pub nav: Nav,
+    pub title: String,
+    pub action: String,
+    /// Creation asks for the password too; editing links to the reset page instead.
+    pub creating: bool,
+    pub user_id: i64,
+    pub values: UserValues,
+    pub errors: FieldErrors,
+    pub groups: Vec<Group>,
+}
+
+#[derive(Template)]
+#[template(path = "admin/password.html")]
+pub(crate) struct PasswordForm {
+    pub nav: Nav,
+    pub user: User,
+    pub errors: FieldErrors,
+}
+
+#[derive(Template)]
+#[template(path = "admin/user_delete.html")]
+pub(crate) struct UserDelete {
+    pub nav: Nav,
+    pub user: User,
+    pub errors: FieldErrors,
+}
+
+/// One line of the groups list.
+pub(crate) struct GroupRow {
+    pub id: i64,
+    pub name: String,
+    pub members: usize,
+}
+
+#[derive(Template)]
+#[template(path = "admin/groups.html")]
+pub(crate) struct GroupList {
+    pub nav: Nav,
+    pub groups: Vec<GroupRow>,
+    pub name: String,
+    pub errors: FieldErrors,
+}
+
+#[derive(Template)]
+#[template(path = "admin/group.html")]
+pub(crate) struct GroupDetail {
+    pub nav: Nav,
+    pub group: Group,
+    pub name: String,
+    pub members: Vec<User>,
+    pub member_username: String,
+    pub errors: FieldErrors,
+}
+
+#[derive(Template)]
+#[template(path = "admin/group_delete.html")]
+pub(crate) struct GroupDelete {
+    pub nav: Nav,
+    pub group: Group,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc;
+
+    #[test]
+    fn timestamps_read_as_utc() {
+        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00 UTC");
+        assert_eq!(utc(1_735_689_599), "2024-12-31 23:59 UTC");
+    }
+}
