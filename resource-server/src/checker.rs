@@ -1,0 +1,599 @@
+//! [`TokenChecker`]: introspection through a moka cache keyed by the token's SHA-256, with
+//! request coalescing, per-entry lifetimes, a stale grace for outages, and metrics.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use moka::Expiry;
+use moka::future::Cache;
+
+use crate::claims::Claims;
+use crate::introspection::{IntrospectionError, IntrospectionSettings, Introspector};
+use crate::{token_digest, token_log_id};
+
+type Key = [u8; 32];
+
+/// Cache behaviour.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheSettings {
+    /// Longest life of an active answer (it never outlives the token's `exp`). Zero: no cache.
+    pub max_ttl: Duration,
+    /// Life of an inactive answer.
+    pub negative_ttl: Duration,
+    /// Most entries kept.
+    pub capacity: u64,
+    /// While the server cannot be reached, an active answer may be served this long after it
+    /// left the cache (never past the token's `exp`). Zero: off.
+    pub stale_grace: Duration,
+}
+
+impl Default for CacheSettings {
+    fn default() -> Self {
+        CacheSettings {
+            max_ttl: Duration::from_secs(60),
+            negative_ttl: Duration::from_secs(5),
+            capacity: 100_000,
+            stale_grace: Duration::ZERO,
+        }
+    }
+}
+
+/// The authorization server could not give an answer (unreachable, timeout, non-2xx, bad JSON).
+/// Callers fail closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("authorization server unavailable")]
+pub struct Unavailable;
+
+/// Invalid settings for a [`TokenChecker`].
+#[derive(Debug, thiserror::Error)]
+pub enum CheckerError {
+    #[error("{0}")]
+    Settings(String),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
+
+/// Upper bounds (seconds) of the introspection latency histogram; `+Inf` is implied.
+pub const LATENCY_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// Introspection latency histogram (every call, successful or not).
+#[derive(Debug, Default)]
+pub struct LatencyHistogram {
+    /// Non-cumulative counts per bucket of [`LATENCY_BUCKETS`]; slower calls are only in `count`.
+    pub buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    pub sum_micros: AtomicU64,
+    pub count: AtomicU64,
+}
+
+impl LatencyHistogram {
+    /// Records one call.
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        if let Some(i) = LATENCY_BUCKETS.iter().position(|&b| secs <= b) {
+            self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        }
+        let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Cumulative counts per bucket of [`LATENCY_BUCKETS`] (Prometheus `le` semantics).
+    pub fn cumulative(&self) -> [u64; LATENCY_BUCKETS.len()] {
+        let mut out = [0; LATENCY_BUCKETS.len()];
+        let mut acc = 0;
+        for (o, b) in out.iter_mut().zip(&self.buckets) {
+            acc += b.load(Ordering::Relaxed);
+            *o = acc;
+        }
+        out
+    }
+
+    /// Number of calls recorded.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Total time of the calls recorded, in seconds.
+    pub fn sum_seconds(&self) -> f64 {
+        self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+    }
+}
+
+/// Counters of a [`TokenChecker`]. Fields are public atomics; the methods read them.
+#[derive(Debug, Default)]
+pub struct CheckerMetrics {
+    /// Checks answered from the cache.
+    pub hits: AtomicU64,
+    /// Checks that made an introspection call (every check when the cache is off).
+    pub misses: AtomicU64,
+    /// Checks that waited for another check's call for the same token.
+    pub coalesced: AtomicU64,
+    /// Introspection calls that failed.
+    pub errors: AtomicU64,
+    /// Answers served from the stale grace while the server was unavailable.
+    pub stale_served: AtomicU64,
+    pub latency: LatencyHistogram,
+    /// Unix seconds of the last successful introspection call; 0 = never.
+    pub last_success: AtomicI64,
+}
+
+impl CheckerMetrics {
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::Relaxed)
+    }
+    pub fn misses(&self) -> u64 {
+        self.misses.load(Ordering::Relaxed)
+    }
+    pub fn coalesced(&self) -> u64 {
+        self.coalesced.load(Ordering::Relaxed)
+    }
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+    pub fn stale_served(&self) -> u64 {
+        self.stale_served.load(Ordering::Relaxed)
+    }
+    /// Unix seconds of the last successful introspection call, if any (for readiness).
+    pub fn last_success(&self) -> Option<i64> {
+        Some(self.last_success.load(Ordering::Relaxed)).filter(|&t| t > 0)
+    }
+
+    /// The metrics in the Prometheus text format, names starting with `prefix` (e.g.
+    /// `tokengate_proxy` gives `tokengate_proxy_cache_hits_total`).
+    pub fn render_prometheus(&self, prefix: &str) -> String {
+        use std::fmt::Write;
+        let p = metric_prefix(prefix);
+        let mut out = String::new();
+        let counters = [
+            (
+                "cache_hits_total",
+                "Token checks answered from the cache.",
+                self.hits(),
+            ),
+            (
+                "cache_misses_total",
+                "Token checks that called the introspection endpoint.",
+                self.misses(),
+            ),
+            (
+                "cache_coalesced_total",
+                "Token checks that waited for a concurrent call for the same token.",
+                self.coalesced(),
+            ),
+            (
+                "introspection_errors_total",
+                "Introspection calls that failed.",
+                self.errors(),
+            ),
+            (
+                "stale_served_total",
+                "Cached answers served during an outage within the stale grace.",
+                self.stale_served(),
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {p}{name} {help}\n# TYPE {p}{name} counter\n{p}{name} {value}"
+            );
+        }
+        let h = format!("{p}introspection_duration_seconds");
+        let _ = writeln!(
+            out,
+            "# HELP {h} Introspection call latency.\n# TYPE {h} histogram"
+        );
+        for (le, n) in LATENCY_BUCKETS.iter().zip(self.latency.cumulative()) {
+            let _ = writeln!(out, "{h}_bucket{{le=\"{le}\"}} {n}");
+        }
+        let count = self.latency.count();
+        let _ = writeln!(out, "{h}_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{h}_sum {}", self.latency.sum_seconds());
+        let _ = writeln!(out, "{h}_count {count}");
+        let g = format!("{p}introspection_last_success_timestamp_seconds");
+        let _ = writeln!(
+            out,
+            "# HELP {g} Unix time of the last successful introspection call (0 = never).\n# TYPE {g} gauge\n{g} {}",
+            self.last_success.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+fn metric_prefix(prefix: &str) -> String {
+    match prefix.trim_end_matches('_') {
+        "" => String::new(),
+        p => format!("{p}_"),
+    }
+}
+
+#[derive(Clone)]
+struct Fresh {
+    claims: Arc<Claims>,
+    ttl: Duration,
+}
+
+#[derive(Clone)]
+struct Stale {
+    claims: Arc<Claims>,
+    serve_until: Instant,
+}
+
+/// Each entry lives for the lifetime computed when it was fetched.
+struct FreshExpiry;
+
+impl Expiry<Key, Fresh> for FreshExpiry {
+    fn expire_after_create(&self, _: &Key, v: &Fresh, _: Instant) -> Option<Duration> {
+        Some(v.ttl)
+    }
+    fn expire_after_update(
+        &self,
+        _: &Key,
+        v: &Fresh,
+        _: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(v.ttl)
+    }
+}
+
+struct StaleExpiry;
+
+impl Expiry<Key, Stale> for StaleExpiry {
+    fn expire_after_create(&self, _: &Key, v: &Stale, now: Instant) -> Option<Duration> {
+        Some(v.serve_until.saturating_duration_since(now))
+    }
+    fn expire_after_update(
+        &self,
+        _: &Key,
+        v: &Stale,
+        now: Instant,
+        _: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(v.serve_until.saturating_duration_since(now))
+    }
+}
+
+struct Inner {
+    introspector: Introspector,
+    settings: CacheSettings,
+    fresh: Option<Cache<Key, Fresh>>,
+    /// Active answers kept past their cache life for the stale grace (only when it is on).
+    stale: Option<Cache<Key, Stale>>,
+    metrics: CheckerMetrics,
+}
+
+/// Checks tokens by introspection through a cache. Cheap to clone (one `Arc`).
+#[derive(Clone)]
+pub struct TokenChecker {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for TokenChecker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenChecker")
+            .field("settings", &self.inner.settings)
+            .field("entries", &self.entry_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TokenChecker {
+    /// Builds the HTTP client and the cache. Fails on a bad URL, zero timeouts, credentials that
+    /// cannot be a header, or a zero capacity with caching on.
+    pub fn new(i: IntrospectionSettings, c: CacheSettings) -> Result<Self, CheckerError> {
+        let introspector = Introspector::new(&i)?;
+        let caching = !c.max_ttl.is_zero();
+        if caching && c.capacity == 0 {
+            return Err(CheckerError::Settings(
+                "cache capacity must be greater than zero (set max_ttl to 0 to turn the cache off)"
+                    .into(),
+            ));
+        }
+        let fresh = caching.then(|| {
+            Cache::builder()
+                .name("token-introspection")
+                .max_capacity(c.capacity)
+                .expire_after(FreshExpiry)
+                .build()
+        });
+        let stale = (caching && !c.stale_grace.is_zero()).then(|| {
+            Cache::builder()
+                .name("token-introspection-stale")
+                .max_capacity(c.capacity)
+                .expire_after(StaleExpiry)
+                .build()
+        });
+        Ok(TokenChecker {
+            inner: Arc::new(Inner {
+                introspector,
+                settings: c,
+                fresh,
+                stale,
+                metrics: CheckerMetrics::default(),
+            }),
+        })
+    }
+
+    /// Ok(claims) for active and inactive answers alike; Err(Unavailable) when the server
+    /// cannot be reached, times out, or answers non-2xx / non-JSON (fail closed), unless the
+    /// stale grace allows a previous active answer.
+    pub async fn check(&self, token: &str) -> Result<Arc<Claims>, Unavailable> {
+        let key = token_digest(token);
+        let inner = &*self.inner;
+        let Some(cache) = &inner.fresh else {
+            inner.metrics.misses.fetch_add(1, Ordering::Relaxed);
+            return match self.fetch(&key, token).await {
+                Ok(f) => Ok(f.claims),
+                Err(_) => Err(Unavailable),
+            };
+        };
+        if let Some(hit) = cache.get(&key).await {
+            inner.metrics.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(hit.claims);
+        }
+        let mut ran = false;
+        let result = cache
+            .entry(key)
+            .or_try_insert_with(async {
+                ran = true;
+                self.fetch(&key, token).await
+            })
+            .await;
+        let counter = if ran {
+            &inner.metrics.misses
+        } else {
+            &inner.metrics.coalesced
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        match result {
+            Ok(entry) => Ok(entry.into_value().claims),
+            Err(_) => self.stale_or_unavailable(&key).await,
+        }
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> &CheckerMetrics {
+        &self.inner.metrics
+    }
+
+    /// The cache settings in use.
+    pub fn cache_settings(&self) -> &CacheSettings {
+        &self.inner.settings
+    }
+
+    /// Approximate number of cached answers.
+    pub fn entry_count(&self) -> u64 {
+        self.inner.fresh.as_ref().map_or(0, Cache::entry_count)
+    }
+
+    /// Drops any cached answer for `token` (fresh and stale).
+    pub async fn invalidate(&self, token: &str) {
+        let key = token_digest(token);
+        if let Some(c) = &self.inner.fresh {
+            c.invalidate(&key).await;
+        }
+        if let Some(c) = &self.inner.stale {
+            c.invalidate(&key).await;
+        }
+    }
+
+    /// [`CheckerMetrics::render_prometheus`] plus a gauge of cached entries.
+    pub fn render_prometheus(&self, prefix: &str) -> String {
+        let mut out = self.metrics().render_prometheus(prefix);
+        let g = format!("{}cache_entries", metric_prefix(prefix));
+        out.push_str(&format!(
+            "# HELP {g} Introspection answers in the cache (approximate).\n# TYPE {g} gauge\n{g} {}\n",
+            self.entry_count()
+        ));
+        out
+    }
+
+    /// One introspection call, with metrics, logging and the stale copy kept up to date.
+    async fn fetch(&self, key: &Key, token: &str) -> Result<Fresh, IntrospectionError> {
+        let inner = &*self.inner;
+        let started = Instant::now();
+        let result = inner.introspector.introspect(token).await;
+        inner.metrics.latency.observe(started.elapsed());
+        let claims = match result {
+            Ok(c) => Arc::new(c),
+            Err(error) => {
+                inner.metrics.errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(token = %token_log_id(key), %error, "token introspection failed");
+                return Err(error);
+            }
+        };
+        let now_ms = unix_millis();
+        inner
+            .metrics
+            .last_success
+            .store(now_ms / 1000, Ordering::Relaxed);
+        let ttl = self.ttl_for(&claims, now_ms);
+        tracing::debug!(
+            token = %token_log_id(key),
+            active = claims.active,
+            ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
+            "token introspected"
+        );
+        if let Some(stale) = &inner.stale {
+            if claims.active && !claims.is_expired_at(now_ms / 1000) {
+                let serve_until = Instant::now() + ttl + inner.settings.stale_grace;
+                stale
+                    .insert(
+                        *key,
+                        Stale {
+                            claims: claims.clone(),
+                            serve_until,
+                        },
+                    )
+                    .await;
+            } else {
+                // Revoked or expired: never serve an older active answer for it.
+                stale.invalidate(key).await;
+            }
+        }
+        Ok(Fresh { claims, ttl })
+    }
+
+    /// Active: `min(max_ttl, exp - now)`; inactive: `negative_ttl`.
+    fn ttl_for(&self, c: &Claims, now_ms: i64) -> Duration {
+        let s = &self.inner.settings;
+        if !c.active {
+            return s.negative_ttl;
+        }
+        match c.exp {
+            None => s.max_ttl,
+            Some(exp) => {
+                let left_ms = exp.saturating_mul(1000).saturating_sub(now_ms);
+                let left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
+                left.min(s.max_ttl)
+            }
+        }
+    }
+
+    async fn stale_or_unavailable(&self, key: &Key) -> Result<Arc<Claims>, Unavailable> {
+        let inner = &*self.inner;
+        if let Some(stale) = &inner.stale
+            && let Some(entry) = stale.get(key).await
+            && Instant::now() < entry.serve_until
+            && !entry.claims.is_expired_at(unix_millis() / 1000)
+        {
+            inner.metrics.stale_served.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(token = %token_log_id(key), "authorization server unavailable; serving a stale answer");
+            return Ok(entry.claims);
+        }
+        Err(Unavailable)
+    }
+}
+
+fn unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::introspection::ClientAuth;
+
+    fn checker(c: CacheSettings) -> TokenChecker {
+        TokenChecker::new(
+            IntrospectionSettings::new("http://127.0.0.1:9/", ClientAuth::Bearer("t".into())),
+            c,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn ttl_rules() {
+        let c = checker(CacheSettings {
+            max_ttl: Duration::from_secs(60),
+            negative_ttl: Duration::from_secs(5),
+            ..CacheSettings::default()
+        });
+        let now_ms = 1_700_000_000_000;
+        let active = |exp| Claims {
+            active: true,
+            exp,
+            ..Claims::default()
+        };
+        assert_eq!(c.ttl_for(&active(None), now_ms), Duration::from_secs(60));
+        assert_eq!(
+            c.ttl_for(&active(Some(1_700_000_010)), now_ms),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            c.ttl_for(&active(Some(1_700_000_100)), now_ms),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            c.ttl_for(&active(Some(1_700_000_000)), now_ms),
+            Duration::ZERO
+        );
+        assert_eq!(c.ttl_for(&active(Some(i64::MIN)), now_ms), Duration::ZERO);
+        assert_eq!(
+            c.ttl_for(&active(Some(i64::MAX)), now_ms),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            c.ttl_for(&Claims::inactive(), now_ms),
+            Duration::from_secs(5)
+        );
+    }
+
+    #[test]
+    fn zero_capacity_is_refused_when_caching() {
+        let s = IntrospectionSettings::new("http://127.0.0.1:9/", ClientAuth::Bearer("t".into()));
+        let c = CacheSettings {
+            capacity: 0,
+            ..CacheSettings::default()
+        };
+        assert!(matches!(
+            TokenChecker::new(s.clone(), c),
+            Err(CheckerError::Settings(_))
+        ));
+        let c = CacheSettings {
+            capacity: 0,
+            max_ttl: Duration::ZERO,
+            ..CacheSettings::default()
+        };
+        assert!(TokenChecker::new(s, c).is_ok());
+    }
+
+    #[test]
+    fn check_future_is_send() {
+        fn assert_send<T: Send>(_: T) {}
+        let c = checker(CacheSettings::default());
+        assert_send(c.check("x"));
+    }
+
+    #[test]
+    fn prometheus_text() {
+        let m = CheckerMetrics::default();
+        m.hits.fetch_add(3, Ordering::Relaxed);
+        m.latency.observe(Duration::from_millis(3));
+        m.latency.observe(Duration::from_secs(60));
+        let text = m.render_prometheus("tokengate");
+        assert!(
+            text.contains(
+                "# TYPE tokengate_cache_hits_total counter\ntokengate_cache_hits_total 3\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("tokengate_introspection_duration_seconds_bucket{le=\"0.0025\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tokengate_introspection_duration_seconds_bucket{le=\"0.005\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tokengate_introspection_duration_seconds_bucket{le=\"5\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tokengate_introspection_duration_seconds_bucket{le=\"+Inf\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tokengate_introspection_duration_seconds_count 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tokengate_introspection_last_success_timestamp_seconds 0\n"),
+            "{text}"
+        );
+        assert!(
+            m.render_prometheus("")
+                .starts_with("# HELP cache_hits_total")
+        );
+        assert!(
+            m.render_prometheus("x_")
+                .contains("\nx_cache_hits_total 3\n")
+        );
+    }
+}

@@ -1,0 +1,502 @@
+//! The allow/deny decision: a pure function of the matched route and the token's state, and the
+//! refusal (status, `WWW-Authenticate`, JSON body) each denial is answered with.
+
+use crate::claims::Claims;
+use crate::rules::{Access, Route};
+
+/// The state of the request's token, as far as it is known when deciding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenState<'a> {
+    /// No bearer credential.
+    Missing,
+    /// A bearer credential that cannot be used (see [`crate::bearer::Bearer::Malformed`]).
+    Malformed(&'static str),
+    /// The introspection answer (active or not).
+    Checked(&'a Claims),
+    /// The authorization server could not be asked.
+    Unavailable,
+}
+
+/// What to do with a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Forward it; with the caller's identity on authenticated routes, `None` on public ones.
+    Allow(Option<Identity>),
+    /// 401: no credentials on a protected route.
+    Unauthenticated,
+    /// 400: malformed credentials on a protected route.
+    BadRequest(&'static str),
+    /// 401: inactive (unknown, expired, revoked) token; the text becomes `error_description`.
+    InvalidToken(&'static str),
+    /// 403: the token lacks scopes; the required scopes, space-separated.
+    InsufficientScope(String),
+    /// 503: the authorization server could not be reached (fail closed).
+    Unavailable,
+    /// 404: no route matched (denied by default, without saying why).
+    NoRoute,
+}
+
+/// `error_description` for a token the authorization server calls inactive.
+pub const INACTIVE_TOKEN: &str = "The access token is invalid, expired or revoked.";
+/// `error_description` for a token reported active but whose `exp` has passed.
+pub const EXPIRED_TOKEN: &str = "The access token expired.";
+/// The realm in every `WWW-Authenticate` challenge.
+pub const REALM: &str = "api";
+/// The request headers that carry the caller's identity upstream (lower case). A proxy removes
+/// any the client sent before setting its own.
+pub const IDENTITY_HEADERS: [&str; 4] = [
+    "x-auth-username",
+    "x-auth-client-id",
+    "x-auth-scope",
+    "x-auth-expires",
+];
+
+/// The caller, as forwarded upstream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub username: Option<String>,
+    pub client_id: Option<String>,
+    /// Granted scopes, space-separated (empty when the token has none).
+    pub scope: String,
+    /// Expiry, unix seconds.
+    pub exp: Option<i64>,
+}
+
+impl Identity {
+    /// Builds the identity from an introspection answer.
+    pub fn from_claims(c: &Claims) -> Self {
+        Identity {
+            username: c.username.clone(),
+            client_id: c.client_id.clone(),
+            scope: c.scopes().collect::<Vec<_>>().join(" "),
+            exp: c.exp,
+        }
+    }
+
+    /// The `X-Auth-*` pairs (names from [`IDENTITY_HEADERS`]) for the values that are known and
+    /// are valid header values; `x-auth-scope` is always present (possibly empty).
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let [username, client_id, scope, expires] = IDENTITY_HEADERS;
+        let mut out = Vec::with_capacity(4);
+        let mut push = |name: &'static str, value: Option<String>| {
+            if let Some(v) = value
+                && http::HeaderValue::from_str(&v).is_ok()
+            {
+                out.push((name, v));
+            }
+        };
+        push(username, self.username.clone());
+        push(client_id, self.client_id.clone());
+        push(scope, Some(self.scope.clone()));
+        push(expires, self.exp.map(|e| e.to_string()));
+        out
+    }
+}
+
+/// A denial as it is written to the client: `Content-Type: application/json`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub status: u16,
+    pub www_authenticate: Option<String>,
+    /// JSON, `{"detail": ...}`.
+    pub body: String,
+}
+
+impl Refusal {
+    /// The content type of [`Refusal::body`].
+    pub const CONTENT_TYPE: &'static str = "application/json";
+}
+
+impl Decision {
+    /// The response for a denial; `None` for [`Decision::Allow`].
+    pub fn refusal(&self) -> Option<Refusal> {
+        let (status, challenge, detail) = match self {
+            Decision::Allow(_) => return None,
+            Decision::Unauthenticated => (
+                401,
+                Some(format!("Bearer realm={}", quote(REALM))),
+                "Authentication credentials were not provided.",
+            ),
+            Decision::BadRequest(reason) => (
+                400,
+                Some(format!(
+                    "Bearer realm={}, error=\"invalid_request\"",
+                    quote(REALM)
+                )),
+                *reason,
+            ),
+            Decision::InvalidToken(reason) => (
+                401,
+                Some(format!(
+                    "Bearer realm={}, error=\"invalid_token\", error_description={}",
+                    quote(REALM),
+                    quote(reason)
+                )),
+                "Invalid token.",
+            ),
+            Decision::InsufficientScope(scope) => (
+                403,
+                Some(format!(
+                    "Bearer realm={}, error=\"insufficient_scope\", scope={}",
+                    quote(REALM),
+                    quote(scope)
+                )),
+                "You do not have permission to perform this action.",
+            ),
+            Decision::Unavailable => (503, None, "Authorization server unavailable."),
+            Decision::NoRoute => (404, None, "Not found."),
+        };
+        Some(Refusal {
+            status,
+            www_authenticate: challenge,
+            body: serde_json::json!({ "detail": detail }).to_string(),
+        })
+    }
+
+    /// Whether the request may go on.
+    pub fn is_allow(&self) -> bool {
+        matches!(self, Decision::Allow(_))
+    }
+}
+
+/// An RFC 7230 quoted-string.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        if !c.is_control() {
+            out.push(c);
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Decides with the current time; see [`decide_at`].
+pub fn decide(route: Option<&Route>, token: TokenState<'_>) -> Decision {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    decide_at(route, token, now)
+}
+
+/// The decision, given the time `now` (unix seconds) against which `exp` is checked.
+///
+/// No route → `NoRoute`. Public route → `Allow(None)` whatever the token. Otherwise: no token →
+/// `Unauthenticated`; malformed → `BadRequest`; server unreachable → `Unavailable`; inactive or
+/// expired → `InvalidToken`; missing scopes → `InsufficientScope` (all required scopes: `all_of`
+/// then `any_of`); else `Allow(Some(identity))`.
+pub fn decide_at(route: Option<&Route>, token: TokenState<'_>, now: i64) -> Decision {
+    let Some(route) = route else {
+        return Decision::NoRoute;
+    };
+    let (all_of, any_of) = match &route.access {
+        Access::Public => return Decision::Allow(None),
+        Access::Authenticated { all_of, any_of } => (all_of, any_of),
+    };
+    let claims = match token {
+        TokenState::Missing => return Decision::Unauthenticated,
+        TokenState::Malformed(reason) => return Decision::BadRequest(reason),
+        TokenState::Unavailable => return Decision::Unavailable,
+        TokenState::Checked(c) => c,
+    };
+    if !claims.active {
+        return Decision::InvalidToken(INACTIVE_TOKEN);
+    }
+    if claims.is_expired_at(now) {
+        return Decision::InvalidToken(EXPIRED_TOKEN);
+    }
+    let all_ok = all_of.iter().all(|s| claims.has_scope(s));
+    let any_ok = any_of.is_empty() || any_of.iter().any(|s| claims.has_scope(s));
+    if !(all_ok && any_ok) {
+        let required: Vec<&str> = all_of.iter().chain(any_of).map(String::as_str).collect();
+        return Decision::InsufficientScope(required.join(" "));
+    }
+    Decision::Allow(Some(Identity::from_claims(claims)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::Rules;
+
+    const NOW: i64 = 1_700_000_000;
+
+    fn rules() -> Rules {
+        Rules::from_yaml(
+            r#"
+routes:
+  - { name: public, path: /public, public: true }
+  - { name: any-token, path: /any }
+  - { name: all, path: /all, scopes: { all_of: [read, write] } }
+  - { name: any, path: /anyof, scopes: { any_of: [groups, admin] } }
+  - { name: both, path: /both, scopes: { all_of: [read], any_of: [groups, admin] } }
+"#,
+            "test.yaml",
+        )
+        .unwrap()
+    }
+
+    fn route<'a>(r: &'a Rules, name: &str) -> &'a Route {
+        r.routes().iter().find(|r| r.name == name).unwrap()
+    }
+
+    fn active(scope: &str) -> Claims {
+        Claims {
+            active: true,
+            scope: Some(scope.into()),
+            client_id: Some("app".into()),
+            username: Some("alice".into()),
+            exp: Some(NOW + 60),
+            ..Claims::default()
+        }
+    }
+
+    fn allow(scope: &str) -> Decision {
+        Decision::Allow(Some(Identity {
+            username: Some("alice".into()),
+            client_id: Some("app".into()),
+            scope: scope.into(),
+            exp: Some(NOW + 60),
+        }))
+    }
+
+    #[test]
+    fn no_route_is_denied_whatever_the_token() {
+        let c = active("read");
+        for t in [
+            TokenState::Missing,
+            TokenState::Malformed("x"),
+            TokenState::Checked(&c),
+            TokenState::Unavailable,
+        ] {
+            assert_eq!(decide_at(None, t, NOW), Decision::NoRoute);
+        }
+    }
+
+    #[test]
+    fn public_route_allows_whatever_the_token() {
+        let r = rules();
+        let good = active("read");
+        let bad = Claims::inactive();
+        for t in [
+            TokenState::Missing,
+            TokenState::Malformed("x"),
+            TokenState::Checked(&good),
+            TokenState::Checked(&bad),
+            TokenState::Unavailable,
+        ] {
+            assert_eq!(
+                decide_at(Some(route(&r, "public")), t, NOW),
+                Decision::Allow(None)
+            );
+        }
+    }
+
+    #[test]
+    fn protected_routes_without_usable_token() {
+        let r = rules();
+        let inactive = Claims::inactive();
+        let mut expired = active("read write groups");
+        expired.exp = Some(NOW);
+        for name in ["any-token", "all", "any", "both"] {
+            let rt = Some(route(&r, name));
+            assert_eq!(
+                decide_at(rt, TokenState::Missing, NOW),
+                Decision::Unauthenticated
+            );
+            assert_eq!(
+                decide_at(rt, TokenState::Malformed("Empty bearer token."), NOW),
+                Decision::BadRequest("Empty bearer token.")
+            );
+            assert_eq!(
+                decide_at(rt, TokenState::Unavailable, NOW),
+                Decision::Unavailable
+            );
+            assert_eq!(
+                decide_at(rt, TokenState::Checked(&inactive), NOW),
+                Decision::InvalidToken(INACTIVE_TOKEN)
+            );
+            assert_eq!(
+                decide_at(rt, TokenState::Checked(&expired), NOW),
+                Decision::InvalidToken(EXPIRED_TOKEN)
+            );
+            // An inactive answer stays inactive even with scopes and a future exp.
+            let mut revoked = active("read write groups admin");
+            revoked.active = false;
+            assert_eq!(
+                decide_at(rt, TokenState::Checked(&revoked), NOW),
+                Decision::InvalidToken(INACTIVE_TOKEN)
+            );
+        }
+    }
+
+    #[test]
+    fn scope_rules() {
+        let r = rules();
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            // (route, granted, Some(required) when refused)
+            ("any-token", "", None),
+            ("any-token", "whatever", None),
+            ("all", "read write", None),
+            ("all", "write read extra", None),
+            ("all", "read", Some("read write")),
+            ("all", "write", Some("read write")),
+            ("all", "", Some("read write")),
+            ("all", "readwrite", Some("read write")),
+            ("any", "groups", None),
+            ("any", "admin", None),
+            ("any", "groups admin", None),
+            ("any", "read", Some("groups admin")),
+            ("any", "", Some("groups admin")),
+            ("both", "read groups", None),
+            ("both", "admin read", None),
+            ("both", "read", Some("read groups admin")),
+            ("both", "groups", Some("read groups admin")),
+            ("both", "", Some("read groups admin")),
+        ];
+        for (name, granted, refused) in cases {
+            let c = active(granted);
+            let got = decide_at(Some(route(&r, name)), TokenState::Checked(&c), NOW);
+            let want = match refused {
+                None => allow(&granted.split_whitespace().collect::<Vec<_>>().join(" ")),
+                Some(req) => Decision::InsufficientScope((*req).to_owned()),
+            };
+            assert_eq!(got, want, "{name} with {granted:?}");
+        }
+    }
+
+    #[test]
+    fn token_without_exp_or_identity() {
+        let r = rules();
+        let c = Claims {
+            active: true,
+            ..Claims::default()
+        };
+        assert_eq!(
+            decide_at(Some(route(&r, "any-token")), TokenState::Checked(&c), NOW),
+            Decision::Allow(Some(Identity::default()))
+        );
+        // `decide` uses the real clock: an exp far in the future is fine.
+        let mut c = active("read write");
+        c.exp = Some(i64::MAX);
+        assert!(decide(Some(route(&r, "all")), TokenState::Checked(&c)).is_allow());
+        c.exp = Some(1);
+        assert_eq!(
+            decide(Some(route(&r, "all")), TokenState::Checked(&c)),
+            Decision::InvalidToken(EXPIRED_TOKEN)
+        );
+    }
+
+    fn refusal(d: Decision) -> (u16, Option<String>, serde_json::Value) {
+        let r = d.refusal().expect("a refusal");
+        (
+            r.status,
+            r.www_authenticate,
+            serde_json::from_str(&r.body).expect("json body"),
+        )
+    }
+
+    #[test]
+    fn refusals() {
+        assert_eq!(Decision::Allow(None).refusal(), None);
+        assert_eq!(allow("read").refusal(), None);
+        assert_eq!(
+            refusal(Decision::Unauthenticated),
+            (
+                401,
+                Some(r#"Bearer realm="api""#.into()),
+                serde_json::json!({"detail": "Authentication credentials were not provided."})
+            )
+        );
+        assert_eq!(
+            refusal(Decision::InvalidToken(INACTIVE_TOKEN)),
+            (
+                401,
+                Some(r#"Bearer realm="api", error="invalid_token", error_description="The access token is invalid, expired or revoked.""#.into()),
+                serde_json::json!({"detail": "Invalid token."})
+            )
+        );
+        assert_eq!(
+            refusal(Decision::InsufficientScope("read write".into())),
+            (
+                403,
+                Some(
+                    r#"Bearer realm="api", error="insufficient_scope", scope="read write""#.into()
+                ),
+                serde_json::json!({"detail": "You do not have permission to perform this action."})
+            )
+        );
+        assert_eq!(
+            refusal(Decision::BadRequest("Empty bearer token.")),
+            (
+                400,
+                Some(r#"Bearer realm="api", error="invalid_request""#.into()),
+                serde_json::json!({"detail": "Empty bearer token."})
+            )
+        );
+        assert_eq!(
+            refusal(Decision::Unavailable),
+            (
+                503,
+                None,
+                serde_json::json!({"detail": "Authorization server unavailable."})
+            )
+        );
+        assert_eq!(
+            refusal(Decision::NoRoute),
+            (404, None, serde_json::json!({"detail": "Not found."}))
+        );
+        // Exact bodies, as other crates may compare them byte for byte.
+        assert_eq!(
+            Decision::NoRoute.refusal().unwrap().body,
+            r#"{"detail":"Not found."}"#
+        );
+    }
+
+    #[test]
+    fn challenge_values_are_quoted_safely() {
+        let r = Decision::InsufficientScope("a\"b\\c\r\n".into())
+            .refusal()
+            .unwrap();
+        assert_eq!(
+            r.www_authenticate.as_deref(),
+            Some(r#"Bearer realm="api", error="insufficient_scope", scope="a\"b\\c""#)
+        );
+        assert!(http::HeaderValue::from_str(r.www_authenticate.as_deref().unwrap()).is_ok());
+    }
+
+    #[test]
+    fn identity_headers() {
+        let id = Identity {
+            username: Some("alice".into()),
+            client_id: Some("app".into()),
+            scope: "read write".into(),
+            exp: Some(NOW),
+        };
+        assert_eq!(
+            id.headers(),
+            vec![
+                ("x-auth-username", "alice".to_owned()),
+                ("x-auth-client-id", "app".to_owned()),
+                ("x-auth-scope", "read write".to_owned()),
+                ("x-auth-expires", NOW.to_string()),
+            ]
+        );
+        assert_eq!(
+            Identity::default().headers(),
+            vec![("x-auth-scope", String::new())]
+        );
+        let evil = Identity {
+            username: Some("a\r\nX-Evil: 1".into()),
+            ..Identity::default()
+        };
+        assert_eq!(evil.headers(), vec![("x-auth-scope", String::new())]);
+        for (name, _) in id.headers() {
+            assert!(IDENTITY_HEADERS.contains(&name));
+        }
+    }
+}

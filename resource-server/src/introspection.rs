@@ -1,0 +1,273 @@
+//! RFC 7662 introspection client: one pooled reqwest client that POSTs `token=…` to any
+//! introspection endpoint, authenticated by a bearer token or HTTP Basic client credentials.
+
+use std::time::Duration;
+
+use http::HeaderValue;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+
+use crate::checker::CheckerError;
+use crate::claims::Claims;
+
+/// How the resource server authenticates to the introspection endpoint.
+#[derive(Clone, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// `Authorization: Bearer <token>` (a token carrying the `introspection` scope).
+    Bearer(String),
+    /// HTTP Basic with the client id and secret, each form-URL-encoded first (RFC 6749 §2.3.1).
+    ClientSecret {
+        client_id: String,
+        client_secret: String,
+    },
+}
+
+// Secrets never reach a log line through `{:?}`.
+impl std::fmt::Debug for ClientAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClientAuth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+            ClientAuth::ClientSecret { client_id, .. } => f
+                .debug_struct("ClientSecret")
+                .field("client_id", client_id)
+                .field("client_secret", &"<redacted>")
+                .finish(),
+        }
+    }
+}
+
+/// Where and how to introspect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntrospectionSettings {
+    /// The endpoint, e.g. `http://authserver:8000/o/introspect/` (`http` or `https`).
+    pub url: String,
+    pub auth: ClientAuth,
+    /// Bound on establishing a connection.
+    pub connect_timeout: Duration,
+    /// Bound on the whole exchange, connection to the end of the answer.
+    pub request_timeout: Duration,
+}
+
+impl IntrospectionSettings {
+    /// Default bound on establishing a connection.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+    /// Default bound on one introspection call.
+    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// Settings with the default timeouts.
+    pub fn new(url: impl Into<String>, auth: ClientAuth) -> Self {
+        IntrospectionSettings {
+            url: url.into(),
+            auth,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
+        }
+    }
+}
+
+/// Why one introspection call gave no answer. Never contains the token.
+#[derive(Debug, thiserror::Error)]
+pub enum IntrospectionError {
+    #[error("timed out")]
+    Timeout,
+    #[error("transport: {0}")]
+    Transport(#[source] reqwest::Error),
+    #[error("answered HTTP {0}")]
+    Status(u16),
+    #[error("answer is larger than {MAX_ANSWER} bytes")]
+    TooLarge,
+    #[error("answer is not an RFC 7662 JSON object: {0}")]
+    Body(#[source] serde_json::Error),
+}
+
+/// The largest introspection answer read.
+pub const MAX_ANSWER: usize = 64 * 1024;
+
+/// A pooled, keep-alive HTTP client for one introspection endpoint.
+#[derive(Clone, Debug)]
+pub struct Introspector {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    authorization: HeaderValue,
+}
+
+impl Introspector {
+    /// Builds the client; checks the URL, the timeouts and the credentials.
+    pub fn new(settings: &IntrospectionSettings) -> Result<Self, CheckerError> {
+        let url = reqwest::Url::parse(&settings.url).map_err(|e| {
+            CheckerError::Settings(format!("introspection url {:?}: {e}", settings.url))
+        })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(CheckerError::Settings(format!(
+                "introspection url {:?}: scheme must be http or https",
+                settings.url
+            )));
+        }
+        if settings.connect_timeout.is_zero() || settings.request_timeout.is_zero() {
+            return Err(CheckerError::Settings(
+                "introspection timeouts must be greater than zero".into(),
+            ));
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .timeout(settings.request_timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(64)
+            .tcp_keepalive(Duration::from_secs(60))
+            .tcp_nodelay(true)
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .user_agent(concat!(
+                "tokengate-resource-server/",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .build()
+            .map_err(CheckerError::Client)?;
+        let mut authorization = match &settings.auth {
+            ClientAuth::Bearer(token) => HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| {
+                    CheckerError::Settings(
+                        "introspection auth token is not a valid header value".into(),
+                    )
+                })?,
+            ClientAuth::ClientSecret {
+                client_id,
+                client_secret,
+            } => {
+                // Let reqwest do the base64; take the header it builds.
+                let req = client
+                    .post(url.clone())
+                    .basic_auth(form_encode(client_id), Some(form_encode(client_secret)))
+                    .build()
+                    .map_err(CheckerError::Client)?;
+                req.headers().get(AUTHORIZATION).cloned().ok_or_else(|| {
+                    CheckerError::Settings("cannot build the Basic authorization header".into())
+                })?
+            }
+        };
+        authorization.set_sensitive(true);
+        Ok(Introspector {
+            client,
+            url,
+            authorization,
+        })
+    }
+
+    /// One RFC 7662 call: `POST token=<t>&token_type_hint=access_token`. Any 2xx with a JSON
+    /// object is an answer (active or not); everything else is an error.
+    pub async fn introspect(&self, token: &str) -> Result<Claims, IntrospectionError> {
+        let body = format!("token={}&token_type_hint=access_token", form_encode(token));
+        let mut resp = self
+            .client
+            .post(self.url.clone())
+            .header(AUTHORIZATION, self.authorization.clone())
+            .header(ACCEPT, "application/json")
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .map_err(transport)?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(IntrospectionError::Status(status.as_u16()));
+        }
+        if resp.content_length().is_some_and(|n| n > MAX_ANSWER as u64) {
+            return Err(IntrospectionError::TooLarge);
+        }
+        let mut buf = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
+            if buf.len() + chunk.len() > MAX_ANSWER {
+                return Err(IntrospectionError::TooLarge);
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        serde_json::from_slice(&buf).map_err(IntrospectionError::Body)
+    }
+}
+
+fn transport(e: reqwest::Error) -> IntrospectionError {
+    if e.is_timeout() {
+        IntrospectionError::Timeout
+    } else {
+        IntrospectionError::Transport(e.without_url())
+    }
+}
+
+/// `application/x-www-form-urlencoded` encoding of one value (RFC 6749 Appendix B).
+pub fn form_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'*' | b'-' | b'.' | b'_' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789ABCDEF";
+                out.push('%');
+                out.push(HEX[usize::from(b >> 4)] as char);
+                out.push(HEX[usize::from(b & 15)] as char);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn form_encoding() {
+        assert_eq!(form_encode("abc-._*XYZ09"), "abc-._*XYZ09");
+        assert_eq!(form_encode("a b+c/d:e=f&g%"), "a+b%2Bc%2Fd%3Ae%3Df%26g%25");
+        assert_eq!(form_encode("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn debug_redacts_secrets() {
+        let s = format!(
+            "{:?} {:?}",
+            ClientAuth::Bearer("tok123".into()),
+            ClientAuth::ClientSecret {
+                client_id: "id".into(),
+                client_secret: "sec456".into()
+            }
+        );
+        assert!(!s.contains("tok123") && !s.contains("sec456"), "{s}");
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let ok = IntrospectionSettings::new(
+            "http://127.0.0.1:1/o/introspect/",
+            ClientAuth::Bearer("t".into()),
+        );
+        assert!(Introspector::new(&ok).is_ok());
+        for url in ["not a url", "ftp://x/", ""] {
+            let s = IntrospectionSettings {
+                url: url.into(),
+                ..ok.clone()
+            };
+            assert!(
+                matches!(Introspector::new(&s), Err(CheckerError::Settings(_))),
+                "{url}"
+            );
+        }
+        let s = IntrospectionSettings {
+            auth: ClientAuth::Bearer("a\nb".into()),
+            ..ok.clone()
+        };
+        assert!(matches!(
+            Introspector::new(&s),
+            Err(CheckerError::Settings(_))
+        ));
+        let s = IntrospectionSettings {
+            request_timeout: Duration::ZERO,
+            ..ok
+        };
+        assert!(matches!(
+            Introspector::new(&s),
+            Err(CheckerError::Settings(_))
+        ));
+    }
+}

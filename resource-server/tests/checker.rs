@@ -1,0 +1,488 @@
+//! TokenChecker against a real (tiny) HTTP/1.1 introspection server on 127.0.0.1:0.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use resource_server::{
+    CacheSettings, ClientAuth, IntrospectionSettings, TokenChecker, Unavailable,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// What the fake server answers.
+#[derive(Clone)]
+enum Reply {
+    Json {
+        status: u16,
+        body: String,
+        delay: Duration,
+    },
+    /// Read the request, then close the connection without answering.
+    Close,
+}
+
+fn json(body: &str) -> Reply {
+    Reply::Json {
+        status: 200,
+        body: body.into(),
+        delay: Duration::ZERO,
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Recorded {
+    /// Header lines, names lower-cased: "name: value".
+    headers: Vec<String>,
+    body: String,
+}
+
+impl Recorded {
+    fn header(&self, name: &str) -> Option<&str> {
+        let prefix = format!("{name}: ");
+        self.headers.iter().find_map(|h| h.strip_prefix(&prefix))
+    }
+}
+
+struct FakeServer {
+    url: String,
+    calls: Arc<AtomicUsize>,
+    connections: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    reply: Arc<Mutex<Reply>>,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl FakeServer {
+    async fn start(reply: Reply) -> FakeServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = FakeServer {
+            url: format!("http://{addr}/o/introspect/"),
+            calls: Arc::default(),
+            connections: Arc::default(),
+            requests: Arc::default(),
+            reply: Arc::new(Mutex::new(reply)),
+            tasks: Arc::default(),
+        };
+        let (calls, connections, requests, reply, tasks) = (
+            server.calls.clone(),
+            server.connections.clone(),
+            server.requests.clone(),
+            server.reply.clone(),
+            server.tasks.clone(),
+        );
+        let accept = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                connections.fetch_add(1, Ordering::SeqCst);
+                let conn = tokio::spawn(serve(
+                    stream,
+                    calls.clone(),
+                    requests.clone(),
+                    reply.clone(),
+                ));
+                tasks.lock().unwrap().push(conn);
+            }
+        });
+        server.tasks.lock().unwrap().push(accept);
+        server
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    fn set(&self, reply: Reply) {
+        *self.reply.lock().unwrap() = reply;
+    }
+
+    fn last(&self) -> Recorded {
+        self.requests
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("a request")
+    }
+
+    /// Stops listening and drops every connection: the port refuses from now on.
+    fn stop(&self) {
+        for t in self.tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn serve(
+    mut stream: TcpStream,
+    calls: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<Recorded>>>,
+    reply: Arc<Mutex<Reply>>,
+) {
+    let mut buf = Vec::new();
+    loop {
+        // Read one request head.
+        let head_end = loop {
+            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i;
+            }
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+        let headers: Vec<String> = head
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_once(':'))
+            .map(|(n, v)| format!("{}: {}", n.to_ascii_lowercase(), v.trim()))
+            .collect();
+        let len: usize = headers
+            .iter()
+            .find_map(|h| h.strip_prefix("content-length: "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let body_start = head_end + 4;
+        while buf.len() < body_start + len {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let body = String::from_utf8_lossy(&buf[body_start..body_start + len]).into_owned();
+        buf.drain(..body_start + len);
+        calls.fetch_add(1, Ordering::SeqCst);
+        requests.lock().unwrap().push(Recorded { headers, body });
+        let current = reply.lock().unwrap().clone();
+        match current {
+            Reply::Close => return,
+            Reply::Json {
+                status,
+                body,
+                delay,
+            } => {
+                tokio::time::sleep(delay).await;
+                let resp = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if stream.write_all(resp.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn active_until(exp: i64) -> String {
+    format!(
+        r#"{{"active":true,"scope":"read write","client_id":"app","username":"alice","exp":{exp}}}"#
+    )
+}
+
+fn settings(server: &FakeServer) -> IntrospectionSettings {
+    IntrospectionSettings {
+        url: server.url.clone(),
+        auth: ClientAuth::Bearer("rs-secret".into()),
+        connect_timeout: Duration::from_millis(500),
+        request_timeout: Duration::from_millis(1000),
+    }
+}
+
+fn cache(max_ttl_ms: u64, negative_ttl_ms: u64, grace_ms: u64) -> CacheSettings {
+    CacheSettings {
+        max_ttl: Duration::from_millis(max_ttl_ms),
+        negative_ttl: Duration::from_millis(negative_ttl_ms),
+        capacity: 1000,
+        stale_grace: Duration::from_millis(grace_ms),
+    }
+}
+
+async fn sleep_ms(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+#[tokio::test]
+async fn active_answer_is_cached_and_max_ttl_bounds_it() {
+    let server = FakeServer::start(json(&active_until(now() + 3600))).await;
+    let checker = TokenChecker::new(settings(&server), cache(400, 100, 0)).unwrap();
+    for _ in 0..3 {
+        let c = checker.check("tok-a").await.unwrap();
+        assert!(c.active);
+        assert_eq!(c.username.as_deref(), Some("alice"));
+    }
+    assert_eq!(server.calls(), 1);
+    assert_eq!(
+        (checker.metrics().hits(), checker.metrics().misses()),
+        (2, 1)
+    );
+    // Another token is another entry.
+    checker.check("tok-b").await.unwrap();
+    assert_eq!(server.calls(), 2);
+    // max_ttl (400 ms) is shorter than exp (1 h): the entry expires.
+    sleep_ms(550).await;
+    checker.check("tok-a").await.unwrap();
+    assert_eq!(server.calls(), 3);
+    // One keep-alive connection carried every call.
+    assert_eq!(server.connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn entry_never_outlives_exp() {
+    let exp = now() + 2;
+    let server = FakeServer::start(json(&active_until(exp))).await;
+    let checker = TokenChecker::new(settings(&server), cache(60_000, 100, 0)).unwrap();
+    checker.check("tok").await.unwrap();
+    checker.check("tok").await.unwrap();
+    assert_eq!(server.calls(), 1);
+    // Wait until exp has passed: the next check asks again although max_ttl is 60 s.
+    while now() <= exp {
+        sleep_ms(100).await;
+    }
+    checker.check("tok").await.unwrap();
+    assert_eq!(server.calls(), 2);
+}
+
+#[tokio::test]
+async fn inactive_answer_is_cached_for_negative_ttl() {
+    let server = FakeServer::start(json(r#"{"active":false}"#)).await;
+    let checker = TokenChecker::new(settings(&server), cache(60_000, 300, 0)).unwrap();
+    assert!(!checker.check("bad").await.unwrap().active);
+    assert!(!checker.check("bad").await.unwrap().active);
+    assert_eq!(server.calls(), 1);
+    sleep_ms(450).await;
+    assert!(!checker.check("bad").await.unwrap().active);
+    assert_eq!(server.calls(), 2);
+}
+
+#[tokio::test]
+async fn zero_max_ttl_turns_the_cache_off() {
+    let server = FakeServer::start(json(&active_until(now() + 3600))).await;
+    let checker = TokenChecker::new(settings(&server), cache(0, 1000, 1000)).unwrap();
+    for _ in 0..3 {
+        assert!(checker.check("tok").await.unwrap().active);
+    }
+    assert_eq!(server.calls(), 3);
+    assert_eq!(checker.metrics().misses(), 3);
+    assert_eq!(checker.entry_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_make_one_call() {
+    let server = FakeServer::start(Reply::Json {
+        status: 200,
+        body: active_until(now() + 3600),
+        delay: Duration::from_millis(300),
+    })
+    .await;
+    let checker = TokenChecker::new(settings(&server), cache(60_000, 100, 0)).unwrap();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let c = checker.clone();
+        set.spawn(async move { c.check("new-token").await });
+    }
+    while let Some(r) = set.join_next().await {
+        assert!(r.unwrap().unwrap().active);
+    }
+    assert_eq!(server.calls(), 1);
+    let m = checker.metrics();
+    assert_eq!(m.misses(), 1);
+    assert_eq!(m.hits() + m.coalesced(), 49);
+    assert!(m.coalesced() > 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_failures_make_one_call_and_are_not_cached() {
+    let server = FakeServer::start(Reply::Json {
+        status: 500,
+        body: "{}".into(),
+        delay: Duration::from_millis(300),
+    })
+    .await;
+    let checker = TokenChecker::new(settings(&server), cache(60_000, 100, 0)).unwrap();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let c = checker.clone();
+        set.spawn(async move { c.check("tok").await });
+    }
+    while let Some(r) = set.join_next().await {
+        assert_eq!(r.unwrap(), Err(Unavailable));
+    }
+    assert_eq!(server.calls(), 1);
+    assert_eq!(checker.metrics().errors(), 1);
+    // The failure was not cached.
+    server.set(json(&active_until(now() + 3600)));
+    assert!(checker.check("tok").await.unwrap().active);
+    assert_eq!(server.calls(), 2);
+}
+
+#[tokio::test]
+async fn unavailable_server_fails_closed() {
+    let server = FakeServer::start(json(&active_until(now() + 3600))).await;
+    let checker = TokenChecker::new(settings(&server), cache(60_000, 100, 0)).unwrap();
+    server.stop();
+    sleep_ms(50).await;
+    assert_eq!(checker.check("tok").await, Err(Unavailable));
+    assert_eq!(checker.metrics().errors(), 1);
+    assert_eq!(checker.metrics().last_success(), None);
+}
+
+#[tokio::test]
+async fn bad_answers_are_unavailable() {
+    let server = FakeServer::start(json("not json")).await;
+    let mut s = settings(&server);
+    s.request_timeout = Duration::from_millis(300);
+    let checker = TokenChecker::new(s, cache(60_000, 100, 0)).unwrap();
+    let cases = [
+        json("not json"),
+        json("[1, 2]"),
+        json(r#"{"active":true,"exp":"soon"}"#),
+        Reply::Json {
+            status: 401,
+            body: r#"{"active":true}"#.into(),
+            delay: Duration::ZERO,
+        },
+        Reply::Json {
+            status: 503,
+            body: r#"{"active":true}"#.into(),
+            delay: Duration::ZERO,
+        },
+        Reply::Json {
+            status: 302,
+            body: String::new(),
+            delay: Duration::ZERO,
+        },
+        Reply::Close,
+        // Slower than the request timeout.
+        Reply::Json {
+            status: 200,
+            body: active_until(now() + 3600),
+            delay: Duration::from_millis(800),
+        },
+    ];
+    for (i, reply) in cases.into_iter().enumerate() {
+        server.set(reply);
+        let started = std::time::Instant::now();
+        assert_eq!(
+            checker.check(&format!("tok-{i}")).await,
+            Err(Unavailable),
+            "case {i}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_millis(700),
+            "case {i} took {:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(checker.metrics().errors(), 8);
+    assert_eq!(checker.entry_count(), 0);
+}
+
+#[tokio::test]
+async fn stale_grace_serves_a_previous_active_answer_while_down() {
+    let server = FakeServer::start(json(&active_until(now() + 3600))).await;
+    let checker = TokenChecker::new(settings(&server), cache(200, 100, 1500)).unwrap();
+    let no_grace = TokenChecker::new(settings(&server), cache(200, 100, 0)).unwrap();
+    checker.check("tok").await.unwrap();
+    no_grace.check("tok").await.unwrap();
+    server.stop();
+    sleep_ms(300).await; // past max_ttl: the fresh entries are gone
+    let c = checker.check("tok").await.expect("served stale");
+    assert!(c.active);
+    assert_eq!(c.username.as_deref(), Some("alice"));
+    assert_eq!(checker.metrics().stale_served(), 1);
+    assert_eq!(no_grace.check("tok").await, Err(Unavailable));
+    // Tokens never seen are not served.
+    assert_eq!(checker.check("other").await, Err(Unavailable));
+    // Past max_ttl + grace: unavailable.
+    sleep_ms(1500).await;
+    assert_eq!(checker.check("tok").await, Err(Unavailable));
+}
+
+#[tokio::test]
+async fn stale_grace_never_serves_revoked_or_expired_tokens() {
+    let server = FakeServer::start(json(&active_until(now() + 3600))).await;
+    let checker = TokenChecker::new(settings(&server), cache(200, 100, 60_000)).unwrap();
+    // Revoked: active, then inactive, then the server goes down.
+    checker.check("revoked").await.unwrap();
+    sleep_ms(250).await;
+    server.set(json(r#"{"active":false}"#));
+    assert!(!checker.check("revoked").await.unwrap().active);
+    // An inactive answer is never served stale either.
+    assert!(!checker.check("never-active").await.unwrap().active);
+    // Expiring soon.
+    let exp = now() + 2;
+    server.set(json(&active_until(exp)));
+    checker.check("expiring").await.unwrap();
+    server.stop();
+    sleep_ms(250).await;
+    assert_eq!(checker.check("revoked").await, Err(Unavailable));
+    assert_eq!(checker.check("never-active").await, Err(Unavailable));
+    // Within the grace but before exp: served; after exp: not.
+    assert!(checker.check("expiring").await.unwrap().active);
+    while now() <= exp {
+        sleep_ms(100).await;
+    }
+    assert_eq!(checker.check("expiring").await, Err(Unavailable));
+}
+
+#[tokio::test]
+async fn sends_bearer_auth_and_form_body() {
+    let server = FakeServer::start(json(&active_until(now() + 3600))).await;
+    let checker = TokenChecker::new(settings(&server), cache(60_000, 100, 0)).unwrap();
+    checker.check("tok+with/odd=chars").await.unwrap();
+    let r = server.last();
+    assert_eq!(r.header("authorization"), Some("Bearer rs-secret"));
+    assert_eq!(r.header("accept"), Some("application/json"));
+    assert_eq!(
+        r.header("content-type"),
+        Some("application/x-www-form-urlencoded")
+    );
+    assert_eq!(
+        r.body,
+        "token=tok%2Bwith%2Fodd%3Dchars&token_type_hint=access_token"
+    );
+    assert!(checker.metrics().last_success().is_some());
+    assert_eq!(checker.metrics().latency.count(), 1);
+    let text = checker.render_prometheus("tokengate_proxy");
+    assert!(
+        text.contains("\ntokengate_proxy_cache_misses_total 1\n"),
+        "{text}"
+    );
+    assert!(text.contains("\ntokengate_proxy_cache_entries "), "{text}");
+}
+
+#[tokio::test]
+async fn sends_basic_auth_with_form_encoded_credentials() {
+    let server = FakeServer::start(json(r#"{"active":false}"#)).await;
+    let mut s = settings(&server);
+    s.auth = ClientAuth::ClientSecret {
+        client_id: "my client".into(),
+        client_secret: "s3cr:t/+é".into(),
+    };
+    let checker = TokenChecker::new(s, cache(60_000, 100, 0)).unwrap();
+    checker.check("tok").await.unwrap();
+    // base64("my+client:s3cr%3At%2F%2B%C3%A9")
+    assert_eq!(
+        server.last().header("authorization"),
+        Some("Basic bXkrY2xpZW50OnMzY3IlM0F0JTJGJTJCJUMzJUE5")
+    );
+    assert_eq!(server.last().body, "token=tok&token_type_hint=access_token");
+}
