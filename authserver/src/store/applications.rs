@@ -173,7 +173,7 @@ impl Store {
         .bind(i64::from(input.may_introspect))
         .bind(owner_id)
         .bind(now())
-        .fetch_one(&self.pool)
+        .fetch_one(&self.writer)
         .await
         .map_err(conflict("an application with that client id"))?;
         Ok((from_row(&row)?, secret))
@@ -218,7 +218,7 @@ impl Store {
         .bind(input.allowed_scopes.join(" "))
         .bind(i64::from(input.may_introspect))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writer)
         .await?;
         row.as_ref().map(from_row).transpose()
     }
@@ -229,14 +229,14 @@ impl Store {
         let done = sqlx::query("UPDATE applications SET client_secret_digest = $1 WHERE id = $2")
             .bind(secrets::digest(&secret))
             .bind(id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok((done.rows_affected() == 1).then_some(secret))
     }
 
     /// Deletes the application and every token issued to it.
     pub async fn delete_application(&self, id: i64) -> StoreResult<bool> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         sqlx::query("DELETE FROM tokens WHERE application_id = $1").bind(id).execute(&mut *tx).await?;
         let done = sqlx::query("DELETE FROM applications WHERE id = $1").bind(id).execute(&mut *tx).await?;
         tx.commit().await?;

@@ -18,7 +18,7 @@ impl Store {
     pub async fn create_group(&self, name: &str) -> StoreResult<Group> {
         let row = sqlx::query("INSERT INTO groups (name) VALUES ($1) RETURNING id, name")
             .bind(name)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.writer)
             .await
             .map_err(conflict("a group with that name"))?;
         from_row(&row)
@@ -38,14 +38,14 @@ impl Store {
         let row = sqlx::query("UPDATE groups SET name = $1 WHERE id = $2 RETURNING id, name")
             .bind(name)
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&self.writer)
             .await
             .map_err(conflict("a group with that name"))?;
         row.as_ref().map(from_row).transpose()
     }
 
     pub async fn delete_group(&self, id: i64) -> StoreResult<bool> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         sqlx::query("DELETE FROM user_groups WHERE group_id = $1").bind(id).execute(&mut *tx).await?;
         let done = sqlx::query("DELETE FROM groups WHERE id = $1").bind(id).execute(&mut *tx).await?;
         tx.commit().await?;
@@ -79,7 +79,7 @@ impl Store {
         sqlx::query("INSERT INTO user_groups (user_id, group_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
             .bind(user_id)
             .bind(group_id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
@@ -88,7 +88,7 @@ impl Store {
         sqlx::query("DELETE FROM user_groups WHERE user_id = $1 AND group_id = $2")
             .bind(user_id)
             .bind(group_id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }

@@ -91,7 +91,7 @@ impl Store {
         let access_token = secrets::random_token();
         let family = new.family.clone().unwrap_or_else(secrets::random_token);
         let issued_at = now();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         let access_id: i64 = sqlx::query_scalar(
             "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
              VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8) RETURNING id",
@@ -156,20 +156,20 @@ impl Store {
         if !record.is_active() {
             return Ok(RefreshOutcome::Invalid);
         }
-        let claimed = sqlx::query("UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0").bind(record.id).execute(&self.pool).await?;
+        let claimed = sqlx::query("UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0").bind(record.id).execute(&self.writer).await?;
         if claimed.rows_affected() != 1 {
             self.revoke_family(&record.family).await?;
             return Ok(RefreshOutcome::Reused);
         }
         if let Some(access_id) = record.access_token_id {
-            sqlx::query("UPDATE tokens SET revoked = 1 WHERE id = $1").bind(access_id).execute(&self.pool).await?;
+            sqlx::query("UPDATE tokens SET revoked = 1 WHERE id = $1").bind(access_id).execute(&self.writer).await?;
         }
         Ok(RefreshOutcome::Claimed(record))
     }
 
     /// Revokes every access and refresh token of one rotation family.
     pub async fn revoke_family(&self, family: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE tokens SET revoked = 1 WHERE family = $1").bind(family).execute(&self.pool).await?;
+        sqlx::query("UPDATE tokens SET revoked = 1 WHERE family = $1").bind(family).execute(&self.writer).await?;
         Ok(())
     }
 

@@ -81,7 +81,7 @@ impl Store {
         .bind(i64::from(new.is_staff))
         .bind(i64::from(new.is_superuser))
         .bind(now())
-        .fetch_one(&self.pool)
+        .fetch_one(&self.writer)
         .await
         .map_err(conflict("a user with that username"))?;
         from_row(&row)
@@ -150,7 +150,7 @@ impl Store {
         .bind(i64::from(update.is_staff.unwrap_or(current.is_staff)))
         .bind(i64::from(update.is_superuser.unwrap_or(current.is_superuser)))
         .bind(id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writer)
         .await
         .map_err(conflict("a user with that username"))?;
         if let Some(password) = &update.password {
@@ -161,12 +161,12 @@ impl Store {
 
     pub async fn set_password(&self, id: i64, password: &str) -> StoreResult<bool> {
         let hash = secrets::hash_password(password.to_owned()).await?;
-        let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2").bind(hash).bind(id).execute(&self.pool).await?;
+        let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2").bind(hash).bind(id).execute(&self.writer).await?;
         Ok(done.rows_affected() == 1)
     }
 
     pub async fn delete_user(&self, id: i64) -> StoreResult<bool> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writer.begin().await?;
         sqlx::query("DELETE FROM user_groups WHERE user_id = $1").bind(id).execute(&mut *tx).await?;
         sqlx::query("DELETE FROM tokens WHERE user_id = $1").bind(id).execute(&mut *tx).await?;
         sqlx::query("UPDATE applications SET owner_id = NULL WHERE owner_id = $1").bind(id).execute(&mut *tx).await?;
