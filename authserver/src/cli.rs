@@ -9,7 +9,11 @@ use std::io::BufRead;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(name = "authserver", version, about = "tokengate's OAuth 2.0 authorization server")]
+#[command(
+    name = "authserver",
+    version,
+    about = "tokengate's OAuth 2.0 authorization server"
+)]
 pub struct Cli {
     #[command(flatten)]
     pub common: Common,
@@ -118,12 +122,21 @@ impl Cli {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let settings = cli.settings()?;
     if cli.check_config {
-        println!("configuration is valid (listen {}, database {})", settings.listen, redact_url(&settings.database_url));
+        println!(
+            "configuration is valid (listen {}, database {})",
+            settings.listen,
+            redact_url(&settings.database_url)
+        );
         return Ok(());
     }
     let store = Store::connect(&settings.database_url)
         .await
-        .with_context(|| format!("cannot open the database {}", redact_url(&settings.database_url)))?;
+        .with_context(|| {
+            format!(
+                "cannot open the database {}",
+                redact_url(&settings.database_url)
+            )
+        })?;
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             let listener = tokio::net::TcpListener::bind(settings.listen)
@@ -134,13 +147,36 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Createsuperuser { username, email } => {
             let password = read_secret("AUTHSERVER_PASSWORD", "password")?;
-            let new = NewUser { username, email, password: Some(password), is_active: true, is_staff: true, is_superuser: true, ..Default::default() };
+            let new = NewUser {
+                username,
+                email,
+                password: Some(password),
+                is_active: true,
+                is_staff: true,
+                is_superuser: true,
+                ..Default::default()
+            };
             let user = store.create_user(&new).await?;
             println!("created superuser {} (id {})", user.username, user.id);
         }
-        Command::User(UserCommand::Create { username, email, first_name, last_name, staff }) => {
+        Command::User(UserCommand::Create {
+            username,
+            email,
+            first_name,
+            last_name,
+            staff,
+        }) => {
             let password = read_secret("AUTHSERVER_PASSWORD", "password")?;
-            let new = NewUser { username, email, first_name, last_name, password: Some(password), is_active: true, is_staff: staff, ..Default::default() };
+            let new = NewUser {
+                username,
+                email,
+                first_name,
+                last_name,
+                password: Some(password),
+                is_active: true,
+                is_staff: staff,
+                ..Default::default()
+            };
             let user = store.create_user(&new).await?;
             println!("created user {} (id {})", user.username, user.id);
         }
@@ -148,16 +184,46 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let group = store.create_group(&name).await?;
             println!("created group {} (id {})", group.name, group.id);
         }
-        Command::App(AppCommand::Create { name, client_type, grant_type, client_id, client_secret_stdin, introspect, scopes, redirect_uris, json }) => {
-            let allowed_scopes: Vec<String> = scopes.split_whitespace().map(str::to_owned).collect();
-            if let Some(unknown) = allowed_scopes.iter().find(|s| !settings.scopes.contains_key(*s)) {
+        Command::App(AppCommand::Create {
+            name,
+            client_type,
+            grant_type,
+            client_id,
+            client_secret_stdin,
+            introspect,
+            scopes,
+            redirect_uris,
+            json,
+        }) => {
+            let allowed_scopes: Vec<String> =
+                scopes.split_whitespace().map(str::to_owned).collect();
+            if let Some(unknown) = allowed_scopes
+                .iter()
+                .find(|s| !settings.scopes.contains_key(*s))
+            {
                 bail!("--scopes: scope \"{unknown}\" is not declared in the configuration");
             }
-            let secret = if client_secret_stdin { Some(read_line("client secret")?) } else { None };
-            let input = ApplicationInput { name, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect: introspect };
-            let (app, secret) = store.create_application(&input, None, client_id, secret).await?;
+            let secret = if client_secret_stdin {
+                Some(read_line("client secret")?)
+            } else {
+                None
+            };
+            let input = ApplicationInput {
+                name,
+                client_type,
+                grant_type,
+                redirect_uris,
+                allowed_scopes,
+                may_introspect: introspect,
+            };
+            let (app, secret) = store
+                .create_application(&input, None, client_id, secret)
+                .await?;
             if json {
-                println!("{}", serde_json::json!({ "id": app.id, "client_id": app.client_id, "client_secret": secret }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "id": app.id, "client_id": app.client_id, "client_secret": secret })
+                );
             } else {
                 println!("client_id: {}", app.client_id);
                 if let Some(secret) = secret {
@@ -179,7 +245,10 @@ fn read_secret(variable: &str, what: &str) -> anyhow::Result<String> {
 
 fn read_line(what: &str) -> anyhow::Result<String> {
     let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line).with_context(|| format!("cannot read the {what} from stdin"))?;
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .with_context(|| format!("cannot read the {what} from stdin"))?;
     let value = line.trim_end_matches(['\r', '\n']).to_owned();
     if value.is_empty() {
         bail!("no {what} given: pipe it on stdin");

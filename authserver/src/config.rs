@@ -47,7 +47,10 @@ pub struct ConfigError {
 
 impl ConfigError {
     fn new(source_name: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { source_name: source_name.into(), message: message.into() }
+        Self {
+            source_name: source_name.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -63,8 +66,12 @@ impl Settings {
         path: Option<&Path>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
-        let explicit = path.map(Path::to_path_buf).or_else(|| env("AUTHSERVER_CONFIG").map(PathBuf::from));
-        let path = explicit.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+        let explicit = path
+            .map(Path::to_path_buf)
+            .or_else(|| env("AUTHSERVER_CONFIG").map(PathBuf::from));
+        let path = explicit
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
         let file = path.display().to_string();
         let raw = match std::fs::read_to_string(&path) {
             Ok(text) => serde_yaml_ng::from_str::<Option<RawSettings>>(&text)
@@ -103,9 +110,12 @@ impl Settings {
 
         let (origin, listen) = pick("listen", raw.listen);
         let listen_text = listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
-        let listen = listen_text
-            .parse::<SocketAddr>()
-            .map_err(|_| fail(&origin, format!("\"{listen_text}\" is not an address like 127.0.0.1:8001")))?;
+        let listen = listen_text.parse::<SocketAddr>().map_err(|_| {
+            fail(
+                &origin,
+                format!("\"{listen_text}\" is not an address like 127.0.0.1:8001"),
+            )
+        })?;
 
         let (origin, issuer) = pick("issuer", raw.issuer);
         let issuer = issuer.unwrap_or_else(|| format!("http://{listen}"));
@@ -116,38 +126,83 @@ impl Settings {
 
         let (origin, database_url) = pick("database_url", raw.database_url);
         let database_url = database_url.unwrap_or_else(|| DEFAULT_DATABASE_URL.into());
-        if !["sqlite:", "postgres://", "postgresql://"].iter().any(|p| database_url.starts_with(p)) {
-            return Err(fail(&origin, format!("\"{}\" must start with sqlite: or postgres://", redact_url(&database_url))));
+        if !["sqlite:", "postgres://", "postgresql://"]
+            .iter()
+            .any(|p| database_url.starts_with(p))
+        {
+            return Err(fail(
+                &origin,
+                format!(
+                    "\"{}\" must start with sqlite: or postgres://",
+                    redact_url(&database_url)
+                ),
+            ));
         }
 
         let scopes = raw.scopes.unwrap_or_else(example_scopes);
         for name in scopes.keys() {
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_graphic() && c != '"' && c != '\\') {
-                return Err(fail(&format!("{file}: key \"scopes\""), format!("\"{name}\" is not a valid scope name")));
+            if name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_graphic() && c != '"' && c != '\\')
+            {
+                return Err(fail(
+                    &format!("{file}: key \"scopes\""),
+                    format!("\"{name}\" is not a valid scope name"),
+                ));
             }
         }
 
         let (origin, defaults) = pick("default_scopes", raw.default_scopes.map(|v| v.join(" ")));
         let default_scopes: Vec<String> = match defaults {
             Some(text) => text.split_whitespace().map(str::to_owned).collect(),
-            None => ["read", "write", "groups"].iter().filter(|s| scopes.contains_key(**s)).map(|s| s.to_string()).collect(),
+            None => ["read", "write", "groups"]
+                .iter()
+                .filter(|s| scopes.contains_key(**s))
+                .map(|s| s.to_string())
+                .collect(),
         };
         if let Some(unknown) = default_scopes.iter().find(|s| !scopes.contains_key(*s)) {
-            return Err(fail(&origin, format!("scope \"{unknown}\" is not declared in scopes")));
+            return Err(fail(
+                &origin,
+                format!("scope \"{unknown}\" is not declared in scopes"),
+            ));
         }
 
-        let lifetime = |key: &str, from_file: Option<i64>, default: i64| -> Result<i64, ConfigError> {
-            let (origin, value) = pick(key, from_file.map(|v| v.to_string()));
-            let Some(text) = value else { return Ok(default) };
-            match text.trim().parse::<i64>() {
-                Ok(seconds) if seconds > 0 => Ok(seconds),
-                _ => Err(fail(&origin, format!("\"{text}\" is not a positive number of seconds"))),
-            }
-        };
-        let access_token_lifetime = lifetime("access_token_lifetime", raw.access_token_lifetime, DEFAULT_ACCESS_TOKEN_LIFETIME)?;
-        let refresh_token_lifetime = lifetime("refresh_token_lifetime", raw.refresh_token_lifetime, DEFAULT_REFRESH_TOKEN_LIFETIME)?;
+        let lifetime =
+            |key: &str, from_file: Option<i64>, default: i64| -> Result<i64, ConfigError> {
+                let (origin, value) = pick(key, from_file.map(|v| v.to_string()));
+                let Some(text) = value else {
+                    return Ok(default);
+                };
+                match text.trim().parse::<i64>() {
+                    Ok(seconds) if seconds > 0 => Ok(seconds),
+                    _ => Err(fail(
+                        &origin,
+                        format!("\"{text}\" is not a positive number of seconds"),
+                    )),
+                }
+            };
+        let access_token_lifetime = lifetime(
+            "access_token_lifetime",
+            raw.access_token_lifetime,
+            DEFAULT_ACCESS_TOKEN_LIFETIME,
+        )?;
+        let refresh_token_lifetime = lifetime(
+            "refresh_token_lifetime",
+            raw.refresh_token_lifetime,
+            DEFAULT_REFRESH_TOKEN_LIFETIME,
+        )?;
 
-        Ok(Settings { listen, issuer, database_url, scopes, default_scopes, access_token_lifetime, refresh_token_lifetime })
+        Ok(Settings {
+            listen,
+            issuer,
+            database_url,
+            scopes,
+            default_scopes,
+            access_token_lifetime,
+            refresh_token_lifetime,
+        })
     }
 
     /// Settings for tests: the example scopes, an in-memory database unless one is given.
@@ -183,7 +238,12 @@ pub fn redact_url(url: &str) -> String {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let userinfo = &url[scheme_end + 3..at];
             match userinfo.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &userinfo[..colon], &url[at..]),
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
                 None => url.to_owned(),
             }
         }
@@ -207,13 +267,28 @@ mod tests {
     #[test]
     fn errors_name_file_key_and_value() {
         let err = Settings::from_yaml("default_scopes: [read, nope]", "config/a.yaml").unwrap_err();
-        assert_eq!(err.to_string(), "config/a.yaml: key \"default_scopes\": scope \"nope\" is not declared in scopes");
+        assert_eq!(
+            err.to_string(),
+            "config/a.yaml: key \"default_scopes\": scope \"nope\" is not declared in scopes"
+        );
         let err = Settings::from_yaml("listen: nowhere", "config/a.yaml").unwrap_err();
-        assert!(err.to_string().contains("config/a.yaml: key \"listen\": \"nowhere\""), "{err}");
+        assert!(
+            err.to_string()
+                .contains("config/a.yaml: key \"listen\": \"nowhere\""),
+            "{err}"
+        );
         let err = Settings::from_yaml("access_token_lifetime: -5", "c.yaml").unwrap_err();
-        assert!(err.to_string().contains("c.yaml: key \"access_token_lifetime\": \"-5\""), "{err}");
+        assert!(
+            err.to_string()
+                .contains("c.yaml: key \"access_token_lifetime\": \"-5\""),
+            "{err}"
+        );
         let err = Settings::from_yaml("colour: blue", "c.yaml").unwrap_err();
-        assert!(err.to_string().starts_with("c.yaml: unknown field `colour`"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("c.yaml: unknown field `colour`"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -224,14 +299,23 @@ mod tests {
             _ => None,
         };
         let err = Settings::load_with_env(Some(Path::new("/nonexistent/a.yaml")), env).unwrap_err();
-        assert!(err.to_string().contains("/nonexistent/a.yaml: cannot read"), "{err}");
+        assert!(
+            err.to_string().contains("/nonexistent/a.yaml: cannot read"),
+            "{err}"
+        );
         let dir = std::env::temp_dir().join(format!("tg-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("a.yaml");
         std::fs::write(&file, "issuer: https://auth.example/\n").unwrap();
         let err = Settings::load_with_env(Some(&file), env).unwrap_err();
-        assert_eq!(err.to_string(), "environment variable AUTHSERVER_ACCESS_TOKEN_LIFETIME: \"soon\" is not a positive number of seconds");
-        let ok = Settings::load_with_env(Some(&file), |k| (k == "AUTHSERVER_LISTEN").then(|| "127.0.0.1:9999".to_owned())).unwrap();
+        assert_eq!(
+            err.to_string(),
+            "environment variable AUTHSERVER_ACCESS_TOKEN_LIFETIME: \"soon\" is not a positive number of seconds"
+        );
+        let ok = Settings::load_with_env(Some(&file), |k| {
+            (k == "AUTHSERVER_LISTEN").then(|| "127.0.0.1:9999".to_owned())
+        })
+        .unwrap();
         assert_eq!(ok.listen.port(), 9999);
         assert_eq!(ok.issuer, "https://auth.example");
     }

@@ -7,6 +7,7 @@ pub mod oauth;
 pub mod secrets;
 pub mod store;
 pub mod testing;
+pub mod web;
 
 use axum::Router;
 use axum::routing::get;
@@ -24,7 +25,10 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(settings: Settings, store: Store) -> Self {
-        Self { settings: Arc::new(settings), store }
+        Self {
+            settings: Arc::new(settings),
+            store,
+        }
     }
 }
 
@@ -32,6 +36,7 @@ impl AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(oauth::router())
+        .merge(web::router())
         .route("/healthz", get(|| async { "ok" }))
         .with_state(state)
 }
@@ -42,7 +47,9 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
 }
 
 /// Resolves on Ctrl-C or SIGTERM (how Kubernetes stops a pod).

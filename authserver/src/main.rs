@@ -5,7 +5,9 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
     match authserver::cli::run(authserver::cli::Cli::parse()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,7 +1,7 @@
 //! Random secrets, SHA-256 digests, constant-time comparison and argon2id password hashing.
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rand::RngCore;
@@ -62,7 +62,11 @@ pub async fn verify_password(password: String, stored_hash: Option<String>) -> b
             None => (dummy_hash().to_owned(), false),
         };
         let ok = PasswordHash::new(&hash)
-            .map(|parsed| Argon2::default().verify_password(password.as_bytes(), &parsed).is_ok())
+            .map(|parsed| {
+                Argon2::default()
+                    .verify_password(password.as_bytes(), &parsed)
+                    .is_ok()
+            })
             .unwrap_or(false);
         ok && real
     })

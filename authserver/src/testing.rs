@@ -8,26 +8,47 @@ use std::net::SocketAddr;
 
 /// A fresh SQLite database in a new temporary file.
 pub async fn sqlite_store() -> Store {
-    let dir = std::env::temp_dir().join(format!("tokengate-test-{}", crate::secrets::random_client_id()));
+    let dir = std::env::temp_dir().join(format!(
+        "tokengate-test-{}",
+        crate::secrets::random_client_id()
+    ));
     let url = format!("sqlite://{}/db.sqlite", dir.display());
-    Store::connect(&url).await.expect("open a temporary SQLite database")
+    Store::connect(&url)
+        .await
+        .expect("open a temporary SQLite database")
 }
 
 /// The PostgreSQL URL from `DATABASE_URL`, when it names one.
 pub fn postgres_url() -> Option<String> {
-    std::env::var("DATABASE_URL").ok().filter(|url| url.starts_with("postgres"))
+    std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|url| url.starts_with("postgres"))
 }
 
 /// A fresh, empty schema on the PostgreSQL server of `DATABASE_URL`, if set.
 pub async fn postgres_store() -> Option<Store> {
     let url = postgres_url()?;
-    let schema = format!("tg_{}", crate::secrets::random_client_id().to_lowercase().replace(['-', '_'], ""));
+    let schema = format!(
+        "tg_{}",
+        crate::secrets::random_client_id()
+            .to_lowercase()
+            .replace(['-', '_'], "")
+    );
     sqlx::any::install_default_drivers();
-    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url).await.expect("connect to DATABASE_URL");
-    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&mut conn).await.expect("create a test schema");
+    let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
+        .await
+        .expect("connect to DATABASE_URL");
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(&mut conn)
+        .await
+        .expect("create a test schema");
     let separator = if url.contains('?') { '&' } else { '?' };
     let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
-    Some(Store::connect(&scoped).await.expect("open the PostgreSQL test schema"))
+    Some(
+        Store::connect(&scoped)
+            .await
+            .expect("open the PostgreSQL test schema"),
+    )
 }
 
 /// Every backend this run can test: SQLite always, PostgreSQL when configured.
@@ -46,7 +67,11 @@ pub async fn store() -> Store {
 }
 
 /// A confidential application and its secret.
-pub async fn application(store: &Store, grant_type: GrantType, may_introspect: bool) -> (String, String) {
+pub async fn application(
+    store: &Store,
+    grant_type: GrantType,
+    may_introspect: bool,
+) -> (String, String) {
     let input = ApplicationInput {
         name: format!("test {}", grant_type.as_str()),
         client_type: ClientType::Confidential,
@@ -55,13 +80,24 @@ pub async fn application(store: &Store, grant_type: GrantType, may_introspect: b
         allowed_scopes: Vec::new(),
         may_introspect,
     };
-    let (app, secret) = store.create_application(&input, None, None, None).await.expect("create an application");
-    (app.client_id, secret.expect("confidential clients get a secret"))
+    let (app, secret) = store
+        .create_application(&input, None, None, None)
+        .await
+        .expect("create an application");
+    (
+        app.client_id,
+        secret.expect("confidential clients get a secret"),
+    )
 }
 
 /// An active user with this password.
 pub async fn user(store: &Store, username: &str, password: &str) -> crate::store::User {
-    let new = NewUser { username: username.into(), password: Some(password.into()), is_active: true, ..Default::default() };
+    let new = NewUser {
+        username: username.into(),
+        password: Some(password.into()),
+        is_active: true,
+        ..Default::default()
+    };
     store.create_user(&new).await.expect("create a user")
 }
 
@@ -93,7 +129,9 @@ impl Drop for RunningServer {
 
 /// Starts the authorization server over `store` on `addr` (use port 0 for any free port).
 pub async fn spawn_server(store: Store, settings: Settings, addr: SocketAddr) -> RunningServer {
-    let listener = tokio::net::TcpListener::bind(addr).await.expect("bind a loopback port");
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .expect("bind a loopback port");
     let addr = listener.local_addr().expect("bound address");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let state = AppState::new(settings, store);
@@ -103,5 +141,10 @@ pub async fn spawn_server(store: Store, settings: Settings, addr: SocketAddr) ->
         })
         .await;
     });
-    RunningServer { addr, base_url: format!("http://{addr}"), stop: Some(stop), task }
+    RunningServer {
+        addr,
+        base_url: format!("http://{addr}"),
+        stop: Some(stop),
+        task,
+    }
 }

@@ -8,7 +8,10 @@ use std::time::Duration;
 const BIN: &str = env!("CARGO_BIN_EXE_authserver");
 
 fn temp_db() -> String {
-    let dir = std::env::temp_dir().join(format!("tg-bin-{}", authserver::secrets::random_client_id()));
+    let dir = std::env::temp_dir().join(format!(
+        "tg-bin-{}",
+        authserver::secrets::random_client_id()
+    ));
     format!("sqlite://{}/db.sqlite", dir.display())
 }
 
@@ -23,28 +26,59 @@ fn run(args: &[&str], db: &str, stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start authserver");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 #[test]
 fn a_bad_config_names_file_key_and_value_and_exits_non_zero() {
-    let dir = std::env::temp_dir().join(format!("tg-cfg-{}", authserver::secrets::random_client_id()));
+    let dir = std::env::temp_dir().join(format!(
+        "tg-cfg-{}",
+        authserver::secrets::random_client_id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("authserver.yaml");
     std::fs::write(&file, "access_token_lifetime: forever\n").unwrap();
-    let out = Command::new(BIN).arg("--config").arg(&file).arg("--check-config").output().unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&file)
+        .arg("--check-config")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains(&file.display().to_string()) && stderr.contains("access_token_lifetime") && stderr.contains("forever"), "{stderr}");
+    assert!(
+        stderr.contains(&file.display().to_string())
+            && stderr.contains("access_token_lifetime")
+            && stderr.contains("forever"),
+        "{stderr}"
+    );
 
     std::fs::write(&file, "default_scopes: [read]\n").unwrap();
-    let out = Command::new(BIN).arg("--config").arg(&file).arg("--check-config").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&file)
+        .arg("--check-config")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -52,16 +86,60 @@ fn operator_commands_read_secrets_from_stdin_never_argv() {
     let db = temp_db();
     let out = run(&["createsuperuser", "--username", "root"], &db, "");
     assert!(!out.status.success(), "an empty stdin is refused");
-    let out = run(&["createsuperuser", "--username", "root", "--email", "r@example.org"], &db, "hunter2\n");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(
+        &[
+            "createsuperuser",
+            "--username",
+            "root",
+            "--email",
+            "r@example.org",
+        ],
+        &db,
+        "hunter2\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("created superuser root"));
-    assert!(run(&["user", "create", "--username", "ann"], &db, "pw\n").status.success());
+    assert!(
+        run(&["user", "create", "--username", "ann"], &db, "pw\n")
+            .status
+            .success()
+    );
     assert!(run(&["group", "create", "staff"], &db, "").status.success());
-    let out = run(&["app", "create", "--name", "svc", "--grant-type", "client-credentials", "--client-id", "svc", "--client-secret-stdin", "--json"], &db, "known-secret\n");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = run(
+        &[
+            "app",
+            "create",
+            "--name",
+            "svc",
+            "--grant-type",
+            "client-credentials",
+            "--client-id",
+            "svc",
+            "--client-secret-stdin",
+            "--json",
+        ],
+        &db,
+        "known-secret\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!((json["client_id"].as_str(), json["client_secret"].as_str()), (Some("svc"), Some("known-secret")));
-    let out = run(&["app", "create", "--name", "bad", "--grant-type", "implicit"], &db, "");
+    assert_eq!(
+        (json["client_id"].as_str(), json["client_secret"].as_str()),
+        (Some("svc"), Some("known-secret"))
+    );
+    let out = run(
+        &["app", "create", "--name", "bad", "--grant-type", "implicit"],
+        &db,
+        "",
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("implicit"));
 }
@@ -69,10 +147,25 @@ fn operator_commands_read_secrets_from_stdin_never_argv() {
 #[tokio::test]
 async fn the_server_works_over_a_real_socket_with_a_third_party_client() {
     let db = temp_db();
-    assert!(run(&["user", "create", "--username", "alice"], &db, "wonderland\n").status.success());
-    let out = run(&["app", "create", "--name", "seed", "--introspect", "--json"], &db, "");
+    assert!(
+        run(
+            &["user", "create", "--username", "alice"],
+            &db,
+            "wonderland\n"
+        )
+        .status
+        .success()
+    );
+    let out = run(
+        &["app", "create", "--name", "seed", "--introspect", "--json"],
+        &db,
+        "",
+    );
     let app: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let (client_id, secret) = (app["client_id"].as_str().unwrap().to_owned(), app["client_secret"].as_str().unwrap().to_owned());
+    let (client_id, secret) = (
+        app["client_id"].as_str().unwrap().to_owned(),
+        app["client_secret"].as_str().unwrap().to_owned(),
+    );
 
     let port = free_port();
     let mut server = Command::new(BIN)
@@ -86,7 +179,12 @@ async fn the_server_works_over_a_real_socket_with_a_third_party_client() {
     let http = reqwest::Client::new();
     let mut ready = false;
     for _ in 0..200 {
-        if http.get(format!("{base}/healthz")).send().await.is_ok_and(|r| r.status().is_success()) {
+        if http
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
             ready = true;
             break;
         }
@@ -97,7 +195,11 @@ async fn the_server_works_over_a_real_socket_with_a_third_party_client() {
     let token: serde_json::Value = http
         .post(format!("{base}/o/token/"))
         .basic_auth(&client_id, Some(&secret))
-        .form(&[("grant_type", "password"), ("username", "alice"), ("password", "wonderland")])
+        .form(&[
+            ("grant_type", "password"),
+            ("username", "alice"),
+            ("password", "wonderland"),
+        ])
         .send()
         .await
         .unwrap()
@@ -107,11 +209,25 @@ async fn the_server_works_over_a_real_socket_with_a_third_party_client() {
     assert_eq!(token["scope"], "read write groups");
 
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-    let has_authlib = Command::new(&python).args(["-c", "import authlib, requests"]).status().is_ok_and(|s| s.success());
+    let has_authlib = Command::new(&python)
+        .args(["-c", "import authlib, requests"])
+        .status()
+        .is_ok_and(|s| s.success());
     if has_authlib {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/clients/authlib_client.py");
-        let out = Command::new(&python).args([script, &base, &client_id, &secret, "alice", "wonderland"]).output().unwrap();
-        assert!(out.status.success(), "authlib: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/clients/authlib_client.py"
+        );
+        let out = Command::new(&python)
+            .args([script, &base, &client_id, &secret, "alice", "wonderland"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "authlib: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     } else if std::env::var_os("CI").is_some() {
         panic!("CI must install authlib and requests (pip install authlib requests)");
     } else {

@@ -23,11 +23,18 @@ async fn fixture() -> Fixture {
 async fn fixture_on(store: Store) -> Fixture {
     testing::user(&store, "alice", "wonderland").await;
     let (client_id, secret) = testing::application(&store, GrantType::Password, false).await;
-    Fixture { state: AppState::new(Settings::for_tests("unused"), store), client_id, secret }
+    Fixture {
+        state: AppState::new(Settings::for_tests("unused"), store),
+        client_id,
+        secret,
+    }
 }
 
 fn basic(id: &str, secret: &str) -> String {
-    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}")))
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"))
+    )
 }
 
 struct Reply {
@@ -37,25 +44,46 @@ struct Reply {
 }
 
 async fn send(state: &AppState, method: &str, uri: &str, auth: Option<&str>, form: &str) -> Reply {
-    let mut request = Request::builder().method(method).uri(uri).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    let mut request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
     if let Some(auth) = auth {
         request = request.header(header::AUTHORIZATION, auth);
     }
-    let response = app(state.clone()).oneshot(request.body(Body::from(form.to_owned())).unwrap()).await.unwrap();
+    let response = app(state.clone())
+        .oneshot(request.body(Body::from(form.to_owned())).unwrap())
+        .await
+        .unwrap();
     let status = response.status();
     let headers = response.headers().clone();
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
     let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    Reply { status, headers, json }
+    Reply {
+        status,
+        headers,
+        json,
+    }
 }
 
 impl Fixture {
     async fn token(&self, form: &str) -> Reply {
-        send(&self.state, "POST", "/o/token/", Some(&basic(&self.client_id, &self.secret)), form).await
+        send(
+            &self.state,
+            "POST",
+            "/o/token/",
+            Some(&basic(&self.client_id, &self.secret)),
+            form,
+        )
+        .await
     }
     async fn password_token(&self, scope: Option<&str>) -> Value {
         let form = match scope {
-            Some(scope) => format!("grant_type=password&username=alice&password=wonderland&scope={scope}"),
+            Some(scope) => {
+                format!("grant_type=password&username=alice&password=wonderland&scope={scope}")
+            }
             None => "grant_type=password&username=alice&password=wonderland".to_owned(),
         };
         let reply = self.token(&form).await;
@@ -63,7 +91,14 @@ impl Fixture {
         reply.json
     }
     async fn introspect_as(&self, auth: &str, token: &str) -> Reply {
-        send(&self.state, "POST", "/o/introspect/", Some(auth), &format!("token={token}")).await
+        send(
+            &self.state,
+            "POST",
+            "/o/introspect/",
+            Some(auth),
+            &format!("token={token}"),
+        )
+        .await
     }
 }
 
@@ -74,7 +109,9 @@ fn error_of(reply: &Reply) -> &str {
 #[tokio::test]
 async fn password_grant_issues_the_seed_response() {
     let f = fixture().await;
-    let reply = f.token("grant_type=password&username=alice&password=wonderland").await;
+    let reply = f
+        .token("grant_type=password&username=alice&password=wonderland")
+        .await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.headers[header::CONTENT_TYPE], "application/json");
     assert_eq!(reply.headers[header::CACHE_CONTROL], "no-store");
@@ -90,43 +127,104 @@ async fn password_grant_issues_the_seed_response() {
 async fn requested_scope_is_granted_exactly() {
     let f = fixture().await;
     assert_eq!(f.password_token(Some("read")).await["scope"], "read");
-    assert_eq!(f.password_token(Some("introspection+read")).await["scope"], "introspection read");
-    let reply = f.token("grant_type=password&username=alice&password=wonderland&scope=admin").await;
-    assert_eq!((reply.status, error_of(&reply)), (StatusCode::BAD_REQUEST, "invalid_scope"));
+    assert_eq!(
+        f.password_token(Some("introspection+read")).await["scope"],
+        "introspection read"
+    );
+    let reply = f
+        .token("grant_type=password&username=alice&password=wonderland&scope=admin")
+        .await;
+    assert_eq!(
+        (reply.status, error_of(&reply)),
+        (StatusCode::BAD_REQUEST, "invalid_scope")
+    );
 }
 
 #[tokio::test]
 async fn client_authentication_failures_are_invalid_client_401() {
     let f = fixture().await;
     let form = "grant_type=password&username=alice&password=wonderland";
-    for auth in [Some(basic(&f.client_id, "wrong")), Some(basic("nobody", &f.secret)), None] {
+    for auth in [
+        Some(basic(&f.client_id, "wrong")),
+        Some(basic("nobody", &f.secret)),
+        None,
+    ] {
         let reply = send(&f.state, "POST", "/o/token/", auth.as_deref(), form).await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
         assert_eq!(error_of(&reply), "invalid_client");
         assert!(reply.headers.contains_key(header::WWW_AUTHENTICATE));
     }
     // client_secret_post works too.
-    let posted = format!("{form}&client_id={}&client_secret={}", f.client_id, f.secret);
-    assert_eq!(send(&f.state, "POST", "/o/token/", None, &posted).await.status, StatusCode::OK);
+    let posted = format!(
+        "{form}&client_id={}&client_secret={}",
+        f.client_id, f.secret
+    );
+    assert_eq!(
+        send(&f.state, "POST", "/o/token/", None, &posted)
+            .await
+            .status,
+        StatusCode::OK
+    );
 }
 
 #[tokio::test]
 async fn user_credential_and_request_errors() {
     let f = fixture().await;
     let cases = [
-        ("grant_type=password&username=alice&password=nope", StatusCode::BAD_REQUEST, "invalid_grant"),
-        ("grant_type=password&username=nobody&password=wonderland", StatusCode::BAD_REQUEST, "invalid_grant"),
-        ("grant_type=password&username=alice", StatusCode::BAD_REQUEST, "invalid_request"),
-        ("grant_type=password&password=wonderland", StatusCode::BAD_REQUEST, "invalid_request"),
-        ("grant_type=password&username=alice&username=bob&password=x", StatusCode::BAD_REQUEST, "invalid_request"),
-        ("grant_type=refresh_token", StatusCode::BAD_REQUEST, "invalid_request"),
-        ("grant_type=magic", StatusCode::BAD_REQUEST, "unsupported_grant_type"),
-        ("username=alice", StatusCode::BAD_REQUEST, "unsupported_grant_type"),
-        ("grant_type=client_credentials", StatusCode::BAD_REQUEST, "unauthorized_client"),
+        (
+            "grant_type=password&username=alice&password=nope",
+            StatusCode::BAD_REQUEST,
+            "invalid_grant",
+        ),
+        (
+            "grant_type=password&username=nobody&password=wonderland",
+            StatusCode::BAD_REQUEST,
+            "invalid_grant",
+        ),
+        (
+            "grant_type=password&username=alice",
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "grant_type=password&password=wonderland",
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "grant_type=password&username=alice&username=bob&password=x",
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "grant_type=refresh_token",
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            "grant_type=magic",
+            StatusCode::BAD_REQUEST,
+            "unsupported_grant_type",
+        ),
+        (
+            "username=alice",
+            StatusCode::BAD_REQUEST,
+            "unsupported_grant_type",
+        ),
+        (
+            "grant_type=client_credentials",
+            StatusCode::BAD_REQUEST,
+            "unauthorized_client",
+        ),
     ];
     for (form, status, error) in cases {
         let reply = f.token(form).await;
-        assert_eq!((reply.status, error_of(&reply)), (status, error), "{form}: {}", reply.json);
+        assert_eq!(
+            (reply.status, error_of(&reply)),
+            (status, error),
+            "{form}: {}",
+            reply.json
+        );
         assert_eq!(reply.headers[header::CACHE_CONTROL], "no-store");
     }
 }
@@ -134,11 +232,25 @@ async fn user_credential_and_request_errors() {
 #[tokio::test]
 async fn inactive_user_cannot_sign_in() {
     let f = fixture().await;
-    let alice = f.state.store.find_user_by_username("alice").await.unwrap().unwrap();
-    let update = authserver::store::UserUpdate { is_active: Some(false), ..Default::default() };
+    let alice = f
+        .state
+        .store
+        .find_user_by_username("alice")
+        .await
+        .unwrap()
+        .unwrap();
+    let update = authserver::store::UserUpdate {
+        is_active: Some(false),
+        ..Default::default()
+    };
     f.state.store.update_user(alice.id, &update).await.unwrap();
-    let reply = f.token("grant_type=password&username=alice&password=wonderland").await;
-    assert_eq!((reply.status, error_of(&reply)), (StatusCode::BAD_REQUEST, "invalid_grant"));
+    let reply = f
+        .token("grant_type=password&username=alice&password=wonderland")
+        .await;
+    assert_eq!(
+        (reply.status, error_of(&reply)),
+        (StatusCode::BAD_REQUEST, "invalid_grant")
+    );
 }
 
 #[tokio::test]
@@ -155,7 +267,11 @@ async fn refresh_rotates_and_reuse_revokes_the_family() {
     let f = fixture().await;
     let first = f.password_token(None).await;
     let refresh1 = first["refresh_token"].as_str().unwrap();
-    let reply = f.token(&format!("grant_type=refresh_token&refresh_token={refresh1}&scope=read")).await;
+    let reply = f
+        .token(&format!(
+            "grant_type=refresh_token&refresh_token={refresh1}&scope=read"
+        ))
+        .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
     assert_eq!(reply.json["scope"], "read");
     let second = reply.json;
@@ -164,19 +280,61 @@ async fn refresh_rotates_and_reuse_revokes_the_family() {
 
     // The old access token stopped working at once.
     let store = &f.state.store;
-    assert!(!store.find_token(first["access_token"].as_str().unwrap()).await.unwrap().unwrap().is_active());
-    assert!(store.find_token(second["access_token"].as_str().unwrap()).await.unwrap().unwrap().is_active());
+    assert!(
+        !store
+            .find_token(first["access_token"].as_str().unwrap())
+            .await
+            .unwrap()
+            .unwrap()
+            .is_active()
+    );
+    assert!(
+        store
+            .find_token(second["access_token"].as_str().unwrap())
+            .await
+            .unwrap()
+            .unwrap()
+            .is_active()
+    );
 
     // Wider than the original on refresh: invalid_scope, and the token is not spent.
-    let reply = f.token(&format!("grant_type=refresh_token&refresh_token={refresh2}&scope=read+write")).await;
-    assert_eq!((reply.status, error_of(&reply)), (StatusCode::BAD_REQUEST, "invalid_scope"));
+    let reply = f
+        .token(&format!(
+            "grant_type=refresh_token&refresh_token={refresh2}&scope=read+write"
+        ))
+        .await;
+    assert_eq!(
+        (reply.status, error_of(&reply)),
+        (StatusCode::BAD_REQUEST, "invalid_scope")
+    );
 
     // Reuse of the first refresh token: invalid_grant, and the whole family is revoked.
-    let reply = f.token(&format!("grant_type=refresh_token&refresh_token={refresh1}")).await;
-    assert_eq!((reply.status, error_of(&reply)), (StatusCode::BAD_REQUEST, "invalid_grant"));
-    assert!(!store.find_token(second["access_token"].as_str().unwrap()).await.unwrap().unwrap().is_active());
-    let reply = f.token(&format!("grant_type=refresh_token&refresh_token={refresh2}")).await;
-    assert_eq!((reply.status, error_of(&reply)), (StatusCode::BAD_REQUEST, "invalid_grant"));
+    let reply = f
+        .token(&format!(
+            "grant_type=refresh_token&refresh_token={refresh1}"
+        ))
+        .await;
+    assert_eq!(
+        (reply.status, error_of(&reply)),
+        (StatusCode::BAD_REQUEST, "invalid_grant")
+    );
+    assert!(
+        !store
+            .find_token(second["access_token"].as_str().unwrap())
+            .await
+            .unwrap()
+            .unwrap()
+            .is_active()
+    );
+    let reply = f
+        .token(&format!(
+            "grant_type=refresh_token&refresh_token={refresh2}"
+        ))
+        .await;
+    assert_eq!(
+        (reply.status, error_of(&reply)),
+        (StatusCode::BAD_REQUEST, "invalid_grant")
+    );
 }
 
 #[tokio::test]
@@ -184,11 +342,25 @@ async fn client_credentials_grant_returns_no_refresh_token() {
     let store = testing::store().await;
     let (id, secret) = testing::application(&store, GrantType::ClientCredentials, false).await;
     let state = AppState::new(Settings::for_tests("unused"), store);
-    let reply = send(&state, "POST", "/o/token/", Some(&basic(&id, &secret)), "grant_type=client_credentials&scope=read").await;
+    let reply = send(
+        &state,
+        "POST",
+        "/o/token/",
+        Some(&basic(&id, &secret)),
+        "grant_type=client_credentials&scope=read",
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
     assert_eq!(reply.json["scope"], "read");
     assert!(reply.json.get("refresh_token").is_none());
-    let reply = send(&state, "POST", "/o/token/", Some(&basic(&id, &secret)), "grant_type=password&username=a&password=b").await;
+    let reply = send(
+        &state,
+        "POST",
+        "/o/token/",
+        Some(&basic(&id, &secret)),
+        "grant_type=password&username=a&password=b",
+    )
+    .await;
     assert_eq!(error_of(&reply), "unauthorized_client");
 }
 
@@ -196,7 +368,10 @@ async fn client_credentials_grant_returns_no_refresh_token() {
 async fn introspection_with_a_bearer_token_carrying_the_introspection_scope() {
     let f = fixture().await;
     let resource_server = f.password_token(Some("introspection")).await;
-    let auth = format!("Bearer {}", resource_server["access_token"].as_str().unwrap());
+    let auth = format!(
+        "Bearer {}",
+        resource_server["access_token"].as_str().unwrap()
+    );
     let user_token = f.password_token(Some("read+write")).await;
     let token = user_token["access_token"].as_str().unwrap();
 
@@ -213,81 +388,210 @@ async fn introspection_with_a_bearer_token_carrying_the_introspection_scope() {
     assert!((exp - claims["iat"].as_i64().unwrap() - 36000).abs() <= 1);
 
     // GET ?token= is accepted as in the reference.
-    let get = send(&f.state, "GET", &format!("/o/introspect/?token={token}"), Some(&auth), "").await;
+    let get = send(
+        &f.state,
+        "GET",
+        &format!("/o/introspect/?token={token}"),
+        Some(&auth),
+        "",
+    )
+    .await;
     assert_eq!(get.json["active"], true);
 
     // Unknown and revoked tokens: {"active": false} and nothing else.
-    assert_eq!(f.introspect_as(&auth, "not-a-token").await.json, serde_json::json!({"active": false}));
-    let revoked = send(&f.state, "POST", "/o/revoke_token/", Some(&basic(&f.client_id, &f.secret)), &format!("token={token}")).await;
+    assert_eq!(
+        f.introspect_as(&auth, "not-a-token").await.json,
+        serde_json::json!({"active": false})
+    );
+    let revoked = send(
+        &f.state,
+        "POST",
+        "/o/revoke_token/",
+        Some(&basic(&f.client_id, &f.secret)),
+        &format!("token={token}"),
+    )
+    .await;
     assert_eq!(revoked.status, StatusCode::OK);
-    assert_eq!(f.introspect_as(&auth, token).await.json, serde_json::json!({"active": false}));
+    assert_eq!(
+        f.introspect_as(&auth, token).await.json,
+        serde_json::json!({"active": false})
+    );
 
     // A refresh token is not a bearer credential: inactive unless asked for by hint.
     let refresh = user_token["refresh_token"].as_str().unwrap();
     let fresh = f.password_token(None).await;
     let refresh_live = fresh["refresh_token"].as_str().unwrap();
-    assert_eq!(f.introspect_as(&auth, refresh_live).await.json["active"], false);
-    let hinted = send(&f.state, "POST", "/o/introspect/", Some(&auth), &format!("token={refresh_live}&token_type_hint=refresh_token")).await;
+    assert_eq!(
+        f.introspect_as(&auth, refresh_live).await.json["active"],
+        false
+    );
+    let hinted = send(
+        &f.state,
+        "POST",
+        "/o/introspect/",
+        Some(&auth),
+        &format!("token={refresh_live}&token_type_hint=refresh_token"),
+    )
+    .await;
     assert_eq!(hinted.json["active"], true);
     assert_eq!(hinted.json["token_type"], "refresh_token");
     assert_eq!(f.introspect_as(&auth, refresh).await.json["active"], false);
 
     // Missing token.
     let missing = send(&f.state, "POST", "/o/introspect/", Some(&auth), "").await;
-    assert_eq!((missing.status, error_of(&missing)), (StatusCode::BAD_REQUEST, "invalid_request"));
+    assert_eq!(
+        (missing.status, error_of(&missing)),
+        (StatusCode::BAD_REQUEST, "invalid_request")
+    );
 }
 
 #[tokio::test]
 async fn introspection_refuses_callers_that_may_not_introspect() {
     let f = fixture().await;
-    let token = f.password_token(None).await["access_token"].as_str().unwrap().to_owned();
+    let token = f.password_token(None).await["access_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     // Anonymous: 401 with a challenge.
-    let reply = send(&f.state, "POST", "/o/introspect/", None, &format!("token={token}")).await;
+    let reply = send(
+        &f.state,
+        "POST",
+        "/o/introspect/",
+        None,
+        &format!("token={token}"),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     assert!(reply.headers.contains_key(header::WWW_AUTHENTICATE));
     // A bearer token without the introspection scope: 403.
-    assert_eq!(f.introspect_as(&format!("Bearer {token}"), &token).await.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        f.introspect_as(&format!("Bearer {token}"), &token)
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
     // A bogus bearer token: 401.
-    assert_eq!(f.introspect_as("Bearer bogus", &token).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        f.introspect_as("Bearer bogus", &token).await.status,
+        StatusCode::UNAUTHORIZED
+    );
     // An application not allowed to introspect: 403; wrong secret: 401.
-    assert_eq!(f.introspect_as(&basic(&f.client_id, &f.secret), &token).await.status, StatusCode::FORBIDDEN);
-    assert_eq!(f.introspect_as(&basic(&f.client_id, "x"), &token).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        f.introspect_as(&basic(&f.client_id, &f.secret), &token)
+            .await
+            .status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        f.introspect_as(&basic(&f.client_id, "x"), &token)
+            .await
+            .status,
+        StatusCode::UNAUTHORIZED
+    );
     // An application allowed to introspect: 200.
-    let (rs_id, rs_secret) = testing::application(&f.state.store, GrantType::ClientCredentials, true).await;
+    let (rs_id, rs_secret) =
+        testing::application(&f.state.store, GrantType::ClientCredentials, true).await;
     let reply = f.introspect_as(&basic(&rs_id, &rs_secret), &token).await;
-    assert_eq!((reply.status, reply.json["active"].clone()), (StatusCode::OK, Value::Bool(true)));
+    assert_eq!(
+        (reply.status, reply.json["active"].clone()),
+        (StatusCode::OK, Value::Bool(true))
+    );
 }
 
 #[tokio::test]
 async fn revocation_is_per_client_and_covers_the_refresh_token() {
     let f = fixture().await;
     let issued = f.password_token(None).await;
-    let (access, refresh) = (issued["access_token"].as_str().unwrap(), issued["refresh_token"].as_str().unwrap());
+    let (access, refresh) = (
+        issued["access_token"].as_str().unwrap(),
+        issued["refresh_token"].as_str().unwrap(),
+    );
     // Another client cannot revoke it (and learns nothing: 200).
-    let (other_id, other_secret) = testing::application(&f.state.store, GrantType::Password, false).await;
-    let reply = send(&f.state, "POST", "/o/revoke_token/", Some(&basic(&other_id, &other_secret)), &format!("token={access}")).await;
+    let (other_id, other_secret) =
+        testing::application(&f.state.store, GrantType::Password, false).await;
+    let reply = send(
+        &f.state,
+        "POST",
+        "/o/revoke_token/",
+        Some(&basic(&other_id, &other_secret)),
+        &format!("token={access}"),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK);
-    assert!(f.state.store.find_token(access).await.unwrap().unwrap().is_active());
+    assert!(
+        f.state
+            .store
+            .find_token(access)
+            .await
+            .unwrap()
+            .unwrap()
+            .is_active()
+    );
     // Unknown token: 200, empty body.
-    let reply = send(&f.state, "POST", "/o/revoke_token/", Some(&basic(&f.client_id, &f.secret)), "token=unknown").await;
-    assert_eq!((reply.status, reply.json.clone()), (StatusCode::OK, Value::Null));
+    let reply = send(
+        &f.state,
+        "POST",
+        "/o/revoke_token/",
+        Some(&basic(&f.client_id, &f.secret)),
+        "token=unknown",
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.json.clone()),
+        (StatusCode::OK, Value::Null)
+    );
     // No client authentication: 401.
-    let reply = send(&f.state, "POST", "/o/revoke_token/", None, &format!("token={access}")).await;
+    let reply = send(
+        &f.state,
+        "POST",
+        "/o/revoke_token/",
+        None,
+        &format!("token={access}"),
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     // The owner revokes the access token: its refresh token stops working too.
-    send(&f.state, "POST", "/o/revoke_token/", Some(&basic(&f.client_id, &f.secret)), &format!("token={access}")).await;
-    let reply = f.token(&format!("grant_type=refresh_token&refresh_token={refresh}")).await;
+    send(
+        &f.state,
+        "POST",
+        "/o/revoke_token/",
+        Some(&basic(&f.client_id, &f.secret)),
+        &format!("token={access}"),
+    )
+    .await;
+    let reply = f
+        .token(&format!("grant_type=refresh_token&refresh_token={refresh}"))
+        .await;
     assert_eq!(error_of(&reply), "invalid_grant");
 }
 
 #[tokio::test]
 async fn metadata_describes_the_endpoints() {
     let f = fixture().await;
-    let reply = send(&f.state, "GET", "/.well-known/oauth-authorization-server", None, "").await;
+    let reply = send(
+        &f.state,
+        "GET",
+        "/.well-known/oauth-authorization-server",
+        None,
+        "",
+    )
+    .await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.json["issuer"], "http://127.0.0.1:8000");
-    assert_eq!(reply.json["token_endpoint"], "http://127.0.0.1:8000/o/token/");
-    assert_eq!(reply.json["introspection_endpoint"], "http://127.0.0.1:8000/o/introspect/");
-    assert_eq!(reply.json["revocation_endpoint"], "http://127.0.0.1:8000/o/revoke_token/");
-    assert_eq!(reply.json["scopes_supported"], serde_json::json!(["groups", "introspection", "read", "write"]));
+    assert_eq!(
+        reply.json["token_endpoint"],
+        "http://127.0.0.1:8000/o/token/"
+    );
+    assert_eq!(
+        reply.json["introspection_endpoint"],
+        "http://127.0.0.1:8000/o/introspect/"
+    );
+    assert_eq!(
+        reply.json["revocation_endpoint"],
+        "http://127.0.0.1:8000/o/revoke_token/"
+    );
+    assert_eq!(
+        reply.json["scopes_supported"],
+        serde_json::json!(["groups", "introspection", "read", "write"])
+    );
 }

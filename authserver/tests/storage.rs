@@ -1,6 +1,9 @@
 //! The same storage cases on SQLite and, when `DATABASE_URL` names one, on PostgreSQL.
 
-use authserver::store::{ApplicationInput, ClientType, GrantType, NewTokens, NewUser, RefreshOutcome, StoreError, UserUpdate};
+use authserver::store::{
+    ApplicationInput, ClientType, GrantType, NewTokens, NewUser, RefreshOutcome, StoreError,
+    UserUpdate,
+};
 use authserver::{secrets, testing};
 
 #[tokio::test]
@@ -8,25 +11,79 @@ async fn users_groups_and_memberships() {
     for store in testing::all_stores().await {
         let backend = store.backend();
         let alice = testing::user(&store, "alice", "pw-alice").await;
-        let duplicate = store.create_user(&NewUser { username: "alice".into(), ..Default::default() }).await;
-        assert!(matches!(duplicate, Err(StoreError::Conflict(_))), "{backend:?}");
-        assert_eq!(store.authenticate_user("alice", "pw-alice").await.unwrap().map(|u| u.id), Some(alice.id));
-        assert!(store.authenticate_user("alice", "wrong").await.unwrap().is_none());
-        assert!(store.authenticate_user("ghost", "pw-alice").await.unwrap().is_none());
+        let duplicate = store
+            .create_user(&NewUser {
+                username: "alice".into(),
+                ..Default::default()
+            })
+            .await;
+        assert!(
+            matches!(duplicate, Err(StoreError::Conflict(_))),
+            "{backend:?}"
+        );
+        assert_eq!(
+            store
+                .authenticate_user("alice", "pw-alice")
+                .await
+                .unwrap()
+                .map(|u| u.id),
+            Some(alice.id)
+        );
+        assert!(
+            store
+                .authenticate_user("alice", "wrong")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            store
+                .authenticate_user("ghost", "pw-alice")
+                .await
+                .unwrap()
+                .is_none()
+        );
 
-        let update = UserUpdate { email: Some("a@example.org".into()), password: Some("new-pw".into()), ..Default::default() };
+        let update = UserUpdate {
+            email: Some("a@example.org".into()),
+            password: Some("new-pw".into()),
+            ..Default::default()
+        };
         let updated = store.update_user(alice.id, &update).await.unwrap().unwrap();
         assert_eq!(updated.email, "a@example.org");
-        assert!(store.authenticate_user("alice", "new-pw").await.unwrap().is_some());
+        assert!(
+            store
+                .authenticate_user("alice", "new-pw")
+                .await
+                .unwrap()
+                .is_some()
+        );
         assert_eq!(store.search_users("EXAMPLE.org").await.unwrap().len(), 1);
 
         let staff = store.create_group("staff").await.unwrap();
-        assert!(matches!(store.create_group("staff").await, Err(StoreError::Conflict(_))));
+        assert!(matches!(
+            store.create_group("staff").await,
+            Err(StoreError::Conflict(_))
+        ));
         store.add_member(staff.id, alice.id).await.unwrap();
         store.add_member(staff.id, alice.id).await.unwrap();
-        assert_eq!(store.group_members(staff.id).await.unwrap(), vec![updated.clone()]);
-        assert_eq!(store.user_groups(alice.id).await.unwrap(), vec![staff.clone()]);
-        assert_eq!(store.rename_group(staff.id, "crew").await.unwrap().unwrap().name, "crew");
+        assert_eq!(
+            store.group_members(staff.id).await.unwrap(),
+            vec![updated.clone()]
+        );
+        assert_eq!(
+            store.user_groups(alice.id).await.unwrap(),
+            vec![staff.clone()]
+        );
+        assert_eq!(
+            store
+                .rename_group(staff.id, "crew")
+                .await
+                .unwrap()
+                .unwrap()
+                .name,
+            "crew"
+        );
         assert!(store.delete_user(alice.id).await.unwrap());
         assert!(store.group_members(staff.id).await.unwrap().is_empty());
         assert!(store.delete_group(staff.id).await.unwrap());
@@ -46,40 +103,106 @@ async fn secrets_and_tokens_are_stored_as_digests() {
             allowed_scopes: vec!["read".into()],
             may_introspect: false,
         };
-        let (app, secret) = store.create_application(&input, Some(user.id), None, None).await.unwrap();
+        let (app, secret) = store
+            .create_application(&input, Some(user.id), None, None)
+            .await
+            .unwrap();
         let secret = secret.unwrap();
         assert!(app.secret_matches(&secret));
         assert!(!app.secret_matches("guess"));
         assert_eq!(app.allowed_scopes, vec!["read"]);
 
-        let new = NewTokens { application_id: app.id, user_id: Some(user.id), scope: "read".into(), access_lifetime: 60, refresh_lifetime: Some(120), family: None };
+        let new = NewTokens {
+            application_id: app.id,
+            user_id: Some(user.id),
+            scope: "read".into(),
+            access_lifetime: 60,
+            refresh_lifetime: Some(120),
+            family: None,
+        };
         let issued = store.issue_tokens(&new).await.unwrap();
         let refresh = issued.refresh_token.clone().unwrap();
 
         // Nothing secret is stored in the clear anywhere in the database.
-        let texts: Vec<String> = sqlx::query_scalar("SELECT digest FROM tokens").fetch_all(store.pool()).await.unwrap();
+        let texts: Vec<String> = sqlx::query_scalar("SELECT digest FROM tokens")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
         assert!(texts.contains(&secrets::digest(&issued.access_token)));
-        assert!(!texts.iter().any(|t| t == &issued.access_token || t == &refresh));
-        let stored_secret: Option<String> = sqlx::query_scalar("SELECT client_secret_digest FROM applications").fetch_one(store.pool()).await.unwrap();
+        assert!(
+            !texts
+                .iter()
+                .any(|t| t == &issued.access_token || t == &refresh)
+        );
+        let stored_secret: Option<String> =
+            sqlx::query_scalar("SELECT client_secret_digest FROM applications")
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
         assert_eq!(stored_secret, Some(secrets::digest(&secret)));
-        let hash: Option<String> = sqlx::query_scalar("SELECT password_hash FROM users").fetch_one(store.pool()).await.unwrap();
+        let hash: Option<String> = sqlx::query_scalar("SELECT password_hash FROM users")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
         assert!(hash.unwrap().starts_with("$argon2id$"));
 
         // Rotation and reuse detection.
-        let RefreshOutcome::Claimed(record) = store.claim_refresh_token(&refresh, app.id).await.unwrap() else { panic!("first use claims") };
-        assert!(!store.find_token(&issued.access_token).await.unwrap().unwrap().is_active());
-        let next = store.issue_tokens(&NewTokens { family: Some(record.family), ..new.clone() }).await.unwrap();
-        assert!(matches!(store.claim_refresh_token(&refresh, app.id).await.unwrap(), RefreshOutcome::Reused));
-        assert!(!store.find_token(&next.access_token).await.unwrap().unwrap().is_active());
-        assert!(matches!(store.claim_refresh_token("nope", app.id).await.unwrap(), RefreshOutcome::Invalid));
+        let RefreshOutcome::Claimed(record) =
+            store.claim_refresh_token(&refresh, app.id).await.unwrap()
+        else {
+            panic!("first use claims")
+        };
+        assert!(
+            !store
+                .find_token(&issued.access_token)
+                .await
+                .unwrap()
+                .unwrap()
+                .is_active()
+        );
+        let next = store
+            .issue_tokens(&NewTokens {
+                family: Some(record.family),
+                ..new.clone()
+            })
+            .await
+            .unwrap();
+        assert!(matches!(
+            store.claim_refresh_token(&refresh, app.id).await.unwrap(),
+            RefreshOutcome::Reused
+        ));
+        assert!(
+            !store
+                .find_token(&next.access_token)
+                .await
+                .unwrap()
+                .unwrap()
+                .is_active()
+        );
+        assert!(matches!(
+            store.claim_refresh_token("nope", app.id).await.unwrap(),
+            RefreshOutcome::Invalid
+        ));
 
         // Regenerating a secret and deleting the application.
         let new_secret = store.regenerate_secret(app.id).await.unwrap().unwrap();
         let app = store.get_application(app.id).await.unwrap().unwrap();
         assert!(app.secret_matches(&new_secret) && !app.secret_matches(&secret));
         assert!(store.delete_application(app.id).await.unwrap());
-        assert!(store.find_token(&next.access_token).await.unwrap().is_none());
-        assert!(store.find_application_by_client_id(&app.client_id).await.unwrap().is_none());
+        assert!(
+            store
+                .find_token(&next.access_token)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            store
+                .find_application_by_client_id(&app.client_id)
+                .await
+                .unwrap()
+                .is_none()
+        );
     }
 }
 

@@ -1,1 +1,26 @@
-//! placeholder
+//! tokengate's sidecar: a Pingora reverse proxy that checks bearer tokens through RFC 7662
+//! introspection (cached by `resource-server`), applies per-route scope rules, and forwards
+//! allowed requests to named upstreams with the caller's identity in `X-Auth-*` headers.
+//!
+//! ```no_run
+//! let config = proxy::load_config("config/proxy.yaml")?;
+//! let handle = proxy::spawn(config)?;          // returns once both listeners accept
+//! println!("proxy on {}, admin on {}", handle.listen_addr(), handle.admin_addr());
+//! handle.shutdown();                            // graceful, blocks until stopped
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod admin;
+pub mod background;
+pub mod config;
+pub mod gateway;
+pub mod headers;
+pub mod metrics;
+pub mod server;
+pub mod state;
+
+pub use config::{
+    ConfigError, ProxyConfig, Routing, Upstream, load_config, load_config_with_env, parse_config,
+};
+pub use server::{ProxyHandle, Signals, StartError, spawn, spawn_with};

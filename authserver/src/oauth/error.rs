@@ -48,10 +48,16 @@ impl OAuthError {
     fn description(&self) -> Option<String> {
         match self {
             OAuthError::InvalidRequest(d) | OAuthError::InvalidScope(d) => Some(d.clone()),
-            OAuthError::InvalidGrant(d) | OAuthError::UnauthorizedClient(d) => Some((*d).to_owned()),
+            OAuthError::InvalidGrant(d) | OAuthError::UnauthorizedClient(d) => {
+                Some((*d).to_owned())
+            }
             OAuthError::InvalidClient => Some("Client authentication failed.".into()),
-            OAuthError::UnsupportedGrantType => Some("Use password, refresh_token or client_credentials.".into()),
-            OAuthError::Unauthenticated => Some("Authenticate with client credentials or a bearer token.".into()),
+            OAuthError::UnsupportedGrantType => {
+                Some("Use password, refresh_token or client_credentials.".into())
+            }
+            OAuthError::Unauthenticated => {
+                Some("Authenticate with client credentials or a bearer token.".into())
+            }
             OAuthError::Forbidden => Some("This caller may not use this endpoint.".into()),
             OAuthError::Server(_) => None,
         }
@@ -79,11 +85,20 @@ impl IntoResponse for OAuthError {
         headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
         match self {
             OAuthError::InvalidClient => {
-                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"oauth\""));
+                headers.insert(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"oauth\""),
+                );
             }
             OAuthError::Unauthenticated => {
-                headers.append(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"oauth\""));
-                headers.append(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=\"oauth\""));
+                headers.append(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"oauth\""),
+                );
+                headers.append(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"oauth\""),
+                );
             }
             _ => {}
         }

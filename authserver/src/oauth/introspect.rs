@@ -30,14 +30,22 @@ pub async fn introspect(
     let want_refresh = params.get("token_type_hint") == Some("refresh_token");
     let record = state.store.find_token(token).await?;
     let body = match record {
-        Some(record) if record.is_active() && (record.kind == TokenRecord::ACCESS || want_refresh) => active_claims(&record),
+        Some(record)
+            if record.is_active() && (record.kind == TokenRecord::ACCESS || want_refresh) =>
+        {
+            active_claims(&record)
+        }
         _ => json!({ "active": false }),
     };
     Ok(no_store(Json(body).into_response()))
 }
 
 /// A bearer token carrying the `introspection` scope, or an application allowed to introspect.
-async fn authorize_caller(state: &AppState, headers: &HeaderMap, params: &Params) -> Result<(), OAuthError> {
+async fn authorize_caller(
+    state: &AppState,
+    headers: &HeaderMap,
+    params: &Params,
+) -> Result<(), OAuthError> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -46,7 +54,15 @@ async fn authorize_caller(state: &AppState, headers: &HeaderMap, params: &Params
     if let Some(token) = bearer {
         return match state.store.find_token(token).await? {
             Some(caller) if caller.kind == TokenRecord::ACCESS && caller.is_active() => {
-                if caller.scope.split_whitespace().any(|s| s == INTROSPECTION_SCOPE) { Ok(()) } else { Err(OAuthError::Forbidden) }
+                if caller
+                    .scope
+                    .split_whitespace()
+                    .any(|s| s == INTROSPECTION_SCOPE)
+                {
+                    Ok(())
+                } else {
+                    Err(OAuthError::Forbidden)
+                }
             }
             _ => Err(OAuthError::Unauthenticated),
         };

@@ -20,9 +20,15 @@ use axum::routing::{get, post};
 pub fn router() -> Router<AppState> {
     Router::new()
         .route("/o/token/", post(token::token))
-        .route("/o/introspect/", get(introspect::introspect).post(introspect::introspect))
+        .route(
+            "/o/introspect/",
+            get(introspect::introspect).post(introspect::introspect),
+        )
         .route("/o/revoke_token/", post(revoke::revoke))
-        .route("/.well-known/oauth-authorization-server", get(metadata::metadata))
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(metadata::metadata),
+        )
 }
 
 /// RFC 6749 §5.1: token responses must not be cached.

@@ -10,7 +10,11 @@ use axum::response::{IntoResponse, Response};
 
 /// `200` with an empty body, also for unknown tokens and for other clients' tokens (which are
 /// left alone), so the answer tells nothing about tokens the caller does not own.
-pub async fn revoke(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, OAuthError> {
+pub async fn revoke(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
     let params = Params::from_form(&headers, &body)?;
     let app = authenticate_client(&state.store, &headers, &params).await?;
     let token = params.require("token")?;

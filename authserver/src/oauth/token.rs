@@ -12,7 +12,11 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-pub async fn token(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, OAuthError> {
+pub async fn token(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
     let params = Params::from_form(&headers, &body)?;
     let grant = match params.get("grant_type") {
         Some(g @ ("password" | "refresh_token" | "client_credentials")) => g,
@@ -40,11 +44,17 @@ fn require_registered(app: &Application, grant: GrantType) -> Result<(), OAuthEr
     if app.grant_type == grant {
         Ok(())
     } else {
-        Err(OAuthError::UnauthorizedClient("This client is not registered for this grant type."))
+        Err(OAuthError::UnauthorizedClient(
+            "This client is not registered for this grant type.",
+        ))
     }
 }
 
-async fn password_grant(state: &AppState, app: &Application, params: &Params) -> Result<IssuedTokens, OAuthError> {
+async fn password_grant(
+    state: &AppState,
+    app: &Application,
+    params: &Params,
+) -> Result<IssuedTokens, OAuthError> {
     require_registered(app, GrantType::Password)?;
     let username = params.require("username")?;
     let password = params.require("password")?;
@@ -64,10 +74,16 @@ async fn password_grant(state: &AppState, app: &Application, params: &Params) ->
     Ok(state.store.issue_tokens(&new).await?)
 }
 
-async fn client_credentials_grant(state: &AppState, app: &Application, params: &Params) -> Result<IssuedTokens, OAuthError> {
+async fn client_credentials_grant(
+    state: &AppState,
+    app: &Application,
+    params: &Params,
+) -> Result<IssuedTokens, OAuthError> {
     require_registered(app, GrantType::ClientCredentials)?;
     if app.client_type != ClientType::Confidential {
-        return Err(OAuthError::UnauthorizedClient("Public clients cannot use client_credentials."));
+        return Err(OAuthError::UnauthorizedClient(
+            "Public clients cannot use client_credentials.",
+        ));
     }
     let scope = resolve_scope(&state.settings, app, params.get("scope"))?;
     let new = NewTokens {
@@ -83,9 +99,15 @@ async fn client_credentials_grant(state: &AppState, app: &Application, params: &
 
 /// Rotation on every use: the presented refresh token and its access token stop working, and a
 /// second presentation of a spent token revokes the whole family.
-async fn refresh_grant(state: &AppState, app: &Application, params: &Params) -> Result<IssuedTokens, OAuthError> {
+async fn refresh_grant(
+    state: &AppState,
+    app: &Application,
+    params: &Params,
+) -> Result<IssuedTokens, OAuthError> {
     if app.grant_type != GrantType::Password && app.grant_type != GrantType::AuthorizationCode {
-        return Err(OAuthError::UnauthorizedClient("This client is not registered for a grant with refresh tokens."));
+        return Err(OAuthError::UnauthorizedClient(
+            "This client is not registered for a grant with refresh tokens.",
+        ));
     }
     let presented = params.require("refresh_token")?;
     // Check the scope against the original before spending the token, so a bad request costs nothing.
@@ -99,7 +121,9 @@ async fn refresh_grant(state: &AppState, app: &Application, params: &Params) -> 
             let granted: Vec<&str> = original.split_whitespace().collect();
             let requested = dedup(requested);
             if let Some(wider) = requested.iter().find(|s| !granted.contains(&s.as_str())) {
-                return Err(OAuthError::InvalidScope(format!("The scope \"{wider}\" was not granted originally.")));
+                return Err(OAuthError::InvalidScope(format!(
+                    "The scope \"{wider}\" was not granted originally."
+                )));
             }
             requested.join(" ")
         }
@@ -135,23 +159,39 @@ fn dedup(scope: &str) -> Vec<String> {
 
 /// The scope to grant: the configured defaults (within what the client may have) when none is
 /// asked for; otherwise exactly what was asked, each declared and allowed for this client.
-pub fn resolve_scope(settings: &Settings, app: &Application, requested: Option<&str>) -> Result<String, OAuthError> {
-    let allowed = |s: &str| app.allowed_scopes.is_empty() || app.allowed_scopes.iter().any(|a| a == s);
+pub fn resolve_scope(
+    settings: &Settings,
+    app: &Application,
+    requested: Option<&str>,
+) -> Result<String, OAuthError> {
+    let allowed =
+        |s: &str| app.allowed_scopes.is_empty() || app.allowed_scopes.iter().any(|a| a == s);
     let scopes: Vec<String> = match requested {
-        None => settings.default_scopes.iter().filter(|s| allowed(s)).cloned().collect(),
+        None => settings
+            .default_scopes
+            .iter()
+            .filter(|s| allowed(s))
+            .cloned()
+            .collect(),
         Some(requested) => {
             let requested = dedup(requested);
             if let Some(unknown) = requested.iter().find(|s| !settings.scopes.contains_key(*s)) {
-                return Err(OAuthError::InvalidScope(format!("The scope \"{unknown}\" is not declared.")));
+                return Err(OAuthError::InvalidScope(format!(
+                    "The scope \"{unknown}\" is not declared."
+                )));
             }
             if let Some(refused) = requested.iter().find(|s| !allowed(s)) {
-                return Err(OAuthError::InvalidScope(format!("The scope \"{refused}\" is not allowed for this client.")));
+                return Err(OAuthError::InvalidScope(format!(
+                    "The scope \"{refused}\" is not allowed for this client."
+                )));
             }
             requested
         }
     };
     if scopes.is_empty() {
-        return Err(OAuthError::InvalidScope("No scope could be granted.".into()));
+        return Err(OAuthError::InvalidScope(
+            "No scope could be granted.".into(),
+        ));
     }
     Ok(scopes.join(" "))
 }

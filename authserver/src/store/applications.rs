@@ -33,7 +33,11 @@ impl ClientType {
 }
 
 impl GrantType {
-    pub const ALL: [GrantType; 3] = [GrantType::Password, GrantType::ClientCredentials, GrantType::AuthorizationCode];
+    pub const ALL: [GrantType; 3] = [
+        GrantType::Password,
+        GrantType::ClientCredentials,
+        GrantType::AuthorizationCode,
+    ];
     /// The stored and command-line name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -63,7 +67,10 @@ impl GrantType {
 impl FromStr for ClientType {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        ClientType::ALL.into_iter().find(|t| t.as_str() == s).ok_or_else(|| format!("unknown client type \"{s}\" (confidential or public)"))
+        ClientType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| format!("unknown client type \"{s}\" (confidential or public)"))
     }
 }
 
@@ -111,7 +118,9 @@ impl Application {
     }
     /// What the views show of the secret after creation.
     pub fn secret_fingerprint(&self) -> Option<&str> {
-        self.client_secret_digest.as_deref().map(secrets::fingerprint)
+        self.client_secret_digest
+            .as_deref()
+            .map(secrets::fingerprint)
     }
 }
 
@@ -135,10 +144,20 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
         name: row.try_get("name")?,
         client_id: row.try_get("client_id")?,
         client_secret_digest: row.try_get("client_secret_digest")?,
-        client_type: row.try_get::<String, _>("client_type")?.parse().map_err(parse_err)?,
-        grant_type: row.try_get::<String, _>("grant_type")?.parse().map_err(parse_err)?,
+        client_type: row
+            .try_get::<String, _>("client_type")?
+            .parse()
+            .map_err(parse_err)?,
+        grant_type: row
+            .try_get::<String, _>("grant_type")?
+            .parse()
+            .map_err(parse_err)?,
         redirect_uris: row.try_get("redirect_uris")?,
-        allowed_scopes: row.try_get::<String, _>("allowed_scopes")?.split_whitespace().map(str::to_owned).collect(),
+        allowed_scopes: row
+            .try_get::<String, _>("allowed_scopes")?
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
         may_introspect: row.try_get::<i64, _>("may_introspect")? != 0,
         owner_id: row.try_get("owner_id")?,
         created_at: row.try_get("created_at")?,
@@ -180,15 +199,23 @@ impl Store {
     }
 
     pub async fn get_application(&self, id: i64) -> StoreResult<Option<Application>> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM applications WHERE id = $1")).bind(id).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM applications WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(from_row).transpose()
     }
 
-    pub async fn find_application_by_client_id(&self, client_id: &str) -> StoreResult<Option<Application>> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM applications WHERE client_id = $1"))
-            .bind(client_id)
-            .fetch_optional(&self.pool)
-            .await?;
+    pub async fn find_application_by_client_id(
+        &self,
+        client_id: &str,
+    ) -> StoreResult<Option<Application>> {
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM applications WHERE client_id = $1"
+        ))
+        .bind(client_id)
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(from_row).transpose()
     }
 
@@ -196,17 +223,27 @@ impl Store {
     pub async fn list_applications(&self, owner_id: Option<i64>) -> StoreResult<Vec<Application>> {
         let rows = match owner_id {
             Some(owner) => {
-                sqlx::query(&format!("SELECT {COLUMNS} FROM applications WHERE owner_id = $1 ORDER BY id"))
-                    .bind(owner)
+                sqlx::query(&format!(
+                    "SELECT {COLUMNS} FROM applications WHERE owner_id = $1 ORDER BY id"
+                ))
+                .bind(owner)
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(&format!("SELECT {COLUMNS} FROM applications ORDER BY id"))
                     .fetch_all(&self.pool)
                     .await?
             }
-            None => sqlx::query(&format!("SELECT {COLUMNS} FROM applications ORDER BY id")).fetch_all(&self.pool).await?,
         };
         rows.iter().map(from_row).collect()
     }
 
-    pub async fn update_application(&self, id: i64, input: &ApplicationInput) -> StoreResult<Option<Application>> {
+    pub async fn update_application(
+        &self,
+        id: i64,
+        input: &ApplicationInput,
+    ) -> StoreResult<Option<Application>> {
         let row = sqlx::query(&format!(
             "UPDATE applications SET name = $1, client_type = $2, grant_type = $3, redirect_uris = $4, allowed_scopes = $5, may_introspect = $6
              WHERE id = $7 RETURNING {COLUMNS}"
@@ -237,8 +274,14 @@ impl Store {
     /// Deletes the application and every token issued to it.
     pub async fn delete_application(&self, id: i64) -> StoreResult<bool> {
         let mut tx = self.writer.begin().await?;
-        sqlx::query("DELETE FROM tokens WHERE application_id = $1").bind(id).execute(&mut *tx).await?;
-        let done = sqlx::query("DELETE FROM applications WHERE id = $1").bind(id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM tokens WHERE application_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let done = sqlx::query("DELETE FROM applications WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }

@@ -11,7 +11,10 @@ pub struct Group {
 }
 
 fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Group> {
-    Ok(Group { id: row.try_get("id")?, name: row.try_get("name")? })
+    Ok(Group {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+    })
 }
 
 impl Store {
@@ -25,12 +28,17 @@ impl Store {
     }
 
     pub async fn list_groups(&self) -> StoreResult<Vec<Group>> {
-        let rows = sqlx::query("SELECT id, name FROM groups ORDER BY id").fetch_all(&self.pool).await?;
+        let rows = sqlx::query("SELECT id, name FROM groups ORDER BY id")
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(from_row).collect()
     }
 
     pub async fn get_group(&self, id: i64) -> StoreResult<Option<Group>> {
-        let row = sqlx::query("SELECT id, name FROM groups WHERE id = $1").bind(id).fetch_optional(&self.pool).await?;
+        let row = sqlx::query("SELECT id, name FROM groups WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(from_row).transpose()
     }
 
@@ -46,17 +54,25 @@ impl Store {
 
     pub async fn delete_group(&self, id: i64) -> StoreResult<bool> {
         let mut tx = self.writer.begin().await?;
-        sqlx::query("DELETE FROM user_groups WHERE group_id = $1").bind(id).execute(&mut *tx).await?;
-        let done = sqlx::query("DELETE FROM groups WHERE id = $1").bind(id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM user_groups WHERE group_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let done = sqlx::query("DELETE FROM groups WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
     pub async fn group_members(&self, group_id: i64) -> StoreResult<Vec<User>> {
-        let ids: Vec<i64> = sqlx::query_scalar("SELECT user_id FROM user_groups WHERE group_id = $1 ORDER BY user_id")
-            .bind(group_id)
-            .fetch_all(&self.pool)
-            .await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT user_id FROM user_groups WHERE group_id = $1 ORDER BY user_id",
+        )
+        .bind(group_id)
+        .fetch_all(&self.pool)
+        .await?;
         let mut users = Vec::with_capacity(ids.len());
         for id in ids {
             users.extend(self.get_user(id).await?);
@@ -76,11 +92,13 @@ impl Store {
 
     /// Adds a membership; adding one that exists is not an error.
     pub async fn add_member(&self, group_id: i64, user_id: i64) -> StoreResult<()> {
-        sqlx::query("INSERT INTO user_groups (user_id, group_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
-            .bind(user_id)
-            .bind(group_id)
-            .execute(&self.writer)
-            .await?;
+        sqlx::query(
+            "INSERT INTO user_groups (user_id, group_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        )
+        .bind(user_id)
+        .bind(group_id)
+        .execute(&self.writer)
+        .await?;
         Ok(())
     }
 

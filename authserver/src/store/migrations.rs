@@ -6,8 +6,8 @@ use sqlx::Connection;
 /// (version, SQLite statements, PostgreSQL statements)
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (
-    1,
-    "CREATE TABLE users (
+        1,
+        "CREATE TABLE users (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         username TEXT NOT NULL UNIQUE,
         email TEXT NOT NULL DEFAULT '',
@@ -50,7 +50,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         expires_at INTEGER NOT NULL,
         revoked INTEGER NOT NULL DEFAULT 0);
     CREATE INDEX tokens_family ON tokens(family);",
-    "CREATE TABLE users (
+        "CREATE TABLE users (
         id BIGSERIAL PRIMARY KEY,
         username TEXT NOT NULL UNIQUE,
         email TEXT NOT NULL DEFAULT '',
@@ -128,13 +128,17 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
 /// lock keeps replicas that start together from racing.
 pub(super) async fn run(store: &Store) -> StoreResult<()> {
-    let mut conn = store.pool.acquire().await?;
+    let mut conn = store.writer.acquire().await?;
     if store.backend == Backend::Postgres {
-        sqlx::query("SELECT pg_advisory_lock(727170)").execute(&mut *conn).await?;
+        sqlx::query("SELECT pg_advisory_lock(727170)")
+            .execute(&mut *conn)
+            .await?;
     }
     let result = apply(&mut conn, store.backend).await;
     if store.backend == Backend::Postgres {
-        sqlx::query("SELECT pg_advisory_unlock(727170)").execute(&mut *conn).await?;
+        sqlx::query("SELECT pg_advisory_unlock(727170)")
+            .execute(&mut *conn)
+            .await?;
     }
     result
 }
@@ -144,19 +148,27 @@ async fn apply(conn: &mut sqlx::AnyConnection, backend: Backend) -> StoreResult<
         .execute(&mut *conn)
         .await?;
     for (version, sqlite, postgres) in MIGRATIONS {
-        let done: Option<i64> = sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
-            .bind(version)
-            .fetch_optional(&mut *conn)
-            .await?;
+        let done: Option<i64> =
+            sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+                .bind(version)
+                .fetch_optional(&mut *conn)
+                .await?;
         if done.is_some() {
             continue;
         }
-        let script = if backend == Backend::Postgres { postgres } else { sqlite };
+        let script = if backend == Backend::Postgres {
+            postgres
+        } else {
+            sqlite
+        };
         let mut tx = conn.begin().await?;
         for statement in script.split(';').map(str::trim).filter(|s| !s.is_empty()) {
             sqlx::query(statement).execute(&mut *tx).await?;
         }
-        sqlx::query("INSERT INTO schema_migrations (version) VALUES ($1)").bind(version).execute(&mut *tx).await?;
+        sqlx::query("INSERT INTO schema_migrations (version) VALUES ($1)")
+            .bind(version)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         tracing::info!(version, "applied database migration");
     }

@@ -13,8 +13,8 @@ pub use sessions::{NewSession, Session};
 pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenRecord};
 pub use users::{NewUser, User, UserUpdate};
 
-use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::AnyPool;
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use std::time::Duration;
 
 /// Which database the pool talks to; only DDL and locking differ between the two.
@@ -40,7 +40,11 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// The authorization server's storage: users, groups, applications and tokens.
 #[derive(Clone, Debug)]
 pub struct Store {
+    /// Reads (and, on PostgreSQL, writes).
     pool: AnyPool,
+    /// Writes. On SQLite a single connection, so writers queue in the pool instead of meeting
+    /// SQLite's lock and its sleeping busy handler; on PostgreSQL the same pool as `pool`.
+    writer: AnyPool,
     backend: Backend,
 }
 
@@ -49,7 +53,11 @@ impl Store {
     /// missing, and applies the migrations that have not run yet.
     pub async fn connect(database_url: &str) -> StoreResult<Store> {
         install_default_drivers();
-        let backend = if database_url.starts_with("postgres") { Backend::Postgres } else { Backend::Sqlite };
+        let backend = if database_url.starts_with("postgres") {
+            Backend::Postgres
+        } else {
+            Backend::Sqlite
+        };
         let url = match backend {
             Backend::Sqlite => sqlite_url(database_url)?,
             Backend::Postgres => database_url.to_owned(),
@@ -59,22 +67,36 @@ impl Store {
             Backend::Sqlite => 8,
             Backend::Postgres => 16,
         };
-        let pool = AnyPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(10))
-            .after_connect(move |conn, _| {
-                Box::pin(async move {
-                    if backend == Backend::Sqlite {
-                        for pragma in ["PRAGMA foreign_keys = ON", "PRAGMA journal_mode = WAL", "PRAGMA busy_timeout = 5000", "PRAGMA synchronous = NORMAL"] {
-                            sqlx::query(pragma).execute(&mut *conn).await?;
+        let options = |max_connections: u32| {
+            AnyPoolOptions::new()
+                .max_connections(max_connections)
+                .acquire_timeout(Duration::from_secs(10))
+                .after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        if backend == Backend::Sqlite {
+                            for pragma in [
+                                "PRAGMA foreign_keys = ON",
+                                "PRAGMA journal_mode = WAL",
+                                "PRAGMA busy_timeout = 5000",
+                                "PRAGMA synchronous = NORMAL",
+                            ] {
+                                sqlx::query(pragma).execute(&mut *conn).await?;
+                            }
                         }
-                    }
-                    Ok(())
+                        Ok(())
+                    })
                 })
-            })
-            .connect(&url)
-            .await?;
-        let store = Store { pool, backend };
+        };
+        let pool = options(max_connections).connect(&url).await?;
+        let writer = match backend {
+            Backend::Sqlite if max_connections > 1 => options(1).connect(&url).await?,
+            _ => pool.clone(),
+        };
+        let store = Store {
+            pool,
+            writer,
+            backend,
+        };
         migrations::run(&store).await?;
         Ok(store)
     }
@@ -90,16 +112,31 @@ impl Store {
 
 /// `sqlite://data/x.db` → the folder `data/` is created and the file is opened read-write-create.
 fn sqlite_url(url: &str) -> StoreResult<String> {
-    let rest = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+    let rest = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:");
     let path = rest.split('?').next().unwrap_or_default();
     if path.is_empty() || path == ":memory:" {
         return Ok(url.to_owned());
     }
-    if let Some(parent) = std::path::Path::new(path).parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .map_err(|error| anyhow::anyhow!("cannot create database folder {}: {error}", parent.display()))?;
+    if let Some(parent) = std::path::Path::new(path)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(parent).map_err(|error| {
+            anyhow::anyhow!(
+                "cannot create database folder {}: {error}",
+                parent.display()
+            )
+        })?;
     }
-    Ok(if url.contains("mode=") { url.to_owned() } else if url.contains('?') { format!("{url}&mode=rwc") } else { format!("{url}?mode=rwc") })
+    Ok(if url.contains("mode=") {
+        url.to_owned()
+    } else if url.contains('?') {
+        format!("{url}&mode=rwc")
+    } else {
+        format!("{url}?mode=rwc")
+    })
 }
 
 /// Seconds since the Unix epoch.

@@ -26,7 +26,10 @@ impl Store {
     /// on the way, so the table stays small without a background task.
     pub async fn create_session(&self, user_id: i64, lifetime: i64) -> StoreResult<NewSession> {
         let now = now();
-        sqlx::query("DELETE FROM sessions WHERE expires_at <= $1").bind(now).execute(&self.pool).await?;
+        sqlx::query("DELETE FROM sessions WHERE expires_at <= $1")
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
         let session_id = secrets::random_token();
         let csrf_token = secrets::random_token();
         let expires_at = now + lifetime;
@@ -38,7 +41,11 @@ impl Store {
             .bind(expires_at)
             .execute(&self.pool)
             .await?;
-        Ok(NewSession { session_id, csrf_token, expires_at })
+        Ok(NewSession {
+            session_id,
+            csrf_token,
+            expires_at,
+        })
     }
 
     /// The unexpired session whose cookie value is `session_id`, with its user as stored now.
@@ -50,18 +57,30 @@ impl Store {
             .await?;
         let Some(row) = row else { return Ok(None) };
         let user_id: i64 = row.try_get("user_id")?;
-        let Some(user) = self.get_user(user_id).await? else { return Ok(None) };
-        Ok(Some(Session { user, csrf_token: row.try_get("csrf_token")?, expires_at: row.try_get("expires_at")? }))
+        let Some(user) = self.get_user(user_id).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Session {
+            user,
+            csrf_token: row.try_get("csrf_token")?,
+            expires_at: row.try_get("expires_at")?,
+        }))
     }
 
     pub async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {
-        let done = sqlx::query("DELETE FROM sessions WHERE id_digest = $1").bind(secrets::digest(session_id)).execute(&self.pool).await?;
+        let done = sqlx::query("DELETE FROM sessions WHERE id_digest = $1")
+            .bind(secrets::digest(session_id))
+            .execute(&self.pool)
+            .await?;
         Ok(done.rows_affected() == 1)
     }
 
     /// Signs a user out everywhere (after a password reset or deactivation).
     pub async fn delete_user_sessions(&self, user_id: i64) -> StoreResult<u64> {
-        let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1").bind(user_id).execute(&self.pool).await?;
+        let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1")
+            .bind(user_id)
+            .execute(&self.pool)
+            .await?;
         Ok(done.rows_affected())
     }
 
@@ -69,7 +88,10 @@ impl Store {
     /// forgets failures older than `window` seconds.
     pub async fn record_login_failure(&self, buckets: &[String], window: i64) -> StoreResult<()> {
         let now = now();
-        sqlx::query("DELETE FROM login_failures WHERE failed_at <= $1").bind(now - window).execute(&self.pool).await?;
+        sqlx::query("DELETE FROM login_failures WHERE failed_at <= $1")
+            .bind(now - window)
+            .execute(&self.pool)
+            .await?;
         for bucket in buckets {
             sqlx::query("INSERT INTO login_failures (bucket, failed_at) VALUES ($1, $2)")
                 .bind(bucket)
@@ -82,39 +104,42 @@ impl Store {
 
     /// How many sign-ins failed under `bucket` in the last `window` seconds.
     pub async fn count_login_failures(&self, bucket: &str, window: i64) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM login_failures WHERE bucket = $1 AND failed_at > $2")
-            .bind(bucket)
-            .bind(now() - window)
-            .fetch_one(&self.pool)
-            .await?)
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM login_failures WHERE bucket = $1 AND failed_at > $2",
+        )
+        .bind(bucket)
+        .bind(now() - window)
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     /// Forgets the failures of one bucket (a successful sign-in clears its username's count).
     pub async fn clear_login_failures(&self, bucket: &str) -> StoreResult<()> {
-        sqlx::query("DELETE FROM login_failures WHERE bucket = $1").bind(bucket).execute(&self.pool).await?;
+        sqlx::query("DELETE FROM login_failures WHERE bucket = $1")
+            .bind(bucket)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use crate::store::{NewUser, Store};
-
-    async fn stores() -> Vec<Store> {
-        let mut stores = vec![Store::connect("sqlite::memory:").await.unwrap()];
-        if let Ok(url) = std::env::var("DATABASE_URL") {
-            if url.starts_with("postgres") {
-                stores.push(Store::connect(&url).await.unwrap());
-            }
-        }
-        stores
-    }
+    use crate::store::NewUser;
 
     #[tokio::test]
     async fn sessions_and_failures_round_trip() {
-        for store in stores().await {
+        for store in crate::testing::all_stores().await {
             let name = format!("sess-{}", crate::secrets::random_client_id());
-            let user = store.create_user(&NewUser { username: name.clone(), is_active: true, is_staff: true, ..Default::default() }).await.unwrap();
+            let user = store
+                .create_user(&NewUser {
+                    username: name.clone(),
+                    is_active: true,
+                    is_staff: true,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
             let new = store.create_session(user.id, 60).await.unwrap();
             let found = store.find_session(&new.session_id).await.unwrap().unwrap();
             assert_eq!(found.user.id, user.id);
@@ -130,18 +155,42 @@ mod tests {
             assert!(store.delete_session(&new.session_id).await.unwrap());
             assert!(store.find_session(&new.session_id).await.unwrap().is_none());
             let expired = store.create_session(user.id, -1).await.unwrap();
-            assert!(store.find_session(&expired.session_id).await.unwrap().is_none());
+            assert!(
+                store
+                    .find_session(&expired.session_id)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
             let other = store.create_session(user.id, 60).await.unwrap();
             store.delete_user(user.id).await.unwrap();
-            assert!(store.find_session(&other.session_id).await.unwrap().is_none());
+            assert!(
+                store
+                    .find_session(&other.session_id)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
 
             let bucket = format!("user:{name}");
-            store.record_login_failure(&[bucket.clone(), format!("addr:{name}")], 900).await.unwrap();
-            store.record_login_failure(std::slice::from_ref(&bucket), 900).await.unwrap();
+            store
+                .record_login_failure(&[bucket.clone(), format!("addr:{name}")], 900)
+                .await
+                .unwrap();
+            store
+                .record_login_failure(std::slice::from_ref(&bucket), 900)
+                .await
+                .unwrap();
             assert_eq!(store.count_login_failures(&bucket, 900).await.unwrap(), 2);
             store.clear_login_failures(&bucket).await.unwrap();
             assert_eq!(store.count_login_failures(&bucket, 900).await.unwrap(), 0);
-            assert_eq!(store.count_login_failures(&format!("addr:{name}"), 900).await.unwrap(), 1);
+            assert_eq!(
+                store
+                    .count_login_failures(&format!("addr:{name}"), 900)
+                    .await
+                    .unwrap(),
+                1
+            );
         }
     }
 }

@@ -129,7 +129,12 @@ impl Store {
             None => None,
         };
         tx.commit().await?;
-        Ok(IssuedTokens { access_token, refresh_token, expires_in: new.access_lifetime, scope: new.scope.clone() })
+        Ok(IssuedTokens {
+            access_token,
+            refresh_token,
+            expires_in: new.access_lifetime,
+            scope: new.scope.clone(),
+        })
     }
 
     /// The token with this plaintext value, of any kind, whatever its state.
@@ -144,8 +149,14 @@ impl Store {
     /// Spends a refresh token presented by `application_id`. A second use of a spent token
     /// revokes its whole family (reuse detection); the claim is a conditional update, so two
     /// replicas racing on one token cannot both win.
-    pub async fn claim_refresh_token(&self, refresh_token: &str, application_id: i64) -> StoreResult<RefreshOutcome> {
-        let Some(record) = self.find_token(refresh_token).await? else { return Ok(RefreshOutcome::Invalid) };
+    pub async fn claim_refresh_token(
+        &self,
+        refresh_token: &str,
+        application_id: i64,
+    ) -> StoreResult<RefreshOutcome> {
+        let Some(record) = self.find_token(refresh_token).await? else {
+            return Ok(RefreshOutcome::Invalid);
+        };
         if record.kind != TokenRecord::REFRESH || record.application_id != application_id {
             return Ok(RefreshOutcome::Invalid);
         }
@@ -156,20 +167,29 @@ impl Store {
         if !record.is_active() {
             return Ok(RefreshOutcome::Invalid);
         }
-        let claimed = sqlx::query("UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0").bind(record.id).execute(&self.writer).await?;
+        let claimed = sqlx::query("UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0")
+            .bind(record.id)
+            .execute(&self.writer)
+            .await?;
         if claimed.rows_affected() != 1 {
             self.revoke_family(&record.family).await?;
             return Ok(RefreshOutcome::Reused);
         }
         if let Some(access_id) = record.access_token_id {
-            sqlx::query("UPDATE tokens SET revoked = 1 WHERE id = $1").bind(access_id).execute(&self.writer).await?;
+            sqlx::query("UPDATE tokens SET revoked = 1 WHERE id = $1")
+                .bind(access_id)
+                .execute(&self.writer)
+                .await?;
         }
         Ok(RefreshOutcome::Claimed(record))
     }
 
     /// Revokes every access and refresh token of one rotation family.
     pub async fn revoke_family(&self, family: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE tokens SET revoked = 1 WHERE family = $1").bind(family).execute(&self.writer).await?;
+        sqlx::query("UPDATE tokens SET revoked = 1 WHERE family = $1")
+            .bind(family)
+            .execute(&self.writer)
+            .await?;
         Ok(())
     }
 

@@ -46,7 +46,8 @@ pub struct UserUpdate {
     pub is_superuser: Option<bool>,
 }
 
-const COLUMNS: &str = "id, username, email, first_name, last_name, is_active, is_staff, is_superuser, date_joined";
+const COLUMNS: &str =
+    "id, username, email, first_name, last_name, is_active, is_staff, is_superuser, date_joined";
 
 fn from_row(row: &AnyRow) -> StoreResult<User> {
     Ok(User {
@@ -88,7 +89,9 @@ impl Store {
     }
 
     pub async fn list_users(&self) -> StoreResult<Vec<User>> {
-        let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM users ORDER BY id")).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(&format!("SELECT {COLUMNS} FROM users ORDER BY id"))
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(from_row).collect()
     }
 
@@ -109,7 +112,10 @@ impl Store {
     }
 
     pub async fn get_user(&self, id: i64) -> StoreResult<Option<User>> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM users WHERE id = $1")).bind(id).fetch_optional(&self.pool).await?;
+        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM users WHERE id = $1"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(from_row).transpose()
     }
 
@@ -123,13 +129,22 @@ impl Store {
 
     /// The user whose username and password match, if active. Always spends one argon2
     /// verification, whether or not the username exists.
-    pub async fn authenticate_user(&self, username: &str, password: &str) -> StoreResult<Option<User>> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS}, password_hash FROM users WHERE username = $1"))
-            .bind(username)
-            .fetch_optional(&self.pool)
-            .await?;
+    pub async fn authenticate_user(
+        &self,
+        username: &str,
+        password: &str,
+    ) -> StoreResult<Option<User>> {
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS}, password_hash FROM users WHERE username = $1"
+        ))
+        .bind(username)
+        .fetch_optional(&self.pool)
+        .await?;
         let (user, hash) = match &row {
-            Some(row) => (Some(from_row(row)?), row.try_get::<Option<String>, _>("password_hash")?),
+            Some(row) => (
+                Some(from_row(row)?),
+                row.try_get::<Option<String>, _>("password_hash")?,
+            ),
             None => (None, None),
         };
         let matches = secrets::verify_password(password.to_owned(), hash).await;
@@ -137,7 +152,9 @@ impl Store {
     }
 
     pub async fn update_user(&self, id: i64, update: &UserUpdate) -> StoreResult<Option<User>> {
-        let Some(current) = self.get_user(id).await? else { return Ok(None) };
+        let Some(current) = self.get_user(id).await? else {
+            return Ok(None);
+        };
         let row = sqlx::query(&format!(
             "UPDATE users SET username = $1, email = $2, first_name = $3, last_name = $4,
              is_active = $5, is_staff = $6, is_superuser = $7 WHERE id = $8 RETURNING {COLUMNS}"
@@ -148,7 +165,9 @@ impl Store {
         .bind(update.last_name.as_ref().unwrap_or(&current.last_name))
         .bind(i64::from(update.is_active.unwrap_or(current.is_active)))
         .bind(i64::from(update.is_staff.unwrap_or(current.is_staff)))
-        .bind(i64::from(update.is_superuser.unwrap_or(current.is_superuser)))
+        .bind(i64::from(
+            update.is_superuser.unwrap_or(current.is_superuser),
+        ))
         .bind(id)
         .fetch_optional(&self.writer)
         .await
@@ -161,21 +180,39 @@ impl Store {
 
     pub async fn set_password(&self, id: i64, password: &str) -> StoreResult<bool> {
         let hash = secrets::hash_password(password.to_owned()).await?;
-        let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2").bind(hash).bind(id).execute(&self.writer).await?;
+        let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
+            .bind(hash)
+            .bind(id)
+            .execute(&self.writer)
+            .await?;
         Ok(done.rows_affected() == 1)
     }
 
     pub async fn delete_user(&self, id: i64) -> StoreResult<bool> {
         let mut tx = self.writer.begin().await?;
-        sqlx::query("DELETE FROM user_groups WHERE user_id = $1").bind(id).execute(&mut *tx).await?;
-        sqlx::query("DELETE FROM tokens WHERE user_id = $1").bind(id).execute(&mut *tx).await?;
-        sqlx::query("UPDATE applications SET owner_id = NULL WHERE owner_id = $1").bind(id).execute(&mut *tx).await?;
-        let done = sqlx::query("DELETE FROM users WHERE id = $1").bind(id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM user_groups WHERE user_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM tokens WHERE user_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE applications SET owner_id = NULL WHERE owner_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let done = sqlx::query("DELETE FROM users WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
     pub async fn count_users(&self) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users").fetch_one(&self.pool).await?)
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM users")
+            .fetch_one(&self.pool)
+            .await?)
     }
 }

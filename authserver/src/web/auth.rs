@@ -2,12 +2,15 @@
 //! throttle that refuses a username or an address after repeated failures.
 
 use super::forms::FormData;
-use super::session::{HOME, Operator, SESSION_COOKIE, SESSION_LIFETIME, cookie, current_session, may_sign_in, safe_next, set_cookie};
+use super::session::{
+    HOME, Operator, SESSION_COOKIE, SESSION_LIFETIME, cookie, current_session, may_sign_in,
+    safe_next, set_cookie,
+};
 use super::templates::{LoginPage, Nav};
 use super::{WebResult, csrf, render, see_other};
 use crate::AppState;
-use axum::Router;
 use axum::Extension;
+use axum::Router;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -34,18 +37,47 @@ struct NextQuery {
     next: Option<String>,
 }
 
-async fn login_page(State(state): State<AppState>, headers: HeaderMap, Query(query): Query<NextQuery>) -> WebResult {
-    let next = query.next.as_deref().and_then(safe_next).unwrap_or(HOME).to_owned();
+async fn login_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<NextQuery>,
+) -> WebResult {
+    let next = query
+        .next
+        .as_deref()
+        .and_then(safe_next)
+        .unwrap_or(HOME)
+        .to_owned();
     // Already signed in: straight on.
     if current_session(&state, &headers).await?.is_some() {
         return Ok(see_other(&next));
     }
-    Ok(login_form(&state, &headers, StatusCode::OK, String::new(), next, None))
+    Ok(login_form(
+        &state,
+        &headers,
+        StatusCode::OK,
+        String::new(),
+        next,
+        None,
+    ))
 }
 
-fn login_form(state: &AppState, headers: &HeaderMap, status: StatusCode, username: String, next: String, error: Option<&str>) -> Response {
+fn login_form(
+    state: &AppState,
+    headers: &HeaderMap,
+    status: StatusCode,
+    username: String,
+    next: String,
+    error: Option<&str>,
+) -> Response {
     let (csrf_token, set) = csrf::login_token(state, headers);
-    let page = LoginPage { nav: Nav::anonymous(), csrf_token, username, next, error: error.map(str::to_owned) };
+    let page = LoginPage {
+        nav: Nav::anonymous(),
+        csrf_token,
+        username,
+        next,
+        error: error.map(str::to_owned),
+    };
     let mut response = render(status, &page);
     if let Some(value) = set.and_then(|v| HeaderValue::from_str(&v).ok()) {
         response.headers_mut().append(header::SET_COOKIE, value);
@@ -77,9 +109,20 @@ async fn login(
     csrf::verify_login(&headers, &form)?;
     let username = form.text("username");
     let password = form.get("password").unwrap_or_default().to_owned();
-    let next = form.get("next").and_then(safe_next).unwrap_or(HOME).to_owned();
+    let next = form
+        .get("next")
+        .and_then(safe_next)
+        .unwrap_or(HOME)
+        .to_owned();
     if username.is_empty() || password.is_empty() || username.len() > 150 {
-        return Ok(login_form(&state, &headers, StatusCode::BAD_REQUEST, username, next, Some(BAD_CREDENTIALS)));
+        return Ok(login_form(
+            &state,
+            &headers,
+            StatusCode::BAD_REQUEST,
+            username,
+            next,
+            Some(BAD_CREDENTIALS),
+        ));
     }
 
     let address = client_address(&headers, connect.map(|Extension(ConnectInfo(peer))| peer));
@@ -88,20 +131,54 @@ async fn login(
         buckets.push(format!("addr:{address}"));
     }
     for bucket in &buckets {
-        if state.store.count_login_failures(bucket, FAILURE_WINDOW).await? >= MAX_FAILURES {
-            tracing::warn!(address = address.as_deref().unwrap_or("unknown"), "sign-in refused: too many failures");
-            let mut response = login_form(&state, &headers, StatusCode::TOO_MANY_REQUESTS, username, next, Some(THROTTLED));
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
+        if state
+            .store
+            .count_login_failures(bucket, FAILURE_WINDOW)
+            .await?
+            >= MAX_FAILURES
+        {
+            tracing::warn!(
+                address = address.as_deref().unwrap_or("unknown"),
+                "sign-in refused: too many failures"
+            );
+            let mut response = login_form(
+                &state,
+                &headers,
+                StatusCode::TOO_MANY_REQUESTS,
+                username,
+                next,
+                Some(THROTTLED),
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
             return Ok(response);
         }
     }
 
-    let user = state.store.authenticate_user(&username, &password).await?.filter(may_sign_in);
+    let user = state
+        .store
+        .authenticate_user(&username, &password)
+        .await?
+        .filter(may_sign_in);
     let Some(user) = user else {
         // The username is not logged: people type their password into it.
-        tracing::info!(address = address.as_deref().unwrap_or("unknown"), "operator sign-in failed");
-        state.store.record_login_failure(&buckets, FAILURE_WINDOW).await?;
-        return Ok(login_form(&state, &headers, StatusCode::BAD_REQUEST, username, next, Some(BAD_CREDENTIALS)));
+        tracing::info!(
+            address = address.as_deref().unwrap_or("unknown"),
+            "operator sign-in failed"
+        );
+        state
+            .store
+            .record_login_failure(&buckets, FAILURE_WINDOW)
+            .await?;
+        return Ok(login_form(
+            &state,
+            &headers,
+            StatusCode::BAD_REQUEST,
+            username,
+            next,
+            Some(BAD_CREDENTIALS),
+        ));
     };
 
     state.store.clear_login_failures(&buckets[0]).await?;
@@ -109,24 +186,39 @@ async fn login(
     if let Some(old) = cookie(&headers, SESSION_COOKIE) {
         state.store.delete_session(old).await?;
     }
-    let session = state.store.create_session(user.id, SESSION_LIFETIME).await?;
+    let session = state
+        .store
+        .create_session(user.id, SESSION_LIFETIME)
+        .await?;
     tracing::info!(user_id = user.id, username = %user.username, "operator signed in");
     let mut response = see_other(&next);
-    let value = set_cookie(&state, SESSION_COOKIE, &session.session_id, "/", Some(SESSION_LIFETIME));
+    let value = set_cookie(
+        &state,
+        SESSION_COOKIE,
+        &session.session_id,
+        "/",
+        Some(SESSION_LIFETIME),
+    );
     if let Ok(value) = HeaderValue::from_str(&value) {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
     Ok(response)
 }
 
-async fn logout(State(state): State<AppState>, operator: Operator, headers: HeaderMap, form: FormData) -> WebResult {
+async fn logout(
+    State(state): State<AppState>,
+    operator: Operator,
+    headers: HeaderMap,
+    form: FormData,
+) -> WebResult {
     csrf::verify(&operator, &form)?;
     if let Some(session_id) = cookie(&headers, SESSION_COOKIE) {
         state.store.delete_session(session_id).await?;
     }
     tracing::info!(user_id = operator.user.id, "operator signed out");
     let mut response = see_other("/accounts/login/");
-    if let Ok(value) = HeaderValue::from_str(&set_cookie(&state, SESSION_COOKIE, "", "/", Some(0))) {
+    if let Ok(value) = HeaderValue::from_str(&set_cookie(&state, SESSION_COOKIE, "", "/", Some(0)))
+    {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
     Ok(response.into_response())

@@ -38,13 +38,20 @@ pub(crate) fn login_token(state: &AppState, headers: &HeaderMap) -> (String, Opt
 /// Accepts a sign-in form only when its hidden token equals the cookie.
 pub(crate) fn verify_login(headers: &HeaderMap, form: &FormData) -> Result<(), WebError> {
     match (cookie(headers, LOGIN_COOKIE), form.get(FIELD)) {
-        (Some(expected), Some(presented)) if looks_like_token(expected) && constant_time_eq(presented, expected) => Ok(()),
+        (Some(expected), Some(presented))
+            if looks_like_token(expected) && constant_time_eq(presented, expected) =>
+        {
+            Ok(())
+        }
         _ => Err(WebError::Csrf),
     }
 }
 
 fn looks_like_token(token: &str) -> bool {
-    token.len() == 43 && token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    token.len() == 43
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 #[cfg(test)]
@@ -56,7 +63,10 @@ mod tests {
     fn login_token_must_match_the_cookie() {
         let token = random_token();
         let mut headers = HeaderMap::new();
-        headers.insert(header::COOKIE, HeaderValue::from_str(&format!("{LOGIN_COOKIE}={token}")).unwrap());
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("{LOGIN_COOKIE}={token}")).unwrap(),
+        );
         let good = FormData::from_pairs(vec![(FIELD.into(), token.clone())]);
         assert!(verify_login(&headers, &good).is_ok());
         let bad = FormData::from_pairs(vec![(FIELD.into(), random_token())]);

@@ -10,13 +10,17 @@ use std::collections::BTreeMap;
 pub(crate) struct FormData(Vec<(String, String)>);
 
 impl FormData {
+    #[cfg(test)]
     pub fn from_pairs(pairs: Vec<(String, String)>) -> Self {
         FormData(pairs)
     }
 
     /// The first value of `name`, as sent.
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// The first value of `name`, trimmed; empty when absent.
@@ -26,12 +30,17 @@ impl FormData {
 
     /// Every value sent under `name` (checkbox groups).
     pub fn all(&self, name: &str) -> Vec<String> {
-        self.0.iter().filter(|(k, _)| k == name).map(|(_, v)| v.clone()).collect()
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 
     /// Whether a checkbox was ticked.
     pub fn checked(&self, name: &str) -> bool {
-        self.get(name).is_some_and(|v| !v.is_empty() && v != "off" && v != "false")
+        self.get(name)
+            .is_some_and(|v| !v.is_empty() && v != "off" && v != "false")
     }
 }
 
@@ -39,7 +48,9 @@ impl<S: Send + Sync> FromRequest<S> for FormData {
     type Rejection = Response;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Response> {
-        let Form(pairs) = Form::<Vec<(String, String)>>::from_request(request, state).await.map_err(IntoResponse::into_response)?;
+        let Form(pairs) = Form::<Vec<(String, String)>>::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
         Ok(FormData(pairs))
     }
 }
@@ -52,7 +63,9 @@ impl FieldErrors {
     pub const ALL: &'static str = "__all__";
 
     pub fn add(&mut self, field: &str, message: impl Into<String>) {
-        self.0.entry(field.to_owned()).or_insert_with(|| message.into());
+        self.0
+            .entry(field.to_owned())
+            .or_insert_with(|| message.into());
     }
 
     pub fn get(&self, field: &str) -> Option<&str> {
@@ -70,7 +83,14 @@ impl FieldErrors {
 }
 
 /// Checks a length in characters; `what` starts the message.
-pub(crate) fn check_length(errors: &mut FieldErrors, field: &str, value: &str, what: &str, required: bool, max: usize) {
+pub(crate) fn check_length(
+    errors: &mut FieldErrors,
+    field: &str,
+    value: &str,
+    what: &str,
+    required: bool,
+    max: usize,
+) {
     if required && value.is_empty() {
         errors.add(field, "This field is required.");
     } else if value.chars().count() > max {
@@ -100,6 +120,9 @@ mod tests {
         check_length(&mut errors, "name", "", "Name", true, 5);
         check_length(&mut errors, "long", "abcdef", "Long", false, 5);
         assert_eq!(errors.get("name"), Some("This field is required."));
-        assert_eq!(errors.get("long"), Some("Long must be at most 5 characters."));
+        assert_eq!(
+            errors.get("long"),
+            Some("Long must be at most 5 characters.")
+        );
     }
 }

@@ -29,14 +29,23 @@ pub fn router() -> Router<AppState> {
         .merge(auth::router())
         .merge(applications::router())
         .merge(admin::router())
-        .route("/static/style.css", get(|| async { asset("text/css; charset=utf-8", STYLESHEET) }))
-        .route("/static/app.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .route(
+            "/static/style.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLESHEET) }),
+        )
+        .route(
+            "/static/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        )
         .layer(map_response(security_headers))
 }
 
 fn asset(content_type: &'static str, body: &'static str) -> Response {
     (
-        [(header::CONTENT_TYPE, content_type), (header::CACHE_CONTROL, "public, max-age=3600")],
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "public, max-age=3600"),
+        ],
         body,
     )
         .into_response()
@@ -54,8 +63,14 @@ async fn security_headers(mut response: Response) -> Response {
         HeaderValue::from_static("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     response
 }
 
@@ -94,9 +109,11 @@ impl IntoResponse for WebError {
     fn into_response(self) -> Response {
         let (status, title, message) = match self {
             WebError::NotFound => (StatusCode::NOT_FOUND, "Not found", "There is nothing here."),
-            WebError::Forbidden => {
-                (StatusCode::FORBIDDEN, "Forbidden", "Your account is not allowed to see or change this.")
-            }
+            WebError::Forbidden => (
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                "Your account is not allowed to see or change this.",
+            ),
             WebError::Csrf => (
                 StatusCode::FORBIDDEN,
                 "Forbidden",
@@ -104,10 +121,21 @@ impl IntoResponse for WebError {
             ),
             WebError::Internal(error) => {
                 tracing::error!(%error, "browser view failed");
-                (StatusCode::INTERNAL_SERVER_ERROR, "Server error", "Something went wrong on our side. Try again later.")
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "Server error",
+                    "Something went wrong on our side. Try again later.",
+                )
             }
         };
-        render(status, &templates::ErrorPage { nav: templates::Nav::anonymous(), title, message })
+        render(
+            status,
+            &templates::ErrorPage {
+                nav: templates::Nav::anonymous(),
+                title,
+                message,
+            },
+        )
     }
 }
 
@@ -115,5 +143,8 @@ pub(crate) type WebResult = Result<Response, WebError>;
 
 /// A path segment that must be a record id; anything else is a missing record.
 pub(crate) fn parse_id(raw: &str) -> Result<i64, WebError> {
-    raw.parse::<i64>().ok().filter(|id| *id > 0).ok_or(WebError::NotFound)
+    raw.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or(WebError::NotFound)
 }

@@ -31,7 +31,13 @@ pub(crate) fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> 
 
 /// A `Set-Cookie` value: `HttpOnly; SameSite=Lax`, `Secure` when the issuer is https.
 /// `max_age` 0 deletes the cookie.
-pub(crate) fn set_cookie(state: &AppState, name: &str, value: &str, path: &str, max_age: Option<i64>) -> String {
+pub(crate) fn set_cookie(
+    state: &AppState,
+    name: &str,
+    value: &str,
+    path: &str,
+    max_age: Option<i64>,
+) -> String {
     let mut cookie = format!("{name}={value}; Path={path}; HttpOnly; SameSite=Lax");
     if let Some(seconds) = max_age {
         cookie.push_str(&format!("; Max-Age={seconds}"));
@@ -57,7 +63,10 @@ pub fn safe_next(next: &str) -> Option<&str> {
 pub(crate) fn login_url(next: Option<&str>) -> String {
     match next.and_then(safe_next) {
         Some(next) if next != HOME => {
-            format!("/accounts/login/?next={}", form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>())
+            format!(
+                "/accounts/login/?next={}",
+                form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
+            )
         }
         _ => "/accounts/login/".to_owned(),
     }
@@ -83,8 +92,13 @@ impl Operator {
 }
 
 /// Loads the session behind the request's cookie, if any, and still allowed to sign in.
-pub(crate) async fn current_session(state: &AppState, headers: &HeaderMap) -> Result<Option<Session>, WebError> {
-    let Some(session_id) = cookie(headers, SESSION_COOKIE) else { return Ok(None) };
+pub(crate) async fn current_session(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<Session>, WebError> {
+    let Some(session_id) = cookie(headers, SESSION_COOKIE) else {
+        return Ok(None);
+    };
     let session = state.store.find_session(session_id).await?;
     Ok(session.filter(|s| may_sign_in(&s.user)))
 }
@@ -94,10 +108,17 @@ impl FromRequestParts<AppState> for Operator {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         match current_session(state, &parts.headers).await {
-            Ok(Some(session)) => Ok(Operator { user: session.user, csrf_token: session.csrf_token }),
+            Ok(Some(session)) => Ok(Operator {
+                user: session.user,
+                csrf_token: session.csrf_token,
+            }),
             Ok(None) => {
                 // Only a page can be come back to; after a refused POST the visitor lands home.
-                let uri = parts.extensions.get::<OriginalUri>().map(|o| o.0.clone()).unwrap_or_else(|| parts.uri.clone());
+                let uri = parts
+                    .extensions
+                    .get::<OriginalUri>()
+                    .map(|o| o.0.clone())
+                    .unwrap_or_else(|| parts.uri.clone());
                 let next = (parts.method == Method::GET || parts.method == Method::HEAD)
                     .then(|| uri.path_and_query().map(|pq| pq.as_str().to_owned()))
                     .flatten();
@@ -135,10 +156,21 @@ mod tests {
         for good in ["/", "/o/applications/", "/admin/users/?q=a%20b"] {
             assert_eq!(safe_next(good), Some(good));
         }
-        for bad in ["", "https://evil.example/", "//evil.example/", "/\\evil.example", "/a b", "/a\nb", "javascript:alert(1)"] {
+        for bad in [
+            "",
+            "https://evil.example/",
+            "//evil.example/",
+            "/\\evil.example",
+            "/a b",
+            "/a\nb",
+            "javascript:alert(1)",
+        ] {
             assert_eq!(safe_next(bad), None, "{bad:?}");
         }
-        assert_eq!(login_url(Some("/admin/?q=1&x=2")), "/accounts/login/?next=%2Fadmin%2F%3Fq%3D1%26x%3D2");
+        assert_eq!(
+            login_url(Some("/admin/?q=1&x=2")),
+            "/accounts/login/?next=%2Fadmin%2F%3Fq%3D1%26x%3D2"
+        );
         assert_eq!(login_url(Some("//evil")), "/accounts/login/");
         assert_eq!(login_url(None), "/accounts/login/");
     }
@@ -146,7 +178,10 @@ mod tests {
     #[test]
     fn cookies_are_found_among_others() {
         let mut headers = HeaderMap::new();
-        headers.append(header::COOKIE, HeaderValue::from_static("a=1; tokengate_session=abc"));
+        headers.append(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; tokengate_session=abc"),
+        );
         headers.append(header::COOKIE, HeaderValue::from_static("b=2"));
         assert_eq!(cookie(&headers, SESSION_COOKIE), Some("abc"));
         assert_eq!(cookie(&headers, "b"), Some("2"));

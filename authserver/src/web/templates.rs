@@ -13,11 +13,17 @@ pub(crate) struct Nav {
 
 impl Nav {
     pub fn anonymous() -> Nav {
-        Nav { user: None, csrf_token: String::new() }
+        Nav {
+            user: None,
+            csrf_token: String::new(),
+        }
     }
 
     pub fn of(operator: &Operator) -> Nav {
-        Nav { user: Some(operator.user.clone()), csrf_token: operator.csrf_token.clone() }
+        Nav {
+            user: Some(operator.user.clone()),
+            csrf_token: operator.csrf_token.clone(),
+        }
     }
 }
 
@@ -42,7 +48,11 @@ pub(crate) fn utc(timestamp: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02} UTC", seconds / 3600, seconds % 3600 / 60)
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        seconds / 3600,
+        seconds % 3600 / 60
+    )
 }
 
 #[derive(Template)]

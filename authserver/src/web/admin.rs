@@ -1,0 +1,705 @@
+//! `/admin/`: superusers manage users (create with a password, edit, permissions, password reset,
+//! delete) and groups (create, rename, delete, members). Everyone else signed in gets 403.
+
+use super::forms::{FieldErrors, FormData, check_length};
+use super::session::{Operator, Superuser};
+use super::templates::{
+    AdminIndex, GroupDelete, GroupDetail, GroupList, GroupRow, Nav, PasswordForm, UserDelete,
+    UserForm, UserList, UserValues,
+};
+use super::{WebError, WebResult, csrf, parse_id, render, see_other};
+use crate::AppState;
+use crate::store::{Group, NewUser, StoreError, User, UserUpdate};
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use serde::Deserialize;
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/admin/", get(index))
+        .route("/admin/users/", get(users))
+        .route("/admin/users/add/", get(add_user_page).post(add_user))
+        .route("/admin/users/{id}/", get(edit_user_page).post(edit_user))
+        .route(
+            "/admin/users/{id}/password/",
+            get(password_page).post(set_password),
+        )
+        .route(
+            "/admin/users/{id}/delete/",
+            get(delete_user_page).post(delete_user),
+        )
+        .route("/admin/groups/", get(groups).post(create_group))
+        .route("/admin/groups/{id}/", get(group).post(rename_group))
+        .route("/admin/groups/{id}/members/add/", post(add_member))
+        .route(
+            "/admin/groups/{id}/members/{user_id}/remove/",
+            post(remove_member),
+        )
+        .route(
+            "/admin/groups/{id}/delete/",
+            get(delete_group_page).post(delete_group),
+        )
+}
+
+const MIN_PASSWORD: usize = 8;
+/// Longer passwords only cost argon2 time.
+const MAX_PASSWORD: usize = 1024;
+
+fn user_values(form: &FormData) -> UserValues {
+    UserValues {
+        username: form.text("username"),
+        email: form.text("email"),
+        first_name: form.text("first_name"),
+        last_name: form.text("last_name"),
+        is_active: form.checked("is_active"),
+        is_staff: form.checked("is_staff"),
+        is_superuser: form.checked("is_superuser"),
+    }
+}
+
+fn values_of(user: &User) -> UserValues {
+    UserValues {
+        username: user.username.clone(),
+        email: user.email.clone(),
+        first_name: user.first_name.clone(),
+        last_name: user.last_name.clone(),
+        is_active: user.is_active,
+        is_staff: user.is_staff,
+        is_superuser: user.is_superuser,
+    }
+}
+
+/// Username, email and names, checked; the messages go beside their fields.
+fn check_user(values: &UserValues, errors: &mut FieldErrors) {
+    check_length(
+        errors,
+        "username",
+        &values.username,
+        "The username",
+        true,
+        150,
+    );
+    if !values
+        .username
+        .chars()
+        .all(|c| c.is_alphanumeric() || "@.+-_".contains(c))
+    {
+        errors.add("username", "Use only letters, digits and @ . + - _");
+    }
+    check_length(
+        errors,
+        "email",
+        &values.email,
+        "The email address",
+        false,
+        254,
+    );
+    if !values.email.is_empty() {
+        let ok = match values.email.split_once('@') {
+            Some((local, domain)) => {
+                !local.is_empty() && !domain.is_empty() && !domain.contains('@')
+            }
+            None => false,
+        };
+        if !ok || values.email.chars().any(char::is_whitespace) {
+            errors.add("email", "Enter a valid email address.");
+        }
+    }
+    check_length(
+        errors,
+        "first_name",
+        &values.first_name,
+        "The first name",
+        false,
+        150,
+    );
+    check_length(
+        errors,
+        "last_name",
+        &values.last_name,
+        "The last name",
+        false,
+        150,
+    );
+}
+
+/// The new password from `password1`/`password2`, if long enough and typed twice alike.
+fn check_password(form: &FormData, errors: &mut FieldErrors) -> Option<String> {
+    let password = form.get("password1").unwrap_or_default();
+    let again = form.get("password2").unwrap_or_default();
+    if password.is_empty() {
+        errors.add("password1", "This field is required.");
+    } else if password.chars().count() < MIN_PASSWORD {
+        errors.add(
+            "password1",
+            format!("The password must have at least {MIN_PASSWORD} characters."),
+        );
+    } else if password.len() > MAX_PASSWORD {
+        errors.add(
+            "password1",
+            format!("The password must have at most {MAX_PASSWORD} characters."),
+        );
+    } else if password != again {
+        errors.add("password2", "The two passwords differ.");
+    } else {
+        return Some(password.to_owned());
+    }
+    None
+}
+
+async fn load_user(state: &AppState, raw_id: &str) -> Result<User, WebError> {
+    state
+        .store
+        .get_user(parse_id(raw_id)?)
+        .await?
+        .ok_or(WebError::NotFound)
+}
+
+async fn load_group(state: &AppState, raw_id: &str) -> Result<Group, WebError> {
+    state
+        .store
+        .get_group(parse_id(raw_id)?)
+        .await?
+        .ok_or(WebError::NotFound)
+}
+
+async fn index(State(state): State<AppState>, Superuser(operator): Superuser) -> WebResult {
+    let page = AdminIndex {
+        nav: Nav::of(&operator),
+        user_count: usize::try_from(state.store.count_users().await?).unwrap_or_default(),
+        group_count: state.store.list_groups().await?.len(),
+    };
+    Ok(render(StatusCode::OK, &page))
+}
+
+#[derive(Deserialize)]
+struct Search {
+    q: Option<String>,
+}
+
+async fn users(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Query(search): Query<Search>,
+) -> WebResult {
+    let q = search
+        .q
+        .unwrap_or_default()
+        .trim()
+        .chars()
+        .take(150)
+        .collect::<String>();
+    let users = if q.is_empty() {
+        state.store.list_users().await?
+    } else {
+        state.store.search_users(&q).await?
+    };
+    Ok(render(
+        StatusCode::OK,
+        &UserList {
+            nav: Nav::of(&operator),
+            users,
+            q,
+        },
+    ))
+}
+
+fn user_form(
+    operator: &Operator,
+    user: Option<&User>,
+    values: UserValues,
+    errors: FieldErrors,
+    groups: Vec<Group>,
+) -> UserForm {
+    match user {
+        None => UserForm {
+            nav: Nav::of(operator),
+            title: "Add a user".into(),
+            action: "/admin/users/add/".into(),
+            creating: true,
+            user_id: 0,
+            values,
+            errors,
+            groups,
+        },
+        Some(user) => UserForm {
+            nav: Nav::of(operator),
+            title: format!("User {}", user.username),
+            action: format!("/admin/users/{}/", user.id),
+            creating: false,
+            user_id: user.id,
+            values,
+            errors,
+            groups,
+        },
+    }
+}
+
+async fn add_user_page(Superuser(operator): Superuser) -> WebResult {
+    let values = UserValues {
+        is_active: true,
+        ..Default::default()
+    };
+    Ok(render(
+        StatusCode::OK,
+        &user_form(&operator, None, values, FieldErrors::default(), Vec::new()),
+    ))
+}
+
+async fn add_user(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let values = user_values(&form);
+    let mut errors = FieldErrors::default();
+    check_user(&values, &mut errors);
+    let password = check_password(&form, &mut errors);
+    if let (Some(password), true) = (password, errors.is_empty()) {
+        let new = NewUser {
+            username: values.username.clone(),
+            email: values.email.clone(),
+            first_name: values.first_name.clone(),
+            last_name: values.last_name.clone(),
+            password: Some(password),
+            is_active: values.is_active,
+            is_staff: values.is_staff,
+            is_superuser: values.is_superuser,
+        };
+        match state.store.create_user(&new).await {
+            Ok(user) => {
+                tracing::info!(by = operator.user.id, user_id = user.id, username = %user.username, "user created");
+                return Ok(see_other(&format!("/admin/users/{}/", user.id)));
+            }
+            Err(StoreError::Conflict(_)) => {
+                errors.add("username", "A user with that username already exists.")
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(render(
+        StatusCode::BAD_REQUEST,
+        &user_form(&operator, None, values, errors, Vec::new()),
+    ))
+}
+
+async fn edit_user_page(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+) -> WebResult {
+    let user = load_user(&state, &id).await?;
+    let groups = state.store.user_groups(user.id).await?;
+    Ok(render(
+        StatusCode::OK,
+        &user_form(
+            &operator,
+            Some(&user),
+            values_of(&user),
+            FieldErrors::default(),
+            groups,
+        ),
+    ))
+}
+
+async fn edit_user(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let user = load_user(&state, &id).await?;
+    let values = user_values(&form);
+    let mut errors = FieldErrors::default();
+    check_user(&values, &mut errors);
+    if user.id == operator.user.id {
+        if !values.is_superuser {
+            errors.add(
+                "is_superuser",
+                "You cannot take away your own superuser status.",
+            );
+        }
+        if !values.is_active {
+            errors.add("is_active", "You cannot deactivate your own account.");
+        }
+    }
+    if errors.is_empty() {
+        let update = UserUpdate {
+            username: Some(values.username.clone()),
+            email: Some(values.email.clone()),
+            first_name: Some(values.first_name.clone()),
+            last_name: Some(values.last_name.clone()),
+            password: None,
+            is_active: Some(values.is_active),
+            is_staff: Some(values.is_staff),
+            is_superuser: Some(values.is_superuser),
+        };
+        match state.store.update_user(user.id, &update).await {
+            Ok(Some(updated)) => {
+                tracing::info!(by = operator.user.id, user_id = updated.id, "user updated");
+                if !updated.is_active || (!updated.is_staff && !updated.is_superuser) {
+                    state.store.delete_user_sessions(updated.id).await?;
+                }
+                return Ok(see_other("/admin/users/"));
+            }
+            Ok(None) => return Err(WebError::NotFound),
+            Err(StoreError::Conflict(_)) => {
+                errors.add("username", "A user with that username already exists.")
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    let groups = state.store.user_groups(user.id).await?;
+    Ok(render(
+        StatusCode::BAD_REQUEST,
+        &user_form(&operator, Some(&user), values, errors, groups),
+    ))
+}
+
+async fn password_page(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+) -> WebResult {
+    let user = load_user(&state, &id).await?;
+    Ok(render(
+        StatusCode::OK,
+        &PasswordForm {
+            nav: Nav::of(&operator),
+            user,
+            errors: FieldErrors::default(),
+        },
+    ))
+}
+
+async fn set_password(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let user = load_user(&state, &id).await?;
+    let mut errors = FieldErrors::default();
+    let Some(password) = check_password(&form, &mut errors) else {
+        return Ok(render(
+            StatusCode::BAD_REQUEST,
+            &PasswordForm {
+                nav: Nav::of(&operator),
+                user,
+                errors,
+            },
+        ));
+    };
+    state.store.set_password(user.id, &password).await?;
+    if user.id != operator.user.id {
+        state.store.delete_user_sessions(user.id).await?;
+    }
+    tracing::info!(by = operator.user.id, user_id = user.id, "password reset");
+    Ok(see_other(&format!("/admin/users/{}/", user.id)))
+}
+
+async fn delete_user_page(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+) -> WebResult {
+    let user = load_user(&state, &id).await?;
+    Ok(render(
+        StatusCode::OK,
+        &UserDelete {
+            nav: Nav::of(&operator),
+            user,
+            errors: FieldErrors::default(),
+        },
+    ))
+}
+
+async fn delete_user(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let user = load_user(&state, &id).await?;
+    if user.id == operator.user.id {
+        let mut errors = FieldErrors::default();
+        errors.add(FieldErrors::ALL, "You cannot delete your own account.");
+        return Ok(render(
+            StatusCode::BAD_REQUEST,
+            &UserDelete {
+                nav: Nav::of(&operator),
+                user,
+                errors,
+            },
+        ));
+    }
+    state.store.delete_user(user.id).await?;
+    tracing::info!(by = operator.user.id, user_id = user.id, "user deleted");
+    Ok(see_other("/admin/users/"))
+}
+
+fn check_group_name(name: &str, errors: &mut FieldErrors) {
+    check_length(errors, "name", name, "The name", true, 150);
+}
+
+async fn group_rows(state: &AppState) -> Result<Vec<GroupRow>, WebError> {
+    let mut rows = Vec::new();
+    for group in state.store.list_groups().await? {
+        let members = state.store.group_members(group.id).await?.len();
+        rows.push(GroupRow {
+            id: group.id,
+            name: group.name,
+            members,
+        });
+    }
+    Ok(rows)
+}
+
+async fn groups(State(state): State<AppState>, Superuser(operator): Superuser) -> WebResult {
+    let page = GroupList {
+        nav: Nav::of(&operator),
+        groups: group_rows(&state).await?,
+        name: String::new(),
+        errors: FieldErrors::default(),
+    };
+    Ok(render(StatusCode::OK, &page))
+}
+
+async fn create_group(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let name = form.text("name");
+    let mut errors = FieldErrors::default();
+    check_group_name(&name, &mut errors);
+    if errors.is_empty() {
+        match state.store.create_group(&name).await {
+            Ok(group) => {
+                tracing::info!(by = operator.user.id, group_id = group.id, "group created");
+                return Ok(see_other(&format!("/admin/groups/{}/", group.id)));
+            }
+            Err(StoreError::Conflict(_)) => {
+                errors.add("name", "A group with that name already exists.")
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    let page = GroupList {
+        nav: Nav::of(&operator),
+        groups: group_rows(&state).await?,
+        name,
+        errors,
+    };
+    Ok(render(StatusCode::BAD_REQUEST, &page))
+}
+
+async fn group_page(
+    state: &AppState,
+    operator: &Operator,
+    group: Group,
+    name: Option<String>,
+    member_username: String,
+    errors: FieldErrors,
+) -> Result<GroupDetail, WebError> {
+    Ok(GroupDetail {
+        nav: Nav::of(operator),
+        members: state.store.group_members(group.id).await?,
+        name: name.unwrap_or_else(|| group.name.clone()),
+        group,
+        member_username,
+        errors,
+    })
+}
+
+async fn group(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+) -> WebResult {
+    let group = load_group(&state, &id).await?;
+    Ok(render(
+        StatusCode::OK,
+        &group_page(
+            &state,
+            &operator,
+            group,
+            None,
+            String::new(),
+            FieldErrors::default(),
+        )
+        .await?,
+    ))
+}
+
+async fn rename_group(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let group = load_group(&state, &id).await?;
+    let name = form.text("name");
+    let mut errors = FieldErrors::default();
+    check_group_name(&name, &mut errors);
+    if errors.is_empty() {
+        match state.store.rename_group(group.id, &name).await {
+            Ok(Some(_)) => return Ok(see_other(&format!("/admin/groups/{}/", group.id))),
+            Ok(None) => return Err(WebError::NotFound),
+            Err(StoreError::Conflict(_)) => {
+                errors.add("name", "A group with that name already exists.")
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(render(
+        StatusCode::BAD_REQUEST,
+        &group_page(&state, &operator, group, Some(name), String::new(), errors).await?,
+    ))
+}
+
+async fn add_member(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let group = load_group(&state, &id).await?;
+    let username = form.text("username");
+    let mut errors = FieldErrors::default();
+    if username.is_empty() {
+        errors.add("username", "This field is required.");
+    } else if let Some(user) = state.store.find_user_by_username(&username).await? {
+        state.store.add_member(group.id, user.id).await?;
+        tracing::info!(
+            by = operator.user.id,
+            group_id = group.id,
+            user_id = user.id,
+            "member added"
+        );
+        return Ok(see_other(&format!("/admin/groups/{}/", group.id)));
+    } else {
+        errors.add("username", "There is no user with that username.");
+    }
+    Ok(render(
+        StatusCode::BAD_REQUEST,
+        &group_page(&state, &operator, group, None, username, errors).await?,
+    ))
+}
+
+async fn remove_member(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path((id, user_id)): Path<(String, String)>,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let group = load_group(&state, &id).await?;
+    let user = load_user(&state, &user_id).await?;
+    state.store.remove_member(group.id, user.id).await?;
+    tracing::info!(
+        by = operator.user.id,
+        group_id = group.id,
+        user_id = user.id,
+        "member removed"
+    );
+    Ok(see_other(&format!("/admin/groups/{}/", group.id)))
+}
+
+async fn delete_group_page(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+) -> WebResult {
+    let group = load_group(&state, &id).await?;
+    Ok(render(
+        StatusCode::OK,
+        &GroupDelete {
+            nav: Nav::of(&operator),
+            group,
+        },
+    ))
+}
+
+async fn delete_group(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let group = load_group(&state, &id).await?;
+    state.store.delete_group(group.id).await?;
+    tracing::info!(by = operator.user.id, group_id = group.id, "group deleted");
+    Ok(see_other("/admin/groups/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(pairs: &[(&str, &str)]) -> FormData {
+        FormData::from_pairs(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn user_fields_and_passwords_are_checked() {
+        let mut errors = FieldErrors::default();
+        check_user(
+            &user_values(&form(&[("username", "bad name"), ("email", "nope")])),
+            &mut errors,
+        );
+        assert!(errors.get("username").is_some());
+        assert!(errors.get("email").is_some());
+        let mut errors = FieldErrors::default();
+        check_user(
+            &user_values(&form(&[
+                ("username", "alice.b+1@x"),
+                ("email", "a@b.example"),
+            ])),
+            &mut errors,
+        );
+        assert!(errors.is_empty());
+        let mut errors = FieldErrors::default();
+        assert_eq!(
+            check_password(
+                &form(&[("password1", "short"), ("password2", "short")]),
+                &mut errors
+            ),
+            None
+        );
+        assert!(errors.get("password1").is_some());
+        let mut errors = FieldErrors::default();
+        assert_eq!(
+            check_password(
+                &form(&[("password1", "long enough"), ("password2", "long enougH")]),
+                &mut errors
+            ),
+            None
+        );
+        assert!(errors.get("password2").is_some());
+        let mut errors = FieldErrors::default();
+        assert_eq!(
+            check_password(
+                &form(&[("password1", "long enough"), ("password2", "long enough")]),
+                &mut errors
+            )
+            .as_deref(),
+            Some("long enough")
+        );
+    }
+}

@@ -1,0 +1,551 @@
+//! `/o/applications/`: operators register, read, change and delete their client applications;
+//! a secret is shown in full once, after registration or regeneration. Superusers see them all.
+
+use super::forms::{FieldErrors, FormData, check_length};
+use super::session::Operator;
+use super::templates::{
+    ApplicationDelete, ApplicationDetail, ApplicationForm, ApplicationList, ApplicationRow,
+    ApplicationValues, Choice, Nav, utc,
+};
+use super::{WebError, WebResult, csrf, parse_id, render, see_other};
+use crate::AppState;
+use crate::config::Settings;
+use crate::store::{Application, ApplicationInput, ClientType, GrantType};
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use std::collections::HashMap;
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route("/o/applications/", get(list))
+        .route(
+            "/o/applications/register/",
+            get(register_page).post(register),
+        )
+        .route("/o/applications/{id}/", get(detail))
+        .route(
+            "/o/applications/{id}/update/",
+            get(update_page).post(update),
+        )
+        .route(
+            "/o/applications/{id}/delete/",
+            get(delete_page).post(delete),
+        )
+        .route("/o/applications/{id}/regenerate-secret/", post(regenerate))
+}
+
+/// Checks the submitted fields into an [`ApplicationInput`]; on refusal, the messages per field.
+/// Either way the entered values come back, to show the form again.
+pub(crate) fn validate(
+    settings: &Settings,
+    form: &FormData,
+) -> (ApplicationValues, Result<ApplicationInput, FieldErrors>) {
+    let mut scopes: Vec<String> = Vec::new();
+    for scope in form.all("scope") {
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
+    }
+    let values = ApplicationValues {
+        name: form.text("name"),
+        client_type: form.text("client_type"),
+        grant_type: form.text("grant_type"),
+        redirect_uris: form
+            .get("redirect_uris")
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+        scopes,
+        may_introspect: form.checked("may_introspect"),
+    };
+    let mut errors = FieldErrors::default();
+    check_length(&mut errors, "name", &values.name, "The name", true, 255);
+    let client_type = ClientType::ALL
+        .into_iter()
+        .find(|t| t.as_str() == values.client_type);
+    if client_type.is_none() {
+        errors.add("client_type", "Choose confidential or public.");
+    }
+    let grant_type = GrantType::ALL
+        .into_iter()
+        .find(|g| g.as_str() == values.grant_type);
+    match grant_type {
+        None => errors.add("grant_type", "Choose one of the grant types."),
+        Some(GrantType::ClientCredentials) if client_type == Some(ClientType::Public) => errors
+            .add(
+                "grant_type",
+                "Public clients cannot use the client credentials grant: it needs a secret.",
+            ),
+        _ => {}
+    }
+    let uris: Vec<&str> = values.redirect_uris.split_whitespace().collect();
+    if let Some(bad) = uris.iter().find(|uri| !valid_redirect_uri(uri)) {
+        errors.add(
+            "redirect_uris",
+            format!("\"{bad}\" is not an absolute http(s) URL without a fragment."),
+        );
+    } else if uris.is_empty() && grant_type == Some(GrantType::AuthorizationCode) {
+        errors.add(
+            "redirect_uris",
+            "The authorization code grant needs at least one redirect URI.",
+        );
+    } else if uris.len() > 20 {
+        errors.add("redirect_uris", "At most 20 redirect URIs.");
+    }
+    if let Some(unknown) = values
+        .scopes
+        .iter()
+        .find(|s| !settings.scopes.contains_key(*s))
+    {
+        errors.add("scope", format!("\"{unknown}\" is not a declared scope."));
+    }
+    let result = match (client_type, grant_type) {
+        (Some(client_type), Some(grant_type)) if errors.is_empty() => Ok(ApplicationInput {
+            name: values.name.clone(),
+            client_type,
+            grant_type,
+            redirect_uris: uris.join(" "),
+            allowed_scopes: values.scopes.clone(),
+            may_introspect: values.may_introspect,
+        }),
+        _ => Err(errors),
+    };
+    (values, result)
+}
+
+fn valid_redirect_uri(uri: &str) -> bool {
+    let rest = uri
+        .strip_prefix("https://")
+        .or_else(|| uri.strip_prefix("http://"));
+    let host = rest
+        .and_then(|r| r.split(['/', '?']).next())
+        .unwrap_or_default();
+    !host.is_empty()
+        && !uri.contains('#')
+        && uri.len() <= 2000
+        && !uri.chars().any(|c| c.is_control())
+}
+
+fn form_page(
+    state: &AppState,
+    operator: &Operator,
+    title: String,
+    action: String,
+    cancel: String,
+    values: ApplicationValues,
+    errors: FieldErrors,
+) -> ApplicationForm {
+    let choice = |value: &str, label: &str, current: &str| Choice {
+        value: value.into(),
+        label: label.into(),
+        selected: value == current,
+    };
+    ApplicationForm {
+        nav: Nav::of(operator),
+        title,
+        action,
+        cancel,
+        client_types: ClientType::ALL
+            .iter()
+            .map(|t| choice(t.as_str(), t.as_str(), &values.client_type))
+            .collect(),
+        grant_types: GrantType::ALL
+            .iter()
+            .map(|g| choice(g.as_str(), g.label(), &values.grant_type))
+            .collect(),
+        scopes: state
+            .settings
+            .scopes
+            .iter()
+            .map(|(name, description)| Choice {
+                value: name.clone(),
+                label: description.clone(),
+                selected: values.scopes.contains(name),
+            })
+            .collect(),
+        values,
+        errors,
+    }
+}
+
+/// The application with this id, if it exists and this operator may see it.
+async fn load_owned(
+    state: &AppState,
+    operator: &Operator,
+    raw_id: &str,
+) -> Result<Application, WebError> {
+    let app = state
+        .store
+        .get_application(parse_id(raw_id)?)
+        .await?
+        .ok_or(WebError::NotFound)?;
+    if operator.owns(app.owner_id) {
+        Ok(app)
+    } else {
+        tracing::info!(
+            user_id = operator.user.id,
+            application_id = app.id,
+            "application refused to a non-owner"
+        );
+        Err(WebError::Forbidden)
+    }
+}
+
+async fn detail_page(
+    state: &AppState,
+    operator: &Operator,
+    app: Application,
+    secret: Option<String>,
+) -> Result<ApplicationDetail, WebError> {
+    let owner = match app.owner_id {
+        Some(id) => state
+            .store
+            .get_user(id)
+            .await?
+            .map(|u| u.username)
+            .unwrap_or_else(|| "—".into()),
+        None => "—".into(),
+    };
+    let scopes = if app.allowed_scopes.is_empty() {
+        "every declared scope".to_owned()
+    } else {
+        app.allowed_scopes.join(" ")
+    };
+    Ok(ApplicationDetail {
+        nav: Nav::of(operator),
+        fingerprint: app.secret_fingerprint().map(str::to_owned),
+        redirect_uris: app
+            .redirect_uris
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
+        scopes,
+        owner,
+        created: utc(app.created_at),
+        secret,
+        app,
+    })
+}
+
+async fn list(State(state): State<AppState>, operator: Operator) -> WebResult {
+    let superuser = operator.user.is_superuser;
+    let apps = state
+        .store
+        .list_applications(if superuser {
+            None
+        } else {
+            Some(operator.user.id)
+        })
+        .await?;
+    let owners: HashMap<i64, String> = if superuser {
+        state
+            .store
+            .list_users()
+            .await?
+            .into_iter()
+            .map(|u| (u.id, u.username))
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    let applications = apps
+        .into_iter()
+        .map(|app| ApplicationRow {
+            id: app.id,
+            owner: app
+                .owner_id
+                .and_then(|id| owners.get(&id).cloned())
+                .unwrap_or_else(|| "—".into()),
+            name: app.name,
+            client_id: app.client_id,
+            client_type: app.client_type.as_str(),
+            grant_label: app.grant_type.label(),
+        })
+        .collect();
+    Ok(render(
+        StatusCode::OK,
+        &ApplicationList {
+            nav: Nav::of(&operator),
+            applications,
+            show_owner: superuser,
+        },
+    ))
+}
+
+async fn register_page(State(state): State<AppState>, operator: Operator) -> WebResult {
+    let values = ApplicationValues {
+        client_type: ClientType::Confidential.as_str().into(),
+        grant_type: GrantType::Password.as_str().into(),
+        ..Default::default()
+    };
+    let page = form_page(
+        &state,
+        &operator,
+        "Register a new application".into(),
+        "/o/applications/register/".into(),
+        "/o/applications/".into(),
+        values,
+        FieldErrors::default(),
+    );
+    Ok(render(StatusCode::OK, &page))
+}
+
+async fn register(State(state): State<AppState>, operator: Operator, form: FormData) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let (values, input) = validate(&state.settings, &form);
+    let input = match input {
+        Ok(input) => input,
+        Err(errors) => {
+            let page = form_page(
+                &state,
+                &operator,
+                "Register a new application".into(),
+                "/o/applications/register/".into(),
+                "/o/applications/".into(),
+                values,
+                errors,
+            );
+            return Ok(render(StatusCode::BAD_REQUEST, &page));
+        }
+    };
+    let (app, secret) = state
+        .store
+        .create_application(&input, Some(operator.user.id), None, None)
+        .await?;
+    tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "application registered");
+    Ok(render(
+        StatusCode::CREATED,
+        &detail_page(&state, &operator, app, secret).await?,
+    ))
+}
+
+async fn detail(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<String>,
+) -> WebResult {
+    let app = load_owned(&state, &operator, &id).await?;
+    Ok(render(
+        StatusCode::OK,
+        &detail_page(&state, &operator, app, None).await?,
+    ))
+}
+
+fn values_of(app: &Application) -> ApplicationValues {
+    ApplicationValues {
+        name: app.name.clone(),
+        client_type: app.client_type.as_str().into(),
+        grant_type: app.grant_type.as_str().into(),
+        redirect_uris: app
+            .redirect_uris
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join("\n"),
+        scopes: app.allowed_scopes.clone(),
+        may_introspect: app.may_introspect,
+    }
+}
+
+async fn update_page(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<String>,
+) -> WebResult {
+    let app = load_owned(&state, &operator, &id).await?;
+    let page = form_page(
+        &state,
+        &operator,
+        format!("Edit {}", app.name),
+        format!("/o/applications/{}/update/", app.id),
+        format!("/o/applications/{}/", app.id),
+        values_of(&app),
+        FieldErrors::default(),
+    );
+    Ok(render(StatusCode::OK, &page))
+}
+
+async fn update(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<String>,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let app = load_owned(&state, &operator, &id).await?;
+    let (values, input) = validate(&state.settings, &form);
+    let input = match input {
+        Ok(input) => input,
+        Err(errors) => {
+            let page = form_page(
+                &state,
+                &operator,
+                format!("Edit {}", app.name),
+                format!("/o/applications/{}/update/", app.id),
+                format!("/o/applications/{}/", app.id),
+                values,
+                errors,
+            );
+            return Ok(render(StatusCode::BAD_REQUEST, &page));
+        }
+    };
+    let updated = state
+        .store
+        .update_application(app.id, &input)
+        .await?
+        .ok_or(WebError::NotFound)?;
+    tracing::info!(user_id = operator.user.id, client_id = %updated.client_id, "application updated");
+    // A public client turned confidential needs its first secret, shown once like any other.
+    if updated.client_type == ClientType::Confidential && updated.client_secret_digest.is_none() {
+        let secret = state
+            .store
+            .regenerate_secret(updated.id)
+            .await?
+            .ok_or(WebError::NotFound)?;
+        let updated = state
+            .store
+            .get_application(updated.id)
+            .await?
+            .ok_or(WebError::NotFound)?;
+        return Ok(render(
+            StatusCode::OK,
+            &detail_page(&state, &operator, updated, Some(secret)).await?,
+        ));
+    }
+    Ok(see_other(&format!("/o/applications/{}/", updated.id)))
+}
+
+async fn regenerate(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<String>,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let app = load_owned(&state, &operator, &id).await?;
+    if app.client_type != ClientType::Confidential {
+        return Ok(see_other(&format!("/o/applications/{}/", app.id)));
+    }
+    let secret = state
+        .store
+        .regenerate_secret(app.id)
+        .await?
+        .ok_or(WebError::NotFound)?;
+    tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "client secret regenerated");
+    let app = state
+        .store
+        .get_application(app.id)
+        .await?
+        .ok_or(WebError::NotFound)?;
+    Ok(render(
+        StatusCode::OK,
+        &detail_page(&state, &operator, app, Some(secret)).await?,
+    ))
+}
+
+async fn delete_page(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<String>,
+) -> WebResult {
+    let app = load_owned(&state, &operator, &id).await?;
+    Ok(render(
+        StatusCode::OK,
+        &ApplicationDelete {
+            nav: Nav::of(&operator),
+            app,
+        },
+    ))
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<String>,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let app = load_owned(&state, &operator, &id).await?;
+    state.store.delete_application(app.id).await?;
+    tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "application deleted");
+    Ok(see_other("/o/applications/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form(pairs: &[(&str, &str)]) -> FormData {
+        FormData::from_pairs(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_valid_form_becomes_an_input() {
+        let settings = Settings::for_tests("sqlite::memory:");
+        let (_, input) = validate(
+            &settings,
+            &form(&[
+                ("name", " App "),
+                ("client_type", "confidential"),
+                ("grant_type", "authorization-code"),
+                (
+                    "redirect_uris",
+                    "https://a.example/cb\r\nhttp://localhost:8080/cb",
+                ),
+                ("scope", "read"),
+                ("scope", "read"),
+                ("scope", "write"),
+                ("may_introspect", "on"),
+            ]),
+        );
+        let input = input.unwrap();
+        assert_eq!(input.name, "App");
+        assert_eq!(input.grant_type, GrantType::AuthorizationCode);
+        assert_eq!(
+            input.redirect_uris,
+            "https://a.example/cb http://localhost:8080/cb"
+        );
+        assert_eq!(input.allowed_scopes, ["read", "write"]);
+        assert!(input.may_introspect);
+    }
+
+    #[test]
+    fn refusals_name_their_field() {
+        let settings = Settings::for_tests("sqlite::memory:");
+        let (values, input) = validate(
+            &settings,
+            &form(&[
+                ("name", ""),
+                ("client_type", "public"),
+                ("grant_type", "client-credentials"),
+                ("redirect_uris", "ftp://x"),
+                ("scope", "nope"),
+            ]),
+        );
+        let errors = input.unwrap_err();
+        for field in ["name", "grant_type", "redirect_uris", "scope"] {
+            assert!(errors.get(field).is_some(), "{field}");
+        }
+        assert_eq!(values.client_type, "public");
+        let (_, input) = validate(
+            &settings,
+            &form(&[
+                ("name", "x"),
+                ("client_type", "secret"),
+                ("grant_type", "authorization-code"),
+            ]),
+        );
+        let errors = input.unwrap_err();
+        assert!(errors.get("client_type").is_some());
+        assert!(errors.get("redirect_uris").is_some());
+        assert!(!valid_redirect_uri("https://"));
+        assert!(!valid_redirect_uri("https://a/#x"));
+        assert!(valid_redirect_uri("https://a.example/cb?x=1"));
+    }
+}

@@ -1,0 +1,235 @@
+//! End-to-end tests of the browser views in a real Chromium (driven by playwright-core from
+//! the workspace's `tests/browser/views.mjs`) against the real server on a loopback port.
+//!
+//! Needs Debian's `chromium` (at `/usr/bin/chromium`, or `$CHROMIUM`), `node`, and `npm ci`
+//! run in `tests/browser/` at the workspace root. Without them the tests print a skip notice,
+//! or fail with that message when `CI` is set.
+
+use authserver::config::Settings;
+use authserver::store::{GrantType, NewUser, Store};
+use authserver::testing;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn browser_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/browser")
+}
+
+fn screenshot_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/screenshots")
+}
+
+fn chromium() -> PathBuf {
+    std::env::var_os("CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
+}
+
+/// Whether the browser, node and playwright-core are here; otherwise what to install.
+fn prerequisites() -> Result<(), String> {
+    let mut missing = Vec::new();
+    if !chromium().exists() {
+        missing.push(format!(
+            "{} (apt-get install -y chromium chromium-driver)",
+            chromium().display()
+        ));
+    }
+    if Command::new("node")
+        .arg("--version")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        missing.push("node (Node.js 20 or later)".to_owned());
+    }
+    if !browser_dir()
+        .join("node_modules/playwright-core/package.json")
+        .exists()
+    {
+        missing.push(format!(
+            "playwright-core (run `npm ci` in {})",
+            browser_dir().display()
+        ));
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the browser tests need {}", missing.join(", ")))
+    }
+}
+
+/// True when the test should go on; prints a skip notice, or panics under CI, when it cannot.
+fn browser_available(test: &str) -> bool {
+    match prerequisites() {
+        Ok(()) => true,
+        Err(message) if std::env::var("CI").is_ok_and(|v| !v.is_empty()) => {
+            panic!("{test}: {message}")
+        }
+        Err(message) => {
+            eprintln!("SKIPPED {test}: {message}");
+            false
+        }
+    }
+}
+
+/// Runs one scenario of `views.mjs` against `base_url`; returns the JSON summary it prints last.
+async fn run_scenario(
+    scenario: &'static str,
+    base_url: String,
+    vars: Vec<(&'static str, String)>,
+) -> Value {
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .current_dir(browser_dir())
+            .arg("views.mjs")
+            .arg(scenario)
+            .env("BASE_URL", base_url)
+            .env("SCREENSHOT_DIR", screenshot_dir())
+            .env("CHROMIUM", chromium())
+            .envs(vars)
+            .output()
+    })
+    .await
+    .expect("join the node runner")
+    .expect("start node");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "browser scenario {scenario} failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no summary from {scenario}:\n{stdout}"));
+    serde_json::from_str(last).expect("a JSON summary")
+}
+
+async fn staff(store: &Store, username: &str, password: &str, superuser: bool) {
+    let new = NewUser {
+        username: username.into(),
+        password: Some(password.into()),
+        is_active: true,
+        is_staff: true,
+        is_superuser: superuser,
+        ..Default::default()
+    };
+    store.create_user(&new).await.expect("create an operator");
+}
+
+async fn start(store: Store) -> testing::RunningServer {
+    let mut settings = Settings::for_tests("unused");
+    // The issuer is http here, so the session cookie has no Secure flag and works on 127.0.0.1.
+    settings.issuer = "http://127.0.0.1".into();
+    let server = testing::spawn_server(store, settings, "127.0.0.1:0".parse().unwrap()).await;
+    // Ready when the health endpoint answers; no sleeps.
+    let client = reqwest::Client::new();
+    for _ in 0..100 {
+        if client
+            .get(format!("{}/healthz", server.base_url))
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            return server;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the server did not become healthy");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_registers_uses_updates_and_deletes_an_application_in_a_browser() {
+    if !browser_available(
+        "an_operator_registers_uses_updates_and_deletes_an_application_in_a_browser",
+    ) {
+        return;
+    }
+    let store = testing::sqlite_store().await;
+    staff(&store, "operator", "operator-password", false).await;
+    testing::user(&store, "alice", "wonderland").await;
+    let server = start(store.clone()).await;
+    let summary = run_scenario(
+        "applications",
+        server.base_url.clone(),
+        vec![
+            ("OPERATOR", "operator".into()),
+            ("OPERATOR_PASSWORD", "operator-password".into()),
+            ("RESOURCE_OWNER", "alice".into()),
+            ("RESOURCE_OWNER_PASSWORD", "wonderland".into()),
+        ],
+    )
+    .await;
+    let client_id = summary["client_id"].as_str().expect("client id");
+    assert!(
+        store
+            .find_application_by_client_id(client_id)
+            .await
+            .unwrap()
+            .is_none(),
+        "the application is gone"
+    );
+    // Deleting the application took its tokens along.
+    assert!(
+        store
+            .find_token(summary["access_token"].as_str().unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    for shot in [
+        "application-registered.png",
+        "applications-list.png",
+        "applications-list-phone.png",
+    ] {
+        assert!(screenshot_dir().join(shot).exists(), "{shot}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_superuser_creates_a_user_and_a_group_who_then_gets_a_token() {
+    if !browser_available("a_superuser_creates_a_user_and_a_group_who_then_gets_a_token") {
+        return;
+    }
+    let store = testing::sqlite_store().await;
+    staff(&store, "root", "root-password", true).await;
+    let (client_id, secret) = testing::application(&store, GrantType::Password, false).await;
+    let server = start(store.clone()).await;
+    let summary = run_scenario(
+        "admin",
+        server.base_url.clone(),
+        vec![
+            ("SUPERUSER", "root".into()),
+            ("SUPERUSER_PASSWORD", "root-password".into()),
+            ("CLIENT_ID", client_id),
+            ("CLIENT_SECRET", secret),
+        ],
+    )
+    .await;
+    let carol = store
+        .find_user_by_username("carol")
+        .await
+        .unwrap()
+        .expect("carol was created");
+    assert_eq!(
+        (carol.email.as_str(), carol.is_active, carol.is_staff),
+        ("carol@example.org", true, false)
+    );
+    let groups = store.user_groups(carol.id).await.unwrap();
+    assert_eq!(
+        groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(),
+        ["readers"]
+    );
+    let token = store
+        .find_token(summary["access_token"].as_str().unwrap())
+        .await
+        .unwrap()
+        .expect("the token is stored");
+    assert_eq!(token.user_id, Some(carol.id));
+    assert!(screenshot_dir().join("admin-users.png").exists());
+    server.stop().await;
+}

@@ -1,0 +1,1192 @@
+//! Router tests of the browser views (tower `oneshot`): sign-in and sessions, CSRF, the
+//! applications pages and the administration, with their redirects, 400s, 403s and 404s.
+
+use authserver::config::Settings;
+use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
+use authserver::{AppState, app, testing};
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode, header};
+use tower::ServiceExt;
+
+struct Page {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Page {
+    fn location(&self) -> &str {
+        self.headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+
+    /// The value of the first hidden `csrf_token` field.
+    fn csrf(&self) -> String {
+        hidden(&self.body, "csrf_token").unwrap_or_else(|| panic!("no csrf_token in {}", self.body))
+    }
+
+    /// The `name=value` of a `Set-Cookie` header for `name`.
+    fn cookie(&self, name: &str) -> Option<String> {
+        self.set_cookie(name)
+            .map(|c| c.split(';').next().unwrap_or_default().to_owned())
+    }
+
+    fn set_cookie(&self, name: &str) -> Option<String> {
+        self.headers
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|c| c.starts_with(&format!("{name}=")))
+            .map(str::to_owned)
+    }
+}
+
+fn hidden(body: &str, name: &str) -> Option<String> {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = body.find(&marker)? + marker.len();
+    let end = body[start..].find('"')? + start;
+    Some(body[start..end].to_owned())
+}
+
+fn encode(value: &str) -> String {
+    form_urlencoded::byte_serialize(value.as_bytes()).collect()
+}
+
+fn form(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+async fn send(
+    state: &AppState,
+    method: &str,
+    uri: &str,
+    cookie: Option<&str>,
+    body: Option<String>,
+) -> Page {
+    let mut request = Request::builder().method(method).uri(uri);
+    if let Some(cookie) = cookie {
+        request = request.header(header::COOKIE, cookie);
+    }
+    if body.is_some() {
+        request = request.header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    }
+    let response = app(state.clone())
+        .oneshot(request.body(Body::from(body.unwrap_or_default())).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    Page {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+async fn get(state: &AppState, uri: &str, cookie: Option<&str>) -> Page {
+    send(state, "GET", uri, cookie, None).await
+}
+
+async fn post(state: &AppState, uri: &str, cookie: Option<&str>, pairs: &[(&str, &str)]) -> Page {
+    send(state, "POST", uri, cookie, Some(form(pairs))).await
+}
+
+/// A signed-in browser: its session cookie and the session's CSRF token.
+struct Browser {
+    cookie: String,
+    csrf: String,
+}
+
+impl Browser {
+    async fn get(&self, state: &AppState, uri: &str) -> Page {
+        get(state, uri, Some(&self.cookie)).await
+    }
+
+    /// Posts a form with this session's CSRF token added.
+    async fn post(&self, state: &AppState, uri: &str, pairs: &[(&str, &str)]) -> Page {
+        let mut all = vec![("csrf_token", self.csrf.as_str())];
+        all.extend_from_slice(pairs);
+        post(state, uri, Some(&self.cookie), &all).await
+    }
+}
+
+/// Opens the sign-in page and submits it; returns the POST's response and the login CSRF cookie.
+async fn submit_login(state: &AppState, username: &str, password: &str, next: &str) -> Page {
+    let page = get(state, "/accounts/login/", None).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let csrf_cookie = page
+        .cookie("tokengate_csrf")
+        .expect("the sign-in page sets its CSRF cookie");
+    let token = page.csrf();
+    post(
+        state,
+        "/accounts/login/",
+        Some(&csrf_cookie),
+        &[
+            ("csrf_token", &token),
+            ("username", username),
+            ("password", password),
+            ("next", next),
+        ],
+    )
+    .await
+}
+
+async fn sign_in(state: &AppState, username: &str, password: &str) -> Browser {
+    let reply = submit_login(state, username, password, "").await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let cookie = reply.cookie("tokengate_session").expect("a session cookie");
+    let page = get(state, "/o/applications/", Some(&cookie)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    Browser {
+        cookie,
+        csrf: page.csrf(),
+    }
+}
+
+async fn staff(store: &Store, username: &str, superuser: bool) {
+    let new = NewUser {
+        username: username.into(),
+        password: Some("operator-pass".into()),
+        is_active: true,
+        is_staff: true,
+        is_superuser: superuser,
+        ..Default::default()
+    };
+    store.create_user(&new).await.unwrap();
+}
+
+async fn state() -> AppState {
+    let store = testing::store().await;
+    staff(&store, "olivia", false).await;
+    staff(&store, "oscar", false).await;
+    staff(&store, "root", true).await;
+    testing::user(&store, "alice", "wonderland").await;
+    AppState::new(Settings::for_tests("unused"), store)
+}
+
+fn app_input(name: &str) -> ApplicationInput {
+    ApplicationInput {
+        name: name.into(),
+        client_type: ClientType::Confidential,
+        grant_type: GrantType::Password,
+        redirect_uris: String::new(),
+        allowed_scopes: Vec::new(),
+        may_introspect: false,
+    }
+}
+
+#[tokio::test]
+async fn anonymous_visits_go_to_the_sign_in_page_and_come_back() {
+    let state = state().await;
+    for path in [
+        "/o/applications/",
+        "/o/applications/register/",
+        "/o/applications/1/",
+        "/o/applications/1/update/",
+        "/o/applications/1/delete/",
+        "/admin/",
+        "/admin/users/?q=a",
+        "/admin/users/add/",
+        "/admin/users/1/",
+        "/admin/users/1/password/",
+        "/admin/groups/",
+        "/admin/groups/1/",
+    ] {
+        let page = get(&state, path, None).await;
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{path}");
+        let expected = if path == "/o/applications/" {
+            "/accounts/login/".to_owned()
+        } else {
+            format!("/accounts/login/?next={}", encode(path))
+        };
+        assert_eq!(page.location(), expected, "{path}");
+    }
+    for path in [
+        "/o/applications/register/",
+        "/o/applications/1/delete/",
+        "/admin/groups/",
+        "/accounts/logout/",
+    ] {
+        let page = post(&state, path, None, &[("name", "x")]).await;
+        assert_eq!(page.status, StatusCode::SEE_OTHER, "{path}");
+        assert_eq!(page.location(), "/accounts/login/", "{path}");
+    }
+    // A stale or made-up session cookie is no session.
+    let page = get(
+        &state,
+        "/o/applications/",
+        Some("tokengate_session=made-up"),
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::SEE_OTHER);
+
+    // Sign-in brings the visitor back to a local `next`, never elsewhere.
+    let reply = submit_login(
+        &state,
+        "olivia",
+        "operator-pass",
+        "/o/applications/register/",
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert_eq!(reply.location(), "/o/applications/register/");
+    let set = reply.set_cookie("tokengate_session").unwrap();
+    for flag in ["HttpOnly", "SameSite=Lax", "Path=/"] {
+        assert!(set.contains(flag), "{set}");
+    }
+    assert!(
+        !set.contains("Secure"),
+        "no Secure flag on an http issuer: {set}"
+    );
+    for foreign in [
+        "https://evil.example/",
+        "//evil.example/x",
+        "/\\evil.example",
+    ] {
+        let reply = submit_login(&state, "olivia", "operator-pass", foreign).await;
+        assert_eq!(reply.location(), "/o/applications/", "{foreign}");
+    }
+    // The login page carries `next` in its form.
+    let page = get(&state, "/accounts/login/?next=%2Fadmin%2F", None).await;
+    assert_eq!(hidden(&page.body, "next").as_deref(), Some("/admin/"));
+    let page = get(
+        &state,
+        "/accounts/login/?next=https%3A%2F%2Fevil.example%2F",
+        None,
+    )
+    .await;
+    assert_eq!(
+        hidden(&page.body, "next").as_deref(),
+        Some("/o/applications/")
+    );
+}
+
+#[tokio::test]
+async fn the_session_cookie_is_secure_on_an_https_issuer() {
+    let store = testing::store().await;
+    staff(&store, "olivia", false).await;
+    let mut settings = Settings::for_tests("unused");
+    settings.issuer = "https://auth.example".into();
+    let state = AppState::new(settings, store);
+    let reply = submit_login(&state, "olivia", "operator-pass", "").await;
+    assert!(
+        reply
+            .set_cookie("tokengate_session")
+            .unwrap()
+            .contains("; Secure")
+    );
+}
+
+#[tokio::test]
+async fn sign_in_refusals_and_throttling() {
+    let state = state().await;
+    // Wrong password: 400, the form again with the username kept.
+    let reply = submit_login(&state, "olivia", "wrong", "").await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.body.contains("value=\"olivia\""));
+    assert!(reply.body.contains("correct username and password"));
+    assert!(reply.cookie("tokengate_session").is_none());
+    // Not staff: same refusal.
+    let reply = submit_login(&state, "alice", "wonderland", "").await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    // No CSRF cookie, or a token that does not match it: 403.
+    let page = get(&state, "/accounts/login/", None).await;
+    let token = page.csrf();
+    let reply = post(
+        &state,
+        "/accounts/login/",
+        None,
+        &[
+            ("csrf_token", &token),
+            ("username", "olivia"),
+            ("password", "operator-pass"),
+        ],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(reply.body.contains("CSRF"));
+    let cookie = page.cookie("tokengate_csrf").unwrap();
+    let reply = post(
+        &state,
+        "/accounts/login/",
+        Some(&cookie),
+        &[
+            ("csrf_token", "x"),
+            ("username", "olivia"),
+            ("password", "operator-pass"),
+        ],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+
+    // Five failures for a username: the sixth attempt is refused even with the right password.
+    for _ in 0..4 {
+        assert_eq!(
+            submit_login(&state, "oscar", "nope", "").await.status,
+            StatusCode::BAD_REQUEST
+        );
+    }
+    assert_eq!(
+        submit_login(&state, "Oscar", "nope", "").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let reply = submit_login(&state, "oscar", "operator-pass", "").await;
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(reply.headers.contains_key(header::RETRY_AFTER));
+    assert!(reply.body.contains("Too many failed sign-in attempts"));
+    // Other usernames are not affected when no address is known.
+    assert_eq!(
+        submit_login(&state, "olivia", "operator-pass", "")
+            .await
+            .status,
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test]
+async fn throttling_per_address() {
+    let state = state().await;
+    let page = get(&state, "/accounts/login/", None).await;
+    let cookie = page.cookie("tokengate_csrf").unwrap();
+    let token = page.csrf();
+    let attempt = |username: &'static str, password: &'static str| {
+        let state = state.clone();
+        let cookie = cookie.clone();
+        let token = token.clone();
+        async move {
+            let body = form(&[
+                ("csrf_token", &token),
+                ("username", username),
+                ("password", password),
+            ]);
+            let request = Request::post("/accounts/login/")
+                .header(header::COOKIE, cookie)
+                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+                .header("x-forwarded-for", "198.51.100.7")
+                .body(Body::from(body))
+                .unwrap();
+            app(state).oneshot(request).await.unwrap().status()
+        }
+    };
+    for name in ["u1", "u2", "u3", "u4", "u5"] {
+        assert_eq!(attempt(name, "guess").await, StatusCode::BAD_REQUEST);
+    }
+    assert_eq!(
+        attempt("olivia", "operator-pass").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn sign_out_ends_the_session() {
+    let state = state().await;
+    let browser = sign_in(&state, "olivia", "operator-pass").await;
+    let reply = post(
+        &state,
+        "/accounts/logout/",
+        Some(&browser.cookie),
+        &[("csrf_token", "wrong")],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    let reply = browser.post(&state, "/accounts/logout/", &[]).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert_eq!(reply.location(), "/accounts/login/");
+    assert!(
+        reply
+            .set_cookie("tokengate_session")
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    assert_eq!(
+        browser.get(&state, "/o/applications/").await.status,
+        StatusCode::SEE_OTHER
+    );
+    // Signed in already: the sign-in page sends you on.
+    let again = sign_in(&state, "olivia", "operator-pass").await;
+    let page = again
+        .get(
+            &state,
+            "/accounts/login/?next=%2Fo%2Fapplications%2Fregister%2F",
+        )
+        .await;
+    assert_eq!(page.location(), "/o/applications/register/");
+}
+
+#[tokio::test]
+async fn applications_register_read_update_regenerate_delete() {
+    let state = state().await;
+    let browser = sign_in(&state, "olivia", "operator-pass").await;
+    let list = browser.get(&state, "/o/applications/").await;
+    assert!(list.body.contains("href=\"/o/applications/register/\""));
+    let form_page = browser.get(&state, "/o/applications/register/").await;
+    assert_eq!(form_page.status, StatusCode::OK);
+    for text in [
+        "Resource owner password-based",
+        "Client credentials",
+        "Authorization code",
+        "name=\"scope\" value=\"groups\"",
+        "<label for=\"name\">",
+        "name=\"may_introspect\"",
+    ] {
+        assert!(form_page.body.contains(text), "{text}");
+    }
+
+    // Validation: 400, the form again with what was entered and the message beside the field.
+    let reply = browser
+        .post(
+            &state,
+            "/o/applications/register/",
+            &[
+                ("name", "Needs URIs"),
+                ("client_type", "confidential"),
+                ("grant_type", "authorization-code"),
+                ("scope", "write"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.body.contains("value=\"Needs URIs\""));
+    assert!(reply.body.contains("id=\"redirect_uris-error\""));
+    assert!(reply.body.contains("value=\"write\" checked"));
+    assert!(
+        reply
+            .body
+            .contains("<option value=\"authorization-code\" selected>")
+    );
+    let reply = browser
+        .post(
+            &state,
+            "/o/applications/register/",
+            &[
+                ("name", ""),
+                ("client_type", "x"),
+                ("grant_type", "password"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(
+        reply.body.contains("id=\"name-error\"") && reply.body.contains("id=\"client_type-error\"")
+    );
+
+    // Registration shows the secret once.
+    let reply = browser
+        .post(
+            &state,
+            "/o/applications/register/",
+            &[
+                ("name", "Mobile <app>"),
+                ("client_type", "confidential"),
+                ("grant_type", "password"),
+                ("scope", "read"),
+                ("may_introspect", "on"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+    assert!(
+        reply.body.contains("Mobile &#60;app&#62;") || reply.body.contains("Mobile &lt;app&gt;"),
+        "names are escaped"
+    );
+    assert!(reply.body.contains("will not be shown again"));
+    let secret = hidden_input(&reply.body, "client-secret").expect("the secret is shown");
+    let client_id = hidden_input(&reply.body, "client-id").unwrap();
+    let app = state
+        .store
+        .find_application_by_client_id(&client_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(app.secret_matches(&secret));
+    assert_eq!(
+        app.owner_id,
+        state
+            .store
+            .find_user_by_username("olivia")
+            .await
+            .unwrap()
+            .map(|u| u.id)
+    );
+    assert_eq!(app.allowed_scopes, ["read"]);
+    assert!(app.may_introspect);
+
+    // Afterwards only the fingerprint.
+    let detail = browser
+        .get(&state, &format!("/o/applications/{}/", app.id))
+        .await;
+    assert_eq!(detail.status, StatusCode::OK);
+    assert!(!detail.body.contains(&secret));
+    assert!(detail.body.contains(app.secret_fingerprint().unwrap()));
+    assert!(
+        detail
+            .headers
+            .get(header::CACHE_CONTROL)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .contains("no-store")
+    );
+    let list = browser.get(&state, "/o/applications/").await;
+    assert!(list.body.contains(&client_id));
+
+    // Update: the form is filled in; a good post redirects to the detail page.
+    let page = browser
+        .get(&state, &format!("/o/applications/{}/update/", app.id))
+        .await;
+    assert!(page.body.contains("value=\"read\" checked"));
+    let reply = browser
+        .post(
+            &state,
+            &format!("/o/applications/{}/update/", app.id),
+            &[
+                ("name", "Renamed"),
+                ("client_type", "confidential"),
+                ("grant_type", "client-credentials"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert_eq!(reply.location(), format!("/o/applications/{}/", app.id));
+    let updated = state.store.get_application(app.id).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            updated.name.as_str(),
+            updated.grant_type,
+            updated.may_introspect
+        ),
+        ("Renamed", GrantType::ClientCredentials, false)
+    );
+    assert!(updated.allowed_scopes.is_empty());
+    let reply = browser
+        .post(
+            &state,
+            &format!("/o/applications/{}/update/", app.id),
+            &[
+                ("name", "Renamed"),
+                ("client_type", "public"),
+                ("grant_type", "client-credentials"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.body.contains("id=\"grant_type-error\""));
+
+    // Regenerate: a new secret, shown once; the old one stops working.
+    let reply = browser
+        .post(
+            &state,
+            &format!("/o/applications/{}/regenerate-secret/", app.id),
+            &[],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let new_secret = hidden_input(&reply.body, "client-secret").unwrap();
+    let again = state.store.get_application(app.id).await.unwrap().unwrap();
+    assert!(again.secret_matches(&new_secret) && !again.secret_matches(&secret));
+
+    // Delete: a confirmation page, then the POST.
+    let page = browser
+        .get(&state, &format!("/o/applications/{}/delete/", app.id))
+        .await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("Yes, delete it"));
+    let reply = browser
+        .post(&state, &format!("/o/applications/{}/delete/", app.id), &[])
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert_eq!(reply.location(), "/o/applications/");
+    assert!(state.store.get_application(app.id).await.unwrap().is_none());
+    assert_eq!(
+        browser
+            .get(&state, &format!("/o/applications/{}/", app.id))
+            .await
+            .status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+/// The `value` of the input with this `id`.
+fn hidden_input(body: &str, id: &str) -> Option<String> {
+    let marker = format!("id=\"{id}\" class=\"mono\" value=\"");
+    let start = body.find(&marker)? + marker.len();
+    let end = body[start..].find('"')? + start;
+    Some(body[start..end].to_owned())
+}
+
+#[tokio::test]
+async fn a_public_client_turned_confidential_gets_its_first_secret() {
+    let state = state().await;
+    let browser = sign_in(&state, "olivia", "operator-pass").await;
+    let reply = browser
+        .post(
+            &state,
+            "/o/applications/register/",
+            &[
+                ("name", "Device"),
+                ("client_type", "public"),
+                ("grant_type", "password"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED);
+    assert!(hidden_input(&reply.body, "client-secret").is_none());
+    assert!(reply.body.contains("none (public client)"));
+    assert!(!reply.body.contains("regenerate-secret"));
+    let client_id = hidden_input(&reply.body, "client-id").unwrap();
+    let app = state
+        .store
+        .find_application_by_client_id(&client_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let reply = browser
+        .post(
+            &state,
+            &format!("/o/applications/{}/update/", app.id),
+            &[
+                ("name", "Device"),
+                ("client_type", "confidential"),
+                ("grant_type", "password"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let secret = hidden_input(&reply.body, "client-secret").unwrap();
+    assert!(
+        state
+            .store
+            .get_application(app.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .secret_matches(&secret)
+    );
+}
+
+#[tokio::test]
+async fn operators_see_only_their_own_applications() {
+    let state = state().await;
+    let olivia = state
+        .store
+        .find_user_by_username("olivia")
+        .await
+        .unwrap()
+        .unwrap();
+    let (app, _) = state
+        .store
+        .create_application(&app_input("Olivia's"), Some(olivia.id), None, None)
+        .await
+        .unwrap();
+    let oscar = sign_in(&state, "oscar", "operator-pass").await;
+    let list = oscar.get(&state, "/o/applications/").await;
+    assert!(!list.body.contains("Olivia&#39;s") && !list.body.contains(&app.client_id));
+    for path in ["", "update/", "delete/"] {
+        let page = oscar
+            .get(&state, &format!("/o/applications/{}/{path}", app.id))
+            .await;
+        assert_eq!(page.status, StatusCode::FORBIDDEN, "{path}");
+        assert!(!page.body.contains(&app.client_id));
+    }
+    for path in ["update/", "delete/", "regenerate-secret/"] {
+        let reply = oscar
+            .post(
+                &state,
+                &format!("/o/applications/{}/{path}", app.id),
+                &[
+                    ("name", "Mine"),
+                    ("client_type", "confidential"),
+                    ("grant_type", "password"),
+                ],
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{path}");
+    }
+    let still = state.store.get_application(app.id).await.unwrap().unwrap();
+    assert_eq!(still.name, "Olivia's");
+    assert_eq!(still.client_secret_digest, app.client_secret_digest);
+
+    // A superuser sees and opens every application.
+    let root = sign_in(&state, "root", "operator-pass").await;
+    assert!(
+        root.get(&state, "/o/applications/")
+            .await
+            .body
+            .contains(&app.client_id)
+    );
+    assert_eq!(
+        root.get(&state, &format!("/o/applications/{}/", app.id))
+            .await
+            .status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn csrf_refusals_are_403_and_change_nothing() {
+    let state = state().await;
+    let browser = sign_in(&state, "olivia", "operator-pass").await;
+    let fields = [
+        ("name", "Sneaky"),
+        ("client_type", "confidential"),
+        ("grant_type", "password"),
+    ];
+    let reply = post(
+        &state,
+        "/o/applications/register/",
+        Some(&browser.cookie),
+        &fields,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    let mut with_bad = vec![("csrf_token", "not-the-token")];
+    with_bad.extend_from_slice(&fields);
+    let reply = post(
+        &state,
+        "/o/applications/register/",
+        Some(&browser.cookie),
+        &with_bad,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(reply.body.contains("CSRF verification failed"));
+    assert!(
+        state
+            .store
+            .list_applications(None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Another session's token is not this session's.
+    let other = sign_in(&state, "oscar", "operator-pass").await;
+    let mut with_other = vec![("csrf_token", other.csrf.as_str())];
+    with_other.extend_from_slice(&fields);
+    assert_eq!(
+        post(
+            &state,
+            "/o/applications/register/",
+            Some(&browser.cookie),
+            &with_other
+        )
+        .await
+        .status,
+        StatusCode::FORBIDDEN
+    );
+    let root = sign_in(&state, "root", "operator-pass").await;
+    let reply = post(
+        &state,
+        "/admin/groups/",
+        Some(&root.cookie),
+        &[("csrf_token", ""), ("name", "g")],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(state.store.list_groups().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn missing_records_are_404() {
+    let state = state().await;
+    let root = sign_in(&state, "root", "operator-pass").await;
+    for path in [
+        "/o/applications/999999/",
+        "/o/applications/abc/",
+        "/o/applications/-1/update/",
+        "/o/applications/999999/delete/",
+        "/admin/users/999999/",
+        "/admin/users/x/password/",
+        "/admin/groups/999999/",
+        "/admin/groups/999999/delete/",
+    ] {
+        let page = root.get(&state, path).await;
+        assert_eq!(page.status, StatusCode::NOT_FOUND, "{path}");
+        assert!(page.body.contains("Not found"), "{path}");
+    }
+    let reply = root
+        .post(&state, "/o/applications/999999/regenerate-secret/", &[])
+        .await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn only_superusers_enter_the_administration() {
+    let state = state().await;
+    let olivia = sign_in(&state, "olivia", "operator-pass").await;
+    for path in [
+        "/admin/",
+        "/admin/users/",
+        "/admin/users/add/",
+        "/admin/users/1/",
+        "/admin/groups/",
+    ] {
+        assert_eq!(
+            olivia.get(&state, path).await.status,
+            StatusCode::FORBIDDEN,
+            "{path}"
+        );
+    }
+    let reply = olivia
+        .post(
+            &state,
+            "/admin/users/add/",
+            &[
+                ("username", "eve"),
+                ("password1", "12345678"),
+                ("password2", "12345678"),
+                ("is_superuser", "on"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert!(
+        state
+            .store
+            .find_user_by_username("eve")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        !olivia
+            .get(&state, "/o/applications/")
+            .await
+            .body
+            .contains("href=\"/admin/\"")
+    );
+    let root = sign_in(&state, "root", "operator-pass").await;
+    assert!(
+        root.get(&state, "/o/applications/")
+            .await
+            .body
+            .contains("href=\"/admin/\"")
+    );
+    assert_eq!(root.get(&state, "/admin/").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn admin_manages_users() {
+    let state = state().await;
+    let root = sign_in(&state, "root", "operator-pass").await;
+    let page = root.get(&state, "/admin/users/add/").await;
+    assert!(page.body.contains("<label for=\"password1\">"));
+
+    // Refusals: 400 with the values kept and the messages beside the fields.
+    let reply = root
+        .post(
+            &state,
+            "/admin/users/add/",
+            &[
+                ("username", "bob smith"),
+                ("email", "bob"),
+                ("password1", "short"),
+                ("password2", "short"),
+                ("is_staff", "on"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    for id in ["username-error", "email-error", "password1-error"] {
+        assert!(reply.body.contains(id), "{id}");
+    }
+    assert!(
+        reply.body.contains("value=\"bob smith\"")
+            && reply.body.contains("id=\"is_staff\" checked")
+    );
+    let reply = root
+        .post(
+            &state,
+            "/admin/users/add/",
+            &[
+                ("username", "alice"),
+                ("password1", "long enough"),
+                ("password2", "long enough"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.body.contains("already exists"));
+    let reply = root
+        .post(
+            &state,
+            "/admin/users/add/",
+            &[
+                ("username", "bob"),
+                ("password1", "long enough"),
+                ("password2", "different!"),
+            ],
+        )
+        .await;
+    assert!(reply.body.contains("password2-error"));
+
+    // Create, search, edit, reset the password, delete.
+    let reply = root
+        .post(
+            &state,
+            "/admin/users/add/",
+            &[
+                ("username", "bob"),
+                ("email", "bob@example.org"),
+                ("first_name", "Bob"),
+                ("password1", "bob-password"),
+                ("password2", "bob-password"),
+                ("is_active", "on"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let bob = state
+        .store
+        .authenticate_user("bob", "bob-password")
+        .await
+        .unwrap()
+        .expect("bob signs in with his password");
+    assert!(!bob.is_staff);
+    assert_eq!(reply.location(), format!("/admin/users/{}/", bob.id));
+    let list = root.get(&state, "/admin/users/?q=EXAMPLE.org").await;
+    assert!(list.body.contains(">bob</a>") && !list.body.contains(">alice</a>"));
+    let list = root.get(&state, "/admin/users/").await;
+    assert!(list.body.contains(">alice</a>") && list.body.contains(">bob</a>"));
+
+    let page = root.get(&state, &format!("/admin/users/{}/", bob.id)).await;
+    assert!(page.body.contains("value=\"bob@example.org\""));
+    let reply = root
+        .post(
+            &state,
+            &format!("/admin/users/{}/", bob.id),
+            &[
+                ("username", "bob"),
+                ("email", "b@example.org"),
+                ("is_active", "on"),
+                ("is_staff", "on"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    let bob = state.store.get_user(bob.id).await.unwrap().unwrap();
+    assert!(bob.is_staff && !bob.is_superuser && bob.email == "b@example.org");
+    let reply = root
+        .post(
+            &state,
+            &format!("/admin/users/{}/", bob.id),
+            &[("username", "root"), ("is_active", "on")],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.body.contains("already exists"));
+
+    // A staff member signed in loses the session when deactivated.
+    let bob_browser = sign_in(&state, "bob", "bob-password").await;
+    root.post(
+        &state,
+        &format!("/admin/users/{}/", bob.id),
+        &[("username", "bob"), ("is_staff", "on")],
+    )
+    .await;
+    assert_eq!(
+        bob_browser.get(&state, "/o/applications/").await.status,
+        StatusCode::SEE_OTHER
+    );
+    root.post(
+        &state,
+        &format!("/admin/users/{}/", bob.id),
+        &[("username", "bob"), ("is_staff", "on"), ("is_active", "on")],
+    )
+    .await;
+
+    let reply = root
+        .post(
+            &state,
+            &format!("/admin/users/{}/password/", bob.id),
+            &[("password1", "tiny"), ("password2", "tiny")],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    let reply = root
+        .post(
+            &state,
+            &format!("/admin/users/{}/password/", bob.id),
+            &[
+                ("password1", "new-bob-password"),
+                ("password2", "new-bob-password"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert!(
+        state
+            .store
+            .authenticate_user("bob", "new-bob-password")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        state
+            .store
+            .authenticate_user("bob", "bob-password")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Superusers cannot lock themselves out.
+    let me = state
+        .store
+        .find_user_by_username("root")
+        .await
+        .unwrap()
+        .unwrap();
+    let reply = root
+        .post(
+            &state,
+            &format!("/admin/users/{}/", me.id),
+            &[
+                ("username", "root"),
+                ("is_active", "on"),
+                ("is_staff", "on"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.body.contains("is_superuser-error"));
+    assert_eq!(
+        root.post(&state, &format!("/admin/users/{}/delete/", me.id), &[])
+            .await
+            .status,
+        StatusCode::BAD_REQUEST
+    );
+
+    assert_eq!(
+        root.get(&state, &format!("/admin/users/{}/delete/", bob.id))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let reply = root
+        .post(&state, &format!("/admin/users/{}/delete/", bob.id), &[])
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert!(state.store.get_user(bob.id).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn admin_manages_groups() {
+    let state = state().await;
+    let root = sign_in(&state, "root", "operator-pass").await;
+    let reply = root.post(&state, "/admin/groups/", &[("name", "  ")]).await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.body.contains("name-error"));
+    let reply = root
+        .post(&state, "/admin/groups/", &[("name", "editors")])
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    let group = state.store.list_groups().await.unwrap().pop().unwrap();
+    assert_eq!(reply.location(), format!("/admin/groups/{}/", group.id));
+    let reply = root
+        .post(&state, "/admin/groups/", &[("name", "editors")])
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(reply.body.contains("already exists") && reply.body.contains("value=\"editors\""));
+
+    let base = format!("/admin/groups/{}/", group.id);
+    assert_eq!(
+        root.post(&state, &base, &[("name", "writers")])
+            .await
+            .status,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        state.store.get_group(group.id).await.unwrap().unwrap().name,
+        "writers"
+    );
+    let reply = root
+        .post(
+            &state,
+            &format!("{base}members/add/"),
+            &[("username", "nobody")],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(
+        reply.body.contains("There is no user with that username")
+            && reply.body.contains("value=\"nobody\"")
+    );
+    assert_eq!(
+        root.post(
+            &state,
+            &format!("{base}members/add/"),
+            &[("username", "alice")]
+        )
+        .await
+        .status,
+        StatusCode::SEE_OTHER
+    );
+    let alice = state
+        .store
+        .find_user_by_username("alice")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        state.store.group_members(group.id).await.unwrap(),
+        std::slice::from_ref(&alice)
+    );
+    let page = root.get(&state, &base).await;
+    assert!(page.body.contains(&format!("members/{}/remove/", alice.id)));
+    let groups = root.get(&state, "/admin/groups/").await;
+    assert!(groups.body.contains(">writers</a>"));
+    let reply = root
+        .post(&state, &format!("{base}members/{}/remove/", alice.id), &[])
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert!(
+        state
+            .store
+            .group_members(group.id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        root.get(&state, &format!("{base}delete/")).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        root.post(&state, &format!("{base}delete/"), &[])
+            .await
+            .status,
+        StatusCode::SEE_OTHER
+    );
+    assert!(state.store.get_group(group.id).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn the_stylesheet_is_served() {
+    let state = state().await;
+    let page = get(&state, "/static/style.css", None).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.headers
+            .get(header::CONTENT_TYPE)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("text/css")
+    );
+    assert!(page.body.contains("@media"));
+    let login = get(&state, "/accounts/login/", None).await;
+    assert!(login.body.contains("name=\"viewport\"") && login.body.contains("/static/style.css"));
+    assert!(login.headers.contains_key(header::CONTENT_SECURITY_POLICY));
+    assert_eq!(login.headers.get(header::X_FRAME_OPTIONS).unwrap(), "DENY");
+}

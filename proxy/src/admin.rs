@@ -1,0 +1,68 @@
+//! The admin listener: `/healthz`, `/readyz` and Prometheus `/metrics`, on its own address.
+
+use async_trait::async_trait;
+use http::{Method, Response, StatusCode, header};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+
+use crate::state::SharedState;
+
+/// The admin endpoints (a Pingora `ServeHttp` app).
+pub struct Admin {
+    pub shared: SharedState,
+}
+
+#[async_trait]
+impl ServeHttp for Admin {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let req = session.req_header();
+        if req.method != Method::GET && req.method != Method::HEAD {
+            return reply(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "text/plain",
+                b"method not allowed\n".to_vec(),
+            );
+        }
+        match req.uri.path() {
+            "/healthz" => reply(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
+            "/readyz" if self.shared.ready() => {
+                reply(StatusCode::OK, "text/plain", b"ready\n".to_vec())
+            }
+            "/readyz" => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                b"not ready: no recent answer from the authorization server\n".to_vec(),
+            ),
+            "/metrics" => {
+                let routes = self.shared.routing().rules.routes().len();
+                let text = self
+                    .shared
+                    .metrics
+                    .render(self.shared.checker.metrics(), routes);
+                reply(
+                    StatusCode::OK,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    text.into_bytes(),
+                )
+            }
+            _ => reply(StatusCode::NOT_FOUND, "text/plain", b"not found\n".to_vec()),
+        }
+    }
+}
+
+fn reply(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Response<Vec<u8>> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = status;
+    let len = resp.body().len();
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    headers.insert(header::CONTENT_LENGTH, header::HeaderValue::from(len));
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    resp
+}

@@ -1,0 +1,117 @@
+//! Background work: reload the rules when the file changes or on SIGHUP, and keep the
+//! authorization server's readiness fresh with an occasional probe.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use pingora::server::ShutdownWatch;
+use pingora::services::background::BackgroundService;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::state::{READY_WINDOW, SharedState};
+
+/// How often the file's modification time is looked at.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// How often readiness is refreshed when no request has reached the authorization server.
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The reloader and the readiness prober, run as one Pingora background service.
+pub struct Maintenance {
+    pub shared: SharedState,
+    probes: AtomicU64,
+}
+
+impl Maintenance {
+    pub fn new(shared: SharedState) -> Maintenance {
+        Maintenance {
+            shared,
+            probes: AtomicU64::new(0),
+        }
+    }
+
+    async fn watch_rules(&self) {
+        let Some(path) = self.shared.source().cloned() else {
+            return std::future::pending().await;
+        };
+        // A change is loaded once the file has stayed the same for one poll (not half-written).
+        let mut loaded = stamp(&path);
+        let mut seen = loaded;
+        let mut hup: Option<Signal> = signal(SignalKind::hangup()).ok();
+        let mut tick = tokio::time::interval(POLL_INTERVAL);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let now = stamp(&path);
+                    if now != loaded && now == seen && now.is_some() {
+                        loaded = now;
+                        let _ = self.shared.reload();
+                    }
+                    seen = now;
+                }
+                Some(()) = next_hup(&mut hup) => {
+                    tracing::info!("SIGHUP: reloading the rules");
+                    loaded = stamp(&path);
+                    seen = loaded;
+                    let _ = self.shared.reload();
+                }
+            }
+        }
+    }
+
+    /// Asks about a throwaway token when the authorization server has not answered for a while,
+    /// so that `/readyz` reflects whether it can be reached even without traffic.
+    async fn probe(&self) {
+        let stale_after = READY_WINDOW / 3;
+        let mut tick = tokio::time::interval(PROBE_INTERVAL);
+        loop {
+            tick.tick().await;
+            let now = unix_now();
+            let fresh = self
+                .shared
+                .checker
+                .metrics()
+                .last_success()
+                .is_some_and(|t| now.saturating_sub(t) < stale_after.as_secs() as i64);
+            if !fresh {
+                let n = self.probes.fetch_add(1, Relaxed);
+                let token = format!("tokengate-readiness-probe-{now}-{n}");
+                if self.shared.checker.check(&token).await.is_err() {
+                    tracing::warn!("readiness probe: the authorization server cannot be reached");
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl BackgroundService for Maintenance {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        tokio::select! {
+            _ = self.watch_rules() => {}
+            _ = self.probe() => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+async fn next_hup(hup: &mut Option<Signal>) -> Option<()> {
+    match hup {
+        Some(s) => s.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What identifies a version of the file: modification time and length.
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,523 @@
+//! The proxy's configuration: YAML ([`raw`]) → environment overrides → validated [`ProxyConfig`].
+//!
+//! Every error names the file, the field (or rule and field) and the bad value; secrets are never
+//! echoed.
+
+mod duration;
+pub mod raw;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderValue;
+use resource_server::{CacheSettings, ClientAuth, IntrospectionSettings, Rules, RulesError};
+
+use duration::parse_duration;
+use raw::{RawCache, RawConfig, RawDuration, RawIntrospection, RawUpstream};
+
+/// Environment variables that override the file (empty values are ignored).
+pub const ENV_OVERRIDES: [&str; 6] = [
+    "PROXY_LISTEN",
+    "PROXY_ADMIN_LISTEN",
+    "PROXY_INTROSPECTION_URL",
+    "PROXY_AUTH_TOKEN",
+    "PROXY_CLIENT_ID",
+    "PROXY_CLIENT_SECRET",
+];
+
+/// A configuration that failed to load. `Display` is the message for the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: {message}")]
+    Syntax { file: String, message: String },
+    #[error("{file}: field \"{field}\" = {value}: {message}")]
+    Invalid {
+        file: String,
+        field: String,
+        value: String,
+        message: String,
+    },
+    #[error("{file}: routes[{index}] ({name}): field \"{field}\" = {value}: {message}")]
+    Route {
+        file: String,
+        index: usize,
+        name: String,
+        field: &'static str,
+        value: String,
+        message: String,
+    },
+    #[error(transparent)]
+    Rules(#[from] RulesError),
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// The file this was read from; watched for rule changes. `None` for a configuration built
+    /// in memory (no reloads).
+    pub source: Option<PathBuf>,
+    pub listen: SocketAddr,
+    pub admin_listen: SocketAddr,
+    pub threads: usize,
+    pub grace_period: Duration,
+    pub shutdown_timeout: Duration,
+    pub introspection: IntrospectionConfig,
+    /// Routes and upstreams: the part swapped on reload.
+    pub routing: Arc<Routing>,
+}
+
+/// Routes and the upstreams they name; replaced as one on reload.
+#[derive(Debug)]
+pub struct Routing {
+    pub rules: Rules,
+    pub upstreams: HashMap<String, Arc<Upstream>>,
+}
+
+/// One named upstream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upstream {
+    pub name: String,
+    pub address: UpstreamAddr,
+    pub pass_authorization: bool,
+    pub host: Option<HeaderValue>,
+    pub connect_timeout: Duration,
+    pub read_timeout: Option<Duration>,
+}
+
+/// Where an upstream listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpstreamAddr {
+    /// An IP literal and port.
+    Socket(SocketAddr),
+    /// A host name, resolved on each new connection.
+    Name { host: String, port: u16 },
+}
+
+impl fmt::Display for UpstreamAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UpstreamAddr::Socket(a) => write!(f, "{a}"),
+            UpstreamAddr::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+/// How the proxy authenticates to the introspection endpoint. `Debug` hides the secrets.
+#[derive(Clone, PartialEq, Eq)]
+pub enum IntrospectionAuth {
+    Bearer(String),
+    ClientSecret {
+        client_id: String,
+        client_secret: String,
+    },
+}
+
+impl fmt::Debug for IntrospectionAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IntrospectionAuth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+            IntrospectionAuth::ClientSecret { client_id, .. } => {
+                write!(
+                    f,
+                    "ClientSecret {{ client_id: {client_id:?}, client_secret: <redacted> }}"
+                )
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntrospectionConfig {
+    pub url: String,
+    pub auth: IntrospectionAuth,
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+    pub max_ttl: Duration,
+    pub negative_ttl: Duration,
+    pub capacity: u64,
+    pub stale_grace: Duration,
+}
+
+impl IntrospectionConfig {
+    /// The `resource-server` settings for [`resource_server::TokenChecker::new`].
+    pub fn settings(&self) -> (IntrospectionSettings, CacheSettings) {
+        let auth = match &self.auth {
+            IntrospectionAuth::Bearer(t) => ClientAuth::Bearer(t.clone()),
+            IntrospectionAuth::ClientSecret {
+                client_id,
+                client_secret,
+            } => ClientAuth::ClientSecret {
+                client_id: client_id.clone(),
+                client_secret: client_secret.clone(),
+            },
+        };
+        (
+            IntrospectionSettings {
+                url: self.url.clone(),
+                auth,
+                connect_timeout: self.connect_timeout,
+                request_timeout: self.request_timeout,
+            },
+            CacheSettings {
+                max_ttl: self.max_ttl,
+                negative_ttl: self.negative_ttl,
+                capacity: self.capacity,
+                stale_grace: self.stale_grace,
+            },
+        )
+    }
+}
+
+/// Reads, overrides from the process environment, and validates a configuration file.
+pub fn load_config(path: impl AsRef<Path>) -> Result<ProxyConfig, ConfigError> {
+    load_config_with_env(path, |k| std::env::var(k).ok())
+}
+
+/// [`load_config`] with the environment given as a function (for tests).
+pub fn load_config_with_env(
+    path: impl AsRef<Path>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<ProxyConfig, ConfigError> {
+    let path = path.as_ref();
+    let file = path.display().to_string();
+    let src = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        file: file.clone(),
+        source,
+    })?;
+    let mut config = parse_config(&src, &file, env)?;
+    config.source = Some(path.to_path_buf());
+    Ok(config)
+}
+
+/// Parses and validates YAML text (`file` only names it in messages). `source` is left `None`.
+pub fn parse_config(
+    src: &str,
+    file: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<ProxyConfig, ConfigError> {
+    let raw: RawConfig = serde_yaml_ng::from_str(src).map_err(|e| ConfigError::Syntax {
+        file: file.to_owned(),
+        message: e.to_string(),
+    })?;
+    let env = |k: &str| env(k).filter(|v| !v.is_empty());
+    Validator { file }.config(raw, &env)
+}
+
+struct Validator<'a> {
+    file: &'a str,
+}
+
+impl Validator<'_> {
+    fn invalid(
+        &self,
+        field: impl Into<String>,
+        value: impl fmt::Display,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError::Invalid {
+            file: self.file.to_owned(),
+            field: field.into(),
+            value: value.to_string(),
+            message: message.into(),
+        }
+    }
+
+    fn config(
+        &self,
+        raw: RawConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ProxyConfig, ConfigError> {
+        let listen = self.listen("listen", "PROXY_LISTEN", raw.listen, env)?;
+        let admin_listen =
+            self.listen("admin_listen", "PROXY_ADMIN_LISTEN", raw.admin_listen, env)?;
+        if listen == admin_listen {
+            return Err(self.invalid("admin_listen", admin_listen, "must differ from listen"));
+        }
+        let threads = raw.threads.unwrap_or(2);
+        if !(1..=256).contains(&threads) {
+            return Err(self.invalid("threads", threads, "expected 1 to 256"));
+        }
+        let grace_period = self.duration("grace_period", raw.grace_period, 5)?;
+        let shutdown_timeout = self.duration("shutdown_timeout", raw.shutdown_timeout, 5)?;
+        let introspection = self.introspection(raw.introspection, env)?;
+
+        if raw.upstreams.is_empty() {
+            return Err(self.invalid("upstreams", "{}", "declare at least one upstream"));
+        }
+        let mut upstreams = HashMap::new();
+        for (name, u) in raw.upstreams {
+            let upstream = self.upstream(&name, u)?;
+            upstreams.insert(name, Arc::new(upstream));
+        }
+        let rules = Rules::from_routes(raw.routes, self.file)?;
+        for route in rules.routes() {
+            let error = |value: String, message: String| ConfigError::Route {
+                file: self.file.to_owned(),
+                index: route.index(),
+                name: route.name.clone(),
+                field: "upstream",
+                value,
+                message,
+            };
+            match &route.upstream {
+                None => {
+                    return Err(error(
+                        "(missing)".into(),
+                        "every route must name an upstream".into(),
+                    ));
+                }
+                Some(u) if !upstreams.contains_key(u) => {
+                    let mut known: Vec<&str> = upstreams.keys().map(String::as_str).collect();
+                    known.sort_unstable();
+                    return Err(error(
+                        format!("{u:?}"),
+                        format!("no such upstream (declared: {})", known.join(", ")),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(ProxyConfig {
+            source: None,
+            listen,
+            admin_listen,
+            threads,
+            grace_period,
+            shutdown_timeout,
+            introspection,
+            routing: Arc::new(Routing { rules, upstreams }),
+        })
+    }
+
+    fn listen(
+        &self,
+        field: &str,
+        var: &str,
+        value: String,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<SocketAddr, ConfigError> {
+        let (field, value) = match env(var) {
+            Some(v) => (format!("{field} (from {var})"), v),
+            None => (field.to_owned(), value),
+        };
+        value.trim().parse().map_err(|_| {
+            self.invalid(
+                field,
+                format!("{value:?}"),
+                "expected IP:port, e.g. 127.0.0.1:8000",
+            )
+        })
+    }
+
+    fn duration(
+        &self,
+        field: &str,
+        value: Option<RawDuration>,
+        default_secs: u64,
+    ) -> Result<Duration, ConfigError> {
+        match value {
+            None => Ok(Duration::from_secs(default_secs)),
+            Some(v) => parse_duration(&v)
+                .map_err(|m| self.invalid(field, format!("{:?}", v.to_string()), m)),
+        }
+    }
+
+    fn upstream(&self, name: &str, u: RawUpstream) -> Result<Upstream, ConfigError> {
+        let prefix = format!("upstreams.{name}");
+        if name.trim().is_empty() {
+            return Err(self.invalid("upstreams", format!("{name:?}"), "empty upstream name"));
+        }
+        let address = parse_upstream_addr(&u.address).map_err(|m| {
+            self.invalid(format!("{prefix}.address"), format!("{:?}", u.address), m)
+        })?;
+        let host = match u.host {
+            None => None,
+            Some(h) => Some(
+                HeaderValue::from_str(&h)
+                    .ok()
+                    .filter(|_| !h.is_empty())
+                    .ok_or_else(|| {
+                        self.invalid(
+                            format!("{prefix}.host"),
+                            format!("{h:?}"),
+                            "not a valid Host header value",
+                        )
+                    })?,
+            ),
+        };
+        let connect_timeout =
+            self.duration(&format!("{prefix}.connect_timeout"), u.connect_timeout, 5)?;
+        let read_timeout = match u.read_timeout {
+            None => None,
+            Some(v) => Some(self.duration(&format!("{prefix}.read_timeout"), Some(v), 0)?),
+        };
+        if connect_timeout.is_zero() {
+            return Err(self.invalid(format!("{prefix}.connect_timeout"), "0", "must be positive"));
+        }
+        Ok(Upstream {
+            name: name.to_owned(),
+            address,
+            pass_authorization: u.pass_authorization,
+            host,
+            connect_timeout,
+            read_timeout: read_timeout.filter(|d| !d.is_zero()),
+        })
+    }
+
+    fn introspection(
+        &self,
+        raw: RawIntrospection,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<IntrospectionConfig, ConfigError> {
+        let (url_field, url) = match env("PROXY_INTROSPECTION_URL") {
+            Some(v) => (
+                "introspection.url (from PROXY_INTROSPECTION_URL)".to_owned(),
+                v,
+            ),
+            None => ("introspection.url".to_owned(), raw.url),
+        };
+        let url_ok = (url.starts_with("http://") || url.starts_with("https://"))
+            && url.len() > "https://".len()
+            && !url.contains(char::is_whitespace);
+        if !url_ok {
+            return Err(self.invalid(
+                url_field,
+                format!("{url:?}"),
+                "expected an http:// or https:// URL",
+            ));
+        }
+        let auth = self.auth(raw.auth_token, raw.client_id, raw.client_secret, env)?;
+        let connect_timeout =
+            self.duration("introspection.connect_timeout", raw.connect_timeout, 1)?;
+        let request_timeout =
+            self.duration("introspection.request_timeout", raw.request_timeout, 3)?;
+        for (field, d) in [
+            ("introspection.connect_timeout", connect_timeout),
+            ("introspection.request_timeout", request_timeout),
+        ] {
+            if d.is_zero() {
+                return Err(self.invalid(
+                    field,
+                    "0",
+                    "must be positive (timeouts are always bounded)",
+                ));
+            }
+        }
+        let cache = raw.cache.unwrap_or(RawCache {
+            max_ttl: None,
+            negative_ttl: None,
+            capacity: None,
+            stale_grace: None,
+        });
+        let capacity = cache.capacity.unwrap_or(100_000);
+        if capacity == 0 {
+            return Err(self.invalid(
+                "introspection.cache.capacity",
+                0,
+                "must be positive (use max_ttl: 0s to disable the cache)",
+            ));
+        }
+        Ok(IntrospectionConfig {
+            url,
+            auth,
+            connect_timeout,
+            request_timeout,
+            max_ttl: self.duration("introspection.cache.max_ttl", cache.max_ttl, 60)?,
+            negative_ttl: self.duration(
+                "introspection.cache.negative_ttl",
+                cache.negative_ttl,
+                5,
+            )?,
+            capacity,
+            stale_grace: self.duration("introspection.cache.stale_grace", cache.stale_grace, 0)?,
+        })
+    }
+
+    fn auth(
+        &self,
+        token: Option<String>,
+        client_id: Option<String>,
+        client_secret: Option<String>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<IntrospectionAuth, ConfigError> {
+        // PROXY_AUTH_TOKEN is the deployment's final word: it replaces whatever the file says.
+        if let Some(t) = env("PROXY_AUTH_TOKEN") {
+            return Ok(IntrospectionAuth::Bearer(t));
+        }
+        let client_id = env("PROXY_CLIENT_ID")
+            .or(client_id)
+            .filter(|s| !s.is_empty());
+        let client_secret = env("PROXY_CLIENT_SECRET")
+            .or(client_secret)
+            .filter(|s| !s.is_empty());
+        let token = token.filter(|s| !s.is_empty());
+        match (token, client_id, client_secret) {
+            (Some(t), None, None) => Ok(IntrospectionAuth::Bearer(t)),
+            (None, Some(client_id), Some(client_secret)) => Ok(IntrospectionAuth::ClientSecret {
+                client_id,
+                client_secret,
+            }),
+            (Some(_), _, _) => Err(self.invalid(
+                "introspection.auth_token",
+                "(hidden)",
+                "set either auth_token or client_id + client_secret, not both",
+            )),
+            (None, Some(_), None) => Err(self.invalid(
+                "introspection.client_secret",
+                "(missing)",
+                "client_id needs client_secret (or env PROXY_CLIENT_SECRET)",
+            )),
+            (None, None, Some(_)) => Err(self.invalid(
+                "introspection.client_id",
+                "(missing)",
+                "client_secret needs client_id (or env PROXY_CLIENT_ID)",
+            )),
+            (None, None, None) => Err(self.invalid(
+                "introspection",
+                "(no credentials)",
+                "set auth_token (env PROXY_AUTH_TOKEN) or client_id + client_secret (env PROXY_CLIENT_SECRET)",
+            )),
+        }
+    }
+}
+
+/// `host:port` with a non-zero port; an IP literal (`[::1]:80` for IPv6) or a DNS name.
+fn parse_upstream_addr(s: &str) -> Result<UpstreamAddr, String> {
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        if addr.port() == 0 {
+            return Err("port 0".into());
+        }
+        return Ok(UpstreamAddr::Socket(addr));
+    }
+    let (host, port) = s.rsplit_once(':').ok_or("expected host:port")?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| "port is not a number from 1 to 65535".to_owned())?;
+    let valid_host = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        });
+    if port == 0 || !valid_host {
+        return Err("expected host:port, e.g. 127.0.0.1:8002 or api:8002".into());
+    }
+    Ok(UpstreamAddr::Name {
+        host: host.to_owned(),
+        port,
+    })
+}
+
+#[cfg(test)]
+mod tests;

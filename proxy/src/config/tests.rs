@@ -1,0 +1,160 @@
+//! Unit tests of configuration parsing, validation and environment overrides.
+
+use super::*;
+
+const GOOD: &str = r#"
+listen: 127.0.0.1:8000
+admin_listen: 127.0.0.1:8003
+upstreams:
+  api: { address: "127.0.0.1:8002" }
+  auth: { address: "authserver:8001", pass_authorization: true, host: auth.internal }
+introspection:
+  url: http://127.0.0.1:8001/o/introspect/
+  client_id: proxy
+  client_secret: s3cret
+  cache: { max_ttl: 30s, negative_ttl: 500ms }
+routes:
+  - { name: oauth, prefix: /o/, upstream: auth, public: true }
+  - { name: users, path: /users/, upstream: api, scopes: [read] }
+"#;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn parse(src: &str) -> Result<ProxyConfig, ConfigError> {
+    parse_config(src, "proxy.yaml", no_env)
+}
+
+fn error(src: &str) -> String {
+    parse(src).expect_err("should be refused").to_string()
+}
+
+#[test]
+fn good_file() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.listen, "127.0.0.1:8000".parse().unwrap());
+    assert_eq!(c.threads, 2);
+    assert_eq!(c.grace_period, Duration::from_secs(5));
+    assert_eq!(c.introspection.max_ttl, Duration::from_secs(30));
+    assert_eq!(c.introspection.negative_ttl, Duration::from_millis(500));
+    assert_eq!(c.introspection.capacity, 100_000);
+    assert_eq!(c.routing.rules.routes().len(), 2);
+    let auth = &c.routing.upstreams["auth"];
+    assert!(auth.pass_authorization);
+    assert_eq!(
+        auth.address,
+        UpstreamAddr::Name {
+            host: "authserver".into(),
+            port: 8001
+        }
+    );
+    assert_eq!(auth.host.as_ref().unwrap(), "auth.internal");
+    assert!(!c.routing.upstreams["api"].pass_authorization);
+    // Debug never shows the secret.
+    assert!(!format!("{c:?}").contains("s3cret"));
+}
+
+#[test]
+fn the_shipped_example_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/proxy.yaml");
+    let c = load_config_with_env(path, no_env).unwrap();
+    assert_eq!(c.listen.port(), 8000);
+    assert_eq!(c.admin_listen.port(), 8003);
+    assert_eq!(c.source.as_deref(), Some(Path::new(path)));
+}
+
+#[test]
+fn unknown_upstream_names_file_rule_field_and_value() {
+    let e = error(&GOOD.replace("upstream: api", "upstream: nope"));
+    assert!(
+        e.starts_with("proxy.yaml: routes[1] (users): field \"upstream\" = \"nope\""),
+        "{e}"
+    );
+    assert!(e.contains("declared: api, auth"), "{e}");
+}
+
+#[test]
+fn missing_upstream_on_a_route() {
+    let e = error(&GOOD.replace(", upstream: api", ""));
+    assert!(e.contains("routes[1] (users): field \"upstream\""), "{e}");
+}
+
+#[test]
+fn unknown_fields_are_refused() {
+    let e = error(&GOOD.replace("admin_listen:", "colour: red\nadmin_listen:"));
+    assert!(e.contains("unknown field `colour`"), "{e}");
+    let e = error(&GOOD.replace("pass_authorization: true", "pass_authorisation: true"));
+    assert!(e.contains("pass_authorisation"), "{e}");
+}
+
+#[test]
+fn bad_values_name_field_and_value() {
+    let e = error(&GOOD.replace("127.0.0.1:8000", "localhost"));
+    assert_eq!(
+        e,
+        "proxy.yaml: field \"listen\" = \"localhost\": expected IP:port, e.g. 127.0.0.1:8000"
+    );
+    let e = error(&GOOD.replace("authserver:8001", "authserver"));
+    assert!(
+        e.contains("upstreams.auth.address\" = \"authserver\""),
+        "{e}"
+    );
+    let e = error(&GOOD.replace("500ms", "5 parsecs"));
+    assert!(
+        e.contains("introspection.cache.negative_ttl\" = \"5 parsecs\""),
+        "{e}"
+    );
+    let e = error(&GOOD.replace("http://127.0.0.1:8001", "ftp://x"));
+    assert!(e.contains("introspection.url"), "{e}");
+    let e = error(&GOOD.replace("127.0.0.1:8003", "127.0.0.1:8000"));
+    assert!(e.contains("admin_listen"), "{e}");
+}
+
+#[test]
+fn rule_errors_come_from_resource_server() {
+    let e = error(&GOOD.replace("path: /users/", "path: users/"));
+    assert!(e.contains("routes[1] (users)") && e.contains("path"), "{e}");
+}
+
+#[test]
+fn credentials_one_way_or_the_other() {
+    let e = error(&GOOD.replace("  client_secret: s3cret\n", ""));
+    assert!(e.contains("client_secret"), "{e}");
+    let both = GOOD.replace("client_id: proxy", "client_id: proxy\n  auth_token: tok");
+    let e = error(&both);
+    assert!(e.contains("not both") && !e.contains("tok\""), "{e}");
+    let none = GOOD
+        .replace("  client_id: proxy\n", "")
+        .replace("  client_secret: s3cret\n", "");
+    assert!(error(&none).contains("auth_token"));
+}
+
+#[test]
+fn environment_overrides() {
+    let env = |k: &str| match k {
+        "PROXY_CLIENT_SECRET" => Some("from-env".to_owned()),
+        "PROXY_LISTEN" => Some("127.0.0.1:9000".to_owned()),
+        "PROXY_ADMIN_LISTEN" => Some(String::new()), // empty = ignored
+        _ => None,
+    };
+    let c = parse_config(GOOD, "f", env).unwrap();
+    assert_eq!(c.listen.port(), 9000);
+    assert_eq!(c.admin_listen.port(), 8003);
+    assert_eq!(
+        c.introspection.auth,
+        IntrospectionAuth::ClientSecret {
+            client_id: "proxy".into(),
+            client_secret: "from-env".into()
+        }
+    );
+    let token_env = |k: &str| (k == "PROXY_AUTH_TOKEN").then(|| "tok".to_owned());
+    let c = parse_config(GOOD, "f", token_env).unwrap();
+    assert_eq!(
+        c.introspection.auth,
+        IntrospectionAuth::Bearer("tok".into())
+    );
+    let bad_env = |k: &str| (k == "PROXY_LISTEN").then(|| "nope".to_owned());
+    let e = parse_config(GOOD, "f", bad_env).unwrap_err().to_string();
+    assert!(e.contains("listen (from PROXY_LISTEN)"), "{e}");
+}

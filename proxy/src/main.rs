@@ -1,0 +1,81 @@
+//! `proxy`: the tokengate sidecar. `proxy [--config FILE]` runs it; `proxy --check-config FILE`
+//! validates a configuration and exits.
+#![forbid(unsafe_code)]
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(
+    name = "proxy",
+    version,
+    about = "Bearer-token checking reverse proxy (Pingora)"
+)]
+struct Args {
+    /// Configuration file.
+    #[arg(short, long, env = "PROXY_CONFIG", default_value = "config/proxy.yaml")]
+    config: PathBuf,
+    /// Validate this configuration file and exit (0 = valid).
+    #[arg(long, value_name = "FILE", conflicts_with = "config")]
+    check_config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging();
+    if let Some(path) = args.check_config {
+        return match proxy::load_config(&path) {
+            Ok(config) => {
+                let routes = config.routing.rules.routes().len();
+                let upstreams = config.routing.upstreams.len();
+                println!(
+                    "{}: OK ({routes} routes, {upstreams} upstreams)",
+                    path.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("error: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let config = match proxy::load_config(&args.config) {
+        Ok(c) => c,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match proxy::spawn_with(config, proxy::Signals::Handle) {
+        Ok(handle) => {
+            handle.wait();
+            tracing::info!("proxy stopped");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `RUST_LOG`-filtered `tracing` output; Pingora's `log` records are bridged into it. Pingora is
+/// capped at `info`: its debug lines print whole request headers, `Authorization` included.
+fn init_logging() {
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    for cap in ["pingora_core=info", "pingora_proxy=info"] {
+        if let Ok(d) = cap.parse() {
+            filter = filter.add_directive(d);
+        }
+    }
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,191 @@
+//! The proxy's own counters and their Prometheus text rendering (with the checker's cache and
+//! introspection metrics).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use resource_server::{CheckerMetrics, Decision};
+
+/// The outcome of one request, as a metrics label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Allow,
+    Unauthenticated,
+    BadRequest,
+    InvalidToken,
+    InsufficientScope,
+    Unavailable,
+    NoRoute,
+}
+
+impl Outcome {
+    const ALL: [Outcome; 7] = [
+        Outcome::Allow,
+        Outcome::Unauthenticated,
+        Outcome::BadRequest,
+        Outcome::InvalidToken,
+        Outcome::InsufficientScope,
+        Outcome::Unavailable,
+        Outcome::NoRoute,
+    ];
+
+    pub fn of(decision: &Decision) -> Outcome {
+        match decision {
+            Decision::Allow(_) => Outcome::Allow,
+            Decision::Unauthenticated => Outcome::Unauthenticated,
+            Decision::BadRequest(_) => Outcome::BadRequest,
+            Decision::InvalidToken(_) => Outcome::InvalidToken,
+            Decision::InsufficientScope(_) => Outcome::InsufficientScope,
+            Decision::Unavailable => Outcome::Unavailable,
+            Decision::NoRoute => Outcome::NoRoute,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allow => "allow",
+            Outcome::Unauthenticated => "unauthenticated",
+            Outcome::BadRequest => "bad_request",
+            Outcome::InvalidToken => "invalid_token",
+            Outcome::InsufficientScope => "insufficient_scope",
+            Outcome::Unavailable => "unavailable",
+            Outcome::NoRoute => "no_route",
+        }
+    }
+}
+
+/// Route label of requests that matched no route.
+pub const UNMATCHED: &str = "_unmatched";
+
+type PerOutcome = [AtomicU64; 7];
+
+/// Counters owned by the proxy. Cheap on the request path: a read lock and an atomic add.
+#[derive(Default)]
+pub struct ProxyMetrics {
+    requests: RwLock<HashMap<String, PerOutcome>>,
+    upstream_errors: RwLock<HashMap<String, AtomicU64>>,
+    reloads_ok: AtomicU64,
+    reloads_failed: AtomicU64,
+}
+
+impl ProxyMetrics {
+    pub fn request(&self, route: &str, outcome: Outcome) {
+        let i = outcome as usize;
+        if let Ok(map) = self.requests.read()
+            && let Some(counters) = map.get(route)
+        {
+            counters[i].fetch_add(1, Relaxed);
+            return;
+        }
+        if let Ok(mut map) = self.requests.write() {
+            map.entry(route.to_owned()).or_default()[i].fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn upstream_error(&self, upstream: &str) {
+        if let Ok(map) = self.upstream_errors.read()
+            && let Some(c) = map.get(upstream)
+        {
+            c.fetch_add(1, Relaxed);
+            return;
+        }
+        if let Ok(mut map) = self.upstream_errors.write() {
+            map.entry(upstream.to_owned())
+                .or_default()
+                .fetch_add(1, Relaxed);
+        }
+    }
+
+    pub fn reload(&self, ok: bool) {
+        if ok {
+            &self.reloads_ok
+        } else {
+            &self.reloads_failed
+        }
+        .fetch_add(1, Relaxed);
+    }
+
+    /// Prometheus text exposition format, version 0.0.4.
+    pub fn render(&self, checker: &CheckerMetrics, routes_loaded: usize) -> String {
+        let mut out = String::with_capacity(4096);
+        header(
+            &mut out,
+            "tokengate_proxy_requests_total",
+            "counter",
+            "Requests by route and decision.",
+        );
+        if let Ok(map) = self.requests.read() {
+            let mut routes: Vec<_> = map.iter().collect();
+            routes.sort_by(|a, b| a.0.cmp(b.0));
+            for (route, counters) in routes {
+                for o in Outcome::ALL {
+                    let n = counters[o as usize].load(Relaxed);
+                    if n > 0 {
+                        let route = escape(route);
+                        let _ = writeln!(
+                            out,
+                            "tokengate_proxy_requests_total{{route=\"{route}\",decision=\"{}\"}} {n}",
+                            o.as_str()
+                        );
+                    }
+                }
+            }
+        }
+        header(
+            &mut out,
+            "tokengate_proxy_upstream_errors_total",
+            "counter",
+            "Failed upstream connections or exchanges.",
+        );
+        if let Ok(map) = self.upstream_errors.read() {
+            let mut ups: Vec<_> = map.iter().collect();
+            ups.sort_by(|a, b| a.0.cmp(b.0));
+            for (name, n) in ups {
+                let _ = writeln!(
+                    out,
+                    "tokengate_proxy_upstream_errors_total{{upstream=\"{}\"}} {}",
+                    escape(name),
+                    n.load(Relaxed)
+                );
+            }
+        }
+        header(
+            &mut out,
+            "tokengate_proxy_rule_reloads_total",
+            "counter",
+            "Rule reloads by result.",
+        );
+        let _ = writeln!(
+            out,
+            "tokengate_proxy_rule_reloads_total{{result=\"ok\"}} {}",
+            self.reloads_ok.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "tokengate_proxy_rule_reloads_total{{result=\"error\"}} {}",
+            self.reloads_failed.load(Relaxed)
+        );
+        header(
+            &mut out,
+            "tokengate_proxy_routes",
+            "gauge",
+            "Routes in the rules in force.",
+        );
+        let _ = writeln!(out, "tokengate_proxy_routes {routes_loaded}");
+        out.push_str(&checker.render_prometheus("tokengate_proxy"));
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}

@@ -1,0 +1,285 @@
+//! Builds the Pingora server (proxy, admin listener, background work) and runs it on its own
+//! thread; [`ProxyHandle`] reports the addresses, reloads, and stops it.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
+use pingora::services::background::background_service;
+use pingora::services::listening::Service;
+use resource_server::{CheckerError, TokenChecker};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::admin::Admin;
+use crate::background::Maintenance;
+use crate::config::{ConfigError, ProxyConfig};
+use crate::gateway::Gateway;
+use crate::state::{Shared, SharedState};
+
+/// How long [`spawn`] waits for the listeners to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("introspection client: {0}")]
+    Checker(#[from] CheckerError),
+    #[error("cannot start the proxy thread: {0}")]
+    Thread(std::io::Error),
+    #[error("the proxy did not start listening on {0} within {START_TIMEOUT:?}")]
+    NotListening(SocketAddr),
+}
+
+/// How the proxy should stop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    Graceful,
+    Fast,
+}
+
+/// Whether the server reacts to SIGTERM (graceful), SIGINT (fast) and SIGQUIT (graceful, no
+/// socket hand-over configured). SIGHUP (reload) is always handled when the configuration came
+/// from a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Signals {
+    Handle,
+    Ignore,
+}
+
+/// A running proxy. Dropping the handle stops the proxy at once (without waiting for it).
+pub struct ProxyHandle {
+    listen: SocketAddr,
+    admin: SocketAddr,
+    stop: watch::Sender<Option<Stop>>,
+    thread: Option<JoinHandle<()>>,
+    shared: SharedState,
+}
+
+impl ProxyHandle {
+    /// The proxy listener's address (with the port chosen if the configuration said 0).
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// The admin listener's address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin
+    }
+
+    /// Re-reads the configuration file now (as SIGHUP does) and returns the number of routes in
+    /// force; a broken file is refused and the rules in force stay.
+    pub fn reload(&self) -> Result<usize, ConfigError> {
+        self.shared.reload()
+    }
+
+    /// Graceful stop, as SIGTERM: listeners close, in-flight requests get the configured
+    /// `grace_period`, then the runtimes get `shutdown_timeout`. Blocks until the server has
+    /// stopped.
+    pub fn shutdown(mut self) {
+        self.stop.send_replace(Some(Stop::Graceful));
+        self.join();
+    }
+
+    /// Immediate stop, as SIGINT: in-flight requests are cut. Blocks until the server has stopped.
+    pub fn shutdown_now(mut self) {
+        self.stop.send_replace(Some(Stop::Fast));
+        self.join();
+    }
+
+    /// Blocks until the server stops (by a signal, with [`Signals::Handle`]).
+    pub fn wait(mut self) {
+        self.join();
+    }
+
+    fn join(&mut self) {
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            tracing::error!("the proxy thread panicked");
+        }
+    }
+}
+
+impl Drop for ProxyHandle {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop.send_replace(Some(Stop::Fast));
+        }
+    }
+}
+
+/// Starts the proxy on a thread of its own without handling process signals (for tests and for
+/// embedding in a bigger process); returns once both listeners accept connections.
+pub fn spawn(config: ProxyConfig) -> Result<ProxyHandle, StartError> {
+    spawn_with(config, Signals::Ignore)
+}
+
+/// [`spawn`], choosing whether the proxy handles SIGTERM/SIGINT/SIGQUIT itself.
+///
+/// A listen port of 0 is replaced by a free port, reported by the handle.
+pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHandle, StartError> {
+    config.listen = claim_port(config.listen)?;
+    config.admin_listen = claim_port(config.admin_listen)?;
+    let (introspection, cache) = config.introspection.settings();
+    let checker = TokenChecker::new(introspection, cache)?;
+    let shared: SharedState = Arc::new(Shared::new(config.clone(), checker));
+
+    let mut server_conf = ServerConf {
+        version: 1,
+        threads: config.threads,
+        grace_period_seconds: Some(ceil_secs(config.grace_period)),
+        graceful_shutdown_timeout_seconds: Some(ceil_secs(config.shutdown_timeout)),
+        ..ServerConf::default()
+    };
+    server_conf.upstream_keepalive_pool_size = 256;
+    let mut server = Server::new_with_opt_and_conf(None, server_conf);
+
+    let gateway = Gateway {
+        shared: shared.clone(),
+    };
+    let mut proxy = pingora::proxy::http_proxy_service_with_name(
+        &server.configuration,
+        gateway,
+        "tokengate proxy",
+    );
+    proxy.add_tcp(&config.listen.to_string());
+    let mut admin = Service::new(
+        "tokengate admin".to_owned(),
+        Admin {
+            shared: shared.clone(),
+        },
+    );
+    admin.add_tcp(&config.admin_listen.to_string());
+    admin.threads = Some(1);
+    server.add_service(proxy);
+    server.add_service(admin);
+    server.add_service(background_service(
+        "tokengate maintenance",
+        Maintenance::new(shared.clone()),
+    ));
+
+    let (stop, stop_rx) = watch::channel(None);
+    let watcher = StopWatch {
+        rx: stop_rx,
+        signals,
+    };
+    let thread = std::thread::Builder::new()
+        .name("tokengate-proxy".into())
+        .spawn(move || {
+            server.bootstrap();
+            server.run(RunArgs {
+                shutdown_signal: Box::new(watcher),
+            });
+        })
+        .map_err(StartError::Thread)?;
+    let handle = ProxyHandle {
+        listen: config.listen,
+        admin: config.admin_listen,
+        stop,
+        thread: Some(thread),
+        shared,
+    };
+    for addr in [handle.listen, handle.admin] {
+        wait_listening(addr, &handle)?;
+    }
+    tracing::info!(listen = %handle.listen, admin = %handle.admin, "proxy listening");
+    Ok(handle)
+}
+
+/// Checks that `addr` can be bound (so that a busy port is an error here, not a panic inside
+/// Pingora) and picks a free port for port 0.
+fn claim_port(addr: SocketAddr) -> Result<SocketAddr, StartError> {
+    let listener = TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
+    listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })
+}
+
+fn wait_listening(addr: SocketAddr, handle: &ProxyHandle) -> Result<(), StartError> {
+    let target = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port())
+        }
+        _ => addr,
+    };
+    let deadline = Instant::now() + START_TIMEOUT;
+    while Instant::now() < deadline {
+        if TcpStream::connect_timeout(&target, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if handle.thread.as_ref().is_none_or(|t| t.is_finished()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Err(StartError::NotListening(addr))
+}
+
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Pingora's shutdown trigger: the handle's stop request, and optionally the Unix signals.
+struct StopWatch {
+    rx: watch::Receiver<Option<Stop>>,
+    signals: Signals,
+}
+
+#[async_trait]
+impl ShutdownSignalWatch for StopWatch {
+    async fn recv(&self) -> ShutdownSignal {
+        let mut rx = self.rx.clone();
+        let from_handle = async move {
+            loop {
+                if let Some(stop) = *rx.borrow_and_update() {
+                    return stop;
+                }
+                if rx.changed().await.is_err() {
+                    // Handle gone without a request: it was dropped, which means stop.
+                    return Stop::Fast;
+                }
+            }
+        };
+        let stop = match self.signals {
+            Signals::Ignore => from_handle.await,
+            Signals::Handle => tokio::select! {
+                stop = from_handle => stop,
+                stop = from_signals() => stop,
+            },
+        };
+        match stop {
+            Stop::Graceful => ShutdownSignal::GracefulTerminate,
+            Stop::Fast => ShutdownSignal::FastShutdown,
+        }
+    }
+}
+
+async fn from_signals() -> Stop {
+    let (Ok(mut term), Ok(mut int), Ok(mut quit)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::quit()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop the proxy through its handle");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => { tracing::info!("SIGTERM: graceful shutdown"); Stop::Graceful }
+        _ = quit.recv() => { tracing::info!("SIGQUIT: graceful shutdown"); Stop::Graceful }
+        _ = int.recv() => { tracing::info!("SIGINT: fast shutdown"); Stop::Fast }
+    }
+}

@@ -1,0 +1,96 @@
+//! State shared by the proxy, the admin listener and the reloader: the rules in force (swapped
+//! atomically on reload), the token checker and the metrics.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use resource_server::TokenChecker;
+
+use crate::config::{ConfigError, ProxyConfig, Routing, load_config};
+use crate::metrics::ProxyMetrics;
+
+/// How recently the authorization server must have answered for `/readyz` to say 200.
+pub const READY_WINDOW: Duration = Duration::from_secs(30);
+
+pub struct Shared {
+    routing: RwLock<Arc<Routing>>,
+    pub checker: TokenChecker,
+    pub metrics: ProxyMetrics,
+    /// The configuration the process started with (parts other than routing need a restart).
+    started_with: ProxyConfig,
+}
+
+impl Shared {
+    pub fn new(config: ProxyConfig, checker: TokenChecker) -> Shared {
+        Shared {
+            routing: RwLock::new(config.routing.clone()),
+            checker,
+            metrics: ProxyMetrics::default(),
+            started_with: config,
+        }
+    }
+
+    /// The routes and upstreams in force (a cheap `Arc` clone).
+    pub fn routing(&self) -> Arc<Routing> {
+        match self.routing.read() {
+            Ok(r) => r.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The file the configuration came from, if any.
+    pub fn source(&self) -> Option<&PathBuf> {
+        self.started_with.source.as_ref()
+    }
+
+    /// Re-reads the configuration file and swaps in its routes and upstreams. A file that fails
+    /// to load or validate is refused and the rules in force stay.
+    pub fn reload(&self) -> Result<usize, ConfigError> {
+        let Some(path) = self.source() else {
+            return Ok(self.routing().rules.routes().len());
+        };
+        let result = load_config(path);
+        self.metrics.reload(result.is_ok());
+        let new = match result {
+            Ok(c) => c,
+            Err(error) => {
+                tracing::error!(%error, "configuration reload refused; the rules in force stay");
+                return Err(error);
+            }
+        };
+        let old = &self.started_with;
+        if new.listen != old.listen
+            || new.admin_listen != old.admin_listen
+            || new.threads != old.threads
+            || new.introspection != old.introspection
+        {
+            tracing::warn!(
+                "listen addresses, threads and introspection settings change only on restart"
+            );
+        }
+        let routes = new.routing.rules.routes().len();
+        match self.routing.write() {
+            Ok(mut r) => *r = new.routing,
+            Err(poisoned) => *poisoned.into_inner() = new.routing,
+        }
+        tracing::info!(routes, file = %path.display(), "rules reloaded");
+        Ok(routes)
+    }
+
+    /// Ready: rules are loaded and the authorization server answered within [`READY_WINDOW`].
+    pub fn ready(&self) -> bool {
+        let Some(last) = self.checker.metrics().last_success() else {
+            return false;
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        !self.routing().rules.routes().is_empty()
+            && now.saturating_sub(last) <= READY_WINDOW.as_secs() as i64
+    }
+}
+
+/// Shared state behind an `Arc`.
+pub type SharedState = Arc<Shared>;

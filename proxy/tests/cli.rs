@@ -1,0 +1,141 @@
+//! The `proxy` binary: `--check-config`, a bad configuration at start, and SIGTERM draining an
+//! in-flight request.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Introspector, config_yaml, echo_upstream, free_port, temp_path};
+
+const BIN: &str = env!("CARGO_BIN_EXE_proxy");
+
+#[test]
+fn check_config_accepts_the_shipped_example() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/proxy.yaml");
+    let out = Command::new(BIN)
+        .args(["--check-config", example])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("OK (11 routes, 2 upstreams)"));
+}
+
+#[test]
+fn check_config_refuses_a_bad_file_with_a_clear_message() {
+    let path = temp_path("bad");
+    let yaml = config_yaml(
+        8000,
+        8003,
+        "http://127.0.0.1:1/",
+        "127.0.0.1:9".parse().unwrap(),
+        common::ROUTES,
+    );
+    std::fs::write(
+        &path,
+        yaml.replace(
+            "upstream: api, scopes: [read] }",
+            "upstream: apx, scopes: [read] }",
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .arg("--check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&path.display().to_string()), "{stderr}");
+    assert!(
+        stderr.contains("routes[1] (read): field \"upstream\" = \"apx\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_bad_configuration_at_start_exits_non_zero_without_panicking() {
+    let path = temp_path("bad-start");
+    std::fs::write(&path, "listen: 127.0.0.1:1\nbogus: true\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error: ") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    let out = Command::new(BIN)
+        .args(["--config", "/nonexistent/proxy.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_drains_an_in_flight_request_and_exits_zero() {
+    let introspector = Introspector::start().await;
+    let upstream = echo_upstream().await;
+    let (listen, admin) = (free_port(), free_port());
+    let path = temp_path("sigterm");
+    std::fs::write(
+        &path,
+        config_yaml(listen, admin, &introspector.url(), upstream, common::ROUTES),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client
+        .get(format!("http://127.0.0.1:{admin}/healthz"))
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the proxy never came up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let slow = tokio::spawn(
+        client
+            .get(format!("http://127.0.0.1:{listen}/public/slow"))
+            .header("x-test-delay-ms", "800")
+            .send(),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let resp = slow.await.unwrap().expect("in-flight request completes");
+    assert_eq!(resp.status(), 200);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the proxy did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let _ = std::fs::remove_file(&path);
+    assert!(status.success(), "{status:?}");
+}

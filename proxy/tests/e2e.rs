@@ -1,0 +1,485 @@
+//! End-to-end tests over real sockets: the proxy in front of an echo upstream, with a stand-in
+//! RFC 7662 server (the full-stack tests with the real authorization server live at the root).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Fixture, Introspector, echoed, free_port};
+use serde_json::Value;
+
+const NO_CREDENTIALS: &str = r#"{"detail":"Authentication credentials were not provided."}"#;
+const NO_PERMISSION: &str = r#"{"detail":"You do not have permission to perform this action."}"#;
+
+fn header<'a>(resp: &'a reqwest::Response, name: &str) -> Option<&'a str> {
+    resp.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn status_and_body(resp: reqwest::Response) -> (u16, String) {
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn public_route_is_forwarded_without_a_token() {
+    let f = Fixture::start().await;
+    let resp = f.get("/public/hello?x=1", None).await;
+    assert_eq!(resp.status(), 200);
+    let echo: Value = resp.json().await.unwrap();
+    assert_eq!(echo["target"], "/public/hello?x=1");
+    assert_eq!(echo["method"], "GET");
+    // No identity on a public route, even with a (bad) token.
+    let echo: Value = f
+        .get("/public/x", Some("garbage"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(echoed(&echo, "x-auth-username").is_empty());
+    assert_eq!(
+        f.introspector.calls("garbage"),
+        0,
+        "public routes never introspect"
+    );
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_token_is_401_with_the_reference_body() {
+    let f = Fixture::start().await;
+    let resp = f.get("/read", None).await;
+    assert_eq!(resp.status(), 401);
+    assert_eq!(
+        header(&resp, "www-authenticate"),
+        Some(r#"Bearer realm="api""#)
+    );
+    assert_eq!(header(&resp, "content-type"), Some("application/json"));
+    assert_eq!(resp.text().await.unwrap(), NO_CREDENTIALS);
+    // Another scheme is no credentials either.
+    let resp = f
+        .client
+        .get(f.url("/read"))
+        .header("Authorization", "Basic dTpw")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        status_and_body(resp).await,
+        (401, NO_CREDENTIALS.to_owned())
+    );
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn invalid_token_is_401_invalid_token() {
+    let f = Fixture::start().await;
+    let resp = f.get("/read", Some("revoked-or-unknown")).await;
+    assert_eq!(resp.status(), 401);
+    let challenge = header(&resp, "www-authenticate").unwrap().to_owned();
+    assert!(
+        challenge.starts_with(r#"Bearer realm="api", error="invalid_token", error_description=""#),
+        "{challenge}"
+    );
+    assert_eq!(header(&resp, "content-type"), Some("application/json"));
+    let body: Value = resp.json().await.unwrap();
+    assert!(body["detail"].is_string());
+    // Bearer scheme in any case; an empty token is a bad request.
+    let resp = f
+        .client
+        .get(f.url("/read"))
+        .header("Authorization", "bEaReR read")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = f
+        .client
+        .get(f.url("/read"))
+        .header("Authorization", "Bearer ")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        matches!(resp.status().as_u16(), 400 | 401),
+        "{}",
+        resp.status()
+    );
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn insufficient_scope_is_403_naming_the_scopes() {
+    let f = Fixture::start().await;
+    let resp = f.get("/all", Some("read")).await;
+    assert_eq!(resp.status(), 403);
+    assert_eq!(
+        header(&resp, "www-authenticate"),
+        Some(r#"Bearer realm="api", error="insufficient_scope", scope="read write""#)
+    );
+    assert_eq!(header(&resp, "content-type"), Some("application/json"));
+    assert_eq!(resp.text().await.unwrap(), NO_PERMISSION);
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn all_of_and_any_of_routes() {
+    let f = Fixture::start().await;
+    let cases = [
+        ("/read", "read", 200),
+        ("/read", "groups", 403),
+        ("/all", "rw", 200),
+        ("/all", "read", 403),
+        ("/any", "rw", 200),
+        ("/any", "groups", 200),
+        ("/any", "read", 403),
+        ("/authn", "none", 200),
+        ("/authn", "inactive", 401),
+    ];
+    for (path, token, want) in cases {
+        let got = f.get(path, Some(token)).await.status().as_u16();
+        assert_eq!(got, want, "{path} with token {token}");
+    }
+    // Methods are part of the route: GET /upload matches nothing.
+    assert_eq!(f.get("/upload", Some("rw")).await.status(), 404);
+    // The cache keeps answers, not decisions: one call for "read" across routes.
+    assert_eq!(f.introspector.calls("read"), 1);
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unmatched_paths_are_denied() {
+    let f = Fixture::start().await;
+    for path in ["/nowhere", "/read/", "/READ"] {
+        let resp = f.get(path, Some("rw")).await;
+        assert_eq!(resp.status(), 404, "{path}");
+        assert_eq!(resp.text().await.unwrap(), r#"{"detail":"Not found."}"#);
+    }
+    // Dot segments (which an HTTP client would normalise away) never reach a permissive rule.
+    for path in ["/public/../read", "/public/%2e%2e/read", "/public/./x"] {
+        let head = raw_get(f.proxy.listen_addr(), path, "rw").await;
+        assert!(head.starts_with("HTTP/1.1 404"), "{path}: {head}");
+    }
+    assert_eq!(
+        f.introspector.calls("rw"),
+        0,
+        "unmatched requests are not introspected"
+    );
+    f.stop().await;
+}
+
+/// Sends `GET path` exactly as given (no client-side normalisation); returns the status line.
+async fn raw_get(addr: std::net::SocketAddr, path: &str, token: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    String::from_utf8_lossy(&out)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spoofed_identity_headers_never_reach_the_upstream() {
+    let f = Fixture::start().await;
+    let resp = f
+        .client
+        .get(f.url("/read"))
+        .bearer_auth("read")
+        .header("X-Auth-Username", "mallory")
+        .header("x-auth-username", "mallory2")
+        .header("X-AUTH-SCOPE", "admin")
+        .header("X-Auth-Client-Id", "evil")
+        .header("X-Auth-Expires", "9999999999")
+        .header("X_Auth_Username", "underscored")
+        .header("X-Auth-Role", "root")
+        .header("X-Request-Id", "kept")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let echo: Value = resp.json().await.unwrap();
+    assert_eq!(echoed(&echo, "x-auth-username"), ["alice"]);
+    assert_eq!(echoed(&echo, "x-auth-client-id"), ["app-1"]);
+    assert_eq!(echoed(&echo, "x-auth-scope"), ["read"]);
+    assert_eq!(echoed(&echo, "x-auth-expires").len(), 1);
+    assert_ne!(echoed(&echo, "x-auth-expires"), ["9999999999"]);
+    assert!(echoed(&echo, "x_auth_username").is_empty());
+    assert!(echoed(&echo, "x-auth-role").is_empty());
+    assert_eq!(echoed(&echo, "x-request-id"), ["kept"]);
+
+    // On a public route the spoofed headers are removed too, and none are set.
+    let resp = f
+        .client
+        .get(f.url("/public/x"))
+        .header("X-Auth-Username", "mallory")
+        .send()
+        .await
+        .unwrap();
+    let echo: Value = resp.json().await.unwrap();
+    assert!(echoed(&echo, "x-auth-username").is_empty());
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn authorization_is_stripped_or_passed_per_upstream() {
+    let f = Fixture::start().await;
+    let echo: Value = f.get("/read", Some("read")).await.json().await.unwrap();
+    assert!(
+        echoed(&echo, "authorization").is_empty(),
+        "api upstream: stripped"
+    );
+    let echo: Value = f.get("/pass/x", Some("read")).await.json().await.unwrap();
+    assert_eq!(
+        echoed(&echo, "authorization"),
+        ["Bearer read"],
+        "open upstream: passed"
+    );
+    // The client's Host is kept; X-Forwarded-For is added.
+    let host = f.proxy.listen_addr().to_string();
+    assert_eq!(echoed(&echo, "host"), [host]);
+    assert_eq!(echoed(&echo, "x-forwarded-for"), ["127.0.0.1"]);
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn authorization_server_down_is_503_and_not_ready() {
+    let introspector = Introspector::start().await;
+    let dead = format!("http://127.0.0.1:{}/o/introspect/", free_port());
+    let f = Fixture::start_with(introspector, &dead, common::ROUTES).await;
+    let resp = f.get("/read", Some("read")).await;
+    assert_eq!(resp.status(), 503);
+    assert_eq!(header(&resp, "content-type"), Some("application/json"));
+    assert_eq!(
+        resp.text().await.unwrap(),
+        r#"{"detail":"Authorization server unavailable."}"#
+    );
+    // Public routes still work; readiness says 503.
+    assert_eq!(f.get("/public/x", None).await.status(), 200);
+    let ready = f.client.get(f.admin_url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let health = f.client.get(f.admin_url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_requests_with_a_new_token_make_one_introspection_call() {
+    let f = Fixture::start().await;
+    let url = f.url("/read");
+    let requests = (0..32).map(|_| f.client.get(&url).bearer_auth("slow-1").send());
+    let statuses: Vec<u16> = futures_join_all(requests).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(f.introspector.calls("slow-1"), 1);
+    f.stop().await;
+}
+
+/// `join_all` without the futures crate: spawn each request and await them in order.
+async fn futures_join_all<F>(futs: impl Iterator<Item = F>) -> Vec<u16>
+where
+    F: std::future::Future<Output = reqwest::Result<reqwest::Response>> + Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap().unwrap().status().as_u16());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rules_reload_on_change_and_a_broken_file_keeps_the_old_rules() {
+    let f = Fixture::start().await;
+    assert_eq!(f.get("/new", Some("read")).await.status(), 404);
+
+    // Add a route: picked up by the file watcher.
+    let original = std::fs::read_to_string(&f.config_path).unwrap();
+    let extended =
+        format!("{original}  - {{ name: new, path: /new, upstream: api, scopes: [read] }}\n");
+    std::fs::write(&f.config_path, &extended).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if f.get("/new", Some("read")).await.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new rule never took effect");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A broken file (route naming an unknown upstream) is refused; the rules in force stay.
+    let broken = format!("{extended}  - {{ name: bad, path: /bad, upstream: nowhere }}\n");
+    std::fs::write(&f.config_path, &broken).unwrap();
+    let err = f
+        .proxy
+        .reload()
+        .expect_err("broken file refused")
+        .to_string();
+    assert!(
+        err.contains("routes[8] (bad)") && err.contains("nowhere"),
+        "{err}"
+    );
+    std::fs::write(&f.config_path, "routes: [ this is not yaml").unwrap();
+    assert!(f.proxy.reload().is_err());
+    tokio::time::sleep(Duration::from_millis(1500)).await; // let the watcher see it too
+    assert_eq!(f.get("/new", Some("read")).await.status(), 200);
+    assert_eq!(f.get("/read", Some("read")).await.status(), 200);
+
+    let metrics = f
+        .client
+        .get(f.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("tokengate_proxy_rule_reloads_total{result=\"ok\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("tokengate_proxy_rule_reloads_total{result=\"error\"} 0"),
+        "{metrics}"
+    );
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_large_upload_is_streamed_through() {
+    let f = Fixture::start().await;
+    let body: Vec<u8> = (0..20 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let sum = body.iter().fold(0u64, |s, b| s.wrapping_add(u64::from(*b)));
+    let resp = f
+        .client
+        .post(f.url("/upload"))
+        .bearer_auth("rw")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let echo: Value = resp.json().await.unwrap();
+    assert_eq!(echo["body_len"], 20 * 1024 * 1024);
+    assert_eq!(echo["body_sum"], sum);
+    // Refused before any byte goes upstream.
+    let resp = f
+        .client
+        .post(f.url("/upload"))
+        .bearer_auth("read")
+        .body(vec![0u8; 1 << 20])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_endpoints() {
+    let f = Fixture::start().await;
+    let health = f.client.get(f.admin_url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    // The readiness probe reaches the stand-in authorization server shortly after start.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ready = f.client.get(f.admin_url("/readyz")).send().await.unwrap();
+        if ready.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    f.get("/read", Some("read")).await;
+    f.get("/read", Some("read")).await;
+    f.get("/read", None).await;
+    f.get("/nowhere", None).await;
+    let resp = f.client.get(f.admin_url("/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        header(&resp, "content-type")
+            .unwrap()
+            .starts_with("text/plain")
+    );
+    let m = resp.text().await.unwrap();
+    for needle in [
+        "tokengate_proxy_requests_total{route=\"read\",decision=\"allow\"} 2",
+        "tokengate_proxy_requests_total{route=\"read\",decision=\"unauthenticated\"} 1",
+        "tokengate_proxy_requests_total{route=\"_unmatched\",decision=\"no_route\"} 1",
+        "tokengate_proxy_cache_hits_total 1",
+        "tokengate_proxy_cache_coalesced_total 0",
+        "# TYPE tokengate_proxy_introspection_duration_seconds histogram",
+        "tokengate_proxy_introspection_duration_seconds_bucket{le=\"+Inf\"}",
+        "# TYPE tokengate_proxy_upstream_errors_total counter",
+    ] {
+        assert!(m.contains(needle), "missing {needle:?} in\n{m}");
+    }
+    assert!(m.contains("tokengate_proxy_cache_misses_total "), "{m}");
+    assert_eq!(
+        f.client
+            .get(f.admin_url("/other"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        404
+    );
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_down_is_502_and_counted() {
+    let introspector = Introspector::start().await;
+    let url = introspector.url();
+    let f = Fixture::start_with(introspector, &url, common::ROUTES).await;
+    // Point a new configuration at a closed port and reload.
+    let text = std::fs::read_to_string(&f.config_path).unwrap();
+    let closed = format!("127.0.0.1:{}", free_port());
+    std::fs::write(
+        &f.config_path,
+        text.replace(&f.upstream.to_string(), &closed),
+    )
+    .unwrap();
+    f.proxy.reload().unwrap();
+    assert_eq!(f.get("/read", Some("read")).await.status(), 502);
+    let m = f
+        .client
+        .get(f.admin_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains("tokengate_proxy_upstream_errors_total{upstream=\"api\"} 1"),
+        "{m}"
+    );
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_busy_port_is_an_error_not_a_panic() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let introspector = Introspector::start().await;
+    let yaml = common::config_yaml(
+        port,
+        free_port(),
+        &introspector.url(),
+        introspector.addr,
+        common::ROUTES,
+    );
+    let config = proxy::parse_config(&yaml, "test.yaml", |_| None).unwrap();
+    let err = tokio::task::spawn_blocking(move || proxy::spawn(config).err())
+        .await
+        .unwrap()
+        .expect("start refused");
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{err}"
+    );
+}

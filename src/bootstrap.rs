@@ -1,0 +1,121 @@
+//! First start of the stack: an administrator and a demo application with random secrets,
+//! printed once; and the proxy's own introspection client, whose secret changes every start.
+
+use authserver::config::Settings;
+use authserver::secrets::random_token;
+use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
+use std::net::SocketAddr;
+
+/// What the first start created; shown once, never stored in the clear.
+#[derive(Debug, Clone)]
+pub struct FirstRun {
+    pub admin_username: String,
+    pub admin_password: String,
+    pub client_id: String,
+    pub client_secret: String,
+}
+
+/// On an empty database: creates `admin` (staff, superuser) and a confidential password-grant
+/// application "demo", both with random secrets. Otherwise does nothing.
+pub async fn first_run(store: &Store, _settings: &Settings) -> anyhow::Result<Option<FirstRun>> {
+    if store.count_users().await? > 0 {
+        return Ok(None);
+    }
+    let admin_password = random_token();
+    let admin = NewUser {
+        username: "admin".into(),
+        password: Some(admin_password.clone()),
+        is_active: true,
+        is_staff: true,
+        is_superuser: true,
+        ..Default::default()
+    };
+    let admin = store.create_user(&admin).await?;
+    let demo = ApplicationInput {
+        name: "demo".into(),
+        client_type: ClientType::Confidential,
+        grant_type: GrantType::Password,
+        redirect_uris: String::new(),
+        allowed_scopes: Vec::new(),
+        may_introspect: false,
+    };
+    let (app, secret) = store
+        .create_application(&demo, Some(admin.id), None, None)
+        .await?;
+    Ok(Some(FirstRun {
+        admin_username: admin.username,
+        admin_password,
+        client_id: app.client_id,
+        client_secret: secret.unwrap_or_default(),
+    }))
+}
+
+/// Registers the proxy's client-credentials application (allowed to introspect) when missing,
+/// and gives it a new random secret, returned for the proxy to use.
+pub async fn rotate_proxy_secret(store: &Store, client_id: &str) -> anyhow::Result<String> {
+    if let Some(app) = store.find_application_by_client_id(client_id).await? {
+        if let Some(secret) = store.regenerate_secret(app.id).await? {
+            return Ok(secret);
+        }
+    }
+    let input = ApplicationInput {
+        name: "tokengate proxy (introspection)".into(),
+        client_type: ClientType::Confidential,
+        grant_type: GrantType::ClientCredentials,
+        redirect_uris: String::new(),
+        allowed_scopes: vec!["introspection".into()],
+        may_introspect: true,
+    };
+    let (_, secret) = store
+        .create_application(&input, None, Some(client_id.into()), None)
+        .await?;
+    secret.ok_or_else(|| anyhow::anyhow!("a confidential application got no secret"))
+}
+
+/// The text printed at start: where things listen and, on the first start, the credentials and
+/// the seed's walkthrough as commands ready to paste.
+pub fn banner(
+    front_door: SocketAddr,
+    authserver: SocketAddr,
+    api: SocketAddr,
+    admin: SocketAddr,
+    first: Option<&FirstRun>,
+) -> String {
+    let base = format!("http://{front_door}");
+    let mut text = format!(
+        "tokengate is up. Front door: {base}\n  authorization server {authserver}, example API {api}, proxy admin http://{admin}/metrics\n"
+    );
+    match first {
+        None => text.push_str(
+            "  (credentials were printed on the first start; make more with\n   `cargo run --release -p authserver -- app create --name NAME` and `... user create --username NAME`)\n",
+        ),
+        Some(f) => text.push_str(&format!(
+            r#"
+First start: created these; they are shown only now.
+  administrator     {user} / {pw}   (sign in at {base}/admin/ and {base}/o/applications/)
+  demo application  confidential, Resource owner password-based
+    client_id       {id}
+    client_secret   {secret}
+
+The seed's walkthrough:
+  CLIENT='{id}:{secret}'
+  # 1. a token with the password grant (HTTP Basic client authentication)
+  curl -s -u "$CLIENT" -d grant_type=password -d username={user} -d password='{pw}' {base}/o/token/
+  TOKEN=$(curl -s -u "$CLIENT" -d grant_type=password -d username={user} -d password='{pw}' {base}/o/token/ | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+  # 2. the protected API
+  curl -s -H "Authorization: Bearer $TOKEN" {base}/users/
+  # 3. a read-only token is refused on /groups/ (403)
+  READ=$(curl -s -u "$CLIENT" -d grant_type=password -d username={user} -d password='{pw}' -d scope=read {base}/o/token/ | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+  curl -si -H "Authorization: Bearer $READ" {base}/groups/
+  # 4. introspection with a token that carries the introspection scope
+  RS=$(curl -s -u "$CLIENT" -d grant_type=password -d username={user} -d password='{pw}' -d scope=introspection {base}/o/token/ | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+  curl -s -H "Authorization: Bearer $RS" -d token="$TOKEN" {base}/o/introspect/
+"#,
+            user = f.admin_username,
+            pw = f.admin_password,
+            id = f.client_id,
+            secret = f.client_secret,
+        )),
+    }
+    text
+}

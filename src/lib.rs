@@ -1,0 +1,179 @@
+//! The whole tokengate stack in one process: the authorization server, the example API behind
+//! the proxy, and the Pingora proxy as the single front door (SPEC §5).
+
+pub mod bootstrap;
+
+use anyhow::{Context, bail};
+use authserver::config::Settings;
+use authserver::store::Store;
+use proxy::config::{IntrospectionAuth, Routing, UpstreamAddr};
+use proxy::{ProxyConfig, ProxyHandle};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub use bootstrap::FirstRun;
+
+/// The three configurations, each read as its own binary reads it.
+pub struct StackConfig {
+    pub authserver: Settings,
+    pub api: example_api::config::Config,
+    pub proxy: ProxyConfig,
+}
+
+impl StackConfig {
+    /// `config/authserver.yaml`, `config/example-api.yaml`, `config/proxy.yaml` (or the paths in
+    /// `AUTHSERVER_CONFIG`, `EXAMPLE_API_CONFIG`, `PROXY_CONFIG`), with their environment overrides.
+    pub fn load() -> anyhow::Result<StackConfig> {
+        let authserver = Settings::load(None)?;
+        let api = example_api::config::Config::load(None)?;
+        let proxy_path =
+            std::env::var("PROXY_CONFIG").unwrap_or_else(|_| "config/proxy.yaml".into());
+        let proxy = proxy::load_config(&proxy_path)?;
+        Ok(StackConfig {
+            authserver,
+            api,
+            proxy,
+        })
+    }
+}
+
+/// The running stack.
+pub struct Stack {
+    /// The proxy: the one address users talk to.
+    pub front_door: SocketAddr,
+    pub proxy_admin: SocketAddr,
+    pub authserver: SocketAddr,
+    pub api: SocketAddr,
+    pub store: Store,
+    /// Set on the first start with an empty database: the credentials created then.
+    pub first_run: Option<FirstRun>,
+    proxy: ProxyHandle,
+    stops: Vec<oneshot::Sender<()>>,
+    tasks: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+/// The application the proxy introspects with; its secret is rotated on every start, so it
+/// never has to be written down anywhere.
+pub const PROXY_CLIENT_ID: &str = "tokengate-proxy";
+
+/// Starts the authorization server and the example API on their listen addresses (port 0 = any
+/// free port), then the proxy in front of both.
+pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
+    if config.api.mode != example_api::config::Mode::BehindProxy {
+        bail!(
+            "{}: the stack runs the example API behind the proxy: set mode: behind-proxy",
+            config.api.file
+        );
+    }
+    let store = Store::connect(&config.authserver.database_url)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open {}",
+                authserver::config::redact_url(&config.authserver.database_url)
+            )
+        })?;
+    let first_run = bootstrap::first_run(&store, &config.authserver).await?;
+    let proxy_secret = bootstrap::rotate_proxy_secret(&store, PROXY_CLIENT_ID).await?;
+
+    let mut stops = Vec::new();
+    let mut tasks = Vec::new();
+    let auth_listener = bind(config.authserver.listen, "authserver").await?;
+    let authserver_addr = auth_listener.local_addr()?;
+    let api_listener = bind(config.api.listen, "example API").await?;
+    let api_addr = api_listener.local_addr()?;
+
+    let state = authserver::AppState::new(config.authserver.clone(), store.clone());
+    let (stop, stopped) = oneshot::channel();
+    stops.push(stop);
+    tasks.push(tokio::spawn(authserver::serve(
+        auth_listener,
+        state,
+        async { drop(stopped.await) },
+    )));
+
+    let api_state = example_api::AppState::new(
+        store.clone(),
+        example_api::guard::Guard::from_config(&config.api)?,
+    );
+    let (stop, stopped) = oneshot::channel();
+    stops.push(stop);
+    tasks.push(tokio::spawn(example_api::serve(
+        api_listener,
+        api_state,
+        async { drop(stopped.await) },
+    )));
+
+    point_upstream(&mut config.proxy, "authserver", authserver_addr)?;
+    point_upstream(&mut config.proxy, "api", api_addr)?;
+    if config
+        .proxy
+        .introspection
+        .url
+        .starts_with(&format!("http://{}/", config.authserver.listen))
+    {
+        config.proxy.introspection.url = format!("http://{authserver_addr}/o/introspect/");
+    }
+    config.proxy.introspection.auth = IntrospectionAuth::ClientSecret {
+        client_id: PROXY_CLIENT_ID.into(),
+        client_secret: proxy_secret,
+    };
+    let proxy = tokio::task::spawn_blocking(move || proxy::spawn(config.proxy)).await??;
+    Ok(Stack {
+        front_door: proxy.listen_addr(),
+        proxy_admin: proxy.admin_addr(),
+        authserver: authserver_addr,
+        api: api_addr,
+        store,
+        first_run,
+        proxy,
+        stops,
+        tasks,
+    })
+}
+
+impl Stack {
+    /// Drains the proxy, then stops the two servers behind it.
+    pub async fn shutdown(self) {
+        let proxy = self.proxy;
+        let _ = tokio::task::spawn_blocking(move || proxy.shutdown()).await;
+        for stop in self.stops {
+            let _ = stop.send(());
+        }
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("{what}: cannot listen on {addr}"))
+}
+
+/// Points the proxy's upstream `name` at where that server really listens. When that differs
+/// from the file (a port changed by environment, or port 0), the in-memory routing no longer
+/// matches the file, so file reloads are turned off rather than silently undoing it.
+fn point_upstream(config: &mut ProxyConfig, name: &str, addr: SocketAddr) -> anyhow::Result<()> {
+    let Some(current) = config.routing.upstreams.get(name) else {
+        bail!("proxy configuration: the stack needs an upstream named \"{name}\"");
+    };
+    if current.address == UpstreamAddr::Socket(addr) {
+        return Ok(());
+    }
+    let mut upstream = (**current).clone();
+    upstream.address = UpstreamAddr::Socket(addr);
+    let mut upstreams = config.routing.upstreams.clone();
+    upstreams.insert(name.to_owned(), Arc::new(upstream));
+    config.routing = Arc::new(Routing {
+        rules: config.routing.rules.clone(),
+        upstreams,
+    });
+    if config.source.take().is_some() {
+        tracing::warn!(upstream = name, %addr, "proxy upstream moved from the file's address: rule reloads from the file are off");
+    }
+    Ok(())
+}

@@ -1,0 +1,197 @@
+// Drives Debian's Chromium through the authorization server's views with playwright-core.
+// Started by authserver/tests/browser.rs, which runs the server and reads the last line printed
+// (a JSON summary). Usage: node views.mjs applications|admin, with the settings in the environment.
+
+import { chromium } from "playwright-core";
+import assert from "node:assert/strict";
+import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const env = (name) => {
+  const value = process.env[name];
+  if (!value) throw new Error(`environment variable ${name} is not set`);
+  return value;
+};
+
+const scenario = process.argv[2];
+const base = env("BASE_URL");
+const shots = env("SCREENSHOT_DIR");
+mkdirSync(shots, { recursive: true });
+rmSync(join(shots, `failure-${scenario}.png`), { force: true });
+
+// Never hang a test run: the whole scenario gets two minutes.
+const watchdog = setTimeout(() => {
+  console.error("browser scenario timed out");
+  process.exit(2);
+}, 120_000);
+
+const profile = mkdtempSync(join(tmpdir(), "tokengate-chromium-"));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  viewport: { width: 1200, height: 800 },
+  args: [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+  ],
+});
+context.setDefaultTimeout(15_000);
+
+async function token(clientId, secret, username, password) {
+  const response = await fetch(`${base}/o/token/`, {
+    method: "POST",
+    headers: {
+      authorization: "Basic " + Buffer.from(`${encodeURIComponent(clientId)}:${encodeURIComponent(secret)}`).toString("base64"),
+      "content-type": "application/x-www-form-urlencoded",
+    },
+    body: new URLSearchParams({ grant_type: "password", username, password }),
+  });
+  return { status: response.status, body: await response.json() };
+}
+
+async function signIn(page, username, password) {
+  assert.match(new URL(page.url()).pathname, /^\/accounts\/login\/$/, "anonymous visits land on the sign-in page");
+  await page.getByLabel("Username").fill(username);
+  await page.getByLabel("Password").fill(password);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.waitForLoadState();
+}
+
+async function applications(page) {
+  const owner = { username: env("RESOURCE_OWNER"), password: env("RESOURCE_OWNER_PASSWORD") };
+  await page.goto(`${base}/o/applications/register/`);
+  await signIn(page, env("OPERATOR"), env("OPERATOR_PASSWORD"));
+  assert.equal(new URL(page.url()).pathname, "/o/applications/register/", "sign-in comes back to the page asked for");
+
+  // A refused form comes back with the message beside the field.
+  await page.getByLabel("Name").fill("Browser app");
+  await page.getByLabel("Authorization grant type").selectOption("authorization-code");
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.locator("#redirect_uris-error").waitFor();
+  assert.equal(await page.getByLabel("Name").inputValue(), "Browser app");
+  await page.screenshot({ path: join(shots, "application-form-errors.png"), fullPage: true });
+
+  await page.getByLabel("Client type").selectOption("confidential");
+  await page.getByLabel("Authorization grant type").selectOption({ label: "Resource owner password-based" });
+  await page.locator('input[name=scope][value=read]').check();
+  await page.locator('input[name=scope][value=write]').check();
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.locator("#client-secret").waitFor();
+  assert.match(await page.textContent("body"), /will not be shown again/);
+  const clientId = await page.locator("#client-id").inputValue();
+  const secret = await page.locator("#client-secret").inputValue();
+  assert.equal(secret.length, 43);
+  await page.screenshot({ path: join(shots, "application-registered.png"), fullPage: true });
+
+  // The copy button puts the secret on the clipboard.
+  await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: base });
+  await page.locator('button[data-copy="client-secret"]').click();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), secret);
+
+  // The credentials work for a real password grant.
+  const granted = await token(clientId, secret, owner.username, owner.password);
+  assert.equal(granted.status, 200, JSON.stringify(granted.body));
+  assert.equal(granted.body.scope, "read write");
+
+  // The list, on a desktop and on a phone; the secret is not shown again.
+  await page.getByRole("navigation").getByRole("link", { name: "Applications" }).click();
+  await page.getByRole("link", { name: "Browser app" }).waitFor();
+  await page.screenshot({ path: join(shots, "applications-list.png"), fullPage: true });
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.screenshot({ path: join(shots, "applications-list-phone.png"), fullPage: true });
+  await page.setViewportSize({ width: 1200, height: 800 });
+  await page.getByRole("link", { name: "Browser app" }).click();
+  assert.equal(await page.locator("#client-secret").count(), 0);
+  assert.doesNotMatch(await page.content(), new RegExp(secret));
+  await page.locator("#secret-fingerprint").waitFor();
+
+  // Update.
+  await page.getByRole("link", { name: "Edit" }).click();
+  await page.getByLabel("Name").fill("Browser app v2");
+  await page.getByLabel("May introspect tokens").check();
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.getByRole("heading", { name: "Browser app v2" }).waitFor();
+  assert.match(await page.locator(".props").textContent(), /May introspect\s*yes/);
+  assert.equal((await token(clientId, secret, owner.username, owner.password)).status, 200);
+
+  // Delete, after the confirmation page.
+  await page.getByRole("link", { name: "Delete" }).click();
+  await page.getByRole("button", { name: "Yes, delete it" }).click();
+  await page.waitForURL(`${base}/o/applications/`);
+  assert.equal(await page.getByRole("link", { name: "Browser app v2" }).count(), 0);
+  const refused = await token(clientId, secret, owner.username, owner.password);
+  assert.equal(refused.status, 401);
+  assert.equal(refused.body.error, "invalid_client");
+
+  // Sign out: the pages want a sign-in again.
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await page.goto(`${base}/o/applications/`);
+  assert.equal(new URL(page.url()).pathname, "/accounts/login/");
+  return { client_id: clientId, access_token: granted.body.access_token };
+}
+
+async function admin(page) {
+  await page.goto(`${base}/admin/users/`);
+  await signIn(page, env("SUPERUSER"), env("SUPERUSER_PASSWORD"));
+  assert.equal(new URL(page.url()).pathname, "/admin/users/");
+
+  await page.getByRole("link", { name: "Add a user" }).click();
+  await page.getByLabel("Username").fill("carol");
+  await page.getByLabel("Password", { exact: true }).fill("carol-password");
+  await page.getByLabel("Password again").fill("carol-password");
+  await page.getByLabel("Email").fill("carol@example.org");
+  await page.getByLabel("First name").fill("Carol");
+  await page.getByLabel("Last name").fill("Jones");
+  await page.getByRole("button", { name: "Save" }).click();
+  await page.getByRole("heading", { name: "User carol" }).waitFor();
+  assert.ok(await page.locator("#is_active").isChecked(), "new users are active");
+
+  await page.getByRole("link", { name: "Admin", exact: true }).click();
+  await page.getByRole("link", { name: /Groups/ }).click();
+  await page.getByLabel("New group").fill("readers");
+  await page.getByRole("button", { name: "Create group" }).click();
+  await page.getByRole("heading", { name: "Group “readers”" }).waitFor();
+  await page.getByLabel("Add a member by username").fill("carol");
+  await page.getByRole("button", { name: "Add", exact: true }).click();
+  await page.locator(".members").getByRole("link", { name: "carol" }).waitFor();
+
+  await page.goto(`${base}/admin/users/`);
+  await page.getByRole("link", { name: "carol" }).waitFor();
+  await page.screenshot({ path: join(shots, "admin-users.png"), fullPage: true });
+  await page.getByLabel("Search users").fill("jones");
+  await page.getByRole("button", { name: "Search" }).click();
+  await page.waitForURL(/q=jones/);
+  assert.equal(await page.locator("tbody tr").count(), 1);
+
+  const granted = await token(env("CLIENT_ID"), env("CLIENT_SECRET"), "carol", "carol-password");
+  assert.equal(granted.status, 200, JSON.stringify(granted.body));
+  return { access_token: granted.body.access_token };
+}
+
+let failed = false;
+try {
+  const page = context.pages()[0] ?? (await context.newPage());
+  const run = { applications, admin }[scenario];
+  if (!run) throw new Error(`unknown scenario "${scenario}" (applications or admin)`);
+  try {
+    const summary = await run(page);
+    console.log(JSON.stringify(summary));
+  } catch (error) {
+    await page.screenshot({ path: join(shots, `failure-${scenario}.png`), fullPage: true }).catch(() => {});
+    throw error;
+  }
+} catch (error) {
+  failed = true;
+  console.error(error);
+} finally {
+  await context.close();
+  rmSync(profile, { recursive: true, force: true });
+  clearTimeout(watchdog);
+}
+process.exit(failed ? 1 : 0);
