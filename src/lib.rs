@@ -106,15 +106,12 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         async { drop(stopped.await) },
     )));
 
-    point_upstream(&mut config.proxy, "authserver", authserver_addr)?;
+    // The proxy introspects at the authserver upstream; keep it there when that moves.
+    let file_authserver = point_upstream(&mut config.proxy, "authserver", authserver_addr)?;
     point_upstream(&mut config.proxy, "api", api_addr)?;
-    if config
-        .proxy
-        .introspection
-        .url
-        .starts_with(&format!("http://{}/", config.authserver.listen))
-    {
-        config.proxy.introspection.url = format!("http://{authserver_addr}/o/introspect/");
+    let introspection = &mut config.proxy.introspection.url;
+    if let Some(path) = introspection.strip_prefix(&format!("http://{file_authserver}/")) {
+        *introspection = format!("http://{authserver_addr}/{path}");
     }
     config.proxy.introspection.auth = IntrospectionAuth::ClientSecret {
         client_id: PROXY_CLIENT_ID.into(),
@@ -157,12 +154,18 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpLis
 /// Points the proxy's upstream `name` at where that server really listens. When that differs
 /// from the file (a port changed by environment, or port 0), the in-memory routing no longer
 /// matches the file, so file reloads are turned off rather than silently undoing it.
-fn point_upstream(config: &mut ProxyConfig, name: &str, addr: SocketAddr) -> anyhow::Result<()> {
+/// Returns the address the file gave.
+fn point_upstream(
+    config: &mut ProxyConfig,
+    name: &str,
+    addr: SocketAddr,
+) -> anyhow::Result<UpstreamAddr> {
     let Some(current) = config.routing.upstreams.get(name) else {
         bail!("proxy configuration: the stack needs an upstream named \"{name}\"");
     };
-    if current.address == UpstreamAddr::Socket(addr) {
-        return Ok(());
+    let from_file = current.address.clone();
+    if from_file == UpstreamAddr::Socket(addr) {
+        return Ok(from_file);
     }
     let mut upstream = (**current).clone();
     upstream.address = UpstreamAddr::Socket(addr);
@@ -175,5 +178,5 @@ fn point_upstream(config: &mut ProxyConfig, name: &str, addr: SocketAddr) -> any
     if config.source.take().is_some() {
         tracing::warn!(upstream = name, %addr, "proxy upstream moved from the file's address: rule reloads from the file are off");
     }
-    Ok(())
+    Ok(from_file)
 }

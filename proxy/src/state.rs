@@ -88,6 +88,7 @@ impl Shared {
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
         !self.routing().rules.routes().is_empty()
+            && self.checker.metrics().last_call_ok()
             && now.saturating_sub(last) <= READY_WINDOW.as_secs() as i64
     }
 }

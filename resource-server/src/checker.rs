@@ -2,7 +2,7 @@
 //! request coalescing, per-entry lifetimes, a stale grace for outages, and metrics.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use moka::Expiry;
@@ -118,6 +118,8 @@ pub struct CheckerMetrics {
     pub latency: LatencyHistogram,
     /// Unix seconds of the last successful introspection call; 0 = never.
     pub last_success: AtomicI64,
+    /// Whether the most recent introspection call succeeded (readiness flips at once on failure).
+    pub last_call_ok: AtomicBool,
 }
 
 impl CheckerMetrics {
@@ -139,6 +141,10 @@ impl CheckerMetrics {
     /// Unix seconds of the last successful introspection call, if any (for readiness).
     pub fn last_success(&self) -> Option<i64> {
         Some(self.last_success.load(Ordering::Relaxed)).filter(|&t| t > 0)
+    }
+    /// Whether the most recent introspection call succeeded.
+    pub fn last_call_ok(&self) -> bool {
+        self.last_call_ok.load(Ordering::Relaxed)
     }
 
     /// The metrics in the Prometheus text format, names starting with `prefix` (e.g.
@@ -401,6 +407,7 @@ impl TokenChecker {
             Ok(c) => Arc::new(c),
             Err(error) => {
                 inner.metrics.errors.fetch_add(1, Ordering::Relaxed);
+                inner.metrics.last_call_ok.store(false, Ordering::Relaxed);
                 tracing::warn!(token = %token_log_id(key), %error, "token introspection failed");
                 return Err(error);
             }
@@ -410,6 +417,7 @@ impl TokenChecker {
             .metrics
             .last_success
             .store(now_ms / 1000, Ordering::Relaxed);
+        inner.metrics.last_call_ok.store(true, Ordering::Relaxed);
         let ttl = self.ttl_for(&claims, now_ms);
         tracing::debug!(
             token = %token_log_id(key),

@@ -240,7 +240,7 @@ impl Validator<'_> {
         let listen = self.listen("listen", "PROXY_LISTEN", raw.listen, env)?;
         let admin_listen =
             self.listen("admin_listen", "PROXY_ADMIN_LISTEN", raw.admin_listen, env)?;
-        if listen == admin_listen {
+        if listen == admin_listen && listen.port() != 0 {
             return Err(self.invalid("admin_listen", admin_listen, "must differ from listen"));
         }
         let threads = raw.threads.unwrap_or(2);
