@@ -1,7 +1,6 @@
 //! First start of the stack: an administrator and a demo application with random secrets,
 //! printed once; and the proxy's own introspection client, whose secret changes every start.
 
-use authserver::config::Settings;
 use authserver::secrets::random_token;
 use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
 use std::net::SocketAddr;
@@ -17,7 +16,7 @@ pub struct FirstRun {
 
 /// On an empty database: creates `admin` (staff, superuser) and a confidential password-grant
 /// application "demo", both with random secrets. Otherwise does nothing.
-pub async fn first_run(store: &Store, _settings: &Settings) -> anyhow::Result<Option<FirstRun>> {
+pub async fn first_run(store: &Store) -> anyhow::Result<Option<FirstRun>> {
     if store.count_users().await? > 0 {
         return Ok(None);
     }

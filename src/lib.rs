@@ -75,7 +75,7 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
                 authserver::config::redact_url(&config.authserver.database_url)
             )
         })?;
-    let first_run = bootstrap::first_run(&store, &config.authserver).await?;
+    let first_run = bootstrap::first_run(&store).await?;
     let proxy_secret = bootstrap::rotate_proxy_secret(&store, PROXY_CLIENT_ID).await?;
 
     let mut stops = Vec::new();
