@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Load benchmark of the example API: `introspect` mode on cache hits (a real authorization server
+# behind it, one token, so every request after the first is a cache hit) against the same API in
+# `mode: none` (no checks at all; UNSAFE, benchmarks only), in one run, alternating rounds.
+# Load comes from wrk in a second process on loopback.
+# Usage: bench/example-api.sh [seconds per round]   (env: CONNS, THREADS, ROUNDS, API_PATH)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${1:-10}
+CONNS=${CONNS:-32}
+THREADS=${THREADS:-1}
+ROUNDS=${ROUNDS:-2}
+API_PATH=${API_PATH:-/users/1/}
+command -v wrk >/dev/null || { echo "install wrk (apt-get install wrk)"; exit 1; }
+cargo build --release -q -p authserver --bin authserver -p example-api --bin example-api
+AUTH=target/release/authserver
+API=target/release/example-api
+WORK=$(mktemp -d)
+DB="sqlite://$WORK/db.sqlite"
+PIDS=()
+cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { # $1 url: polls until the server answers at all
+  for _ in $(seq 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done
+  echo "no answer from $1" >&2; exit 1
+}
+field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+
+# The directory: one user (id 1), a password-grant client, and the API's introspection client.
+echo bench | $AUTH user create --username bench --database-url "$DB" >/dev/null
+PW=$($AUTH app create --name bench-client --database-url "$DB" --json)
+CC=$($AUTH app create --name example-api --grant-type client-credentials --introspect --database-url "$DB" --json)
+
+AUTH_PORT=$(free_port)
+AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
+wait_http "http://127.0.0.1:$AUTH_PORT/healthz"
+TOKEN=$(curl -s -u "$(field "$PW" client_id):$(field "$PW" client_secret)" -d grant_type=password \
+  -d username=bench -d password=bench "http://127.0.0.1:$AUTH_PORT/o/token/" \
+  | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+
+# Two example APIs over the same database: the same binary and routes, only the mode differs.
+start_api() { # $1 mode, $2 port
+  local config="$WORK/example-api-$1.yaml"
+  sed -n '/^routes:/,$p' config/example-api.yaml > "$WORK/routes.yaml"
+  cat > "$config" <<YAML
+mode: $1
+listen: 127.0.0.1:$2
+database_url: $DB
+introspection:
+  url: http://127.0.0.1:$AUTH_PORT/o/introspect/
+  client_id: $(field "$CC" client_id)
+  client_secret: $(field "$CC" client_secret)
+  cache: { max_ttl: 300s }
+YAML
+  cat "$WORK/routes.yaml" >> "$config"
+  RUST_LOG=warn $API --config "$config" & PIDS+=($!)
+  wait_http "http://127.0.0.1:$2/"
+}
+CHECKED_PORT=$(free_port); start_api introspect "$CHECKED_PORT"
+NONE_PORT=$(free_port); start_api none "$NONE_PORT"
+for port in "$CHECKED_PORT" "$NONE_PORT"; do # warm up (fills the cache), and fail early if refused
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$port$API_PATH")
+  [ "$code" = 200 ] || { echo "warm-up on port $port: HTTP $code" >&2; exit 1; }
+done
+
+# rps p50_ms p99_ms non2xx from wrk --latency output
+measure() { # $1 url
+  local out
+  out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -H "Authorization: Bearer $TOKEN" "$1")
+  python3 - "$out" <<'PY'
+import re, sys
+out = sys.argv[1]
+def ms(v):
+    n, u = re.match(r"([\d.]+)(\w+)", v).groups(); return float(n) * {"us": 0.001, "ms": 1, "s": 1000, "m": 60000}[u]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+p50 = ms(re.search(r"50%\s+(\S+)", out).group(1)); p99 = ms(re.search(r"99%\s+(\S+)", out).group(1))
+non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+print(f"{rps:.0f} {p50:.3f} {p99:.3f} {non2xx.group(1) if non2xx else 0}")
+PY
+}
+ROWS=""
+for round in $(seq "$ROUNDS"); do
+  ROWS+="introspect $round $(measure "http://127.0.0.1:$CHECKED_PORT$API_PATH")"$'\n'
+  ROWS+="none $round $(measure "http://127.0.0.1:$NONE_PORT$API_PATH")"$'\n'
+done
+python3 - "$ROWS" <<PY
+import sys, statistics
+rows = [l.split() for l in sys.argv[1].strip().splitlines()]
+print(f"cores=$(nproc) wrk -t$THREADS -c$CONNS -d${DURATION}s x $ROUNDS rounds, GET $API_PATH with a bearer token")
+print(f"{'mode':<26}{'round':>6}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'non-2xx':>9}")
+label = {"introspect": "introspect (cache hits)", "none": "none (no checks, unsafe)"}
+for mode, rnd, rps, p50, p99, err in rows:
+    print(f"{label[mode]:<26}{rnd:>6}{float(rps):>10.0f}{float(p50):>9.3f}{float(p99):>9.3f}{err:>9}")
+mean = lambda m, i: statistics.mean(float(r[i]) for r in rows if r[0] == m)
+ratio = mean("introspect", 2) / mean("none", 2)
+print(f"mean req/s: introspect {mean('introspect', 2):.0f}, none {mean('none', 2):.0f}; "
+      f"p50 {mean('introspect', 3):.3f} vs {mean('none', 3):.3f} ms; p99 {mean('introspect', 4):.3f} vs {mean('none', 4):.3f} ms")
+print(f"ratio introspect/none = {ratio:.2f}x (goal >= 0.90x)")
+PY

@@ -1,0 +1,434 @@
+//! Settings: `config/example-api.yaml` ([`raw`]) → `EXAMPLE_API_*` environment overrides →
+//! validated [`Config`]. Every error names the file (or variable), the key and the bad value.
+
+pub mod raw;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use resource_server::{CacheSettings, ClientAuth, IntrospectionSettings, Rules, RulesError};
+
+use raw::{RawCache, RawConfig, RawDuration, RawIntrospection};
+
+/// Where the settings are read from unless `EXAMPLE_API_CONFIG` or `--config` says otherwise.
+pub const DEFAULT_CONFIG_PATH: &str = "config/example-api.yaml";
+/// The shipped configuration, used when the default file is absent (e.g. run from elsewhere).
+pub const EXAMPLE_CONFIG: &str = include_str!("../../../config/example-api.yaml");
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8002";
+pub const DEFAULT_DATABASE_URL: &str = authserver::config::DEFAULT_DATABASE_URL;
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Environment variables read (empty values are ignored).
+pub const ENV_VARS: [&str; 8] = [
+    "EXAMPLE_API_CONFIG",
+    "EXAMPLE_API_MODE",
+    "EXAMPLE_API_LISTEN",
+    "EXAMPLE_API_DATABASE_URL",
+    "EXAMPLE_API_INTROSPECTION_URL",
+    "EXAMPLE_API_AUTH_TOKEN",
+    "EXAMPLE_API_CLIENT_ID",
+    "EXAMPLE_API_CLIENT_SECRET",
+];
+
+/// A configuration that failed to load; `Display` is the operator's message.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// YAML syntax, unknown key or wrong type (serde's message, with the location).
+    #[error("{file}: {message}")]
+    Syntax { file: String, message: String },
+    /// `origin` is `<file>: key "<key>"` or `environment variable <NAME>`.
+    #[error("{origin}: {value}: {message}")]
+    Invalid {
+        origin: String,
+        value: String,
+        message: String,
+    },
+    #[error(transparent)]
+    Rules(#[from] RulesError),
+}
+
+/// How requests are authenticated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Every token is checked by introspection at the authorization server (cached).
+    Introspect,
+    /// The sidecar proxy checked the token; its `X-Auth-*` headers are trusted. Loopback only.
+    BehindProxy,
+    /// **Unsafe, benchmarks only**: no checks at all; every request is let through.
+    None,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Introspect => "introspect",
+            Mode::BehindProxy => "behind-proxy",
+            Mode::None => "none",
+        }
+    }
+}
+
+/// The introspection client and its cache (`introspect` mode).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntrospectConfig {
+    pub settings: IntrospectionSettings,
+    pub cache: CacheSettings,
+}
+
+/// Validated settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The file they came from (for messages).
+    pub file: String,
+    pub mode: Mode,
+    pub listen: SocketAddr,
+    pub database_url: String,
+    pub allow_non_loopback: bool,
+    /// `Some` exactly in `introspect` mode.
+    pub introspect: Option<IntrospectConfig>,
+    pub rules: Rules,
+}
+
+impl Config {
+    /// Reads the file (`path`, else `EXAMPLE_API_CONFIG`, else the default path, else the shipped
+    /// example), applies the environment overrides and validates.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Self::load_with_env(path, |key| std::env::var(key).ok())
+    }
+
+    /// [`Config::load`] reading the environment through `env` (for tests).
+    pub fn load_with_env(
+        path: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let env = |key: &str| env(key).filter(|v| !v.is_empty());
+        let explicit = path
+            .map(Path::to_path_buf)
+            .or_else(|| env("EXAMPLE_API_CONFIG").map(PathBuf::from));
+        let path = explicit
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
+        let file = path.display().to_string();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if explicit.is_none() && e.kind() == std::io::ErrorKind::NotFound => {
+                EXAMPLE_CONFIG.to_owned()
+            }
+            Err(source) => return Err(ConfigError::Read { file, source }),
+        };
+        Self::from_yaml_with_env(&text, &file, env)
+    }
+
+    /// Parses YAML text with no environment overrides; `file` is only for messages.
+    pub fn from_yaml(text: &str, file: &str) -> Result<Config, ConfigError> {
+        Self::from_yaml_with_env(text, file, |_| None)
+    }
+
+    /// Parses YAML text, then applies the overrides `env` gives.
+    pub fn from_yaml_with_env(
+        text: &str,
+        file: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let raw = serde_yaml_ng::from_str::<Option<RawConfig>>(text)
+            .map_err(|e| ConfigError::Syntax {
+                file: file.to_owned(),
+                message: e.to_string(),
+            })?
+            .unwrap_or_default();
+        Validator { file, env: &env }.config(raw)
+    }
+}
+
+/// Validation with the file name and the environment at hand.
+struct Validator<'a> {
+    file: &'a str,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// A value and where it came from.
+struct Picked {
+    origin: String,
+    value: Option<String>,
+    from_env: bool,
+}
+
+impl Validator<'_> {
+    /// The environment variable if set, else the file's value; `key` is the dotted YAML key.
+    fn pick(&self, key: &str, var: Option<&str>, from_file: Option<String>) -> Picked {
+        if let Some(var) = var
+            && let Some(value) = (self.env)(var)
+        {
+            return Picked {
+                origin: format!("environment variable {var}"),
+                value: Some(value),
+                from_env: true,
+            };
+        }
+        Picked {
+            origin: self.key(key),
+            value: from_file,
+            from_env: false,
+        }
+    }
+
+    fn key(&self, key: &str) -> String {
+        format!("{}: key \"{key}\"", self.file)
+    }
+
+    fn invalid(
+        origin: impl Into<String>,
+        value: impl std::fmt::Display,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        ConfigError::Invalid {
+            origin: origin.into(),
+            value: format!("\"{value}\""),
+            message: message.into(),
+        }
+    }
+
+    fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let picked = self.pick("mode", Some("EXAMPLE_API_MODE"), raw.mode);
+        let mode = match picked.value.as_deref().unwrap_or("behind-proxy") {
+            "introspect" => Mode::Introspect,
+            "behind-proxy" => Mode::BehindProxy,
+            "none" => Mode::None,
+            other => {
+                return Err(Self::invalid(
+                    picked.origin,
+                    other,
+                    "expected introspect, behind-proxy or none",
+                ));
+            }
+        };
+
+        let picked = self.pick("listen", Some("EXAMPLE_API_LISTEN"), raw.listen);
+        let text = picked.value.unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen: SocketAddr = text.parse().map_err(|_| {
+            Self::invalid(&picked.origin, &text, "not an address like 127.0.0.1:8002")
+        })?;
+        let allow_non_loopback = raw.allow_non_loopback.unwrap_or(false);
+        if mode != Mode::Introspect && !allow_non_loopback && !listen.ip().is_loopback() {
+            return Err(Self::invalid(
+                picked.origin,
+                listen,
+                format!(
+                    "not a loopback address: in {} mode anyone who can reach the API could claim any \
+                     identity, so it listens on loopback only (set allow_non_loopback: true only if \
+                     nothing but the proxy can reach this address)",
+                    mode.as_str()
+                ),
+            ));
+        }
+
+        let picked = self.pick(
+            "database_url",
+            Some("EXAMPLE_API_DATABASE_URL"),
+            raw.database_url,
+        );
+        let database_url = picked.value.unwrap_or_else(|| DEFAULT_DATABASE_URL.into());
+        if !["sqlite:", "postgres://", "postgresql://"]
+            .iter()
+            .any(|p| database_url.starts_with(p))
+        {
+            return Err(Self::invalid(
+                picked.origin,
+                authserver::config::redact_url(&database_url),
+                "must start with sqlite: or postgres://",
+            ));
+        }
+
+        let introspect = match mode {
+            Mode::Introspect => Some(self.introspection(raw.introspection.unwrap_or_default())?),
+            _ => None,
+        };
+
+        let Some(routes) = raw.routes else {
+            return Err(ConfigError::Invalid {
+                origin: self.key("routes"),
+                value: "(missing)".into(),
+                message: "the access rules are required (see config/example-api.yaml)".into(),
+            });
+        };
+        let rules = Rules::from_routes(routes, self.file)?;
+
+        Ok(Config {
+            file: self.file.to_owned(),
+            mode,
+            listen,
+            database_url,
+            allow_non_loopback,
+            introspect,
+            rules,
+        })
+    }
+
+    fn introspection(&self, raw: RawIntrospection) -> Result<IntrospectConfig, ConfigError> {
+        let picked = self.pick(
+            "introspection.url",
+            Some("EXAMPLE_API_INTROSPECTION_URL"),
+            raw.url,
+        );
+        let Some(url) = picked.value else {
+            return Err(Self::invalid(
+                picked.origin,
+                "(missing)",
+                "introspect mode needs the introspection endpoint's URL",
+            ));
+        };
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(Self::invalid(picked.origin, url, "not an http(s) URL"));
+        }
+
+        let token = self.pick(
+            "introspection.auth_token",
+            Some("EXAMPLE_API_AUTH_TOKEN"),
+            raw.auth_token,
+        );
+        let mut id = self.pick(
+            "introspection.client_id",
+            Some("EXAMPLE_API_CLIENT_ID"),
+            raw.client_id,
+        );
+        let mut secret = self.pick(
+            "introspection.client_secret",
+            Some("EXAMPLE_API_CLIENT_SECRET"),
+            raw.client_secret,
+        );
+        // EXAMPLE_API_AUTH_TOKEN replaces client credentials written in the file.
+        if token.from_env {
+            for p in [&mut id, &mut secret] {
+                if !p.from_env {
+                    p.value = None;
+                }
+            }
+        }
+        let auth = match (token.value, id.value, secret.value) {
+            (Some(token), None, None) => ClientAuth::Bearer(token),
+            (None, Some(client_id), Some(client_secret)) => ClientAuth::ClientSecret {
+                client_id,
+                client_secret,
+            },
+            (Some(_), _, _) => {
+                return Err(Self::invalid(
+                    token.origin,
+                    "<redacted>",
+                    "set auth_token or client_id/client_secret, not both",
+                ));
+            }
+            (None, Some(client_id), None) => {
+                return Err(Self::invalid(
+                    secret.origin,
+                    "(missing)",
+                    format!("client_id \"{client_id}\" needs a client_secret"),
+                ));
+            }
+            (None, None, Some(_)) => {
+                return Err(Self::invalid(
+                    id.origin,
+                    "(missing)",
+                    "client_secret is set without a client_id",
+                ));
+            }
+            (None, None, None) => {
+                return Err(Self::invalid(
+                    token.origin,
+                    "(missing)",
+                    "introspect mode needs auth_token (a token with the introspection scope) or client_id and client_secret",
+                ));
+            }
+        };
+
+        let connect_timeout = self.duration(
+            "introspection.connect_timeout",
+            raw.connect_timeout,
+            DEFAULT_CONNECT_TIMEOUT,
+            false,
+        )?;
+        let request_timeout = self.duration(
+            "introspection.request_timeout",
+            raw.request_timeout,
+            DEFAULT_REQUEST_TIMEOUT,
+            false,
+        )?;
+        let cache = self.cache(raw.cache.unwrap_or_default())?;
+        Ok(IntrospectConfig {
+            settings: IntrospectionSettings {
+                url,
+                auth,
+                connect_timeout,
+                request_timeout,
+            },
+            cache,
+        })
+    }
+
+    fn cache(&self, raw: RawCache) -> Result<CacheSettings, ConfigError> {
+        let defaults = CacheSettings::default();
+        let max_ttl = self.duration(
+            "introspection.cache.max_ttl",
+            raw.max_ttl,
+            defaults.max_ttl,
+            true,
+        )?;
+        let negative_ttl = self.duration(
+            "introspection.cache.negative_ttl",
+            raw.negative_ttl,
+            defaults.negative_ttl,
+            true,
+        )?;
+        let stale_grace = self.duration(
+            "introspection.cache.stale_grace",
+            raw.stale_grace,
+            defaults.stale_grace,
+            true,
+        )?;
+        let capacity = raw.capacity.unwrap_or(defaults.capacity);
+        if capacity == 0 && !max_ttl.is_zero() {
+            return Err(Self::invalid(
+                self.key("introspection.cache.capacity"),
+                capacity,
+                "must be greater than zero (set max_ttl: 0s to turn the cache off)",
+            ));
+        }
+        Ok(CacheSettings {
+            max_ttl,
+            negative_ttl,
+            capacity,
+            stale_grace,
+        })
+    }
+
+    fn duration(
+        &self,
+        key: &str,
+        value: Option<RawDuration>,
+        default: Duration,
+        zero_ok: bool,
+    ) -> Result<Duration, ConfigError> {
+        let Some(value) = value else {
+            return Ok(default);
+        };
+        match value.parse() {
+            Ok(d) if d.is_zero() && !zero_ok => Err(Self::invalid(
+                self.key(key),
+                value,
+                "must be greater than zero",
+            )),
+            Ok(d) => Ok(d),
+            Err(message) => Err(Self::invalid(self.key(key), value, message)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

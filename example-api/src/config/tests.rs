@@ -1,0 +1,253 @@
+//! Loading and validating the settings: defaults, modes, environment overrides, and messages that
+//! name the file, the key and the value.
+
+use super::*;
+use resource_server::Access;
+
+const MINIMAL_ROUTES: &str = "routes:\n  - { name: users, path: /users/, scopes: [read] }\n";
+
+fn yaml(extra: &str) -> String {
+    format!("{extra}\n{MINIMAL_ROUTES}")
+}
+
+fn err(text: &str) -> String {
+    Config::from_yaml(text, "c.yaml").unwrap_err().to_string()
+}
+
+#[test]
+fn the_shipped_file_is_valid_and_matches_spec_3() {
+    let c = Config::from_yaml(EXAMPLE_CONFIG, "config/example-api.yaml").unwrap();
+    assert_eq!(c.mode, Mode::BehindProxy);
+    assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+    assert_eq!(c.database_url, DEFAULT_DATABASE_URL);
+    let needs = |method: &str, path: &str| match &c
+        .rules
+        .find(&method.parse().unwrap(), path)
+        .unwrap()
+        .access
+    {
+        Access::Authenticated { all_of, any_of } if any_of.is_empty() => all_of.join(" "),
+        other => panic!("{other:?}"),
+    };
+    for (method, path, scope) in [
+        ("GET", "/users/", "read"),
+        ("HEAD", "/users/", "read"),
+        ("GET", "/users/7/", "read"),
+        ("POST", "/users/", "write"),
+        ("PUT", "/users/7/", "write"),
+        ("PATCH", "/users/7/", "write"),
+        ("DELETE", "/users/7/", "write"),
+        ("GET", "/groups/", "groups"),
+        ("POST", "/groups/", "groups"),
+        ("DELETE", "/groups/7/", "groups"),
+    ] {
+        assert_eq!(needs(method, path), scope, "{method} {path}");
+    }
+    assert!(c.rules.routes().iter().all(|r| r.upstream.is_none()));
+}
+
+#[test]
+fn defaults_and_introspect_mode() {
+    let c = Config::from_yaml(&yaml(""), "c.yaml").unwrap();
+    assert_eq!(
+        (c.mode, c.allow_non_loopback, c.introspect),
+        (Mode::BehindProxy, false, None)
+    );
+    let c = Config::from_yaml(
+        &yaml("mode: introspect\nintrospection: { url: 'http://a:1/o/introspect/', client_id: id, client_secret: s, cache: { max_ttl: 1s, negative_ttl: 0 } }"),
+        "c.yaml",
+    )
+    .unwrap();
+    let i = c.introspect.unwrap();
+    assert_eq!(
+        i.settings.auth,
+        ClientAuth::ClientSecret {
+            client_id: "id".into(),
+            client_secret: "s".into()
+        }
+    );
+    assert_eq!(i.settings.connect_timeout, Duration::from_secs(1));
+    assert_eq!(i.settings.request_timeout, Duration::from_secs(3));
+    assert_eq!(
+        (i.cache.max_ttl, i.cache.negative_ttl),
+        (Duration::from_secs(1), Duration::ZERO)
+    );
+    // introspect mode may listen anywhere: it trusts nothing it did not check.
+    let c = Config::from_yaml(
+        &yaml("mode: introspect\nlisten: 0.0.0.0:9\nintrospection: { url: 'https://a/', auth_token: t, cache: { max_ttl: 0s, capacity: 0 } }"),
+        "c.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        c.introspect.unwrap().settings.auth,
+        ClientAuth::Bearer("t".into())
+    );
+}
+
+#[test]
+fn errors_name_file_key_and_value() {
+    assert_eq!(
+        err(&yaml("mode: sidecar")),
+        r#"c.yaml: key "mode": "sidecar": expected introspect, behind-proxy or none"#
+    );
+    assert_eq!(
+        err(&yaml("listen: here")),
+        r#"c.yaml: key "listen": "here": not an address like 127.0.0.1:8002"#
+    );
+    assert!(err(&yaml("listen: 0.0.0.0:8002")).starts_with(
+        r#"c.yaml: key "listen": "0.0.0.0:8002": not a loopback address: in behind-proxy mode"#
+    ));
+    assert!(err(&yaml("mode: none\nlisten: 10.0.0.1:80")).contains("in none mode"));
+    assert!(
+        Config::from_yaml(
+            &yaml("listen: 0.0.0.0:8002\nallow_non_loopback: true"),
+            "c.yaml"
+        )
+        .is_ok()
+    );
+    assert_eq!(
+        err(&yaml("database_url: mysql://u:pw@h/db")),
+        r#"c.yaml: key "database_url": "mysql://u:***@h/db": must start with sqlite: or postgres://"#
+    );
+    assert!(err(&yaml("colour: blue")).starts_with("c.yaml: unknown field `colour`"));
+    assert!(
+        err(&yaml(
+            "mode: introspect\nintrospection: { url: x, auth_token: t, tls: yes }"
+        ))
+        .contains("unknown field `tls`")
+    );
+    assert_eq!(
+        err("mode: introspect"),
+        r#"c.yaml: key "introspection.url": "(missing)": introspect mode needs the introspection endpoint's URL"#
+    );
+    assert_eq!(
+        err(&yaml("mode: introspect\nintrospection: { url: 'ftp://x' }")),
+        r#"c.yaml: key "introspection.url": "ftp://x": not an http(s) URL"#
+    );
+    assert!(err(&yaml("mode: introspect\nintrospection: { url: 'http://x/' }")).starts_with(r#"c.yaml: key "introspection.auth_token": "(missing)": introspect mode needs auth_token"#));
+    let both = err(&yaml(
+        "mode: introspect\nintrospection: { url: 'http://x/', auth_token: sekrit, client_id: a, client_secret: b }",
+    ));
+    assert!(
+        both.contains("not both") && !both.contains("sekrit"),
+        "{both}"
+    );
+    assert!(
+        err(&yaml(
+            "mode: introspect\nintrospection: { url: 'http://x/', client_id: a }"
+        ))
+        .starts_with(r#"c.yaml: key "introspection.client_secret": "(missing)""#)
+    );
+    assert_eq!(
+        err(&yaml(
+            "mode: introspect\nintrospection: { url: 'http://x/', auth_token: t, request_timeout: 0s }"
+        )),
+        r#"c.yaml: key "introspection.request_timeout": "0s": must be greater than zero"#
+    );
+    assert_eq!(
+        err(&yaml(
+            "mode: introspect\nintrospection: { url: 'http://x/', auth_token: t, cache: { max_ttl: 5 days } }"
+        )),
+        r#"c.yaml: key "introspection.cache.max_ttl": "5 days": unknown unit "days": use ms, s, m or h"#
+    );
+    assert!(err(&yaml("mode: introspect\nintrospection: { url: 'http://x/', auth_token: t, cache: { capacity: 0 } }")).contains(r#"key "introspection.cache.capacity": "0""#));
+    assert_eq!(
+        err("mode: behind-proxy"),
+        r#"c.yaml: key "routes": (missing): the access rules are required (see config/example-api.yaml)"#
+    );
+    let bad_rule = err("routes:\n  - { name: users, path: users/ }");
+    assert!(
+        bad_rule.starts_with("c.yaml: routes[0] (users): field \"path\""),
+        "{bad_rule}"
+    );
+}
+
+#[test]
+fn environment_overrides_name_the_variable() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |key: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    let text = yaml(
+        "mode: introspect\nintrospection: { url: 'http://x/', client_id: a, client_secret: b }",
+    );
+    let c = Config::from_yaml_with_env(
+        &yaml("introspection: { url: 'http://x/' }"),
+        "c.yaml",
+        env(&[
+            ("EXAMPLE_API_MODE", "introspect"),
+            ("EXAMPLE_API_AUTH_TOKEN", "tok"),
+            ("EXAMPLE_API_LISTEN", "127.0.0.1:9999"),
+            ("EXAMPLE_API_DATABASE_URL", "sqlite::memory:"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(
+        (c.mode, c.listen.port(), c.database_url.as_str()),
+        (Mode::Introspect, 9999, "sqlite::memory:")
+    );
+    assert_eq!(
+        c.introspect.unwrap().settings.auth,
+        ClientAuth::Bearer("tok".into())
+    );
+    let e = Config::from_yaml_with_env(&text, "c.yaml", env(&[("EXAMPLE_API_LISTEN", "nowhere")]))
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        r#"environment variable EXAMPLE_API_LISTEN: "nowhere": not an address like 127.0.0.1:8002"#
+    );
+    // The environment's token replaces the credentials written in the file.
+    let c = Config::from_yaml_with_env(&text, "c.yaml", env(&[("EXAMPLE_API_AUTH_TOKEN", "tok")]))
+        .unwrap();
+    assert_eq!(
+        c.introspect.unwrap().settings.auth,
+        ClientAuth::Bearer("tok".into())
+    );
+    let e = Config::from_yaml_with_env(
+        &text,
+        "c.yaml",
+        env(&[
+            ("EXAMPLE_API_AUTH_TOKEN", "tok"),
+            ("EXAMPLE_API_CLIENT_ID", "x"),
+        ]),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("environment variable EXAMPLE_API_AUTH_TOKEN: \"<redacted>\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn files_missing_or_present() {
+    let none = |_: &str| None;
+    let e = Config::load_with_env(Some(Path::new("/nonexistent/e.yaml")), none).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/e.yaml: cannot read"),
+        "{e}"
+    );
+    let e = Config::load_with_env(None, |k: &str| {
+        (k == "EXAMPLE_API_CONFIG").then(|| "/nonexistent/f.yaml".to_owned())
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("/nonexistent/f.yaml: cannot read"),
+        "{e}"
+    );
+    let dir = std::env::temp_dir().join(format!("example-api-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("e.yaml");
+    std::fs::write(&file, yaml("listen: 127.0.0.1:1234")).unwrap();
+    let c = Config::load_with_env(Some(&file), none).unwrap();
+    assert_eq!(
+        (c.listen.port(), c.file),
+        (1234, file.display().to_string())
+    );
+}

@@ -1,0 +1,62 @@
+//! `example-api`: reads the settings and hands over to the library (`--check-config` only validates).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use example_api::config::Config;
+use example_api::guard::Guard;
+
+/// Users-and-groups API over the authorization server's directory, protected by bearer tokens.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Settings file (default: $EXAMPLE_API_CONFIG, else config/example-api.yaml).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Validate the settings and exit.
+    #[arg(long)]
+    check_config: bool,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = match Config::load(args.config.as_deref()) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("example-api: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.check_config {
+        return match Guard::from_config(&config) {
+            Ok(_) => {
+                println!(
+                    "{}: OK (mode {}, listen {}, {} routes)",
+                    config.file,
+                    config.mode.as_str(),
+                    config.listen,
+                    config.rules.routes().len()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("example-api: {error}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    match example_api::run(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("example-api: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
