@@ -52,10 +52,10 @@ pub async fn first_run(store: &Store) -> anyhow::Result<Option<FirstRun>> {
 /// Registers the proxy's client-credentials application (allowed to introspect) when missing,
 /// and gives it a new random secret, returned for the proxy to use.
 pub async fn rotate_proxy_secret(store: &Store, client_id: &str) -> anyhow::Result<String> {
-    if let Some(app) = store.find_application_by_client_id(client_id).await? {
-        if let Some(secret) = store.regenerate_secret(app.id).await? {
-            return Ok(secret);
-        }
+    if let Some(app) = store.find_application_by_client_id(client_id).await?
+        && let Some(secret) = store.regenerate_secret(app.id).await?
+    {
+        return Ok(secret);
     }
     let input = ApplicationInput {
         name: "tokengate proxy (introspection)".into(),
