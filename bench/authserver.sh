@@ -50,7 +50,7 @@ out = sys.argv[1]
 def ms(v):
     n, u = re.match(r"([\d.]+)(\w+)", v).groups(); return float(n) * {"us": 0.001, "ms": 1, "s": 1000, "m": 60000}[u]
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-p50 = ms(re.search(r"50%\s+(\S+)", out).group(1)); p99 = ms(re.search(r"99%\s+(\S+)", out).group(1))
+p50 = ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)); p99 = ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
 non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
 print(f"{rps:.0f} {p50:.2f} {p99:.2f} {non2xx.group(1) if non2xx else 0}")
 PY

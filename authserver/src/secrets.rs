@@ -41,7 +41,20 @@ pub fn constant_time_eq(a: &str, b: &str) -> bool {
 
 /// Hashes a password with argon2id (OWASP parameters, the crate's defaults) on the blocking pool.
 pub async fn hash_password(password: String) -> anyhow::Result<String> {
+    let _permit = hashing_permit().await;
     tokio::task::spawn_blocking(move || hash_password_blocking(&password)).await?
+}
+
+/// One argon2 computation per core at a time: each needs 19 MiB of memory, and more of them at
+/// once only thrash the caches and the scheduler. Waiters queue here, not on the blocking pool.
+async fn hashing_permit() -> Option<tokio::sync::SemaphorePermit<'static>> {
+    static HASHING: OnceLock<tokio::sync::Semaphore> = OnceLock::new();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    HASHING
+        .get_or_init(|| tokio::sync::Semaphore::new(cores))
+        .acquire()
+        .await
+        .ok()
 }
 
 fn hash_password_blocking(password: &str) -> anyhow::Result<String> {
@@ -56,6 +69,7 @@ fn hash_password_blocking(password: &str) -> anyhow::Result<String> {
 /// or a user without a password) it still spends one verification, so that timing does not
 /// tell which usernames exist, and answers false.
 pub async fn verify_password(password: String, stored_hash: Option<String>) -> bool {
+    let _permit = hashing_permit().await;
     tokio::task::spawn_blocking(move || {
         let (hash, real) = match stored_hash {
             Some(hash) => (hash, true),

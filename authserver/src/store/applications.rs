@@ -206,17 +206,27 @@ impl Store {
         row.as_ref().map(from_row).transpose()
     }
 
+    /// The application with this client id, from the short client cache when it is there.
     pub async fn find_application_by_client_id(
         &self,
         client_id: &str,
     ) -> StoreResult<Option<Application>> {
+        if let Some(app) = self.clients.get(client_id).await {
+            return Ok(Some(app));
+        }
         let row = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM applications WHERE client_id = $1"
         ))
         .bind(client_id)
         .fetch_optional(&self.pool)
         .await?;
-        row.as_ref().map(from_row).transpose()
+        let app = row.as_ref().map(from_row).transpose()?;
+        if let Some(app) = &app {
+            self.clients
+                .insert(app.client_id.clone(), app.clone())
+                .await;
+        }
+        Ok(app)
     }
 
     /// All applications (`owner_id` None) or those of one owner.
@@ -257,6 +267,7 @@ impl Store {
         .bind(id)
         .fetch_optional(&self.writer)
         .await?;
+        self.clients.invalidate_all();
         row.as_ref().map(from_row).transpose()
     }
 
@@ -268,6 +279,7 @@ impl Store {
             .bind(id)
             .execute(&self.writer)
             .await?;
+        self.clients.invalidate_all();
         Ok((done.rows_affected() == 1).then_some(secret))
     }
 
@@ -283,6 +295,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        self.clients.invalidate_all();
         Ok(done.rows_affected() == 1)
     }
 }

@@ -38,7 +38,7 @@ pub enum StoreError {
 pub type StoreResult<T> = Result<T, StoreError>;
 
 /// The authorization server's storage: users, groups, applications and tokens.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Store {
     /// Reads (and, on PostgreSQL, writes).
     pool: AnyPool,
@@ -46,6 +46,21 @@ pub struct Store {
     /// SQLite's lock and its sleeping busy handler; on PostgreSQL the same pool as `pool`.
     writer: AnyPool,
     backend: Backend,
+    /// Applications by client id, for a few seconds: every token and introspection request
+    /// authenticates a client. Emptied on any change made through this store; another replica's
+    /// change is seen within `CLIENT_CACHE_TTL`.
+    clients: moka::future::Cache<String, Application>,
+}
+
+/// How long an application record is reused without reading the database again.
+pub const CLIENT_CACHE_TTL: Duration = Duration::from_secs(5);
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Store {
@@ -71,6 +86,8 @@ impl Store {
             AnyPoolOptions::new()
                 .max_connections(max_connections)
                 .acquire_timeout(Duration::from_secs(10))
+                // A SQLite file cannot go stale under us; skip the ping on every acquire there.
+                .test_before_acquire(backend == Backend::Postgres)
                 .after_connect(move |conn, _| {
                     Box::pin(async move {
                         if backend == Backend::Sqlite {
@@ -92,10 +109,15 @@ impl Store {
             Backend::Sqlite if max_connections > 1 => options(1).connect(&url).await?,
             _ => pool.clone(),
         };
+        let clients = moka::future::Cache::builder()
+            .max_capacity(10_000)
+            .time_to_live(CLIENT_CACHE_TTL)
+            .build();
         let store = Store {
             pool,
             writer,
             backend,
+            clients,
         };
         migrations::run(&store).await?;
         Ok(store)

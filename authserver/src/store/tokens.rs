@@ -64,6 +64,41 @@ pub enum RefreshOutcome {
     Reused,
 }
 
+/// One row of `tokens` about to be written; only the digest of `token` is stored.
+#[derive(Clone, Copy)]
+struct NewRow<'a> {
+    kind: &'static str,
+    token: &'a str,
+    new: &'a NewTokens,
+    family: &'a str,
+    access_token_id: Option<i64>,
+    issued_at: i64,
+    expires_at: i64,
+}
+
+impl NewRow<'_> {
+    async fn insert<'e>(
+        self,
+        executor: impl sqlx::Executor<'e, Database = sqlx::Any>,
+    ) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+        )
+        .bind(self.kind)
+        .bind(secrets::digest(self.token))
+        .bind(self.new.application_id)
+        .bind(self.new.user_id)
+        .bind(&self.new.scope)
+        .bind(self.family)
+        .bind(self.access_token_id)
+        .bind(self.issued_at)
+        .bind(self.expires_at)
+        .fetch_one(executor)
+        .await?)
+    }
+}
+
 const SELECT: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active AS user_active,
     t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked
     FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id";
@@ -87,48 +122,42 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<TokenRecord> {
 }
 
 impl Store {
+    /// Stores the digests of a new access token and, when asked, its refresh token (one
+    /// transaction for the pair; a lone access token is a single statement).
     pub async fn issue_tokens(&self, new: &NewTokens) -> StoreResult<IssuedTokens> {
         let access_token = secrets::random_token();
         let family = new.family.clone().unwrap_or_else(secrets::random_token);
         let issued_at = now();
-        let mut tx = self.writer.begin().await?;
-        let access_id: i64 = sqlx::query_scalar(
-            "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, NULL, $7, $8) RETURNING id",
-        )
-        .bind(TokenRecord::ACCESS)
-        .bind(secrets::digest(&access_token))
-        .bind(new.application_id)
-        .bind(new.user_id)
-        .bind(&new.scope)
-        .bind(&family)
-        .bind(issued_at)
-        .bind(issued_at + new.access_lifetime)
-        .fetch_one(&mut *tx)
-        .await?;
+        let access = NewRow {
+            kind: TokenRecord::ACCESS,
+            token: &access_token,
+            new,
+            family: &family,
+            access_token_id: None,
+            issued_at,
+            expires_at: issued_at + new.access_lifetime,
+        };
         let refresh_token = match new.refresh_lifetime {
+            None => {
+                access.insert(&self.writer).await?;
+                None
+            }
             Some(lifetime) => {
                 let refresh = secrets::random_token();
-                sqlx::query(
-                    "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                )
-                .bind(TokenRecord::REFRESH)
-                .bind(secrets::digest(&refresh))
-                .bind(new.application_id)
-                .bind(new.user_id)
-                .bind(&new.scope)
-                .bind(&family)
-                .bind(access_id)
-                .bind(issued_at)
-                .bind(issued_at + lifetime)
-                .execute(&mut *tx)
-                .await?;
+                let mut tx = self.writer.begin().await?;
+                let access_id = access.insert(&mut *tx).await?;
+                let refresh_row = NewRow {
+                    kind: TokenRecord::REFRESH,
+                    token: &refresh,
+                    access_token_id: Some(access_id),
+                    expires_at: issued_at + lifetime,
+                    ..access
+                };
+                refresh_row.insert(&mut *tx).await?;
+                tx.commit().await?;
                 Some(refresh)
             }
-            None => None,
         };
-        tx.commit().await?;
         Ok(IssuedTokens {
             access_token,
             refresh_token,
