@@ -4,6 +4,8 @@
 //! The data path of one request:
 //! [`bearer::bearer_token`] → [`rules::Rules::find`] → (for protected routes)
 //! [`checker::TokenChecker::check`] → [`decision::decide`] → [`decision::Decision::refusal`].
+//!
+//! [`settings`] is the `introspection:` section of the binaries' YAML files.
 
 pub mod bearer;
 pub mod checker;
@@ -11,6 +13,7 @@ pub mod claims;
 pub mod decision;
 pub mod introspection;
 pub mod rules;
+pub mod settings;
 
 pub use bearer::{Bearer, bearer_token};
 pub use checker::{CacheSettings, CheckerError, CheckerMetrics, TokenChecker, Unavailable};

@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use resource_server::settings::{self, SettingError};
 use resource_server::{CacheSettings, ClientAuth, IntrospectionSettings, Rules, RulesError};
 
 use raw::{RawCache, RawConfig, RawDuration, RawIntrospection};
@@ -196,6 +197,11 @@ impl Validator<'_> {
         }
     }
 
+    /// The shared checks' error with this file's origin.
+    fn setting(&self, e: SettingError) -> ConfigError {
+        Self::invalid(self.key(&e.field), e.value, e.problem)
+    }
+
     fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
         let picked = self.pick("mode", Some("EXAMPLE_API_MODE"), raw.mode);
         let mode = match picked.value.as_deref().unwrap_or("behind-proxy") {
@@ -348,17 +354,15 @@ impl Validator<'_> {
             }
         };
 
-        let connect_timeout = self.duration(
+        let connect_timeout = self.timeout(
             "introspection.connect_timeout",
             raw.connect_timeout,
             DEFAULT_CONNECT_TIMEOUT,
-            false,
         )?;
-        let request_timeout = self.duration(
+        let request_timeout = self.timeout(
             "introspection.request_timeout",
             raw.request_timeout,
             DEFAULT_REQUEST_TIMEOUT,
-            false,
         )?;
         let cache = self.cache(raw.cache.unwrap_or_default())?;
         Ok(IntrospectConfig {
@@ -373,59 +377,32 @@ impl Validator<'_> {
     }
 
     fn cache(&self, raw: RawCache) -> Result<CacheSettings, ConfigError> {
-        let defaults = CacheSettings::default();
-        let max_ttl = self.duration(
-            "introspection.cache.max_ttl",
-            raw.max_ttl,
-            defaults.max_ttl,
-            true,
-        )?;
-        let negative_ttl = self.duration(
-            "introspection.cache.negative_ttl",
-            raw.negative_ttl,
-            defaults.negative_ttl,
-            true,
-        )?;
-        let stale_grace = self.duration(
-            "introspection.cache.stale_grace",
-            raw.stale_grace,
-            defaults.stale_grace,
-            true,
-        )?;
-        let capacity = raw.capacity.unwrap_or(defaults.capacity);
-        if capacity == 0 && !max_ttl.is_zero() {
+        let cache = raw.settings().map_err(|e| self.setting(e))?;
+        if cache.capacity == 0 && !cache.max_ttl.is_zero() {
             return Err(Self::invalid(
                 self.key("introspection.cache.capacity"),
-                capacity,
+                cache.capacity,
                 "must be greater than zero (set max_ttl: 0s to turn the cache off)",
             ));
         }
-        Ok(CacheSettings {
-            max_ttl,
-            negative_ttl,
-            capacity,
-            stale_grace,
-        })
+        Ok(cache)
     }
 
-    fn duration(
+    /// A timeout: absent → `default`; zero is refused.
+    fn timeout(
         &self,
         key: &str,
         value: Option<RawDuration>,
         default: Duration,
-        zero_ok: bool,
     ) -> Result<Duration, ConfigError> {
-        let Some(value) = value else {
-            return Ok(default);
-        };
-        match value.parse() {
-            Ok(d) if d.is_zero() && !zero_ok => Err(Self::invalid(
+        let d = settings::duration(key, value.as_ref(), default).map_err(|e| self.setting(e))?;
+        match value {
+            Some(value) if d.is_zero() => Err(Self::invalid(
                 self.key(key),
                 value,
                 "must be greater than zero",
             )),
-            Ok(d) => Ok(d),
-            Err(message) => Err(Self::invalid(self.key(key), value, message)),
+            _ => Ok(d),
         }
     }
 }

@@ -3,7 +3,6 @@
 //! Every error names the file, the field (or rule and field) and the bad value; secrets are never
 //! echoed.
 
-mod duration;
 pub mod raw;
 
 use std::collections::HashMap;
@@ -14,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderValue;
+use resource_server::settings::{self, SettingError};
 use resource_server::{CacheSettings, ClientAuth, IntrospectionSettings, Rules, RulesError};
 
-use duration::parse_duration;
-use raw::{RawCache, RawConfig, RawDuration, RawIntrospection, RawUpstream};
+use raw::{RawConfig, RawDuration, RawIntrospection, RawUpstream};
 
 /// Environment variables that override the file (empty values are ignored).
 pub const ENV_OVERRIDES: [&str; 6] = [
@@ -232,6 +231,11 @@ impl Validator<'_> {
         }
     }
 
+    /// The shared checks' error, worded like the others (value quoted).
+    fn setting(&self, e: SettingError) -> ConfigError {
+        self.invalid(e.field, format!("{:?}", e.value), e.problem)
+    }
+
     fn config(
         &self,
         raw: RawConfig,
@@ -325,11 +329,8 @@ impl Validator<'_> {
         value: Option<RawDuration>,
         default_secs: u64,
     ) -> Result<Duration, ConfigError> {
-        match value {
-            None => Ok(Duration::from_secs(default_secs)),
-            Some(v) => parse_duration(&v)
-                .map_err(|m| self.invalid(field, format!("{:?}", v.to_string()), m)),
-        }
+        settings::duration(field, value.as_ref(), Duration::from_secs(default_secs))
+            .map_err(|e| self.setting(e))
     }
 
     fn upstream(&self, name: &str, u: RawUpstream) -> Result<Upstream, ConfigError> {
@@ -413,33 +414,24 @@ impl Validator<'_> {
                 ));
             }
         }
-        let cache = raw.cache.unwrap_or(RawCache {
-            max_ttl: None,
-            negative_ttl: None,
-            capacity: None,
-            stale_grace: None,
-        });
-        let capacity = cache.capacity.unwrap_or(100_000);
-        if capacity == 0 {
+        let cache = raw.cache.unwrap_or_default();
+        if cache.capacity == Some(0) {
             return Err(self.invalid(
                 "introspection.cache.capacity",
                 0,
                 "must be positive (use max_ttl: 0s to disable the cache)",
             ));
         }
+        let cache = cache.settings().map_err(|e| self.setting(e))?;
         Ok(IntrospectionConfig {
             url,
             auth,
             connect_timeout,
             request_timeout,
-            max_ttl: self.duration("introspection.cache.max_ttl", cache.max_ttl, 60)?,
-            negative_ttl: self.duration(
-                "introspection.cache.negative_ttl",
-                cache.negative_ttl,
-                5,
-            )?,
-            capacity,
-            stale_grace: self.duration("introspection.cache.stale_grace", cache.stale_grace, 0)?,
+            max_ttl: cache.max_ttl,
+            negative_ttl: cache.negative_ttl,
+            capacity: cache.capacity,
+            stale_grace: cache.stale_grace,
         })
     }
 

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use resource_server::RouteSpec;
+pub use resource_server::settings::{RawCache, RawDuration};
 use serde::Deserialize;
 
 /// The whole file. Durations are strings such as `500ms`, `3s`, `5m` (a bare number = seconds).
@@ -47,61 +48,5 @@ pub struct RawUpstream {
     pub read_timeout: Option<RawDuration>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawIntrospection {
-    /// The RFC 7662 endpoint, e.g. `http://127.0.0.1:8001/o/introspect/`.
-    pub url: String,
-    /// A bearer token with the `introspection` scope (env `PROXY_AUTH_TOKEN`).
-    #[serde(default)]
-    pub auth_token: Option<String>,
-    /// Client credentials of an application allowed to introspect (env `PROXY_CLIENT_ID`).
-    #[serde(default)]
-    pub client_id: Option<String>,
-    /// (env `PROXY_CLIENT_SECRET`)
-    #[serde(default)]
-    pub client_secret: Option<String>,
-    /// Default `1s`.
-    #[serde(default)]
-    pub connect_timeout: Option<RawDuration>,
-    /// Default `3s`.
-    #[serde(default)]
-    pub request_timeout: Option<RawDuration>,
-    #[serde(default)]
-    pub cache: Option<RawCache>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawCache {
-    /// Longest life of an active answer (default `60s`; `0s` disables the cache).
-    #[serde(default)]
-    pub max_ttl: Option<RawDuration>,
-    /// Life of an inactive answer (default `5s`).
-    #[serde(default)]
-    pub negative_ttl: Option<RawDuration>,
-    /// Entries (default 100000).
-    #[serde(default)]
-    pub capacity: Option<u64>,
-    /// Serve a cached active answer this long after it expired while the authorization server
-    /// is unreachable (default `0s` = off).
-    #[serde(default)]
-    pub stale_grace: Option<RawDuration>,
-}
-
-/// A duration as written: `"500ms"`, `"3s"`, `"5m"`, `"1h"` or a bare number of seconds.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum RawDuration {
-    Seconds(u64),
-    Text(String),
-}
-
-impl std::fmt::Display for RawDuration {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RawDuration::Seconds(n) => write!(f, "{n}"),
-            RawDuration::Text(s) => write!(f, "{s}"),
-        }
-    }
-}
+/// The `introspection:` section; its `url` is required.
+pub type RawIntrospection = resource_server::settings::RawIntrospection<String>;

@@ -1,0 +1,177 @@
+//! The `introspection:` section of a YAML configuration file as written (serde mirror structs,
+//! `deny_unknown_fields`), its duration syntax, and the checks both binaries make alike.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::CacheSettings;
+
+/// How to reach the authorization server's introspection endpoint (RFC 7662).
+///
+/// `Url` is `Option<String>` where the key may be left out and `String` where it is required
+/// (serde then refuses the file with ``missing field `url` ``). Each binary lets an environment
+/// variable override the URL and the credentials.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIntrospection<Url = Option<String>> {
+    /// The RFC 7662 endpoint, e.g. `http://127.0.0.1:8001/o/introspect/`.
+    pub url: Url,
+    /// A bearer token with the `introspection` scope.
+    #[serde(default)]
+    pub auth_token: Option<String>,
+    /// Client credentials of an application allowed to introspect.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    #[serde(default)]
+    pub client_secret: Option<String>,
+    /// Default `1s`.
+    #[serde(default)]
+    pub connect_timeout: Option<RawDuration>,
+    /// Default `3s`.
+    #[serde(default)]
+    pub request_timeout: Option<RawDuration>,
+    #[serde(default)]
+    pub cache: Option<RawCache>,
+}
+
+/// The introspection cache; the defaults are [`CacheSettings::default`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCache {
+    /// Longest life of an active answer (default `60s`; `0s` turns the cache off).
+    #[serde(default)]
+    pub max_ttl: Option<RawDuration>,
+    /// Life of an inactive answer (default `5s`).
+    #[serde(default)]
+    pub negative_ttl: Option<RawDuration>,
+    /// Most entries (default 100000).
+    #[serde(default)]
+    pub capacity: Option<u64>,
+    /// Serve a cached active answer this long past its life while the authorization server is
+    /// unreachable (default `0s` = off).
+    #[serde(default)]
+    pub stale_grace: Option<RawDuration>,
+}
+
+/// A duration as written: `"500ms"`, `"3s"`, `"5m"`, `"1h"` or a bare number of seconds.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawDuration {
+    Seconds(u64),
+    Text(String),
+}
+
+impl fmt::Display for RawDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RawDuration::Seconds(n) => write!(f, "{n}"),
+            RawDuration::Text(s) => write!(f, "{s}"),
+        }
+    }
+}
+
+impl RawDuration {
+    /// The duration, or a message saying what is expected.
+    pub fn parse(&self) -> Result<Duration, String> {
+        let text = match self {
+            RawDuration::Seconds(n) => return Ok(Duration::from_secs(*n)),
+            RawDuration::Text(s) => s.trim(),
+        };
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (digits, unit) = text.split_at(split);
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| "expected a duration such as 500ms, 3s, 5m or 1h".to_owned())?;
+        match unit.trim() {
+            "" | "s" => Ok(Duration::from_secs(n)),
+            "ms" => Ok(Duration::from_millis(n)),
+            "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+            "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
+            other => Err(format!("unknown unit {other:?}: use ms, s, m or h")),
+        }
+    }
+}
+
+/// A value the file gives that does not do. Each binary words it in its own error type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettingError {
+    /// The dotted key, e.g. `introspection.cache.max_ttl`.
+    pub field: String,
+    /// The value as written, unquoted.
+    pub value: String,
+    pub problem: String,
+}
+
+/// `value` parsed, or `default` when the key is absent.
+pub fn duration(
+    field: &str,
+    value: Option<&RawDuration>,
+    default: Duration,
+) -> Result<Duration, SettingError> {
+    let Some(value) = value else {
+        return Ok(default);
+    };
+    value.parse().map_err(|problem| SettingError {
+        field: field.to_owned(),
+        value: value.to_string(),
+        problem,
+    })
+}
+
+impl RawCache {
+    /// The durations parsed, absent keys from [`CacheSettings::default`]. The capacity is taken
+    /// as written: the binaries disagree on when 0 is allowed.
+    pub fn settings(&self) -> Result<CacheSettings, SettingError> {
+        let defaults = CacheSettings::default();
+        let d = |key: &str, value: &Option<RawDuration>, default| {
+            duration(
+                &format!("introspection.cache.{key}"),
+                value.as_ref(),
+                default,
+            )
+        };
+        Ok(CacheSettings {
+            max_ttl: d("max_ttl", &self.max_ttl, defaults.max_ttl)?,
+            negative_ttl: d("negative_ttl", &self.negative_ttl, defaults.negative_ttl)?,
+            capacity: self.capacity.unwrap_or(defaults.capacity),
+            stale_grace: d("stale_grace", &self.stale_grace, defaults.stale_grace)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        let p = |s: &str| RawDuration::Text(s.into()).parse();
+        assert_eq!(p("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(p("3s"), Ok(Duration::from_secs(3)));
+        assert_eq!(p("3"), Ok(Duration::from_secs(3)));
+        assert_eq!(p("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(p("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(RawDuration::Seconds(7).parse(), Ok(Duration::from_secs(7)));
+        for bad in ["", "s", "3d", "-3s", "1.5s"] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cache_defaults_and_errors() {
+        assert_eq!(RawCache::default().settings(), Ok(CacheSettings::default()));
+        let bad = RawCache {
+            negative_ttl: Some(RawDuration::Text("5 parsecs".into())),
+            ..RawCache::default()
+        };
+        let e = bad.settings().unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("introspection.cache.negative_ttl", "5 parsecs")
+        );
+    }
+}
