@@ -28,8 +28,10 @@ pub fn postgres_url() -> Option<String> {
 /// A fresh, empty schema on the PostgreSQL server of `DATABASE_URL`, if set.
 pub async fn postgres_store() -> Option<Store> {
     let url = postgres_url()?;
+    // tg_<unix seconds>_<random>: schemas left by runs over an hour ago are dropped here.
     let schema = format!(
-        "tg_{}",
+        "tg_{}_{}",
+        crate::store::now(),
         crate::secrets::random_client_id()
             .to_lowercase()
             .replace(['-', '_'], "")
@@ -38,6 +40,19 @@ pub async fn postgres_store() -> Option<Store> {
     let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&url)
         .await
         .expect("connect to DATABASE_URL");
+    let old: Vec<String> =
+        sqlx::query_scalar("SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'tg\\_%'")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap_or_default();
+    for stale in old {
+        let created = stale.split('_').nth(1).and_then(|t| t.parse::<i64>().ok());
+        if created.is_some_and(|t| t < crate::store::now() - 3600) {
+            let _ = sqlx::query(&format!("DROP SCHEMA {stale} CASCADE"))
+                .execute(&mut conn)
+                .await;
+        }
+    }
     sqlx::query(&format!("CREATE SCHEMA {schema}"))
         .execute(&mut conn)
         .await
