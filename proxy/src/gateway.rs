@@ -139,6 +139,12 @@ impl ProxyHttp for Gateway {
         Ok(())
     }
 
+    /// A client that goes away mid-request (or sends garbage) is not the proxy's error: no
+    /// error-level line for it, so a client cannot flood the log.
+    fn suppress_error_log(&self, _session: &Session, _ctx: &RequestCtx, error: &Error) -> bool {
+        error.esource() == &ErrorSource::Downstream
+    }
+
     async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
         if let (Some(e), Some(up)) = (e, ctx.upstream.as_ref())
             && e.esource() == &ErrorSource::Upstream
