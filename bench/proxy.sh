@@ -24,9 +24,10 @@ ROUNDS=${ROUNDS:-2}
 NGINX=${NGINX:-/usr/sbin/nginx}
 command -v wrk >/dev/null || { echo "install wrk (apt-get install wrk)"; exit 1; }
 [ -x "$NGINX" ] || { echo "install nginx (apt-get install nginx-light) or set NGINX"; exit 1; }
-[ -n "${SKIP_BUILD:-}" ] || cargo build --release -q -p authserver --bin authserver --example hello -p proxy --bin proxy
+[ -n "${SKIP_BUILD:-}" ] || { cargo build --release -q -p authserver --bin authserver --example hello
+  cargo build --profile dist -q -p proxy --bin proxy; }   # the proxy as shipped (LTO)
 AUTH=target/release/authserver
-PROXY=target/release/proxy
+PROXY=target/dist/proxy
 HELLO=target/release/examples/hello
 WORK=$(mktemp -d)
 DB="sqlite://$WORK/db.sqlite"
