@@ -44,16 +44,7 @@ post_script "$WORK/pw.lua" "Basic $PW_BASIC" "grant_type=password&username=bench
 measure() { # $1 url, $2 script or empty
   local out
   if [ -n "${2:-}" ]; then out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$2" "$1"); else out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "$1"); fi
-  python3 - "$out" <<'PY'
-import re, sys
-out = sys.argv[1]
-def ms(v):
-    n, u = re.match(r"([\d.]+)(\w+)", v).groups(); return float(n) * {"us": 0.001, "ms": 1, "s": 1000, "m": 60000}[u]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-p50 = ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)); p99 = ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
-non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-print(f"{rps:.0f} {p50:.2f} {p99:.2f} {non2xx.group(1) if non2xx else 0}")
-PY
+  python3 bench/wrk_stats.py <<<"$out" | cut -d" " -f1-4
 }
 HASH_MS=$(target/release/examples/argon2_time)
 CORES=$(nproc)

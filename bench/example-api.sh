@@ -69,16 +69,7 @@ done
 measure() { # $1 url
   local out
   out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -H "Authorization: Bearer $TOKEN" "$1")
-  python3 - "$out" <<'PY'
-import re, sys
-out = sys.argv[1]
-def ms(v):
-    n, u = re.match(r"([\d.]+)(\w+)", v).groups(); return float(n) * {"us": 0.001, "ms": 1, "s": 1000, "m": 60000}[u]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-p50 = ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)); p99 = ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
-non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-print(f"{rps:.0f} {p50:.3f} {p99:.3f} {non2xx.group(1) if non2xx else 0}")
-PY
+  python3 bench/wrk_stats.py <<<"$out" | cut -d" " -f1-4
 }
 ROWS=""
 for round in $(seq "$ROUNDS"); do

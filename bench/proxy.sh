@@ -141,20 +141,9 @@ measure() { # $1 url, $2 pids of the box in the middle (empty for direct)
   box0=$(cpu_ticks $2); hello0=$(cpu_ticks "$HELLO_PID")
   out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -H "Authorization: Bearer $TOKEN" "$1")
   box1=$(cpu_ticks $2); hello1=$(cpu_ticks "$HELLO_PID")
-  python3 - "$out" "$((box1 - box0))" "$((hello1 - hello0))" "$HZ" <<'PY'
-import re, sys
-out, box, hello, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-def ms(v):
-    n, u = re.match(r"([\d.]+)(\w+)", v).groups(); return float(n) * {"us": 0.001, "ms": 1, "s": 1000, "m": 60000}[u]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-total = int(re.search(r"(\d+) requests in", out).group(1))
-p50 = ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1)); p99 = ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
-non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-errors = re.search(r"Socket errors: (.*)", out)
-us = lambda ticks: ticks / hz * 1e6 / max(total, 1)
-print(f"{rps:.0f} {p50:.3f} {p99:.3f} {non2xx.group(1) if non2xx else 0}"
-      f" {errors.group(1).replace(' ', '') if errors else '-'} {us(box):.0f} {us(hello):.0f}")
-PY
+  local rps p50 p99 non2xx total errors
+  read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py <<<"$out")
+  echo "$rps $p50 $p99 $non2xx $errors $(( (box1 - box0) * 1000000 / (HZ * (total > 0 ? total : 1)) )) $(( (hello1 - hello0) * 1000000 / (HZ * (total > 0 ? total : 1)) ))"
 }
 metric() { # $1 metric name: its value on the checks-on proxy's admin /metrics
   curl -s "http://127.0.0.1:$ON_ADMIN/metrics" | awk -v m="$1" '$1 == m { print $2 }'

@@ -1,6 +1,6 @@
 //! `GET|POST /o/introspect/` (RFC 7662): what a token is, for callers allowed to ask.
 
-use super::params::{Params, authenticate_client, has_client_credentials};
+use super::params::{Params, authenticate_client_if_presented};
 use super::{OAuthError, no_store};
 use crate::AppState;
 use crate::store::TokenRecord;
@@ -67,13 +67,10 @@ async fn authorize_caller(
             _ => Err(OAuthError::Unauthenticated),
         };
     }
-    if !has_client_credentials(headers, params) {
-        return Err(OAuthError::Unauthenticated);
-    }
-    match authenticate_client(&state.store, headers, params).await {
-        Ok(app) if app.may_introspect => Ok(()),
-        Ok(_) => Err(OAuthError::Forbidden),
-        Err(OAuthError::InvalidClient) => Err(OAuthError::Unauthenticated),
+    match authenticate_client_if_presented(&state.store, headers, params).await {
+        Ok(Some(app)) if app.may_introspect => Ok(()),
+        Ok(Some(_)) => Err(OAuthError::Forbidden),
+        Ok(None) | Err(OAuthError::InvalidClient) => Err(OAuthError::Unauthenticated),
         Err(other) => Err(other),
     }
 }

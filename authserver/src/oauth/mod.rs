@@ -8,8 +8,6 @@ mod revoke;
 mod token;
 
 pub use error::OAuthError;
-pub use introspect::INTROSPECTION_SCOPE;
-pub use token::resolve_scope;
 
 use crate::AppState;
 use axum::Router;

@@ -107,11 +107,6 @@ fn form_decode(value: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Whether the request tries to authenticate a client at all.
-pub fn has_client_credentials(headers: &HeaderMap, params: &Params) -> bool {
-    matches!(presented(headers, params), Ok(Some(_)) | Err(_))
-}
-
 /// The application that authenticated: a confidential client by its secret (constant-time
 /// digest comparison), a public client by its id alone. Every failure is `InvalidClient`.
 pub async fn authenticate_client(
@@ -119,8 +114,20 @@ pub async fn authenticate_client(
     headers: &HeaderMap,
     params: &Params,
 ) -> Result<Application, OAuthError> {
+    authenticate_client_if_presented(store, headers, params)
+        .await?
+        .ok_or(OAuthError::InvalidClient)
+}
+
+/// Like [`authenticate_client`], but `Ok(None)` when the request carries no client credentials
+/// at all (for endpoints that also accept other callers).
+pub async fn authenticate_client_if_presented(
+    store: &Store,
+    headers: &HeaderMap,
+    params: &Params,
+) -> Result<Option<Application>, OAuthError> {
     let Some(presented) = presented(headers, params)? else {
-        return Err(OAuthError::InvalidClient);
+        return Ok(None);
     };
     let application = store
         .find_application_by_client_id(&presented.client_id)
@@ -129,9 +136,9 @@ pub async fn authenticate_client(
         (Some(app), Some(secret))
             if app.client_type == ClientType::Confidential && app.secret_matches(&secret) =>
         {
-            Ok(app)
+            Ok(Some(app))
         }
-        (Some(app), None) if app.client_type == ClientType::Public => Ok(app),
+        (Some(app), None) if app.client_type == ClientType::Public => Ok(Some(app)),
         (app, secret) => {
             if app.is_some() {
                 tracing::info!(client_id = %presented.client_id, with_secret = secret.is_some(), "client authentication failed");
