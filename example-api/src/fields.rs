@@ -108,10 +108,6 @@ impl<'a> Fields<'a> {
         None
     }
 
-    pub fn has_error(&self, name: &str) -> bool {
-        self.errors.contains_key(name)
-    }
-
     /// `Ok` if no field was refused, else the `400`.
     pub fn finish(self) -> Result<(), ApiError> {
         if self.errors.is_empty() {

@@ -4,7 +4,7 @@
 use authserver::store::{Group, StoreError};
 use axum::Json;
 use axum::extract::{FromRequest, Request, State};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
@@ -49,28 +49,13 @@ pub async fn retrieve(State(state): State<AppState>, Id(id): Id) -> Result<Json<
     ))
 }
 
+/// `PUT` and `PATCH` (partial: nothing required).
 pub async fn update(
-    state: State<AppState>,
-    id: Id,
-    request: Request,
-) -> Result<Json<Group>, ApiError> {
-    change(state, id, request, false).await
-}
-
-pub async fn partial_update(
-    state: State<AppState>,
-    id: Id,
-    request: Request,
-) -> Result<Json<Group>, ApiError> {
-    change(state, id, request, true).await
-}
-
-async fn change(
     State(state): State<AppState>,
     Id(id): Id,
     request: Request,
-    partial: bool,
 ) -> Result<Json<Group>, ApiError> {
+    let partial = request.method() == Method::PATCH;
     let current = state.store.get_group(id).await?.ok_or(ApiError::NotFound)?;
     let Payload(data) = Payload::from_request(request, &state).await?;
     let Some(name) = validate(&data, partial)? else {
@@ -90,9 +75,10 @@ async fn change(
 }
 
 pub async fn destroy(State(state): State<AppState>, Id(id): Id) -> Result<StatusCode, ApiError> {
-    if state.store.delete_group(id).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound)
-    }
+    state
+        .store
+        .delete_group(id)
+        .await?
+        .then_some(StatusCode::NO_CONTENT)
+        .ok_or(ApiError::NotFound)
 }

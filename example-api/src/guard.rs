@@ -69,14 +69,6 @@ impl Guard {
         })
     }
 
-    pub fn checks(&self) -> &Checks {
-        &self.checks
-    }
-
-    pub fn rules(&self) -> &Rules {
-        &self.rules
-    }
-
     /// Whether the API must listen on loopback only (it trusts, or skips, credentials).
     pub fn requires_loopback(&self) -> bool {
         !matches!(self.checks, Checks::Introspect(_)) && !self.allow_non_loopback

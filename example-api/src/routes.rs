@@ -29,7 +29,7 @@ pub fn router() -> Router<AppState> {
             finish(
                 get(users::retrieve)
                     .put(users::update)
-                    .patch(users::partial_update)
+                    .patch(users::update)
                     .delete(users::destroy),
                 "User Instance",
                 DETAIL_ALLOW,
@@ -48,7 +48,7 @@ pub fn router() -> Router<AppState> {
             finish(
                 get(groups::retrieve)
                     .put(groups::update)
-                    .patch(groups::partial_update)
+                    .patch(groups::update)
                     .delete(groups::destroy),
                 "Group Instance",
                 DETAIL_ALLOW,

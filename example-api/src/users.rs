@@ -4,7 +4,7 @@
 use authserver::store::{NewUser, StoreError, User, UserUpdate};
 use axum::Json;
 use axum::extract::{FromRequest, Request, State};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -142,28 +142,13 @@ pub async fn retrieve(
     Ok(Json(user.into()))
 }
 
+/// `PUT` and `PATCH` (partial: nothing required).
 pub async fn update(
-    state: State<AppState>,
-    id: Id,
-    request: Request,
-) -> Result<Json<UserView>, ApiError> {
-    change(state, id, request, false).await
-}
-
-pub async fn partial_update(
-    state: State<AppState>,
-    id: Id,
-    request: Request,
-) -> Result<Json<UserView>, ApiError> {
-    change(state, id, request, true).await
-}
-
-async fn change(
     State(state): State<AppState>,
     Id(id): Id,
     request: Request,
-    partial: bool,
 ) -> Result<Json<UserView>, ApiError> {
+    let partial = request.method() == Method::PATCH;
     state.store.get_user(id).await?.ok_or(ApiError::NotFound)?;
     let Payload(data) = Payload::from_request(request, &state).await?;
     let input = validate(&state, &data, partial, Some(id)).await?;
@@ -185,9 +170,10 @@ async fn change(
 }
 
 pub async fn destroy(State(state): State<AppState>, Id(id): Id) -> Result<StatusCode, ApiError> {
-    if state.store.delete_user(id).await? {
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::NotFound)
-    }
+    state
+        .store
+        .delete_user(id)
+        .await?
+        .then_some(StatusCode::NO_CONTENT)
+        .ok_or(ApiError::NotFound)
 }

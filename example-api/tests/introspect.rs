@@ -6,6 +6,7 @@ mod support;
 use std::time::Duration;
 
 use authserver::store::GrantType;
+use authserver::testing::{application, user};
 use reqwest::Method;
 use support::*;
 
@@ -13,11 +14,23 @@ use support::*;
 /// introspection credentials.
 async fn setup(database_url: &str) -> (AuthServer, Client, (String, String), String) {
     let auth = AuthServer::start(database_url, "127.0.0.1:0".parse().unwrap()).await;
-    let client = Client::new(&auth, auth.application(GrantType::Password, false).await);
-    let api_credentials = auth.application(GrantType::ClientCredentials, true).await;
+    let client = Client::new(
+        &auth,
+        application(&auth.store, GrantType::Password, false).await,
+    );
+    let api_credentials = application(&auth.store, GrantType::ClientCredentials, true).await;
     let username = unique("alice");
-    auth.user(&username, "alice-pw").await;
+    user(&auth.store, &username, "alice-pw").await;
     (auth, client, api_credentials, username)
+}
+
+/// [`setup`] on SQLite, the API introspecting with this cache life, and a token of the user's.
+async fn started(max_ttl: &str) -> (AuthServer, Client, Running, reqwest::Client, String) {
+    let url = sqlite_url();
+    let (auth, client, creds, alice) = setup(&url).await;
+    let api = start_api(&url, &client_yaml(&auth, &creds, max_ttl)).await;
+    let token = client.password_token(&alice, "alice-pw", None).await;
+    (auth, client, api, reqwest::Client::new(), token)
 }
 
 #[tokio::test]
@@ -159,11 +172,7 @@ async fn the_seeds_way_a_bearer_token_with_the_introspection_scope() {
 
 #[tokio::test]
 async fn revocation_is_seen_once_the_cache_entry_expires() {
-    let url = sqlite_url();
-    let (auth, client, creds, alice) = setup(&url).await;
-    let api = start_api(&url, &client_yaml(&auth, &creds, "1s")).await;
-    let http = reqwest::Client::new();
-    let token = client.password_token(&alice, "alice-pw", None).await;
+    let (_auth, client, api, http, token) = started("1s").await;
     assert_eq!(
         get(&http, &api.url("/users/"), Some(&token)).await.status,
         200
@@ -185,11 +194,7 @@ async fn revocation_is_seen_once_the_cache_entry_expires() {
 
 #[tokio::test]
 async fn revocation_is_seen_at_once_with_the_cache_off() {
-    let url = sqlite_url();
-    let (auth, client, creds, alice) = setup(&url).await;
-    let api = start_api(&url, &client_yaml(&auth, &creds, "0s")).await;
-    let http = reqwest::Client::new();
-    let token = client.password_token(&alice, "alice-pw", None).await;
+    let (_auth, client, api, http, token) = started("0s").await;
     assert_eq!(
         get(&http, &api.url("/users/"), Some(&token)).await.status,
         200
@@ -206,11 +211,7 @@ async fn revocation_is_seen_at_once_with_the_cache_off() {
 
 #[tokio::test]
 async fn concurrent_requests_with_a_new_token_make_one_introspection_call() {
-    let url = sqlite_url();
-    let (auth, client, creds, alice) = setup(&url).await;
-    let api = start_api(&url, &client_yaml(&auth, &creds, "60s")).await;
-    let http = reqwest::Client::new();
-    let token = client.password_token(&alice, "alice-pw", None).await;
+    let (auth, _client, api, http, token) = started("60s").await;
     let before = auth.introspections();
     let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(20));
     let mut tasks = tokio::task::JoinSet::new();
@@ -239,12 +240,8 @@ async fn concurrent_requests_with_a_new_token_make_one_introspection_call() {
 
 #[tokio::test]
 async fn authorization_server_down_is_503_then_served_again_after_restart() {
-    let url = sqlite_url();
-    let (auth, client, creds, alice) = setup(&url).await;
     // No cache, so every request needs the authorization server.
-    let api = start_api(&url, &client_yaml(&auth, &creds, "0s")).await;
-    let http = reqwest::Client::new();
-    let token = client.password_token(&alice, "alice-pw", None).await;
+    let (auth, _client, api, http, token) = started("0s").await;
     assert_eq!(
         get(&http, &api.url("/users/"), Some(&token)).await.status,
         200

@@ -21,18 +21,6 @@ pub const DEFAULT_DATABASE_URL: &str = authserver::config::DEFAULT_DATABASE_URL;
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Environment variables read (empty values are ignored).
-pub const ENV_VARS: [&str; 8] = [
-    "EXAMPLE_API_CONFIG",
-    "EXAMPLE_API_MODE",
-    "EXAMPLE_API_LISTEN",
-    "EXAMPLE_API_DATABASE_URL",
-    "EXAMPLE_API_INTROSPECTION_URL",
-    "EXAMPLE_API_AUTH_TOKEN",
-    "EXAMPLE_API_CLIENT_ID",
-    "EXAMPLE_API_CLIENT_SECRET",
-];
-
 /// A configuration that failed to load; `Display` is the operator's message.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -9,7 +9,7 @@ use crate::groups::DUPLICATE;
 
 #[tokio::test]
 async fn crud_on_every_backend() {
-    for store in stores().await {
+    for store in all_stores().await {
         let app = proxied(store.clone());
         let name = unique("staff");
         let a = call(

@@ -6,9 +6,8 @@ mod access;
 mod groups;
 mod users;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use authserver::store::Store;
+pub use authserver::testing::{all_stores, sqlite_store};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
@@ -19,38 +18,9 @@ use crate::config::{Config, EXAMPLE_CONFIG};
 use crate::guard::{Checks, Guard};
 use crate::{AppState, app};
 
-/// A name no other test (or earlier run on a shared PostgreSQL) uses.
+/// A name no other test (or earlier run) uses.
 pub fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "{prefix}{}x{}x{}",
-        std::process::id(),
-        nanos % 1_000_000_000,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// A fresh SQLite database in a temporary folder.
-pub async fn sqlite_store() -> Store {
-    let dir = std::env::temp_dir().join(unique("example-api-test-"));
-    Store::connect(&format!("sqlite://{}/db.sqlite", dir.display()))
-        .await
-        .expect("temporary SQLite")
-}
-
-/// SQLite always; PostgreSQL too when `DATABASE_URL` names one (tests then use unique names).
-pub async fn stores() -> Vec<Store> {
-    let mut stores = vec![sqlite_store().await];
-    if let Ok(url) = std::env::var("DATABASE_URL")
-        && url.starts_with("postgres")
-    {
-        stores.push(Store::connect(&url).await.expect("DATABASE_URL"));
-    }
-    stores
+    format!("{prefix}{}", authserver::secrets::random_client_id())
 }
 
 /// The shipped configuration's rules.

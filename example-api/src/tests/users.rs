@@ -11,7 +11,7 @@ const RW: &str = "read write";
 
 #[tokio::test]
 async fn crud_on_every_backend() {
-    for store in stores().await {
+    for store in all_stores().await {
         let app = proxied(store.clone());
         let name = unique("alice");
 
@@ -152,7 +152,7 @@ async fn crud_on_every_backend() {
 
 #[tokio::test]
 async fn validation_errors_per_field() {
-    for store in stores().await {
+    for store in all_stores().await {
         let app = proxied(store);
         let post = |body: String| {
             let app = app.clone();

@@ -5,10 +5,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
+use authserver::store::Store;
 use axum::extract::Request;
 use axum::middleware::Next;
 use example_api::config::Config;
@@ -18,17 +18,7 @@ use tokio::task::JoinHandle;
 
 /// A name no other test (or earlier run on a shared PostgreSQL) uses.
 pub fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!(
-        "{prefix}{}x{}x{}",
-        std::process::id(),
-        nanos % 1_000_000_000,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("{prefix}{}", authserver::secrets::random_client_id())
 }
 
 /// Database URLs to run on: a fresh SQLite file, and `DATABASE_URL` when it names PostgreSQL.
@@ -82,8 +72,7 @@ async fn bind(addr: SocketAddr) -> tokio::net::TcpListener {
     loop {
         match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => return listener,
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                let _ = e;
+            Err(_) if tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             Err(e) => panic!("cannot bind {addr}: {e}"),
@@ -168,39 +157,6 @@ impl AuthServer {
 
     pub async fn restart(stopped: (String, SocketAddr, Arc<AtomicUsize>)) -> AuthServer {
         Self::start_counting(&stopped.0, stopped.1, stopped.2).await
-    }
-
-    /// A confidential application: its client id and secret.
-    pub async fn application(
-        &self,
-        grant_type: GrantType,
-        may_introspect: bool,
-    ) -> (String, String) {
-        let input = ApplicationInput {
-            name: unique("app"),
-            client_type: ClientType::Confidential,
-            grant_type,
-            redirect_uris: String::new(),
-            allowed_scopes: Vec::new(),
-            may_introspect,
-        };
-        let (app, secret) = self
-            .store
-            .create_application(&input, None, None, None)
-            .await
-            .expect("application");
-        (app.client_id, secret.expect("a secret"))
-    }
-
-    /// An active user with this password.
-    pub async fn user(&self, username: &str, password: &str) {
-        let new = NewUser {
-            username: username.into(),
-            password: Some(password.into()),
-            is_active: true,
-            ..NewUser::default()
-        };
-        self.store.create_user(&new).await.expect("user");
     }
 }
 
