@@ -2,7 +2,9 @@
 //! applications pages and the administration, with their redirects, 400s, 403s and 404s.
 
 use authserver::config::Settings;
-use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
+use authserver::store::{
+    Application, ApplicationInput, ClientType, GrantType, NewUser, Store, User,
+};
 use authserver::{AppState, app, testing};
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
@@ -43,9 +45,14 @@ impl Page {
     }
 }
 
+/// The value of the first hidden field `name`.
 fn hidden(body: &str, name: &str) -> Option<String> {
-    let marker = format!("name=\"{name}\" value=\"");
-    let start = body.find(&marker)? + marker.len();
+    quoted_after(body, &format!("name=\"{name}\" value=\""))
+}
+
+/// The text between the first `marker` and the next `"`.
+fn quoted_after(body: &str, marker: &str) -> Option<String> {
+    let start = body.find(marker)? + marker.len();
     let end = body[start..].find('"')? + start;
     Some(body[start..end].to_owned())
 }
@@ -172,6 +179,24 @@ async fn state() -> AppState {
     staff(&store, "root", true).await;
     testing::user(&store, "alice", "wonderland").await;
     AppState::new(Settings::for_tests("unused"), store)
+}
+
+async fn user_named(state: &AppState, username: &str) -> User {
+    state
+        .store
+        .find_user_by_username(username)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+async fn application_of(state: &AppState, client_id: &str) -> Application {
+    state
+        .store
+        .find_application_by_client_id(client_id)
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 fn app_input(name: &str) -> ApplicationInput {
@@ -502,22 +527,9 @@ async fn applications_register_read_update_regenerate_delete() {
     assert!(reply.body.contains("will not be shown again"));
     let secret = hidden_input(&reply.body, "client-secret").expect("the secret is shown");
     let client_id = hidden_input(&reply.body, "client-id").unwrap();
-    let app = state
-        .store
-        .find_application_by_client_id(&client_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let app = application_of(&state, &client_id).await;
     assert!(app.secret_matches(&secret));
-    assert_eq!(
-        app.owner_id,
-        state
-            .store
-            .find_user_by_username("olivia")
-            .await
-            .unwrap()
-            .map(|u| u.id)
-    );
+    assert_eq!(app.owner_id, Some(user_named(&state, "olivia").await.id));
     assert_eq!(app.allowed_scopes, ["read"]);
     assert!(app.may_introspect);
 
@@ -618,10 +630,7 @@ async fn applications_register_read_update_regenerate_delete() {
 
 /// The `value` of the input with this `id`.
 fn hidden_input(body: &str, id: &str) -> Option<String> {
-    let marker = format!("id=\"{id}\" class=\"mono\" value=\"");
-    let start = body.find(&marker)? + marker.len();
-    let end = body[start..].find('"')? + start;
-    Some(body[start..end].to_owned())
+    quoted_after(body, &format!("id=\"{id}\" class=\"mono\" value=\""))
 }
 
 #[tokio::test]
@@ -644,12 +653,7 @@ async fn a_public_client_turned_confidential_gets_its_first_secret() {
     assert!(reply.body.contains("none (public client)"));
     assert!(!reply.body.contains("regenerate-secret"));
     let client_id = hidden_input(&reply.body, "client-id").unwrap();
-    let app = state
-        .store
-        .find_application_by_client_id(&client_id)
-        .await
-        .unwrap()
-        .unwrap();
+    let app = application_of(&state, &client_id).await;
     let reply = browser
         .post(
             &state,
@@ -677,12 +681,7 @@ async fn a_public_client_turned_confidential_gets_its_first_secret() {
 #[tokio::test]
 async fn operators_see_only_their_own_applications() {
     let state = state().await;
-    let olivia = state
-        .store
-        .find_user_by_username("olivia")
-        .await
-        .unwrap()
-        .unwrap();
+    let olivia = user_named(&state, "olivia").await;
     let (app, _) = state
         .store
         .create_application(&app_input("Olivia's"), Some(olivia.id), None, None)
@@ -985,25 +984,36 @@ async fn admin_manages_users() {
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
     assert!(reply.body.contains("already exists"));
 
-    // A staff member signed in loses the session when deactivated.
+    // A staff member signed in loses the session when deactivated: it is deleted, so it stays
+    // gone once the account is active again.
     let bob_browser = sign_in(&state, "bob", "bob-password").await;
-    root.post(
-        &state,
-        &format!("/admin/users/{}/", bob.id),
-        &[("username", "bob"), ("is_staff", "on")],
-    )
-    .await;
+    let bob_url = format!("/admin/users/{}/", bob.id);
+    assert_eq!(
+        root.post(&state, &bob_url, &[("username", "bob"), ("is_staff", "on")])
+            .await
+            .status,
+        StatusCode::SEE_OTHER
+    );
     assert_eq!(
         bob_browser.get(&state, "/o/applications/").await.status,
         StatusCode::SEE_OTHER
     );
-    root.post(
-        &state,
-        &format!("/admin/users/{}/", bob.id),
-        &[("username", "bob"), ("is_staff", "on"), ("is_active", "on")],
-    )
-    .await;
+    assert_eq!(
+        root.post(
+            &state,
+            &bob_url,
+            &[("username", "bob"), ("is_staff", "on"), ("is_active", "on")]
+        )
+        .await
+        .status,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        bob_browser.get(&state, "/o/applications/").await.status,
+        StatusCode::SEE_OTHER
+    );
 
+    let bob_browser = sign_in(&state, "bob", "bob-password").await;
     let reply = root
         .post(
             &state,
@@ -1023,6 +1033,11 @@ async fn admin_manages_users() {
         )
         .await;
     assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    // A password reset signs the user out everywhere.
+    assert_eq!(
+        bob_browser.get(&state, "/o/applications/").await.status,
+        StatusCode::SEE_OTHER
+    );
     assert!(
         state
             .store
@@ -1041,12 +1056,7 @@ async fn admin_manages_users() {
     );
 
     // Superusers cannot lock themselves out.
-    let me = state
-        .store
-        .find_user_by_username("root")
-        .await
-        .unwrap()
-        .unwrap();
+    let me = user_named(&state, "root").await;
     let reply = root
         .post(
             &state,
@@ -1132,12 +1142,7 @@ async fn admin_manages_groups() {
         .status,
         StatusCode::SEE_OTHER
     );
-    let alice = state
-        .store
-        .find_user_by_username("alice")
-        .await
-        .unwrap()
-        .unwrap();
+    let alice = user_named(&state, "alice").await;
     assert_eq!(
         state.store.group_members(group.id).await.unwrap(),
         std::slice::from_ref(&alice)

@@ -5,20 +5,20 @@ use super::{Store, StoreResult, User, now};
 use crate::secrets;
 use sqlx::Row;
 
-/// A live session: whose it is and the CSRF token its forms carry.
-#[derive(Debug, Clone)]
+/// A live session: whose it is and the CSRF token its forms carry. No `Debug`: the token
+/// must not reach a log line.
+#[derive(Clone)]
 pub struct Session {
     pub user: User,
     pub csrf_token: String,
-    pub expires_at: i64,
 }
 
 /// What a sign-in hands back once: the cookie value (never stored) and the session's CSRF token.
-#[derive(Debug, Clone)]
+/// No `Debug`, for the same reason.
+#[derive(Clone)]
 pub struct NewSession {
     pub session_id: String,
     pub csrf_token: String,
-    pub expires_at: i64,
 }
 
 impl Store {
@@ -28,33 +28,33 @@ impl Store {
         let now = now();
         sqlx::query("DELETE FROM sessions WHERE expires_at <= $1")
             .bind(now)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         let session_id = secrets::random_token();
         let csrf_token = secrets::random_token();
-        let expires_at = now + lifetime;
         sqlx::query("INSERT INTO sessions (id_digest, user_id, csrf_token, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)")
             .bind(secrets::digest(&session_id))
             .bind(user_id)
             .bind(&csrf_token)
             .bind(now)
-            .bind(expires_at)
-            .execute(&self.pool)
+            .bind(now + lifetime)
+            .execute(&self.writer)
             .await?;
         Ok(NewSession {
             session_id,
             csrf_token,
-            expires_at,
         })
     }
 
     /// The unexpired session whose cookie value is `session_id`, with its user as stored now.
     pub async fn find_session(&self, session_id: &str) -> StoreResult<Option<Session>> {
-        let row = sqlx::query("SELECT user_id, csrf_token, expires_at FROM sessions WHERE id_digest = $1 AND expires_at > $2")
-            .bind(secrets::digest(session_id))
-            .bind(now())
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT user_id, csrf_token FROM sessions WHERE id_digest = $1 AND expires_at > $2",
+        )
+        .bind(secrets::digest(session_id))
+        .bind(now())
+        .fetch_optional(&self.pool)
+        .await?;
         let Some(row) = row else { return Ok(None) };
         let user_id: i64 = row.try_get("user_id")?;
         let Some(user) = self.get_user(user_id).await? else {
@@ -63,14 +63,13 @@ impl Store {
         Ok(Some(Session {
             user,
             csrf_token: row.try_get("csrf_token")?,
-            expires_at: row.try_get("expires_at")?,
         }))
     }
 
     pub async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {
         let done = sqlx::query("DELETE FROM sessions WHERE id_digest = $1")
             .bind(secrets::digest(session_id))
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(done.rows_affected() == 1)
     }
@@ -79,7 +78,7 @@ impl Store {
     pub async fn delete_user_sessions(&self, user_id: i64) -> StoreResult<u64> {
         let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1")
             .bind(user_id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(done.rows_affected())
     }
@@ -90,13 +89,13 @@ impl Store {
         let now = now();
         sqlx::query("DELETE FROM login_failures WHERE failed_at <= $1")
             .bind(now - window)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         for bucket in buckets {
             sqlx::query("INSERT INTO login_failures (bucket, failed_at) VALUES ($1, $2)")
                 .bind(bucket)
                 .bind(now)
-                .execute(&self.pool)
+                .execute(&self.writer)
                 .await?;
         }
         Ok(())
@@ -117,7 +116,7 @@ impl Store {
     pub async fn clear_login_failures(&self, bucket: &str) -> StoreResult<()> {
         sqlx::query("DELETE FROM login_failures WHERE bucket = $1")
             .bind(bucket)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }

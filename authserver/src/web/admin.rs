@@ -2,7 +2,7 @@
 //! delete) and groups (create, rename, delete, members). Everyone else signed in gets 403.
 
 use super::forms::{FieldErrors, FormData, check_length};
-use super::session::{Operator, Superuser};
+use super::session::{Operator, Superuser, may_sign_in};
 use super::templates::{
     AdminIndex, GroupDelete, GroupDetail, GroupList, GroupRow, Nav, PasswordForm, UserDelete,
     UserForm, UserList, UserValues,
@@ -213,27 +213,23 @@ fn user_form(
     errors: FieldErrors,
     groups: Vec<Group>,
 ) -> UserForm {
-    match user {
-        None => UserForm {
-            nav: Nav::of(operator),
-            title: "Add a user".into(),
-            action: "/admin/users/add/".into(),
-            creating: true,
-            user_id: 0,
-            values,
-            errors,
-            groups,
-        },
-        Some(user) => UserForm {
-            nav: Nav::of(operator),
-            title: format!("User {}", user.username),
-            action: format!("/admin/users/{}/", user.id),
-            creating: false,
-            user_id: user.id,
-            values,
-            errors,
-            groups,
-        },
+    let (title, action, user_id) = match user {
+        None => ("Add a user".into(), "/admin/users/add/".into(), 0),
+        Some(user) => (
+            format!("User {}", user.username),
+            format!("/admin/users/{}/", user.id),
+            user.id,
+        ),
+    };
+    UserForm {
+        nav: Nav::of(operator),
+        title,
+        action,
+        creating: user.is_none(),
+        user_id,
+        values,
+        errors,
+        groups,
     }
 }
 
@@ -341,7 +337,7 @@ async fn edit_user(
         match state.store.update_user(user.id, &update).await {
             Ok(Some(updated)) => {
                 tracing::info!(by = operator.user.id, user_id = updated.id, "user updated");
-                if !updated.is_active || (!updated.is_staff && !updated.is_superuser) {
+                if !may_sign_in(&updated) {
                     state.store.delete_user_sessions(updated.id).await?;
                 }
                 return Ok(see_other("/admin/users/"));
@@ -647,27 +643,21 @@ async fn delete_group(
 mod tests {
     use super::*;
 
-    fn form(pairs: &[(&str, &str)]) -> FormData {
-        FormData::from_pairs(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
-    }
-
     #[test]
     fn user_fields_and_passwords_are_checked() {
         let mut errors = FieldErrors::default();
         check_user(
-            &user_values(&form(&[("username", "bad name"), ("email", "nope")])),
+            &user_values(&FormData::from_pairs(&[
+                ("username", "bad name"),
+                ("email", "nope"),
+            ])),
             &mut errors,
         );
         assert!(errors.get("username").is_some());
         assert!(errors.get("email").is_some());
         let mut errors = FieldErrors::default();
         check_user(
-            &user_values(&form(&[
+            &user_values(&FormData::from_pairs(&[
                 ("username", "alice.b+1@x"),
                 ("email", "a@b.example"),
             ])),
@@ -677,7 +667,7 @@ mod tests {
         let mut errors = FieldErrors::default();
         assert_eq!(
             check_password(
-                &form(&[("password1", "short"), ("password2", "short")]),
+                &FormData::from_pairs(&[("password1", "short"), ("password2", "short")]),
                 &mut errors
             ),
             None
@@ -686,7 +676,10 @@ mod tests {
         let mut errors = FieldErrors::default();
         assert_eq!(
             check_password(
-                &form(&[("password1", "long enough"), ("password2", "long enougH")]),
+                &FormData::from_pairs(&[
+                    ("password1", "long enough"),
+                    ("password2", "long enougH")
+                ]),
                 &mut errors
             ),
             None
@@ -695,7 +688,10 @@ mod tests {
         let mut errors = FieldErrors::default();
         assert_eq!(
             check_password(
-                &form(&[("password1", "long enough"), ("password2", "long enough")]),
+                &FormData::from_pairs(&[
+                    ("password1", "long enough"),
+                    ("password2", "long enough")
+                ]),
                 &mut errors
             )
             .as_deref(),

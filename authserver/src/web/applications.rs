@@ -128,15 +128,26 @@ fn valid_redirect_uri(uri: &str) -> bool {
         && !uri.chars().any(|c| c.is_control())
 }
 
+/// The registration form (no `app`) or the edit form of `app`.
 fn form_page(
     state: &AppState,
     operator: &Operator,
-    title: String,
-    action: String,
-    cancel: String,
+    app: Option<&Application>,
     values: ApplicationValues,
     errors: FieldErrors,
 ) -> ApplicationForm {
+    let (title, action, cancel) = match app {
+        None => (
+            "Register a new application".into(),
+            "/o/applications/register/".into(),
+            "/o/applications/".into(),
+        ),
+        Some(app) => (
+            format!("Edit {}", app.name),
+            format!("/o/applications/{}/update/", app.id),
+            format!("/o/applications/{}/", app.id),
+        ),
+    };
     let choice = |value: &str, label: &str, current: &str| Choice {
         value: value.into(),
         label: label.into(),
@@ -280,15 +291,7 @@ async fn register_page(State(state): State<AppState>, operator: Operator) -> Web
         grant_type: GrantType::Password.as_str().into(),
         ..Default::default()
     };
-    let page = form_page(
-        &state,
-        &operator,
-        "Register a new application".into(),
-        "/o/applications/register/".into(),
-        "/o/applications/".into(),
-        values,
-        FieldErrors::default(),
-    );
+    let page = form_page(&state, &operator, None, values, FieldErrors::default());
     Ok(render(StatusCode::OK, &page))
 }
 
@@ -298,15 +301,7 @@ async fn register(State(state): State<AppState>, operator: Operator, form: FormD
     let input = match input {
         Ok(input) => input,
         Err(errors) => {
-            let page = form_page(
-                &state,
-                &operator,
-                "Register a new application".into(),
-                "/o/applications/register/".into(),
-                "/o/applications/".into(),
-                values,
-                errors,
-            );
+            let page = form_page(&state, &operator, None, values, errors);
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
@@ -357,9 +352,7 @@ async fn update_page(
     let page = form_page(
         &state,
         &operator,
-        format!("Edit {}", app.name),
-        format!("/o/applications/{}/update/", app.id),
-        format!("/o/applications/{}/", app.id),
+        Some(&app),
         values_of(&app),
         FieldErrors::default(),
     );
@@ -378,15 +371,7 @@ async fn update(
     let input = match input {
         Ok(input) => input,
         Err(errors) => {
-            let page = form_page(
-                &state,
-                &operator,
-                format!("Edit {}", app.name),
-                format!("/o/applications/{}/update/", app.id),
-                format!("/o/applications/{}/", app.id),
-                values,
-                errors,
-            );
+            let page = form_page(&state, &operator, Some(&app), values, errors);
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
@@ -398,20 +383,7 @@ async fn update(
     tracing::info!(user_id = operator.user.id, client_id = %updated.client_id, "application updated");
     // A public client turned confidential needs its first secret, shown once like any other.
     if updated.client_type == ClientType::Confidential && updated.client_secret_digest.is_none() {
-        let secret = state
-            .store
-            .regenerate_secret(updated.id)
-            .await?
-            .ok_or(WebError::NotFound)?;
-        let updated = state
-            .store
-            .get_application(updated.id)
-            .await?
-            .ok_or(WebError::NotFound)?;
-        return Ok(render(
-            StatusCode::OK,
-            &detail_page(&state, &operator, updated, Some(secret)).await?,
-        ));
+        return new_secret(&state, &operator, updated.id).await;
     }
     Ok(see_other(&format!("/o/applications/{}/", updated.id)))
 }
@@ -427,20 +399,26 @@ async fn regenerate(
     if app.client_type != ClientType::Confidential {
         return Ok(see_other(&format!("/o/applications/{}/", app.id)));
     }
+    let response = new_secret(&state, &operator, app.id).await?;
+    tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "client secret regenerated");
+    Ok(response)
+}
+
+/// Gives application `id` a new secret and shows it, this once, on its detail page.
+async fn new_secret(state: &AppState, operator: &Operator, id: i64) -> WebResult {
     let secret = state
         .store
-        .regenerate_secret(app.id)
+        .regenerate_secret(id)
         .await?
         .ok_or(WebError::NotFound)?;
-    tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "client secret regenerated");
     let app = state
         .store
-        .get_application(app.id)
+        .get_application(id)
         .await?
         .ok_or(WebError::NotFound)?;
     Ok(render(
         StatusCode::OK,
-        &detail_page(&state, &operator, app, Some(secret)).await?,
+        &detail_page(state, operator, app, Some(secret)).await?,
     ))
 }
 
@@ -476,21 +454,12 @@ async fn delete(
 mod tests {
     use super::*;
 
-    fn form(pairs: &[(&str, &str)]) -> FormData {
-        FormData::from_pairs(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-        )
-    }
-
     #[test]
     fn a_valid_form_becomes_an_input() {
         let settings = Settings::for_tests("sqlite::memory:");
         let (_, input) = validate(
             &settings,
-            &form(&[
+            &FormData::from_pairs(&[
                 ("name", " App "),
                 ("client_type", "confidential"),
                 ("grant_type", "authorization-code"),
@@ -520,7 +489,7 @@ mod tests {
         let settings = Settings::for_tests("sqlite::memory:");
         let (values, input) = validate(
             &settings,
-            &form(&[
+            &FormData::from_pairs(&[
                 ("name", ""),
                 ("client_type", "public"),
                 ("grant_type", "client-credentials"),
@@ -535,7 +504,7 @@ mod tests {
         assert_eq!(values.client_type, "public");
         let (_, input) = validate(
             &settings,
-            &form(&[
+            &FormData::from_pairs(&[
                 ("name", "x"),
                 ("client_type", "secret"),
                 ("grant_type", "authorization-code"),

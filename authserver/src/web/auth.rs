@@ -3,8 +3,8 @@
 
 use super::forms::FormData;
 use super::session::{
-    HOME, Operator, SESSION_COOKIE, SESSION_LIFETIME, cookie, current_session, may_sign_in,
-    safe_next, set_cookie,
+    HOME, Operator, SESSION_COOKIE, SESSION_LIFETIME, append_cookie, cookie, current_session,
+    may_sign_in, safe_next, set_cookie,
 };
 use super::templates::{LoginPage, Nav};
 use super::{WebResult, csrf, render, see_other};
@@ -13,7 +13,7 @@ use axum::Extension;
 use axum::Router;
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -79,8 +79,8 @@ fn login_form(
         error: error.map(str::to_owned),
     };
     let mut response = render(status, &page);
-    if let Some(value) = set.and_then(|v| HeaderValue::from_str(&v).ok()) {
-        response.headers_mut().append(header::SET_COOKIE, value);
+    if let Some(set) = set {
+        append_cookie(&mut response, &set);
     }
     response
 }
@@ -108,21 +108,25 @@ async fn login(
 ) -> WebResult {
     csrf::verify_login(&headers, &form)?;
     let username = form.text("username");
-    let password = form.get("password").unwrap_or_default().to_owned();
+    let password = form.get("password").unwrap_or_default();
     let next = form
         .get("next")
         .and_then(safe_next)
         .unwrap_or(HOME)
         .to_owned();
-    if username.is_empty() || password.is_empty() || username.len() > 150 {
-        return Ok(login_form(
+    // The form again, with the username kept.
+    let refuse = |status, error| {
+        login_form(
             &state,
             &headers,
-            StatusCode::BAD_REQUEST,
-            username,
-            next,
-            Some(BAD_CREDENTIALS),
-        ));
+            status,
+            username.clone(),
+            next.clone(),
+            Some(error),
+        )
+    };
+    if username.is_empty() || password.is_empty() || username.len() > 150 {
+        return Ok(refuse(StatusCode::BAD_REQUEST, BAD_CREDENTIALS));
     }
 
     let address = client_address(&headers, connect.map(|Extension(ConnectInfo(peer))| peer));
@@ -141,14 +145,7 @@ async fn login(
                 address = address.as_deref().unwrap_or("unknown"),
                 "sign-in refused: too many failures"
             );
-            let mut response = login_form(
-                &state,
-                &headers,
-                StatusCode::TOO_MANY_REQUESTS,
-                username,
-                next,
-                Some(THROTTLED),
-            );
+            let mut response = refuse(StatusCode::TOO_MANY_REQUESTS, THROTTLED);
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
@@ -158,7 +155,7 @@ async fn login(
 
     let user = state
         .store
-        .authenticate_user(&username, &password)
+        .authenticate_user(&username, password)
         .await?
         .filter(may_sign_in);
     let Some(user) = user else {
@@ -171,14 +168,7 @@ async fn login(
             .store
             .record_login_failure(&buckets, FAILURE_WINDOW)
             .await?;
-        return Ok(login_form(
-            &state,
-            &headers,
-            StatusCode::BAD_REQUEST,
-            username,
-            next,
-            Some(BAD_CREDENTIALS),
-        ));
+        return Ok(refuse(StatusCode::BAD_REQUEST, BAD_CREDENTIALS));
     };
 
     state.store.clear_login_failures(&buckets[0]).await?;
@@ -192,16 +182,16 @@ async fn login(
         .await?;
     tracing::info!(user_id = user.id, username = %user.username, "operator signed in");
     let mut response = see_other(&next);
-    let value = set_cookie(
-        &state,
-        SESSION_COOKIE,
-        &session.session_id,
-        "/",
-        Some(SESSION_LIFETIME),
+    append_cookie(
+        &mut response,
+        &set_cookie(
+            &state,
+            SESSION_COOKIE,
+            &session.session_id,
+            "/",
+            Some(SESSION_LIFETIME),
+        ),
     );
-    if let Ok(value) = HeaderValue::from_str(&value) {
-        response.headers_mut().append(header::SET_COOKIE, value);
-    }
     Ok(response)
 }
 
@@ -217,9 +207,9 @@ async fn logout(
     }
     tracing::info!(user_id = operator.user.id, "operator signed out");
     let mut response = see_other("/accounts/login/");
-    if let Ok(value) = HeaderValue::from_str(&set_cookie(&state, SESSION_COOKIE, "", "/", Some(0)))
-    {
-        response.headers_mut().append(header::SET_COOKIE, value);
-    }
-    Ok(response.into_response())
+    append_cookie(
+        &mut response,
+        &set_cookie(&state, SESSION_COOKIE, "", "/", Some(0)),
+    );
+    Ok(response)
 }

@@ -67,9 +67,9 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_str(&format!("{LOGIN_COOKIE}={token}")).unwrap(),
         );
-        let good = FormData::from_pairs(vec![(FIELD.into(), token.clone())]);
+        let good = FormData::from_pairs(&[(FIELD, &token)]);
         assert!(verify_login(&headers, &good).is_ok());
-        let bad = FormData::from_pairs(vec![(FIELD.into(), random_token())]);
+        let bad = FormData::from_pairs(&[(FIELD, &random_token())]);
         assert!(verify_login(&headers, &bad).is_err());
         assert!(verify_login(&HeaderMap::new(), &good).is_err());
         assert!(verify_login(&headers, &FormData::default()).is_err());

@@ -5,14 +5,20 @@ use axum::extract::{Form, FromRequest, Request};
 use axum::response::{IntoResponse, Response};
 use std::collections::BTreeMap;
 
-/// An `application/x-www-form-urlencoded` body, in order.
-#[derive(Debug, Clone, Default)]
+/// An `application/x-www-form-urlencoded` body, in order. No `Debug`: it holds passwords and
+/// CSRF tokens.
+#[derive(Default)]
 pub(crate) struct FormData(Vec<(String, String)>);
 
 impl FormData {
     #[cfg(test)]
-    pub fn from_pairs(pairs: Vec<(String, String)>) -> Self {
-        FormData(pairs)
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> Self {
+        FormData(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
     }
 
     /// The first value of `name`, as sent.
@@ -106,11 +112,11 @@ mod tests {
 
     #[test]
     fn values_and_checkboxes() {
-        let form = FormData::from_pairs(vec![
-            ("name".into(), "  x ".into()),
-            ("scope".into(), "read".into()),
-            ("scope".into(), "write".into()),
-            ("flag".into(), "on".into()),
+        let form = FormData::from_pairs(&[
+            ("name", "  x "),
+            ("scope", "read"),
+            ("scope", "write"),
+            ("flag", "on"),
         ]);
         assert_eq!(form.text("name"), "x");
         assert_eq!(form.all("scope"), ["read", "write"]);

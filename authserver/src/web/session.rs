@@ -6,7 +6,7 @@ use crate::AppState;
 use crate::store::{Session, User};
 use axum::extract::{FromRequestParts, OriginalUri};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Redirect, Response};
 
 /// The cookie that carries the session id; the database keeps only its SHA-256 digest.
@@ -48,6 +48,13 @@ pub(crate) fn set_cookie(
     cookie
 }
 
+/// Adds a `Set-Cookie` header made by [`set_cookie`] to a response.
+pub(crate) fn append_cookie(response: &mut Response, value: &str) {
+    if let Ok(value) = HeaderValue::from_str(value) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+}
+
 /// Whether a `next` target is a path on this site: `/…`, not `//host` nor `/\host`, no
 /// control characters or spaces, so a sign-in can never bounce the browser elsewhere.
 pub fn safe_next(next: &str) -> Option<&str> {
@@ -77,8 +84,7 @@ pub(crate) fn may_sign_in(user: &User) -> bool {
     user.is_active && (user.is_staff || user.is_superuser)
 }
 
-/// A signed-in operator and the CSRF token of their session.
-#[derive(Debug, Clone)]
+/// A signed-in operator and the CSRF token of their session (no `Debug`: keep it out of logs).
 pub(crate) struct Operator {
     pub user: User,
     pub csrf_token: String,
@@ -130,7 +136,6 @@ impl FromRequestParts<AppState> for Operator {
 }
 
 /// A signed-in superuser: everyone else who is signed in gets 403.
-#[derive(Debug, Clone)]
 pub(crate) struct Superuser(pub Operator);
 
 impl FromRequestParts<AppState> for Superuser {
@@ -149,7 +154,6 @@ impl FromRequestParts<AppState> for Superuser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
 
     #[test]
     fn next_must_stay_on_this_site() {
