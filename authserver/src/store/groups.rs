@@ -67,17 +67,16 @@ impl Store {
     }
 
     pub async fn group_members(&self, group_id: i64) -> StoreResult<Vec<User>> {
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "SELECT user_id FROM user_groups WHERE group_id = $1 ORDER BY user_id",
-        )
+        // One query; `user_groups` has no column of the same name as a user column.
+        let rows = sqlx::query(&format!(
+            "SELECT {} FROM users u JOIN user_groups m ON m.user_id = u.id
+             WHERE m.group_id = $1 ORDER BY u.id",
+            super::users::COLUMNS
+        ))
         .bind(group_id)
         .fetch_all(&self.pool)
         .await?;
-        let mut users = Vec::with_capacity(ids.len());
-        for id in ids {
-            users.extend(self.get_user(id).await?);
-        }
-        Ok(users)
+        rows.iter().map(super::users::from_row).collect()
     }
 
     pub async fn user_groups(&self, user_id: i64) -> StoreResult<Vec<Group>> {

@@ -46,10 +46,10 @@ pub struct UserUpdate {
     pub is_superuser: Option<bool>,
 }
 
-const COLUMNS: &str =
+pub(super) const COLUMNS: &str =
     "id, username, email, first_name, last_name, is_active, is_staff, is_superuser, date_joined";
 
-fn from_row(row: &AnyRow) -> StoreResult<User> {
+pub(super) fn from_row(row: &AnyRow) -> StoreResult<User> {
     Ok(User {
         id: row.try_get("id")?,
         username: row.try_get("username")?,
