@@ -1,8 +1,10 @@
 //! `behind-proxy` mode: the caller's identity as the sidecar proxy forwards it in `X-Auth-*`
-//! headers, turned back into introspection claims so the same decision applies.
+//! headers (percent-encoded UTF-8, see `resource_server::identity`), turned back into
+//! introspection claims so the same decision applies.
 
 use axum::http::HeaderMap;
-use resource_server::{Claims, IDENTITY_HEADERS};
+use resource_server::identity::IdentityError;
+use resource_server::{Claims, IDENTITY_HEADERS, Identity};
 
 /// What the identity headers say.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -10,47 +12,44 @@ pub enum Forwarded {
     /// None of the headers: the proxy authenticated no one.
     Missing,
     /// An authenticated caller (the proxy only forwards active tokens).
-    Identity(Claims),
-    /// Headers the proxy would never send (repeated, not text, a non-numeric expiry).
+    Identity(Box<Claims>),
+    /// Headers the proxy would never send (repeated, not percent-encoded UTF-8, a non-numeric
+    /// expiry).
     Malformed(&'static str),
 }
 
 pub const REPEATED: &str = "Repeated identity header.";
-pub const NOT_TEXT: &str = "Identity header is not visible ASCII.";
+pub const NOT_ENCODED: &str = "Identity header is not percent-encoded UTF-8.";
 pub const BAD_EXPIRES: &str = "X-Auth-Expires is not a number of seconds.";
 
 /// Reads `X-Auth-Username`, `X-Auth-Client-Id`, `X-Auth-Scope` and `X-Auth-Expires`.
 pub fn identity(headers: &HeaderMap) -> Forwarded {
-    let mut values: [Option<String>; 4] = Default::default();
+    let mut values: [Option<&[u8]>; 4] = [None; 4];
     for (slot, name) in values.iter_mut().zip(IDENTITY_HEADERS) {
         let mut all = headers.get_all(name).iter();
         let Some(first) = all.next() else { continue };
         if all.next().is_some() {
             return Forwarded::Malformed(REPEATED);
         }
-        match first.to_str() {
-            Ok(text) => *slot = Some(text.to_owned()),
-            Err(_) => return Forwarded::Malformed(NOT_TEXT),
-        }
+        *slot = Some(first.as_bytes());
     }
     if values.iter().all(Option::is_none) {
         return Forwarded::Missing;
     }
-    let [username, client_id, scope, expires] = values;
-    let exp = match expires.as_deref().map(|e| e.trim().parse::<i64>()) {
-        None => None,
-        Some(Ok(exp)) => Some(exp),
-        Some(Err(_)) => return Forwarded::Malformed(BAD_EXPIRES),
-    };
-    Forwarded::Identity(Claims {
-        active: true,
-        scope,
-        client_id,
-        username,
-        exp,
-        token_type: Some("Bearer".into()),
-        ..Claims::default()
-    })
+    let scope_sent = values[2].is_some();
+    match Identity::from_header_values(values) {
+        Ok(id) => Forwarded::Identity(Box::new(Claims {
+            active: true,
+            scope: scope_sent.then_some(id.scope),
+            client_id: id.client_id,
+            username: id.username,
+            exp: id.exp,
+            token_type: Some("Bearer".into()),
+            ..Claims::default()
+        })),
+        Err(IdentityError::Encoding) => Forwarded::Malformed(NOT_ENCODED),
+        Err(IdentityError::Expires) => Forwarded::Malformed(BAD_EXPIRES),
+    }
 }
 
 #[cfg(test)]
@@ -85,6 +84,43 @@ mod tests {
         assert!(c.has_scope("read") && c.has_scope("write") && !c.has_scope("groups"));
     }
 
+    /// What the proxy sends for these names reads back as the same names.
+    #[test]
+    fn non_ascii_names_round_trip_from_the_proxys_headers() {
+        for name in [
+            "josé",
+            "日本",
+            "🦀",
+            "100%",
+            "ann marie",
+            "a\r\nX-Evil: 1",
+            "%41",
+        ] {
+            let sent = Identity {
+                username: Some(name.into()),
+                client_id: Some(format!("app {name}")),
+                scope: "read é".into(),
+                exp: Some(1_700_000_000),
+            };
+            let mut h = HeaderMap::new();
+            for (k, v) in sent.headers() {
+                h.append(k, HeaderValue::from_str(&v).unwrap());
+            }
+            let Forwarded::Identity(c) = identity(&h) else {
+                panic!("{name:?}: identity expected")
+            };
+            assert_eq!(c.username.as_deref(), Some(name));
+            assert_eq!(c.client_id, Some(format!("app {name}")));
+            assert_eq!(c.scopes().collect::<Vec<_>>(), ["read", "é"]);
+            assert_eq!(Identity::from_claims(&c), sent);
+        }
+        let h = headers(&[("x-auth-username", "jos%C3%A9"), ("x-auth-scope", "read")]);
+        let Forwarded::Identity(c) = identity(&h) else {
+            panic!()
+        };
+        assert_eq!(c.username.as_deref(), Some("josé"));
+    }
+
     #[test]
     fn missing_partial_and_malformed() {
         assert_eq!(
@@ -98,6 +134,10 @@ mod tests {
             (c.username.as_deref(), c.exp, c.scopes().count()),
             (None, None, 0)
         );
+        let Forwarded::Identity(c) = identity(&headers(&[("x-auth-username", "bob")])) else {
+            panic!()
+        };
+        assert_eq!((c.username.as_deref(), c.scope), (Some("bob"), None));
         assert_eq!(
             identity(&headers(&[
                 ("x-auth-scope", "read"),
@@ -105,18 +145,36 @@ mod tests {
             ])),
             Forwarded::Malformed(REPEATED)
         );
-        assert_eq!(
-            identity(&headers(&[
-                ("x-auth-scope", "read"),
-                ("x-auth-expires", "soon")
-            ])),
-            Forwarded::Malformed(BAD_EXPIRES)
-        );
+        for exp in ["soon", "-1", "1e9", "253402300800"] {
+            assert_eq!(
+                identity(&headers(&[
+                    ("x-auth-scope", "read"),
+                    ("x-auth-expires", exp)
+                ])),
+                Forwarded::Malformed(BAD_EXPIRES),
+                "{exp}"
+            );
+        }
+        for (name, value) in [
+            ("x-auth-username", "jos%C3"),
+            ("x-auth-username", "100%"),
+            ("x-auth-username", "a%zz"),
+            ("x-auth-username", "ann marie"),
+            ("x-auth-client-id", "%FF"),
+            ("x-auth-scope", "read  write"),
+            ("x-auth-scope", "read%20write"),
+        ] {
+            assert_eq!(
+                identity(&headers(&[(name, value)])),
+                Forwarded::Malformed(NOT_ENCODED),
+                "{name}: {value}"
+            );
+        }
         let mut h = HeaderMap::new();
         h.insert(
             "x-auth-username",
-            HeaderValue::from_bytes(b"\xffbad").unwrap(),
+            HeaderValue::from_bytes(b"jos\xc3\xa9").unwrap(),
         );
-        assert_eq!(identity(&h), Forwarded::Malformed(NOT_TEXT));
+        assert_eq!(identity(&h), Forwarded::Malformed(NOT_ENCODED));
     }
 }

@@ -1,6 +1,8 @@
 //! The access check in front of every handler: route rules → token state (introspection, or the
 //! proxy's identity headers) → `resource_server::decide` → the shared refusal, or on to the handler.
 
+use std::time::Duration;
+
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::HeaderMap;
@@ -74,7 +76,8 @@ impl Guard {
         !matches!(self.checks, Checks::Introspect(_)) && !self.allow_non_loopback
     }
 
-    /// The decision for one request.
+    /// The decision for one request. Introspected tokens get the configured clock leeway; the
+    /// proxy's `X-Auth-Expires` none (the proxy already applied its own).
     pub async fn decide(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Decision {
         if matches!(self.checks, Checks::None) {
             return Decision::Allow(None);
@@ -84,22 +87,30 @@ impl Guard {
             return Decision::NoRoute;
         };
         if r.access == Access::Public {
-            return decide(route, TokenState::Missing);
+            return decide(route, TokenState::Missing, Duration::ZERO);
         }
         match &self.checks {
-            Checks::Introspect(checker) => match bearer_token(headers, uri.query()) {
-                Bearer::Missing => decide(route, TokenState::Missing),
-                Bearer::Malformed(reason) => decide(route, TokenState::Malformed(reason)),
-                Bearer::Token(token) => match checker.check(&token).await {
-                    Ok(claims) => decide(route, TokenState::Checked(&claims)),
-                    Err(_) => decide(route, TokenState::Unavailable),
-                },
-            },
-            Checks::BehindProxy => match forwarded::identity(headers) {
-                Forwarded::Missing => decide(route, TokenState::Missing),
-                Forwarded::Malformed(reason) => decide(route, TokenState::Malformed(reason)),
-                Forwarded::Identity(claims) => decide(route, TokenState::Checked(&claims)),
-            },
+            Checks::Introspect(checker) => {
+                let leeway = checker.leeway();
+                match bearer_token(headers, uri.query()) {
+                    Bearer::Missing => decide(route, TokenState::Missing, leeway),
+                    Bearer::Malformed(why) => decide(route, TokenState::Malformed(why), leeway),
+                    Bearer::Token(token) => match checker.check(&token).await {
+                        Ok(claims) => decide(route, TokenState::Checked(&claims), leeway),
+                        Err(_) => decide(route, TokenState::Unavailable, leeway),
+                    },
+                }
+            }
+            Checks::BehindProxy => {
+                let leeway = Duration::ZERO;
+                match forwarded::identity(headers) {
+                    Forwarded::Missing => decide(route, TokenState::Missing, leeway),
+                    Forwarded::Malformed(why) => decide(route, TokenState::Malformed(why), leeway),
+                    Forwarded::Identity(claims) => {
+                        decide(route, TokenState::Checked(&claims), leeway)
+                    }
+                }
+            }
             Checks::None => Decision::Allow(None),
         }
     }

@@ -1,5 +1,5 @@
 //! The proxy's own counters and their Prometheus text rendering (with the checker's cache and
-//! introspection metrics).
+//! introspection metrics, malformed and refused introspection answers among them).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -188,4 +188,30 @@ fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_requests_and_the_checkers_counters() {
+        let m = ProxyMetrics::default();
+        m.request("users", Outcome::Unavailable);
+        m.request("users", Outcome::Unavailable);
+        let checker = CheckerMetrics::default();
+        checker.malformed.fetch_add(2, Relaxed);
+        checker.errors.fetch_add(2, Relaxed);
+        checker.refused.fetch_add(1, Relaxed);
+        let text = m.render(&checker, 3);
+        for needle in [
+            "tokengate_proxy_requests_total{route=\"users\",decision=\"unavailable\"} 2\n",
+            "# TYPE tokengate_proxy_introspection_malformed_total counter\ntokengate_proxy_introspection_malformed_total 2\n",
+            "# TYPE tokengate_proxy_introspection_refused_total counter\ntokengate_proxy_introspection_refused_total 1\n",
+            "\ntokengate_proxy_introspection_errors_total 2\n",
+            "\ntokengate_proxy_routes 3\n",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! [`TokenChecker`]: introspection through a moka cache keyed by the token's SHA-256, with
-//! request coalescing, per-entry lifetimes, a stale grace for outages, and metrics.
+//! request coalescing, per-entry lifetimes, a stale grace for outages, the answer policy applied
+//! once per answer, and metrics.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -10,6 +11,7 @@ use moka::future::Cache;
 
 use crate::claims::Claims;
 use crate::introspection::{IntrospectionError, IntrospectionSettings, Introspector};
+use crate::policy::AnswerPolicy;
 use crate::{token_digest, token_log_id};
 
 type Key = [u8; 32];
@@ -39,8 +41,8 @@ impl Default for CacheSettings {
     }
 }
 
-/// The authorization server could not give an answer (unreachable, timeout, non-2xx, bad JSON).
-/// Callers fail closed.
+/// The authorization server could not give an answer (unreachable, timeout, non-2xx, or an
+/// answer that is not valid RFC 7662). Callers fail closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("authorization server unavailable")]
 pub struct Unavailable;
@@ -113,6 +115,10 @@ pub struct CheckerMetrics {
     pub coalesced: AtomicU64,
     /// Introspection calls that failed.
     pub errors: AtomicU64,
+    /// Failed calls whose 2xx answer was not a valid RFC 7662 answer (also in `errors`).
+    pub malformed: AtomicU64,
+    /// Active answers refused by the [`AnswerPolicy`] (refresh token, issuer, audience).
+    pub refused: AtomicU64,
     /// Answers served from the stale grace while the server was unavailable.
     pub stale_served: AtomicU64,
     pub latency: LatencyHistogram,
@@ -134,6 +140,12 @@ impl CheckerMetrics {
     }
     pub fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
+    }
+    pub fn malformed(&self) -> u64 {
+        self.malformed.load(Ordering::Relaxed)
+    }
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
     pub fn stale_served(&self) -> u64 {
         self.stale_served.load(Ordering::Relaxed)
@@ -173,6 +185,16 @@ impl CheckerMetrics {
                 "introspection_errors_total",
                 "Introspection calls that failed.",
                 self.errors(),
+            ),
+            (
+                "introspection_malformed_total",
+                "Introspection answers that were not valid RFC 7662 (not JSON, wrong types, times out of range).",
+                self.malformed(),
+            ),
+            (
+                "introspection_refused_total",
+                "Active introspection answers refused: refresh token, issuer or audience mismatch.",
+                self.refused(),
             ),
             (
                 "stale_served_total",
@@ -264,6 +286,7 @@ impl Expiry<Key, Stale> for StaleExpiry {
 
 struct Inner {
     introspector: Introspector,
+    policy: AnswerPolicy,
     settings: CacheSettings,
     fresh: Option<Cache<Key, Fresh>>,
     /// Active answers kept past their cache life for the stale grace (only when it is on).
@@ -288,9 +311,13 @@ impl std::fmt::Debug for TokenChecker {
 
 impl TokenChecker {
     /// Builds the HTTP client and the cache. Fails on a bad URL, zero timeouts, credentials that
-    /// cannot be a header, or a zero capacity with caching on.
+    /// cannot be a header, a policy [`AnswerPolicy::check`] refuses, or a zero capacity with
+    /// caching on.
     pub fn new(i: IntrospectionSettings, c: CacheSettings) -> Result<Self, CheckerError> {
         let introspector = Introspector::new(&i)?;
+        i.policy.check().map_err(|(key, problem)| {
+            CheckerError::Settings(format!("introspection {key}: {problem}"))
+        })?;
         let caching = !c.max_ttl.is_zero();
         if caching && c.capacity == 0 {
             return Err(CheckerError::Settings(
@@ -315,6 +342,7 @@ impl TokenChecker {
         Ok(TokenChecker {
             inner: Arc::new(Inner {
                 introspector,
+                policy: i.policy,
                 settings: c,
                 fresh,
                 stale,
@@ -323,9 +351,11 @@ impl TokenChecker {
         })
     }
 
-    /// Ok(claims) for active and inactive answers alike; Err(Unavailable) when the server
-    /// cannot be reached, times out, or answers non-2xx / non-JSON (fail closed), unless the
-    /// stale grace allows a previous active answer.
+    /// Ok(claims) for active and inactive answers alike (an active answer the policy refuses
+    /// reads as inactive); Err(Unavailable) when the server cannot be reached, times out, or
+    /// answers non-2xx or not valid RFC 7662 (fail closed), unless the stale grace allows a
+    /// previous active answer. `exp` and `nbf` are left to [`crate::decide`], with
+    /// [`TokenChecker::leeway`], as cached answers age.
     pub async fn check(&self, token: &str) -> Result<Arc<Claims>, Unavailable> {
         let key = token_digest(token);
         let inner = &*self.inner;
@@ -370,6 +400,11 @@ impl TokenChecker {
         &self.inner.settings
     }
 
+    /// The clock leeway to decide with ([`crate::decide`]).
+    pub fn leeway(&self) -> Duration {
+        self.inner.policy.leeway
+    }
+
     /// Approximate number of cached answers.
     pub fn entry_count(&self) -> u64 {
         self.inner.fresh.as_ref().map_or(0, Cache::entry_count)
@@ -397,17 +432,33 @@ impl TokenChecker {
         out
     }
 
-    /// One introspection call, with metrics, logging and the stale copy kept up to date.
+    /// One introspection call, with metrics, logging, the policy applied (a refused answer is
+    /// kept as inactive, for the negative TTL) and the stale copy kept up to date.
     async fn fetch(&self, key: &Key, token: &str) -> Result<Fresh, IntrospectionError> {
         let inner = &*self.inner;
         let started = Instant::now();
         let result = inner.introspector.introspect(token).await;
         inner.metrics.latency.observe(started.elapsed());
         let claims = match result {
-            Ok(c) => Arc::new(c),
+            Ok(c) => match inner.policy.refusal(&c) {
+                None => Arc::new(c),
+                Some(why) => {
+                    inner.metrics.refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(token = %token_log_id(key), reason = why.as_str(), "active introspection answer refused");
+                    Arc::new(Claims::inactive())
+                }
+            },
             Err(error) => {
                 inner.metrics.errors.fetch_add(1, Ordering::Relaxed);
                 inner.metrics.last_call_ok.store(false, Ordering::Relaxed);
+                if let IntrospectionError::Malformed(_) = error {
+                    inner.metrics.malformed.fetch_add(1, Ordering::Relaxed);
+                    // The server said something about this token that cannot be read as active:
+                    // an older active answer must not be served for it.
+                    if let Some(stale) = &inner.stale {
+                        stale.invalidate(key).await;
+                    }
+                }
                 tracing::warn!(token = %token_log_id(key), %error, "token introspection failed");
                 return Err(error);
             }
@@ -445,7 +496,8 @@ impl TokenChecker {
         Ok(Fresh { claims, ttl })
     }
 
-    /// Active: `min(max_ttl, exp - now)`; inactive: `negative_ttl`.
+    /// Active: `min(max_ttl, exp - now)` (zero once `exp` has passed); inactive (including
+    /// refused): `negative_ttl`.
     fn ttl_for(&self, c: &Claims, now_ms: i64) -> Duration {
         let s = &self.inner.settings;
         if !c.active {
@@ -549,6 +601,23 @@ mod tests {
             ..CacheSettings::default()
         };
         assert!(TokenChecker::new(s, c).is_ok());
+    }
+
+    #[test]
+    fn the_policy_is_checked_and_its_leeway_exposed() {
+        let mut s =
+            IntrospectionSettings::new("http://127.0.0.1:9/", ClientAuth::Bearer("t".into()));
+        let c = TokenChecker::new(s.clone(), CacheSettings::default()).unwrap();
+        assert_eq!(c.leeway(), AnswerPolicy::DEFAULT_LEEWAY);
+        s.policy.leeway = Duration::from_secs(3600);
+        let e = TokenChecker::new(s.clone(), CacheSettings::default()).unwrap_err();
+        assert_eq!(e.to_string(), "introspection leeway: at most 300s");
+        s.policy.leeway = Duration::ZERO;
+        s.policy.audience = Some(String::new());
+        assert!(matches!(
+            TokenChecker::new(s, CacheSettings::default()),
+            Err(CheckerError::Settings(_))
+        ));
     }
 
     #[test]

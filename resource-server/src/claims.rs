@@ -1,63 +1,100 @@
-//! The RFC 7662 introspection answer ([`Claims`]), read leniently from whatever a server sends.
+//! The RFC 7662 introspection answer ([`Claims`]), read strictly: any server may answer, so a
+//! field of the wrong type or a time out of range makes the whole answer [`Malformed`].
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-/// An RFC 7662 introspection answer. Unknown fields are ignored; a missing `active` reads as
-/// `false`; `exp`/`iat` may be integers, floats or numeric strings; `scope` is space-separated
-/// (a JSON array of strings is accepted too); identity fields that are numbers become strings.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+/// The latest time accepted in `exp`, `iat` and `nbf`: 9999-12-31T23:59:59Z, unix seconds.
+pub const MAX_TIME: i64 = 253_402_300_799;
+
+/// An RFC 7662 introspection answer.
+///
+/// Read by [`Claims::from_value`]: unknown fields are ignored; `active` is a JSON boolean (missing
+/// or `null`: inactive); `exp`/`iat`/`nbf` are JSON numbers of seconds from 0 to [`MAX_TIME`]
+/// (fractions are floored); `scope` is a space-separated string (a JSON array of strings is joined
+/// with spaces); `aud` is a string or an array of strings; every other field is a string. `null`
+/// is the same as absent. Anything else is [`Malformed`].
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Claims {
-    #[serde(default, deserialize_with = "de_bool")]
     pub active: bool,
-    #[serde(
-        default,
-        deserialize_with = "de_scope",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub scope: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "de_string",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "de_string",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "de_time",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub exp: Option<i64>,
-    #[serde(
-        default,
-        deserialize_with = "de_time",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub iat: Option<i64>,
-    #[serde(
-        default,
-        deserialize_with = "de_string",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nbf: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sub: Option<String>,
-    #[serde(
-        default,
-        deserialize_with = "de_string",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub token_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iss: Option<String>,
+    /// The audiences (`aud` as a single string becomes one entry); empty when absent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub aud: Vec<String>,
 }
+
+/// Why an answer is not a usable RFC 7662 answer. Names the field, never echoes the answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    /// Not JSON at all (serde_json's syntax message: what and where, without the text).
+    #[error("not JSON: {0}")]
+    NotJson(String),
+    #[error("not a JSON object")]
+    NotAnObject,
+    #[error("field `{field}`: expected {expected}")]
+    Field {
+        field: &'static str,
+        expected: &'static str,
+    },
+}
+
+const BOOLEAN: &str = "a JSON boolean";
+const STRING: &str = "a string";
+const SCOPE: &str = "a string or an array of strings";
+const TIME: &str = "a JSON number of seconds from 0 to 253402300799";
 
 impl Claims {
     /// The answer for an unknown, expired or revoked token: `{"active": false}`.
     pub fn inactive() -> Self {
         Self::default()
+    }
+
+    /// Reads an answer body (see [`Claims`] for the rules).
+    pub fn from_json(body: &[u8]) -> Result<Claims, Malformed> {
+        let value: Value =
+            serde_json::from_slice(body).map_err(|e| Malformed::NotJson(e.to_string()))?;
+        Self::from_value(value)
+    }
+
+    /// Reads an answer already parsed as JSON (see [`Claims`] for the rules).
+    pub fn from_value(value: Value) -> Result<Claims, Malformed> {
+        let Value::Object(mut map) = value else {
+            return Err(Malformed::NotAnObject);
+        };
+        let mut take = |field: &'static str| Field {
+            name: field,
+            value: map.remove(field).unwrap_or(Value::Null),
+        };
+        Ok(Claims {
+            active: take("active").boolean()?,
+            scope: take("scope").scope()?,
+            client_id: take("client_id").string()?,
+            username: take("username").string()?,
+            exp: take("exp").time()?,
+            iat: take("iat").time()?,
+            nbf: take("nbf").time()?,
+            sub: take("sub").string()?,
+            token_type: take("token_type").string()?,
+            iss: take("iss").string()?,
+            aud: take("aud").strings()?,
+        })
     }
 
     /// The granted scopes, in order, split on whitespace.
@@ -74,75 +111,96 @@ impl Claims {
     pub fn is_expired_at(&self, now: i64) -> bool {
         self.exp.is_some_and(|exp| exp <= now)
     }
-}
 
-fn invalid<E: serde::de::Error>(field: &str, v: &Value) -> E {
-    E::custom(format_args!("{field}: unexpected value {v}"))
-}
-
-fn de_bool<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    match Option::<Value>::deserialize(d)? {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(b),
-        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => Ok(true),
-        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => Ok(false),
-        Some(v) => Err(invalid("active", &v)),
+    /// Whether `nbf` is present and after `now` (unix seconds).
+    pub fn is_not_yet_valid_at(&self, now: i64) -> bool {
+        self.nbf.is_some_and(|nbf| nbf > now)
     }
 }
 
-fn de_scope<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    match Option::<Value>::deserialize(d)? {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(Value::Array(items)) => {
-            let mut parts = Vec::with_capacity(items.len());
-            for item in &items {
-                match item {
-                    Value::String(s) => parts.push(s.as_str()),
-                    other => return Err(invalid("scope", other)),
-                }
-            }
-            Ok(Some(parts.join(" ")))
+/// `serde_json::from_str::<Claims>` reads by [`Claims::from_value`].
+impl<'de> Deserialize<'de> for Claims {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Claims::from_value(Value::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One field of the answer (`Null` when absent), read as the type it must have.
+struct Field {
+    name: &'static str,
+    value: Value,
+}
+
+impl Field {
+    fn wrong(&self, expected: &'static str) -> Malformed {
+        Malformed::Field {
+            field: self.name,
+            expected,
         }
-        Some(v) => Err(invalid("scope", &v)),
     }
-}
 
-fn de_string<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-    Ok(match Option::<Value>::deserialize(d)? {
-        Some(Value::String(s)) => Some(s),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        // Objects, arrays, booleans: not an identity we can forward; ignore.
-        _ => None,
-    })
-}
+    fn boolean(self) -> Result<bool, Malformed> {
+        match self.value {
+            Value::Null => Ok(false),
+            Value::Bool(b) => Ok(b),
+            _ => Err(self.wrong(BOOLEAN)),
+        }
+    }
 
-fn de_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-    let v = match Option::<Value>::deserialize(d)? {
-        None | Some(Value::Null) => return Ok(None),
-        Some(v) => v,
-    };
-    let parsed = match &v {
-        Value::Number(n) => number_to_secs(n),
-        Value::String(s) => s
-            .trim()
-            .parse::<i64>()
-            .ok()
-            .or_else(|| s.trim().parse::<f64>().ok().and_then(float_to_secs)),
-        _ => None,
-    };
-    parsed.map(Some).ok_or_else(|| invalid("time", &v))
-}
+    fn string(self) -> Result<Option<String>, Malformed> {
+        match self.value {
+            Value::Null => Ok(None),
+            Value::String(s) => Ok(Some(s)),
+            _ => Err(self.wrong(STRING)),
+        }
+    }
 
-fn number_to_secs(n: &serde_json::Number) -> Option<i64> {
-    n.as_i64()
-        .or_else(|| n.as_u64().map(|_| i64::MAX))
-        .or_else(|| n.as_f64().and_then(float_to_secs))
-}
+    /// A string, or an array of strings (`None` for `null`).
+    fn string_or_list(self) -> Result<Option<Vec<String>>, Malformed> {
+        match self.value {
+            Value::Null => Ok(None),
+            Value::String(s) => Ok(Some(vec![s])),
+            Value::Array(items) => items
+                .into_iter()
+                .map(|item| match item {
+                    Value::String(s) => Ok(s),
+                    _ => Err(Malformed::Field {
+                        field: self.name,
+                        expected: SCOPE,
+                    }),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            _ => Err(self.wrong(SCOPE)),
+        }
+    }
 
-fn float_to_secs(f: f64) -> Option<i64> {
-    // `as` saturates at the i64 bounds.
-    f.is_finite().then(|| f.floor() as i64)
+    fn scope(self) -> Result<Option<String>, Malformed> {
+        Ok(self.string_or_list()?.map(|parts| parts.join(" ")))
+    }
+
+    fn strings(self) -> Result<Vec<String>, Malformed> {
+        Ok(self.string_or_list()?.unwrap_or_default())
+    }
+
+    fn time(self) -> Result<Option<i64>, Malformed> {
+        let secs = match &self.value {
+            Value::Null => return Ok(None),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => Some(i),
+                // Floats (and integers beyond i64, which serde_json reads as floats or u64).
+                None => n.as_f64().map(f64::floor).and_then(|f| {
+                    // In range, the float is an exact integer and the cast is lossless.
+                    (0.0..=MAX_TIME as f64).contains(&f).then_some(f as i64)
+                }),
+            },
+            _ => None,
+        };
+        match secs {
+            Some(s) if (0..=MAX_TIME).contains(&s) => Ok(Some(s)),
+            _ => Err(self.wrong(TIME)),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -150,14 +208,22 @@ mod tests {
     use super::*;
 
     fn parse(s: &str) -> Claims {
-        serde_json::from_str(s).expect("parses")
+        Claims::from_json(s.as_bytes()).expect("parses")
+    }
+
+    fn field_error(s: &str) -> &'static str {
+        match Claims::from_json(s.as_bytes()) {
+            Err(Malformed::Field { field, .. }) => field,
+            other => panic!("{s}: {other:?}"),
+        }
     }
 
     #[test]
     fn full_answer() {
         let c = parse(
             r#"{"active":true,"scope":"read write","client_id":"app","username":"alice",
-                "exp":1700000000,"iat":1699990000,"sub":"42","token_type":"Bearer","aud":["x"],"extra":{"a":1}}"#,
+                "exp":1700000000,"iat":1699990000,"nbf":1699990001,"sub":"42","token_type":"Bearer",
+                "iss":"https://auth.example","aud":["x","y"],"extra":{"a":1}}"#,
         );
         assert!(c.active);
         assert_eq!(c.scopes().collect::<Vec<_>>(), ["read", "write"]);
@@ -167,59 +233,156 @@ mod tests {
         assert_eq!(c.client_id.as_deref(), Some("app"));
         assert_eq!(c.exp, Some(1_700_000_000));
         assert_eq!(c.iat, Some(1_699_990_000));
+        assert_eq!(c.nbf, Some(1_699_990_001));
         assert_eq!(c.sub.as_deref(), Some("42"));
         assert_eq!(c.token_type.as_deref(), Some("Bearer"));
+        assert_eq!(c.iss.as_deref(), Some("https://auth.example"));
+        assert_eq!(c.aud, ["x", "y"]);
+        assert_eq!(parse(r#"{"aud":"x"}"#).aud, ["x"]);
+        assert!(parse(r#"{"aud":null}"#).aud.is_empty());
     }
 
     #[test]
-    fn inactive_and_missing_active() {
+    fn only_a_json_true_is_active() {
         assert_eq!(parse(r#"{"active":false}"#), Claims::inactive());
         assert_eq!(parse(r#"{}"#), Claims::inactive());
         assert_eq!(parse(r#"{"active":null}"#), Claims::inactive());
-        assert!(parse(r#"{"active":"true"}"#).active);
-        assert!(serde_json::from_str::<Claims>(r#"{"active":1}"#).is_err());
+        assert!(parse(r#"{"active":true}"#).active);
+        for bad in [
+            r#"{"active":"true"}"#,
+            r#"{"active":"TRUE"}"#,
+            r#"{"active":"false"}"#,
+            r#"{"active":1}"#,
+            r#"{"active":0}"#,
+            r#"{"active":[true]}"#,
+            r#"{"active":{"v":true}}"#,
+        ] {
+            assert_eq!(field_error(bad), "active", "{bad}");
+        }
     }
 
     #[test]
-    fn lenient_times() {
+    fn times_are_numbers_in_range() {
         assert_eq!(parse(r#"{"exp":1700000000.9}"#).exp, Some(1_700_000_000));
-        assert_eq!(parse(r#"{"exp":"1700000000"}"#).exp, Some(1_700_000_000));
-        assert_eq!(parse(r#"{"exp":"1.7e9"}"#).exp, Some(1_700_000_000));
         assert_eq!(parse(r#"{"exp":1.7e9}"#).exp, Some(1_700_000_000));
+        assert_eq!(parse(r#"{"exp":0}"#).exp, Some(0));
+        assert_eq!(parse(r#"{"exp":0.5}"#).exp, Some(0));
+        assert_eq!(parse(r#"{"exp":253402300799}"#).exp, Some(MAX_TIME));
+        assert_eq!(parse(r#"{"exp":253402300799.5}"#).exp, Some(MAX_TIME));
         assert_eq!(parse(r#"{"exp":null}"#).exp, None);
-        assert_eq!(parse(r#"{"exp":18446744073709551615}"#).exp, Some(i64::MAX));
-        assert!(serde_json::from_str::<Claims>(r#"{"exp":"tomorrow"}"#).is_err());
-        assert!(serde_json::from_str::<Claims>(r#"{"iat":true}"#).is_err());
+        for field in ["exp", "iat", "nbf"] {
+            for bad in [
+                "\"1700000000\"",
+                "\"1.7e9\"",
+                "\"tomorrow\"",
+                "-1",
+                "-0.5",
+                "253402300800",
+                "1e300",
+                "-1e300",
+                "18446744073709551615",
+                "9223372036854775807",
+                "true",
+                "[1]",
+                "{}",
+            ] {
+                let text = format!("{{\"active\":true,\"{field}\":{bad}}}");
+                assert_eq!(field_error(&text), field, "{text}");
+            }
+        }
     }
 
     #[test]
-    fn lenient_scope_and_strings() {
-        let c = parse(r#"{"scope":["read","groups"],"sub":42,"username":{"x":1}}"#);
-        assert_eq!(c.scope.as_deref(), Some("read groups"));
-        assert_eq!(c.sub.as_deref(), Some("42"));
-        assert_eq!(c.username, None);
+    fn identity_fields_are_strings() {
+        for field in ["client_id", "username", "sub", "token_type", "iss"] {
+            assert_eq!(
+                parse(&format!("{{\"{field}\":null}}")),
+                Claims::inactive(),
+                "{field}"
+            );
+            for bad in ["42", "true", "{\"x\":1}", "[\"a\"]"] {
+                let text = format!("{{\"active\":true,\"{field}\":{bad}}}");
+                assert_eq!(field_error(&text), field, "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn scope_and_audience_shapes() {
+        assert_eq!(
+            parse(r#"{"scope":["read","groups"]}"#).scope.as_deref(),
+            Some("read groups")
+        );
         let c = parse(r#"{"scope":"  read\twrite  "}"#);
         assert_eq!(c.scopes().collect::<Vec<_>>(), ["read", "write"]);
         assert_eq!(parse(r#"{}"#).scopes().count(), 0);
-        assert!(serde_json::from_str::<Claims>(r#"{"scope":[1]}"#).is_err());
+        for bad in [r#"{"scope":[1]}"#, r#"{"scope":7}"#, r#"{"scope":{"a":1}}"#] {
+            assert_eq!(field_error(bad), "scope", "{bad}");
+        }
+        for bad in [r#"{"aud":[1]}"#, r#"{"aud":7}"#, r#"{"aud":["a",null]}"#] {
+            assert_eq!(field_error(bad), "aud", "{bad}");
+        }
     }
 
     #[test]
-    fn serializes_without_absent_fields() {
+    fn not_an_object_or_not_json() {
+        for text in ["[true]", "true", "\"active\"", "null", "1"] {
+            assert_eq!(
+                Claims::from_json(text.as_bytes()),
+                Err(Malformed::NotAnObject),
+                "{text}"
+            );
+        }
+        for text in ["", "{", "not json", "{\"active\":tr", "{} {}"] {
+            assert!(
+                matches!(
+                    Claims::from_json(text.as_bytes()),
+                    Err(Malformed::NotJson(_))
+                ),
+                "{text}"
+            );
+        }
+        // serde goes through the same rules.
+        assert!(serde_json::from_str::<Claims>(r#"{"active":"true"}"#).is_err());
+        assert!(serde_json::from_str::<Claims>("[true]").is_err());
+    }
+
+    #[test]
+    fn errors_never_echo_the_answer() {
+        let e = Claims::from_json(br#"{"active":"s3cret-looking value"}"#).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "field `active`: expected a JSON boolean".to_owned()
+        );
+        let e = Claims::from_json(br#"{"username":"s3cret", "exp": "s3cret"}"#).unwrap_err();
+        assert!(!e.to_string().contains("s3cret"), "{e}");
+    }
+
+    #[test]
+    fn serializes_without_absent_fields_and_reads_back() {
         assert_eq!(
             serde_json::to_string(&Claims::inactive()).unwrap(),
             r#"{"active":false}"#
         );
+        let c = parse(r#"{"active":true,"aud":"a","nbf":5,"iss":"i","scope":"x y"}"#);
+        assert_eq!(
+            Claims::from_value(serde_json::to_value(&c).unwrap()).unwrap(),
+            c
+        );
     }
 
     #[test]
-    fn expiry() {
+    fn expiry_and_not_before() {
         let c = Claims {
             exp: Some(100),
+            nbf: Some(50),
             ..Claims::default()
         };
         assert!(c.is_expired_at(100));
         assert!(!c.is_expired_at(99));
         assert!(!Claims::default().is_expired_at(i64::MAX));
+        assert!(c.is_not_yet_valid_at(49));
+        assert!(!c.is_not_yet_valid_at(50));
+        assert!(!Claims::default().is_not_yet_valid_at(i64::MIN));
     }
 }

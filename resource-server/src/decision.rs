@@ -1,7 +1,10 @@
 //! The allow/deny decision: a pure function of the matched route and the token's state, and the
 //! refusal (status, `WWW-Authenticate`, JSON body) each denial is answered with.
 
+use std::time::Duration;
+
 use crate::claims::Claims;
+use crate::identity::Identity;
 use crate::rules::{Access, Route};
 
 /// The state of the request's token, as far as it is known when deciding.
@@ -40,59 +43,10 @@ pub enum Decision {
 pub const INACTIVE_TOKEN: &str = "The access token is invalid, expired or revoked.";
 /// `error_description` for a token reported active but whose `exp` has passed.
 pub const EXPIRED_TOKEN: &str = "The access token expired.";
+/// `error_description` for a token reported active but whose `nbf` is still to come.
+pub const NOT_YET_VALID_TOKEN: &str = "The access token is not valid yet.";
 /// The realm in every `WWW-Authenticate` challenge.
 pub const REALM: &str = "api";
-/// The request headers that carry the caller's identity upstream (lower case). A proxy removes
-/// any the client sent before setting its own.
-pub const IDENTITY_HEADERS: [&str; 4] = [
-    "x-auth-username",
-    "x-auth-client-id",
-    "x-auth-scope",
-    "x-auth-expires",
-];
-
-/// The caller, as forwarded upstream.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Identity {
-    pub username: Option<String>,
-    pub client_id: Option<String>,
-    /// Granted scopes, space-separated (empty when the token has none).
-    pub scope: String,
-    /// Expiry, unix seconds.
-    pub exp: Option<i64>,
-}
-
-impl Identity {
-    /// Builds the identity from an introspection answer.
-    pub fn from_claims(c: &Claims) -> Self {
-        Identity {
-            username: c.username.clone(),
-            client_id: c.client_id.clone(),
-            scope: c.scopes().collect::<Vec<_>>().join(" "),
-            exp: c.exp,
-        }
-    }
-
-    /// The `X-Auth-*` pairs (names from [`IDENTITY_HEADERS`]) for the values that are known and
-    /// are valid header values; `x-auth-scope` is always present (possibly empty).
-    pub fn headers(&self) -> Vec<(&'static str, String)> {
-        let [username, client_id, scope, expires] = IDENTITY_HEADERS;
-        let mut out = Vec::with_capacity(4);
-        let mut push = |name: &'static str, value: Option<String>| {
-            if let Some(v) = value
-                && http::HeaderValue::from_str(&v).is_ok()
-            {
-                out.push((name, v));
-            }
-        };
-        push(username, self.username.clone());
-        push(client_id, self.client_id.clone());
-        push(scope, Some(self.scope.clone()));
-        push(expires, self.exp.map(|e| e.to_string()));
-        out
-    }
-}
-
 /// A denial as it is written to the client: `Content-Type: application/json`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
@@ -176,20 +130,27 @@ fn quote(s: &str) -> String {
 }
 
 /// Decides with the current time; see [`decide_at`].
-pub fn decide(route: Option<&Route>, token: TokenState<'_>) -> Decision {
+pub fn decide(route: Option<&Route>, token: TokenState<'_>, leeway: Duration) -> Decision {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-    decide_at(route, token, now)
+    decide_at(route, token, now, leeway)
 }
 
-/// The decision, given the time `now` (unix seconds) against which `exp` is checked.
+/// The decision, given the time `now` (unix seconds) against which `exp` and `nbf` are checked,
+/// each with `leeway` (whole seconds; see [`crate::policy::AnswerPolicy::leeway`]).
 ///
 /// No route → `NoRoute`. Public route → `Allow(None)` whatever the token. Otherwise: no token →
-/// `Unauthenticated`; malformed → `BadRequest`; server unreachable → `Unavailable`; inactive or
-/// expired → `InvalidToken`; missing scopes → `InsufficientScope` (all required scopes: `all_of`
-/// then `any_of`); else `Allow(Some(identity))`.
-pub fn decide_at(route: Option<&Route>, token: TokenState<'_>, now: i64) -> Decision {
+/// `Unauthenticated`; malformed → `BadRequest`; server unreachable → `Unavailable`; inactive,
+/// expired (`exp + leeway <= now`) or not yet valid (`nbf - leeway > now`) → `InvalidToken`;
+/// missing scopes → `InsufficientScope` (all required scopes: `all_of` then `any_of`); else
+/// `Allow(Some(identity))`.
+pub fn decide_at(
+    route: Option<&Route>,
+    token: TokenState<'_>,
+    now: i64,
+    leeway: Duration,
+) -> Decision {
     let Some(route) = route else {
         return Decision::NoRoute;
     };
@@ -206,8 +167,12 @@ pub fn decide_at(route: Option<&Route>, token: TokenState<'_>, now: i64) -> Deci
     if !claims.active {
         return Decision::InvalidToken(INACTIVE_TOKEN);
     }
-    if claims.is_expired_at(now) {
+    let leeway = i64::try_from(leeway.as_secs()).unwrap_or(i64::MAX);
+    if claims.is_expired_at(now.saturating_sub(leeway)) {
         return Decision::InvalidToken(EXPIRED_TOKEN);
+    }
+    if claims.is_not_yet_valid_at(now.saturating_add(leeway)) {
+        return Decision::InvalidToken(NOT_YET_VALID_TOKEN);
     }
     let all_ok = all_of.iter().all(|s| claims.has_scope(s));
     let any_ok = any_of.is_empty() || any_of.iter().any(|s| claims.has_scope(s));
@@ -273,7 +238,7 @@ routes:
             TokenState::Checked(&c),
             TokenState::Unavailable,
         ] {
-            assert_eq!(decide_at(None, t, NOW), Decision::NoRoute);
+            assert_eq!(decide_at(None, t, NOW, Duration::ZERO), Decision::NoRoute);
         }
     }
 
@@ -290,7 +255,7 @@ routes:
             TokenState::Unavailable,
         ] {
             assert_eq!(
-                decide_at(Some(route(&r, "public")), t, NOW),
+                decide_at(Some(route(&r, "public")), t, NOW, Duration::ZERO),
                 Decision::Allow(None)
             );
         }
@@ -305,30 +270,35 @@ routes:
         for name in ["any-token", "all", "any", "both"] {
             let rt = Some(route(&r, name));
             assert_eq!(
-                decide_at(rt, TokenState::Missing, NOW),
+                decide_at(rt, TokenState::Missing, NOW, Duration::ZERO),
                 Decision::Unauthenticated
             );
             assert_eq!(
-                decide_at(rt, TokenState::Malformed("Empty bearer token."), NOW),
+                decide_at(
+                    rt,
+                    TokenState::Malformed("Empty bearer token."),
+                    NOW,
+                    Duration::ZERO
+                ),
                 Decision::BadRequest("Empty bearer token.")
             );
             assert_eq!(
-                decide_at(rt, TokenState::Unavailable, NOW),
+                decide_at(rt, TokenState::Unavailable, NOW, Duration::ZERO),
                 Decision::Unavailable
             );
             assert_eq!(
-                decide_at(rt, TokenState::Checked(&inactive), NOW),
+                decide_at(rt, TokenState::Checked(&inactive), NOW, Duration::ZERO),
                 Decision::InvalidToken(INACTIVE_TOKEN)
             );
             assert_eq!(
-                decide_at(rt, TokenState::Checked(&expired), NOW),
+                decide_at(rt, TokenState::Checked(&expired), NOW, Duration::ZERO),
                 Decision::InvalidToken(EXPIRED_TOKEN)
             );
             // An inactive answer stays inactive even with scopes and a future exp.
             let mut revoked = active("read write groups admin");
             revoked.active = false;
             assert_eq!(
-                decide_at(rt, TokenState::Checked(&revoked), NOW),
+                decide_at(rt, TokenState::Checked(&revoked), NOW, Duration::ZERO),
                 Decision::InvalidToken(INACTIVE_TOKEN)
             );
         }
@@ -360,7 +330,12 @@ routes:
         ];
         for (name, granted, refused) in cases {
             let c = active(granted);
-            let got = decide_at(Some(route(&r, name)), TokenState::Checked(&c), NOW);
+            let got = decide_at(
+                Some(route(&r, name)),
+                TokenState::Checked(&c),
+                NOW,
+                Duration::ZERO,
+            );
             let want = match refused {
                 None => allow(&granted.split_whitespace().collect::<Vec<_>>().join(" ")),
                 Some(req) => Decision::InsufficientScope((*req).to_owned()),
@@ -377,16 +352,32 @@ routes:
             ..Claims::default()
         };
         assert_eq!(
-            decide_at(Some(route(&r, "any-token")), TokenState::Checked(&c), NOW),
+            decide_at(
+                Some(route(&r, "any-token")),
+                TokenState::Checked(&c),
+                NOW,
+                Duration::ZERO
+            ),
             Decision::Allow(Some(Identity::default()))
         );
         // `decide` uses the real clock: an exp far in the future is fine.
         let mut c = active("read write");
         c.exp = Some(i64::MAX);
-        assert!(decide(Some(route(&r, "all")), TokenState::Checked(&c)).is_allow());
+        assert!(
+            decide(
+                Some(route(&r, "all")),
+                TokenState::Checked(&c),
+                Duration::ZERO
+            )
+            .is_allow()
+        );
         c.exp = Some(1);
         assert_eq!(
-            decide(Some(route(&r, "all")), TokenState::Checked(&c)),
+            decide(
+                Some(route(&r, "all")),
+                TokenState::Checked(&c),
+                Duration::ZERO
+            ),
             Decision::InvalidToken(EXPIRED_TOKEN)
         );
     }
@@ -470,33 +461,66 @@ routes:
     }
 
     #[test]
-    fn identity_headers() {
-        let id = Identity {
-            username: Some("alice".into()),
-            client_id: Some("app".into()),
-            scope: "read write".into(),
-            exp: Some(NOW),
+    fn exp_and_nbf_with_leeway() {
+        let r = rules();
+        let rt = Some(route(&r, "any-token"));
+        let five = Duration::from_secs(5);
+        let at = |c: &Claims, leeway| decide_at(rt, TokenState::Checked(c), NOW, leeway);
+        let with = |exp: Option<i64>, nbf: Option<i64>| Claims {
+            exp,
+            nbf,
+            ..active("read")
         };
+        // exp: refused from exp + leeway on.
         assert_eq!(
-            id.headers(),
-            vec![
-                ("x-auth-username", "alice".to_owned()),
-                ("x-auth-client-id", "app".to_owned()),
-                ("x-auth-scope", "read write".to_owned()),
-                ("x-auth-expires", NOW.to_string()),
-            ]
+            at(&with(Some(NOW), None), Duration::ZERO),
+            Decision::InvalidToken(EXPIRED_TOKEN)
+        );
+        assert!(at(&with(Some(NOW + 1), None), Duration::ZERO).is_allow());
+        assert!(at(&with(Some(NOW - 4), None), five).is_allow());
+        assert_eq!(
+            at(&with(Some(NOW - 5), None), five),
+            Decision::InvalidToken(EXPIRED_TOKEN)
+        );
+        // nbf: refused while nbf - leeway is after now.
+        assert_eq!(
+            at(&with(None, Some(NOW + 1)), Duration::ZERO),
+            Decision::InvalidToken(NOT_YET_VALID_TOKEN)
+        );
+        assert!(at(&with(None, Some(NOW)), Duration::ZERO).is_allow());
+        assert!(at(&with(None, Some(NOW + 5)), five).is_allow());
+        assert_eq!(
+            at(&with(None, Some(NOW + 6)), five),
+            Decision::InvalidToken(NOT_YET_VALID_TOKEN)
         );
         assert_eq!(
-            Identity::default().headers(),
-            vec![("x-auth-scope", String::new())]
+            at(&with(Some(NOW + 60), Some(NOW + 3600)), five),
+            Decision::InvalidToken(NOT_YET_VALID_TOKEN)
         );
-        let evil = Identity {
-            username: Some("a\r\nX-Evil: 1".into()),
-            ..Identity::default()
-        };
-        assert_eq!(evil.headers(), vec![("x-auth-scope", String::new())]);
-        for (name, _) in id.headers() {
-            assert!(IDENTITY_HEADERS.contains(&name));
-        }
+        // Fractions of a second do not count; huge leeways saturate instead of overflowing.
+        assert_eq!(
+            at(&with(Some(NOW), None), Duration::from_millis(999)),
+            Decision::InvalidToken(EXPIRED_TOKEN)
+        );
+        assert!(at(&with(Some(0), Some(NOW)), Duration::MAX).is_allow());
+        assert!(
+            decide_at(
+                rt,
+                TokenState::Checked(&with(Some(1), None)),
+                i64::MIN,
+                five
+            )
+            .is_allow()
+        );
+        // Public routes never look at the token's times.
+        assert_eq!(
+            decide_at(
+                Some(route(&r, "public")),
+                TokenState::Checked(&with(Some(0), Some(crate::claims::MAX_TIME))),
+                NOW,
+                Duration::ZERO
+            ),
+            Decision::Allow(None)
+        );
     }
 }

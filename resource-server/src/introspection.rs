@@ -7,7 +7,8 @@ use http::HeaderValue;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 
 use crate::checker::CheckerError;
-use crate::claims::Claims;
+use crate::claims::{Claims, Malformed};
+use crate::policy::AnswerPolicy;
 
 /// How the resource server authenticates to the introspection endpoint.
 #[derive(Clone, PartialEq, Eq)]
@@ -35,7 +36,7 @@ impl std::fmt::Debug for ClientAuth {
     }
 }
 
-/// Where and how to introspect.
+/// Where and how to introspect, and which answers to accept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IntrospectionSettings {
     /// The endpoint, e.g. `http://authserver:8000/o/introspect/` (`http` or `https`).
@@ -45,6 +46,8 @@ pub struct IntrospectionSettings {
     pub connect_timeout: Duration,
     /// Bound on the whole exchange, connection to the end of the answer.
     pub request_timeout: Duration,
+    /// Issuer, audience and clock leeway.
+    pub policy: AnswerPolicy,
 }
 
 impl IntrospectionSettings {
@@ -53,13 +56,14 @@ impl IntrospectionSettings {
     /// Default bound on one introspection call.
     pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-    /// Settings with the default timeouts.
+    /// Settings with the default timeouts and policy.
     pub fn new(url: impl Into<String>, auth: ClientAuth) -> Self {
         IntrospectionSettings {
             url: url.into(),
             auth,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             request_timeout: Self::DEFAULT_REQUEST_TIMEOUT,
+            policy: AnswerPolicy::default(),
         }
     }
 }
@@ -75,8 +79,9 @@ pub enum IntrospectionError {
     Status(u16),
     #[error("answer is larger than {MAX_ANSWER} bytes")]
     TooLarge,
-    #[error("answer is not an RFC 7662 JSON object: {0}")]
-    Body(#[source] serde_json::Error),
+    /// A 2xx answer that is not a valid RFC 7662 answer (not JSON, wrong types, bad times).
+    #[error("answer is not a valid RFC 7662 JSON object: {0}")]
+    Malformed(#[from] Malformed),
 }
 
 /// The largest introspection answer read.
@@ -152,8 +157,8 @@ impl Introspector {
         })
     }
 
-    /// One RFC 7662 call: `POST token=<t>&token_type_hint=access_token`. Any 2xx with a JSON
-    /// object is an answer (active or not); everything else is an error.
+    /// One RFC 7662 call: `POST token=<t>&token_type_hint=access_token`. Any 2xx with a valid
+    /// answer ([`Claims::from_json`]) is an answer (active or not); everything else is an error.
     pub async fn introspect(&self, token: &str) -> Result<Claims, IntrospectionError> {
         let body = format!("token={}&token_type_hint=access_token", form_encode(token));
         let mut resp = self
@@ -180,7 +185,7 @@ impl Introspector {
             }
             buf.extend_from_slice(&chunk);
         }
-        serde_json::from_slice(&buf).map_err(IntrospectionError::Body)
+        Ok(Claims::from_json(&buf)?)
     }
 }
 

@@ -3,7 +3,9 @@
 //!
 //! The data path of one request:
 //! [`bearer::bearer_token`] → [`rules::Rules::find`] → (for protected routes)
-//! [`checker::TokenChecker::check`] → [`decision::decide`] → [`decision::Decision::refusal`].
+//! [`checker::TokenChecker::check`] (a strict [`claims::Claims`] read, refusals by
+//! [`policy::AnswerPolicy`]) → [`decision::decide`] (with the policy's leeway) →
+//! [`decision::Decision::refusal`], or the caller's [`identity::Identity`] headers.
 //!
 //! [`settings`] is the `introspection:` section of the binaries' YAML files.
 
@@ -11,15 +13,19 @@ pub mod bearer;
 pub mod checker;
 pub mod claims;
 pub mod decision;
+pub mod identity;
 pub mod introspection;
+pub mod policy;
 pub mod rules;
 pub mod settings;
 
 pub use bearer::{Bearer, bearer_token};
 pub use checker::{CacheSettings, CheckerError, CheckerMetrics, TokenChecker, Unavailable};
 pub use claims::Claims;
-pub use decision::{Decision, IDENTITY_HEADERS, Identity, Refusal, TokenState, decide};
+pub use decision::{Decision, Refusal, TokenState, decide};
+pub use identity::{IDENTITY_HEADERS, Identity};
 pub use introspection::{ClientAuth, IntrospectionSettings};
+pub use policy::AnswerPolicy;
 pub use rules::{Access, Route, RouteSpec, Rules, RulesError};
 
 use sha2::{Digest, Sha256};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::CacheSettings;
+use crate::{AnswerPolicy, CacheSettings};
 
 /// How to reach the authorization server's introspection endpoint (RFC 7662).
 ///
@@ -34,6 +34,45 @@ pub struct RawIntrospection<Url = Option<String>> {
     pub request_timeout: Option<RawDuration>,
     #[serde(default)]
     pub cache: Option<RawCache>,
+    /// How far past `exp`, or before `nbf`, a token is still accepted (default `5s`, at most
+    /// `5m`).
+    #[serde(default)]
+    pub leeway: Option<RawDuration>,
+    /// When set, only answers whose `iss` is exactly this are accepted.
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// When set, only answers whose `aud` contains this are accepted.
+    #[serde(default)]
+    pub audience: Option<String>,
+}
+
+impl<Url> RawIntrospection<Url> {
+    /// `leeway`, `issuer` and `audience`, checked by [`AnswerPolicy::check`].
+    pub fn policy(&self) -> Result<AnswerPolicy, SettingError> {
+        let policy = AnswerPolicy {
+            issuer: self.issuer.clone(),
+            audience: self.audience.clone(),
+            leeway: duration(
+                "introspection.leeway",
+                self.leeway.as_ref(),
+                AnswerPolicy::DEFAULT_LEEWAY,
+            )?,
+        };
+        policy.check().map_err(|(key, problem)| SettingError {
+            field: format!("introspection.{key}"),
+            value: match key {
+                "issuer" => policy.issuer.clone().unwrap_or_default(),
+                "audience" => policy.audience.clone().unwrap_or_default(),
+                _ => self
+                    .leeway
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
+            },
+            problem,
+        })?;
+        Ok(policy)
+    }
 }
 
 /// The introspection cache; the defaults are [`CacheSettings::default`].
@@ -159,6 +198,42 @@ mod tests {
         for bad in ["", "s", "3d", "-3s", "1.5s"] {
             assert!(p(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn policy_defaults_and_errors() {
+        let raw = |yaml: &str| serde_yaml_ng::from_str::<RawIntrospection>(yaml).unwrap();
+        assert_eq!(raw("url: x").policy(), Ok(AnswerPolicy::default()));
+        assert_eq!(
+            raw("{leeway: 2s, issuer: 'https://a', audience: api}").policy(),
+            Ok(AnswerPolicy {
+                issuer: Some("https://a".into()),
+                audience: Some("api".into()),
+                leeway: Duration::from_secs(2),
+            })
+        );
+        assert_eq!(
+            raw("leeway: 0").policy().map(|p| p.leeway),
+            Ok(Duration::ZERO)
+        );
+        let e = raw("leeway: 1h").policy().unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str(), e.problem.as_str()),
+            ("introspection.leeway", "1h", "at most 300s")
+        );
+        let e = raw("leeway: soon").policy().unwrap_err();
+        assert_eq!(e.field, "introspection.leeway");
+        let e = raw("audience: ''").policy().unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("introspection.audience", "")
+        );
+        let e = raw("issuer: ' '").policy().unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("introspection.issuer", " ")
+        );
+        assert!(serde_yaml_ng::from_str::<RawIntrospection>("audiences: [a]").is_err());
     }
 
     #[test]

@@ -1,188 +1,15 @@
 //! TokenChecker against a real (tiny) HTTP/1.1 introspection server on 127.0.0.1:0.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+#[path = "support/fake_server.rs"]
+mod fake_server;
+
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fake_server::{FakeServer, Reply, json};
 use resource_server::{
-    CacheSettings, ClientAuth, IntrospectionSettings, TokenChecker, Unavailable,
+    AnswerPolicy, CacheSettings, ClientAuth, IntrospectionSettings, TokenChecker, Unavailable,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
-
-/// What the fake server answers.
-#[derive(Clone)]
-enum Reply {
-    Json {
-        status: u16,
-        body: String,
-        delay: Duration,
-    },
-    /// Read the request, then close the connection without answering.
-    Close,
-}
-
-fn json(body: &str) -> Reply {
-    Reply::Json {
-        status: 200,
-        body: body.into(),
-        delay: Duration::ZERO,
-    }
-}
-
-#[derive(Clone, Debug)]
-struct Recorded {
-    /// Header lines, names lower-cased: "name: value".
-    headers: Vec<String>,
-    body: String,
-}
-
-impl Recorded {
-    fn header(&self, name: &str) -> Option<&str> {
-        let prefix = format!("{name}: ");
-        self.headers.iter().find_map(|h| h.strip_prefix(&prefix))
-    }
-}
-
-struct FakeServer {
-    url: String,
-    calls: Arc<AtomicUsize>,
-    connections: Arc<AtomicUsize>,
-    requests: Arc<Mutex<Vec<Recorded>>>,
-    reply: Arc<Mutex<Reply>>,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl FakeServer {
-    async fn start(reply: Reply) -> FakeServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = FakeServer {
-            url: format!("http://{addr}/o/introspect/"),
-            calls: Arc::default(),
-            connections: Arc::default(),
-            requests: Arc::default(),
-            reply: Arc::new(Mutex::new(reply)),
-            tasks: Arc::default(),
-        };
-        let (calls, connections, requests, reply, tasks) = (
-            server.calls.clone(),
-            server.connections.clone(),
-            server.requests.clone(),
-            server.reply.clone(),
-            server.tasks.clone(),
-        );
-        let accept = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                connections.fetch_add(1, Ordering::SeqCst);
-                let conn = tokio::spawn(serve(
-                    stream,
-                    calls.clone(),
-                    requests.clone(),
-                    reply.clone(),
-                ));
-                tasks.lock().unwrap().push(conn);
-            }
-        });
-        server.tasks.lock().unwrap().push(accept);
-        server
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    fn set(&self, reply: Reply) {
-        *self.reply.lock().unwrap() = reply;
-    }
-
-    fn last(&self) -> Recorded {
-        self.requests
-            .lock()
-            .unwrap()
-            .last()
-            .cloned()
-            .expect("a request")
-    }
-
-    /// Stops listening and drops every connection: the port refuses from now on.
-    fn stop(&self) {
-        for t in self.tasks.lock().unwrap().drain(..) {
-            t.abort();
-        }
-    }
-}
-
-impl Drop for FakeServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-async fn serve(
-    mut stream: TcpStream,
-    calls: Arc<AtomicUsize>,
-    requests: Arc<Mutex<Vec<Recorded>>>,
-    reply: Arc<Mutex<Reply>>,
-) {
-    let mut buf = Vec::new();
-    loop {
-        // Read one request head.
-        let head_end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i;
-            }
-            let mut chunk = [0u8; 4096];
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-        let headers: Vec<String> = head
-            .lines()
-            .skip(1)
-            .filter_map(|l| l.split_once(':'))
-            .map(|(n, v)| format!("{}: {}", n.to_ascii_lowercase(), v.trim()))
-            .collect();
-        let len: usize = headers
-            .iter()
-            .find_map(|h| h.strip_prefix("content-length: "))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        let body_start = head_end + 4;
-        while buf.len() < body_start + len {
-            let mut chunk = [0u8; 4096];
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-        let body = String::from_utf8_lossy(&buf[body_start..body_start + len]).into_owned();
-        buf.drain(..body_start + len);
-        calls.fetch_add(1, Ordering::SeqCst);
-        requests.lock().unwrap().push(Recorded { headers, body });
-        let current = reply.lock().unwrap().clone();
-        match current {
-            Reply::Close => return,
-            Reply::Json {
-                status,
-                body,
-                delay,
-            } => {
-                tokio::time::sleep(delay).await;
-                let resp = format!(
-                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                    body.len()
-                );
-                if stream.write_all(resp.as_bytes()).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
 
 fn now() -> i64 {
     SystemTime::now()
@@ -203,6 +30,7 @@ fn settings(server: &FakeServer) -> IntrospectionSettings {
         auth: ClientAuth::Bearer("rs-secret".into()),
         connect_timeout: Duration::from_millis(500),
         request_timeout: Duration::from_millis(1000),
+        policy: AnswerPolicy::default(),
     }
 }
 

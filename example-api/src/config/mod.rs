@@ -267,6 +267,7 @@ impl Validator<'_> {
     }
 
     fn introspection(&self, raw: RawIntrospection) -> Result<IntrospectConfig, ConfigError> {
+        let policy = raw.policy().map_err(|e| self.setting(e))?;
         let picked = self.pick(
             "introspection.url",
             Some("EXAMPLE_API_INTROSPECTION_URL"),
@@ -359,6 +360,7 @@ impl Validator<'_> {
                 auth,
                 connect_timeout,
                 request_timeout,
+                policy,
             },
             cache,
         })

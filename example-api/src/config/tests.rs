@@ -251,3 +251,39 @@ fn files_missing_or_present() {
         (1234, file.display().to_string())
     );
 }
+
+#[test]
+fn introspection_leeway_issuer_and_audience() {
+    let introspect = |extra: &str| {
+        yaml(&format!(
+            "mode: introspect\nintrospection: {{ url: 'http://a:1/', auth_token: t{extra} }}"
+        ))
+    };
+    let c = Config::from_yaml(&introspect(""), "c.yaml").unwrap();
+    assert_eq!(
+        c.introspect.unwrap().settings.policy,
+        resource_server::AnswerPolicy::default()
+    );
+    let c = Config::from_yaml(
+        &introspect(", leeway: 0s, issuer: 'https://auth.example', audience: api"),
+        "c.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        c.introspect.unwrap().settings.policy,
+        resource_server::AnswerPolicy {
+            issuer: Some("https://auth.example".into()),
+            audience: Some("api".into()),
+            leeway: Duration::ZERO,
+        }
+    );
+    assert_eq!(
+        err(&introspect(", leeway: 6m")),
+        "c.yaml: key \"introspection.leeway\": \"6m\": at most 300s"
+    );
+    assert!(
+        err(&introspect(", issuer: ''")).starts_with("c.yaml: key \"introspection.issuer\": \"\""),
+        "{}",
+        err(&introspect(", issuer: ''"))
+    );
+}

@@ -223,11 +223,25 @@ impl Client {
 
 /// The example API in `introspect` mode, configured through its YAML like the binary.
 pub async fn start_api(database_url: &str, introspection_yaml: &str) -> Running {
-    let yaml = format!(
+    start_with(&format!(
         "mode: introspect\nlisten: 127.0.0.1:0\ndatabase_url: '{database_url}'\nintrospection:\n{introspection_yaml}\n{}",
         routes_of_shipped_config()
-    );
-    let config = Config::from_yaml(&yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    ))
+    .await
+}
+
+/// The example API in `behind-proxy` mode (trusting the `X-Auth-*` headers), on loopback.
+pub async fn start_api_behind_proxy(database_url: &str) -> Running {
+    start_with(&format!(
+        "mode: behind-proxy\nlisten: 127.0.0.1:0\ndatabase_url: '{database_url}'\n{}",
+        routes_of_shipped_config()
+    ))
+    .await
+}
+
+/// The example API as this YAML configures it.
+async fn start_with(yaml: &str) -> Running {
+    let config = Config::from_yaml(yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let store = Store::connect(&config.database_url)
         .await
         .expect("api store");

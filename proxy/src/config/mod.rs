@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use resource_server::settings::{self, SettingError};
-use resource_server::{CacheSettings, ClientAuth, IntrospectionSettings, Rules, RulesError};
+use resource_server::{
+    AnswerPolicy, CacheSettings, ClientAuth, IntrospectionSettings, Rules, RulesError,
+};
 
 use raw::{RawConfig, RawDuration, RawIntrospection, RawUpstream};
 
@@ -145,6 +147,8 @@ pub struct IntrospectionConfig {
     pub negative_ttl: Duration,
     pub capacity: u64,
     pub stale_grace: Duration,
+    /// `leeway`, `issuer`, `audience`.
+    pub policy: AnswerPolicy,
 }
 
 impl IntrospectionConfig {
@@ -166,6 +170,7 @@ impl IntrospectionConfig {
                 auth,
                 connect_timeout: self.connect_timeout,
                 request_timeout: self.request_timeout,
+                policy: self.policy.clone(),
             },
             CacheSettings {
                 max_ttl: self.max_ttl,
@@ -380,6 +385,7 @@ impl Validator<'_> {
         raw: RawIntrospection,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<IntrospectionConfig, ConfigError> {
+        let policy = raw.policy().map_err(|e| self.setting(e))?;
         let (url_field, url) = match env("PROXY_INTROSPECTION_URL") {
             Some(v) => (
                 "introspection.url (from PROXY_INTROSPECTION_URL)".to_owned(),
@@ -432,6 +438,7 @@ impl Validator<'_> {
             negative_ttl: cache.negative_ttl,
             capacity: cache.capacity,
             stale_grace: cache.stale_grace,
+            policy,
         })
     }
 

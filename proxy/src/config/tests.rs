@@ -158,3 +158,37 @@ fn environment_overrides() {
     let e = parse_config(GOOD, "f", bad_env).unwrap_err().to_string();
     assert!(e.contains("listen (from PROXY_LISTEN)"), "{e}");
 }
+
+#[test]
+fn answer_policy_leeway_issuer_audience() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.introspection.policy, AnswerPolicy::default());
+    assert_eq!(c.introspection.policy.leeway, Duration::from_secs(5));
+    let with = |extra: &str| {
+        GOOD.replace(
+            "  cache: { max_ttl: 30s",
+            &format!("{extra}\n  cache: {{ max_ttl: 30s"),
+        )
+    };
+    let c = parse(&with(
+        "  leeway: 2s\n  issuer: https://auth.example\n  audience: api",
+    ))
+    .unwrap();
+    let expected = AnswerPolicy {
+        issuer: Some("https://auth.example".into()),
+        audience: Some("api".into()),
+        leeway: Duration::from_secs(2),
+    };
+    assert_eq!(c.introspection.policy, expected);
+    // What the checker is built with.
+    assert_eq!(c.introspection.settings().0.policy, expected);
+    let e = error(&with("  leeway: 10m"));
+    assert_eq!(
+        e,
+        "proxy.yaml: field \"introspection.leeway\" = \"10m\": at most 300s"
+    );
+    let e = error(&with("  audience: ''"));
+    assert!(e.contains("field \"introspection.audience\" = \"\""), "{e}");
+    let e = error(&with("  leeway: soon"));
+    assert!(e.contains("introspection.leeway"), "{e}");
+}

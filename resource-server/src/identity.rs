@@ -1,0 +1,275 @@
+//! The caller's identity as forwarded upstream in `X-Auth-*` headers, and the lossless encoding
+//! of its values: UTF-8, percent-encoded ([`encode`]), read back by [`Identity::from_header_values`].
+//!
+//! `X-Auth-Username` and `X-Auth-Client-Id` carry [`encode`]d text; `X-Auth-Scope` the granted
+//! scopes, each [`encode`]d, separated by one space; `X-Auth-Expires` unix seconds in decimal.
+//! Plain ASCII names without `%` or spaces are sent as they are.
+
+use crate::claims::{Claims, MAX_TIME};
+
+/// The request headers that carry the caller's identity upstream (lower case). A proxy removes
+/// any the client sent before setting its own.
+pub const IDENTITY_HEADERS: [&str; 4] = [
+    "x-auth-username",
+    "x-auth-client-id",
+    "x-auth-scope",
+    "x-auth-expires",
+];
+
+/// The caller, as forwarded upstream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub username: Option<String>,
+    pub client_id: Option<String>,
+    /// Granted scopes, separated by one space (empty when the token has none).
+    pub scope: String,
+    /// Expiry, unix seconds.
+    pub exp: Option<i64>,
+}
+
+/// Identity headers that [`Identity::headers`] would never have written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    #[error("an identity header is not percent-encoded UTF-8")]
+    Encoding,
+    #[error("X-Auth-Expires is not a number of seconds")]
+    Expires,
+}
+
+impl Identity {
+    /// Builds the identity from an introspection answer.
+    pub fn from_claims(c: &Claims) -> Self {
+        Identity {
+            username: c.username.clone(),
+            client_id: c.client_id.clone(),
+            scope: c.scopes().collect::<Vec<_>>().join(" "),
+            exp: c.exp,
+        }
+    }
+
+    /// The `X-Auth-*` pairs (names from [`IDENTITY_HEADERS`]) for the values that are known, each
+    /// a valid header value; `x-auth-scope` is always present (possibly empty).
+    pub fn headers(&self) -> Vec<(&'static str, String)> {
+        let [username, client_id, scope, expires] = IDENTITY_HEADERS;
+        let mut out = Vec::with_capacity(4);
+        out.extend(self.username.as_deref().map(|u| (username, encode(u))));
+        out.extend(self.client_id.as_deref().map(|c| (client_id, encode(c))));
+        let scopes: Vec<String> = self.scope.split_whitespace().map(encode).collect();
+        out.push((scope, scopes.join(" ")));
+        out.extend(self.exp.map(|e| (expires, e.to_string())));
+        out
+    }
+
+    /// Reads back what [`Identity::headers`] wrote: `values` in the order of
+    /// [`IDENTITY_HEADERS`], `None` for an absent header.
+    pub fn from_header_values(values: [Option<&[u8]>; 4]) -> Result<Identity, IdentityError> {
+        let [username, client_id, scope, expires] = values;
+        let text = |v: Option<&[u8]>| v.map(|v| decode(v).ok_or(IdentityError::Encoding));
+        Ok(Identity {
+            username: text(username).transpose()?,
+            client_id: text(client_id).transpose()?,
+            scope: scope.map_or(Ok(String::new()), decode_scope)?,
+            exp: expires.map(decode_expires).transpose()?,
+        })
+    }
+}
+
+/// Percent-encodes (UTF-8, upper-case hex) every byte outside `0x21..=0x7E`, and `%` itself.
+pub fn encode(value: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(value.len());
+    for &b in value.as_bytes() {
+        if (0x21..=0x7E).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 15)]));
+        }
+    }
+    out
+}
+
+/// The text [`encode`] made: visible ASCII where `%` starts two hex digits (either case), UTF-8
+/// once decoded. `None` for anything else (a space, a control or non-ASCII byte, a bad escape).
+pub fn decode(value: &[u8]) -> Option<String> {
+    let mut out = Vec::with_capacity(value.len());
+    let mut rest = value;
+    while let [b, tail @ ..] = rest {
+        rest = tail;
+        match b {
+            b'%' => {
+                let [hi, lo, tail @ ..] = rest else {
+                    return None;
+                };
+                let digit = |c: &u8| char::from(*c).to_digit(16);
+                out.push(u8::try_from(digit(hi)? * 16 + digit(lo)?).ok()?);
+                rest = tail;
+            }
+            0x21..=0x7E => out.push(*b),
+            _ => return None,
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Scopes separated by single spaces, each [`decode`]d into a non-empty scope without whitespace.
+fn decode_scope(value: &[u8]) -> Result<String, IdentityError> {
+    if value.is_empty() {
+        return Ok(String::new());
+    }
+    let scopes = value
+        .split(|&b| b == b' ')
+        .map(|part| {
+            decode(part)
+                .filter(|s| !s.is_empty() && !s.contains(char::is_whitespace))
+                .ok_or(IdentityError::Encoding)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(scopes.join(" "))
+}
+
+/// Decimal digits only, from 0 to [`MAX_TIME`].
+fn decode_expires(value: &[u8]) -> Result<i64, IdentityError> {
+    std::str::from_utf8(value)
+        .ok()
+        .filter(|s| !s.is_empty() && s.len() <= 12 && s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse::<i64>().ok())
+        .filter(|e| *e <= MAX_TIME)
+        .ok_or(IdentityError::Expires)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_700_000_000;
+
+    fn round_trip(id: &Identity) -> Identity {
+        let headers = id.headers();
+        for (name, value) in &headers {
+            assert!(IDENTITY_HEADERS.contains(name));
+            assert!(
+                http::HeaderValue::from_str(value).is_ok(),
+                "{name}: {value:?}"
+            );
+        }
+        let get = |n: &str| {
+            headers
+                .iter()
+                .find(|(name, _)| *name == n)
+                .map(|(_, v)| v.as_bytes())
+        };
+        Identity::from_header_values(IDENTITY_HEADERS.map(get)).expect("reads back")
+    }
+
+    #[test]
+    fn ascii_names_are_unchanged() {
+        let id = Identity {
+            username: Some("alice".into()),
+            client_id: Some("app-1_x.y~z".into()),
+            scope: "read write".into(),
+            exp: Some(NOW),
+        };
+        assert_eq!(
+            id.headers(),
+            vec![
+                ("x-auth-username", "alice".to_owned()),
+                ("x-auth-client-id", "app-1_x.y~z".to_owned()),
+                ("x-auth-scope", "read write".to_owned()),
+                ("x-auth-expires", NOW.to_string()),
+            ]
+        );
+        assert_eq!(
+            Identity::default().headers(),
+            vec![("x-auth-scope", String::new())]
+        );
+        assert_eq!(round_trip(&id), id);
+        assert_eq!(round_trip(&Identity::default()), Identity::default());
+    }
+
+    #[test]
+    fn encoding() {
+        assert_eq!(encode("josé"), "jos%C3%A9");
+        assert_eq!(encode("日本"), "%E6%97%A5%E6%9C%AC");
+        assert_eq!(encode("🦀"), "%F0%9F%A6%80");
+        assert_eq!(encode("100%"), "100%25");
+        assert_eq!(encode("a b"), "a%20b");
+        assert_eq!(encode("a\r\nX-Evil: 1"), "a%0D%0AX-Evil:%201");
+        assert_eq!(encode("\u{7f}\0\t"), "%7F%00%09");
+        assert_eq!(encode(""), "");
+    }
+
+    #[test]
+    fn non_ascii_names_round_trip() {
+        for name in [
+            "josé",
+            "日本",
+            "🦀 crab",
+            "100%",
+            "%25",
+            "a b  c ",
+            "a\r\nX-Evil: 1",
+            "\u{0}\u{7f}\u{85}",
+            "",
+        ] {
+            let id = Identity {
+                username: Some(name.into()),
+                client_id: Some(format!("client {name}")),
+                scope: "read".into(),
+                exp: Some(NOW),
+            };
+            assert_eq!(round_trip(&id), id, "{name:?}");
+            assert_eq!(decode(encode(name).as_bytes()).as_deref(), Some(name));
+        }
+    }
+
+    #[test]
+    fn scopes_are_encoded_one_by_one() {
+        let id = Identity {
+            scope: "read é 100% x\u{1}".into(),
+            ..Identity::default()
+        };
+        assert_eq!(
+            id.headers(),
+            vec![("x-auth-scope", "read %C3%A9 100%25 x%01".to_owned())]
+        );
+        assert_eq!(round_trip(&id), id);
+    }
+
+    #[test]
+    fn decoding_refuses_what_encode_never_writes() {
+        assert_eq!(decode(b"jos%c3%a9").as_deref(), Some("josé"));
+        for bad in [
+            &b"a b"[..],
+            b"caf\xc3\xa9",
+            b"%",
+            b"%4",
+            b"%zz",
+            b"%C3",
+            b"%FF",
+            b"a\tb",
+            b"\x7f",
+        ] {
+            assert_eq!(decode(bad), None, "{bad:?}");
+        }
+        let read = |scope: &[u8], exp: &[u8]| {
+            Identity::from_header_values([None, None, Some(scope), Some(exp)])
+        };
+        assert_eq!(read(b"a  b", b"1"), Err(IdentityError::Encoding));
+        assert_eq!(read(b" a", b"1"), Err(IdentityError::Encoding));
+        assert_eq!(read(b"a%20b", b"1"), Err(IdentityError::Encoding));
+        assert_eq!(read(b"a", b"-1"), Err(IdentityError::Expires));
+        assert_eq!(read(b"a", b" 1"), Err(IdentityError::Expires));
+        assert_eq!(read(b"a", b"253402300800"), Err(IdentityError::Expires));
+        assert_eq!(
+            read(b"a", b"99999999999999999999"),
+            Err(IdentityError::Expires)
+        );
+        assert_eq!(read(b"a", b""), Err(IdentityError::Expires));
+        assert_eq!(
+            read(b"a", b"253402300799").map(|i| i.exp),
+            Ok(Some(MAX_TIME))
+        );
+    }
+}
