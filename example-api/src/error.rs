@@ -11,12 +11,17 @@ use serde_json::json;
 /// Per-field messages of a `400`: `{"username": ["This field is required."]}`.
 pub type FieldErrors = BTreeMap<String, Vec<String>>;
 
+/// Django REST framework's permission message, also the body of a scope refusal.
+pub const PERMISSION_DENIED: &str = "You do not have permission to perform this action.";
+
 #[derive(Debug)]
 pub enum ApiError {
     /// 404 `{"detail": "Not found."}`.
     NotFound,
     /// 400 with per-field messages.
     Invalid(FieldErrors),
+    /// 403 `{"detail": "You do not have permission to perform this action."}`.
+    Forbidden,
     /// 400 `{"detail": ...}` (an unparseable body).
     BadRequest(String),
     /// 405 `{"detail": "Method \"X\" not allowed."}`, with `Allow`.
@@ -50,6 +55,7 @@ impl IntoResponse for ApiError {
         };
         match self {
             ApiError::NotFound => detail(StatusCode::NOT_FOUND, "Not found.".into()),
+            ApiError::Forbidden => detail(StatusCode::FORBIDDEN, PERMISSION_DENIED.into()),
             ApiError::Invalid(fields) => (StatusCode::BAD_REQUEST, Json(fields)).into_response(),
             ApiError::BadRequest(text) => detail(StatusCode::BAD_REQUEST, text),
             ApiError::MethodNotAllowed { method, allow } => {

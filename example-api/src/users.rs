@@ -1,7 +1,9 @@
 //! `/users/` and `/users/{id}/`: list, retrieve, create, update, partial update and delete the
-//! authorization server's users. The password is write-only and hashed by the store.
+//! authorization server's users. The password is write-only, hashed by the store, and accepted
+//! only at creation; staff and superuser accounts are out of the API's reach (403), and the
+//! operator flags are never writable here: those belong to `/admin/` and the CLI.
 
-use authserver::store::{NewUser, StoreError, User, UserUpdate};
+use authserver::store::{Guarded, NewUser, StoreError, User, UserUpdate};
 use axum::Json;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{Method, StatusCode};
@@ -38,6 +40,11 @@ impl From<User> for UserView {
 }
 
 pub const DUPLICATE: &str = "A user with that username already exists.";
+pub const CREATE_ONLY: &str = "This field may only be set when the user is created.";
+pub const OPERATOR_ONLY: &str = "This field cannot be set through the API.";
+
+/// Fields that belong to the operators (`/admin/`, the CLI), refused in any body.
+const OPERATOR_FIELDS: [&str; 3] = ["is_staff", "is_superuser", "is_active"];
 
 /// The writable fields, validated; `None` = not given.
 #[derive(Debug, Default)]
@@ -49,7 +56,8 @@ struct Input {
     password: Option<String>,
 }
 
-/// Validates a body; `current` is the user being updated (its own username is no duplicate).
+/// Validates a body; `current` is the user being updated (its own username is no duplicate, and
+/// the password cannot be changed).
 async fn validate(
     state: &AppState,
     data: &Map<String, Value>,
@@ -57,6 +65,14 @@ async fn validate(
     current: Option<i64>,
 ) -> Result<Input, ApiError> {
     let mut f = Fields::new(data, partial);
+    for name in OPERATOR_FIELDS {
+        if data.contains_key(name) {
+            f.error(name, OPERATOR_ONLY);
+        }
+    }
+    if current.is_some() && data.contains_key("password") {
+        f.error("password", CREATE_ONLY);
+    }
     let username = f.text("username", Text::required(150));
     if let Some(name) = &username {
         if !fields::valid_username(name) {
@@ -76,15 +92,19 @@ async fn validate(
     }
     let first_name = f.text("first_name", Text::optional(150));
     let last_name = f.text("last_name", Text::optional(150));
-    let password = f.text(
-        "password",
-        Text {
-            required: false,
-            allow_blank: false,
-            max_length: 128,
-            trim: false,
-        },
-    );
+    let password = if current.is_none() {
+        f.text(
+            "password",
+            Text {
+                required: false,
+                allow_blank: false,
+                max_length: 128,
+                trim: false,
+            },
+        )
+    } else {
+        None
+    };
     f.finish()?;
     Ok(Input {
         username,
@@ -142,14 +162,18 @@ pub async fn retrieve(
     Ok(Json(user.into()))
 }
 
-/// `PUT` and `PATCH` (partial: nothing required).
+/// `PUT` and `PATCH` (partial: nothing required). The object permission is checked before the
+/// body, as Django REST framework does.
 pub async fn update(
     State(state): State<AppState>,
     Id(id): Id,
     request: Request,
 ) -> Result<Json<UserView>, ApiError> {
     let partial = request.method() == Method::PATCH;
-    state.store.get_user(id).await?.ok_or(ApiError::NotFound)?;
+    let user = state.store.get_user(id).await?.ok_or(ApiError::NotFound)?;
+    if is_privileged(&user) {
+        return Err(refused(id));
+    }
     let Payload(data) = Payload::from_request(request, &state).await?;
     let input = validate(&state, &data, partial, Some(id)).await?;
     let update = UserUpdate {
@@ -157,23 +181,37 @@ pub async fn update(
         email: input.email,
         first_name: input.first_name,
         last_name: input.last_name,
-        password: input.password,
         ..UserUpdate::default()
     };
-    let user = state
+    match state
         .store
-        .update_user(id, &update)
+        .update_ordinary_user(id, &update)
         .await
         .map_err(conflict)?
-        .ok_or(ApiError::NotFound)?;
-    Ok(Json(user.into()))
+    {
+        Guarded::Done(user) => Ok(Json(user.into())),
+        Guarded::Missing => Err(ApiError::NotFound),
+        Guarded::Privileged => Err(refused(id)),
+    }
 }
 
 pub async fn destroy(State(state): State<AppState>, Id(id): Id) -> Result<StatusCode, ApiError> {
-    state
-        .store
-        .delete_user(id)
-        .await?
-        .then_some(StatusCode::NO_CONTENT)
-        .ok_or(ApiError::NotFound)
+    match state.store.delete_ordinary_user(id).await? {
+        Guarded::Done(()) => Ok(StatusCode::NO_CONTENT),
+        Guarded::Missing => Err(ApiError::NotFound),
+        Guarded::Privileged => Err(refused(id)),
+    }
+}
+
+fn is_privileged(user: &User) -> bool {
+    user.is_staff || user.is_superuser
+}
+
+/// The `403` for a staff or superuser account, logged: someone tried.
+fn refused(id: i64) -> ApiError {
+    tracing::warn!(
+        user_id = id,
+        "API change to a staff or superuser account refused"
+    );
+    ApiError::Forbidden
 }

@@ -46,6 +46,33 @@ pub struct UserUpdate {
     pub is_superuser: Option<bool>,
 }
 
+/// The outcome of a change that may not touch staff or superuser accounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guarded<T> {
+    Done(T),
+    /// No such user.
+    Missing,
+    /// The user is staff or superuser: left as it was.
+    Privileged,
+}
+
+/// Which accounts a change may touch.
+#[derive(Clone, Copy)]
+enum Reach {
+    Any,
+    /// Neither staff nor superuser.
+    Ordinary,
+}
+
+impl Reach {
+    fn condition(self) -> &'static str {
+        match self {
+            Reach::Any => "1 = 1",
+            Reach::Ordinary => "is_staff = 0 AND is_superuser = 0",
+        }
+    }
+}
+
 pub(super) const COLUMNS: &str =
     "id, username, email, first_name, last_name, is_active, is_staff, is_superuser, date_joined";
 
@@ -151,13 +178,37 @@ impl Store {
         Ok(user.filter(|u| matches && u.is_active))
     }
 
+    /// Any change, for the operators' views and the CLI.
     pub async fn update_user(&self, id: i64, update: &UserUpdate) -> StoreResult<Option<User>> {
+        self.update_user_where(id, update, Reach::Any).await
+    }
+
+    /// A change through the example API: staff and superuser accounts are out of its reach, checked
+    /// in the same statement that writes, so a concurrent promotion cannot slip between.
+    pub async fn update_ordinary_user(
+        &self,
+        id: i64,
+        update: &UserUpdate,
+    ) -> StoreResult<Guarded<User>> {
+        match self.update_user_where(id, update, Reach::Ordinary).await? {
+            Some(user) => Ok(Guarded::Done(user)),
+            None => self.why_not(id).await,
+        }
+    }
+
+    async fn update_user_where(
+        &self,
+        id: i64,
+        update: &UserUpdate,
+        reach: Reach,
+    ) -> StoreResult<Option<User>> {
         let Some(current) = self.get_user(id).await? else {
             return Ok(None);
         };
         let row = sqlx::query(&format!(
             "UPDATE users SET username = $1, email = $2, first_name = $3, last_name = $4,
-             is_active = $5, is_staff = $6, is_superuser = $7 WHERE id = $8 RETURNING {COLUMNS}"
+             is_active = $5, is_staff = $6, is_superuser = $7 WHERE id = $8 AND {} RETURNING {COLUMNS}",
+            reach.condition()
         ))
         .bind(update.username.as_ref().unwrap_or(&current.username))
         .bind(update.email.as_ref().unwrap_or(&current.email))
@@ -172,10 +223,20 @@ impl Store {
         .fetch_optional(&self.writer)
         .await
         .map_err(conflict("a user with that username"))?;
-        if let Some(password) = &update.password {
+        if row.is_some()
+            && let Some(password) = &update.password
+        {
             self.set_password(id, password).await?;
         }
         row.as_ref().map(from_row).transpose()
+    }
+
+    /// Why a guarded change touched no row: the user is gone, or is (now) staff or superuser.
+    async fn why_not<T>(&self, id: i64) -> StoreResult<Guarded<T>> {
+        Ok(match self.get_user(id).await? {
+            None => Guarded::Missing,
+            Some(_) => Guarded::Privileged,
+        })
     }
 
     pub async fn set_password(&self, id: i64, password: &str) -> StoreResult<bool> {
@@ -188,7 +249,23 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Deletes any user, for the operators' views and the CLI.
     pub async fn delete_user(&self, id: i64) -> StoreResult<bool> {
+        self.delete_user_where(id, Reach::Any).await
+    }
+
+    /// A deletion through the example API: never a staff or superuser account.
+    pub async fn delete_ordinary_user(&self, id: i64) -> StoreResult<Guarded<()>> {
+        if self.delete_user_where(id, Reach::Ordinary).await? {
+            Ok(Guarded::Done(()))
+        } else {
+            self.why_not(id).await
+        }
+    }
+
+    /// Deletes the user and what hangs on it in one transaction, undone if the user row itself
+    /// is out of `reach`.
+    async fn delete_user_where(&self, id: i64, reach: Reach) -> StoreResult<bool> {
         let mut tx = self.writer.begin().await?;
         sqlx::query("DELETE FROM user_groups WHERE user_id = $1")
             .bind(id)
@@ -202,12 +279,19 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        let done = sqlx::query("DELETE FROM users WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        let done = sqlx::query(&format!(
+            "DELETE FROM users WHERE id = $1 AND {}",
+            reach.condition()
+        ))
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
         tx.commit().await?;
-        Ok(done.rows_affected() == 1)
+        Ok(true)
     }
 
     pub async fn count_users(&self) -> StoreResult<i64> {

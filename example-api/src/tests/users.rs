@@ -5,7 +5,8 @@ use serde_json::json;
 
 use super::*;
 use crate::fields::{BAD_EMAIL, BAD_USERNAME, BLANK, REQUIRED};
-use crate::users::DUPLICATE;
+use crate::users::{CREATE_ONLY, DUPLICATE, OPERATOR_ONLY};
+use authserver::store::NewUser;
 
 const RW: &str = "read write";
 
@@ -51,33 +52,19 @@ async fn crud_on_every_backend() {
             (StatusCode::OK, &json!(name))
         );
 
-        // PATCH (JSON): only what is given changes; a new password works, the old one no longer.
+        // PATCH (JSON): only what is given changes.
         let a = call(
             &app,
             Method::PATCH,
             &format!("/users/{id}/"),
             RW,
-            Some((JSON, r#"{"last_name": "Liddell", "password": "n3w"}"#)),
+            Some((JSON, r#"{"last_name": "Liddell"}"#)),
         )
         .await;
         assert_eq!(a.status, StatusCode::OK, "{:?}", a.json);
         assert_eq!(
             (a.json["last_name"].as_str(), a.json["first_name"].as_str()),
             (Some("Liddell"), Some("Alice"))
-        );
-        assert!(
-            store
-                .authenticate_user(&name, "n3w")
-                .await
-                .unwrap()
-                .is_some()
-        );
-        assert!(
-            store
-                .authenticate_user(&name, "s3cret pw")
-                .await
-                .unwrap()
-                .is_none()
         );
 
         // PUT needs the username; fields left out keep their values.
@@ -220,10 +207,7 @@ async fn validation_errors_per_field() {
         );
         // Unknown and read-only fields are ignored, as DRF does.
         let third = unique("third");
-        let a = post(
-            json!({"username": third, "id": 1, "is_superuser": true, "colour": "blue"}).to_string(),
-        )
-        .await;
+        let a = post(json!({"username": third, "id": 1, "colour": "blue"}).to_string()).await;
         assert_eq!(a.status, StatusCode::CREATED);
         assert_ne!(a.json["id"], 1);
     }
@@ -316,4 +300,167 @@ async fn unparseable_bodies_and_ids() {
     )
     .await;
     assert_eq!(a.status, StatusCode::NOT_FOUND);
+}
+
+/// Issue 8, finding 1: a `write` token (a user's or a client's) could reset the administrator's
+/// password, rename it, promote itself or delete superusers. Every such attempt is refused, and
+/// the accounts are left exactly as they were.
+#[tokio::test]
+async fn staff_and_superusers_are_out_of_the_apis_reach() {
+    for store in all_stores().await {
+        let app = proxied(store.clone());
+        let mut privileged = Vec::new();
+        for (is_staff, is_superuser) in [(true, true), (true, false), (false, true)] {
+            let name = unique("boss");
+            let user = store
+                .create_user(&NewUser {
+                    username: name.clone(),
+                    password: Some("original pw".into()),
+                    is_active: true,
+                    is_staff,
+                    is_superuser,
+                    ..NewUser::default()
+                })
+                .await
+                .unwrap();
+            privileged.push(user);
+        }
+        for user in &privileged {
+            let uri = format!("/users/{}/", user.id);
+            for (method, body) in [
+                (Method::PATCH, r#"{"password": "pwned"}"#),
+                (Method::PATCH, r#"{"username": "renamed"}"#),
+                (
+                    Method::PUT,
+                    r#"{"username": "renamed", "email": "x@y.org"}"#,
+                ),
+                (Method::PATCH, "{oops"),
+                (Method::DELETE, ""),
+            ] {
+                let a = call(&app, method.clone(), &uri, RW, Some((JSON, body))).await;
+                assert_eq!(
+                    (a.status, &a.json),
+                    (
+                        StatusCode::FORBIDDEN,
+                        &json!({"detail": crate::error::PERMISSION_DENIED})
+                    ),
+                    "{method} {uri} {body}"
+                );
+            }
+            assert_eq!(store.get_user(user.id).await.unwrap().as_ref(), Some(user));
+            assert!(
+                store
+                    .authenticate_user(&user.username, "original pw")
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+        }
+
+        // An ordinary user: the password and the operator flags are never writable on update.
+        let name = unique("plain");
+        let a = call(
+            &app,
+            Method::POST,
+            "/users/",
+            RW,
+            Some((
+                JSON,
+                &json!({"username": name, "password": "first pw"}).to_string(),
+            )),
+        )
+        .await;
+        assert_eq!(a.status, StatusCode::CREATED);
+        let id = a.json["id"].as_i64().unwrap();
+        let uri = format!("/users/{id}/");
+        let a = call(
+            &app,
+            Method::PATCH,
+            &uri,
+            RW,
+            Some((JSON, r#"{"password": "second pw"}"#)),
+        )
+        .await;
+        assert_eq!(
+            (a.status, a.json),
+            (StatusCode::BAD_REQUEST, json!({"password": [CREATE_ONLY]}))
+        );
+        let a = call(
+            &app,
+            Method::PATCH,
+            &uri,
+            RW,
+            Some((FORM, "is_staff=true&is_superuser=1&is_active=false")),
+        )
+        .await;
+        assert_eq!(
+            (a.status, a.json),
+            (
+                StatusCode::BAD_REQUEST,
+                json!({"is_staff": [OPERATOR_ONLY], "is_superuser": [OPERATOR_ONLY], "is_active": [OPERATOR_ONLY]})
+            )
+        );
+        let a = call(
+            &app,
+            Method::POST,
+            "/users/",
+            RW,
+            Some((
+                JSON,
+                &json!({"username": unique("wannabe"), "is_superuser": true}).to_string(),
+            )),
+        )
+        .await;
+        assert_eq!(
+            (a.status, a.json),
+            (
+                StatusCode::BAD_REQUEST,
+                json!({"is_superuser": [OPERATOR_ONLY]})
+            )
+        );
+        let user = store.get_user(id).await.unwrap().unwrap();
+        assert!(user.is_active && !user.is_staff && !user.is_superuser);
+        assert!(
+            store
+                .authenticate_user(&name, "first pw")
+                .await
+                .unwrap()
+                .is_some()
+        );
+
+        // The guard holds in storage too: a promotion that lands between the API's read and its
+        // write still leaves the account untouched.
+        let group = store.create_group(&unique("crew")).await.unwrap();
+        store.add_member(group.id, id).await.unwrap();
+        store
+            .update_user(
+                id,
+                &authserver::store::UserUpdate {
+                    is_staff: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let update = authserver::store::UserUpdate {
+            first_name: Some("Mallory".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            store.update_ordinary_user(id, &update).await.unwrap(),
+            authserver::store::Guarded::Privileged
+        );
+        assert_eq!(
+            store.delete_ordinary_user(id).await.unwrap(),
+            authserver::store::Guarded::Privileged
+        );
+        assert_eq!(
+            store.delete_ordinary_user(i64::MAX).await.unwrap(),
+            authserver::store::Guarded::Missing
+        );
+        let user = store.get_user(id).await.unwrap().unwrap();
+        assert!(user.is_staff && user.first_name.is_empty());
+        // The refused deletion was undone whole: the membership it removed first is back.
+        assert_eq!(store.user_groups(id).await.unwrap(), vec![group]);
+    }
 }
