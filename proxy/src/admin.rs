@@ -25,14 +25,14 @@ impl ServeHttp for Admin {
         }
         match req.uri.path() {
             "/healthz" => reply(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
-            "/readyz" if self.shared.ready() => {
-                reply(StatusCode::OK, "text/plain", b"ready\n".to_vec())
-            }
-            "/readyz" => reply(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "text/plain",
-                b"not ready: no recent answer from the authorization server\n".to_vec(),
-            ),
+            "/readyz" => match self.shared.readiness() {
+                Ok(()) => reply(StatusCode::OK, "text/plain", b"ready\n".to_vec()),
+                Err(why) => reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "text/plain",
+                    format!("not ready: {why}\n").into_bytes(),
+                ),
+            },
             "/metrics" => {
                 let routes = self.shared.routing().rules.routes().len();
                 let text = self

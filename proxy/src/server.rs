@@ -83,9 +83,9 @@ impl ProxyHandle {
         self.shared.reload()
     }
 
-    /// Graceful stop, as SIGTERM: listeners close, in-flight requests get the configured
-    /// `grace_period`, then the runtimes get `shutdown_timeout`. Blocks until the server has
-    /// stopped.
+    /// Graceful stop, as SIGTERM: the drain (see [`crate::drain`]) for at most `grace_period`,
+    /// then the listeners close and the runtimes get `shutdown_timeout`. Blocks until the server
+    /// has stopped.
     pub fn shutdown(mut self) {
         self.stop.send_replace(Some(Stop::Graceful));
         self.join();
@@ -138,7 +138,9 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     let mut server_conf = ServerConf {
         version: 1,
         threads: config.threads,
-        grace_period_seconds: Some(ceil_secs(config.grace_period)),
+        // The drain happens before Pingora hears of the stop (StopWatch), so Pingora's own
+        // grace period, which sleeps whether or not anything is in flight, is not used.
+        grace_period_seconds: Some(0),
         graceful_shutdown_timeout_seconds: Some(ceil_secs(config.shutdown_timeout)),
         ..ServerConf::default()
     };
@@ -173,6 +175,8 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     let watcher = StopWatch {
         rx: stop_rx,
         signals,
+        shared: shared.clone(),
+        grace: config.grace_period,
     };
     let thread = std::thread::Builder::new()
         .name("tokengate-proxy".into())
@@ -233,10 +237,13 @@ fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
-/// Pingora's shutdown trigger: the handle's stop request, and optionally the Unix signals.
+/// Pingora's shutdown trigger: the handle's stop request, and optionally the Unix signals. A
+/// graceful stop drains first.
 struct StopWatch {
     rx: watch::Receiver<Option<Stop>>,
     signals: Signals,
+    shared: SharedState,
+    grace: Duration,
 }
 
 #[async_trait]
@@ -261,9 +268,28 @@ impl ShutdownSignalWatch for StopWatch {
                 stop = from_signals() => stop,
             },
         };
-        match stop {
-            Stop::Graceful => ShutdownSignal::GracefulTerminate,
-            Stop::Fast => ShutdownSignal::FastShutdown,
+        if stop == Stop::Fast {
+            return ShutdownSignal::FastShutdown;
+        }
+        // Draining; a fast stop (the handle's, or SIGINT) still cuts it short.
+        let mut rx = self.rx.clone();
+        let fast_from_handle = async move {
+            while *rx.borrow_and_update() != Some(Stop::Fast) {
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        let fast_from_signal = async {
+            match (self.signals, signal(SignalKind::interrupt())) {
+                (Signals::Handle, Ok(mut int)) => drop(int.recv().await),
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = self.shared.drain.drain(self.grace) => ShutdownSignal::GracefulTerminate,
+            _ = fast_from_handle => ShutdownSignal::FastShutdown,
+            _ = fast_from_signal => ShutdownSignal::FastShutdown,
         }
     }
 }

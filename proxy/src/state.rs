@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use resource_server::TokenChecker;
 
 use crate::config::{ConfigError, ProxyConfig, Routing, load_config};
+use crate::drain::Drain;
 use crate::metrics::ProxyMetrics;
 
 /// How recently the authorization server must have answered for `/readyz` to say 200.
@@ -17,6 +18,7 @@ pub struct Shared {
     routing: RwLock<Arc<Routing>>,
     pub checker: TokenChecker,
     pub metrics: ProxyMetrics,
+    pub drain: Arc<Drain>,
     /// The configuration the process started with (parts other than routing need a restart).
     started_with: ProxyConfig,
 }
@@ -27,6 +29,7 @@ impl Shared {
             routing: RwLock::new(config.routing.clone()),
             checker,
             metrics: ProxyMetrics::default(),
+            drain: Arc::default(),
             started_with: config,
         }
     }
@@ -78,18 +81,29 @@ impl Shared {
         Ok(routes)
     }
 
-    /// Ready: rules are loaded and the authorization server answered within [`READY_WINDOW`].
-    pub fn ready(&self) -> bool {
-        let Some(last) = self.checker.metrics().last_success() else {
-            return false;
-        };
+    /// Ready, or the first condition that fails: not draining, rules loaded, and the
+    /// authorization server answered within [`READY_WINDOW`] (its last call succeeded).
+    pub fn readiness(&self) -> Result<(), &'static str> {
+        if self.drain.is_draining() {
+            return Err("shutting down");
+        }
+        if self.routing().rules.routes().is_empty() {
+            return Err("no routes loaded");
+        }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
-        !self.routing().rules.routes().is_empty()
-            && self.checker.metrics().last_call_ok()
-            && now.saturating_sub(last) <= READY_WINDOW.as_secs() as i64
+        let metrics = self.checker.metrics();
+        match metrics.last_success() {
+            Some(last)
+                if metrics.last_call_ok()
+                    && now.saturating_sub(last) <= READY_WINDOW.as_secs() as i64 =>
+            {
+                Ok(())
+            }
+            _ => Err("no recent answer from the authorization server"),
+        }
     }
 }
 
