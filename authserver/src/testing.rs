@@ -8,14 +8,18 @@ use std::net::SocketAddr;
 
 /// A fresh SQLite database in a new temporary file.
 pub async fn sqlite_store() -> Store {
+    Store::connect(&sqlite_url())
+        .await
+        .expect("open a temporary SQLite database")
+}
+
+/// The URL of a new temporary SQLite file (created on first connect).
+pub fn sqlite_url() -> String {
     let dir = std::env::temp_dir().join(format!(
         "tokengate-test-{}",
         crate::secrets::random_client_id()
     ));
-    let url = format!("sqlite://{}/db.sqlite", dir.display());
-    Store::connect(&url)
-        .await
-        .expect("open a temporary SQLite database")
+    format!("sqlite://{}/db.sqlite", dir.display())
 }
 
 /// The PostgreSQL URL from `DATABASE_URL`, when it names one.
@@ -27,6 +31,16 @@ pub fn postgres_url() -> Option<String> {
 
 /// A fresh, empty schema on the PostgreSQL server of `DATABASE_URL`, if set.
 pub async fn postgres_store() -> Option<Store> {
+    let scoped = postgres_schema_url().await?;
+    Some(
+        Store::connect(&scoped)
+            .await
+            .expect("open the PostgreSQL test schema"),
+    )
+}
+
+/// The URL of a new, empty schema on the PostgreSQL server of `DATABASE_URL`, if set.
+pub async fn postgres_schema_url() -> Option<String> {
     let url = postgres_url()?;
     // tg_<unix seconds>_<random>: schemas left by runs over an hour ago are dropped here.
     let schema = format!(
@@ -58,12 +72,9 @@ pub async fn postgres_store() -> Option<Store> {
         .await
         .expect("create a test schema");
     let separator = if url.contains('?') { '&' } else { '?' };
-    let scoped = format!("{url}{separator}options=-c%20search_path%3D{schema}");
-    Some(
-        Store::connect(&scoped)
-            .await
-            .expect("open the PostgreSQL test schema"),
-    )
+    Some(format!(
+        "{url}{separator}options=-c%20search_path%3D{schema}"
+    ))
 }
 
 /// Every backend this run can test: SQLite always, PostgreSQL when configured.
@@ -71,6 +82,20 @@ pub async fn all_stores() -> Vec<Store> {
     let mut stores = vec![sqlite_store().await];
     stores.extend(postgres_store().await);
     stores
+}
+
+/// Two stores on one fresh database per backend, as two replicas of the server have: each with
+/// its own pools and client cache.
+pub async fn all_replica_pairs() -> Vec<(Store, Store)> {
+    let mut urls = vec![sqlite_url()];
+    urls.extend(postgres_schema_url().await);
+    let mut pairs = Vec::new();
+    for url in urls {
+        let first = Store::connect(&url).await.expect("open the first replica");
+        let second = Store::connect(&url).await.expect("open the second replica");
+        pairs.push((first, second));
+    }
+    pairs
 }
 
 /// The store tests should use by default: PostgreSQL when `DATABASE_URL` names one, else SQLite.

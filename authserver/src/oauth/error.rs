@@ -1,5 +1,6 @@
 //! The OAuth 2.0 error type (RFC 6749 §5.2, RFC 7662, RFC 7009), turned into a response in one place.
 
+use crate::store::StoreError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -18,6 +19,8 @@ pub enum OAuthError {
     Unauthenticated,
     /// A caller that authenticated but may not use this endpoint (403).
     Forbidden,
+    /// Too many failed password attempts from this address (429, `Retry-After`, `invalid_grant`).
+    Throttled,
     Server(anyhow::Error),
 }
 
@@ -26,7 +29,7 @@ impl OAuthError {
         match self {
             OAuthError::InvalidRequest(_) => "invalid_request",
             OAuthError::InvalidClient => "invalid_client",
-            OAuthError::InvalidGrant(_) => "invalid_grant",
+            OAuthError::InvalidGrant(_) | OAuthError::Throttled => "invalid_grant",
             OAuthError::UnauthorizedClient(_) => "unauthorized_client",
             OAuthError::UnsupportedGrantType => "unsupported_grant_type",
             OAuthError::InvalidScope(_) => "invalid_scope",
@@ -40,6 +43,7 @@ impl OAuthError {
         match self {
             OAuthError::InvalidClient | OAuthError::Unauthenticated => StatusCode::UNAUTHORIZED,
             OAuthError::Forbidden => StatusCode::FORBIDDEN,
+            OAuthError::Throttled => StatusCode::TOO_MANY_REQUESTS,
             OAuthError::Server(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
         }
@@ -59,14 +63,21 @@ impl OAuthError {
                 Some("Authenticate with client credentials or a bearer token.".into())
             }
             OAuthError::Forbidden => Some("This caller may not use this endpoint.".into()),
+            OAuthError::Throttled => Some("Too many failed attempts; try again later.".into()),
             OAuthError::Server(_) => None,
         }
     }
 }
 
-impl From<crate::store::StoreError> for OAuthError {
-    fn from(error: crate::store::StoreError) -> Self {
-        OAuthError::Server(error.into())
+impl From<StoreError> for OAuthError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            // A refresh that lost a race with a reuse (or a revocation) of its family.
+            StoreError::FamilyRevoked => OAuthError::InvalidGrant("Invalid refresh token."),
+            // Deleted on another replica while this one still had the client cached.
+            StoreError::UnknownApplication => OAuthError::InvalidClient,
+            other => OAuthError::Server(other.into()),
+        }
     }
 }
 
@@ -98,6 +109,12 @@ impl IntoResponse for OAuthError {
                 headers.append(
                     header::WWW_AUTHENTICATE,
                     HeaderValue::from_static("Basic realm=\"oauth\""),
+                );
+            }
+            OAuthError::Throttled => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(crate::throttle::FAILURE_WINDOW),
                 );
             }
             _ => {}

@@ -229,6 +229,24 @@ impl Store {
         Ok(app)
     }
 
+    /// After a write naming application `id` failed on a foreign key: whether the application is
+    /// gone (deleted, perhaps by another replica). If so, its stale client-cache entry is dropped.
+    pub(super) async fn forget_deleted_application(&self, id: i64) -> StoreResult<bool> {
+        if self.get_application(id).await?.is_some() {
+            return Ok(false);
+        }
+        let stale: Vec<_> = self
+            .clients
+            .iter()
+            .filter(|(_, app)| app.id == id)
+            .map(|(client_id, _)| client_id)
+            .collect();
+        for client_id in stale {
+            self.clients.invalidate(client_id.as_str()).await;
+        }
+        Ok(true)
+    }
+
     /// All applications (`owner_id` None) or those of one owner.
     pub async fn list_applications(&self, owner_id: Option<i64>) -> StoreResult<Vec<Application>> {
         let rows = match owner_id {

@@ -123,6 +123,18 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         failed_at BIGINT NOT NULL);
     CREATE INDEX login_failures_bucket ON login_failures(bucket, failed_at);",
     ),
+    (
+        3,
+        // A family's tokens are dead once its family is here, also tokens inserted concurrently
+        // with the revocation (every lookup joins this table). No backfill: families revoked
+        // before this migration have every row revoked already.
+        "CREATE TABLE revoked_families (
+        family TEXT PRIMARY KEY,
+        revoked_at INTEGER NOT NULL);",
+        "CREATE TABLE revoked_families (
+        family TEXT PRIMARY KEY,
+        revoked_at BIGINT NOT NULL);",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory

@@ -11,7 +11,7 @@ pub use applications::{Application, ApplicationInput, ClientType, GrantType};
 pub use groups::Group;
 pub use sessions::{NewSession, Session};
 pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenRecord};
-pub use users::{NewUser, User, UserUpdate};
+pub use users::{Guarded, NewUser, User, UserUpdate};
 
 use sqlx::AnyPool;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
@@ -29,6 +29,13 @@ pub enum Backend {
 pub enum StoreError {
     #[error("{0} already exists")]
     Conflict(&'static str),
+    /// Tokens were to be issued into a rotation family that has been revoked.
+    #[error("the token family has been revoked")]
+    FamilyRevoked,
+    /// Tokens were to be issued to an application that no longer exists (deleted, perhaps by
+    /// another replica while this one still had it in its client cache, now evicted).
+    #[error("the application no longer exists")]
+    UnknownApplication,
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("{0}")]

@@ -1,6 +1,10 @@
 //! Access and refresh tokens, stored as SHA-256 digests, grouped in rotation families.
+//!
+//! A family is revoked by a row in `revoked_families`, never by updating its tokens: every lookup
+//! joins that table and every insert into a family checks it, so a token issued concurrently with
+//! the revocation (a refresh racing a reuse or an RFC 7009 request) is dead as well.
 
-use super::{Store, StoreResult, now};
+use super::{Store, StoreError, StoreResult, now};
 use crate::secrets;
 use sqlx::Row;
 
@@ -19,6 +23,7 @@ pub struct TokenRecord {
     pub access_token_id: Option<i64>,
     pub issued_at: i64,
     pub expires_at: i64,
+    /// Spent or revoked on its own, or its whole family revoked.
     pub revoked: bool,
 }
 
@@ -60,8 +65,10 @@ pub enum RefreshOutcome {
     Claimed(TokenRecord),
     /// Unknown, expired, or issued to another client.
     Invalid,
-    /// Already used: the whole family has been revoked.
+    /// Already used: this presentation revoked the whole family.
     Reused,
+    /// Its family had been revoked before (by an earlier reuse or by revocation).
+    Revoked,
 }
 
 /// One row of `tokens` about to be written; only the digest of `token` is stored.
@@ -77,13 +84,15 @@ struct NewRow<'a> {
 }
 
 impl NewRow<'_> {
+    /// Inserts the row unless its family is revoked (`FamilyRevoked`), in one statement.
     async fn insert<'e>(
         self,
         executor: impl sqlx::Executor<'e, Database = sqlx::Any>,
     ) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar(
+        sqlx::query_scalar(
             "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+             WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6) RETURNING id",
         )
         .bind(self.kind)
         .bind(secrets::digest(self.token))
@@ -94,14 +103,16 @@ impl NewRow<'_> {
         .bind(self.access_token_id)
         .bind(self.issued_at)
         .bind(self.expires_at)
-        .fetch_one(executor)
-        .await?)
+        .fetch_optional(executor)
+        .await?
+        .ok_or(StoreError::FamilyRevoked)
     }
 }
 
 const SELECT: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active AS user_active,
-    t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked
-    FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id";
+    t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.revoked_at AS family_revoked_at
+    FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
+    LEFT JOIN revoked_families f ON f.family = t.family";
 
 fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<TokenRecord> {
     Ok(TokenRecord {
@@ -117,14 +128,32 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<TokenRecord> {
         access_token_id: row.try_get("access_token_id")?,
         issued_at: row.try_get("issued_at")?,
         expires_at: row.try_get("expires_at")?,
-        revoked: row.try_get::<i64, _>("revoked")? != 0,
+        revoked: row.try_get::<i64, _>("revoked")? != 0
+            || row
+                .try_get::<Option<i64>, _>("family_revoked_at")?
+                .is_some(),
     })
 }
 
 impl Store {
     /// Stores the digests of a new access token and, when asked, its refresh token (one
-    /// transaction for the pair; a lone access token is a single statement).
+    /// transaction for the pair; a lone access token is a single statement). Fails with
+    /// `FamilyRevoked` when continuing a revoked family, and with `UnknownApplication` when the
+    /// application has been deleted meanwhile.
     pub async fn issue_tokens(&self, new: &NewTokens) -> StoreResult<IssuedTokens> {
+        match self.insert_tokens(new).await {
+            Err(StoreError::Database(error)) if is_foreign_key_violation(&error) => Err(
+                if self.forget_deleted_application(new.application_id).await? {
+                    StoreError::UnknownApplication
+                } else {
+                    StoreError::Database(error)
+                },
+            ),
+            other => other,
+        }
+    }
+
+    async fn insert_tokens(&self, new: &NewTokens) -> StoreResult<IssuedTokens> {
         let access_token = secrets::random_token();
         let family = new.family.clone().unwrap_or_else(secrets::random_token);
         let issued_at = now();
@@ -177,7 +206,8 @@ impl Store {
 
     /// Spends a refresh token presented by `application_id`. A second use of a spent token
     /// revokes its whole family (reuse detection); the claim is a conditional update, so two
-    /// replicas racing on one token cannot both win.
+    /// replicas racing on one token cannot both win, and the loser's revocation also covers
+    /// the tokens the winner issues afterwards.
     pub async fn claim_refresh_token(
         &self,
         refresh_token: &str,
@@ -190,19 +220,20 @@ impl Store {
             return Ok(RefreshOutcome::Invalid);
         }
         if record.revoked {
-            self.revoke_family(&record.family).await?;
-            return Ok(RefreshOutcome::Reused);
+            return self.revoke_reused(&record.family).await;
         }
         if !record.is_active() {
             return Ok(RefreshOutcome::Invalid);
         }
-        let claimed = sqlx::query("UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0")
-            .bind(record.id)
-            .execute(&self.writer)
-            .await?;
+        let claimed = sqlx::query(
+            "UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0
+             AND NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = tokens.family)",
+        )
+        .bind(record.id)
+        .execute(&self.writer)
+        .await?;
         if claimed.rows_affected() != 1 {
-            self.revoke_family(&record.family).await?;
-            return Ok(RefreshOutcome::Reused);
+            return self.revoke_reused(&record.family).await;
         }
         if let Some(access_id) = record.access_token_id {
             sqlx::query("UPDATE tokens SET revoked = 1 WHERE id = $1")
@@ -213,13 +244,28 @@ impl Store {
         Ok(RefreshOutcome::Claimed(record))
     }
 
-    /// Revokes every access and refresh token of one rotation family.
-    pub async fn revoke_family(&self, family: &str) -> StoreResult<()> {
-        sqlx::query("UPDATE tokens SET revoked = 1 WHERE family = $1")
-            .bind(family)
-            .execute(&self.writer)
-            .await?;
-        Ok(())
+    /// A spent token was presented: `Reused` if this revoked its family, `Revoked` if an
+    /// earlier call had (so a reuse is reported once, however many racers detect it).
+    async fn revoke_reused(&self, family: &str) -> StoreResult<RefreshOutcome> {
+        Ok(if self.revoke_family(family).await? {
+            RefreshOutcome::Reused
+        } else {
+            RefreshOutcome::Revoked
+        })
+    }
+
+    /// Revokes every access and refresh token of one rotation family, including any being
+    /// issued into it at this moment. Returns false when the family was revoked already.
+    pub async fn revoke_family(&self, family: &str) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "INSERT INTO revoked_families (family, revoked_at) VALUES ($1, $2)
+             ON CONFLICT (family) DO NOTHING",
+        )
+        .bind(family)
+        .bind(now())
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// RFC 7009: revokes the token and its family if it was issued to `application_id`;
@@ -233,4 +279,9 @@ impl Store {
             _ => Ok(false),
         }
     }
+}
+
+/// PostgreSQL SQLSTATE 23503, SQLite's SQLITE_CONSTRAINT_FOREIGNKEY (787).
+fn is_foreign_key_violation(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.is_foreign_key_violation())
 }
