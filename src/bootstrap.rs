@@ -12,10 +12,14 @@ pub struct FirstRun {
     pub admin_password: String,
     pub client_id: String,
     pub client_secret: String,
+    /// A client-credentials application allowed to introspect: what a resource server uses.
+    pub resource_server_id: String,
+    pub resource_server_secret: String,
 }
 
-/// On an empty database: creates `admin` (staff, superuser) and a confidential password-grant
-/// application "demo", both with random secrets. Otherwise does nothing.
+/// On an empty database: creates `admin` (staff, superuser), a confidential password-grant
+/// application "demo" (not allowed to introspect), and a client-credentials application
+/// "resource-server" allowed to introspect, all with random secrets. Otherwise does nothing.
 pub async fn first_run(store: &Store) -> anyhow::Result<Option<FirstRun>> {
     if store.count_users().await? > 0 {
         return Ok(None);
@@ -41,11 +45,24 @@ pub async fn first_run(store: &Store) -> anyhow::Result<Option<FirstRun>> {
     let (app, secret) = store
         .create_application(&demo, Some(admin.id), None, None)
         .await?;
+    let resource_server = ApplicationInput {
+        name: "resource-server".into(),
+        client_type: ClientType::Confidential,
+        grant_type: GrantType::ClientCredentials,
+        redirect_uris: String::new(),
+        allowed_scopes: vec!["introspection".into()],
+        may_introspect: true,
+    };
+    let (rs, rs_secret) = store
+        .create_application(&resource_server, Some(admin.id), None, None)
+        .await?;
     Ok(Some(FirstRun {
         admin_username: admin.username,
         admin_password,
         client_id: app.client_id,
         client_secret: secret.unwrap_or_default(),
+        resource_server_id: rs.client_id,
+        resource_server_secret: rs_secret.unwrap_or_default(),
     }))
 }
 
@@ -95,6 +112,9 @@ First start: created these; they are shown only now.
   demo application  confidential, Resource owner password-based
     client_id       {id}
     client_secret   {secret}
+  resource-server   confidential, client credentials, may introspect
+    client_id       {rs_id}
+    client_secret   {rs_secret}
 
 The seed's walkthrough:
   CLIENT='{id}:{secret}'
@@ -106,14 +126,17 @@ The seed's walkthrough:
   # 3. a read-only token is refused on /groups/ (403)
   READ=$(curl -s -u "$CLIENT" -d grant_type=password -d username={user} -d password='{pw}' -d scope=read {base}/o/token/ | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   curl -si -H "Authorization: Bearer $READ" {base}/groups/
-  # 4. introspection with a token that carries the introspection scope
-  RS=$(curl -s -u "$CLIENT" -d grant_type=password -d username={user} -d password='{pw}' -d scope=introspection {base}/o/token/ | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+  # 4. introspection with a token that carries the introspection scope (only an application
+  #    allowed to introspect can have it: here the resource-server one)
+  RS=$(curl -s -u '{rs_id}:{rs_secret}' -d grant_type=client_credentials -d scope=introspection {base}/o/token/ | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   curl -s -H "Authorization: Bearer $RS" -d token="$TOKEN" {base}/o/introspect/
 "#,
             user = f.admin_username,
             pw = f.admin_password,
             id = f.client_id,
             secret = f.client_secret,
+            rs_id = f.resource_server_id,
+            rs_secret = f.resource_server_secret,
         )),
     }
     text

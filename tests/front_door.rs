@@ -90,7 +90,8 @@ struct FrontDoor {
 async fn front_door() -> FrontDoor {
     let store = testing::store().await;
     testing::user(&store, "alice", "wonderland").await;
-    let (client_id, secret) = testing::application(&store, GrantType::Password, false).await;
+    // Allowed to introspect: the seed's way gets an introspection-scoped password-grant token.
+    let (client_id, secret) = testing::application(&store, GrantType::Password, true).await;
     let (proxy_id, proxy_secret) =
         testing::application(&store, GrantType::ClientCredentials, true).await;
     let auth = Auth::start(

@@ -101,7 +101,32 @@ async fn first_start_prints_credentials_that_work_through_the_front_door() {
         .await
         .unwrap();
     assert_eq!(refused.status(), StatusCode::FORBIDDEN);
-    let rs = token(&http, &base, client, admin, Some("introspection")).await;
+    // The demo application may not introspect; the resource-server one may.
+    let refused = http
+        .post(format!("{base}/o/token/"))
+        .basic_auth(client.0, Some(client.1))
+        .form(&[
+            ("grant_type", "password"),
+            ("username", admin.0),
+            ("password", admin.1),
+            ("scope", "introspection"),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    assert!(banner.contains(&first.resource_server_secret));
+    let rs: Value = http
+        .post(format!("{base}/o/token/"))
+        .basic_auth(&first.resource_server_id, Some(&first.resource_server_secret))
+        .form(&[("grant_type", "client_credentials"), ("scope", "introspection")])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rs = rs["access_token"].as_str().unwrap().to_owned();
     let claims: Value = http
         .post(format!("{base}/o/introspect/"))
         .bearer_auth(&rs)

@@ -1,5 +1,7 @@
 //! Settings: `config/authserver.yaml` mirrored by serde, then validated, with `AUTHSERVER_*` overrides.
 
+use crate::client_ip::IpRange;
+use crate::oauth::INTROSPECTION_SCOPE;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,6 +18,7 @@ struct RawSettings {
     default_scopes: Option<Vec<String>>,
     access_token_lifetime: Option<i64>,
     refresh_token_lifetime: Option<i64>,
+    trusted_proxies: Option<Vec<String>>,
 }
 
 /// Validated settings the server runs with.
@@ -29,6 +32,8 @@ pub struct Settings {
     pub default_scopes: Vec<String>,
     pub access_token_lifetime: i64,
     pub refresh_token_lifetime: i64,
+    /// Peers whose `X-Forwarded-For` is believed (see [`crate::client_ip`]).
+    pub trusted_proxies: Vec<IpRange>,
 }
 
 pub const DEFAULT_CONFIG_PATH: &str = "config/authserver.yaml";
@@ -168,6 +173,14 @@ impl Settings {
                 format!("scope \"{unknown}\" is not declared in scopes"),
             ));
         }
+        if default_scopes.iter().any(|s| s == INTROSPECTION_SCOPE) {
+            return Err(fail(
+                &origin,
+                format!(
+                    "scope \"{INTROSPECTION_SCOPE}\" cannot be a default: it is granted only when asked for, to applications allowed to introspect"
+                ),
+            ));
+        }
 
         let lifetime =
             |key: &str, from_file: Option<i64>, default: i64| -> Result<i64, ConfigError> {
@@ -194,6 +207,27 @@ impl Settings {
             DEFAULT_REFRESH_TOKEN_LIFETIME,
         )?;
 
+        // A list in the file; comma-separated in AUTHSERVER_TRUSTED_PROXIES.
+        let (origin, proxies) = pick("trusted_proxies", raw.trusted_proxies.map(|v| v.join(",")));
+        let trusted_proxies = match proxies {
+            None => IpRange::loopback(),
+            Some(text) => text
+                .split(',')
+                .map(str::trim)
+                .filter(|entry| !entry.is_empty())
+                .map(|entry| {
+                    entry.parse::<IpRange>().map_err(|()| {
+                        fail(
+                            &origin,
+                            format!(
+                                "\"{entry}\" is not an IP address or CIDR range (like 10.0.0.0/8 or ::1)"
+                            ),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+
         Ok(Settings {
             listen,
             issuer,
@@ -202,6 +236,7 @@ impl Settings {
             default_scopes,
             access_token_lifetime,
             refresh_token_lifetime,
+            trusted_proxies,
         })
     }
 
@@ -215,6 +250,7 @@ impl Settings {
             default_scopes: vec!["read".into(), "write".into(), "groups".into()],
             access_token_lifetime: DEFAULT_ACCESS_TOKEN_LIFETIME,
             refresh_token_lifetime: DEFAULT_REFRESH_TOKEN_LIFETIME,
+            trusted_proxies: IpRange::loopback(),
         }
     }
 }
@@ -318,6 +354,79 @@ mod tests {
         .unwrap();
         assert_eq!(ok.listen.port(), 9999);
         assert_eq!(ok.issuer, "https://auth.example");
+    }
+
+    #[test]
+    fn introspection_is_never_a_default_scope() {
+        let err = Settings::from_yaml("default_scopes: [read, introspection]", "config/a.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "config/a.yaml: key \"default_scopes\": scope \"introspection\" cannot be a default"
+            ),
+            "{err}"
+        );
+        let env =
+            |key: &str| (key == "AUTHSERVER_DEFAULT_SCOPES").then(|| "introspection".to_owned());
+        let err = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "environment variable AUTHSERVER_DEFAULT_SCOPES: scope \"introspection\""
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn trusted_proxies_default_to_loopback_and_are_validated() {
+        let s = Settings::from_yaml("", "x.yaml").unwrap();
+        assert_eq!(s.trusted_proxies, IpRange::loopback());
+        let s = Settings::from_yaml(
+            "trusted_proxies: [10.0.0.0/8, 'fd00::/8', 192.0.2.1]",
+            "x.yaml",
+        )
+        .unwrap();
+        let shown: Vec<String> = s.trusted_proxies.iter().map(|r| r.to_string()).collect();
+        assert_eq!(shown, ["10.0.0.0/8", "fd00::/8", "192.0.2.1/32"]);
+        assert!(
+            Settings::from_yaml("trusted_proxies: []", "x.yaml")
+                .unwrap()
+                .trusted_proxies
+                .is_empty()
+        );
+        let err = Settings::from_yaml(
+            "trusted_proxies: [10.0.0.0/8, 10.0.0.0/33]",
+            "config/a.yaml",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "config/a.yaml: key \"trusted_proxies\": \"10.0.0.0/33\" is not an IP address or CIDR range (like 10.0.0.0/8 or ::1)"
+        );
+        let env = |key: &str| {
+            (key == "AUTHSERVER_TRUSTED_PROXIES").then(|| " 10.1.0.0/16 , ::1".to_owned())
+        };
+        let s = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap();
+        let shown: Vec<String> = s.trusted_proxies.iter().map(|r| r.to_string()).collect();
+        assert_eq!(shown, ["10.1.0.0/16", "::1/128"]);
+        let env =
+            |key: &str| (key == "AUTHSERVER_TRUSTED_PROXIES").then(|| "proxy.local".to_owned());
+        let err = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap_err();
+        assert!(
+            err.to_string().starts_with(
+                "environment variable AUTHSERVER_TRUSTED_PROXIES: \"proxy.local\" is not"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_shipped_file_is_valid() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/authserver.yaml");
+        let s = Settings::load_with_env(Some(&file), |_| None).unwrap();
+        assert_eq!(s.trusted_proxies, IpRange::loopback());
+        assert_eq!(s.default_scopes, ["read", "write", "groups"]);
     }
 
     #[test]

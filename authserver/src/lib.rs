@@ -2,11 +2,14 @@
 //! endpoints, storage on SQLite or PostgreSQL, and the operator command line.
 
 pub mod cli;
+pub mod client_ip;
 pub mod config;
+pub mod http_server;
 pub mod oauth;
 pub mod secrets;
 pub mod store;
 pub mod testing;
+pub mod throttle;
 pub mod web;
 
 use axum::Router;
@@ -41,15 +44,14 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves the app on `listener` until `shutdown` completes, then drains in-flight requests.
+/// Serves the app on `listener` until `shutdown` completes, then drains in-flight requests
+/// (with the limits of [`http_server::Limits::DEFAULT`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    http_server::serve(listener, app(state), http_server::Limits::DEFAULT, shutdown).await
 }
 
 /// Resolves on Ctrl-C or SIGTERM (how Kubernetes stops a pod).

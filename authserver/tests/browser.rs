@@ -149,7 +149,8 @@ async fn an_operator_registers_uses_updates_and_deletes_an_application_in_a_brow
         return;
     }
     let store = testing::sqlite_store().await;
-    staff(&store, "operator", "operator-password", false).await;
+    // A superuser: the scenario ticks "May introspect tokens", which only superusers see.
+    staff(&store, "operator", "operator-password", true).await;
     testing::user(&store, "alice", "wonderland").await;
     let server = start(store.clone()).await;
     let summary = run_scenario(

@@ -1,7 +1,7 @@
 //! Router tests of the OAuth endpoints (tower `oneshot`), one per row of SPEC §2.1–2.4.
 
 use authserver::config::Settings;
-use authserver::store::{GrantType, Store};
+use authserver::store::{ApplicationInput, GrantType, Store};
 use authserver::{AppState, app, testing};
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
@@ -90,6 +90,23 @@ impl Fixture {
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
         reply.json
     }
+    /// A second password-grant application, allowed to introspect; its client id, and alice's
+    /// token with the introspection scope from it as an `Authorization` value.
+    async fn introspector(&self) -> (String, String) {
+        let (id, secret) = testing::application(&self.state.store, GrantType::Password, true).await;
+        let reply = send(
+            &self.state,
+            "POST",
+            "/o/token/",
+            Some(&basic(&id, &secret)),
+            "grant_type=password&username=alice&password=wonderland&scope=introspection",
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
+        assert_eq!(reply.json["scope"], "introspection");
+        let bearer = format!("Bearer {}", reply.json["access_token"].as_str().unwrap());
+        (id, bearer)
+    }
     async fn introspect_as(&self, auth: &str, token: &str) -> Reply {
         send(
             &self.state,
@@ -128,8 +145,8 @@ async fn requested_scope_is_granted_exactly() {
     let f = fixture().await;
     assert_eq!(f.password_token(Some("read")).await["scope"], "read");
     assert_eq!(
-        f.password_token(Some("introspection+read")).await["scope"],
-        "introspection read"
+        f.password_token(Some("write+read+write")).await["scope"],
+        "write read"
     );
     let reply = f
         .token("grant_type=password&username=alice&password=wonderland&scope=admin")
@@ -138,6 +155,113 @@ async fn requested_scope_is_granted_exactly() {
         (reply.status, error_of(&reply)),
         (StatusCode::BAD_REQUEST, "invalid_scope")
     );
+}
+
+#[tokio::test]
+async fn the_introspection_scope_only_for_applications_allowed_to_introspect() {
+    // alice is no staff member; her application may not introspect.
+    let f = fixture().await;
+    for scope in ["introspection", "read+introspection"] {
+        let reply = f
+            .token(&format!(
+                "grant_type=password&username=alice&password=wonderland&scope={scope}"
+            ))
+            .await;
+        assert_eq!(
+            (reply.status, error_of(&reply)),
+            (StatusCode::BAD_REQUEST, "invalid_scope"),
+            "{scope}: {}",
+            reply.json
+        );
+    }
+    let default = f.password_token(None).await;
+    assert_eq!(default["scope"], "read write groups");
+
+    // Even with settings that name it as a default (the config file refuses that), and for an
+    // application that may introspect, a default token never carries it.
+    let store = f.state.store.clone();
+    let (id, secret) = testing::application(&store, GrantType::Password, true).await;
+    let mut settings = Settings::for_tests("unused");
+    settings.default_scopes = vec!["read".into(), "introspection".into()];
+    let state = AppState::new(settings, store);
+    let reply = send(
+        &state,
+        "POST",
+        "/o/token/",
+        Some(&basic(&id, &secret)),
+        "grant_type=password&username=alice&password=wonderland",
+    )
+    .await;
+    assert_eq!(reply.json["scope"], "read", "{}", reply.json);
+}
+
+#[tokio::test]
+async fn withdrawing_the_permission_disarms_introspection_tokens() {
+    let f = fixture().await;
+    let user_token = f.password_token(None).await;
+    let token = user_token["access_token"].as_str().unwrap();
+    let (introspector_id, bearer) = f.introspector().await;
+    assert_eq!(f.introspect_as(&bearer, token).await.json["active"], true);
+    // A refresh token of the introspecting application, with the scope.
+    let (id, secret) = testing::application(&f.state.store, GrantType::Password, true).await;
+    let issued = send(
+        &f.state,
+        "POST",
+        "/o/token/",
+        Some(&basic(&id, &secret)),
+        "grant_type=password&username=alice&password=wonderland&scope=introspection+read",
+    )
+    .await
+    .json;
+
+    // A superuser withdraws both applications' permission.
+    let store = &f.state.store;
+    for client_id in [&introspector_id, &id] {
+        let app = store
+            .find_application_by_client_id(client_id)
+            .await
+            .unwrap()
+            .unwrap();
+        let input = ApplicationInput {
+            name: app.name.clone(),
+            client_type: app.client_type,
+            grant_type: app.grant_type,
+            redirect_uris: app.redirect_uris.clone(),
+            allowed_scopes: app.allowed_scopes.clone(),
+            may_introspect: false,
+        };
+        store.update_application(app.id, &input).await.unwrap();
+    }
+    // The token still carries the scope, but its application may no longer introspect.
+    assert_eq!(
+        f.introspect_as(&bearer, token).await.status,
+        StatusCode::FORBIDDEN
+    );
+    // On refresh the scope cannot be kept: asked for, invalid_scope (and the token is not
+    // spent); not asked for, left out.
+    let refresh = issued["refresh_token"].as_str().unwrap();
+    let reply = send(
+        &f.state,
+        "POST",
+        "/o/token/",
+        Some(&basic(&id, &secret)),
+        &format!("grant_type=refresh_token&refresh_token={refresh}&scope=introspection"),
+    )
+    .await;
+    assert_eq!(
+        (reply.status, error_of(&reply)),
+        (StatusCode::BAD_REQUEST, "invalid_scope")
+    );
+    let reply = send(
+        &f.state,
+        "POST",
+        "/o/token/",
+        Some(&basic(&id, &secret)),
+        &format!("grant_type=refresh_token&refresh_token={refresh}"),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.json);
+    assert_eq!(reply.json["scope"], "read");
 }
 
 #[tokio::test]
@@ -367,11 +491,7 @@ async fn client_credentials_grant_returns_no_refresh_token() {
 #[tokio::test]
 async fn introspection_with_a_bearer_token_carrying_the_introspection_scope() {
     let f = fixture().await;
-    let resource_server = f.password_token(Some("introspection")).await;
-    let auth = format!(
-        "Bearer {}",
-        resource_server["access_token"].as_str().unwrap()
-    );
+    let (_, auth) = f.introspector().await;
     let user_token = f.password_token(Some("read+write")).await;
     let token = user_token["access_token"].as_str().unwrap();
 

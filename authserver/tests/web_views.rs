@@ -7,6 +7,7 @@ use authserver::store::{
 };
 use authserver::{AppState, app, testing};
 use axum::body::Body;
+use axum::extract::connect_info::MockConnectInfo;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use tower::ServiceExt;
 
@@ -369,7 +370,7 @@ async fn sign_in_refusals_and_throttling() {
     assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
     assert!(reply.headers.contains_key(header::RETRY_AFTER));
     assert!(reply.body.contains("Too many failed sign-in attempts"));
-    // Other usernames are not affected when no address is known.
+    // Other usernames are not affected (an address may fail more often than one username).
     assert_eq!(
         submit_login(&state, "olivia", "operator-pass", "")
             .await
@@ -379,35 +380,68 @@ async fn sign_in_refusals_and_throttling() {
 }
 
 #[tokio::test]
-async fn throttling_per_address() {
-    let state = state().await;
+async fn sign_in_throttling_follows_the_client_address() {
+    let mut state = state().await;
+    let mut settings = Settings::for_tests("unused");
+    settings.trusted_proxies = vec!["10.0.0.0/8".parse().unwrap()];
+    state.settings = std::sync::Arc::new(settings);
     let page = get(&state, "/accounts/login/", None).await;
     let cookie = page.cookie("tokengate_csrf").unwrap();
     let token = page.csrf();
-    let attempt = |username: &'static str, password: &'static str| {
-        let state = state.clone();
-        let cookie = cookie.clone();
-        let token = token.clone();
-        async move {
-            let body = form(&[
-                ("csrf_token", &token),
-                ("username", username),
-                ("password", password),
-            ]);
-            let request = Request::post("/accounts/login/")
-                .header(header::COOKIE, cookie)
-                .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-                .header("x-forwarded-for", "198.51.100.7")
-                .body(Body::from(body))
-                .unwrap();
-            app(state).oneshot(request).await.unwrap().status()
+    // A sign-in from the socket peer `peer` with this `X-Forwarded-For`.
+    let attempt = |peer: &str, forwarded: &str, username: &str, password: &str| {
+        let body = form(&[
+            ("csrf_token", &token),
+            ("username", username),
+            ("password", password),
+        ]);
+        let mut request = Request::post("/accounts/login/")
+            .header(header::COOKIE, &cookie)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+        if !forwarded.is_empty() {
+            request = request.header("x-forwarded-for", forwarded);
         }
+        let request = request.body(Body::from(body)).unwrap();
+        let peer = std::net::SocketAddr::new(peer.parse().unwrap(), 50000);
+        let app = app(state.clone()).layer(MockConnectInfo(peer));
+        async move { app.oneshot(request).await.unwrap().status() }
     };
-    for name in ["u1", "u2", "u3", "u4", "u5"] {
-        assert_eq!(attempt(name, "guess").await, StatusCode::BAD_REQUEST);
+    // Five failures for oscar from 192.0.2.1, each claiming another address: the sixth attempt
+    // from there is refused, whatever it claims.
+    for i in 0..5 {
+        let spoofed = format!("198.51.100.{i}");
+        assert_eq!(
+            attempt("192.0.2.1", &spoofed, "oscar", "nope").await,
+            StatusCode::BAD_REQUEST
+        );
     }
     assert_eq!(
-        attempt("olivia", "operator-pass").await,
+        attempt("192.0.2.1", "198.51.100.9", "oscar", "operator-pass").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Through the trusted proxy, 192.0.2.1 is still itself; the spoofed addresses and the
+    // real oscar elsewhere are not locked out.
+    assert_eq!(
+        attempt("10.0.0.1", "192.0.2.1", "oscar", "operator-pass").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        attempt("10.0.0.1", "198.51.100.1", "oscar", "operator-pass").await,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        attempt("192.0.2.2", "", "oscar", "operator-pass").await,
+        StatusCode::SEE_OTHER
+    );
+    // Per address, across usernames: the higher limit.
+    for i in 0..authserver::throttle::MAX_FAILURES_PER_ADDRESS {
+        assert_eq!(
+            attempt("192.0.2.3", "", &format!("u{i}"), "guess").await,
+            StatusCode::BAD_REQUEST
+        );
+    }
+    assert_eq!(
+        attempt("192.0.2.3", "", "olivia", "operator-pass").await,
         StatusCode::TOO_MANY_REQUESTS
     );
 }
@@ -462,10 +496,11 @@ async fn applications_register_read_update_regenerate_delete() {
         "Authorization code",
         "name=\"scope\" value=\"groups\"",
         "<label for=\"name\">",
-        "name=\"may_introspect\"",
     ] {
         assert!(form_page.body.contains(text), "{text}");
     }
+    // Only superusers see "may introspect".
+    assert!(!form_page.body.contains("may_introspect"));
 
     // Validation: 400, the form again with what was entered and the message beside the field.
     let reply = browser
@@ -531,7 +566,10 @@ async fn applications_register_read_update_regenerate_delete() {
     assert!(app.secret_matches(&secret));
     assert_eq!(app.owner_id, Some(user_named(&state, "olivia").await.id));
     assert_eq!(app.allowed_scopes, ["read"]);
-    assert!(app.may_introspect);
+    assert!(
+        !app.may_introspect,
+        "a staff operator cannot let it introspect"
+    );
 
     // Afterwards only the fingerprint.
     let detail = browser
@@ -729,6 +767,81 @@ async fn operators_see_only_their_own_applications() {
             .status,
         StatusCode::OK
     );
+}
+
+#[tokio::test]
+async fn only_superusers_may_let_an_application_introspect() {
+    let state = state().await;
+    let olivia = sign_in(&state, "olivia", "operator-pass").await;
+    let root = sign_in(&state, "root", "operator-pass").await;
+    let fields = [
+        ("name", "Resource server"),
+        ("client_type", "confidential"),
+        ("grant_type", "client-credentials"),
+        ("may_introspect", "on"),
+    ];
+    // A staff operator's tick is ignored, and the box is not shown to them.
+    let reply = olivia
+        .post(&state, "/o/applications/register/", &fields)
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+    let app = application_of(&state, &hidden_input(&reply.body, "client-id").unwrap()).await;
+    assert!(!app.may_introspect);
+    let update = format!("/o/applications/{}/update/", app.id);
+    assert!(
+        !olivia
+            .get(&state, &update)
+            .await
+            .body
+            .contains("may_introspect")
+    );
+    let reply = olivia.post(&state, &update, &fields).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    let stored = |id| {
+        let state = state.clone();
+        async move {
+            state
+                .store
+                .get_application(id)
+                .await
+                .unwrap()
+                .unwrap()
+                .may_introspect
+        }
+    };
+    assert!(!stored(app.id).await);
+
+    // A superuser sees the box and sets the flag on olivia's application.
+    let page = root.get(&state, &update).await;
+    assert!(page.body.contains("name=\"may_introspect\""));
+    let reply = root.post(&state, &update, &fields).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert!(stored(app.id).await);
+    // Olivia's later edit (without the box she cannot see) keeps it.
+    let reply = olivia
+        .post(
+            &state,
+            &update,
+            &[
+                ("name", "Renamed by olivia"),
+                ("client_type", "confidential"),
+                ("grant_type", "client-credentials"),
+            ],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert!(stored(app.id).await);
+    // Only a superuser clears it.
+    let reply = root.post(&state, &update, &fields[..3]).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert!(!stored(app.id).await);
+    // And a superuser registers an introspecting application directly.
+    let reply = root
+        .post(&state, "/o/applications/register/", &fields)
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED);
+    let app = application_of(&state, &hidden_input(&reply.body, "client-id").unwrap()).await;
+    assert!(app.may_introspect);
 }
 
 #[tokio::test]

@@ -65,9 +65,10 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves [`app`] on `listener` until `shutdown` completes, then drains in-flight requests.
-/// Refuses a non-loopback listener when the guard trusts identity headers (or checks nothing)
-/// and `allow_non_loopback` was not set.
+/// Serves [`app`] on `listener` until `shutdown` completes, then drains in-flight requests
+/// (the authorization server's server loop: header and body deadlines, bodies over
+/// [`payload::MAX_BODY`] refused at once). Refuses a non-loopback listener when the guard
+/// trusts identity headers (or checks nothing) and `allow_non_loopback` was not set.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -82,9 +83,11 @@ pub async fn serve(
             ),
         ));
     }
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let limits = authserver::http_server::Limits {
+        max_body: payload::MAX_BODY,
+        ..authserver::http_server::Limits::DEFAULT
+    };
+    authserver::http_server::serve(listener, app(state), limits, shutdown).await
 }
 
 /// Connects, binds the configured address and serves until Ctrl-C or SIGTERM.

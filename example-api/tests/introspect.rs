@@ -10,13 +10,14 @@ use authserver::testing::{application, user};
 use reqwest::Method;
 use support::*;
 
-/// The authorization server, a password-grant client with one user, and the API's own
-/// introspection credentials.
+/// The authorization server, a password-grant client with one user (the client may introspect,
+/// so the seed's introspection-scoped token can be had), and the API's own introspection
+/// credentials.
 async fn setup(database_url: &str) -> (AuthServer, Client, (String, String), String) {
     let auth = AuthServer::start(database_url, "127.0.0.1:0".parse().unwrap()).await;
     let client = Client::new(
         &auth,
-        application(&auth.store, GrantType::Password, false).await,
+        application(&auth.store, GrantType::Password, true).await,
     );
     let api_credentials = application(&auth.store, GrantType::ClientCredentials, true).await;
     let username = unique("alice");

@@ -14,6 +14,7 @@ use resource_server::{
 };
 
 use crate::config::{Upstream, UpstreamAddr};
+use crate::drain::InFlight;
 use crate::headers::{is_identity_header, names_to_strip};
 use crate::metrics::{Outcome, UNMATCHED};
 use crate::state::SharedState;
@@ -28,6 +29,8 @@ pub struct Gateway {
 pub struct RequestCtx {
     upstream: Option<Arc<Upstream>>,
     identity: Option<Identity>,
+    /// Counts the request as in flight for the drain until the context is dropped.
+    _in_flight: Option<InFlight>,
 }
 
 #[async_trait]
@@ -39,6 +42,11 @@ impl ProxyHttp for Gateway {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        ctx._in_flight = Some(self.shared.drain.enter());
+        if self.shared.drain.is_draining() {
+            // This connection's next response is its last: `Connection: close`.
+            session.set_keepalive(None);
+        }
         let routing = self.shared.routing();
         let req = session.req_header();
         let route = routing.rules.find(&req.method, req.uri.path());
@@ -59,7 +67,7 @@ impl ProxyHttp for Gateway {
             // Public or unmatched: the token is not looked at.
             _ => TokenState::Missing,
         };
-        let decision = decide(route, token);
+        let decision = decide(route, token, self.shared.checker.leeway());
         let label = route.map_or(UNMATCHED, |r| r.name.as_str());
         self.shared.metrics.request(label, Outcome::of(&decision));
         match (decision, route) {
@@ -133,8 +141,29 @@ impl ProxyHttp for Gateway {
             }
             None => {}
         }
+        // The standard way: the lines a client or an earlier proxy sent, joined, and our peer
+        // appended as the right-most entry, all in one header line.
         if let Some(client) = session.client_addr().and_then(|a| a.as_inet()) {
-            upstream_request.append_header("X-Forwarded-For", client.ip().to_string())?;
+            let mut forwarded = Vec::new();
+            for line in upstream_request.headers.get_all("x-forwarded-for") {
+                forwarded.extend_from_slice(line.as_bytes());
+                forwarded.extend_from_slice(b", ");
+            }
+            forwarded.extend_from_slice(client.ip().to_string().as_bytes());
+            upstream_request.insert_header("X-Forwarded-For", forwarded)?;
+        }
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        session: &mut Session,
+        _upstream_response: &mut ResponseHeader,
+        _ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        // A request that began before the drain still tells its client to go elsewhere.
+        if self.shared.drain.is_draining() {
+            session.set_keepalive(None);
         }
         Ok(())
     }

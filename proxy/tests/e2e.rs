@@ -243,6 +243,23 @@ async fn authorization_is_stripped_or_passed_per_upstream() {
     let host = f.proxy.listen_addr().to_string();
     assert_eq!(echoed(&echo, "host"), [host]);
     assert_eq!(echoed(&echo, "x-forwarded-for"), ["127.0.0.1"]);
+    // An existing list, on several lines, becomes one line with the peer appended (issue 8).
+    let echo: Value = f
+        .client
+        .get(f.url("/pass/x"))
+        .bearer_auth("read")
+        .header("x-forwarded-for", "198.51.100.1")
+        .header("x-forwarded-for", "10.0.0.2, 10.0.0.3")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        echoed(&echo, "x-forwarded-for"),
+        ["198.51.100.1, 10.0.0.2, 10.0.0.3, 127.0.0.1"]
+    );
     f.stop().await;
 }
 
@@ -324,6 +341,17 @@ async fn rules_reload_on_change_and_a_broken_file_keeps_the_old_rules() {
     );
     std::fs::write(&f.config_path, "routes: [ this is not yaml").unwrap();
     assert!(f.proxy.reload().is_err());
+    // A file cut short at `routes:`, or an explicitly empty rule set, is never swapped in, even
+    // with allow_empty_routes (that only lets a proxy start empty).
+    let head = &extended[..extended.find("routes:").unwrap()];
+    for empty in [
+        format!("{head}routes:\n"),
+        format!("{head}routes: []\nallow_empty_routes: true\n"),
+    ] {
+        std::fs::write(&f.config_path, &empty).unwrap();
+        let err = f.proxy.reload().expect_err("empty rule set refused").to_string();
+        assert!(err.contains("routes"), "{err}");
+    }
     tokio::time::sleep(Duration::from_millis(1500)).await; // let the watcher see it too
     assert_eq!(f.get("/new", Some("read")).await.status(), 200);
     assert_eq!(f.get("/read", Some("read")).await.status(), 200);

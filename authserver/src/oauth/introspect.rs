@@ -40,7 +40,8 @@ pub async fn introspect(
     Ok(no_store(Json(body).into_response()))
 }
 
-/// A bearer token carrying the `introspection` scope, or an application allowed to introspect.
+/// A bearer token carrying the `introspection` scope of an application (still) allowed to
+/// introspect, or the client credentials of such an application.
 async fn authorize_caller(
     state: &AppState,
     headers: &HeaderMap,
@@ -52,19 +53,26 @@ async fn authorize_caller(
         .filter(|v| v.len() > 7 && v[..7].eq_ignore_ascii_case("bearer "))
         .map(|v| v[7..].trim());
     if let Some(token) = bearer {
-        return match state.store.find_token(token).await? {
-            Some(caller) if caller.kind == TokenRecord::ACCESS && caller.is_active() => {
-                if caller
-                    .scope
-                    .split_whitespace()
-                    .any(|s| s == INTROSPECTION_SCOPE)
-                {
-                    Ok(())
-                } else {
-                    Err(OAuthError::Forbidden)
-                }
-            }
-            _ => Err(OAuthError::Unauthenticated),
+        let caller = match state.store.find_token(token).await? {
+            Some(caller) if caller.kind == TokenRecord::ACCESS && caller.is_active() => caller,
+            _ => return Err(OAuthError::Unauthenticated),
+        };
+        if !caller
+            .scope
+            .split_whitespace()
+            .any(|s| s == INTROSPECTION_SCOPE)
+        {
+            return Err(OAuthError::Forbidden);
+        }
+        // The scope is only as good as its application's permission, which may have been
+        // withdrawn since the token was issued.
+        let app = state
+            .store
+            .find_application_by_client_id(&caller.client_id)
+            .await?;
+        return match app {
+            Some(app) if app.may_introspect => Ok(()),
+            _ => Err(OAuthError::Forbidden),
         };
     }
     match authenticate_client_if_presented(&state.store, headers, params).await {

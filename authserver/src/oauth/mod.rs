@@ -8,6 +8,7 @@ mod revoke;
 mod token;
 
 pub use error::OAuthError;
+pub use introspect::INTROSPECTION_SCOPE;
 
 use crate::AppState;
 use axum::Router;

@@ -1,19 +1,24 @@
 //! `POST /o/token/`: the password, refresh_token and client_credentials grants (RFC 6749 §4.3, §4.4, §6).
 
+use super::introspect::INTROSPECTION_SCOPE;
 use super::params::{Params, authenticate_client};
 use super::{OAuthError, no_store};
 use crate::AppState;
+use crate::client_ip::ClientAddress;
 use crate::config::Settings;
 use crate::store::{Application, ClientType, GrantType, IssuedTokens, NewTokens, RefreshOutcome};
+use crate::throttle::Throttle;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
+use std::net::IpAddr;
 
 pub async fn token(
     State(state): State<AppState>,
+    ClientAddress(address): ClientAddress,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, OAuthError> {
@@ -24,7 +29,7 @@ pub async fn token(
     };
     let app = authenticate_client(&state.store, &headers, &params).await?;
     let issued = match grant {
-        "password" => password_grant(&state, &app, &params).await?,
+        "password" => password_grant(&state, &app, &params, address).await?,
         "refresh_token" => refresh_grant(&state, &app, &params).await?,
         _ => client_credentials_grant(&state, &app, &params).await?,
     };
@@ -50,18 +55,27 @@ fn require_registered(app: &Application, grant: GrantType) -> Result<(), OAuthEr
     }
 }
 
+/// The throttle of [`crate::throttle`] is asked before the password is hashed.
 async fn password_grant(
     state: &AppState,
     app: &Application,
     params: &Params,
+    address: Option<IpAddr>,
 ) -> Result<IssuedTokens, OAuthError> {
     require_registered(app, GrantType::Password)?;
     let username = params.require("username")?;
     let password = params.require("password")?;
     let scope = resolve_scope(&state.settings, app, params.get("scope"))?;
+    let throttle = Throttle::new(username, address);
+    if !throttle.allows(&state.store).await? {
+        tracing::warn!(address = %throttle.client, client_id = %app.client_id, "password grant refused: too many failures");
+        return Err(OAuthError::Throttled);
+    }
     let Some(user) = state.store.authenticate_user(username, password).await? else {
+        throttle.failed(&state.store).await?;
         return Err(OAuthError::InvalidGrant("Invalid credentials given."));
     };
+    throttle.succeeded(&state.store).await?;
     let settings = &state.settings;
     let new = NewTokens {
         application_id: app.id,
@@ -115,8 +129,13 @@ async fn refresh_grant(
         Some(record) if record.application_id == app.id => record.scope,
         _ => return Err(OAuthError::InvalidGrant("Invalid refresh token.")),
     };
-    let scope = match params.get("scope") {
-        None => original.clone(),
+    // Scope omitted: the original, less what the application may no longer have.
+    let scope: Vec<String> = match params.get("scope") {
+        None => original
+            .split_whitespace()
+            .filter(|s| may_have(app, s))
+            .map(str::to_owned)
+            .collect(),
         Some(requested) => {
             let granted: Vec<&str> = original.split_whitespace().collect();
             let requested = dedup(requested);
@@ -125,12 +144,19 @@ async fn refresh_grant(
                     "The scope \"{wider}\" was not granted originally."
                 )));
             }
-            requested.join(" ")
+            if let Some(refused) = requested.iter().find(|s| !may_have(app, s)) {
+                return Err(not_allowed(refused));
+            }
+            requested
         }
     };
+    let scope = granted(scope)?;
     let record = match state.store.claim_refresh_token(presented, app.id).await? {
         RefreshOutcome::Claimed(record) => record,
-        RefreshOutcome::Invalid => return Err(OAuthError::InvalidGrant("Invalid refresh token.")),
+        // A family revoked earlier: no new warning, the reuse that revoked it was logged then.
+        RefreshOutcome::Invalid | RefreshOutcome::Revoked => {
+            return Err(OAuthError::InvalidGrant("Invalid refresh token."));
+        }
         RefreshOutcome::Reused => {
             tracing::warn!(client_id = %app.client_id, "refresh token reused: family revoked");
             return Err(OAuthError::InvalidGrant("Invalid refresh token."));
@@ -144,6 +170,8 @@ async fn refresh_grant(
         refresh_lifetime: Some(state.settings.refresh_token_lifetime),
         family: Some(record.family),
     };
+    // invalid_grant (`FamilyRevoked`) when a racer presenting the same token revoked the family
+    // meanwhile; tokens issued just before that revocation are dead at every lookup anyway.
     Ok(state.store.issue_tokens(&new).await?)
 }
 
@@ -157,20 +185,42 @@ fn dedup(scope: &str) -> Vec<String> {
     out
 }
 
-/// The scope to grant: the configured defaults (within what the client may have) when none is
-/// asked for; otherwise exactly what was asked, each declared and allowed for this client.
+/// Whether `app` may be granted `scope`: within its allowed scopes, and `introspection` only
+/// when it is allowed to introspect.
+fn may_have(app: &Application, scope: &str) -> bool {
+    (app.allowed_scopes.is_empty() || app.allowed_scopes.iter().any(|a| a == scope))
+        && (scope != INTROSPECTION_SCOPE || app.may_introspect)
+}
+
+fn not_allowed(scope: &str) -> OAuthError {
+    OAuthError::InvalidScope(format!(
+        "The scope \"{scope}\" is not allowed for this client."
+    ))
+}
+
+/// The scopes as the token's `scope`; none at all is `invalid_scope`.
+fn granted(scopes: Vec<String>) -> Result<String, OAuthError> {
+    if scopes.is_empty() {
+        return Err(OAuthError::InvalidScope(
+            "No scope could be granted.".into(),
+        ));
+    }
+    Ok(scopes.join(" "))
+}
+
+/// The scope to grant: the configured defaults (within what the client may have, never
+/// `introspection`) when none is asked for; otherwise exactly what was asked, each declared
+/// and allowed for this client.
 pub fn resolve_scope(
     settings: &Settings,
     app: &Application,
     requested: Option<&str>,
 ) -> Result<String, OAuthError> {
-    let allowed =
-        |s: &str| app.allowed_scopes.is_empty() || app.allowed_scopes.iter().any(|a| a == s);
     let scopes: Vec<String> = match requested {
         None => settings
             .default_scopes
             .iter()
-            .filter(|s| allowed(s))
+            .filter(|s| *s != INTROSPECTION_SCOPE && may_have(app, s))
             .cloned()
             .collect(),
         Some(requested) => {
@@ -180,18 +230,11 @@ pub fn resolve_scope(
                     "The scope \"{unknown}\" is not declared."
                 )));
             }
-            if let Some(refused) = requested.iter().find(|s| !allowed(s)) {
-                return Err(OAuthError::InvalidScope(format!(
-                    "The scope \"{refused}\" is not allowed for this client."
-                )));
+            if let Some(refused) = requested.iter().find(|s| !may_have(app, s)) {
+                return Err(not_allowed(refused));
             }
             requested
         }
     };
-    if scopes.is_empty() {
-        return Err(OAuthError::InvalidScope(
-            "No scope could be granted.".into(),
-        ));
-    }
-    Ok(scopes.join(" "))
+    granted(scopes)
 }

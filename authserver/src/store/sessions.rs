@@ -83,7 +83,7 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Records one failed sign-in under each bucket (e.g. `user:alice`, `addr:10.0.0.1`) and
+    /// Records one failed sign-in under each bucket (see [`crate::throttle`]) and
     /// forgets failures older than `window` seconds.
     pub async fn record_login_failure(&self, buckets: &[String], window: i64) -> StoreResult<()> {
         let now = now();

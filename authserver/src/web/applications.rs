@@ -1,5 +1,6 @@
 //! `/o/applications/`: operators register, read, change and delete their client applications;
-//! a secret is shown in full once, after registration or regeneration. Superusers see them all.
+//! a secret is shown in full once, after registration or regeneration. Superusers see them all,
+//! and only they may let an application introspect tokens.
 
 use super::forms::{FieldErrors, FormData, check_length};
 use super::session::Operator;
@@ -155,6 +156,7 @@ fn form_page(
     };
     ApplicationForm {
         nav: Nav::of(operator),
+        may_set_introspect: operator.user.is_superuser,
         title,
         action,
         cancel,
@@ -178,6 +180,22 @@ fn form_page(
             .collect(),
         values,
         errors,
+    }
+}
+
+/// The may-introspect flag to store: what a superuser ticked; for anyone else the current
+/// value (`false` for a new application), whatever the form said.
+fn introspect_flag(operator: &Operator, submitted: bool, current: bool) -> bool {
+    if operator.user.is_superuser {
+        submitted
+    } else {
+        if submitted != current {
+            tracing::info!(
+                user_id = operator.user.id,
+                "may-introspect change ignored: not a superuser"
+            );
+        }
+        current
     }
 }
 
@@ -298,13 +316,14 @@ async fn register_page(State(state): State<AppState>, operator: Operator) -> Web
 async fn register(State(state): State<AppState>, operator: Operator, form: FormData) -> WebResult {
     csrf::verify(&operator, &form)?;
     let (values, input) = validate(&state.settings, &form);
-    let input = match input {
+    let mut input = match input {
         Ok(input) => input,
         Err(errors) => {
             let page = form_page(&state, &operator, None, values, errors);
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
+    input.may_introspect = introspect_flag(&operator, input.may_introspect, false);
     let (app, secret) = state
         .store
         .create_application(&input, Some(operator.user.id), None, None)
@@ -368,13 +387,14 @@ async fn update(
     csrf::verify(&operator, &form)?;
     let app = load_owned(&state, &operator, &id).await?;
     let (values, input) = validate(&state.settings, &form);
-    let input = match input {
+    let mut input = match input {
         Ok(input) => input,
         Err(errors) => {
             let page = form_page(&state, &operator, Some(&app), values, errors);
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
+    input.may_introspect = introspect_flag(&operator, input.may_introspect, app.may_introspect);
     let updated = state
         .store
         .update_application(app.id, &input)

@@ -1,5 +1,5 @@
-//! `/accounts/login/` and `/accounts/logout/`: operator sign-in with a database session, and the
-//! throttle that refuses a username or an address after repeated failures.
+//! `/accounts/login/` and `/accounts/logout/`: operator sign-in with a database session, behind
+//! the password-guessing throttle of [`crate::throttle`].
 
 use super::forms::FormData;
 use super::session::{
@@ -9,19 +9,14 @@ use super::session::{
 use super::templates::{LoginPage, Nav};
 use super::{WebResult, csrf, render, see_other};
 use crate::AppState;
-use axum::Extension;
+use crate::client_ip::ClientAddress;
+use crate::throttle::{FAILURE_WINDOW, Throttle};
 use axum::Router;
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post};
 use serde::Deserialize;
-use std::net::SocketAddr;
-
-/// Failed sign-ins allowed per username and per address within [`FAILURE_WINDOW`].
-pub(crate) const MAX_FAILURES: i64 = 5;
-/// Seconds a failure counts against its username and address.
-pub(crate) const FAILURE_WINDOW: i64 = 15 * 60;
 
 const BAD_CREDENTIALS: &str = "Please enter the correct username and password of a staff account. Both fields may be case-sensitive.";
 const THROTTLED: &str = "Too many failed sign-in attempts. Wait 15 minutes and try again.";
@@ -85,24 +80,9 @@ fn login_form(
     response
 }
 
-/// The client's address: the socket's peer when the server was started with connect info, else
-/// the last hop a proxy in front added to `X-Forwarded-For`.
-fn client_address(headers: &HeaderMap, peer: Option<SocketAddr>) -> Option<String> {
-    if let Some(peer) = peer {
-        return Some(peer.ip().to_string());
-    }
-    headers
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit(',').next())
-        .map(str::trim)
-        .filter(|v| !v.is_empty() && v.len() <= 64)
-        .map(str::to_owned)
-}
-
 async fn login(
     State(state): State<AppState>,
-    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
+    ClientAddress(address): ClientAddress,
     headers: HeaderMap,
     form: FormData,
 ) -> WebResult {
@@ -129,28 +109,14 @@ async fn login(
         return Ok(refuse(StatusCode::BAD_REQUEST, BAD_CREDENTIALS));
     }
 
-    let address = client_address(&headers, connect.map(|Extension(ConnectInfo(peer))| peer));
-    let mut buckets = vec![format!("user:{}", username.to_lowercase())];
-    if let Some(address) = &address {
-        buckets.push(format!("addr:{address}"));
-    }
-    for bucket in &buckets {
-        if state
-            .store
-            .count_login_failures(bucket, FAILURE_WINDOW)
-            .await?
-            >= MAX_FAILURES
-        {
-            tracing::warn!(
-                address = address.as_deref().unwrap_or("unknown"),
-                "sign-in refused: too many failures"
-            );
-            let mut response = refuse(StatusCode::TOO_MANY_REQUESTS, THROTTLED);
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
-            return Ok(response);
-        }
+    let throttle = Throttle::new(&username, address);
+    if !throttle.allows(&state.store).await? {
+        tracing::warn!(address = %throttle.client, "sign-in refused: too many failures");
+        let mut response = refuse(StatusCode::TOO_MANY_REQUESTS, THROTTLED);
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
+        return Ok(response);
     }
 
     let user = state
@@ -160,18 +126,12 @@ async fn login(
         .filter(may_sign_in);
     let Some(user) = user else {
         // The username is not logged: people type their password into it.
-        tracing::info!(
-            address = address.as_deref().unwrap_or("unknown"),
-            "operator sign-in failed"
-        );
-        state
-            .store
-            .record_login_failure(&buckets, FAILURE_WINDOW)
-            .await?;
+        tracing::info!(address = %throttle.client, "operator sign-in failed");
+        throttle.failed(&state.store).await?;
         return Ok(refuse(StatusCode::BAD_REQUEST, BAD_CREDENTIALS));
     };
 
-    state.store.clear_login_failures(&buckets[0]).await?;
+    throttle.succeeded(&state.store).await?;
     // A fresh session id at every sign-in; an older session of this browser ends.
     if let Some(old) = cookie(&headers, SESSION_COOKIE) {
         state.store.delete_session(old).await?;

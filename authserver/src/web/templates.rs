@@ -106,6 +106,8 @@ pub(crate) struct ApplicationValues {
 #[template(path = "applications/form.html")]
 pub(crate) struct ApplicationForm {
     pub nav: Nav,
+    /// Only superusers see (and may tick) "may introspect".
+    pub may_set_introspect: bool,
     pub title: String,
     pub action: String,
     pub cancel: String,

@@ -1,0 +1,211 @@
+//! The server loop over real sockets, with raw bytes: oversized and slow requests, graceful
+//! shutdown, and the socket peer as the client's address.
+
+use authserver::config::Settings;
+use authserver::http_server::{Limits, serve};
+use authserver::store::GrantType;
+use authserver::{AppState, app, testing};
+use base64::Engine;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Short deadlines, so the slow clients below are given up on quickly.
+const QUICK: Limits = Limits {
+    max_body: 64 * 1024,
+    header_timeout: Duration::from_millis(300),
+    body_timeout: Duration::from_millis(300),
+};
+
+struct Server {
+    addr: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn start(limits: Limits) -> Server {
+    let store = testing::sqlite_store().await;
+    let state = AppState::new(Settings::for_tests("unused"), store);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(serve(listener, app(state), limits, async move {
+        let _ = stopped.await;
+    }));
+    Server { addr, stop, task }
+}
+
+/// Everything the server sends until it closes the connection, or what came within `within`.
+async fn read_all(stream: &mut TcpStream, within: Duration) -> (String, bool) {
+    let mut received = Vec::new();
+    let deadline = Instant::now() + within;
+    let mut buffer = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&received).into(), true),
+            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
+            Err(_) => return (String::from_utf8_lossy(&received).into(), false),
+        }
+    }
+}
+
+const TOKEN_HEAD: &str =
+    "POST /o/token/ HTTP/1.1\r\nHost: auth\r\nContent-Type: application/x-www-form-urlencoded\r\n";
+
+#[tokio::test]
+async fn an_announced_body_over_the_limit_is_413_at_once() {
+    let server = start(Limits::DEFAULT).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let started = Instant::now();
+    stream
+        .write_all(format!("{TOKEN_HEAD}Content-Length: 99999999999\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (reply, closed) = read_all(&mut stream, Duration::from_secs(1)).await;
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply:?}");
+    assert!(reply.contains("Request body is too large."), "{reply}");
+    assert!(
+        closed,
+        "the connection is closed, the body is not waited for"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn a_chunked_body_over_the_limit_is_413() {
+    let server = start(QUICK).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let chunk = "a".repeat(40 * 1024);
+    let request = format!(
+        "{TOKEN_HEAD}Transfer-Encoding: chunked\r\n\r\n{len:x}\r\n{chunk}\r\n{len:x}\r\n{chunk}\r\n0\r\n\r\n",
+        len = chunk.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let (reply, _) = read_all(&mut stream, Duration::from_secs(2)).await;
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply:?}");
+}
+
+#[tokio::test]
+async fn a_client_that_stalls_in_its_headers_is_disconnected() {
+    let server = start(QUICK).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(b"POST /o/token/ HTTP/1.1\r\nHost: auth\r\nContent-Ty")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let (_, closed) = read_all(&mut stream, Duration::from_secs(3)).await;
+    assert!(closed, "still connected after {:?}", started.elapsed());
+    // A connection that never says anything is closed the same way.
+    let mut silent = TcpStream::connect(server.addr).await.unwrap();
+    let (_, closed) = read_all(&mut silent, Duration::from_secs(3)).await;
+    assert!(closed);
+}
+
+#[tokio::test]
+async fn a_client_that_stalls_in_its_body_gets_408() {
+    let server = start(QUICK).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(format!("{TOKEN_HEAD}Content-Length: 100\r\n\r\ngrant_type=pa").as_bytes())
+        .await
+        .unwrap();
+    let (reply, closed) = read_all(&mut stream, Duration::from_secs(3)).await;
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply:?}");
+    assert!(closed);
+}
+
+#[tokio::test]
+async fn shutdown_stops_accepting_and_lets_requests_in_flight_finish() {
+    let server = start(Limits::DEFAULT).await;
+    let body = "grant_type=password&username=a&password=b";
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(format!("{TOKEN_HEAD}Content-Length: {}\r\n\r\n", body.len()).as_bytes())
+        .await
+        .unwrap();
+    stream.write_all(&body.as_bytes()[..10]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        TcpStream::connect(server.addr).await.is_err(),
+        "no new connections"
+    );
+    assert!(
+        !server.task.is_finished(),
+        "waits for the request in flight"
+    );
+    stream.write_all(&body.as_bytes()[10..]).await.unwrap();
+    let (reply, closed) = read_all(&mut stream, Duration::from_secs(3)).await;
+    // No client authentication: the endpoint's own answer, not a dropped connection.
+    assert!(reply.starts_with("HTTP/1.1 401"), "{reply:?}");
+    assert!(closed);
+    tokio::time::timeout(Duration::from_secs(3), server.task)
+        .await
+        .expect("the server returns once drained")
+        .unwrap()
+        .unwrap();
+}
+
+/// A password grant over a socket with this `X-Forwarded-For`; the status code.
+async fn grant(addr: SocketAddr, basic: &str, forwarded: &str, password: &str) -> u16 {
+    let response = reqwest::Client::new()
+        .post(format!("http://{addr}/o/token/"))
+        .header("Authorization", basic)
+        .header("X-Forwarded-For", forwarded)
+        .form(&[
+            ("grant_type", "password"),
+            ("username", "alice"),
+            ("password", password),
+        ])
+        .send()
+        .await
+        .unwrap();
+    response.status().as_u16()
+}
+
+#[tokio::test]
+async fn the_socket_peer_decides_whose_forwarded_for_is_believed() {
+    for trust_loopback in [true, false] {
+        let store = testing::sqlite_store().await;
+        testing::user(&store, "alice", "wonderland").await;
+        let (id, secret) = testing::application(&store, GrantType::Password, false).await;
+        let basic = format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"))
+        );
+        let mut settings = Settings::for_tests("unused");
+        if !trust_loopback {
+            settings.trusted_proxies.clear();
+        }
+        let server = testing::spawn_server(store, settings, "127.0.0.1:0".parse().unwrap()).await;
+        for i in 0..5 {
+            let spoofed = if trust_loopback {
+                "203.0.113.1".to_owned()
+            } else {
+                format!("203.0.113.{i}")
+            };
+            assert_eq!(grant(server.addr, &basic, &spoofed, "guess").await, 400);
+        }
+        let expected = if trust_loopback {
+            // The default trusts loopback: its X-Forwarded-For names the client.
+            assert_eq!(
+                grant(server.addr, &basic, "203.0.113.1", "wonderland").await,
+                429
+            );
+            200
+        } else {
+            // Nothing trusted: the socket peer is the client, whatever the header says.
+            429
+        };
+        assert_eq!(
+            grant(server.addr, &basic, "203.0.113.2", "wonderland").await,
+            expected,
+            "trust loopback: {trust_loopback}"
+        );
+        server.stop().await;
+    }
+}
