@@ -54,6 +54,18 @@ impl Shared {
             return Ok(self.routing().rules.routes().len());
         };
         let result = load_config(path);
+        let result = result.and_then(|new| {
+            if new.routing.rules.routes().is_empty() {
+                Err(ConfigError::Invalid {
+                    file: path.display().to_string(),
+                    field: "routes".into(),
+                    value: "[]".into(),
+                    message: "a reload never swaps in an empty rule set".into(),
+                })
+            } else {
+                Ok(new)
+            }
+        });
         self.metrics.reload(result.is_ok());
         let new = match result {
             Ok(c) => c,

@@ -30,6 +30,10 @@ pub const ENV_OVERRIDES: [&str; 6] = [
     "PROXY_CLIENT_SECRET",
 ];
 
+/// What to do about a rule set with no routes.
+const NO_ROUTES_HINT: &str =
+    "is the file cut short? add routes, or set allow_empty_routes: true to start without any";
+
 /// A configuration that failed to load. `Display` is the message for the operator.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -269,6 +273,13 @@ impl Validator<'_> {
             upstreams.insert(name, Arc::new(upstream));
         }
         let rules = Rules::from_routes(raw.routes, self.file)?;
+        if rules.routes().is_empty() && !raw.allow_empty_routes {
+            return Err(self.invalid(
+                "routes",
+                "[]",
+                format!("no routes: every request would be refused 404 ({NO_ROUTES_HINT})"),
+            ));
+        }
         for route in rules.routes() {
             let error = |value: String, message: String| ConfigError::Route {
                 file: self.file.to_owned(),

@@ -27,6 +27,10 @@ pub struct RawConfig {
     pub upstreams: BTreeMap<String, RawUpstream>,
     pub introspection: RawIntrospection,
     pub routes: Vec<RouteSpec>,
+    /// Start with no routes at all (every request answered 404). Off by default: an empty rule
+    /// set is almost always a truncated file. A reload never swaps in an empty rule set.
+    #[serde(default)]
+    pub allow_empty_routes: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -192,3 +192,18 @@ fn answer_policy_leeway_issuer_audience() {
     let e = error(&with("  leeway: soon"));
     assert!(e.contains("introspection.leeway"), "{e}");
 }
+
+/// Issue 9: a file cut short at `routes:`, or with `routes: []`, would answer every request 404.
+#[test]
+fn an_empty_rule_set_is_refused_unless_allowed() {
+    let head = &GOOD[..GOOD.find("routes:").unwrap()];
+    for routes in ["routes: []\n", "routes:\n"] {
+        let e = error(&format!("{head}{routes}"));
+        assert!(
+            e.starts_with("proxy.yaml: ") && e.contains("routes") && e.contains("allow_empty_routes"),
+            "{routes:?}: {e}"
+        );
+    }
+    let c = parse(&format!("{head}routes: []\nallow_empty_routes: true\n")).unwrap();
+    assert!(c.routing.rules.routes().is_empty());
+}
