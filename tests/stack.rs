@@ -118,8 +118,14 @@ async fn first_start_prints_credentials_that_work_through_the_front_door() {
     assert!(banner.contains(&first.resource_server_secret));
     let rs: Value = http
         .post(format!("{base}/o/token/"))
-        .basic_auth(&first.resource_server_id, Some(&first.resource_server_secret))
-        .form(&[("grant_type", "client_credentials"), ("scope", "introspection")])
+        .basic_auth(
+            &first.resource_server_id,
+            Some(&first.resource_server_secret),
+        )
+        .form(&[
+            ("grant_type", "client_credentials"),
+            ("scope", "introspection"),
+        ])
         .send()
         .await
         .unwrap()

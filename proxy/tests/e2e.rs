@@ -349,7 +349,11 @@ async fn rules_reload_on_change_and_a_broken_file_keeps_the_old_rules() {
         format!("{head}routes: []\nallow_empty_routes: true\n"),
     ] {
         std::fs::write(&f.config_path, &empty).unwrap();
-        let err = f.proxy.reload().expect_err("empty rule set refused").to_string();
+        let err = f
+            .proxy
+            .reload()
+            .expect_err("empty rule set refused")
+            .to_string();
         assert!(err.contains("routes"), "{err}");
     }
     tokio::time::sleep(Duration::from_millis(1500)).await; // let the watcher see it too

@@ -141,6 +141,27 @@ async fn the_introspection_scope_needs_an_application_allowed_to_introspect() {
     h.shutdown().await;
 }
 
+/// A password grant for `victim` from `http` (bound to some loopback address), claiming to come
+/// from `forwarded`.
+async fn victim_grant(
+    h: &Harness,
+    http: &reqwest::Client,
+    forwarded: &str,
+    password: &str,
+) -> reqwest::Response {
+    http.post(format!("{}/o/token/", h.base))
+        .basic_auth(&h.client.0, Some(&h.client.1))
+        .header("X-Forwarded-For", forwarded)
+        .form(&[
+            ("grant_type", "password"),
+            ("username", "victim"),
+            ("password", password),
+        ])
+        .send()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn password_grant_throttle_ignores_forged_forwarding_headers() {
     let h = Harness::start().await;
@@ -148,34 +169,12 @@ async fn password_grant_throttle_ignores_forged_forwarding_headers() {
     // The attacker on 127.0.0.2 guesses, each time claiming another address.
     let attacker = client_from("127.0.0.2");
     for i in 0..5 {
-        let response = attacker
-            .post(format!("{}/o/token/", h.base))
-            .basic_auth(&h.client.0, Some(&h.client.1))
-            .header("X-Forwarded-For", format!("203.0.113.{i}"))
-            .form(&[
-                ("grant_type", "password"),
-                ("username", "victim"),
-                ("password", "wrong"),
-            ])
-            .send()
-            .await
-            .unwrap();
+        let response = victim_grant(&h, &attacker, &format!("203.0.113.{i}"), "wrong").await;
         assert_eq!(response.status(), StatusCode::BAD_REQUEST, "guess {i}");
     }
     // Changing the forged address does not reset the count: the sixth try, even with the right
     // password, is throttled.
-    let response = attacker
-        .post(format!("{}/o/token/", h.base))
-        .basic_auth(&h.client.0, Some(&h.client.1))
-        .header("X-Forwarded-For", "198.51.100.77")
-        .form(&[
-            ("grant_type", "password"),
-            ("username", "victim"),
-            ("password", "right pw"),
-        ])
-        .send()
-        .await
-        .unwrap();
+    let response = victim_grant(&h, &attacker, "198.51.100.77", "right pw").await;
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(response.headers().contains_key("retry-after"));
     let body: Value = response.json().await.unwrap();
@@ -185,18 +184,7 @@ async fn password_grant_throttle_ignores_forged_forwarding_headers() {
     // The real user, from another address, is not locked out, even when the attacker's
     // address is named in a forged header.
     let user = client_from("127.0.0.3");
-    let response = user
-        .post(format!("{}/o/token/", h.base))
-        .basic_auth(&h.client.0, Some(&h.client.1))
-        .header("X-Forwarded-For", "127.0.0.2")
-        .form(&[
-            ("grant_type", "password"),
-            ("username", "victim"),
-            ("password", "right pw"),
-        ])
-        .send()
-        .await
-        .unwrap();
+    let response = victim_grant(&h, &user, "127.0.0.2", "right pw").await;
     assert_eq!(response.status(), StatusCode::OK);
     h.shutdown().await;
 }

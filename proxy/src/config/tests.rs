@@ -200,7 +200,9 @@ fn an_empty_rule_set_is_refused_unless_allowed() {
     for routes in ["routes: []\n", "routes:\n"] {
         let e = error(&format!("{head}{routes}"));
         assert!(
-            e.starts_with("proxy.yaml: ") && e.contains("routes") && e.contains("allow_empty_routes"),
+            e.starts_with("proxy.yaml: ")
+                && e.contains("routes")
+                && e.contains("allow_empty_routes"),
             "{routes:?}: {e}"
         );
     }
