@@ -1,6 +1,7 @@
 //! [`TokenChecker`]: introspection through a moka cache keyed by the token's SHA-256, with
-//! request coalescing, per-entry lifetimes, a stale grace for outages, the answer policy applied
-//! once per answer, and metrics.
+//! request coalescing, per-entry lifetimes, a stale grace and one probe at a time during outages
+//! ([`crate::outage`]), rate-limited failure logs, the answer policy applied once per answer,
+//! and metrics.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -11,6 +12,7 @@ use moka::future::Cache;
 
 use crate::claims::Claims;
 use crate::introspection::{IntrospectionError, IntrospectionSettings, Introspector};
+use crate::outage::{FAILURE_LOG_INTERVAL, LogLimiter, PROBE_BACKOFF, ProbeGate, Summary};
 use crate::policy::AnswerPolicy;
 use crate::{token_digest, token_log_id};
 
@@ -26,7 +28,9 @@ pub struct CacheSettings {
     /// Most entries kept.
     pub capacity: u64,
     /// While the server cannot be reached, an active answer may be served this long after it
-    /// left the cache (never past the token's `exp`). Zero: off.
+    /// left the cache (never past the token's `exp`). Zero: off. A revocation is therefore seen
+    /// within `max_ttl`, or within `max_ttl + stale_grace` while the server is unreachable
+    /// (counted from the end of the call that fetched the answer).
     pub stale_grace: Duration,
 }
 
@@ -109,10 +113,14 @@ impl LatencyHistogram {
 pub struct CheckerMetrics {
     /// Checks answered from the cache.
     pub hits: AtomicU64,
-    /// Checks that made an introspection call (every check when the cache is off).
+    /// Checks that made an introspection call.
     pub misses: AtomicU64,
     /// Checks that waited for another check's call for the same token.
     pub coalesced: AtomicU64,
+    /// Checks that made no call because the server was failing and no probe was due (also
+    /// those that waited for such a check for the same token); answered from the stale grace
+    /// or refused as unavailable.
+    pub skipped: AtomicU64,
     /// Introspection calls that failed.
     pub errors: AtomicU64,
     /// Failed calls whose 2xx answer was not a valid RFC 7662 answer (also in `errors`).
@@ -137,6 +145,9 @@ impl CheckerMetrics {
     }
     pub fn coalesced(&self) -> u64 {
         self.coalesced.load(Ordering::Relaxed)
+    }
+    pub fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
     }
     pub fn errors(&self) -> u64 {
         self.errors.load(Ordering::Relaxed)
@@ -182,6 +193,11 @@ impl CheckerMetrics {
                 self.coalesced(),
             ),
             (
+                "introspection_skipped_total",
+                "Token checks that made no introspection call because the authorization server was failing (one probe at a time, with backoff).",
+                self.skipped(),
+            ),
+            (
                 "introspection_errors_total",
                 "Introspection calls that failed.",
                 self.errors(),
@@ -198,7 +214,7 @@ impl CheckerMetrics {
             ),
             (
                 "stale_served_total",
-                "Cached answers served during an outage within the stale grace.",
+                "Cached active answers served past their cache life because the authorization server could not be asked (within stale_grace).",
                 self.stale_served(),
             ),
         ];
@@ -291,7 +307,18 @@ struct Inner {
     fresh: Option<Cache<Key, Fresh>>,
     /// Active answers kept past their cache life for the stale grace (only when it is on).
     stale: Option<Cache<Key, Stale>>,
+    /// One probe at a time while the server is failing.
+    gate: ProbeGate,
+    /// Failure lines: at most one per [`FAILURE_LOG_INTERVAL`].
+    failure_log: LogLimiter,
     metrics: CheckerMetrics,
+}
+
+/// Why a check got no answer: the call failed, or no call was made (outage, probe not due).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Miss {
+    Failed,
+    Skipped,
 }
 
 /// Checks tokens by introspection through a cache. Cheap to clone (one `Arc`).
@@ -346,6 +373,8 @@ impl TokenChecker {
                 settings: c,
                 fresh,
                 stale,
+                gate: ProbeGate::new(PROBE_BACKOFF),
+                failure_log: LogLimiter::new(FAILURE_LOG_INTERVAL),
                 metrics: CheckerMetrics::default(),
             }),
         })
@@ -356,15 +385,17 @@ impl TokenChecker {
     /// answers non-2xx or not valid RFC 7662 (fail closed), unless the stale grace allows a
     /// previous active answer. `exp` and `nbf` are left to [`crate::decide`], with
     /// [`TokenChecker::leeway`], as cached answers age.
+    ///
+    /// While the server is failing ([`ProbeGate`]), a check that the fresh cache cannot answer
+    /// calls only if it is the one probe due; the others get the stale grace or Err(Unavailable)
+    /// at once, without a call.
     pub async fn check(&self, token: &str) -> Result<Arc<Claims>, Unavailable> {
         let key = token_digest(token);
         let inner = &*self.inner;
         let Some(cache) = &inner.fresh else {
-            inner.metrics.misses.fetch_add(1, Ordering::Relaxed);
-            return match self.fetch(&key, token).await {
-                Ok(f) => Ok(f.claims),
-                Err(_) => Err(Unavailable),
-            };
+            let result = self.fetch(&key, token).await;
+            self.count(result.as_ref().err(), true);
+            return result.map(|f| f.claims).map_err(|_| Unavailable);
         };
         if let Some(hit) = cache.get(&key).await {
             inner.metrics.hits.fetch_add(1, Ordering::Relaxed);
@@ -378,16 +409,30 @@ impl TokenChecker {
                 self.fetch(&key, token).await
             })
             .await;
-        let counter = if ran {
-            &inner.metrics.misses
-        } else {
-            &inner.metrics.coalesced
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.count(result.as_ref().err().map(|e| &**e), ran);
         match result {
             Ok(entry) => Ok(entry.into_value().claims),
             Err(_) => self.stale_or_unavailable(&key).await,
         }
+    }
+
+    /// Counts a check that was not a cache hit: skipped, or else a miss when it ran the fetch
+    /// and coalesced when it waited for another's.
+    fn count(&self, miss: Option<&Miss>, ran: bool) {
+        let m = &self.inner.metrics;
+        let counter = match miss {
+            Some(Miss::Skipped) => &m.skipped,
+            _ if ran => &m.misses,
+            _ => &m.coalesced,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the checker is in an outage: a call could not reach the server (see
+    /// [`IntrospectionError::is_outage`]) and none has since, so only one probe at a time goes
+    /// to it.
+    pub fn is_failing(&self) -> bool {
+        self.inner.gate.is_failing()
     }
 
     /// The counters.
@@ -432,13 +477,20 @@ impl TokenChecker {
         out
     }
 
-    /// One introspection call, with metrics, logging, the policy applied (a refused answer is
-    /// kept as inactive, for the negative TTL) and the stale copy kept up to date.
-    async fn fetch(&self, key: &Key, token: &str) -> Result<Fresh, IntrospectionError> {
+    /// One introspection call if the [`ProbeGate`] lets it through, with metrics, rate-limited
+    /// failure logs, the policy applied (a refused answer is kept as inactive, for the negative
+    /// TTL) and the stale copy kept up to date.
+    async fn fetch(&self, key: &Key, token: &str) -> Result<Fresh, Miss> {
         let inner = &*self.inner;
+        let Some(permit) = inner.gate.admit(Instant::now()) else {
+            return Err(Miss::Skipped);
+        };
         let started = Instant::now();
         let result = inner.introspector.introspect(token).await;
-        inner.metrics.latency.observe(started.elapsed());
+        let finished = Instant::now();
+        inner.metrics.latency.observe(finished - started);
+        let reached = result.as_ref().map_or_else(|e| !e.is_outage(), |_| true);
+        let outage = permit.finish(reached, finished);
         let claims = match result {
             Ok(c) => match inner.policy.refusal(&c) {
                 None => Arc::new(c),
@@ -459,10 +511,26 @@ impl TokenChecker {
                         stale.invalidate(key).await;
                     }
                 }
-                tracing::warn!(token = %token_log_id(key), %error, "token introspection failed");
-                return Err(error);
+                if let Some(summary) = inner.failure_log.failure(finished) {
+                    tracing::warn!(
+                        token = %token_log_id(key),
+                        failures = summary.failures,
+                        "{}",
+                        failure_line(&summary, &error)
+                    );
+                }
+                return Err(Miss::Failed);
             }
         };
+        if let Some(unreported) = inner.failure_log.success() {
+            let lasted = outage.map_or_else(String::new, |d| {
+                format!(" after an outage of {:.1} s", d.as_secs_f64())
+            });
+            tracing::info!(
+                unreported,
+                "token introspection answering again{lasted} ({unreported} failures since the last warning)"
+            );
+        }
         let now_ms = unix_millis();
         inner
             .metrics
@@ -525,6 +593,22 @@ impl TokenChecker {
             return Ok(entry.claims);
         }
         Err(Unavailable)
+    }
+}
+
+/// The text of a rate-limited failure line. Never holds a token: `error` names none.
+fn failure_line(summary: &Summary, error: &IntrospectionError) -> String {
+    match summary.since_last_line {
+        Some(d) if summary.failures > 1 => format!(
+            "{} introspection failures in the last {} s (last error: {error})",
+            summary.failures,
+            d.as_secs_f64().round()
+        ),
+        _ => format!(
+            "token introspection failed (last error: {error}); further failures are counted and \
+             logged at most every {} s",
+            FAILURE_LOG_INTERVAL.as_secs()
+        ),
     }
 }
 
@@ -628,15 +712,59 @@ mod tests {
     }
 
     #[test]
+    fn failure_lines_count_and_name_no_token() {
+        let first = Summary {
+            failures: 1,
+            since_last_line: None,
+        };
+        assert_eq!(
+            failure_line(&first, &IntrospectionError::Status(503)),
+            "token introspection failed (last error: answered HTTP 503); further failures are \
+             counted and logged at most every 10 s"
+        );
+        let later = Summary {
+            failures: 120_000,
+            since_last_line: Some(Duration::from_millis(10_004)),
+        };
+        assert_eq!(
+            failure_line(&later, &IntrospectionError::Timeout),
+            "120000 introspection failures in the last 10 s (last error: timed out)"
+        );
+        // One failure after a quiet spell reads as a first failure.
+        let quiet = Summary {
+            failures: 1,
+            since_last_line: Some(Duration::from_secs(3600)),
+        };
+        assert!(
+            failure_line(&quiet, &IntrospectionError::Timeout)
+                .starts_with("token introspection failed")
+        );
+    }
+
+    #[test]
     fn prometheus_text() {
         let m = CheckerMetrics::default();
         m.hits.fetch_add(3, Ordering::Relaxed);
+        m.skipped.fetch_add(7, Ordering::Relaxed);
+        m.stale_served.fetch_add(2, Ordering::Relaxed);
         m.latency.observe(Duration::from_millis(3));
         m.latency.observe(Duration::from_secs(60));
         let text = m.render_prometheus("tokengate");
         assert!(
             text.contains(
                 "# TYPE tokengate_cache_hits_total counter\ntokengate_cache_hits_total 3\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "# TYPE tokengate_introspection_skipped_total counter\ntokengate_introspection_skipped_total 7\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "# TYPE tokengate_stale_served_total counter\ntokengate_stale_served_total 2\n"
             ),
             "{text}"
         );

@@ -84,6 +84,20 @@ pub enum IntrospectionError {
     Malformed(#[from] Malformed),
 }
 
+impl IntrospectionError {
+    /// Whether the failure says the server is down or struggling: no complete answer (refused,
+    /// reset, cut short, timed out) or `5xx`/`429`. Any other answer, even a refusal or an
+    /// unreadable body, came from a server that is up; it may also depend on the token sent (a
+    /// huge token gets `413`), so it never starts an [outage](crate::outage::ProbeGate).
+    pub fn is_outage(&self) -> bool {
+        match self {
+            IntrospectionError::Timeout | IntrospectionError::Transport(_) => true,
+            IntrospectionError::Status(s) => *s >= 500 || *s == 429,
+            IntrospectionError::TooLarge | IntrospectionError::Malformed(_) => false,
+        }
+    }
+}
+
 /// The largest introspection answer read.
 pub const MAX_ANSWER: usize = 64 * 1024;
 
@@ -226,6 +240,20 @@ mod tests {
         assert_eq!(form_encode("abc-._*XYZ09"), "abc-._*XYZ09");
         assert_eq!(form_encode("a b+c/d:e=f&g%"), "a+b%2Bc%2Fd%3Ae%3Df%26g%25");
         assert_eq!(form_encode("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn only_failures_of_the_server_are_outages() {
+        use crate::claims::Malformed;
+        assert!(IntrospectionError::Timeout.is_outage());
+        for s in [500, 502, 503, 504, 429] {
+            assert!(IntrospectionError::Status(s).is_outage(), "{s}");
+        }
+        for s in [400, 401, 403, 404, 413, 302] {
+            assert!(!IntrospectionError::Status(s).is_outage(), "{s}");
+        }
+        assert!(!IntrospectionError::TooLarge.is_outage());
+        assert!(!IntrospectionError::Malformed(Malformed::NotAnObject).is_outage());
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! [`bearer::bearer_token`] → [`rules::Rules::find`] → (for protected routes)
 //! [`checker::TokenChecker::check`] (a strict [`claims::Claims`] read, refusals by
 //! [`policy::AnswerPolicy`]) → [`decision::decide`] (with the policy's leeway) →
-//! [`decision::Decision::refusal`], or the caller's [`identity::Identity`] headers.
+//! [`decision::Decision::refusal`], or the caller's [`identity::Identity`] headers. While the
+//! authorization server is failing, [`outage`] keeps the checker to one probe at a time and its
+//! failure logs to one line per interval.
 //!
 //! [`settings`] is the `introspection:` section of the binaries' YAML files.
 
@@ -15,6 +17,7 @@ pub mod claims;
 pub mod decision;
 pub mod identity;
 pub mod introspection;
+pub mod outage;
 pub mod policy;
 pub mod rules;
 pub mod settings;

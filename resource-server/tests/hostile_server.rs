@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fake_server::{FakeServer, Reply, json};
 use http::Method;
 use resource_server::decision::{EXPIRED_TOKEN, INACTIVE_TOKEN, NOT_YET_VALID_TOKEN};
+use resource_server::outage::PROBE_BACKOFF;
 use resource_server::{
     AnswerPolicy, CacheSettings, ClientAuth, Decision, IntrospectionSettings, Rules, TokenChecker,
     TokenState, Unavailable, decide,
@@ -104,6 +105,14 @@ async fn outcome(checker: &TokenChecker, rules: &Rules, token: &str) -> Decision
     match checker.check(token).await {
         Ok(claims) => decide(route, TokenState::Checked(&claims), checker.leeway()),
         Err(Unavailable) => decide(route, TokenState::Unavailable, checker.leeway()),
+    }
+}
+
+/// After a failure that began an outage, waits until the checker's next probe is due, so that
+/// the next check reaches the server.
+async fn probe_due(checker: &TokenChecker) {
+    if checker.is_failing() {
+        tokio::time::sleep(PROBE_BACKOFF.max).await;
     }
 }
 
@@ -421,6 +430,7 @@ async fn hostile_answers_are_never_allowed() {
             started.elapsed()
         );
         // Asked again: failures were not cached, answers were (but never past their exp).
+        probe_due(&checker).await;
         let calls = server.calls();
         let again = outcome(&checker, &rules, &format!("hostile-{i}")).await;
         assert_eq!(again, got, "{name}: second time");
@@ -430,6 +440,7 @@ async fn hostile_answers_are_never_allowed() {
             usize::from(!cached),
             "{name}: cached?"
         );
+        probe_due(&checker).await;
     }
     assert_eq!(checker.metrics().stale_served(), 0);
     let text = checker.render_prometheus("tokengate_proxy");

@@ -122,6 +122,50 @@ impl FakeServer {
     }
 }
 
+impl FakeServer {
+    /// After [`FakeServer::stop`]: listens again on the same port (retrying for up to 2 s while
+    /// the old socket is released), answering as set.
+    pub async fn restart(&self) {
+        let addr = self
+            .url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned();
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        let listener = loop {
+            match TcpListener::bind(&addr).await {
+                Ok(l) => break l,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(e) => panic!("cannot listen on {addr} again: {e}"),
+            }
+        };
+        let (calls, connections, requests, reply, tasks) = (
+            self.calls.clone(),
+            self.connections.clone(),
+            self.requests.clone(),
+            self.reply.clone(),
+            self.tasks.clone(),
+        );
+        let accept = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                connections.fetch_add(1, Ordering::SeqCst);
+                let conn = tokio::spawn(serve(
+                    stream,
+                    calls.clone(),
+                    requests.clone(),
+                    reply.clone(),
+                ));
+                tasks.lock().unwrap().push(conn);
+            }
+        });
+        self.tasks.lock().unwrap().push(accept);
+    }
+}
+
 impl Drop for FakeServer {
     fn drop(&mut self) {
         self.stop();
