@@ -154,4 +154,185 @@ mod tests {
         assert_eq!(err(Some("text/plain"), "hello"), "415 text/plain");
         assert_eq!(err(None, "hello"), "415 ");
     }
+
+    /// Property tests (proptest): arbitrary content types and bytes never panic and end in an
+    /// object or one of the body errors; JSON objects and forms read back as sent.
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn config() -> ProptestConfig {
+            ProptestConfig {
+                cases: 256,
+                ..ProptestConfig::default()
+            }
+        }
+
+        /// Content types near the accepted ones (case, parameters, spaces, look-alikes), and
+        /// arbitrary text.
+        fn content_type() -> impl Strategy<Value = Option<String>> {
+            let known = prop::sample::select(vec![
+                "application/json",
+                "APPLICATION/JSON; charset=utf-8",
+                " application/json ;",
+                "application/merge-patch+json",
+                "application/vnd.api+JSON",
+                "application/x-www-form-urlencoded",
+                "Application/X-WWW-Form-Urlencoded ; charset=latin1",
+                "application/jsonx",
+                "application/json-seq",
+                "text/json",
+                "text/plain",
+                "multipart/form-data; boundary=x",
+                "+json",
+                ";application/json",
+                "",
+                ";",
+            ]);
+            prop_oneof![
+                1 => Just(None),
+                4 => known.prop_map(|s| Some(s.to_owned())),
+                2 => any::<String>().prop_map(Some),
+            ]
+        }
+
+        fn leaf() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                // Floats that print and read back exactly.
+                (any::<i32>(), 0u32..4)
+                    .prop_map(|(m, e)| Value::from(f64::from(m) / 2f64.powi(e as i32))),
+                any::<String>().prop_map(Value::String),
+            ]
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            leaf().prop_recursive(3, 32, 6, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                    prop::collection::btree_map(any::<String>(), inner, 0..6)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn object() -> impl Strategy<Value = Map<String, Value>> {
+            prop::collection::btree_map(any::<String>(), value(), 0..8)
+                .prop_map(|m| m.into_iter().collect())
+        }
+
+        /// Bodies: arbitrary bytes, JSON of any shape (also deeply nested or cut short), and
+        /// form-like text.
+        fn body() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..128),
+                value().prop_map(|v| v.to_string().into_bytes()),
+                (value(), any::<prop::sample::Index>()).prop_map(|(v, cut)| {
+                    let text = v.to_string().into_bytes();
+                    text[..cut.index(text.len() + 1)].to_vec()
+                }),
+                (1usize..4000, any::<bool>()).prop_map(|(n, object)| {
+                    let open = if object { "{\"a\":" } else { "[" };
+                    open.repeat(n).into_bytes()
+                }),
+                "[a-z%=&+;0-9A-F\u{e9} ]{0,40}".prop_map(String::into_bytes),
+            ]
+        }
+
+        /// The media type as the parser must read it: before `;`, trimmed, any case.
+        fn essence(ct: Option<&str>) -> String {
+            ct.map_or("", |c| c.split(';').next().unwrap_or_default())
+                .trim()
+                .to_ascii_lowercase()
+        }
+
+        proptest! {
+            #![proptest_config(config())]
+
+            /// Never a panic; an object, or a 400/415 that says what was wrong with the body.
+            #[test]
+            fn any_body_is_an_object_or_a_body_error(ct in content_type(), body in body()) {
+                let essence = essence(ct.as_deref());
+                let json = essence == "application/json"
+                    || (essence.starts_with("application/") && essence.ends_with("+json"));
+                let form = essence == "application/x-www-form-urlencoded";
+                match parse(ct.as_deref(), &body) {
+                    Ok(map) => {
+                        prop_assert!(json || form || (essence.is_empty() && body.is_empty()));
+                        if body.is_empty() {
+                            prop_assert!(map.is_empty());
+                        } else if json {
+                            let read: Value = serde_json::from_slice(&body).unwrap();
+                            prop_assert_eq!(Value::Object(map), read);
+                        } else {
+                            prop_assert!(map.values().all(Value::is_string));
+                        }
+                    }
+                    Err(ApiError::BadRequest(detail)) => {
+                        prop_assert!(!body.is_empty());
+                        if json {
+                            prop_assert!(detail.starts_with("JSON parse error - "), "{}", detail);
+                            prop_assert!(serde_json::from_slice::<Value>(&body).is_err());
+                        } else {
+                            prop_assert!(form, "{}", detail);
+                            prop_assert!(detail.starts_with("Form parse error - "), "{}", detail);
+                        }
+                    }
+                    Err(ApiError::Invalid(fields)) => {
+                        // Valid JSON, but not an object.
+                        prop_assert!(json && !body.is_empty());
+                        let read: Value = serde_json::from_slice(&body).unwrap();
+                        prop_assert!(!read.is_object());
+                        let keys: Vec<&String> = fields.keys().collect();
+                        prop_assert_eq!(keys, ["non_field_errors"]);
+                    }
+                    Err(ApiError::UnsupportedMediaType(named)) => {
+                        prop_assert!(!json && !form);
+                        prop_assert!(!(essence.is_empty() && body.is_empty()));
+                        prop_assert_eq!(named, ct.unwrap_or_default());
+                    }
+                    Err(other) => prop_assert!(false, "{:?}", other),
+                }
+            }
+
+            /// A JSON object reads back as itself, whatever JSON content type announces it.
+            #[test]
+            fn json_objects_round_trip(
+                map in object(),
+                ct in prop::sample::select(vec![
+                    "application/json",
+                    "Application/JSON; charset=utf-8",
+                    "application/merge-patch+json",
+                ]),
+                pretty in any::<bool>(),
+            ) {
+                let value = Value::Object(map.clone());
+                let text = if pretty {
+                    serde_json::to_vec_pretty(&value)
+                } else {
+                    serde_json::to_vec(&value)
+                }
+                .unwrap();
+                prop_assert_eq!(parse(Some(ct), &text).unwrap(), map);
+            }
+
+            /// Form fields read back as strings, a repeated field as its last value.
+            #[test]
+            fn form_fields_read_back(pairs in prop::collection::vec(
+                // Few names, so that many forms repeat one.
+                (prop_oneof!["[ab]?", any::<String>()], any::<String>()), 0..8)
+            ) {
+                let body = serde_urlencoded::to_string(&pairs).unwrap();
+                let mut want = Map::new();
+                for (k, v) in &pairs {
+                    want.insert(k.clone(), Value::String(v.clone()));
+                }
+                let got = parse(Some("application/x-www-form-urlencoded"), body.as_bytes());
+                prop_assert_eq!(got.unwrap(), want);
+            }
+        }
+    }
 }

@@ -178,4 +178,176 @@ mod tests {
             Err(OAuthError::InvalidRequest(_))
         ));
     }
+
+    /// Property tests (proptest): arbitrary bytes never panic and end in parameters or
+    /// `invalid_request`; a repeated parameter, however encoded, is always `invalid_request`;
+    /// well-formed pairs read back as sent.
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn config() -> ProptestConfig {
+            ProptestConfig {
+                cases: 256,
+                ..ProptestConfig::default()
+            }
+        }
+
+        /// Names and values that make trouble in a form: `&`, `=`, `%`, `+`, spaces, non-ASCII.
+        fn text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                3 => "[a-z_]{1,12}",
+                1 => "[a-z&=%+ ;\u{e9}\u{65e5}\u{1f980}\u{0}]{0,8}",
+                1 => any::<String>(),
+            ]
+        }
+
+        /// Pairs with distinct names, in any order.
+        fn pairs() -> impl Strategy<Value = Vec<(String, String)>> {
+            prop::collection::vec((text(), text()), 0..8).prop_map(|mut v| {
+                let mut seen = std::collections::HashSet::new();
+                v.retain(|(k, _)| seen.insert(k.clone()));
+                v
+            })
+        }
+
+        fn encode(pairs: &[(String, String)]) -> String {
+            let mut s = form_urlencoded::Serializer::new(String::new());
+            for (k, v) in pairs {
+                s.append_pair(k, v);
+            }
+            s.finish()
+        }
+
+        /// Every byte as `%XX`: the same name to a form decoder, other bytes on the wire.
+        fn escape_all(s: &str) -> String {
+            s.bytes().map(|b| format!("%{b:02X}")).collect()
+        }
+
+        fn form_headers(content_type: &[u8]) -> Option<HeaderMap> {
+            let mut headers = HeaderMap::new();
+            let value = axum::http::HeaderValue::from_bytes(content_type).ok()?;
+            headers.insert(header::CONTENT_TYPE, value);
+            Some(headers)
+        }
+
+        proptest! {
+            #![proptest_config(config())]
+
+            /// Never a panic: the decoded pairs when no name repeats, else `invalid_request`.
+            #[test]
+            fn any_bytes_are_params_or_invalid_request(
+                bytes in prop_oneof![
+                    prop::collection::vec(any::<u8>(), 0..96),
+                    "[a-c=&%+0-9A-F]{0,32}".prop_map(String::into_bytes),
+                ]
+            ) {
+                let decoded: Vec<(String, String)> = form_urlencoded::parse(&bytes)
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect();
+                let mut names: Vec<&String> = decoded.iter().map(|(k, _)| k).collect();
+                names.sort();
+                names.dedup();
+                match Params::parse(&bytes) {
+                    Ok(p) => {
+                        prop_assert_eq!(names.len(), decoded.len());
+                        prop_assert_eq!(p.0, decoded);
+                    }
+                    Err(OAuthError::InvalidRequest(d)) => {
+                        prop_assert!(names.len() < decoded.len(), "{}", d);
+                        prop_assert!(d.ends_with("\" is repeated."), "{}", d);
+                    }
+                    Err(other) => prop_assert!(false, "{:?}", other),
+                }
+            }
+
+            /// A name sent twice is `invalid_request`, whatever the values (empty too), the
+            /// positions and the encoding of the second copy, through `from_form` as well.
+            #[test]
+            fn repeated_parameters_are_always_invalid_request(
+                mut pairs in pairs(),
+                name in text(),
+                values in (text(), text()),
+                positions in (any::<prop::sample::Index>(), any::<prop::sample::Index>()),
+                escaped in any::<bool>(),
+            ) {
+                pairs.retain(|(k, _)| *k != name);
+                let first = positions.0.index(pairs.len() + 1);
+                pairs.insert(first, (name.clone(), values.0));
+                let mut parts: Vec<String> =
+                    pairs.iter().map(|p| encode(std::slice::from_ref(p))).collect();
+                let second = if escaped {
+                    format!("{}={}", escape_all(&name), escape_all(&values.1))
+                } else {
+                    encode(&[(name.clone(), values.1)])
+                };
+                parts.insert(positions.1.index(parts.len() + 1), second);
+                let body = parts.join("&");
+                let refused = |r: Result<Params, OAuthError>| match r {
+                    Err(OAuthError::InvalidRequest(d)) => d.ends_with("\" is repeated."),
+                    _ => false,
+                };
+                prop_assert!(refused(Params::parse(body.as_bytes())), "{}", body);
+                let headers = form_headers(b"application/x-www-form-urlencoded").unwrap();
+                prop_assert!(refused(Params::from_form(&headers, body.as_bytes())), "{}", body);
+                prop_assert!(refused(Params::from_form(&HeaderMap::new(), body.as_bytes())));
+            }
+
+            /// Distinct names read back in order with their values; `get` treats empty as absent.
+            #[test]
+            fn well_formed_pairs_read_back(pairs in pairs()) {
+                let body = encode(&pairs);
+                let p = Params::parse(body.as_bytes()).unwrap();
+                for (k, v) in &pairs {
+                    let want = Some(v.as_str()).filter(|v| !v.is_empty());
+                    prop_assert_eq!(p.get(k), want);
+                    prop_assert_eq!(p.require(k).ok(), want);
+                }
+                prop_assert_eq!(&p.0, &pairs);
+                let again = Params::from_form(&HeaderMap::new(), body.as_bytes()).unwrap();
+                prop_assert_eq!(again.0, pairs);
+            }
+
+            /// A body under any other content type is `invalid_request`; the form type is read
+            /// in any case and with parameters.
+            #[test]
+            fn from_form_reads_only_forms(
+                content_type in prop_oneof![
+                    prop::sample::select(vec![
+                        "application/x-www-form-urlencoded",
+                        "Application/X-WWW-FORM-urlencoded; charset=utf-8",
+                        " application/x-www-form-urlencoded ;",
+                        "application/json",
+                        "application/x-www-form-urlencoded-x",
+                        "multipart/form-data; boundary=x",
+                        "",
+                    ]).prop_map(|s| s.as_bytes().to_vec()),
+                    prop::collection::vec(any::<u8>(), 0..32),
+                ],
+                pairs in pairs(),
+            ) {
+                let Some(headers) = form_headers(&content_type) else {
+                    return Ok(()); // not a header value: cannot arrive
+                };
+                let body = encode(&pairs);
+                // `to_str` reads visible ASCII only: a form type with other bytes is refused.
+                let ascii = content_type.iter().all(|b| (32..127).contains(b) || *b == b'\t');
+                let is_form = ascii && std::str::from_utf8(&content_type).is_ok_and(|ct| {
+                    ct.split(';').next().unwrap_or_default().trim()
+                        .eq_ignore_ascii_case("application/x-www-form-urlencoded")
+                });
+                match Params::from_form(&headers, body.as_bytes()) {
+                    Ok(p) => {
+                        prop_assert!(is_form || body.is_empty());
+                        prop_assert_eq!(p.0, pairs);
+                    }
+                    Err(OAuthError::InvalidRequest(d)) => {
+                        prop_assert!(!is_form && !body.is_empty());
+                        prop_assert_eq!(d, "The body must be application/x-www-form-urlencoded.");
+                    }
+                    Err(other) => prop_assert!(false, "{:?}", other),
+                }
+            }
+        }
+    }
 }
