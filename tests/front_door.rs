@@ -441,10 +441,21 @@ async fn authorization_server_down_is_503_and_back_up_is_served() {
         .status();
     assert_eq!(ready, StatusCode::SERVICE_UNAVAILABLE);
     door.auth.restart().await;
-    assert_eq!(
-        door.get("/users/", Some(&token)).await.status(),
-        StatusCode::OK
-    );
+    // While failing, the proxy probes the server at most every 400 ms (one probe at a time), so
+    // it is served again within half a second of the server's return.
+    let back = Instant::now();
+    loop {
+        let status = door.get("/users/", Some(&token)).await.status();
+        if status == StatusCode::OK {
+            break;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            back.elapsed() < Duration::from_secs(1),
+            "not served again within 1 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     door.shutdown().await;
 }
 
