@@ -100,22 +100,19 @@ impl fmt::Display for IpRange {
 pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpRange]) -> IpAddr {
     let is_trusted = |ip: IpAddr| trusted.iter().any(|range| range.contains(ip));
     let mut client = peer.to_canonical();
-    if !is_trusted(client) {
-        return client;
-    }
-    let entries: Vec<Option<IpAddr>> = headers
-        .get_all("x-forwarded-for")
-        .iter()
-        .flat_map(|line| match line.to_str() {
-            Ok(text) => text.split(',').map(parse_entry).collect(),
-            Err(_) => vec![None],
-        })
-        .collect();
-    for entry in entries.into_iter().rev() {
-        let Some(ip) = entry else { break };
-        client = ip;
-        if !is_trusted(ip) {
-            break;
+    for line in headers.get_all("x-forwarded-for").iter().rev() {
+        let Ok(text) = line.to_str() else {
+            return client;
+        };
+        for entry in text.rsplit(',') {
+            // `client` is the hop that wrote this entry: believed only if trusted.
+            if !is_trusted(client) {
+                return client;
+            }
+            let Some(ip) = parse_entry(entry) else {
+                return client;
+            };
+            client = ip;
         }
     }
     client

@@ -84,13 +84,19 @@ pub async fn all_stores() -> Vec<Store> {
     stores
 }
 
+/// The URL of a fresh database on every backend this run can test: SQLite always, PostgreSQL
+/// when configured.
+pub async fn all_database_urls() -> Vec<String> {
+    let mut urls = vec![sqlite_url()];
+    urls.extend(postgres_schema_url().await);
+    urls
+}
+
 /// Two stores on one fresh database per backend, as two replicas of the server have: each with
 /// its own pools and client cache.
 pub async fn all_replica_pairs() -> Vec<(Store, Store)> {
-    let mut urls = vec![sqlite_url()];
-    urls.extend(postgres_schema_url().await);
     let mut pairs = Vec::new();
-    for url in urls {
+    for url in all_database_urls().await {
         let first = Store::connect(&url).await.expect("open the first replica");
         let second = Store::connect(&url).await.expect("open the second replica");
         pairs.push((first, second));
@@ -127,6 +133,15 @@ pub async fn application(
     (
         app.client_id,
         secret.expect("confidential clients get a secret"),
+    )
+}
+
+/// The `Authorization` value of HTTP Basic client authentication.
+pub fn basic_auth(client_id: &str, secret: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{client_id}:{secret}"))
     )
 }
 

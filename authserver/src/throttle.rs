@@ -14,7 +14,7 @@ pub const MAX_FAILURES_PER_ADDRESS: i64 = 20;
 /// Seconds a failure counts; also the `Retry-After` of a refusal.
 pub const FAILURE_WINDOW: i64 = 15 * 60;
 
-/// The failure buckets of one attempt.
+/// The failure buckets of one attempt, counted when it began.
 pub struct Throttle {
     /// The client's address as text, for log lines.
     pub client: String,
@@ -23,33 +23,40 @@ pub struct Throttle {
     user_and_address: String,
     /// `addr:<address>`.
     address: String,
+    /// Failures under `user_and_address` and under `address` when the attempt began.
+    counted: [i64; 2],
 }
 
 impl Throttle {
-    /// The buckets of `username` from `address`. Without a known address (the router driven
-    /// without connect info) every client counts as the one address `unknown`.
-    pub fn new(username: &str, address: Option<IpAddr>) -> Throttle {
+    /// Counts the buckets of `username` from `address` (one query), before any password
+    /// hashing. Without a known address (the router driven without connect info) every client
+    /// counts as the one address `unknown`.
+    pub async fn check(
+        store: &Store,
+        username: &str,
+        address: Option<IpAddr>,
+    ) -> StoreResult<Throttle> {
         let client = address.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
-        Throttle {
-            user_and_address: format!(
-                "login:{}@{client}",
-                secrets::digest(&username.to_lowercase())
-            ),
-            address: format!("addr:{client}"),
+        let user_and_address = format!(
+            "login:{}@{client}",
+            secrets::digest(&username.to_lowercase())
+        );
+        let address = format!("addr:{client}");
+        let counted = store
+            .count_login_failures([&user_and_address, &address], FAILURE_WINDOW)
+            .await?;
+        Ok(Throttle {
             client,
-        }
+            user_and_address,
+            address,
+            counted,
+        })
     }
 
-    /// Whether this attempt may be checked at all; checked before any password hashing.
-    pub async fn allows(&self, store: &Store) -> StoreResult<bool> {
-        Ok(store
-            .count_login_failures(&self.user_and_address, FAILURE_WINDOW)
-            .await?
-            < MAX_FAILURES_PER_USER_AND_ADDRESS
-            && store
-                .count_login_failures(&self.address, FAILURE_WINDOW)
-                .await?
-                < MAX_FAILURES_PER_ADDRESS)
+    /// Whether the attempt is refused without looking at the password.
+    pub fn refused(&self) -> bool {
+        let [user_and_address, address] = self.counted;
+        user_and_address >= MAX_FAILURES_PER_USER_AND_ADDRESS || address >= MAX_FAILURES_PER_ADDRESS
     }
 
     pub async fn failed(&self, store: &Store) -> StoreResult<()> {
@@ -61,9 +68,13 @@ impl Throttle {
             .await
     }
 
-    /// Clears this username's count from this address; the address count stays, or one valid
-    /// account would let an attacker reset it between guesses.
+    /// Clears this username's count from this address, if it had any (most sign-ins write
+    /// nothing); the address count stays, or one valid account would let an attacker reset it
+    /// between guesses.
     pub async fn succeeded(&self, store: &Store) -> StoreResult<()> {
+        if self.counted[0] == 0 {
+            return Ok(());
+        }
         store.clear_login_failures(&self.user_and_address).await
     }
 }
@@ -72,67 +83,66 @@ impl Throttle {
 mod tests {
     use super::*;
 
+    /// Whether `username` from `address` may try now.
+    async fn allowed(store: &Store, username: &str, address: IpAddr) -> bool {
+        !Throttle::check(store, username, Some(address))
+            .await
+            .unwrap()
+            .refused()
+    }
+
+    /// Failures stored under `bucket`.
+    async fn stored(store: &Store, bucket: &str) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM login_failures WHERE bucket = $1")
+            .bind(bucket)
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn buckets_are_per_user_and_address_and_per_address() {
         let store = crate::testing::sqlite_store().await;
         let a: IpAddr = "192.0.2.1".parse().unwrap();
         let b: IpAddr = "192.0.2.2".parse().unwrap();
-        let alice_from_a = Throttle::new("Alice", Some(a));
         for _ in 0..MAX_FAILURES_PER_USER_AND_ADDRESS {
-            assert!(alice_from_a.allows(&store).await.unwrap());
+            let alice_from_a = Throttle::check(&store, "Alice", Some(a)).await.unwrap();
+            assert!(!alice_from_a.refused());
             alice_from_a.failed(&store).await.unwrap();
         }
-        assert!(
-            !Throttle::new("alice", Some(a))
-                .allows(&store)
-                .await
-                .unwrap()
-        );
-        assert!(
-            Throttle::new("alice", Some(b))
-                .allows(&store)
-                .await
-                .unwrap()
-        );
-        assert!(Throttle::new("bob", Some(a)).allows(&store).await.unwrap());
+        assert!(!allowed(&store, "alice", a).await);
+        assert!(allowed(&store, "alice", b).await);
+        assert!(allowed(&store, "bob", a).await);
         // The username is not stored as typed.
-        let stored: i64 =
+        let stored_as_typed: i64 =
             sqlx::query_scalar("SELECT COUNT(*) FROM login_failures WHERE bucket LIKE '%lice%'")
                 .fetch_one(store.pool())
                 .await
                 .unwrap();
-        assert_eq!(stored, 0);
+        assert_eq!(stored_as_typed, 0);
         for i in 0..(MAX_FAILURES_PER_ADDRESS - MAX_FAILURES_PER_USER_AND_ADDRESS) {
-            let other = Throttle::new(&format!("user{i}"), Some(a));
-            assert!(other.allows(&store).await.unwrap());
+            let other = Throttle::check(&store, &format!("user{i}"), Some(a))
+                .await
+                .unwrap();
+            assert!(!other.refused());
             other.failed(&store).await.unwrap();
         }
-        assert!(
-            !Throttle::new("carol", Some(a))
-                .allows(&store)
-                .await
-                .unwrap()
-        );
-        assert!(
-            Throttle::new("carol", Some(b))
-                .allows(&store)
-                .await
-                .unwrap()
-        );
+        assert!(!allowed(&store, "carol", a).await);
+        assert!(allowed(&store, "carol", b).await);
         // Success clears the username's count from that address, not the address's.
-        let alice_from_b = Throttle::new("alice", Some(b));
-        alice_from_b.failed(&store).await.unwrap();
-        alice_from_b.succeeded(&store).await.unwrap();
-        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM login_failures WHERE bucket = $1")
-            .bind("addr:192.0.2.2")
-            .fetch_one(store.pool())
+        Throttle::check(&store, "alice", Some(b))
+            .await
+            .unwrap()
+            .failed(&store)
             .await
             .unwrap();
-        assert_eq!(left, 1);
+        let alice_from_b = Throttle::check(&store, "alice", Some(b)).await.unwrap();
+        alice_from_b.succeeded(&store).await.unwrap();
+        assert_eq!(stored(&store, &alice_from_b.user_and_address).await, 0);
+        assert_eq!(stored(&store, "addr:192.0.2.2").await, 1);
+        let alice_from_a = Throttle::check(&store, "alice", Some(a)).await.unwrap();
         alice_from_a.succeeded(&store).await.unwrap();
-        assert!(
-            !alice_from_a.allows(&store).await.unwrap(),
-            "a's address stays full"
-        );
+        assert_eq!(stored(&store, &alice_from_a.user_and_address).await, 0);
+        assert!(!allowed(&store, "alice", a).await, "a's address stays full");
     }
 }

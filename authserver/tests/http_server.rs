@@ -5,7 +5,6 @@ use authserver::config::Settings;
 use authserver::http_server::{Limits, serve};
 use authserver::store::GrantType;
 use authserver::{AppState, app, testing};
-use base64::Engine;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -173,10 +172,7 @@ async fn the_socket_peer_decides_whose_forwarded_for_is_believed() {
         let store = testing::sqlite_store().await;
         testing::user(&store, "alice", "wonderland").await;
         let (id, secret) = testing::application(&store, GrantType::Password, false).await;
-        let basic = format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"))
-        );
+        let basic = testing::basic_auth(&id, &secret);
         let mut settings = Settings::for_tests("unused");
         if !trust_loopback {
             settings.trusted_proxies.clear();

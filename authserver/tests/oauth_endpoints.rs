@@ -2,10 +2,10 @@
 
 use authserver::config::Settings;
 use authserver::store::{ApplicationInput, GrantType, Store};
-use authserver::{AppState, app, testing};
+use authserver::testing::{self, basic_auth};
+use authserver::{AppState, app};
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use base64::Engine;
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -28,13 +28,6 @@ async fn fixture_on(store: Store) -> Fixture {
         client_id,
         secret,
     }
-}
-
-fn basic(id: &str, secret: &str) -> String {
-    format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"))
-    )
 }
 
 struct Reply {
@@ -74,7 +67,7 @@ impl Fixture {
             &self.state,
             "POST",
             "/o/token/",
-            Some(&basic(&self.client_id, &self.secret)),
+            Some(&basic_auth(&self.client_id, &self.secret)),
             form,
         )
         .await
@@ -98,7 +91,7 @@ impl Fixture {
             &self.state,
             "POST",
             "/o/token/",
-            Some(&basic(&id, &secret)),
+            Some(&basic_auth(&id, &secret)),
             "grant_type=password&username=alice&password=wonderland&scope=introspection",
         )
         .await;
@@ -188,7 +181,7 @@ async fn the_introspection_scope_only_for_applications_allowed_to_introspect() {
         &state,
         "POST",
         "/o/token/",
-        Some(&basic(&id, &secret)),
+        Some(&basic_auth(&id, &secret)),
         "grant_type=password&username=alice&password=wonderland",
     )
     .await;
@@ -208,7 +201,7 @@ async fn withdrawing_the_permission_disarms_introspection_tokens() {
         &f.state,
         "POST",
         "/o/token/",
-        Some(&basic(&id, &secret)),
+        Some(&basic_auth(&id, &secret)),
         "grant_type=password&username=alice&password=wonderland&scope=introspection+read",
     )
     .await
@@ -244,7 +237,7 @@ async fn withdrawing_the_permission_disarms_introspection_tokens() {
         &f.state,
         "POST",
         "/o/token/",
-        Some(&basic(&id, &secret)),
+        Some(&basic_auth(&id, &secret)),
         &format!("grant_type=refresh_token&refresh_token={refresh}&scope=introspection"),
     )
     .await;
@@ -256,7 +249,7 @@ async fn withdrawing_the_permission_disarms_introspection_tokens() {
         &f.state,
         "POST",
         "/o/token/",
-        Some(&basic(&id, &secret)),
+        Some(&basic_auth(&id, &secret)),
         &format!("grant_type=refresh_token&refresh_token={refresh}"),
     )
     .await;
@@ -269,8 +262,8 @@ async fn client_authentication_failures_are_invalid_client_401() {
     let f = fixture().await;
     let form = "grant_type=password&username=alice&password=wonderland";
     for auth in [
-        Some(basic(&f.client_id, "wrong")),
-        Some(basic("nobody", &f.secret)),
+        Some(basic_auth(&f.client_id, "wrong")),
+        Some(basic_auth("nobody", &f.secret)),
         None,
     ] {
         let reply = send(&f.state, "POST", "/o/token/", auth.as_deref(), form).await;
@@ -470,7 +463,7 @@ async fn client_credentials_grant_returns_no_refresh_token() {
         &state,
         "POST",
         "/o/token/",
-        Some(&basic(&id, &secret)),
+        Some(&basic_auth(&id, &secret)),
         "grant_type=client_credentials&scope=read",
     )
     .await;
@@ -481,7 +474,7 @@ async fn client_credentials_grant_returns_no_refresh_token() {
         &state,
         "POST",
         "/o/token/",
-        Some(&basic(&id, &secret)),
+        Some(&basic_auth(&id, &secret)),
         "grant_type=password&username=a&password=b",
     )
     .await;
@@ -527,7 +520,7 @@ async fn introspection_with_a_bearer_token_carrying_the_introspection_scope() {
         &f.state,
         "POST",
         "/o/revoke_token/",
-        Some(&basic(&f.client_id, &f.secret)),
+        Some(&basic_auth(&f.client_id, &f.secret)),
         &format!("token={token}"),
     )
     .await;
@@ -597,13 +590,13 @@ async fn introspection_refuses_callers_that_may_not_introspect() {
     );
     // An application not allowed to introspect: 403; wrong secret: 401.
     assert_eq!(
-        f.introspect_as(&basic(&f.client_id, &f.secret), &token)
+        f.introspect_as(&basic_auth(&f.client_id, &f.secret), &token)
             .await
             .status,
         StatusCode::FORBIDDEN
     );
     assert_eq!(
-        f.introspect_as(&basic(&f.client_id, "x"), &token)
+        f.introspect_as(&basic_auth(&f.client_id, "x"), &token)
             .await
             .status,
         StatusCode::UNAUTHORIZED
@@ -611,7 +604,9 @@ async fn introspection_refuses_callers_that_may_not_introspect() {
     // An application allowed to introspect: 200.
     let (rs_id, rs_secret) =
         testing::application(&f.state.store, GrantType::ClientCredentials, true).await;
-    let reply = f.introspect_as(&basic(&rs_id, &rs_secret), &token).await;
+    let reply = f
+        .introspect_as(&basic_auth(&rs_id, &rs_secret), &token)
+        .await;
     assert_eq!(
         (reply.status, reply.json["active"].clone()),
         (StatusCode::OK, Value::Bool(true))
@@ -633,7 +628,7 @@ async fn revocation_is_per_client_and_covers_the_refresh_token() {
         &f.state,
         "POST",
         "/o/revoke_token/",
-        Some(&basic(&other_id, &other_secret)),
+        Some(&basic_auth(&other_id, &other_secret)),
         &format!("token={access}"),
     )
     .await;
@@ -652,7 +647,7 @@ async fn revocation_is_per_client_and_covers_the_refresh_token() {
         &f.state,
         "POST",
         "/o/revoke_token/",
-        Some(&basic(&f.client_id, &f.secret)),
+        Some(&basic_auth(&f.client_id, &f.secret)),
         "token=unknown",
     )
     .await;
@@ -675,7 +670,7 @@ async fn revocation_is_per_client_and_covers_the_refresh_token() {
         &f.state,
         "POST",
         "/o/revoke_token/",
-        Some(&basic(&f.client_id, &f.secret)),
+        Some(&basic_auth(&f.client_id, &f.secret)),
         &format!("token={access}"),
     )
     .await;

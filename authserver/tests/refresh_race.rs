@@ -2,13 +2,15 @@
 //! presentations of one refresh token interleave, once the reuse is detected no token of the
 //! family is active, and the reuse is logged once.
 
-use authserver::config::Settings;
-use authserver::store::{GrantType, NewTokens, RefreshOutcome, Store, StoreError};
-use authserver::testing::{self, RunningServer};
+mod support;
+
+use authserver::store::{GrantType, RefreshOutcome, Store, StoreError};
+use authserver::testing;
 use serde_json::Value;
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
+use support::{Replica, new_tokens};
 use tokio::sync::Barrier;
+use tokio::task::JoinHandle;
 
 /// (racers, rounds): more rounds where a race is narrow.
 const RACES: [(usize, usize); 3] = [(2, 10), (5, 5), (50, 2)];
@@ -23,15 +25,44 @@ enum Racer {
     Invalid,
 }
 
-fn new_tokens(app_id: i64, user_id: i64, family: Option<String>) -> NewTokens {
-    NewTokens {
-        application_id: app_id,
-        user_id: Some(user_id),
-        scope: "read".into(),
-        access_lifetime: 600,
-        refresh_lifetime: Some(3600),
-        family,
+/// A user named `username` and a password-grant application on `store`: their ids.
+async fn user_and_application(store: &Store, username: &str) -> (i64, i64) {
+    let user = testing::user(store, username, "pw").await;
+    let (client_id, _) = testing::application(store, GrantType::Password, false).await;
+    let app = store
+        .find_application_by_client_id(&client_id)
+        .await
+        .unwrap()
+        .unwrap();
+    (user.id, app.id)
+}
+
+/// `future` on a task of its own, started once every racer waits at `barrier`.
+fn spawn_racer<T: Send + 'static>(
+    barrier: &Arc<Barrier>,
+    future: impl Future<Output = T> + Send + 'static,
+) -> JoinHandle<T> {
+    let barrier = barrier.clone();
+    tokio::spawn(async move {
+        barrier.wait().await;
+        future.await
+    })
+}
+
+/// `racers` futures made by `racer(i)`, released together; their results in order.
+async fn race<T: Send + 'static, F: Future<Output = T> + Send + 'static>(
+    racers: usize,
+    racer: impl Fn(usize) -> F,
+) -> Vec<T> {
+    let barrier = Arc::new(Barrier::new(racers));
+    let tasks: Vec<_> = (0..racers)
+        .map(|i| spawn_racer(&barrier, racer(i)))
+        .collect();
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
     }
+    results
 }
 
 /// A refresh the way the token endpoint does it: claim, then issue into the same family.
@@ -79,37 +110,21 @@ async fn assert_family_dead(store: &Store, app_id: i64, tokens: &[(String, Strin
 async fn concurrent_reuse_leaves_no_active_token_in_the_family() {
     for store in testing::all_stores().await {
         let backend = store.backend();
-        let user = testing::user(&store, "racer", "pw").await;
-        let (client_id, _) = testing::application(&store, GrantType::Password, false).await;
-        let app = store
-            .find_application_by_client_id(&client_id)
-            .await
-            .unwrap()
-            .unwrap();
+        let (user_id, app_id) = user_and_application(&store, "racer").await;
         for (racers, rounds) in RACES {
             let mut winner_got_tokens = 0;
             for round in 0..rounds {
                 let what = format!("{backend:?}, {racers} racers, round {round}");
                 let first = store
-                    .issue_tokens(&new_tokens(app.id, user.id, None))
+                    .issue_tokens(&new_tokens(app_id, user_id, None))
                     .await
                     .unwrap();
                 let presented = first.refresh_token.clone().unwrap();
-                let barrier = Arc::new(Barrier::new(racers));
-                let tasks: Vec<_> = (0..racers)
-                    .map(|_| {
-                        let (store, barrier, presented) =
-                            (store.clone(), barrier.clone(), presented.clone());
-                        tokio::spawn(async move {
-                            barrier.wait().await;
-                            refresh(&store, &presented, app.id, user.id).await
-                        })
-                    })
-                    .collect();
-                let mut results = Vec::new();
-                for task in tasks {
-                    results.push(task.await.unwrap());
-                }
+                let results = race(racers, |_| {
+                    let (store, presented) = (store.clone(), presented.clone());
+                    async move { refresh(&store, &presented, app_id, user_id).await }
+                })
+                .await;
                 let count = |f: fn(&Racer) -> bool| results.iter().filter(|r| f(r)).count();
                 assert_eq!(
                     count(|r| matches!(r, Racer::Won(_))),
@@ -133,7 +148,7 @@ async fn concurrent_reuse_leaves_no_active_token_in_the_family() {
                         received.push(pair);
                     }
                 }
-                assert_family_dead(&store, app.id, &received, &what).await;
+                assert_family_dead(&store, app_id, &received, &what).await;
             }
             eprintln!(
                 "{backend:?}, {racers} racers: the winner got (dead) tokens in {winner_got_tokens} of {rounds} rounds, invalid_grant in the others"
@@ -146,34 +161,24 @@ async fn concurrent_reuse_leaves_no_active_token_in_the_family() {
 async fn revocation_racing_a_refresh_leaves_no_active_token() {
     for store in testing::all_stores().await {
         let backend = store.backend();
-        let user = testing::user(&store, "revoker", "pw").await;
-        let (client_id, _) = testing::application(&store, GrantType::Password, false).await;
-        let app = store
-            .find_application_by_client_id(&client_id)
-            .await
-            .unwrap()
-            .unwrap();
+        let (user_id, app_id) = user_and_application(&store, "revoker").await;
         for round in 0..20 {
             let first = store
-                .issue_tokens(&new_tokens(app.id, user.id, None))
+                .issue_tokens(&new_tokens(app_id, user_id, None))
                 .await
                 .unwrap();
             let presented = first.refresh_token.clone().unwrap();
             let barrier = Arc::new(Barrier::new(2));
             let refresher = {
-                let (store, barrier, presented) =
-                    (store.clone(), barrier.clone(), presented.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    refresh(&store, &presented, app.id, user.id).await
+                let (store, presented) = (store.clone(), presented.clone());
+                spawn_racer(&barrier, async move {
+                    refresh(&store, &presented, app_id, user_id).await
                 })
             };
             let revoker = {
-                let (store, barrier, access) =
-                    (store.clone(), barrier.clone(), first.access_token.clone());
-                tokio::spawn(async move {
-                    barrier.wait().await;
-                    store.revoke_token(&access, app.id).await.unwrap()
+                let (store, access) = (store.clone(), first.access_token.clone());
+                spawn_racer(&barrier, async move {
+                    store.revoke_token(&access, app_id).await.unwrap()
                 })
             };
             assert!(revoker.await.unwrap(), "{backend:?}: revoked");
@@ -183,7 +188,7 @@ async fn revocation_racing_a_refresh_leaves_no_active_token() {
             }
             assert_family_dead(
                 &store,
-                app.id,
+                app_id,
                 &received,
                 &format!("{backend:?}, round {round}"),
             )
@@ -196,20 +201,14 @@ async fn revocation_racing_a_refresh_leaves_no_active_token() {
 async fn sequential_refresh_rotates_single_use() {
     for store in testing::all_stores().await {
         let backend = store.backend();
-        let user = testing::user(&store, "rotor", "pw").await;
-        let (client_id, _) = testing::application(&store, GrantType::Password, false).await;
-        let app = store
-            .find_application_by_client_id(&client_id)
-            .await
-            .unwrap()
-            .unwrap();
+        let (user_id, app_id) = user_and_application(&store, "rotor").await;
         let first = store
-            .issue_tokens(&new_tokens(app.id, user.id, None))
+            .issue_tokens(&new_tokens(app_id, user_id, None))
             .await
             .unwrap();
         let mut current = (first.access_token, first.refresh_token.unwrap());
         for step in 0..3 {
-            let Racer::Won(Some(next)) = refresh(&store, &current.1, app.id, user.id).await else {
+            let Racer::Won(Some(next)) = refresh(&store, &current.1, app_id, user_id).await else {
                 panic!("{backend:?}: rotation {step} failed");
             };
             for (token, active) in [
@@ -230,21 +229,12 @@ async fn sequential_refresh_rotates_single_use() {
 /// detects reuse afterwards.
 #[tokio::test]
 async fn existing_databases_upgrade() {
-    let mut urls = vec![testing::sqlite_url()];
-    urls.extend(testing::postgres_schema_url().await);
-    for url in urls {
+    for url in testing::all_database_urls().await {
         let store = Store::connect(&url).await.unwrap();
         let backend = store.backend();
-        let user = testing::user(&store, "old", "pw").await;
-        let (client_id, _) = testing::application(&store, GrantType::Password, false).await;
-        let app_id = store
-            .find_application_by_client_id(&client_id)
-            .await
-            .unwrap()
-            .unwrap()
-            .id;
+        let (user_id, app_id) = user_and_application(&store, "old").await;
         let old = store
-            .issue_tokens(&new_tokens(app_id, user.id, None))
+            .issue_tokens(&new_tokens(app_id, user_id, None))
             .await
             .unwrap();
         for undo in [
@@ -266,11 +256,11 @@ async fn existing_databases_upgrade() {
         let record = store.find_token(&old.access_token).await.unwrap().unwrap();
         assert!(record.is_active(), "{backend:?}: old tokens survive");
         let presented = old.refresh_token.unwrap();
-        let Racer::Won(Some(next)) = refresh(&store, &presented, app_id, user.id).await else {
+        let Racer::Won(Some(next)) = refresh(&store, &presented, app_id, user_id).await else {
             panic!("{backend:?}: refresh after the upgrade")
         };
         assert!(matches!(
-            refresh(&store, &presented, app_id, user.id).await,
+            refresh(&store, &presented, app_id, user_id).await,
             Racer::Reused
         ));
         assert_family_dead(&store, app_id, &[next], &format!("{backend:?}")).await;
@@ -279,34 +269,8 @@ async fn existing_databases_upgrade() {
 
 // --- The same races through `POST /o/token/`, across two replicas on one database. ---
 
-/// Every log line of this test binary, at WARN and above.
-static LOG: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-
-/// Installs the global subscriber that writes into [`LOG`], once per test binary.
-fn capture_logs() {
-    static INSTALLED: OnceLock<()> = OnceLock::new();
-    struct Capture;
-    impl Write for Capture {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            LOG.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    INSTALLED.get_or_init(|| {
-        tracing_subscriber::fmt()
-            .with_writer(|| Capture)
-            .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
-            .init();
-    });
-}
-
 fn reuse_warnings(client_id: &str) -> usize {
-    let log = LOG.lock().unwrap();
-    String::from_utf8_lossy(&log)
+    support::logged()
         .lines()
         .filter(|line| {
             line.contains(" WARN ")
@@ -317,8 +281,7 @@ fn reuse_warnings(client_id: &str) -> usize {
 }
 
 struct Replicas {
-    servers: [RunningServer; 2],
-    http: reqwest::Client,
+    replicas: [Replica; 2],
     /// An application allowed to introspect.
     introspector: (String, String),
 }
@@ -326,19 +289,14 @@ struct Replicas {
 impl Replicas {
     /// A server on each store; `introspector` is an application allowed to introspect.
     async fn start(stores: [Store; 2], introspector: (String, String)) -> Arc<Replicas> {
-        let mut servers = Vec::new();
-        for store in stores {
-            let settings = Settings::for_tests("unused");
-            let addr = "127.0.0.1:0".parse().unwrap();
-            servers.push(testing::spawn_server(store, settings, addr).await);
-        }
+        let [first, second] = stores;
         Arc::new(Replicas {
-            servers: servers.try_into().ok().unwrap(),
-            http: reqwest::Client::new(),
+            replicas: [Replica::start(first).await, Replica::start(second).await],
             introspector,
         })
     }
 
+    /// [`Replica::post`] to replica `replica` (modulo 2).
     async fn post(
         &self,
         replica: usize,
@@ -346,16 +304,7 @@ impl Replicas {
         client: &(String, String),
         form: &[(&str, &str)],
     ) -> (u16, Value) {
-        let reply = self
-            .http
-            .post(format!("{}{path}", self.servers[replica % 2].base_url))
-            .basic_auth(&client.0, Some(&client.1))
-            .form(form)
-            .send()
-            .await
-            .unwrap();
-        let status = reply.status().as_u16();
-        (status, reply.json().await.unwrap_or(Value::Null))
+        self.replicas[replica % 2].post(path, client, form).await
     }
 
     async fn refresh(
@@ -386,9 +335,15 @@ impl Replicas {
     }
 }
 
+/// The access and refresh token of a token response.
+fn token_pair(body: &Value) -> (String, String) {
+    let token = |name: &str| body[name].as_str().unwrap().to_owned();
+    (token("access_token"), token("refresh_token"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_refresh_requests_leave_no_active_token() {
-    capture_logs();
+    support::capture_logs();
     for (first, second) in testing::all_replica_pairs().await {
         let backend = first.backend();
         testing::user(&first, "alice", "wonderland").await;
@@ -406,38 +361,19 @@ async fn concurrent_refresh_requests_leave_no_active_token() {
                 ];
                 let (status, body) = replicas.post(0, "/o/token/", &client, &form).await;
                 assert_eq!(status, 200, "{what}: {body}");
-                let mut received = vec![(
-                    body["access_token"].as_str().unwrap().to_owned(),
-                    body["refresh_token"].as_str().unwrap().to_owned(),
-                )];
+                let mut received = vec![token_pair(&body)];
                 let presented = received[0].1.clone();
-                let barrier = Arc::new(Barrier::new(racers));
-                let tasks: Vec<_> = (0..racers)
-                    .map(|racer| {
-                        let (replicas, barrier, client, presented) = (
-                            replicas.clone(),
-                            barrier.clone(),
-                            client.clone(),
-                            presented.clone(),
-                        );
-                        tokio::spawn(async move {
-                            barrier.wait().await;
-                            replicas.refresh(racer, &client, &presented).await
-                        })
-                    })
-                    .collect();
-                let mut replies = Vec::new();
-                for task in tasks {
-                    replies.push(task.await.unwrap());
-                }
+                let replies = race(racers, |racer| {
+                    let (replicas, client, presented) =
+                        (replicas.clone(), client.clone(), presented.clone());
+                    async move { replicas.refresh(racer, &client, &presented).await }
+                })
+                .await;
                 let ok = replies.iter().filter(|(status, _)| *status == 200).count();
                 assert!(ok <= 1, "{what}: {ok} refreshes succeeded");
                 for (status, body) in &replies {
                     match status {
-                        200 => received.push((
-                            body["access_token"].as_str().unwrap().to_owned(),
-                            body["refresh_token"].as_str().unwrap().to_owned(),
-                        )),
+                        200 => received.push(token_pair(body)),
                         _ => assert_eq!(
                             (*status, &body["error"]),
                             (400, &Value::from("invalid_grant")),
@@ -476,7 +412,7 @@ async fn concurrent_refresh_requests_leave_no_active_token() {
 
 #[tokio::test]
 async fn sequential_refresh_requests_rotate() {
-    capture_logs();
+    support::capture_logs();
     for (first, second) in testing::all_replica_pairs().await {
         let backend = first.backend();
         testing::user(&first, "bob", "builder").await;

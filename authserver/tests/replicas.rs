@@ -1,47 +1,16 @@
 //! Two authserver replicas on one database (issue 9, item 6), on SQLite and PostgreSQL: an
 //! application deleted on one is refused by the other with `401 invalid_client`, never a 500,
-//! although the other still holds it in its client cache.
+//! although the other still holds it in its client cache; a user deleted on one while the other
+//! is issuing their tokens is `400 invalid_grant`, never a 500.
 
-use authserver::config::Settings;
-use authserver::store::{GrantType, Store};
-use authserver::testing::{self, RunningServer};
+mod support;
+
+use authserver::oauth::OAuthError;
+use authserver::store::{GrantType, RefreshOutcome, Store, StoreError};
+use authserver::testing;
+use axum::response::IntoResponse;
 use serde_json::Value;
-
-struct Replica {
-    store: Store,
-    server: RunningServer,
-    http: reqwest::Client,
-}
-
-impl Replica {
-    async fn start(store: Store) -> Replica {
-        let settings = Settings::for_tests("unused");
-        let addr = "127.0.0.1:0".parse().unwrap();
-        Replica {
-            server: testing::spawn_server(store.clone(), settings, addr).await,
-            store,
-            http: reqwest::Client::new(),
-        }
-    }
-
-    async fn post(
-        &self,
-        path: &str,
-        client: &(String, String),
-        form: &[(&str, &str)],
-    ) -> (u16, Value) {
-        let reply = self
-            .http
-            .post(format!("{}{path}", self.server.base_url))
-            .basic_auth(&client.0, Some(&client.1))
-            .form(form)
-            .send()
-            .await
-            .unwrap();
-        let status = reply.status().as_u16();
-        (status, reply.json().await.unwrap_or(Value::Null))
-    }
-}
+use support::{Replica, new_tokens};
 
 const PASSWORD_GRANT: [(&str, &str); 3] = [
     ("grant_type", "password"),
@@ -50,15 +19,14 @@ const PASSWORD_GRANT: [(&str, &str); 3] = [
 ];
 const CLIENT_CREDENTIALS: [(&str, &str); 1] = [("grant_type", "client_credentials")];
 
-/// Deletes the application of `client` through `replica`'s store, as the views or CLI would.
-async fn delete(replica: &Replica, client: &(String, String)) {
-    let app = replica
-        .store
+/// Deletes the application of `client` through `store`, as the views or CLI would.
+async fn delete(store: &Store, client: &(String, String)) {
+    let app = store
         .find_application_by_client_id(&client.0)
         .await
         .unwrap()
         .unwrap();
-    assert!(replica.store.delete_application(app.id).await.unwrap());
+    assert!(store.delete_application(app.id).await.unwrap());
 }
 
 fn error_of(reply: &(u16, Value)) -> (u16, &str) {
@@ -70,26 +38,25 @@ async fn a_token_request_for_an_application_deleted_elsewhere_is_invalid_client(
     for (a, b) in testing::all_replica_pairs().await {
         let backend = a.backend();
         testing::user(&a, "alice", "wonderland").await;
-        let (a, b) = (Replica::start(a).await, Replica::start(b).await);
+        let server = Replica::start(b.clone()).await;
         for (grant, form) in [
             (GrantType::Password, &PASSWORD_GRANT[..]),
             (GrantType::ClientCredentials, &CLIENT_CREDENTIALS[..]),
         ] {
             let what = format!("{backend:?}, {grant:?}");
-            let client = testing::application(&a.store, grant, false).await;
+            let client = testing::application(&a, grant, false).await;
             // B authenticates the client once: its cache now holds the application.
-            let warm = b.post("/o/token/", &client, form).await;
+            let warm = server.post("/o/token/", &client, form).await;
             assert_eq!(warm.0, 200, "{what}: {}", warm.1);
             delete(&a, &client).await;
             assert!(
-                b.store
-                    .find_application_by_client_id(&client.0)
+                b.find_application_by_client_id(&client.0)
                     .await
                     .unwrap()
                     .is_some(),
                 "{what}: B still has the application cached"
             );
-            let reply = b.post("/o/token/", &client, form).await;
+            let reply = server.post("/o/token/", &client, form).await;
             assert_eq!(
                 error_of(&reply),
                 (401, "invalid_client"),
@@ -98,14 +65,13 @@ async fn a_token_request_for_an_application_deleted_elsewhere_is_invalid_client(
             );
             // The failed insert evicted the stale entry: B now reads the deletion.
             assert!(
-                b.store
-                    .find_application_by_client_id(&client.0)
+                b.find_application_by_client_id(&client.0)
                     .await
                     .unwrap()
                     .is_none(),
                 "{what}: evicted"
             );
-            let reply = b.post("/o/token/", &client, form).await;
+            let reply = server.post("/o/token/", &client, form).await;
             assert_eq!(error_of(&reply), (401, "invalid_client"), "{what}");
         }
     }
@@ -118,20 +84,22 @@ async fn other_endpoints_do_not_fail_for_an_application_deleted_elsewhere() {
     for (a, b) in testing::all_replica_pairs().await {
         let backend = a.backend();
         testing::user(&a, "alice", "wonderland").await;
-        let (a, b) = (Replica::start(a).await, Replica::start(b).await);
-        let client = testing::application(&a.store, GrantType::Password, false).await;
-        let introspector = testing::application(&a.store, GrantType::ClientCredentials, true).await;
-        let (status, tokens) = b.post("/o/token/", &client, &PASSWORD_GRANT).await;
+        let server = Replica::start(b.clone()).await;
+        let client = testing::application(&a, GrantType::Password, false).await;
+        let introspector = testing::application(&a, GrantType::ClientCredentials, true).await;
+        let (status, tokens) = server.post("/o/token/", &client, &PASSWORD_GRANT).await;
         assert_eq!(status, 200, "{tokens}");
         let access = tokens["access_token"].as_str().unwrap();
         let refresh = tokens["refresh_token"].as_str().unwrap();
         let introspect = [("token", access)];
-        let (status, answer) = b.post("/o/introspect/", &introspector, &introspect).await;
+        let (status, answer) = server
+            .post("/o/introspect/", &introspector, &introspect)
+            .await;
         assert_eq!((status, &answer["active"]), (200, &Value::Bool(true)));
 
         delete(&a, &client).await;
         // Its tokens went with it: a refresh is refused (the token is unknown now).
-        let reply = b
+        let reply = server
             .post(
                 "/o/token/",
                 &client,
@@ -144,24 +112,106 @@ async fn other_endpoints_do_not_fail_for_an_application_deleted_elsewhere() {
             "{backend:?}: {}",
             reply.1
         );
-        let (status, answer) = b.post("/o/introspect/", &introspector, &introspect).await;
+        let (status, answer) = server
+            .post("/o/introspect/", &introspector, &introspect)
+            .await;
         assert_eq!(
             (status, &answer["active"]),
             (200, &Value::Bool(false)),
             "{backend:?}"
         );
-        let reply = b
+        let reply = server
             .post("/o/revoke_token/", &client, &[("token", refresh)])
             .await;
         assert_eq!(reply.0, 200, "{backend:?}: revocation");
 
         // The introspecting application itself deleted on A, still cached on B.
         delete(&a, &introspector).await;
-        let (status, answer) = b.post("/o/introspect/", &introspector, &introspect).await;
+        let (status, answer) = server
+            .post("/o/introspect/", &introspector, &introspect)
+            .await;
         assert!(
             status < 500,
             "{backend:?}: introspection gave {status} {answer}"
         );
         assert_eq!(answer["active"], Value::Bool(false), "{backend:?}");
+    }
+}
+
+/// What the token endpoint answers for a store error: the status and the `error` code.
+async fn answer(error: StoreError) -> (u16, String) {
+    let response = OAuthError::from(error).into_response();
+    let status = response.status().as_u16();
+    let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+        .await
+        .unwrap();
+    let json: Value = serde_json::from_slice(&body).unwrap();
+    (
+        status,
+        json["error"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+/// B authenticates a user (a password grant) or claims their refresh token (a refresh grant);
+/// A deletes the user; B then issues the tokens: `UnknownUser`, which the token endpoint
+/// answers `400 invalid_grant`.
+#[tokio::test]
+async fn tokens_for_a_user_deleted_elsewhere_meanwhile_are_invalid_grant() {
+    for (a, b) in testing::all_replica_pairs().await {
+        let backend = a.backend();
+        let (client_id, _) = testing::application(&a, GrantType::Password, false).await;
+        let app = b
+            .find_application_by_client_id(&client_id)
+            .await
+            .unwrap()
+            .unwrap();
+
+        // Password grant: authenticated on B, deleted on A, issued on B.
+        let alice = testing::user(&a, "alice", "wonderland").await;
+        let user = b
+            .authenticate_user("alice", "wonderland")
+            .await
+            .unwrap()
+            .expect("alice signs in on B");
+        assert!(a.delete_user(alice.id).await.unwrap());
+        let password_grant = b.issue_tokens(&new_tokens(app.id, user.id, None)).await;
+
+        // Refresh grant: claimed on B, user deleted on A, issued into the family on B.
+        let bob = testing::user(&a, "bob", "builder").await;
+        let issued = b
+            .issue_tokens(&new_tokens(app.id, bob.id, None))
+            .await
+            .unwrap();
+        let refresh = issued.refresh_token.unwrap();
+        let RefreshOutcome::Claimed(record) =
+            b.claim_refresh_token(&refresh, app.id).await.unwrap()
+        else {
+            panic!("{backend:?}: bob's refresh token is claimed");
+        };
+        assert!(a.delete_user(bob.id).await.unwrap());
+        let refresh_grant = b
+            .issue_tokens(&new_tokens(app.id, bob.id, Some(record.family)))
+            .await;
+
+        for (grant, result) in [("password", password_grant), ("refresh", refresh_grant)] {
+            let error = result.expect_err("no tokens for a deleted user");
+            assert!(
+                matches!(error, StoreError::UnknownUser),
+                "{backend:?}, {grant}: {error}"
+            );
+            assert_eq!(
+                answer(error).await,
+                (400, "invalid_grant".to_owned()),
+                "{backend:?}, {grant}"
+            );
+        }
+        // The application was not mistaken for the row that went.
+        assert!(
+            b.find_application_by_client_id(&client_id)
+                .await
+                .unwrap()
+                .is_some(),
+            "{backend:?}"
+        );
     }
 }

@@ -1,6 +1,8 @@
 //! The password grant's throttle (tower `oneshot` with a mocked socket peer): per username and
 //! address, per address, and which address counts with and without trusted proxies.
 
+mod support;
+
 use authserver::config::Settings;
 use authserver::store::GrantType;
 use authserver::throttle::{FAILURE_WINDOW, MAX_FAILURES_PER_ADDRESS};
@@ -8,7 +10,6 @@ use authserver::{AppState, app, testing};
 use axum::body::Body;
 use axum::extract::connect_info::MockConnectInfo;
 use axum::http::{Request, StatusCode, header};
-use base64::Engine;
 use serde_json::Value;
 use std::net::SocketAddr;
 use tower::ServiceExt;
@@ -20,6 +21,8 @@ const PROXY: &str = "10.0.0.1";
 
 struct Fixture {
     state: AppState,
+    /// The client's id and secret.
+    client: (String, String),
     basic: String,
 }
 
@@ -35,10 +38,8 @@ async fn fixture() -> Fixture {
         .collect();
     Fixture {
         state: AppState::new(settings, store),
-        basic: format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"))
-        ),
+        basic: testing::basic_auth(&id, &secret),
+        client: (id, secret),
     }
 }
 
@@ -201,5 +202,24 @@ async fn behind_a_trusted_proxy_the_right_most_untrusted_entry_counts() {
             f.grant(PROXY, &[B], "alice", "wonderland").await.status,
             StatusCode::OK
         );
+    }
+}
+
+#[tokio::test]
+async fn no_username_password_or_client_secret_reaches_the_log() {
+    support::capture_logs();
+    let f = fixture().await;
+    f.five_failures(A, |_| Vec::new()).await;
+    let reply = f.grant(A, &[], "alice", "wonderland").await;
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
+    let log = support::logged();
+    let refusal = log
+        .lines()
+        .find(|line| line.contains("password grant refused") && line.contains(&f.client.0))
+        .unwrap_or_else(|| panic!("the refusal is logged: {log}"));
+    assert!(refusal.contains(&format!("address={A}")), "{refusal}");
+    // Nothing this binary logged (other tests' attempts included) names a secret.
+    for secret in ["alice", "ALICE", "guess", "wonderland", &f.client.1] {
+        assert!(!log.contains(secret), "{secret:?} logged: {log}");
     }
 }

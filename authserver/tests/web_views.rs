@@ -415,24 +415,20 @@ async fn sign_in_throttling_follows_the_client_address() {
             StatusCode::BAD_REQUEST
         );
     }
-    assert_eq!(
-        attempt("192.0.2.1", "198.51.100.9", "oscar", "operator-pass").await,
-        StatusCode::TOO_MANY_REQUESTS
-    );
-    // Through the trusted proxy, 192.0.2.1 is still itself; the spoofed addresses and the
-    // real oscar elsewhere are not locked out.
-    assert_eq!(
-        attempt("10.0.0.1", "192.0.2.1", "oscar", "operator-pass").await,
-        StatusCode::TOO_MANY_REQUESTS
-    );
-    assert_eq!(
-        attempt("10.0.0.1", "198.51.100.1", "oscar", "operator-pass").await,
-        StatusCode::SEE_OTHER
-    );
-    assert_eq!(
-        attempt("192.0.2.2", "", "oscar", "operator-pass").await,
-        StatusCode::SEE_OTHER
-    );
+    for (peer, forwarded, expected) in [
+        ("192.0.2.1", "198.51.100.9", StatusCode::TOO_MANY_REQUESTS),
+        // Through the trusted proxy, 192.0.2.1 is still itself; the spoofed addresses and the
+        // real oscar elsewhere are not locked out.
+        ("10.0.0.1", "192.0.2.1", StatusCode::TOO_MANY_REQUESTS),
+        ("10.0.0.1", "198.51.100.1", StatusCode::SEE_OTHER),
+        ("192.0.2.2", "", StatusCode::SEE_OTHER),
+    ] {
+        assert_eq!(
+            attempt(peer, forwarded, "oscar", "operator-pass").await,
+            expected,
+            "oscar from {peer}, X-Forwarded-For {forwarded:?}"
+        );
+    }
     // Per address, across usernames: the higher limit.
     for i in 0..authserver::throttle::MAX_FAILURES_PER_ADDRESS {
         assert_eq!(

@@ -76,6 +76,8 @@ impl From<StoreError> for OAuthError {
             StoreError::FamilyRevoked => OAuthError::InvalidGrant("Invalid refresh token."),
             // Deleted on another replica while this one still had the client cached.
             StoreError::UnknownApplication => OAuthError::InvalidClient,
+            // Deleted (on this or another replica) between authentication and issuing.
+            StoreError::UnknownUser => OAuthError::InvalidGrant("The user no longer exists."),
             other => OAuthError::Server(other.into()),
         }
     }

@@ -66,8 +66,8 @@ async fn password_grant(
     let username = params.require("username")?;
     let password = params.require("password")?;
     let scope = resolve_scope(&state.settings, app, params.get("scope"))?;
-    let throttle = Throttle::new(username, address);
-    if !throttle.allows(&state.store).await? {
+    let throttle = Throttle::check(&state.store, username, address).await?;
+    if throttle.refused() {
         tracing::warn!(address = %throttle.client, client_id = %app.client_id, "password grant refused: too many failures");
         return Err(OAuthError::Throttled);
     }

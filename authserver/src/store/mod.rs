@@ -36,6 +36,10 @@ pub enum StoreError {
     /// another replica while this one still had it in its client cache, now evicted).
     #[error("the application no longer exists")]
     UnknownApplication,
+    /// Tokens were to be issued to a user that no longer exists (deleted, perhaps by another
+    /// replica, after the grant had read it).
+    #[error("the user no longer exists")]
+    UnknownUser,
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
     #[error("{0}")]

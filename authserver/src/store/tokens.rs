@@ -138,19 +138,28 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<TokenRecord> {
 impl Store {
     /// Stores the digests of a new access token and, when asked, its refresh token (one
     /// transaction for the pair; a lone access token is a single statement). Fails with
-    /// `FamilyRevoked` when continuing a revoked family, and with `UnknownApplication` when the
-    /// application has been deleted meanwhile.
+    /// `FamilyRevoked` when continuing a revoked family, and with `UnknownApplication` or
+    /// `UnknownUser` when the application or the user has been deleted meanwhile.
     pub async fn issue_tokens(&self, new: &NewTokens) -> StoreResult<IssuedTokens> {
         match self.insert_tokens(new).await {
-            Err(StoreError::Database(error)) if is_foreign_key_violation(&error) => Err(
-                if self.forget_deleted_application(new.application_id).await? {
-                    StoreError::UnknownApplication
-                } else {
-                    StoreError::Database(error)
-                },
-            ),
+            Err(StoreError::Database(error)) if is_foreign_key_violation(&error) => Err(self
+                .vanished(new)
+                .await?
+                .unwrap_or(StoreError::Database(error))),
             other => other,
         }
+    }
+
+    /// After inserting `new` failed on a foreign key: the error for the row it names that is
+    /// gone (deleted, perhaps by another replica, after this one read it), if one is.
+    async fn vanished(&self, new: &NewTokens) -> StoreResult<Option<StoreError>> {
+        if self.forget_deleted_application(new.application_id).await? {
+            return Ok(Some(StoreError::UnknownApplication));
+        }
+        Ok(match new.user_id {
+            Some(id) if self.get_user(id).await?.is_none() => Some(StoreError::UnknownUser),
+            _ => None,
+        })
     }
 
     async fn insert_tokens(&self, new: &NewTokens) -> StoreResult<IssuedTokens> {

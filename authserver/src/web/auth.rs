@@ -109,8 +109,8 @@ async fn login(
         return Ok(refuse(StatusCode::BAD_REQUEST, BAD_CREDENTIALS));
     }
 
-    let throttle = Throttle::new(&username, address);
-    if !throttle.allows(&state.store).await? {
+    let throttle = Throttle::check(&state.store, &username, address).await?;
+    if throttle.refused() {
         tracing::warn!(address = %throttle.client, "sign-in refused: too many failures");
         let mut response = refuse(StatusCode::TOO_MANY_REQUESTS, THROTTLED);
         response

@@ -1,0 +1,90 @@
+//! What several test binaries share: a server on a store, posted to with client credentials,
+//! the tokens a refresh-grant client is issued, and the log lines written.
+
+// Each test binary compiles this module and uses part of it.
+#![allow(dead_code)]
+
+use authserver::config::Settings;
+use authserver::store::{NewTokens, Store};
+use authserver::testing::{self, RunningServer};
+use serde_json::Value;
+use std::io::Write;
+use std::sync::{Mutex, OnceLock};
+
+/// One authserver replica: a server on its own store (its own pools and client cache).
+pub struct Replica {
+    server: RunningServer,
+    http: reqwest::Client,
+}
+
+impl Replica {
+    pub async fn start(store: Store) -> Replica {
+        let settings = Settings::for_tests("unused");
+        let addr = "127.0.0.1:0".parse().unwrap();
+        Replica {
+            server: testing::spawn_server(store, settings, addr).await,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// A form posted with `client`'s credentials (HTTP Basic): the status and the JSON body.
+    pub async fn post(
+        &self,
+        path: &str,
+        client: &(String, String),
+        form: &[(&str, &str)],
+    ) -> (u16, Value) {
+        let reply = self
+            .http
+            .post(format!("{}{path}", self.server.base_url))
+            .basic_auth(&client.0, Some(&client.1))
+            .form(form)
+            .send()
+            .await
+            .unwrap();
+        let status = reply.status().as_u16();
+        (status, reply.json().await.unwrap_or(Value::Null))
+    }
+}
+
+/// An access token for `user_id` of scope `read`, with a refresh token, continuing `family`.
+pub fn new_tokens(app_id: i64, user_id: i64, family: Option<String>) -> NewTokens {
+    NewTokens {
+        application_id: app_id,
+        user_id: Some(user_id),
+        scope: "read".into(),
+        access_lifetime: 600,
+        refresh_lifetime: Some(3600),
+        family,
+    }
+}
+
+/// Every log line of this test binary, at INFO and above, once [`capture_logs`] has run.
+static LOG: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+
+/// Installs the global subscriber that writes into [`LOG`], once per test binary.
+pub fn capture_logs() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    struct Capture;
+    impl Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            LOG.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    INSTALLED.get_or_init(|| {
+        tracing_subscriber::fmt()
+            .with_writer(|| Capture)
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .init();
+    });
+}
+
+/// What this test binary has logged so far.
+pub fn logged() -> String {
+    String::from_utf8_lossy(&LOG.lock().unwrap()).into_owned()
+}
