@@ -23,8 +23,9 @@ use crate::forwarded::{self, Forwarded};
 pub enum Checks {
     /// Introspection at the authorization server through the cache.
     Introspect(TokenChecker),
-    /// The proxy's `X-Auth-*` headers.
-    BehindProxy,
+    /// The proxy's `X-Auth-*` headers; `X-Auth-Expires` with this leeway, which should be the
+    /// proxy's (both default to [`resource_server::AnswerPolicy::DEFAULT_LEEWAY`]).
+    BehindProxy { leeway: Duration },
     /// Nothing (benchmarks only).
     None,
 }
@@ -61,7 +62,9 @@ impl Guard {
                     checker.map_err(|e: CheckerError| checker_error(config, e.to_string()))?,
                 )
             }
-            Mode::BehindProxy => Checks::BehindProxy,
+            Mode::BehindProxy => Checks::BehindProxy {
+                leeway: config.leeway,
+            },
             Mode::None => Checks::None,
         };
         Ok(Guard {
@@ -76,43 +79,47 @@ impl Guard {
         !matches!(self.checks, Checks::Introspect(_)) && !self.allow_non_loopback
     }
 
-    /// The decision for one request. Introspected tokens get the configured clock leeway; the
-    /// proxy's `X-Auth-Expires` none (the proxy already applied its own).
+    /// The decision for one request, with the configured clock leeway: the checker's for
+    /// introspected tokens, the proxy's (as configured here) for its `X-Auth-Expires`.
     pub async fn decide(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Decision {
         if matches!(self.checks, Checks::None) {
             return Decision::Allow(None);
         }
         let route = self.rules.find(method, uri.path());
-        let Some(r) = route else {
-            return Decision::NoRoute;
-        };
-        if r.access == Access::Public {
+        // Public or unmatched: the token is not looked at.
+        if route.is_none_or(|r| r.access == Access::Public) {
             return decide(route, TokenState::Missing, Duration::ZERO);
         }
-        match &self.checks {
+        let (introspected, forwarded);
+        let (token, leeway) = match &self.checks {
             Checks::Introspect(checker) => {
-                let leeway = checker.leeway();
-                match bearer_token(headers, uri.query()) {
-                    Bearer::Missing => decide(route, TokenState::Missing, leeway),
-                    Bearer::Malformed(why) => decide(route, TokenState::Malformed(why), leeway),
+                let token = match bearer_token(headers, uri.query()) {
+                    Bearer::Missing => TokenState::Missing,
+                    Bearer::Malformed(why) => TokenState::Malformed(why),
                     Bearer::Token(token) => match checker.check(&token).await {
-                        Ok(claims) => decide(route, TokenState::Checked(&claims), leeway),
-                        Err(_) => decide(route, TokenState::Unavailable, leeway),
+                        Ok(claims) => {
+                            introspected = claims;
+                            TokenState::Checked(&introspected)
+                        }
+                        Err(_) => TokenState::Unavailable,
                     },
-                }
+                };
+                (token, checker.leeway())
             }
-            Checks::BehindProxy => {
-                let leeway = Duration::ZERO;
-                match forwarded::identity(headers) {
-                    Forwarded::Missing => decide(route, TokenState::Missing, leeway),
-                    Forwarded::Malformed(why) => decide(route, TokenState::Malformed(why), leeway),
+            Checks::BehindProxy { leeway } => {
+                let token = match forwarded::identity(headers) {
+                    Forwarded::Missing => TokenState::Missing,
+                    Forwarded::Malformed(why) => TokenState::Malformed(why),
                     Forwarded::Identity(claims) => {
-                        decide(route, TokenState::Checked(&claims), leeway)
+                        forwarded = claims;
+                        TokenState::Checked(&forwarded)
                     }
-                }
+                };
+                (token, *leeway)
             }
-            Checks::None => Decision::Allow(None),
-        }
+            Checks::None => return Decision::Allow(None),
+        };
+        decide(route, token, leeway)
     }
 }
 

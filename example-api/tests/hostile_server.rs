@@ -1,6 +1,6 @@
 //! The example API in `introspect` mode against a hostile RFC 7662 server (the stand-in of
 //! `resource-server/tests/hostile_server.rs`): unreadable answers are 503, answers that do not
-//! let the token in are 401, never 200.
+//! let the token in are 401, never 200; absurdly long tokens are 400 and never sent.
 
 mod support;
 
@@ -10,6 +10,7 @@ mod fake_server;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fake_server::{FakeServer, Reply, json};
+use resource_server::bearer::{MAX_TOKEN_LEN, TOO_LONG_TOKEN};
 use resource_server::outage::PROBE_BACKOFF;
 use serde_json::{Value, json as j};
 use support::{get, sqlite_url, start_api};
@@ -162,5 +163,36 @@ async fn hostile_answers_are_503_or_401_never_200() {
             tokio::time::sleep(PROBE_BACKOFF.max).await;
         }
     }
+    api.stop().await;
+}
+
+#[tokio::test]
+async fn absurdly_long_tokens_are_400_without_an_introspection_call() {
+    let server = FakeServer::start(answer("nothing", None)).await;
+    let yaml = format!(
+        "  url: '{}'\n  auth_token: rs-token\n  cache: {{ max_ttl: 0s }}",
+        server.url
+    );
+    let api = start_api(&sqlite_url(), &yaml).await;
+    let http = reqwest::Client::new();
+    let longest = "a".repeat(MAX_TOKEN_LEN);
+    assert_eq!(
+        get(&http, &api.url("/users/"), Some(&longest)).await.status,
+        200
+    );
+    assert_eq!(server.calls(), 1);
+    for len in [MAX_TOKEN_LEN + 1, 64 * 1024] {
+        let a = get(&http, &api.url("/users/"), Some(&"a".repeat(len))).await;
+        assert_eq!(
+            (a.status, a.www_authenticate.as_deref(), a.json),
+            (
+                400,
+                Some(r#"Bearer realm="api", error="invalid_request""#),
+                j!({"detail": TOO_LONG_TOKEN})
+            ),
+            "{len}"
+        );
+    }
+    assert_eq!(server.calls(), 1, "never sent to the authorization server");
     api.stop().await;
 }

@@ -36,9 +36,15 @@ pub const EMPTY_TOKEN: &str = "Empty bearer token.";
 pub const MALFORMED_TOKEN: &str = "Malformed bearer token.";
 /// Reason given for `access_token` in the query string (RFC 6750 §2.3 is not supported).
 pub const QUERY_TOKEN: &str = "Access tokens in the query string are not accepted.";
+/// Reason given for a token longer than [`MAX_TOKEN_LEN`].
+pub const TOO_LONG_TOKEN: &str = "Bearer token too long.";
+
+/// The longest token read (bytes): far beyond any access token, it keeps absurd ones from being
+/// hashed or sent to the authorization server.
+pub const MAX_TOKEN_LEN: usize = 4096;
 
 /// `Authorization: Bearer <t>` (scheme case-insensitive). Two Authorization headers, an empty
-/// token, or an `access_token` in the query string => Malformed. Another scheme (e.g. Basic) =>
+/// token, one over [`MAX_TOKEN_LEN`] bytes, or an `access_token` in the query string => Malformed. Another scheme (e.g. Basic) =>
 /// Missing. `query` is the raw query string without the `?`.
 pub fn bearer_token(headers: &HeaderMap, query: Option<&str>) -> Bearer {
     if query.is_some_and(query_has_access_token) {
@@ -62,6 +68,9 @@ pub fn bearer_token(headers: &HeaderMap, query: Option<&str>) -> Bearer {
     let token = trim_spaces(rest);
     if token.is_empty() {
         return Bearer::Malformed(EMPTY_TOKEN);
+    }
+    if token.len() > MAX_TOKEN_LEN {
+        return Bearer::Malformed(TOO_LONG_TOKEN);
     }
     if !is_b64token(token) {
         return Bearer::Malformed(MALFORMED_TOKEN);
@@ -212,6 +221,20 @@ mod tests {
                 "{v:?}"
             );
         }
+    }
+
+    #[test]
+    fn absurdly_long_tokens_are_malformed() {
+        let longest = "a".repeat(MAX_TOKEN_LEN);
+        let h = with_auth(&[format!("Bearer {longest}").as_bytes()]);
+        assert_eq!(bearer_token(&h, None), tok(&longest));
+        for len in [MAX_TOKEN_LEN + 1, 1 << 20] {
+            let h = with_auth(&[format!("Bearer {}", "a".repeat(len)).as_bytes()]);
+            assert_eq!(bearer_token(&h, None), Bearer::Malformed(TOO_LONG_TOKEN));
+        }
+        // Checked before the characters: a long token of bad characters is still too long.
+        let h = with_auth(&[format!("Bearer {}", ",".repeat(MAX_TOKEN_LEN + 1)).as_bytes()]);
+        assert_eq!(bearer_token(&h, None), Bearer::Malformed(TOO_LONG_TOKEN));
     }
 
     #[test]

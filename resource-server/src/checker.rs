@@ -482,10 +482,10 @@ impl TokenChecker {
     /// TTL) and the stale copy kept up to date.
     async fn fetch(&self, key: &Key, token: &str) -> Result<Fresh, Miss> {
         let inner = &*self.inner;
-        let Some(permit) = inner.gate.admit(Instant::now()) else {
+        let started = Instant::now();
+        let Some(permit) = inner.gate.admit(started) else {
             return Err(Miss::Skipped);
         };
-        let started = Instant::now();
         let result = inner.introspector.introspect(token).await;
         let finished = Instant::now();
         inner.metrics.latency.observe(finished - started);
@@ -546,7 +546,7 @@ impl TokenChecker {
         );
         if let Some(stale) = &inner.stale {
             if claims.active && !claims.is_expired_at(now_ms / 1000) {
-                let serve_until = Instant::now() + ttl + inner.settings.stale_grace;
+                let serve_until = finished + ttl + inner.settings.stale_grace;
                 stale
                     .insert(
                         *key,

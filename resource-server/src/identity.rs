@@ -54,8 +54,14 @@ impl Identity {
         let mut out = Vec::with_capacity(4);
         out.extend(self.username.as_deref().map(|u| (username, encode(u))));
         out.extend(self.client_id.as_deref().map(|c| (client_id, encode(c))));
-        let scopes: Vec<String> = self.scope.split_whitespace().map(encode).collect();
-        out.push((scope, scopes.join(" ")));
+        let mut scopes = String::with_capacity(self.scope.len());
+        for s in self.scope.split_whitespace() {
+            if !scopes.is_empty() {
+                scopes.push(' ');
+            }
+            encode_into(&mut scopes, s);
+        }
+        out.push((scope, scopes));
         out.extend(self.exp.map(|e| (expires, e.to_string())));
         out
     }
@@ -76,8 +82,14 @@ impl Identity {
 
 /// Percent-encodes (UTF-8, upper-case hex) every byte outside `0x21..=0x7E`, and `%` itself.
 pub fn encode(value: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(value.len());
+    encode_into(&mut out, value);
+    out
+}
+
+/// [`encode`], appended to `out`.
+fn encode_into(out: &mut String, value: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in value.as_bytes() {
         if (0x21..=0x7E).contains(&b) && b != b'%' {
             out.push(char::from(b));
@@ -87,7 +99,6 @@ pub fn encode(value: &str) -> String {
             out.push(char::from(HEX[usize::from(b & 15)]));
         }
     }
-    out
 }
 
 /// The text [`encode`] made: visible ASCII where `%` starts two hex digits (either case), UTF-8

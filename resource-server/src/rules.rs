@@ -294,7 +294,8 @@ fn has_dot_segment(path: &str) -> bool {
 
 type Invalid = (String, &'static str, String);
 
-const KNOWN_METHODS: [Method; 9] = [
+/// The methods a route's `methods:` may name (any case).
+pub const KNOWN_METHODS: [Method; 9] = [
     Method::GET,
     Method::HEAD,
     Method::POST,

@@ -12,8 +12,8 @@ use crate::{AnswerPolicy, CacheSettings};
 ///
 /// `Url` is `Option<String>` where the key may be left out and `String` where it is required
 /// (serde then refuses the file with ``missing field `url` ``). Each binary lets an environment
-/// variable override the URL and the credentials.
-#[derive(Debug, Default, Deserialize)]
+/// variable override the URL and the credentials. `Debug` redacts the token and the secret.
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawIntrospection<Url = Option<String>> {
     /// The RFC 7662 endpoint, e.g. `http://127.0.0.1:8001/o/introspect/`.
@@ -44,6 +44,25 @@ pub struct RawIntrospection<Url = Option<String>> {
     /// When set, only answers whose `aud` contains this are accepted.
     #[serde(default)]
     pub audience: Option<String>,
+}
+
+// Secrets never reach a log line through `{:?}`.
+impl<Url: fmt::Debug> fmt::Debug for RawIntrospection<Url> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redacted = |s: &Option<String>| s.as_ref().map(|_| "<redacted>");
+        f.debug_struct("RawIntrospection")
+            .field("url", &self.url)
+            .field("auth_token", &redacted(&self.auth_token))
+            .field("client_id", &self.client_id)
+            .field("client_secret", &redacted(&self.client_secret))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("cache", &self.cache)
+            .field("leeway", &self.leeway)
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .finish()
+    }
 }
 
 impl<Url> RawIntrospection<Url> {
@@ -234,6 +253,17 @@ mod tests {
             ("introspection.issuer", " ")
         );
         assert!(serde_yaml_ng::from_str::<RawIntrospection>("audiences: [a]").is_err());
+    }
+
+    #[test]
+    fn debug_redacts_the_credentials() {
+        let raw: RawIntrospection = serde_yaml_ng::from_str(
+            "{auth_token: s3cret-token, client_id: app, client_secret: s3cret}",
+        )
+        .unwrap();
+        let text = format!("{raw:?}");
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("client_id: Some(\"app\")"), "{text}");
     }
 
     #[test]

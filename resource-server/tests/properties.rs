@@ -7,6 +7,7 @@ use proptest::prelude::*;
 use resource_server::bearer::{MULTIPLE_HEADERS, QUERY_TOKEN};
 use resource_server::claims::MAX_TIME;
 use resource_server::identity::{decode, encode};
+use resource_server::rules::KNOWN_METHODS;
 use resource_server::{Bearer, Claims, IDENTITY_HEADERS, Identity, Rules, bearer_token};
 use serde_json::{Map, Number, Value};
 
@@ -184,17 +185,7 @@ routes:
 
 fn method() -> impl Strategy<Value = Method> {
     prop_oneof![
-        prop::sample::select(vec![
-            Method::GET,
-            Method::HEAD,
-            Method::POST,
-            Method::PUT,
-            Method::PATCH,
-            Method::DELETE,
-            Method::OPTIONS,
-            Method::TRACE,
-            Method::CONNECT,
-        ]),
+        prop::sample::select(KNOWN_METHODS.to_vec()),
         "[A-Za-z!#$%&'*+.^_`|~-]{1,12}".prop_map(|m| Method::from_bytes(m.as_bytes()).unwrap()),
     ]
 }

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use resource_server::settings::{self, SettingError};
-use resource_server::{CacheSettings, ClientAuth, IntrospectionSettings, Rules, RulesError};
+use resource_server::{
+    AnswerPolicy, CacheSettings, ClientAuth, IntrospectionSettings, Rules, RulesError,
+};
 
 use raw::{RawCache, RawConfig, RawDuration, RawIntrospection};
 
@@ -83,6 +85,11 @@ pub struct Config {
     pub allow_non_loopback: bool,
     /// `Some` exactly in `introspect` mode.
     pub introspect: Option<IntrospectConfig>,
+    /// `introspection.leeway` (default 5 s, as the proxy's): how far past `exp`, or before `nbf`,
+    /// a token is still accepted. In `introspect` mode the checker's; in `behind-proxy` mode the
+    /// one applied to `X-Auth-Expires`, so that a token the proxy let in within the same leeway is
+    /// not refused here.
+    pub leeway: Duration,
     pub rules: Rules,
 }
 
@@ -241,8 +248,11 @@ impl Validator<'_> {
             ));
         }
 
+        let raw_introspection = raw.introspection.unwrap_or_default();
+        let policy = raw_introspection.policy().map_err(|e| self.setting(e))?;
+        let leeway = policy.leeway;
         let introspect = match mode {
-            Mode::Introspect => Some(self.introspection(raw.introspection.unwrap_or_default())?),
+            Mode::Introspect => Some(self.introspection(raw_introspection, policy)?),
             _ => None,
         };
 
@@ -262,12 +272,16 @@ impl Validator<'_> {
             database_url,
             allow_non_loopback,
             introspect,
+            leeway,
             rules,
         })
     }
 
-    fn introspection(&self, raw: RawIntrospection) -> Result<IntrospectConfig, ConfigError> {
-        let policy = raw.policy().map_err(|e| self.setting(e))?;
+    fn introspection(
+        &self,
+        raw: RawIntrospection,
+        policy: AnswerPolicy,
+    ) -> Result<IntrospectConfig, ConfigError> {
         let picked = self.pick(
             "introspection.url",
             Some("EXAMPLE_API_INTROSPECTION_URL"),

@@ -20,7 +20,8 @@ pub struct RawConfig {
     /// `behind-proxy` and `none` refuse a non-loopback `listen` unless this is `true`.
     #[serde(default)]
     pub allow_non_loopback: Option<bool>,
-    /// Used in `introspect` mode (ignored, but still parsed, in the others).
+    /// Used in `introspect` mode; its `leeway` also in `behind-proxy` mode (the rest is ignored,
+    /// but still parsed and checked, in the others).
     #[serde(default)]
     pub introspection: Option<RawIntrospection>,
     /// Access rules in the resource-server route format (`upstream` omitted).

@@ -287,3 +287,18 @@ fn introspection_leeway_issuer_and_audience() {
         err(&introspect(", issuer: ''"))
     );
 }
+
+#[test]
+fn behind_proxy_mode_reads_the_leeway_too() {
+    let c = Config::from_yaml(EXAMPLE_CONFIG, "config/example-api.yaml").unwrap();
+    assert_eq!(c.leeway, resource_server::AnswerPolicy::DEFAULT_LEEWAY);
+    let c = Config::from_yaml(&yaml("introspection: { leeway: 30s }"), "c.yaml").unwrap();
+    assert_eq!(
+        (c.mode, c.leeway, c.introspect),
+        (Mode::BehindProxy, Duration::from_secs(30), None)
+    );
+    assert_eq!(
+        err(&yaml("introspection: { leeway: 6m }")),
+        "c.yaml: key \"introspection.leeway\": \"6m\": at most 300s"
+    );
+}

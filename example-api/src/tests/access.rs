@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
-use resource_server::{CacheSettings, ClientAuth, IntrospectionSettings, TokenChecker};
+use resource_server::{
+    AnswerPolicy, CacheSettings, Claims, ClientAuth, IntrospectionSettings, TokenChecker,
+    TokenState,
+};
 use serde_json::json;
 
 use super::*;
@@ -130,8 +133,9 @@ async fn missing_scope_is_403_naming_the_scope() {
 #[tokio::test]
 async fn expired_identity_is_401_invalid_token() {
     let app = app_on_sqlite().await;
+    let leeway = AnswerPolicy::DEFAULT_LEEWAY.as_secs() as i64;
     let mut headers = identity("read write groups");
-    headers[3].1 = (authserver::store::now() - 1).to_string();
+    headers[3].1 = (authserver::store::now() - leeway - 1).to_string();
     let a = send(&app, Method::GET, "/users/", &headers, None).await;
     assert_eq!(a.status, StatusCode::UNAUTHORIZED);
     let challenge = a.header("www-authenticate").unwrap();
@@ -140,6 +144,50 @@ async fn expired_identity_is_401_invalid_token() {
         "{challenge}"
     );
     assert_eq!(a.json, json!({"detail": "Invalid token."}));
+}
+
+/// The proxy forwards a token up to its leeway past `exp`; the API, configured with the same
+/// leeway (both default to 5 s), lets in exactly what the proxy decided to let in.
+#[tokio::test]
+async fn the_proxys_leeway_is_honoured_behind_it() {
+    let app = app_on_sqlite().await;
+    let rules = shipped().rules;
+    let route = rules.find(&Method::GET, "/users/");
+    let now = authserver::store::now();
+    let leeway = AnswerPolicy::DEFAULT_LEEWAY.as_secs() as i64;
+    for exp in [
+        now + 60,
+        now,
+        now - 1,
+        now - leeway + 2,
+        now - leeway - 2,
+        now - 60,
+    ] {
+        // What the proxy decides (default leeway) for a token with this exp, at this second.
+        let claims = Claims {
+            active: true,
+            scope: Some("read".into()),
+            exp: Some(exp),
+            ..Claims::default()
+        };
+        let proxy = resource_server::decision::decide_at(
+            route,
+            TokenState::Checked(&claims),
+            now,
+            AnswerPolicy::DEFAULT_LEEWAY,
+        );
+        assert_eq!(proxy.is_allow(), exp > now - leeway, "{proxy:?}");
+        let mut headers = identity("read");
+        headers[3].1 = exp.to_string();
+        let a = send(&app, Method::GET, "/users/", &headers, None).await;
+        assert_eq!(
+            a.status == StatusCode::OK,
+            proxy.is_allow(),
+            "exp = now {:+}: proxy {proxy:?}, API {}",
+            exp - now,
+            a.status
+        );
+    }
 }
 
 #[tokio::test]
@@ -274,10 +322,7 @@ async fn trusting_modes_refuse_non_loopback_listeners() {
     let Ok(listener) = tokio::net::TcpListener::bind("0.0.0.0:0").await else {
         return;
     };
-    let state = AppState::new(
-        sqlite_store().await,
-        Guard::new(shipped().rules, Checks::BehindProxy),
-    );
+    let state = AppState::new(sqlite_store().await, shipped_guard());
     let error = crate::serve(listener, state, async {}).await.unwrap_err();
     assert_eq!(error.kind(), std::io::ErrorKind::PermissionDenied);
     assert!(error.to_string().contains("loopback"), "{error}");

@@ -29,12 +29,14 @@ pub fn shipped() -> Config {
         .expect("the shipped config is valid")
 }
 
+/// The guard of the shipped configuration: `behind-proxy` mode, the default leeway.
+pub fn shipped_guard() -> Guard {
+    Guard::from_config(&shipped()).expect("the shipped guard")
+}
+
 /// The app in `behind-proxy` mode over `store`.
 pub fn proxied(store: Store) -> Router {
-    app(AppState::new(
-        store,
-        Guard::new(shipped().rules, Checks::BehindProxy),
-    ))
+    app(AppState::new(store, shipped_guard()))
 }
 
 /// The app in `behind-proxy` mode over a fresh SQLite database.

@@ -358,18 +358,15 @@ async fn staff_and_superusers_are_out_of_the_apis_reach() {
         }
 
         // An ordinary user: the password and the operator flags are never writable on update.
+        let create = |body: Value| {
+            let app = app.clone();
+            async move {
+                let body = body.to_string();
+                call(&app, Method::POST, "/users/", RW, Some((JSON, &body))).await
+            }
+        };
         let name = unique("plain");
-        let a = call(
-            &app,
-            Method::POST,
-            "/users/",
-            RW,
-            Some((
-                JSON,
-                &json!({"username": name, "password": "first pw"}).to_string(),
-            )),
-        )
-        .await;
+        let a = create(json!({"username": name, "password": "first pw"})).await;
         assert_eq!(a.status, StatusCode::CREATED);
         let id = a.json["id"].as_i64().unwrap();
         let uri = format!("/users/{id}/");
@@ -400,17 +397,7 @@ async fn staff_and_superusers_are_out_of_the_apis_reach() {
                 json!({"is_staff": [OPERATOR_ONLY], "is_superuser": [OPERATOR_ONLY], "is_active": [OPERATOR_ONLY]})
             )
         );
-        let a = call(
-            &app,
-            Method::POST,
-            "/users/",
-            RW,
-            Some((
-                JSON,
-                &json!({"username": unique("wannabe"), "is_superuser": true}).to_string(),
-            )),
-        )
-        .await;
+        let a = create(json!({"username": unique("wannabe"), "is_superuser": true})).await;
         assert_eq!(
             (a.status, a.json),
             (

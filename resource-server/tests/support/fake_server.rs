@@ -74,12 +74,18 @@ impl FakeServer {
             reply: Arc::new(Mutex::new(reply)),
             tasks: Arc::default(),
         };
+        server.accept(listener);
+        server
+    }
+
+    /// Serves every connection `listener` accepts, until [`FakeServer::stop`].
+    fn accept(&self, listener: TcpListener) {
         let (calls, connections, requests, reply, tasks) = (
-            server.calls.clone(),
-            server.connections.clone(),
-            server.requests.clone(),
-            server.reply.clone(),
-            server.tasks.clone(),
+            self.calls.clone(),
+            self.connections.clone(),
+            self.requests.clone(),
+            self.reply.clone(),
+            self.tasks.clone(),
         );
         let accept = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -93,8 +99,7 @@ impl FakeServer {
                 tasks.lock().unwrap().push(conn);
             }
         });
-        server.tasks.lock().unwrap().push(accept);
-        server
+        self.tasks.lock().unwrap().push(accept);
     }
 
     pub fn calls(&self) -> usize {
@@ -120,9 +125,7 @@ impl FakeServer {
             t.abort();
         }
     }
-}
 
-impl FakeServer {
     /// After [`FakeServer::stop`]: listens again on the same port (retrying for up to 2 s while
     /// the old socket is released), answering as set.
     pub async fn restart(&self) {
@@ -143,26 +146,7 @@ impl FakeServer {
                 Err(e) => panic!("cannot listen on {addr} again: {e}"),
             }
         };
-        let (calls, connections, requests, reply, tasks) = (
-            self.calls.clone(),
-            self.connections.clone(),
-            self.requests.clone(),
-            self.reply.clone(),
-            self.tasks.clone(),
-        );
-        let accept = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                connections.fetch_add(1, Ordering::SeqCst);
-                let conn = tokio::spawn(serve(
-                    stream,
-                    calls.clone(),
-                    requests.clone(),
-                    reply.clone(),
-                ));
-                tasks.lock().unwrap().push(conn);
-            }
-        });
-        self.tasks.lock().unwrap().push(accept);
+        self.accept(listener);
     }
 }
 
