@@ -5,8 +5,9 @@ use authserver::secrets::random_token;
 use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
 use std::net::SocketAddr;
 
-/// What the first start created; shown once, never stored in the clear.
-#[derive(Debug, Clone)]
+/// What the first start created; shown once, never stored in the clear. `Debug` hides the
+/// secrets.
+#[derive(Clone)]
 pub struct FirstRun {
     pub admin_username: String,
     pub admin_password: String,
@@ -15,6 +16,19 @@ pub struct FirstRun {
     /// A client-credentials application allowed to introspect: what a resource server uses.
     pub resource_server_id: String,
     pub resource_server_secret: String,
+}
+
+impl std::fmt::Debug for FirstRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FirstRun")
+            .field("admin_username", &self.admin_username)
+            .field("admin_password", &"<redacted>")
+            .field("client_id", &self.client_id)
+            .field("client_secret", &"<redacted>")
+            .field("resource_server_id", &self.resource_server_id)
+            .field("resource_server_secret", &"<redacted>")
+            .finish()
+    }
 }
 
 /// On an empty database: creates `admin` (staff, superuser), a confidential password-grant
@@ -140,4 +154,29 @@ The seed's walkthrough:
         )),
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FirstRun;
+
+    #[test]
+    fn debug_hides_the_secrets() {
+        let first = FirstRun {
+            admin_username: "admin".into(),
+            admin_password: "admin-pw-secret".into(),
+            client_id: "demo-id".into(),
+            client_secret: "demo-secret".into(),
+            resource_server_id: "rs-id".into(),
+            resource_server_secret: "rs-secret".into(),
+        };
+        let shown = format!("{first:?}");
+        assert!(
+            shown.contains("demo-id") && shown.contains("rs-id"),
+            "{shown}"
+        );
+        for secret in ["admin-pw-secret", "demo-secret", "rs-secret"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
 }

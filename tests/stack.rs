@@ -2,34 +2,11 @@
 //! empty database prints working credentials, the seed's walkthrough works through the front
 //! door, and a second start on the same database keeps working with a rotated proxy secret.
 
+mod common;
+
+use common::{client_credentials_token, password_grant, stack_config as config};
 use reqwest::StatusCode;
 use serde_json::Value;
-use std::path::Path;
-use std::time::Duration;
-
-fn config(database_url: &str) -> tokengate::StackConfig {
-    let env = |key: &str| match key {
-        "AUTHSERVER_LISTEN" | "EXAMPLE_API_LISTEN" | "PROXY_LISTEN" | "PROXY_ADMIN_LISTEN" => {
-            Some("127.0.0.1:0".to_owned())
-        }
-        "AUTHSERVER_DATABASE_URL" | "EXAMPLE_API_DATABASE_URL" => Some(database_url.to_owned()),
-        _ => None,
-    };
-    let authserver =
-        authserver::config::Settings::load_with_env(Some(Path::new("config/authserver.yaml")), env)
-            .unwrap();
-    let api =
-        example_api::config::Config::load_with_env(Some(Path::new("config/example-api.yaml")), env)
-            .unwrap();
-    let mut proxy = proxy::load_config_with_env("config/proxy.yaml", env).unwrap();
-    proxy.grace_period = Duration::ZERO;
-    proxy.shutdown_timeout = Duration::from_secs(1);
-    tokengate::StackConfig {
-        authserver,
-        api,
-        proxy,
-    }
-}
 
 async fn token(
     http: &reqwest::Client,
@@ -38,21 +15,8 @@ async fn token(
     user: (&str, &str),
     scope: Option<&str>,
 ) -> String {
-    let mut form = vec![
-        ("grant_type", "password"),
-        ("username", user.0),
-        ("password", user.1),
-    ];
-    form.extend(scope.map(|s| ("scope", s)));
-    let response = http
-        .post(format!("{base}/o/token/"))
-        .basic_auth(client.0, Some(client.1))
-        .form(&form)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let json: Value = response.json().await.unwrap();
+    let (status, json) = password_grant(http, base, client, user, scope).await;
+    assert_eq!(status, StatusCode::OK);
     json["access_token"].as_str().unwrap().to_owned()
 }
 
@@ -63,7 +27,7 @@ async fn first_start_prints_credentials_that_work_through_the_front_door() {
         authserver::secrets::random_client_id()
     ));
     let database_url = format!("sqlite://{}/authserver.db", dir.display());
-    let stack = tokengate::start(config(&database_url)).await.unwrap();
+    let stack = tokengate::start(config(&database_url, &[])).await.unwrap();
     let first = stack
         .first_run
         .clone()
@@ -102,37 +66,14 @@ async fn first_start_prints_credentials_that_work_through_the_front_door() {
         .unwrap();
     assert_eq!(refused.status(), StatusCode::FORBIDDEN);
     // The demo application may not introspect; the resource-server one may.
-    let refused = http
-        .post(format!("{base}/o/token/"))
-        .basic_auth(client.0, Some(client.1))
-        .form(&[
-            ("grant_type", "password"),
-            ("username", admin.0),
-            ("password", admin.1),
-            ("scope", "introspection"),
-        ])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let (refused, _) = password_grant(&http, &base, client, admin, Some("introspection")).await;
+    assert_eq!(refused, StatusCode::BAD_REQUEST);
     assert!(banner.contains(&first.resource_server_secret));
-    let rs: Value = http
-        .post(format!("{base}/o/token/"))
-        .basic_auth(
-            &first.resource_server_id,
-            Some(&first.resource_server_secret),
-        )
-        .form(&[
-            ("grant_type", "client_credentials"),
-            ("scope", "introspection"),
-        ])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let rs = rs["access_token"].as_str().unwrap().to_owned();
+    let resource_server = (
+        first.resource_server_id.as_str(),
+        first.resource_server_secret.as_str(),
+    );
+    let rs = client_credentials_token(&http, &base, resource_server, Some("introspection")).await;
     let claims: Value = http
         .post(format!("{base}/o/introspect/"))
         .bearer_auth(&rs)
@@ -163,7 +104,7 @@ async fn first_start_prints_credentials_that_work_through_the_front_door() {
 
     // A second start on the same database: no new credentials, the old ones still work, and
     // the proxy introspects with its freshly rotated secret.
-    let stack = tokengate::start(config(&database_url)).await.unwrap();
+    let stack = tokengate::start(config(&database_url, &[])).await.unwrap();
     assert!(stack.first_run.is_none());
     let base = format!("http://{}", stack.front_door);
     let again = token(&http, &base, client, admin, None).await;

@@ -65,6 +65,7 @@ impl Maintenance {
     async fn probe(&self) {
         let stale_after = READY_WINDOW / 3;
         let mut tick = tokio::time::interval(PROBE_INTERVAL);
+        let mut log = ProbeLog::default();
         loop {
             tick.tick().await;
             let now = unix_now();
@@ -74,14 +75,41 @@ impl Maintenance {
                 .metrics()
                 .last_success()
                 .is_some_and(|t| now.saturating_sub(t) < stale_after.as_secs() as i64);
-            if !fresh {
-                let n = self.probes.fetch_add(1, Relaxed);
-                let token = format!("tokengate-readiness-probe-{now}-{n}");
-                if self.shared.checker.check(&token).await.is_err() {
-                    tracing::warn!("readiness probe: the authorization server cannot be reached");
+            if fresh {
+                // Requests reached the server (the checker logs that recovery itself).
+                log = ProbeLog::default();
+                continue;
+            }
+            let n = self.probes.fetch_add(1, Relaxed);
+            let token = format!("tokengate-readiness-probe-{now}-{n}");
+            let reached = self.shared.checker.check(&token).await.is_ok();
+            match (log.changed(reached), reached) {
+                (true, false) => tracing::warn!(
+                    "readiness probe: the authorization server cannot be reached; /readyz says \
+                     503 until it answers (further failed probes are not logged)"
+                ),
+                (true, true) => {
+                    tracing::info!("readiness probe: the authorization server answers again");
                 }
+                (false, _) => {}
             }
         }
+    }
+}
+
+/// The probe's own log: a line when its result changes, not one per probe during an outage (the
+/// checker already logs the failures themselves, rate-limited, with counts).
+#[derive(Debug, Default)]
+struct ProbeLog {
+    failing: bool,
+}
+
+impl ProbeLog {
+    /// Records a probe's result; whether it differs from the state so far (healthy at first).
+    fn changed(&mut self, reached: bool) -> bool {
+        let changed = self.failing == reached;
+        self.failing = !reached;
+        changed
     }
 }
 
@@ -114,4 +142,17 @@ fn unix_now() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProbeLog;
+
+    #[test]
+    fn the_probe_logs_changes_not_every_failure() {
+        let mut log = ProbeLog::default();
+        let results = [true, false, false, false, true, true, false];
+        let lines: Vec<bool> = results.iter().map(|&r| log.changed(r)).collect();
+        assert_eq!(lines, [false, true, false, false, true, false, true]);
+    }
 }

@@ -17,7 +17,8 @@ const POLL: Duration = Duration::from_millis(10);
 pub struct Drain {
     draining: AtomicBool,
     in_flight: AtomicUsize,
-    /// Milliseconds since `epoch` of the last request start or end.
+    /// Milliseconds since `epoch` of the drain's start or the last request start or end after
+    /// it; kept only while draining, so a request reads no clock the rest of the time.
     last_activity: AtomicU64,
     epoch: Instant,
 }
@@ -39,7 +40,7 @@ pub struct InFlight(Arc<Drain>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.touch();
+        self.0.touch_if_draining();
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -48,7 +49,7 @@ impl Drain {
     /// Counts a request from now until the returned guard is dropped.
     pub fn enter(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        self.touch();
+        self.touch_if_draining();
         InFlight(self.clone())
     }
 
@@ -95,6 +96,13 @@ impl Drain {
         self.last_activity.store(self.now_ms(), Ordering::Release);
     }
 
+    /// A request start or end before the drain needs no time: the drain's own start is later.
+    fn touch_if_draining(&self) {
+        if self.is_draining() {
+            self.touch();
+        }
+    }
+
     fn idle_for(&self) -> Duration {
         let last = self.last_activity.load(Ordering::Acquire);
         Duration::from_millis(self.now_ms().saturating_sub(last))
@@ -113,6 +121,18 @@ mod tests {
         assert!(drain.is_draining());
         let took = started.elapsed();
         assert!(took >= QUIET && took < QUIET * 3, "{took:?}");
+    }
+
+    #[test]
+    fn requests_before_the_drain_read_no_clock() {
+        let drain = Arc::new(Drain::default());
+        std::thread::sleep(Duration::from_millis(5));
+        drop(drain.enter());
+        let request = drain.enter();
+        assert_eq!(drain.in_flight(), 1);
+        drop(request);
+        assert_eq!(drain.in_flight(), 0);
+        assert_eq!(drain.last_activity.load(Ordering::Acquire), 0);
     }
 
     #[tokio::test]

@@ -1,10 +1,14 @@
 //! The Pingora `ProxyHttp` glue: decide in `request_filter` (writing refusals there), pick the
 //! route's upstream, and rewrite identity and `Authorization` headers on the way up.
 
+use std::io::Write as _;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use http::HeaderValue;
+use http::header::GetAll;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Session};
 use pingora::proxy::ProxyHttp;
@@ -25,12 +29,12 @@ pub struct Gateway {
 }
 
 /// Per-request state: what `request_filter` decided, for the later phases.
-#[derive(Default)]
 pub struct RequestCtx {
     upstream: Option<Arc<Upstream>>,
     identity: Option<Identity>,
-    /// Counts the request as in flight for the drain until the context is dropped.
-    _in_flight: Option<InFlight>,
+    /// Counts the request as in flight for the drain until the context is dropped (Pingora
+    /// makes the context once the request head is read, and drops it once the answer is sent).
+    _in_flight: InFlight,
 }
 
 #[async_trait]
@@ -38,15 +42,14 @@ impl ProxyHttp for Gateway {
     type CTX = RequestCtx;
 
     fn new_ctx(&self) -> RequestCtx {
-        RequestCtx::default()
+        RequestCtx {
+            upstream: None,
+            identity: None,
+            _in_flight: self.shared.drain.enter(),
+        }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        ctx._in_flight = Some(self.shared.drain.enter());
-        if self.shared.drain.is_draining() {
-            // This connection's next response is its last: `Connection: close`.
-            session.set_keepalive(None);
-        }
         let routing = self.shared.routing();
         let req = session.req_header();
         let route = routing.rules.find(&req.method, req.uri.path());
@@ -83,6 +86,7 @@ impl ProxyHttp for Gateway {
             (decision, _) => {
                 let refusal = decision.refusal().unwrap_or_else(not_found);
                 tracing::debug!(route = label, status = refusal.status, "request refused");
+                self.close_if_draining(session);
                 write_refusal(session, refusal).await?;
                 Ok(true)
             }
@@ -141,16 +145,12 @@ impl ProxyHttp for Gateway {
             }
             None => {}
         }
-        // The standard way: the lines a client or an earlier proxy sent, joined, and our peer
-        // appended as the right-most entry, all in one header line.
         if let Some(client) = session.client_addr().and_then(|a| a.as_inet()) {
-            let mut forwarded = Vec::new();
-            for line in upstream_request.headers.get_all("x-forwarded-for") {
-                forwarded.extend_from_slice(line.as_bytes());
-                forwarded.extend_from_slice(b", ");
-            }
-            forwarded.extend_from_slice(client.ip().to_string().as_bytes());
-            upstream_request.insert_header("X-Forwarded-For", forwarded)?;
+            let forwarded = forwarded_for(
+                upstream_request.headers.get_all(X_FORWARDED_FOR),
+                client.ip(),
+            );
+            upstream_request.insert_header(X_FORWARDED_FOR, forwarded)?;
         }
         Ok(())
     }
@@ -161,10 +161,7 @@ impl ProxyHttp for Gateway {
         _upstream_response: &mut ResponseHeader,
         _ctx: &mut RequestCtx,
     ) -> Result<()> {
-        // A request that began before the drain still tells its client to go elsewhere.
-        if self.shared.drain.is_draining() {
-            session.set_keepalive(None);
-        }
+        self.close_if_draining(session);
         Ok(())
     }
 
@@ -181,6 +178,33 @@ impl ProxyHttp for Gateway {
             self.shared.metrics.upstream_error(&up.name);
         }
     }
+}
+
+impl Gateway {
+    /// While draining, the response about to be written is the connection's last
+    /// (`Connection: close`), whenever its request began.
+    fn close_if_draining(&self, session: &mut Session) {
+        if self.shared.drain.is_draining() {
+            session.set_keepalive(None);
+        }
+    }
+}
+
+const X_FORWARDED_FOR: &str = "X-Forwarded-For";
+
+/// The standard `X-Forwarded-For`: the lines a client or an earlier proxy sent, joined, and our
+/// peer appended as the right-most entry, all in one line (built in one allocation).
+fn forwarded_for(lines: GetAll<'_, HeaderValue>, peer: IpAddr) -> Vec<u8> {
+    // Room for the lines, their separators, and an IPv6 address.
+    let len = lines.iter().map(|l| l.len() + 2).sum::<usize>() + 39;
+    let mut forwarded = Vec::with_capacity(len);
+    for line in lines {
+        forwarded.extend_from_slice(line.as_bytes());
+        forwarded.extend_from_slice(b", ");
+    }
+    // Writing to a Vec cannot fail.
+    let _ = write!(forwarded, "{peer}");
+    forwarded
 }
 
 /// The refusal for an allowed request that has no route (cannot happen: `decide` says `NoRoute`).
@@ -204,4 +228,28 @@ async fn write_refusal(session: &mut Session, refusal: Refusal) -> Result<()> {
     }
     session.write_response_header(Box::new(resp), false).await?;
     session.write_response_body(Some(body), true).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderMap;
+
+    #[test]
+    fn forwarded_for_joins_every_line_and_appends_the_peer() {
+        let mut headers = HeaderMap::new();
+        let peer: IpAddr = "127.0.0.1".parse().unwrap();
+        let joined = |h: &HeaderMap, peer| forwarded_for(h.get_all(X_FORWARDED_FOR), peer);
+        assert_eq!(joined(&headers, peer), b"127.0.0.1");
+        for line in ["198.51.100.1", "10.0.0.2, 10.0.0.3"] {
+            headers.append("x-forwarded-for", HeaderValue::from_static(line));
+        }
+        let v6: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap();
+        let line = joined(&headers, v6);
+        assert_eq!(
+            line,
+            b"198.51.100.1, 10.0.0.2, 10.0.0.3, ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
+        );
+        assert_eq!(line.capacity(), line.len(), "one allocation, no growth");
+    }
 }

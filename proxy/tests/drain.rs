@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Introspector, config_yaml, echo_upstream, free_port, temp_path};
+use common::{Introspector, config_yaml, echo_upstream, free_port};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -18,7 +18,6 @@ const GRACE: &str = "grace_period: 10s";
 async fn start_proxy() -> proxy::ProxyHandle {
     let introspector = Introspector::start().await;
     let upstream = echo_upstream().await;
-    let path = temp_path("drain");
     let yaml = config_yaml(
         free_port(),
         free_port(),
@@ -27,13 +26,9 @@ async fn start_proxy() -> proxy::ProxyHandle {
         common::ROUTES,
     )
     .replace("grace_period: 1s", GRACE);
-    std::fs::write(&path, yaml).unwrap();
-    let config = proxy::load_config(&path).unwrap();
+    let (proxy, path) = common::start_proxy("drain", &yaml).await;
     let _ = std::fs::remove_file(&path);
-    tokio::task::spawn_blocking(move || proxy::spawn(config))
-        .await
-        .unwrap()
-        .unwrap()
+    proxy
 }
 
 /// One response read off a kept-alive connection: status and whether it closes the connection.
@@ -67,19 +62,24 @@ struct Seen {
     told_to_close: bool,
 }
 
-/// Sends requests on one connection until told to close (as a client behind a load balancer
-/// would then go elsewhere) or `stop` is set.
-async fn keep_alive_client(addr: SocketAddr, stop: Arc<AtomicBool>) -> Seen {
+/// Sends `GET path` on one connection until told to close (as a client behind a load balancer
+/// would then go elsewhere) or `stop` is set; each answer must be `status`.
+async fn keep_alive_client(
+    addr: SocketAddr,
+    path: &str,
+    status: u16,
+    stop: Arc<AtomicBool>,
+) -> Seen {
     let mut seen = Seen::default();
     let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
     while !stop.load(Ordering::Relaxed) {
-        let request = b"GET /public/drain HTTP/1.1\r\nHost: x\r\n\r\n";
-        if stream.write_all(request).await.is_err() {
+        if stream.write_all(request.as_bytes()).await.is_err() {
             seen.failed += 1;
             break;
         }
         match read_response(&mut stream).await {
-            Ok((200, close)) => {
+            Ok((answer, close)) if answer == status => {
                 seen.answered += 1;
                 if close {
                     seen.told_to_close = true;
@@ -102,8 +102,16 @@ async fn keep_alive_clients_sending_across_sigterm_lose_nothing() {
     let addr = proxy.listen_addr();
     let admin = proxy.admin_addr();
     let stop = Arc::new(AtomicBool::new(false));
+    // Forwarded requests, and refusals written by the proxy itself (no token: 401).
     let clients: Vec<_> = (0..8)
-        .map(|_| tokio::spawn(keep_alive_client(addr, stop.clone())))
+        .map(|i| {
+            let (path, status) = if i % 2 == 0 {
+                ("/public/drain", 200)
+            } else {
+                ("/read", 401)
+            };
+            tokio::spawn(keep_alive_client(addr, path, status, stop.clone()))
+        })
         .collect();
     tokio::time::sleep(Duration::from_millis(300)).await;
 

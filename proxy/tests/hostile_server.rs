@@ -12,10 +12,11 @@ mod fake_server;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use common::{
-    INTROSPECTOR_TOKEN, ROUTES, config_yaml, echo_upstream, echoed, free_port, temp_path,
+    INTROSPECTOR_TOKEN, ROUTES, config_yaml, echo_upstream, echoed, free_port, start_proxy,
+    unix_now,
 };
 use fake_server::{FakeServer, Reply, json};
 use resource_server::decision::{EXPIRED_TOKEN, INACTIVE_TOKEN, NOT_YET_VALID_TOKEN};
@@ -28,13 +29,6 @@ const AUDIENCE: &str = "api";
 const TIMEOUT: Duration = Duration::from_millis(500);
 const UNAVAILABLE: &str = "Authorization server unavailable.";
 
-fn now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
-
 /// An answer the proxy accepts for `GET /read` (scope `read`, the expected issuer and audience).
 fn good() -> Value {
     j!({
@@ -43,7 +37,7 @@ fn good() -> Value {
         "client_id": "app",
         "username": "josé",
         "token_type": "Bearer",
-        "exp": now() + 3600,
+        "exp": unix_now() + 3600,
         "iss": ISSUER,
         "aud": [AUDIENCE, "other"],
     })
@@ -106,13 +100,7 @@ impl Proxy {
         let yaml = config_yaml(free_port(), free_port(), &server.url, relay, ROUTES)
             .replace("  request_timeout: 2s\n", &policy);
         assert!(yaml.contains("audience: api"), "{yaml}");
-        let config_path = temp_path("hostile");
-        std::fs::write(&config_path, yaml).unwrap();
-        let config = proxy::load_config(&config_path).expect("valid test configuration");
-        let handle = tokio::task::spawn_blocking(move || proxy::spawn(config))
-            .await
-            .unwrap()
-            .expect("proxy starts");
+        let (handle, config_path) = start_proxy("hostile", &yaml).await;
         let p = Proxy {
             handle,
             forwarded,
@@ -181,7 +169,7 @@ enum Want {
 
 fn cases() -> Vec<(&'static str, Reply, Want)> {
     use Want::*;
-    let t = now();
+    let t = unix_now();
     let raw = |s: &str| Reply::Raw(s.as_bytes().to_vec());
     let close = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n";
     let huge = good()
@@ -431,7 +419,7 @@ async fn hostile_answers_are_refused_counted_and_never_forwarded() {
 async fn valid_answers_forward_percent_encoded_identity() {
     let server = FakeServer::start(json(r#"{"active":false}"#)).await;
     let p = Proxy::start(&server).await;
-    let exp = now() + 3600;
+    let exp = unix_now() + 3600;
     for (i, (username, client_id, scope, want_user, want_client, want_scope)) in [
         ("josé", "app", "read", "jos%C3%A9", "app", "read"),
         (

@@ -1,7 +1,9 @@
 //! The path, header and framing corpus, sent as raw bytes through the real front door. Every
 //! smuggled or tricked request carries forged `X-Auth-*` identity headers, so a request that
-//! reached the example API without passing the proxy's check would be answered `200` there:
-//! the invariant is that no answer in the corpus is a success, and none is a server error.
+//! reached the example API without passing the proxy's check would be answered `200` there (each
+//! run checks that it is, straight at the API): the invariant is that no answer in the corpus is
+//! a success, and none is a server error. A smuggled request also creates a user, so one that
+//! got through is seen in the database whichever client its answer went to.
 
 use crate::Harness;
 use std::time::Duration;
@@ -87,31 +89,53 @@ fn header_tricks() -> Vec<String> {
     out
 }
 
+/// The user a smuggled request creates.
+const SMUGGLED: &str = "smuggled";
+
+/// A request that creates `username` at the example API with a forged identity.
+fn hidden(username: &str) -> String {
+    let body = format!(r#"{{"username":"{username}","password":"Smuggled pw 1"}}"#);
+    format!(
+        "POST /users/ HTTP/1.1\r\nHost: x\r\n{FORGED}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
 /// Framing and smuggling: a first request the proxy sees, with a second one hidden in its body.
-fn framing_tricks() -> Vec<String> {
-    let hidden = format!("GET /groups/ HTTP/1.1\r\nHost: x\r\n{FORGED}\r\n");
+/// The first goes to the authorization server (no token needed), and again to the example API
+/// with a valid `write` token, so that its body really is forwarded there (answered 400 or
+/// 415: it is no user).
+fn framing_tricks(write_token: &str) -> Vec<String> {
+    let hidden = hidden(SMUGGLED);
     let n = hidden.len();
-    vec![
-        // CL.TE and TE.CL.
-        format!(
-            "POST /o/token/ HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{hidden}",
-            n + 5
-        ),
-        format!(
-            "POST /o/token/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n{:x}\r\n{hidden}\r\n0\r\n\r\n",
-            n
-        ),
-        // Obfuscated Transfer-Encoding.
-        format!("POST /o/token/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\nContent-Length: {n}\r\n\r\n{hidden}"),
-        format!("POST /o/token/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n0\r\n\r\n{hidden}"),
-        format!("POST /o/token/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n{hidden}"),
-        format!("POST /o/token/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\tchunked\r\n\r\n0\r\n\r\n{hidden}"),
-        format!("POST /o/token/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n{hidden}"),
-        // Conflicting and malformed lengths.
-        format!("POST /o/token/ HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: {n}\r\n\r\n{hidden}"),
-        format!("POST /o/token/ HTTP/1.1\r\nHost: x\r\nContent-Length: +{n}\r\n\r\n{hidden}"),
-        format!("POST /o/token/ HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{hidden}"),
-        "POST /o/token/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\nx\r\n0\r\n\r\n".into(),
+    let mut tricks = Vec::new();
+    for first in [
+        "POST /o/token/ HTTP/1.1\r\nHost: x\r\n".to_owned(),
+        format!("POST /users/ HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {write_token}\r\n"),
+    ] {
+        tricks.extend([
+            // CL.TE and TE.CL.
+            format!(
+                "{first}Content-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{hidden}",
+                n + 5
+            ),
+            format!(
+                "{first}Transfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n{n:x}\r\n{hidden}\r\n0\r\n\r\n"
+            ),
+            // Obfuscated Transfer-Encoding.
+            format!("{first}Transfer-Encoding: xchunked\r\nContent-Length: {n}\r\n\r\n{hidden}"),
+            format!("{first}Transfer-Encoding : chunked\r\n\r\n0\r\n\r\n{hidden}"),
+            format!("{first}Transfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n{hidden}"),
+            format!("{first}Transfer-Encoding:\tchunked\r\n\r\n0\r\n\r\n{hidden}"),
+            format!("{first}Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n{hidden}"),
+            // Conflicting and malformed lengths.
+            format!("{first}Content-Length: 0\r\nContent-Length: {n}\r\n\r\n{hidden}"),
+            format!("{first}Content-Length: +{n}\r\n\r\n{hidden}"),
+            format!("{first}Content-Length: -1\r\n\r\n{hidden}"),
+            format!("{first}Transfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\nx\r\n0\r\n\r\n"),
+        ]);
+    }
+    tricks.extend([
         // Pipelining and bare line feeds.
         format!("GET /users/ HTTP/1.1\r\nHost: x\r\n{FORGED}\r\n{hidden}"),
         format!("GET /o/token/ HTTP/1.1\nHost: x\n\n{hidden}"),
@@ -122,25 +146,102 @@ fn framing_tricks() -> Vec<String> {
         format!("GET  /users/ HTTP/1.1\r\nHost: x\r\n{FORGED}\r\n"),
         format!("GET /users/\r\n{FORGED}\r\n"),
         format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "u".repeat(100_000)),
-    ]
+    ]);
+    tricks
 }
 
-/// Sends `request` on a new connection and returns every status code in what comes back
+/// Sends `request` on a new connection and returns the status of each response that comes back
 /// (read until the server closes, or two seconds pass).
-async fn statuses(front_door: std::net::SocketAddr, request: &str) -> Vec<u16> {
-    let mut stream = TcpStream::connect(front_door).await.unwrap();
+async fn statuses(to: std::net::SocketAddr, request: &str) -> Vec<u16> {
+    let mut stream = TcpStream::connect(to).await.unwrap();
     // A server may stop reading early (a refusal, then close): a failed write is an answer too.
     let _ = stream.write_all(request.as_bytes()).await;
     let mut answer = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut answer)).await;
-    let text = String::from_utf8_lossy(&answer);
-    text.match_indices("HTTP/1.")
-        .filter_map(|(i, _)| text.get(i + 9..i + 12)?.parse().ok())
-        .collect()
+    responses(&answer).unwrap_or_else(|why| {
+        let shown = request.chars().take(200).collect::<String>();
+        panic!(
+            "{why}, in the answer to {shown:?}: {:?}",
+            String::from_utf8_lossy(&answer)
+        )
+    })
 }
 
-async fn run_corpus(name: &str, corpus: Vec<String>) -> usize {
-    let h = Harness::start().await;
+/// The statuses of the responses in `bytes`, read one after the other, each body framed by
+/// `Content-Length`, chunked, or the end of the stream: anything else in there is an error (so
+/// no answer hides in another's body, and no text in a body passes for an answer).
+fn responses(mut bytes: &[u8]) -> Result<Vec<u16>, String> {
+    let mut statuses = Vec::new();
+    while !bytes.is_empty() {
+        let end = find(bytes, b"\r\n\r\n").ok_or("a response head cut short")?;
+        let head = std::str::from_utf8(&bytes[..end]).map_err(|_| "a head not in UTF-8")?;
+        let status = head
+            .strip_prefix("HTTP/1.")
+            .and_then(|rest| rest.get(2..5)?.parse().ok())
+            .ok_or_else(|| format!("not a status line: {head:?}"))?;
+        statuses.push(status);
+        let header = |name: &str| {
+            head.lines().skip(1).find_map(|line| {
+                let (n, v) = line.split_once(':')?;
+                n.eq_ignore_ascii_case(name).then(|| v.trim())
+            })
+        };
+        let body = &bytes[end + 4..];
+        bytes = if let Some(length) = header("content-length") {
+            let length: usize = length.parse().map_err(|_| "a bad Content-Length")?;
+            body.get(length..).ok_or("a body cut short")?
+        } else if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            after_chunks(body)?
+        } else {
+            &[]
+        };
+    }
+    Ok(statuses)
+}
+
+/// What follows a chunked body (without trailers).
+fn after_chunks(mut body: &[u8]) -> Result<&[u8], String> {
+    loop {
+        let line = find(body, b"\r\n").ok_or("a chunk size cut short")?;
+        let size = std::str::from_utf8(&body[..line])
+            .ok()
+            .and_then(|l| usize::from_str_radix(l.split(';').next()?.trim(), 16).ok())
+            .ok_or("a bad chunk size")?;
+        body = body.get(line + 2 + size..).ok_or("a chunk cut short")?;
+        body = body
+            .strip_prefix(b"\r\n")
+            .ok_or("a chunk without its CRLF")?;
+        if size == 0 {
+            return Ok(body);
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The premise of the corpus: the example API, reached without the proxy, honours forged
+/// identity headers (only the proxy stands in front of it), so a smuggled request would be a
+/// `200` (and a created user) there.
+async fn forged_identity_is_honoured_behind_the_proxy(h: &Harness) {
+    let api = h.stack.api;
+    let groups = format!("GET /groups/ HTTP/1.1\r\nHost: x\r\n{FORGED}Connection: close\r\n\r\n");
+    assert_eq!(statuses(api, &groups).await, [200]);
+    let create = hidden("control").replacen("Host: x\r\n", "Host: x\r\nConnection: close\r\n", 1);
+    assert_eq!(statuses(api, &create).await, [201]);
+    let control = h
+        .stack
+        .store
+        .find_user_by_username("control")
+        .await
+        .unwrap();
+    assert!(control.is_some());
+}
+
+/// Sends the corpus, each request on its own connection; returns how many got an answer.
+async fn run_corpus(h: &Harness, name: &str, corpus: Vec<String>) -> usize {
+    forged_identity_is_honoured_behind_the_proxy(h).await;
     let front_door = h.front_door();
     let mut tasks = tokio::task::JoinSet::new();
     for (i, request) in corpus.into_iter().enumerate() {
@@ -158,31 +259,47 @@ async fn run_corpus(name: &str, corpus: Vec<String>) -> usize {
         }
         answered += usize::from(!statuses.is_empty());
     }
+    // Nothing got through to the example API another way either.
+    let smuggled = h.stack.store.find_user_by_username(SMUGGLED).await.unwrap();
+    assert!(
+        smuggled.is_none(),
+        "{name}: a smuggled request created a user"
+    );
     // The proxy is still healthy after the corpus.
     let http = reqwest::Client::new();
     let health = http.get(format!("{}/users/", h.base)).send().await.unwrap();
     assert_eq!(health.status(), reqwest::StatusCode::UNAUTHORIZED);
-    h.shutdown().await;
     answered
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_tricks_never_reach_a_protected_resource() {
+    let h = Harness::start().await;
     let corpus = path_tricks();
     let total = corpus.len();
-    let answered = run_corpus("path", corpus).await;
+    let answered = run_corpus(&h, "path", corpus).await;
     assert_eq!(answered, total, "every path trick gets an answer");
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn header_tricks_never_reach_a_protected_resource() {
+    let h = Harness::start().await;
     let corpus = header_tricks();
     let total = corpus.len();
-    let answered = run_corpus("header", corpus).await;
+    let answered = run_corpus(&h, "header", corpus).await;
     assert_eq!(answered, total, "every header trick gets an answer");
+    h.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn framing_tricks_smuggle_nothing() {
-    run_corpus("framing", framing_tricks()).await;
+    let h = Harness::start().await;
+    h.ordinary_user("framer", "framer pw").await;
+    let write = h.token(("framer", "framer pw"), Some("write")).await;
+    let corpus = framing_tricks(&write);
+    let total = corpus.len();
+    let answered = run_corpus(&h, "framing", corpus).await;
+    assert_eq!(answered, total, "every framing trick gets an answer");
+    h.shutdown().await;
 }

@@ -2,14 +2,14 @@
 //! stay closed. Every test runs against the real one-process stack (the Pingora proxy in front of
 //! the authorization server and the example API, loopback ports, a fresh SQLite database).
 
+#[path = "../common/mod.rs"]
+mod common;
 mod framing;
 mod privilege;
 
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
-use std::time::Duration;
 
 /// A running stack with the first start's administrator and demo client.
 pub struct Harness {
@@ -30,34 +30,11 @@ impl Harness {
             authserver::secrets::random_client_id()
         ));
         let database_url = format!("sqlite://{}/authserver.db", dir.display());
-        let env = |key: &str| match key {
-            "AUTHSERVER_LISTEN" | "EXAMPLE_API_LISTEN" | "PROXY_LISTEN" | "PROXY_ADMIN_LISTEN" => {
-                Some("127.0.0.1:0".to_owned())
-            }
-            "AUTHSERVER_DATABASE_URL" | "EXAMPLE_API_DATABASE_URL" => Some(database_url.clone()),
-            "AUTHSERVER_TRUSTED_PROXIES" => Some("127.0.0.1/32".to_owned()),
-            _ => None,
-        };
-        let authserver = authserver::config::Settings::load_with_env(
-            Some(Path::new("config/authserver.yaml")),
-            env,
-        )
-        .unwrap();
-        let api = example_api::config::Config::load_with_env(
-            Some(Path::new("config/example-api.yaml")),
-            env,
-        )
-        .unwrap();
-        let mut proxy = proxy::load_config_with_env("config/proxy.yaml", env).unwrap();
-        proxy.grace_period = Duration::ZERO;
-        proxy.shutdown_timeout = Duration::from_secs(1);
-        let stack = tokengate::start(tokengate::StackConfig {
-            authserver,
-            api,
-            proxy,
-        })
-        .await
-        .unwrap();
+        let config = common::stack_config(
+            &database_url,
+            &[("AUTHSERVER_TRUSTED_PROXIES", "127.0.0.1/32")],
+        );
+        let stack = tokengate::start(config).await.unwrap();
         let first = stack.first_run.clone().expect("a fresh database");
         Harness {
             base: format!("http://{}", stack.front_door),
@@ -94,21 +71,13 @@ impl Harness {
         user: (&str, &str),
         scope: Option<&str>,
     ) -> (StatusCode, Value) {
-        let mut form = vec![
-            ("grant_type", "password"),
-            ("username", user.0),
-            ("password", user.1),
-        ];
-        form.extend(scope.map(|s| ("scope", s)));
-        let response = http
-            .post(format!("{}/o/token/", self.base))
-            .basic_auth(&self.client.0, Some(&self.client.1))
-            .form(&form)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        (status, response.json().await.unwrap_or(Value::Null))
+        let client = (self.client.0.as_str(), self.client.1.as_str());
+        common::password_grant(http, &self.base, client, user, scope).await
+    }
+
+    /// An access token for the application `client` (client credentials grant).
+    pub async fn client_token(&self, client: (&str, &str), scope: Option<&str>) -> String {
+        common::client_credentials_token(&reqwest::Client::new(), &self.base, client, scope).await
     }
 
     /// An access token for `user` (password grant, demo client).

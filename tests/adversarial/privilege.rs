@@ -41,17 +41,9 @@ async fn write_tokens_cannot_touch_the_administrator() {
         )
         .await
         .unwrap();
-    let machine: Value = http
-        .post(format!("{}/o/token/", h.base))
-        .basic_auth(&app.client_id, secret.as_deref())
-        .form(&[("grant_type", "client_credentials")])
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let machine_token = machine["access_token"].as_str().unwrap().to_owned();
+    let machine_token = h
+        .client_token((&app.client_id, &secret.unwrap()), None)
+        .await;
 
     let admin_uri = format!("{}/users/{admin_id}/", h.base);
     for token in [&user_token, &machine_token] {

@@ -220,12 +220,16 @@ fn claims(token: &str) -> Value {
         t if t.starts_with("slow-") => "read",
         _ => return json!({"active": false}),
     };
-    let exp = SystemTime::now()
+    let exp = unix_now() + 3600;
+    json!({"active": true, "scope": scope, "client_id": "app-1", "username": "alice", "exp": exp, "token_type": "Bearer"})
+}
+
+/// Seconds since the Unix epoch, as introspection answers give times.
+pub fn unix_now() -> i64 {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
-        .as_secs()
-        + 3600;
-    json!({"active": true, "scope": scope, "client_id": "app-1", "username": "alice", "exp": exp, "token_type": "Bearer"})
+        .as_secs() as i64
 }
 
 /// Upstream that answers 200 with what it received: method, target, headers (in order, every
@@ -306,6 +310,19 @@ pub fn temp_path(stem: &str) -> PathBuf {
     ))
 }
 
+/// Writes `yaml` to a fresh file (returned, for reloads and removal) and starts the proxy from
+/// it, off the async runtime.
+pub async fn start_proxy(stem: &str, yaml: &str) -> (proxy::ProxyHandle, PathBuf) {
+    let path = temp_path(stem);
+    std::fs::write(&path, yaml).unwrap();
+    let config = proxy::load_config(&path).expect("valid test configuration");
+    let handle = tokio::task::spawn_blocking(move || proxy::spawn(config))
+        .await
+        .unwrap()
+        .expect("proxy starts");
+    (handle, path)
+}
+
 /// A running proxy in front of an echo upstream and a stand-in introspection endpoint.
 pub struct Fixture {
     pub proxy: proxy::ProxyHandle,
@@ -324,17 +341,8 @@ impl Fixture {
 
     pub async fn start_with(introspector: Introspector, url: &str, routes: &str) -> Fixture {
         let upstream = echo_upstream().await;
-        let config_path = temp_path("config");
-        std::fs::write(
-            &config_path,
-            config_yaml(free_port(), free_port(), url, upstream, routes),
-        )
-        .unwrap();
-        let config = proxy::load_config(&config_path).expect("valid test configuration");
-        let proxy = tokio::task::spawn_blocking(move || proxy::spawn(config))
-            .await
-            .unwrap()
-            .expect("proxy starts");
+        let yaml = config_yaml(free_port(), free_port(), url, upstream, routes);
+        let (proxy, config_path) = start_proxy("config", &yaml).await;
         Fixture {
             proxy,
             introspector,
