@@ -9,17 +9,32 @@ use authserver::store::Store;
 use proxy::config::{IntrospectionAuth, Routing, UpstreamAddr};
 use proxy::{ProxyConfig, ProxyHandle};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 pub use bootstrap::FirstRun;
 
-/// The three configurations, each read as its own binary reads it.
+/// The three configurations, each read as its own binary reads it, and where the stack keeps
+/// what it must remember between starts.
 pub struct StackConfig {
     pub authserver: Settings,
     pub api: example_api::config::Config,
     pub proxy: ProxyConfig,
+    /// `TOKENGATE_DATA_DIR`, else [`default_data_dir`].
+    pub data_dir: PathBuf,
+}
+
+/// Where the stack keeps its files: the SQLite database's directory, or `data` for PostgreSQL.
+pub fn default_data_dir(database_url: &str) -> PathBuf {
+    database_url
+        .strip_prefix("sqlite://")
+        .or_else(|| database_url.strip_prefix("sqlite:"))
+        .map(|path| path.split('?').next().unwrap_or_default())
+        .and_then(|path| Path::new(path).parent().map(Path::to_path_buf))
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("data"))
 }
 
 impl StackConfig {
@@ -31,10 +46,15 @@ impl StackConfig {
         let proxy_path =
             std::env::var("PROXY_CONFIG").unwrap_or_else(|_| "config/proxy.yaml".into());
         let proxy = proxy::load_config(&proxy_path)?;
+        let data_dir = std::env::var_os("TOKENGATE_DATA_DIR")
+            .filter(|dir| !dir.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| default_data_dir(&authserver.database_url));
         Ok(StackConfig {
             authserver,
             api,
             proxy,
+            data_dir,
         })
     }
 }
@@ -54,9 +74,11 @@ pub struct Stack {
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
 }
 
-/// The application the proxy introspects with; its secret is rotated on every start, so it
-/// never has to be written down anywhere.
+/// The application the proxy introspects with; its secret is kept in [`PROXY_SECRET_FILE`] in
+/// the data directory.
 pub const PROXY_CLIENT_ID: &str = "tokengate-proxy";
+/// The file in the data directory holding the proxy's introspection secret (mode 0600).
+pub const PROXY_SECRET_FILE: &str = "proxy-client.secret";
 
 /// Starts the authorization server and the example API on their listen addresses (port 0 = any
 /// free port), then the proxy in front of both.
@@ -76,7 +98,12 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
             )
         })?;
     let first_run = bootstrap::first_run(&store).await?;
-    let proxy_secret = bootstrap::rotate_proxy_secret(&store, PROXY_CLIENT_ID).await?;
+    let proxy_secret = bootstrap::proxy_secret(
+        &store,
+        PROXY_CLIENT_ID,
+        &config.data_dir.join(PROXY_SECRET_FILE),
+    )
+    .await?;
 
     let mut stops = Vec::new();
     let mut tasks = Vec::new();
@@ -179,4 +206,27 @@ fn point_upstream(
         tracing::warn!(upstream = name, %addr, "proxy upstream moved from the file's address: rule reloads from the file are off");
     }
     Ok(from_file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::default_data_dir;
+    use std::path::PathBuf;
+
+    #[test]
+    fn the_data_directory_is_the_sqlite_files_or_data() {
+        assert_eq!(
+            default_data_dir("sqlite://data/authserver.db"),
+            PathBuf::from("data")
+        );
+        assert_eq!(
+            default_data_dir("sqlite:///var/lib/tg/a.db?mode=rwc"),
+            PathBuf::from("/var/lib/tg")
+        );
+        assert_eq!(default_data_dir("sqlite://a.db"), PathBuf::from("data"));
+        assert_eq!(
+            default_data_dir("postgres://u@db/tokengate"),
+            PathBuf::from("data")
+        );
+    }
 }

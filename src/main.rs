@@ -2,8 +2,19 @@
 
 use std::process::ExitCode;
 
+/// Starts the authorization server, the example API and the proxy in front of both, from
+/// `config/authserver.yaml`, `config/example-api.yaml` and `config/proxy.yaml` (or the paths in
+/// AUTHSERVER_CONFIG, EXAMPLE_API_CONFIG, PROXY_CONFIG) and their environment overrides. The
+/// proxy's introspection secret is kept in TOKENGATE_DATA_DIR (default: the SQLite file's
+/// directory, or ./data).
+#[derive(clap::Parser)]
+#[command(version, about)]
+struct Args {}
+
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Arguments first: `--help`, `--version` or a typo never start anything.
+    let Args {} = clap::Parser::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(

@@ -1,6 +1,7 @@
 //! The one-command stack (`tokengate::start`, what `cargo run --release` runs): first start on an
 //! empty database prints working credentials, the seed's walkthrough works through the front
-//! door, and a second start on the same database keeps working with a rotated proxy secret.
+//! door, a second start on the same database keeps working, and a second stack started beside a
+//! running one leaves the first serving (the proxy's secret is kept, not rotated).
 
 mod common;
 
@@ -103,7 +104,7 @@ async fn first_start_prints_credentials_that_work_through_the_front_door() {
     stack.shutdown().await;
 
     // A second start on the same database: no new credentials, the old ones still work, and
-    // the proxy introspects with its freshly rotated secret.
+    // the proxy introspects with the secret kept in the data directory.
     let stack = tokengate::start(config(&database_url, &[])).await.unwrap();
     assert!(stack.first_run.is_none());
     let base = format!("http://{}", stack.front_door);
@@ -119,4 +120,76 @@ async fn first_start_prints_credentials_that_work_through_the_front_door() {
     );
     stack.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_stack_on_the_same_data_leaves_the_first_serving() {
+    let dir = std::env::temp_dir().join(format!(
+        "tg-stack-{}",
+        authserver::secrets::random_client_id()
+    ));
+    let database_url = format!("sqlite://{}/authserver.db", dir.display());
+    let first = tokengate::start(config(&database_url, &[])).await.unwrap();
+    let run = first.first_run.clone().unwrap();
+    let client = (run.client_id.as_str(), run.client_secret.as_str());
+    let admin = (run.admin_username.as_str(), run.admin_password.as_str());
+    let secret_file = dir.join(tokengate::PROXY_SECRET_FILE);
+    let kept = std::fs::read_to_string(&secret_file).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&secret_file)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the secret file is the owner's only");
+    }
+
+    let second = tokengate::start(config(&database_url, &[])).await.unwrap();
+    assert!(second.first_run.is_none());
+    assert_eq!(std::fs::read_to_string(&secret_file).unwrap(), kept);
+    let http = reqwest::Client::new();
+    for stack in [&first, &second] {
+        // A token neither proxy has seen: each must introspect it with working credentials.
+        let base = format!("http://{}", stack.front_door);
+        let fresh = token(&http, &base, client, admin, None).await;
+        let status = http
+            .get(format!("{base}/users/"))
+            .bearer_auth(&fresh)
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(status, StatusCode::OK, "stack at {base}");
+    }
+    second.shutdown().await;
+    first.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn arguments_are_read_before_anything_starts() {
+    let cwd = std::env::temp_dir().join(format!(
+        "tg-args-{}",
+        authserver::secrets::random_client_id()
+    ));
+    std::fs::create_dir_all(&cwd).unwrap();
+    let run = |arg: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tokengate"))
+            .arg(arg)
+            .current_dir(&cwd)
+            .output()
+            .unwrap()
+    };
+    let help = run("--help");
+    assert!(help.status.success());
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: tokengate"));
+    let version = run("--version");
+    assert!(version.status.success());
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("tokengate "));
+    let typo = run("--hlep");
+    assert_eq!(typo.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("--hlep"));
+    // Nothing was started: no database, no secret file.
+    assert!(!cwd.join("data").exists());
+    let _ = std::fs::remove_dir_all(cwd);
 }

@@ -17,6 +17,7 @@ pub mod config;
 pub mod drain;
 pub mod gateway;
 pub mod headers;
+pub mod inject;
 pub mod metrics;
 pub mod server;
 pub mod state;

@@ -29,10 +29,19 @@ pub fn stack_config(database_url: &str, extra: &[(&str, &str)]) -> tokengate::St
     let mut proxy = proxy::load_config_with_env("config/proxy.yaml", env).unwrap();
     proxy.grace_period = Duration::ZERO;
     proxy.shutdown_timeout = Duration::from_secs(1);
+    let data_dir = match database_url.strip_prefix("sqlite://") {
+        Some(_) => tokengate::default_data_dir(database_url),
+        // PostgreSQL: a directory of this test's own.
+        None => std::env::temp_dir().join(format!(
+            "tg-data-{}",
+            authserver::secrets::random_client_id()
+        )),
+    };
     tokengate::StackConfig {
         authserver,
         api,
         proxy,
+        data_dir,
     }
 }
 
