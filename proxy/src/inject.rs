@@ -131,13 +131,7 @@ fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
         .and_then(Value::as_str)
 }
 
-/// Mutable mapping at `key` of `map`, created empty when missing.
-fn child<'a>(map: &'a mut Mapping, key: &str) -> Option<&'a mut Mapping> {
-    map.entry(Value::from(key))
-        .or_insert_with(|| Value::Mapping(Mapping::new()))
-        .as_mapping_mut()
-}
-
+/// Mutable list at `key` of `map`, created empty when missing.
 fn sequence<'a>(map: &'a mut Mapping, key: &str) -> Option<&'a mut Vec<Value>> {
     map.entry(Value::from(key))
         .or_insert_with(|| Value::Sequence(Vec::new()))
