@@ -1,33 +1,50 @@
 #!/usr/bin/env bash
-# Load benchmark of the Pingora sidecar, in one run, against the same upstream (the axum
-# hello-world example):
-#   direct      wrk -> hello
-#   nginx       wrk -> Debian's nginx (plain keep-alive reverse proxy) -> hello
-#   proxy-off   wrk -> proxy, route `public: true` (no token check) -> hello
-#   proxy-on    wrk -> proxy, route needs scope `read`, token introspected by a real authorization
-#               server, every measured request a cache hit -> hello
-# Every case gets the same request (GET / with `Authorization: Bearer <token>`) and the same wrk
-# settings; odd rounds run the cases in one order, even rounds in the reverse order. Reported per
-# case: req/s, p50, p99, non-2xx, and the CPU time per request of the box in the middle (proxy or
-# nginx workers). The checks-on proxy's RSS is sampled while it is under load, and its /metrics
-# (cache hits/misses, introspection calls) read before and after the runs.
-# Load comes from wrk in a second process on loopback; every listener is on 127.0.0.1.
-# Usage: bench/proxy.sh [seconds per case]   (env: CONNS, THREADS (wrk), WORKERS (nginx worker
-#        processes = proxy threads), ROUNDS, NGINX, SKIP_BUILD=1 (use the release binaries as built)
+# Sidecar cost per request, in one run, the way service meshes report it. Same upstream (the axum
+# hello-world example), same request (GET / with `Authorization: Bearer <token>`) for every case:
+#   direct      load -> hello
+#   nginx       load -> nginx, plain keep-alive reverse proxy -> hello
+#   njs         load -> nginx, auth_request + njs introspection, answer kept by proxy_cache (NGINX's
+#               documented OAuth 2.0 pattern; bench/nginx/) -> hello
+#   bare        load -> bare Pingora proxy (proxy/examples/bare.rs: upstream_peer only) -> hello
+#   off         load -> tokengate proxy, route `public: true` (no token check) -> hello
+#   on          load -> tokengate proxy, route needs scope `read`, token introspected by a real
+#               authorization server, every measured request a cache hit -> hello
+# Two measurements per case and round:
+#   saturation  wrk -t$THREADS -c$CONNS --latency: req/s, p50, p99, CPU µs per request of the box
+#               in the middle, and its RSS (sampled every 0.5 s, max, at $CONNS connections)
+#   fixed rate  h2load --h1 at $RATE req/s in total ($RATE_CONNS connections): the box's CPU
+#               seconds per 1000 req/s (= vCPU per 1000 req/s, from /proc/<pid>/stat utime+stime
+#               before and after), p50 and p99 from h2load's per-request log
+# Odd rounds run the cases in one order, even rounds in the reverse order. Load comes from a second
+# process on loopback; every listener is on 127.0.0.1. The middle boxes get the same CPU budget:
+# $WORKERS nginx worker processes, $WORKERS proxy threads (work_stealing: $WORK_STEALING).
+# Usage: bench/proxy.sh [seconds per measurement]   (env: CONNS=64, THREADS=2 (wrk), WORKERS=1,
+#        WORK_STEALING=true, RATE=2000, RATE_CONNS=40, ROUNDS=2, CASES="direct nginx njs bare off
+#        on", NGINX, SKIP_BUILD=1 (use the binaries as built))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-10}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
-WORKERS=${WORKERS:-2}
+WORKERS=${WORKERS:-1}
+WORK_STEALING=${WORK_STEALING:-true}
+RATE=${RATE:-2000}
+RATE_CONNS=${RATE_CONNS:-40}
 ROUNDS=${ROUNDS:-2}
+CASES=${CASES:-direct nginx njs bare off on}
 NGINX=${NGINX:-/usr/sbin/nginx}
-command -v wrk >/dev/null || { echo "install wrk (apt-get install wrk)"; exit 1; }
-[ -x "$NGINX" ] || { echo "install nginx (apt-get install nginx-light) or set NGINX"; exit 1; }
+NJS_MODULE=/usr/lib/nginx/modules/ngx_http_js_module.so
+INSTALL="apt-get install nginx libnginx-mod-http-js wrk nghttp2-client"
+missing() { echo "missing $1; install with: $INSTALL" >&2; exit 1; }
+command -v wrk >/dev/null || missing wrk
+command -v h2load >/dev/null || missing "h2load (nghttp2-client)"
+[ -x "$NGINX" ] || missing "nginx (or set NGINX)"
+[ -f "$NJS_MODULE" ] || missing "nginx's njs module ($NJS_MODULE, libnginx-mod-http-js)"
 [ -n "${SKIP_BUILD:-}" ] || { cargo build --release -q -p authserver --bin authserver --example hello
-  cargo build --profile dist -q -p proxy --bin proxy; }   # the proxy as shipped (LTO)
+  cargo build --profile dist -q -p proxy --bin proxy --example bare; }   # the proxy as shipped (LTO)
 AUTH=target/release/authserver
-PROXY=target/dist/proxy
+PROXY=${PROXY:-target/dist/proxy}
+BARE=${BARE:-target/dist/examples/bare}
 HELLO=target/release/examples/hello
 WORK=$(mktemp -d)
 DB="sqlite://$WORK/db.sqlite"
@@ -47,10 +64,12 @@ wait_http() { # $1 url: polls until the server answers at all
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 LOAD_BEFORE=$(uptime)
 
-# Authorization server: one user, a password-grant client, and the proxy's introspection client.
+# Authorization server: one user, a password-grant client, and the introspection client that
+# both tokengate and nginx use.
 echo bench | $AUTH user create --username bench --database-url "$DB" >/dev/null
 PW=$($AUTH app create --name bench-client --database-url "$DB" --json)
 CC=$($AUTH app create --name proxy --grant-type client-credentials --introspect --database-url "$DB" --json)
+CC_ID=$(field "$CC" client_id); CC_SECRET=$(field "$CC" client_secret)
 AUTH_PORT=$(free_port)
 AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
 wait_http "http://127.0.0.1:$AUTH_PORT/healthz"
@@ -63,25 +82,27 @@ HELLO_PORT=$(free_port)
 $HELLO "127.0.0.1:$HELLO_PORT" & HELLO_PID=$!; PIDS+=($HELLO_PID)
 wait_http "http://127.0.0.1:$HELLO_PORT/"
 
-# Two proxies, same binary: only `public: true` differs. max_ttl covers the whole run.
+# Two tokengate proxies, same binary: only `public: true` differs. max_ttl covers the whole run.
 start_proxy() { # $1 name, $2 route access (YAML), $3 port, $4 admin port; sets PROXY_PID
   cat > "$WORK/proxy-$1.yaml" <<YAML
 listen: 127.0.0.1:$3
 admin_listen: 127.0.0.1:$4
 threads: $WORKERS
+work_stealing: $WORK_STEALING
 grace_period: 1s
 shutdown_timeout: 1s
 upstreams:
   hello: { address: "127.0.0.1:$HELLO_PORT" }
 introspection:
   url: http://127.0.0.1:$AUTH_PORT/o/introspect/
-  client_id: $(field "$CC" client_id)
-  client_secret: $(field "$CC" client_secret)
+  client_id: $CC_ID
+  client_secret: $CC_SECRET
   cache: { max_ttl: 1h }
 routes:
   - { name: hello, path: /, upstream: hello, $2 }
 YAML
-  RUST_LOG=warn $PROXY --config "$WORK/proxy-$1.yaml" & PROXY_PID=$!; PIDS+=($PROXY_PID)
+  RUST_LOG=warn $PROXY --config "$WORK/proxy-$1.yaml" 2>"$WORK/proxy-$1.log" & PROXY_PID=$!
+  PIDS+=($PROXY_PID)
   wait_http "http://127.0.0.1:$4/healthz"
 }
 ON_PORT=$(free_port); ON_ADMIN=$(free_port)
@@ -89,96 +110,99 @@ start_proxy on "scopes: [read]" "$ON_PORT" "$ON_ADMIN"; ON_PID=$PROXY_PID
 OFF_PORT=$(free_port); OFF_ADMIN=$(free_port)
 start_proxy off "public: true" "$OFF_PORT" "$OFF_ADMIN"; OFF_PID=$PROXY_PID
 
-# nginx as a plain keep-alive reverse proxy, foreground, everything in $WORK.
-NGINX_PORT=$(free_port)
-cat > "$WORK/nginx.conf" <<NGINX
-daemon off;
-master_process on;
-worker_processes $WORKERS;
-user $(id -un);
-pid $WORK/nginx.pid;
-error_log $WORK/nginx-error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/nginx-body;
-  proxy_temp_path $WORK/nginx-proxy;
-  fastcgi_temp_path $WORK/nginx-fastcgi;
-  uwsgi_temp_path $WORK/nginx-uwsgi;
-  scgi_temp_path $WORK/nginx-scgi;
-  upstream hello {
-    server 127.0.0.1:$HELLO_PORT;
-    keepalive 64;
-  }
-  server {
-    listen 127.0.0.1:$NGINX_PORT;
-    location / {
-      proxy_pass http://hello;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
-  }
-}
-NGINX
+# The bare Pingora proxy, same runtime settings.
+BARE_PORT=$(free_port)
+$BARE "127.0.0.1:$BARE_PORT" "127.0.0.1:$HELLO_PORT" "$WORKERS" "$WORK_STEALING" 2>"$WORK/bare.log" & BARE_PID=$!
+PIDS+=($BARE_PID)
+wait_http "http://127.0.0.1:$BARE_PORT/"
+
+# nginx: pass-through and njs introspection, foreground, everything in $WORK.
+NGINX_PORT=$(free_port); NJS_PORT=$(free_port)
+BASIC=$(printf '%s:%s' "$CC_ID" "$CC_SECRET" | base64 -w0)
+sed -e "s|@WORK@|$WORK|g" -e "s|@WORKERS@|$WORKERS|g" -e "s|@USER@|$(id -un)|g" \
+    -e "s|@PASS_PORT@|$NGINX_PORT|g" -e "s|@NJS_PORT@|$NJS_PORT|g" -e "s|@HELLO_PORT@|$HELLO_PORT|g" \
+    -e "s|@AUTH_PORT@|$AUTH_PORT|g" -e "s|@CLIENT_BASIC@|$BASIC|g" -e "s|@JS@|$PWD/bench/nginx/oauth2.js|g" \
+    bench/nginx/nginx.conf > "$WORK/nginx.conf"
 $NGINX -p "$WORK" -e "$WORK/nginx-error.log" -c "$WORK/nginx.conf" & NGINX_PID=$!; PIDS+=($NGINX_PID)
 wait_http "http://127.0.0.1:$NGINX_PORT/"
-NGINX_WORKERS=$(pgrep -P "$NGINX_PID" | tr '\n' ' ')
+# Its workers and cache manager (the cache loader exits after a minute: not counted).
+NGINX_WORKERS=$(pgrep -P "$NGINX_PID" -f "worker process|cache manager" | tr '\n' ' ')
 
-# Warm up: fills the proxy's cache, and fails early if anything is refused.
-for port in "$HELLO_PORT" "$NGINX_PORT" "$OFF_PORT" "$ON_PORT"; do
+# Warm up: fills both token caches, and fails early if anything is refused.
+for port in "$HELLO_PORT" "$NGINX_PORT" "$NJS_PORT" "$BARE_PORT" "$OFF_PORT" "$ON_PORT"; do
   code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$port/")
-  [ "$code" = 200 ] || { echo "warm-up on port $port: HTTP $code" >&2; exit 1; }
+  [ "$code" = 200 ] || { echo "warm-up on port $port: HTTP $code" >&2; cat "$WORK/nginx-error.log" >&2; exit 1; }
 done
-code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$ON_PORT/")
-[ "$code" = 401 ] || { echo "proxy-on without a token: HTTP $code, expected 401" >&2; exit 1; }
+for port in "$ON_PORT" "$NJS_PORT"; do
+  code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/")
+  [ "$code" = 401 ] || { echo "port $port without a token: HTTP $code, expected 401" >&2; exit 1; }
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer not-a-token" "http://127.0.0.1:$port/")
+  case $code in 401|403) ;; *) echo "port $port with a bad token: HTTP $code" >&2; exit 1 ;; esac
+done
 
-# CPU seconds (user+system) used so far by the given processes, all threads.
-cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done; echo "$t"; }
+# CPU clock ticks (user+system) used so far by the given processes, all threads.
+cpu_ticks() { local t=0 p; for p in "$@"; do
+  [ -e "/proc/$p/stat" ] || { echo "process $p of the box in the middle is gone" >&2; exit 1; }
+  t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done; echo "$t"; }
 HZ=$(getconf CLK_TCK)
-# rps p50_ms p99_ms non2xx socket_errors box_cpu_us/req hello_cpu_us/req from wrk --latency output
-measure() { # $1 url, $2 pids of the box in the middle (empty for direct)
-  local out box0 box1 hello0 hello1
-  box0=$(cpu_ticks $2); hello0=$(cpu_ticks "$HELLO_PID")
+rss_sampler() { # $@ pids: max summed VmRSS (kB) every 0.5 s; bash builtins only (no forks but
+  local max=0 sum k v _ p #  sleep), so that sampling costs the machine next to nothing
+  while [ -e "$WORK/sampling" ]; do
+    sum=0
+    for p in "$@"; do
+      while read -r k v _; do [ "$k" = VmRSS: ] && sum=$((sum + v)); done < "/proc/$p/status"
+    done
+    [ "$sum" -gt "$max" ] && max=$sum
+    sleep 0.5
+  done
+  echo "$max"
+}
+# Saturation: "rps p50_ms p99_ms non2xx socket_errors box_us_per_req rss_kb"
+saturate() { # $1 url, $2 pids of the box in the middle (empty for direct)
+  local out box0 box1 rps p50 p99 non2xx total errors rss=0 sampler
+  if [ -n "$2" ]; then touch "$WORK/sampling"; rss_sampler $2 > "$WORK/rss" & sampler=$!; fi
+  box0=$(cpu_ticks $2)
   out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -H "Authorization: Bearer $TOKEN" "$1")
-  box1=$(cpu_ticks $2); hello1=$(cpu_ticks "$HELLO_PID")
-  local rps p50 p99 non2xx total errors
+  box1=$(cpu_ticks $2)
+  if [ -n "$2" ]; then rm -f "$WORK/sampling"; wait "$sampler" || true; read -r rss < "$WORK/rss"; fi
   read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py <<<"$out")
-  echo "$rps $p50 $p99 $non2xx $errors $(( (box1 - box0) * 1000000 / (HZ * (total > 0 ? total : 1)) )) $(( (hello1 - hello0) * 1000000 / (HZ * (total > 0 ? total : 1)) ))"
+  echo "$rps $p50 $p99 $non2xx $errors $(( (box1 - box0) * 1000000 / (HZ * (total > 0 ? total : 1)) )) $rss"
+}
+# Fixed rate: "rps p50_ms p99_ms non2xx errors box_cpu_ms_per_1000_requests"
+# (CPU seconds per 1000 requests = vCPU per 1000 req/s, printed in thousandths)
+fixed() { # $1 url, $2 pids
+  local out box0 box1 rps p50 p99 non2xx total errors
+  rm -f "$WORK/h2load.log"
+  box0=$(cpu_ticks $2)
+  out=$(h2load --h1 -t1 -c"$RATE_CONNS" --rps="$(python3 -c "print($RATE / $RATE_CONNS)")" \
+    -D"$DURATION" --log-file="$WORK/h2load.log" -H "Authorization: Bearer $TOKEN" "$1")
+  box1=$(cpu_ticks $2)
+  read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py --h2load "$WORK/h2load.log" <<<"$out")
+  echo "$rps $p50 $p99 $non2xx $errors $(( (box1 - box0) * 1000 * 1000 / (HZ * (total > 0 ? total : 1)) ))"
 }
 metric() { # $1 metric name: its value on the checks-on proxy's admin /metrics
   curl -s "http://127.0.0.1:$ON_ADMIN/metrics" | awk -v m="$1" '$1 == m { print $2 }'
 }
 INTROSPECTION_COUNT=tokengate_proxy_introspection_duration_seconds_count
 snapshot() { echo "$(metric tokengate_proxy_cache_hits_total) $(metric tokengate_proxy_cache_misses_total) $(metric $INTROSPECTION_COUNT)"; }
-rss_sampler() { # $1 pid: max VmRSS (kB) every 0.5 s, then VmHWM; bash builtins only (no forks
-  local max=0 k v _ #   but sleep), so that sampling costs the machine next to nothing
-  while [ -e "$WORK/sampling" ]; do
-    while read -r k v _; do [ "$k" = VmRSS: ] && [ "$v" -gt "$max" ] && max=$v; done < "/proc/$1/status"
-    sleep 0.5
-  done
-  while read -r k v _; do [ "$k" = VmHWM: ] && echo "$max $v"; done < "/proc/$1/status"
-}
 
 ROWS=""
 read -r H0 M0 I0 < <(snapshot)
-RSS_MAX=0; HWM=0
 run_case() { # $1 case, $2 round
+  local url pids
   case $1 in
-    direct) ROWS+="direct $2 $(measure "http://127.0.0.1:$HELLO_PORT/" "")"$'\n' ;;
-    nginx) ROWS+="nginx $2 $(measure "http://127.0.0.1:$NGINX_PORT/" "$NGINX_WORKERS")"$'\n' ;;
-    off) ROWS+="off $2 $(measure "http://127.0.0.1:$OFF_PORT/" "$OFF_PID")"$'\n' ;;
-    on)
-      touch "$WORK/sampling"
-      rss_sampler "$ON_PID" > "$WORK/rss" & SAMPLER=$!; PIDS+=($SAMPLER)
-      ROWS+="on $2 $(measure "http://127.0.0.1:$ON_PORT/" "$ON_PID")"$'\n'
-      rm -f "$WORK/sampling"; wait "$SAMPLER" || true
-      read -r r h < "$WORK/rss"
-      if [ "$r" -gt "$RSS_MAX" ]; then RSS_MAX=$r; fi
-      if [ "$h" -gt "$HWM" ]; then HWM=$h; fi ;;
+    direct) url="http://127.0.0.1:$HELLO_PORT/"; pids="" ;;
+    nginx) url="http://127.0.0.1:$NGINX_PORT/"; pids="$NGINX_WORKERS" ;;
+    njs) url="http://127.0.0.1:$NJS_PORT/"; pids="$NGINX_WORKERS" ;;
+    bare) url="http://127.0.0.1:$BARE_PORT/"; pids="$BARE_PID" ;;
+    off) url="http://127.0.0.1:$OFF_PORT/"; pids="$OFF_PID" ;;
+    on) url="http://127.0.0.1:$ON_PORT/"; pids="$ON_PID" ;;
   esac
+  ROWS+="$1 $2 $(saturate "$url" "$pids") $(fixed "$url" "$pids")"$'\n'
 }
+REVERSED=$(echo "$CASES" | tr ' ' '\n' | tac | tr '\n' ' ')
 for round in $(seq "$ROUNDS"); do # odd rounds in one order, even rounds in the reverse order
-  if [ $((round % 2)) = 1 ]; then order="direct nginx off on"; else order="on off nginx direct"; fi
+  if [ $((round % 2)) = 1 ]; then order=$CASES; else order=$REVERSED; fi
   for c in $order; do run_case "$c" "$round"; done
 done
 read -r H1 M1 I1 < <(snapshot)
@@ -187,35 +211,52 @@ LOAD_AFTER=$(uptime)
 python3 - "$ROWS" <<PY
 import sys, statistics
 rows = [l.split() for l in sys.argv[1].strip().splitlines()]
-print(f"cores=$(nproc) wrk -t$THREADS -c$CONNS -d${DURATION}s --latency x $ROUNDS round(s), GET / with a bearer token;"
-      f" nginx worker_processes=$WORKERS, proxy threads=$WORKERS")
+print(f"cores=$(nproc); saturation: wrk -t$THREADS -c$CONNS -d${DURATION}s --latency; fixed rate:"
+      f" h2load --h1 -c$RATE_CONNS at $RATE req/s for ${DURATION}s; x $ROUNDS round(s), GET / with a"
+      f" bearer token; nginx worker_processes=$WORKERS, proxies threads=$WORKERS work_stealing=$WORK_STEALING")
 print("load before: $LOAD_BEFORE".replace("  ", " "))
 print("load after:  $LOAD_AFTER".replace("  ", " "))
-label = {"direct": "direct (hello)", "nginx": "nginx keep-alive", "off": "proxy, checks off",
-         "on": "proxy, checks on (hits)"}
-print(f"{'case':<25}{'round':>6}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'non-2xx':>9}{'cpu us/req':>12}{'hello us/req':>14}  socket errors")
-for case, rnd, rps, p50, p99, err, sock, box, hello in rows:
-    box = "-" if case == "direct" else box
-    print(f"{label[case]:<25}{rnd:>6}{float(rps):>10.0f}{float(p50):>9.3f}{float(p99):>9.3f}{err:>9}{box:>12}{hello:>14}  {sock}")
+label = {"direct": "direct (hello)", "nginx": "nginx pass-through", "njs": "nginx + njs introspection",
+         "bare": "bare Pingora", "off": "tokengate, checks off", "on": "tokengate, checks on"}
+cases = [c for c in label if any(r[0] == c for r in rows)]
+# columns: case round | sat: rps p50 p99 non2xx errors us/req rss_kb | fixed: rps p50 p99 non2xx errors cpu_ms/1000
+print(f"{'case':<27}{'round':>5}{'sat req/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'us/req':>8}{'RSS MB':>8}"
+      f"{'| fixed req/s':>13}{'vCPU/1k':>9}{'p50 ms':>8}{'p99 ms':>8}{'non-2xx':>8}  errors")
+for r in rows:
+    mid = r[0] != "direct"
+    print(f"{label[r[0]]:<27}{r[1]:>5}{float(r[2]):>10.0f}{float(r[3]):>8.3f}{float(r[4]):>8.3f}"
+          f"{r[7] if mid else '-':>8}{f'{int(r[8]) / 1024:.1f}' if mid else '-':>8}{float(r[9]):>13.0f}"
+          f"{f'{int(r[14]) / 1000:.3f}' if mid else '-':>9}{float(r[10]):>8.3f}{float(r[11]):>8.3f}"
+          f"{int(r[5]) + int(r[12]):>8}  {r[6]} {r[13]}")
 mean = lambda c, i: statistics.mean(float(r[i]) for r in rows if r[0] == c)
-rps = {c: mean(c, 2) for c in label}; p50 = {c: mean(c, 3) for c in label}; p99 = {c: mean(c, 4) for c in label}
+big = lambda c, i: max(float(r[i]) for r in rows if r[0] == c)
+sat = {c: mean(c, 2) for c in cases}; sp99 = {c: mean(c, 4) for c in cases}
+cpu = {c: mean(c, 14) / 1000 for c in cases}; fp50 = {c: mean(c, 10) for c in cases}
+fp99 = {c: mean(c, 11) for c in cases}; rss = {c: big(c, 8) / 1024 for c in cases}
 print()
-cpu = {c: mean(c, 7) for c in label}
-print(f"{'means':<25}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'rps/direct':>12}{'cpu us/req':>12}")
-for c in label:
-    box = "-" if c == "direct" else f"{cpu[c]:.0f}"
-    print(f"{label[c]:<25}{rps[c]:>10.0f}{p50[c]:>9.3f}{p99[c]:>9.3f}{rps[c] / rps['direct']:>12.2f}{box:>12}")
-def verdict(ok): return "ok" if ok else "MISSED"
-r1 = rps["on"] / rps["nginx"]; r2 = p99["on"] / p99["nginx"]; cost = 1 - rps["on"] / rps["off"]
-rss_mb = $RSS_MAX / 1024; hwm_mb = ${HWM:-0} / 1024
+print(f"{'means':<27}{'sat req/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'| vCPU/1k req/s':>15}{'p50 ms':>8}{'p99 ms':>8}{'max RSS MB':>11}")
+for c in cases:
+    mid = c != "direct"
+    print(f"{label[c]:<27}{sat[c]:>10.0f}{mean(c, 3):>8.3f}{sp99[c]:>8.3f}"
+          f"{f'{cpu[c]:.3f}' if mid else '-':>15}{fp50[c]:>8.3f}{fp99[c]:>8.3f}{f'{rss[c]:.1f}' if mid else '-':>11}")
+def verdict(ok): return "met" if ok else "MISSED"
 print()
-print(f"proxy-on / nginx req/s   = {r1:.2f}x  (goal >= 1.00x)  {verdict(r1 >= 1.0)}")
-print(f"proxy-on / nginx p99     = {r2:.2f}x  (goal <= 1.10x)  {verdict(r2 <= 1.1)}")
-print(f"checks-on cost vs off    = {cost * 100:.1f}% req/s, p50 {p50['on'] / p50['off']:.2f}x, p99 {p99['on'] / p99['off']:.2f}x"
-      f", cpu/req {cpu['on'] / cpu['off']:.2f}x  (goal <= 5%)  {verdict(cost <= 0.05)}")
-print(f"proxy / nginx cpu per request = {cpu['off'] / cpu['nginx']:.2f}x (checks off), {cpu['on'] / cpu['nginx']:.2f}x (checks on)")
-print(f"proxy-on RSS under load  = max VmRSS {rss_mb:.1f} MB, VmHWM {hwm_mb:.1f} MB  (goal < 50 MB)  {verdict(max(rss_mb, hwm_mb) < 50)}")
+if "on" in cases and "njs" in cases:
+    r = cpu["on"] / cpu["njs"]
+    print(f"checks on / njs   CPU per 1000 req/s = {r:.2f}x  (goal <= 1.00x)  {verdict(r <= 1.0)}")
+    r = sat["on"] / sat["njs"]
+    print(f"checks on / njs   saturation req/s   = {r:.2f}x  (goal >= 1.00x)  {verdict(r >= 1.0)}")
+    r = fp99["on"] / fp99["njs"]
+    print(f"checks on / njs   p99 at fixed rate  = {r:.2f}x  (goal <= 1.00x)  {verdict(r <= 1.0)}")
+if "on" in cases and "bare" in cases:
+    r = sat["on"] / sat["bare"]
+    print(f"checks on / bare  saturation req/s   = {r:.2f}x  (goal >= 0.95x)  {verdict(r >= 0.95)}"
+          f"; CPU per 1000 req/s {cpu['on'] / cpu['bare']:.2f}x")
+if "on" in cases:
+    print(f"checks on RSS at $CONNS connections  = {rss['on']:.1f} MB  (goal < 50 MB)  {verdict(rss['on'] < 50)}")
+if "bare" in cases and "nginx" in cases:
+    print(f"bare Pingora / nginx pass-through: CPU per 1000 req/s {cpu['bare'] / cpu['nginx']:.2f}x,"
+          f" saturation {sat['bare'] / sat['nginx']:.2f}x")
 hits, misses, calls = $H1 - $H0, $M1 - $M0, $I1 - $I0
-print(f"proxy-on during the runs: cache hits {hits:.0f}, misses {misses:.0f}, introspection calls {calls:.0f}"
-      f" (totals incl. warm-up: hits $H1, misses $M1, calls $I1)")
+print(f"tokengate checks on during the runs: cache hits {hits:.0f}, misses {misses:.0f}, introspection calls {calls:.0f}")
 PY

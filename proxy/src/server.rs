@@ -138,6 +138,7 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     let mut server_conf = ServerConf {
         version: 1,
         threads: config.threads,
+        work_stealing: config.work_stealing,
         // The drain happens before Pingora hears of the stop (StopWatch), so Pingora's own
         // grace period, which sleeps whether or not anything is in flight, is not used.
         grace_period_seconds: Some(0),

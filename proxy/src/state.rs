@@ -78,6 +78,7 @@ impl Shared {
         if new.listen != old.listen
             || new.admin_listen != old.admin_listen
             || new.threads != old.threads
+            || new.work_stealing != old.work_stealing
             || new.introspection != old.introspection
         {
             tracing::warn!(
