@@ -1,6 +1,6 @@
 //! tokengate's example API: users and groups of the authorization server's directory, protected
-//! by bearer tokens and scopes (SPEC §3), either checking tokens itself by introspection or
-//! trusting the sidecar proxy's identity headers.
+//! by bearer tokens and scopes (SPEC §3), either checking tokens itself (introspection, local
+//! validation of JWT access tokens, or both) or trusting the sidecar proxy's identity headers.
 //!
 //! [`app`] is the whole HTTP surface (tests drive it with `tower::ServiceExt::oneshot`);
 //! [`serve`] runs it on a listener; [`run`] is what the binary does with a [`config::Config`].

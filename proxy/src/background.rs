@@ -1,5 +1,5 @@
-//! Background work: reload the rules when the file changes or on SIGHUP, and keep the
-//! authorization server's readiness fresh with an occasional probe.
+//! Background work: reload the rules when the file changes or on SIGHUP, keep the
+//! authorization server's readiness fresh with an occasional probe, and start JWKS fetching.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -68,6 +68,15 @@ impl Maintenance {
         let mut log = ProbeLog::default();
         loop {
             tick.tick().await;
+            // The JWKS is fetched at start (and for a validator a reload brought), not at the
+            // first request: readiness waits for its keys. Idempotent once started.
+            let routing = self.shared.routing();
+            if let Some(jwt) = routing.rules.token_source().jwt() {
+                jwt.start().await;
+            }
+            if !self.shared.introspects() {
+                continue; // JWTs only: readiness is the JWKS's, kept fresh by the validator
+            }
             let now = unix_now();
             let fresh = self
                 .shared
@@ -84,10 +93,13 @@ impl Maintenance {
             let token = format!("tokengate-readiness-probe-{now}-{n}");
             let reached = self.shared.checker.check(&token).await.is_ok();
             match (log.changed(reached), reached) {
-                (true, false) => tracing::warn!(
-                    "readiness probe: the authorization server cannot be reached; /readyz says \
-                     503 until it answers (further failed probes are not logged)"
-                ),
+                (true, false) => {
+                    let why = self.shared.readiness().err().unwrap_or("no answer");
+                    tracing::warn!(
+                        "readiness probe failed: {why}; /readyz says 503 until the introspection \
+                         endpoint answers (further failed probes are not logged)"
+                    );
+                }
                 (true, true) => {
                     tracing::info!("readiness probe: the authorization server answers again");
                 }

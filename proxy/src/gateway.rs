@@ -1,5 +1,7 @@
-//! The Pingora `ProxyHttp` glue: decide in `request_filter` (writing refusals there), pick the
-//! route's upstream, and rewrite identity and `Authorization` headers on the way up.
+//! The Pingora `ProxyHttp` glue: `request_filter` finds the route and asks
+//! `resource_server::Gate::authorize` with the deployment's token source (introspection, local
+//! JWT validation, or both), writing refusals there; then the route's upstream, and identity and
+//! `Authorization` headers rewritten on the way up.
 
 use std::io::Write as _;
 use std::net::IpAddr;
@@ -13,9 +15,7 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Session};
 use pingora::proxy::ProxyHttp;
 use pingora::{Error, ErrorSource, ErrorType, Result};
-use resource_server::{
-    Access, Bearer, Decision, Identity, Refusal, TokenState, bearer_token, decide,
-};
+use resource_server::{Gate, Identity, JwtOrIntrospection, Refusal, TokenSource};
 
 use crate::config::{Upstream, UpstreamAddr};
 use crate::drain::InFlight;
@@ -53,42 +53,41 @@ impl ProxyHttp for Gateway {
         let routing = self.shared.routing();
         let req = session.req_header();
         let route = routing.rules.find(&req.method, req.uri.path());
-        let claims;
-        let token = match route.map(|r| &r.access) {
-            Some(Access::Authenticated { .. }) => match bearer_token(&req.headers, req.uri.query())
-            {
-                Bearer::Missing => TokenState::Missing,
-                Bearer::Malformed(why) => TokenState::Malformed(why),
-                Bearer::Token(t) => match self.shared.checker.check(&t).await {
-                    Ok(c) => {
-                        claims = c;
-                        TokenState::Checked(&claims)
-                    }
-                    Err(_) => TokenState::Unavailable,
-                },
-            },
-            // Public or unmatched: the token is not looked at.
-            _ => TokenState::Missing,
+        let (headers, query) = (&req.headers, req.uri.query());
+        let introspection = &self.shared.checker;
+        let verdict = match routing.rules.token_source() {
+            TokenSource::Introspection => {
+                Gate::new(introspection)
+                    .authorize(route, headers, query)
+                    .await
+            }
+            TokenSource::Jwt(jwt) => {
+                self.shared.metrics.track_jwt(jwt.metrics());
+                Gate::new(jwt).authorize(route, headers, query).await
+            }
+            TokenSource::JwtOrIntrospection(jwt) => {
+                self.shared.metrics.track_jwt(jwt.metrics());
+                Gate::new(JwtOrIntrospection { jwt, introspection })
+                    .authorize(route, headers, query)
+                    .await
+            }
         };
-        let decision = decide(route, token, self.shared.checker.leeway());
         let label = route.map_or(UNMATCHED, |r| r.name.as_str());
-        self.shared.metrics.request(label, Outcome::of(&decision));
-        match (decision, route) {
-            (Decision::Allow(identity), Some(route)) => {
-                ctx.identity = identity;
-                ctx.upstream = route
+        match verdict {
+            Ok(allow) => {
+                self.shared.metrics.request(label, Outcome::Allow);
+                ctx.identity = allow.identity;
+                ctx.upstream = allow
+                    .route
                     .upstream
                     .as_ref()
                     .and_then(|u| routing.upstreams.get(u))
                     .cloned();
                 Ok(false)
             }
-            (decision, _) => {
-                let refusal = decision.refusal().unwrap_or_else(not_found);
-                tracing::debug!(route = label, status = refusal.status, "request refused");
-                self.close_if_draining(session);
-                write_refusal(session, refusal).await?;
-                Ok(true)
+            Err(denial) => {
+                self.shared.metrics.request(label, denial.outcome);
+                self.refuse(session, label, denial.refusal).await
             }
         }
     }
@@ -181,6 +180,14 @@ impl ProxyHttp for Gateway {
 }
 
 impl Gateway {
+    /// Writes `refusal` as the whole response; `Ok(true)`: the request is answered.
+    async fn refuse(&self, session: &mut Session, label: &str, refusal: Refusal) -> Result<bool> {
+        tracing::debug!(route = label, status = refusal.status, "request refused");
+        self.close_if_draining(session);
+        write_refusal(session, refusal).await?;
+        Ok(true)
+    }
+
     /// While draining, the response about to be written is the connection's last
     /// (`Connection: close`), whenever its request began.
     fn close_if_draining(&self, session: &mut Session) {
@@ -205,15 +212,6 @@ fn forwarded_for(lines: GetAll<'_, HeaderValue>, peer: IpAddr) -> Vec<u8> {
     // Writing to a Vec cannot fail.
     let _ = write!(forwarded, "{peer}");
     forwarded
-}
-
-/// The refusal for an allowed request that has no route (cannot happen: `decide` says `NoRoute`).
-fn not_found() -> Refusal {
-    Refusal {
-        status: 404,
-        www_authenticate: None,
-        body: r#"{"detail":"Not found."}"#.to_owned(),
-    }
 }
 
 /// Writes the refusal's status, `WWW-Authenticate`, `Content-Type` and JSON body.

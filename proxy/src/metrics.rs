@@ -1,60 +1,18 @@
 //! The proxy's own counters and their Prometheus text rendering (with the checker's cache and
-//! introspection metrics, malformed and refused introspection answers among them).
+//! introspection metrics, malformed and refused introspection answers among them, and the JWT
+//! validator's: validations by outcome, JWKS fetches and failures, keys known).
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, RwLock};
 
-use resource_server::{CheckerMetrics, Decision};
+use resource_server::CheckerMetrics;
+use resource_server::jwt::JwtMetrics;
 
-/// The outcome of one request, as a metrics label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Allow,
-    Unauthenticated,
-    BadRequest,
-    InvalidToken,
-    InsufficientScope,
-    Unavailable,
-    NoRoute,
-}
-
-impl Outcome {
-    const ALL: [Outcome; 7] = [
-        Outcome::Allow,
-        Outcome::Unauthenticated,
-        Outcome::BadRequest,
-        Outcome::InvalidToken,
-        Outcome::InsufficientScope,
-        Outcome::Unavailable,
-        Outcome::NoRoute,
-    ];
-
-    pub fn of(decision: &Decision) -> Outcome {
-        match decision {
-            Decision::Allow(_) => Outcome::Allow,
-            Decision::Unauthenticated => Outcome::Unauthenticated,
-            Decision::BadRequest(_) => Outcome::BadRequest,
-            Decision::InvalidToken(_) => Outcome::InvalidToken,
-            Decision::InsufficientScope(_) => Outcome::InsufficientScope,
-            Decision::Unavailable => Outcome::Unavailable,
-            Decision::NoRoute => Outcome::NoRoute,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Allow => "allow",
-            Outcome::Unauthenticated => "unauthenticated",
-            Outcome::BadRequest => "bad_request",
-            Outcome::InvalidToken => "invalid_token",
-            Outcome::InsufficientScope => "insufficient_scope",
-            Outcome::Unavailable => "unavailable",
-            Outcome::NoRoute => "no_route",
-        }
-    }
-}
+/// The outcome of one request, as a metrics label (each [`resource_server::Denial`] carries its
+/// own).
+pub use resource_server::Outcome;
 
 /// Route label of requests that matched no route.
 pub const UNMATCHED: &str = "_unmatched";
@@ -68,6 +26,8 @@ pub struct ProxyMetrics {
     upstream_errors: RwLock<HashMap<String, AtomicU64>>,
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,
+    /// The counters of the JWT validator in force, if tokens are validated locally.
+    jwt: RwLock<Option<Arc<JwtMetrics>>>,
 }
 
 impl ProxyMetrics {
@@ -95,6 +55,18 @@ impl ProxyMetrics {
             map.entry(upstream.to_owned())
                 .or_default()
                 .fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Renders `jwt` with the rest from now on (a read lock when it is already the one).
+    pub fn track_jwt(&self, jwt: &Arc<JwtMetrics>) {
+        if let Ok(current) = self.jwt.read()
+            && current.as_ref().is_some_and(|c| Arc::ptr_eq(c, jwt))
+        {
+            return;
+        }
+        if let Ok(mut current) = self.jwt.write() {
+            *current = Some(jwt.clone());
         }
     }
 
@@ -175,6 +147,11 @@ impl ProxyMetrics {
         );
         let _ = writeln!(out, "tokengate_proxy_routes {routes_loaded}");
         out.push_str(&checker.render_prometheus("tokengate_proxy"));
+        if let Ok(jwt) = self.jwt.read()
+            && let Some(jwt) = jwt.as_ref()
+        {
+            out.push_str(&jwt.render_prometheus("tokengate_proxy"));
+        }
         out
     }
 }
@@ -213,5 +190,18 @@ mod tests {
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
+        assert!(
+            !text.contains("_jwt_"),
+            "no JWT metrics without a validator"
+        );
+        let jwt = Arc::new(JwtMetrics::default());
+        jwt.jwks_fetches.fetch_add(4, Relaxed);
+        m.track_jwt(&jwt);
+        m.track_jwt(&jwt);
+        let text = m.render(&checker, 3);
+        assert!(
+            text.contains("\ntokengate_proxy_jwt_jwks_fetches_total 4\n"),
+            "{text}"
+        );
     }
 }

@@ -94,20 +94,32 @@ impl Shared {
         Ok(routes)
     }
 
-    /// Ready, or the first condition that fails: not draining, rules loaded, and the
-    /// authorization server answered within [`READY_WINDOW`] (its last call succeeded).
+    /// Ready, or the first condition that fails: not draining, rules loaded, signing keys known
+    /// (when JWTs are validated locally), and the authorization server answered within
+    /// [`READY_WINDOW`] (when tokens are introspected).
     pub fn readiness(&self) -> Result<(), &'static str> {
         if self.drain.is_draining() {
             return Err("shutting down");
         }
-        if self.routing().rules.routes().is_empty() {
+        let routing = self.routing();
+        if routing.rules.routes().is_empty() {
             return Err("no routes loaded");
+        }
+        let source = routing.rules.token_source();
+        if source.jwt().is_some_and(|jwt| jwt.key_count() == 0) {
+            return Err("no JWT signing key known (JWKS not fetched)");
+        }
+        if !uses_introspection(source) {
+            return Ok(());
         }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
         let metrics = self.checker.metrics();
+        if metrics.last_call_refused() {
+            return Err("the authorization server refused the proxy's introspection credentials");
+        }
         match metrics.last_success() {
             Some(last)
                 if metrics.last_call_ok()
@@ -118,6 +130,15 @@ impl Shared {
             _ => Err("no recent answer from the authorization server"),
         }
     }
+
+    /// Whether tokens reach the introspection endpoint (so its readiness matters).
+    pub fn introspects(&self) -> bool {
+        uses_introspection(self.routing().rules.token_source())
+    }
+}
+
+fn uses_introspection(source: &resource_server::gate::TokenSource) -> bool {
+    !matches!(source, resource_server::gate::TokenSource::Jwt(_))
 }
 
 /// Shared state behind an `Arc`.

@@ -515,3 +515,36 @@ async fn a_busy_port_is_an_error_not_a_panic() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_introspection_credentials_are_named_in_readiness() {
+    let introspector = common::Introspector::start().await;
+    let upstream = common::echo_upstream().await;
+    let (listen, admin) = (common::free_port(), common::free_port());
+    let yaml = common::config_yaml(listen, admin, &introspector.url(), upstream, common::ROUTES)
+        .replace(common::INTROSPECTOR_TOKEN, "a-token-the-server-refuses");
+    let (handle, path) = common::start_proxy("refused", &yaml).await;
+    let client = reqwest::Client::new();
+    // Requests get 503 (the server is up but will not answer us), and /readyz says why.
+    let resp = client
+        .get(format!("http://127.0.0.1:{listen}/read"))
+        .bearer_auth("read")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 503);
+    let ready = client
+        .get(format!("http://127.0.0.1:{admin}/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    assert_eq!(
+        ready.text().await.unwrap(),
+        "not ready: the authorization server refused the proxy's introspection credentials\n"
+    );
+    tokio::task::spawn_blocking(move || handle.shutdown())
+        .await
+        .unwrap();
+    let _ = std::fs::remove_file(path);
+}

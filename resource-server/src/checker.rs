@@ -11,6 +11,7 @@ use moka::Expiry;
 use moka::future::Cache;
 
 use crate::claims::Claims;
+use crate::gate::{Credential, TokenCheck};
 use crate::introspection::{IntrospectionError, IntrospectionSettings, Introspector};
 use crate::outage::{FAILURE_LOG_INTERVAL, LogLimiter, PROBE_BACKOFF, ProbeGate, Summary};
 use crate::policy::AnswerPolicy;
@@ -134,6 +135,8 @@ pub struct CheckerMetrics {
     pub last_success: AtomicI64,
     /// Whether the most recent introspection call succeeded (readiness flips at once on failure).
     pub last_call_ok: AtomicBool,
+    /// Whether the most recent call was answered 401/403: the proxy's own credentials refused.
+    pub last_call_refused: AtomicBool,
 }
 
 impl CheckerMetrics {
@@ -168,6 +171,10 @@ impl CheckerMetrics {
     /// Whether the most recent introspection call succeeded.
     pub fn last_call_ok(&self) -> bool {
         self.last_call_ok.load(Ordering::Relaxed)
+    }
+    /// Whether the most recent introspection call was refused with 401/403 (bad credentials).
+    pub fn last_call_refused(&self) -> bool {
+        self.last_call_refused.load(Ordering::Relaxed)
     }
 
     /// The metrics in the Prometheus text format, names starting with `prefix` (e.g.
@@ -428,6 +435,14 @@ impl TokenChecker {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// [`TokenChecker::check`] as a [`Credential`]: the claims, or unavailable (fail closed).
+    pub async fn introspect_credential(&self, token: &str) -> Credential {
+        match self.check(token).await {
+            Ok(claims) => Credential::Checked(claims),
+            Err(Unavailable) => Credential::Unavailable,
+        }
+    }
+
     /// Whether the checker is in an outage: a call could not reach the server (see
     /// [`IntrospectionError::is_outage`]) and none has since, so only one probe at a time goes
     /// to it.
@@ -503,6 +518,10 @@ impl TokenChecker {
             Err(error) => {
                 inner.metrics.errors.fetch_add(1, Ordering::Relaxed);
                 inner.metrics.last_call_ok.store(false, Ordering::Relaxed);
+                inner
+                    .metrics
+                    .last_call_refused
+                    .store(error.credentials_refused(), Ordering::Relaxed);
                 if let IntrospectionError::Malformed(_) = error {
                     inner.metrics.malformed.fetch_add(1, Ordering::Relaxed);
                     // The server said something about this token that cannot be read as active:
@@ -537,6 +556,10 @@ impl TokenChecker {
             .last_success
             .store(now_ms / 1000, Ordering::Relaxed);
         inner.metrics.last_call_ok.store(true, Ordering::Relaxed);
+        inner
+            .metrics
+            .last_call_refused
+            .store(false, Ordering::Relaxed);
         let ttl = self.ttl_for(&claims, now_ms);
         tracing::debug!(
             token = %token_log_id(key),
@@ -593,6 +616,21 @@ impl TokenChecker {
             return Ok(entry.claims);
         }
         Err(Unavailable)
+    }
+}
+
+/// Introspection of the request's bearer token, through the cache.
+impl TokenCheck for TokenChecker {
+    async fn credential(&self, headers: &http::HeaderMap, query: Option<&str>) -> Credential {
+        match crate::bearer_token(headers, query) {
+            crate::Bearer::Missing => Credential::Missing,
+            crate::Bearer::Malformed(why) => Credential::Malformed(why),
+            crate::Bearer::Token(t) => self.introspect_credential(&t).await,
+        }
+    }
+
+    fn leeway(&self) -> Duration {
+        TokenChecker::leeway(self)
     }
 }
 

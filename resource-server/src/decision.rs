@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::claims::Claims;
+use crate::gate::{Denial, Outcome};
 use crate::identity::Identity;
 use crate::rules::{Access, Route};
 
@@ -16,7 +17,10 @@ pub enum TokenState<'a> {
     Malformed(&'static str),
     /// The introspection answer (active or not).
     Checked(&'a Claims),
-    /// The authorization server could not be asked.
+    /// A token found invalid before any claims could be trusted (e.g. a JWT whose signature or
+    /// issuer does not hold); the text becomes `error_description`.
+    Invalid(&'static str),
+    /// The authorization server (or the keys) could not be asked.
     Unavailable,
 }
 
@@ -62,10 +66,17 @@ impl Refusal {
 }
 
 impl Decision {
-    /// The response for a denial; `None` for [`Decision::Allow`].
+    /// The response for a denial; `None` for [`Decision::Allow`]. See [`Decision::into_result`].
     pub fn refusal(&self) -> Option<Refusal> {
+        self.clone().into_result().err().map(|d| d.refusal)
+    }
+
+    /// `Ok` with the identity to forward (`None` on a public route), or the [`Denial`]: its
+    /// response (status, `WWW-Authenticate`, JSON body) and its metrics label.
+    pub fn into_result(self) -> Result<Option<Identity>, Denial> {
+        let outcome = Outcome::of(&self);
         let (status, challenge, detail) = match self {
-            Decision::Allow(_) => return None,
+            Decision::Allow(identity) => return Ok(identity),
             Decision::Unauthenticated => (
                 401,
                 Some(format!("Bearer realm={}", quote(REALM))),
@@ -77,7 +88,7 @@ impl Decision {
                     "Bearer realm={}, error=\"invalid_request\"",
                     quote(REALM)
                 )),
-                *reason,
+                reason,
             ),
             Decision::InvalidToken(reason) => (
                 401,
@@ -93,23 +104,37 @@ impl Decision {
                 Some(format!(
                     "Bearer realm={}, error=\"insufficient_scope\", scope={}",
                     quote(REALM),
-                    quote(scope)
+                    quote(&scope)
                 )),
                 "You do not have permission to perform this action.",
             ),
             Decision::Unavailable => (503, None, "Authorization server unavailable."),
-            Decision::NoRoute => (404, None, "Not found."),
+            Decision::NoRoute => return Err(Denial::no_route()),
         };
-        Some(Refusal {
-            status,
-            www_authenticate: challenge,
-            body: serde_json::json!({ "detail": detail }).to_string(),
-        })
+        Err(Denial::new(outcome, status, challenge, detail))
     }
 
     /// Whether the request may go on.
     pub fn is_allow(&self) -> bool {
         matches!(self, Decision::Allow(_))
+    }
+}
+
+impl Denial {
+    fn new(outcome: Outcome, status: u16, challenge: Option<String>, detail: &str) -> Denial {
+        Denial {
+            refusal: Refusal {
+                status,
+                www_authenticate: challenge,
+                body: serde_json::json!({ "detail": detail }).to_string(),
+            },
+            outcome,
+        }
+    }
+
+    /// 404 for a request no route matches (denied by default, without saying why).
+    pub fn no_route() -> Denial {
+        Denial::new(Outcome::NoRoute, 404, None, "Not found.")
     }
 }
 
@@ -162,6 +187,7 @@ pub fn decide_at(
         TokenState::Missing => return Decision::Unauthenticated,
         TokenState::Malformed(reason) => return Decision::BadRequest(reason),
         TokenState::Unavailable => return Decision::Unavailable,
+        TokenState::Invalid(reason) => return Decision::InvalidToken(reason),
         TokenState::Checked(c) => c,
     };
     if !claims.active {

@@ -51,10 +51,11 @@ pub struct IntrospectionSettings {
 }
 
 impl IntrospectionSettings {
-    /// Default bound on establishing a connection.
-    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+    /// Default bound on establishing a connection (both binaries; see
+    /// [`crate::settings::RawIntrospection::resolve`]).
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
     /// Default bound on one introspection call.
-    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
     /// Settings with the default timeouts and policy.
     pub fn new(url: impl Into<String>, auth: ClientAuth) -> Self {
@@ -75,7 +76,7 @@ pub enum IntrospectionError {
     Timeout,
     #[error("transport: {0}")]
     Transport(#[source] reqwest::Error),
-    #[error("answered HTTP {0}")]
+    #[error("answered HTTP {0}{suffix}", suffix = refused_suffix(*.0))]
     Status(u16),
     #[error("answer is larger than {MAX_ANSWER} bytes")]
     TooLarge,
@@ -84,7 +85,21 @@ pub enum IntrospectionError {
     Malformed(#[from] Malformed),
 }
 
+/// What a 401/403 from the introspection endpoint means: our credentials, not the token.
+fn refused_suffix(status: u16) -> &'static str {
+    match status {
+        401 | 403 => ": our introspection credentials were refused",
+        _ => "",
+    }
+}
+
 impl IntrospectionError {
+    /// Whether the endpoint refused the caller's own credentials (401/403), which no retry or
+    /// token changes: a configuration error, not an outage.
+    pub fn credentials_refused(&self) -> bool {
+        matches!(self, IntrospectionError::Status(401 | 403))
+    }
+
     /// Whether the failure says the server is down or struggling: no complete answer (refused,
     /// reset, cut short, timed out) or `5xx`/`429`. Any other answer, even a refusal or an
     /// unreadable body, came from a server that is up; it may also depend on the token sent (a

@@ -1,22 +1,29 @@
 //! Token checking shared by the proxy and the example API: bearer parsing, route rules, the
-//! allow/deny decision, an RFC 7662 introspection client and its moka cache. No web framework.
+//! allow/deny decision, an RFC 7662 introspection client and its moka cache, and local
+//! validation of JWT access tokens (RFC 9068). No web framework.
 //!
-//! The data path of one request:
-//! [`bearer::bearer_token`] → [`rules::Rules::find`] → (for protected routes)
-//! [`checker::TokenChecker::check`] (a strict [`claims::Claims`] read, refusals by
-//! [`policy::AnswerPolicy`]) → [`decision::decide`] (with the policy's leeway) →
-//! [`decision::Decision::refusal`], or the caller's [`identity::Identity`] headers. While the
-//! authorization server is failing, [`outage`] keeps the checker to one probe at a time and its
-//! failure logs to one line per interval.
+//! The data path of one request: the caller's [`rules::Rules::find`] → [`gate::Gate::authorize`],
+//! which asks the deployment's [`gate::TokenCheck`] only for routes that need a token:
+//! introspection ([`checker::TokenChecker`]: a strict [`claims::Claims`] read, refusals by
+//! [`policy::AnswerPolicy`]), local JWT validation ([`jwt::JwtValidator`]), both
+//! ([`gate::JwtOrIntrospection`]), or the proxy's identity headers
+//! ([`forwarded::ForwardedIdentity`]) → [`decision::decide`] (with the check's leeway) →
+//! `Ok(Allow)` with the caller's [`identity::Identity`], or `Err(Denial)` with its refusal and
+//! metrics label. While the authorization server is failing, [`outage`] keeps the checker to one
+//! probe at a time and its failure logs to one line per interval.
 //!
-//! [`settings`] is the `introspection:` section of the binaries' YAML files.
+//! [`settings`] is the `introspection:` section of the binaries' YAML files, [`jwt::raw`] the
+//! `jwt:` section and the `token_source` setting.
 
 pub mod bearer;
 pub mod checker;
 pub mod claims;
 pub mod decision;
+pub mod forwarded;
+pub mod gate;
 pub mod identity;
 pub mod introspection;
+pub mod jwt;
 pub mod outage;
 pub mod policy;
 pub mod rules;
@@ -26,8 +33,14 @@ pub use bearer::{Bearer, bearer_token};
 pub use checker::{CacheSettings, CheckerError, CheckerMetrics, TokenChecker, Unavailable};
 pub use claims::Claims;
 pub use decision::{Decision, Refusal, TokenState, decide};
+pub use forwarded::ForwardedIdentity;
+pub use gate::{
+    Allow, Credential, Denial, Gate, JwtOrIntrospection, Outcome, TokenCheck, TokenSource,
+};
 pub use identity::{IDENTITY_HEADERS, Identity};
 pub use introspection::{ClientAuth, IntrospectionSettings};
+pub use jwt::raw::{RawJwt, TokenSourceKind};
+pub use jwt::{JwtSettings, JwtValidator};
 pub use policy::AnswerPolicy;
 pub use rules::{Access, Route, RouteSpec, Rules, RulesError};
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::{AnswerPolicy, CacheSettings};
+use crate::{AnswerPolicy, CacheSettings, ClientAuth, IntrospectionSettings};
 
 /// How to reach the authorization server's introspection endpoint (RFC 7662).
 ///
@@ -26,10 +26,10 @@ pub struct RawIntrospection<Url = Option<String>> {
     pub client_id: Option<String>,
     #[serde(default)]
     pub client_secret: Option<String>,
-    /// Default `1s`.
+    /// Default `1s` ([`IntrospectionSettings::DEFAULT_CONNECT_TIMEOUT`]).
     #[serde(default)]
     pub connect_timeout: Option<RawDuration>,
-    /// Default `3s`.
+    /// Default `3s` ([`IntrospectionSettings::DEFAULT_REQUEST_TIMEOUT`]).
     #[serde(default)]
     pub request_timeout: Option<RawDuration>,
     #[serde(default)]
@@ -91,6 +91,64 @@ impl<Url> RawIntrospection<Url> {
             problem,
         })?;
         Ok(policy)
+    }
+}
+
+impl<Url> RawIntrospection<Url> {
+    /// Everything but the endpoint and the credentials (which each binary takes from its own
+    /// environment variables too), resolved with the one set of defaults both binaries use:
+    /// timeouts [`IntrospectionSettings::DEFAULT_CONNECT_TIMEOUT`] and
+    /// [`IntrospectionSettings::DEFAULT_REQUEST_TIMEOUT`] (never zero), the cache's
+    /// [`CacheSettings::default`] (capacity 0 only with the cache off), and [`Self::policy`].
+    pub fn resolve(
+        &self,
+        url: String,
+        auth: ClientAuth,
+    ) -> Result<(IntrospectionSettings, CacheSettings), SettingError> {
+        let policy = self.policy()?;
+        let timeout = |key: &str, value: &Option<RawDuration>, default: Duration| {
+            let field = format!("introspection.{key}");
+            let d = duration(&field, value.as_ref(), default)?;
+            if d.is_zero() {
+                return Err(SettingError {
+                    field,
+                    value: value.as_ref().map(ToString::to_string).unwrap_or_default(),
+                    problem: "must be greater than zero".into(),
+                });
+            }
+            Ok(d)
+        };
+        let connect_timeout = timeout(
+            "connect_timeout",
+            &self.connect_timeout,
+            IntrospectionSettings::DEFAULT_CONNECT_TIMEOUT,
+        )?;
+        let request_timeout = timeout(
+            "request_timeout",
+            &self.request_timeout,
+            IntrospectionSettings::DEFAULT_REQUEST_TIMEOUT,
+        )?;
+        let cache = match &self.cache {
+            Some(c) => c.settings()?,
+            None => CacheSettings::default(),
+        };
+        if cache.capacity == 0 && !cache.max_ttl.is_zero() {
+            return Err(SettingError {
+                field: "introspection.cache.capacity".into(),
+                value: "0".into(),
+                problem: "must be greater than zero (set max_ttl: 0s to turn the cache off)".into(),
+            });
+        }
+        Ok((
+            IntrospectionSettings {
+                url,
+                auth,
+                connect_timeout,
+                request_timeout,
+                policy,
+            },
+            cache,
+        ))
     }
 }
 
@@ -253,6 +311,35 @@ mod tests {
             ("introspection.issuer", " ")
         );
         assert!(serde_yaml_ng::from_str::<RawIntrospection>("audiences: [a]").is_err());
+    }
+
+    #[test]
+    fn one_set_of_defaults_for_both_binaries() {
+        let raw = |yaml: &str| serde_yaml_ng::from_str::<RawIntrospection>(yaml).unwrap();
+        let auth = ClientAuth::Bearer("t".into());
+        let (s, c) = raw("{}").resolve("http://a/".into(), auth.clone()).unwrap();
+        assert_eq!(s, IntrospectionSettings::new("http://a/", auth.clone()));
+        assert_eq!(
+            (s.connect_timeout, s.request_timeout),
+            (Duration::from_secs(1), Duration::from_secs(3))
+        );
+        assert_eq!(c, CacheSettings::default());
+        let e = raw("request_timeout: 0s")
+            .resolve(String::new(), auth.clone())
+            .unwrap_err();
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("introspection.request_timeout", "0s")
+        );
+        let e = raw("cache: {capacity: 0}")
+            .resolve(String::new(), auth.clone())
+            .unwrap_err();
+        assert_eq!(e.field, "introspection.cache.capacity");
+        assert!(
+            raw("cache: {capacity: 0, max_ttl: 0s}")
+                .resolve(String::new(), auth)
+                .is_ok()
+        );
     }
 
     #[test]

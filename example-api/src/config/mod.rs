@@ -7,12 +7,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use resource_server::settings::{self, SettingError};
+use resource_server::settings::SettingError;
 use resource_server::{
-    AnswerPolicy, CacheSettings, ClientAuth, IntrospectionSettings, Rules, RulesError,
+    CacheSettings, ClientAuth, IntrospectionSettings, JwtSettings, RawJwt, Rules, RulesError,
 };
 
-use raw::{RawCache, RawConfig, RawDuration, RawIntrospection};
+use raw::{RawConfig, RawIntrospection};
 
 /// Where the settings are read from unless `EXAMPLE_API_CONFIG` or `--config` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "config/example-api.yaml";
@@ -20,8 +20,6 @@ pub const DEFAULT_CONFIG_PATH: &str = "config/example-api.yaml";
 pub const EXAMPLE_CONFIG: &str = include_str!("../../../config/example-api.yaml");
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8002";
 pub const DEFAULT_DATABASE_URL: &str = authserver::config::DEFAULT_DATABASE_URL;
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A configuration that failed to load; `Display` is the operator's message.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +49,10 @@ pub enum ConfigError {
 pub enum Mode {
     /// Every token is checked by introspection at the authorization server (cached).
     Introspect,
+    /// Every token is a JWT validated locally with the issuer's JWKS (the `jwt:` section).
+    Jwt,
+    /// JWTs validated locally, any other (opaque) token introspected.
+    JwtOrIntrospect,
     /// The sidecar proxy checked the token; its `X-Auth-*` headers are trusted. Loopback only.
     BehindProxy,
     /// **Unsafe, benchmarks only**: no checks at all; every request is let through.
@@ -58,9 +60,16 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Whether the API checks tokens itself (and so may listen on any address).
+    pub fn checks_tokens(self) -> bool {
+        matches!(self, Mode::Introspect | Mode::Jwt | Mode::JwtOrIntrospect)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Introspect => "introspect",
+            Mode::Jwt => "jwt",
+            Mode::JwtOrIntrospect => "jwt-or-introspect",
             Mode::BehindProxy => "behind-proxy",
             Mode::None => "none",
         }
@@ -83,8 +92,10 @@ pub struct Config {
     pub listen: SocketAddr,
     pub database_url: String,
     pub allow_non_loopback: bool,
-    /// `Some` exactly in `introspect` mode.
+    /// `Some` exactly in `introspect` and `jwt-or-introspect` modes.
     pub introspect: Option<IntrospectConfig>,
+    /// `Some` exactly in `jwt` and `jwt-or-introspect` modes.
+    pub jwt: Option<JwtSettings>,
     /// `introspection.leeway` (default 5 s, as the proxy's): how far past `exp`, or before `nbf`,
     /// a token is still accepted. In `introspect` mode the checker's; in `behind-proxy` mode the
     /// one applied to `X-Auth-Expires`, so that a token the proxy let in within the same leeway is
@@ -201,13 +212,15 @@ impl Validator<'_> {
         let picked = self.pick("mode", Some("EXAMPLE_API_MODE"), raw.mode);
         let mode = match picked.value.as_deref().unwrap_or("behind-proxy") {
             "introspect" => Mode::Introspect,
+            "jwt" => Mode::Jwt,
+            "jwt-or-introspect" => Mode::JwtOrIntrospect,
             "behind-proxy" => Mode::BehindProxy,
             "none" => Mode::None,
             other => {
                 return Err(Self::invalid(
                     picked.origin,
                     other,
-                    "expected introspect, behind-proxy or none",
+                    "expected introspect, jwt, jwt-or-introspect, behind-proxy or none",
                 ));
             }
         };
@@ -218,7 +231,7 @@ impl Validator<'_> {
             Self::invalid(&picked.origin, &text, "not an address like 127.0.0.1:8002")
         })?;
         let allow_non_loopback = raw.allow_non_loopback.unwrap_or(false);
-        if mode != Mode::Introspect && !allow_non_loopback && !listen.ip().is_loopback() {
+        if !mode.checks_tokens() && !allow_non_loopback && !listen.ip().is_loopback() {
             return Err(Self::invalid(
                 picked.origin,
                 listen,
@@ -249,11 +262,34 @@ impl Validator<'_> {
         }
 
         let raw_introspection = raw.introspection.unwrap_or_default();
-        let policy = raw_introspection.policy().map_err(|e| self.setting(e))?;
-        let leeway = policy.leeway;
+        let leeway = raw_introspection
+            .policy()
+            .map_err(|e| self.setting(e))?
+            .leeway;
         let introspect = match mode {
-            Mode::Introspect => Some(self.introspection(raw_introspection, policy)?),
+            Mode::Introspect | Mode::JwtOrIntrospect => {
+                Some(self.introspection(raw_introspection, mode)?)
+            }
             _ => None,
+        };
+        let jwt = match (mode, raw.jwt) {
+            (Mode::Jwt | Mode::JwtOrIntrospect, Some(raw)) => Some(self.jwt(&raw)?),
+            (Mode::Jwt | Mode::JwtOrIntrospect, None) => {
+                return Err(Self::invalid(
+                    self.key("jwt"),
+                    "(missing)",
+                    format!(
+                        "{} mode needs the jwt section (jwks_url, issuer, audience)",
+                        mode.as_str()
+                    ),
+                ));
+            }
+            // Checked even when unused, so that a mode switch finds no surprise.
+            (_, Some(raw)) => {
+                self.jwt(&raw)?;
+                None
+            }
+            (_, None) => None,
         };
 
         let Some(routes) = raw.routes else {
@@ -272,26 +308,34 @@ impl Validator<'_> {
             database_url,
             allow_non_loopback,
             introspect,
+            jwt,
             leeway,
             rules,
         })
     }
 
+    fn jwt(&self, raw: &RawJwt) -> Result<JwtSettings, ConfigError> {
+        raw.settings().map_err(|e| self.setting(e))
+    }
+
     fn introspection(
         &self,
         raw: RawIntrospection,
-        policy: AnswerPolicy,
+        mode: Mode,
     ) -> Result<IntrospectConfig, ConfigError> {
         let picked = self.pick(
             "introspection.url",
             Some("EXAMPLE_API_INTROSPECTION_URL"),
-            raw.url,
+            raw.url.clone(),
         );
         let Some(url) = picked.value else {
             return Err(Self::invalid(
                 picked.origin,
                 "(missing)",
-                "introspect mode needs the introspection endpoint's URL",
+                format!(
+                    "{} mode needs the introspection endpoint's URL",
+                    mode.as_str()
+                ),
             ));
         };
         if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -301,17 +345,17 @@ impl Validator<'_> {
         let token = self.pick(
             "introspection.auth_token",
             Some("EXAMPLE_API_AUTH_TOKEN"),
-            raw.auth_token,
+            raw.auth_token.clone(),
         );
         let mut id = self.pick(
             "introspection.client_id",
             Some("EXAMPLE_API_CLIENT_ID"),
-            raw.client_id,
+            raw.client_id.clone(),
         );
         let mut secret = self.pick(
             "introspection.client_secret",
             Some("EXAMPLE_API_CLIENT_SECRET"),
-            raw.client_secret,
+            raw.client_secret.clone(),
         );
         // EXAMPLE_API_AUTH_TOKEN replaces client credentials written in the file.
         if token.from_env {
@@ -352,62 +396,16 @@ impl Validator<'_> {
                 return Err(Self::invalid(
                     token.origin,
                     "(missing)",
-                    "introspect mode needs auth_token (a token with the introspection scope) or client_id and client_secret",
+                    format!(
+                        "{} mode needs auth_token (a token with the introspection scope) or client_id and client_secret",
+                        mode.as_str()
+                    ),
                 ));
             }
         };
 
-        let connect_timeout = self.timeout(
-            "introspection.connect_timeout",
-            raw.connect_timeout,
-            DEFAULT_CONNECT_TIMEOUT,
-        )?;
-        let request_timeout = self.timeout(
-            "introspection.request_timeout",
-            raw.request_timeout,
-            DEFAULT_REQUEST_TIMEOUT,
-        )?;
-        let cache = self.cache(raw.cache.unwrap_or_default())?;
-        Ok(IntrospectConfig {
-            settings: IntrospectionSettings {
-                url,
-                auth,
-                connect_timeout,
-                request_timeout,
-                policy,
-            },
-            cache,
-        })
-    }
-
-    fn cache(&self, raw: RawCache) -> Result<CacheSettings, ConfigError> {
-        let cache = raw.settings().map_err(|e| self.setting(e))?;
-        if cache.capacity == 0 && !cache.max_ttl.is_zero() {
-            return Err(Self::invalid(
-                self.key("introspection.cache.capacity"),
-                cache.capacity,
-                "must be greater than zero (set max_ttl: 0s to turn the cache off)",
-            ));
-        }
-        Ok(cache)
-    }
-
-    /// A timeout: absent → `default`; zero is refused.
-    fn timeout(
-        &self,
-        key: &str,
-        value: Option<RawDuration>,
-        default: Duration,
-    ) -> Result<Duration, ConfigError> {
-        let d = settings::duration(key, value.as_ref(), default).map_err(|e| self.setting(e))?;
-        match value {
-            Some(value) if d.is_zero() => Err(Self::invalid(
-                self.key(key),
-                value,
-                "must be greater than zero",
-            )),
-            _ => Ok(d),
-        }
+        let (settings, cache) = raw.resolve(url, auth).map_err(|e| self.setting(e))?;
+        Ok(IntrospectConfig { settings, cache })
     }
 }
 

@@ -1,5 +1,6 @@
 //! `config/example-api.yaml` as written: serde mirror structs (`deny_unknown_fields`), no validation.
 
+pub use resource_server::RawJwt;
 use resource_server::RouteSpec;
 pub use resource_server::settings::{RawCache, RawDuration, RawIntrospection};
 use serde::Deserialize;
@@ -8,7 +9,8 @@ use serde::Deserialize;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
-    /// `introspect`, `behind-proxy` or `none` (benchmarks only; unsafe). Default `behind-proxy`.
+    /// `introspect`, `jwt`, `jwt-or-introspect`, `behind-proxy` or `none` (benchmarks only;
+    /// unsafe). Default `behind-proxy`.
     #[serde(default)]
     pub mode: Option<String>,
     /// `host:port`, default `127.0.0.1:8002`.
@@ -24,6 +26,9 @@ pub struct RawConfig {
     /// but still parsed and checked, in the others).
     #[serde(default)]
     pub introspection: Option<RawIntrospection>,
+    /// Local JWT validation (`jwt` and `jwt-or-introspect` modes), see `resource_server::jwt::raw`.
+    #[serde(default)]
+    pub jwt: Option<RawJwt>,
     /// Access rules in the resource-server route format (`upstream` omitted).
     #[serde(default)]
     pub routes: Option<Vec<RouteSpec>>,

@@ -88,7 +88,7 @@ fn defaults_and_introspect_mode() {
 fn errors_name_file_key_and_value() {
     assert_eq!(
         err(&yaml("mode: sidecar")),
-        r#"c.yaml: key "mode": "sidecar": expected introspect, behind-proxy or none"#
+        r#"c.yaml: key "mode": "sidecar": expected introspect, jwt, jwt-or-introspect, behind-proxy or none"#
     );
     assert_eq!(
         err(&yaml("listen: here")),
@@ -301,4 +301,52 @@ fn behind_proxy_mode_reads_the_leeway_too() {
         err(&yaml("introspection: { leeway: 6m }")),
         "c.yaml: key \"introspection.leeway\": \"6m\": at most 300s"
     );
+}
+
+#[test]
+fn jwt_modes_need_the_jwt_section() {
+    const JWT: &str = "jwt: { jwks_url: 'https://idp/jwks', issuer: 'https://idp', audience: api }";
+    let c = Config::from_yaml(
+        &yaml(&format!(
+            "mode: jwt
+listen: 0.0.0.0:9
+{JWT}"
+        )),
+        "c.yaml",
+    )
+    .unwrap();
+    assert_eq!((c.mode, c.introspect.is_none()), (Mode::Jwt, true));
+    let jwt = c.jwt.unwrap();
+    assert_eq!(jwt.claims.issuer, "https://idp");
+    assert_eq!(jwt.claims.audience, Some(vec!["api".to_owned()]));
+    assert!(
+        err(&yaml("mode: jwt")).starts_with(r#"c.yaml: key "jwt": "(missing)": jwt mode needs"#),
+        "{}",
+        err(&yaml("mode: jwt"))
+    );
+    // Both: the introspection endpoint is needed too.
+    assert!(
+        err(&yaml(&format!("mode: jwt-or-introspect\n{JWT}")))
+            .contains(r#"key "introspection.url""#)
+    );
+    let c = Config::from_yaml(
+        &yaml(&format!(
+            "mode: jwt-or-introspect\nintrospection: {{ url: 'http://a/', auth_token: t }}\n{JWT}"
+        )),
+        "c.yaml",
+    )
+    .unwrap();
+    assert!(c.introspect.is_some() && c.jwt.is_some());
+    // The section is checked in every mode; HMAC is never accepted.
+    let e = err(&yaml(
+        "jwt: { jwks_url: 'https://idp/jwks', issuer: i, audience: a, algorithms: [HS256] }",
+    ));
+    assert!(
+        e.starts_with(r#"c.yaml: key "jwt.algorithms": "HS256""#),
+        "{e}"
+    );
+    let e = err(&yaml(
+        "mode: jwt\njwt: { jwks_url: 'https://idp/jwks', issuer: i }",
+    ));
+    assert!(e.contains(r#"key "jwt.audience""#), "{e}");
 }

@@ -15,7 +15,8 @@ use std::time::Duration;
 use http::HeaderValue;
 use resource_server::settings::{self, SettingError};
 use resource_server::{
-    AnswerPolicy, CacheSettings, ClientAuth, IntrospectionSettings, Rules, RulesError,
+    AnswerPolicy, CacheSettings, ClientAuth, IntrospectionSettings, JwtSettings, JwtValidator,
+    RawJwt, Rules, RulesError, TokenSource, TokenSourceKind,
 };
 
 use raw::{RawConfig, RawDuration, RawIntrospection, RawUpstream};
@@ -29,6 +30,10 @@ pub const ENV_OVERRIDES: [&str; 6] = [
     "PROXY_CLIENT_ID",
     "PROXY_CLIENT_SECRET",
 ];
+
+/// Worker threads of the proxy service when the file says none: a sidecar's budget is about one
+/// core, and one thread costs the least CPU per request (bench/proxy.sh).
+pub const DEFAULT_THREADS: usize = 1;
 
 /// What to do about a rule set with no routes.
 const NO_ROUTES_HINT: &str =
@@ -74,9 +79,16 @@ pub struct ProxyConfig {
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
     pub threads: usize,
+    /// Whether the proxy's threads share one work-stealing runtime (default) or each run a
+    /// single-threaded one (`false`: one proxy per process only, see `config/proxy.yaml`).
+    pub work_stealing: bool,
     pub grace_period: Duration,
     pub shutdown_timeout: Duration,
     pub introspection: IntrospectionConfig,
+    /// `token_source`: introspection, local JWT validation, or both.
+    pub token_source: TokenSourceKind,
+    /// The `jwt:` section; `Some` whenever the file has one (required by the JWT token sources).
+    pub jwt: Option<JwtSettings>,
     /// Routes and upstreams: the part swapped on reload.
     pub routing: Arc<Routing>,
 }
@@ -186,6 +198,20 @@ impl IntrospectionConfig {
     }
 }
 
+/// The resource-server form of the proxy's credentials.
+fn client_auth(auth: &IntrospectionAuth) -> ClientAuth {
+    match auth {
+        IntrospectionAuth::Bearer(t) => ClientAuth::Bearer(t.clone()),
+        IntrospectionAuth::ClientSecret {
+            client_id,
+            client_secret,
+        } => ClientAuth::ClientSecret {
+            client_id: client_id.clone(),
+            client_secret: client_secret.clone(),
+        },
+    }
+}
+
 /// Reads, overrides from the process environment, and validates a configuration file.
 pub fn load_config(path: impl AsRef<Path>) -> Result<ProxyConfig, ConfigError> {
     load_config_with_env(path, |k| std::env::var(k).ok())
@@ -256,7 +282,7 @@ impl Validator<'_> {
         if listen == admin_listen && listen.port() != 0 {
             return Err(self.invalid("admin_listen", admin_listen, "must differ from listen"));
         }
-        let threads = raw.threads.unwrap_or(2);
+        let threads = raw.threads.unwrap_or(DEFAULT_THREADS);
         if !(1..=256).contains(&threads) {
             return Err(self.invalid("threads", threads, "expected 1 to 256"));
         }
@@ -272,7 +298,8 @@ impl Validator<'_> {
             let upstream = self.upstream(&name, u)?;
             upstreams.insert(name, Arc::new(upstream));
         }
-        let rules = Rules::from_routes(raw.routes, self.file)?;
+        let (token_source, jwt, source) = self.token_source(raw.token_source, raw.jwt)?;
+        let rules = Rules::from_routes(raw.routes, self.file)?.with_token_source(source);
         if rules.routes().is_empty() && !raw.allow_empty_routes {
             return Err(self.invalid(
                 "routes",
@@ -312,9 +339,12 @@ impl Validator<'_> {
             listen,
             admin_listen,
             threads,
+            work_stealing: raw.work_stealing.unwrap_or(true),
             grace_period,
             shutdown_timeout,
             introspection,
+            token_source,
+            jwt,
             routing: Arc::new(Routing { rules, upstreams }),
         })
     }
@@ -396,13 +426,13 @@ impl Validator<'_> {
         raw: RawIntrospection,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<IntrospectionConfig, ConfigError> {
-        let policy = raw.policy().map_err(|e| self.setting(e))?;
+        raw.policy().map_err(|e| self.setting(e))?;
         let (url_field, url) = match env("PROXY_INTROSPECTION_URL") {
             Some(v) => (
                 "introspection.url (from PROXY_INTROSPECTION_URL)".to_owned(),
                 v,
             ),
-            None => ("introspection.url".to_owned(), raw.url),
+            None => ("introspection.url".to_owned(), raw.url.clone()),
         };
         let url_ok = (url.starts_with("http://") || url.starts_with("https://"))
             && url.len() > "https://".len()
@@ -414,43 +444,69 @@ impl Validator<'_> {
                 "expected an http:// or https:// URL",
             ));
         }
-        let auth = self.auth(raw.auth_token, raw.client_id, raw.client_secret, env)?;
-        let connect_timeout =
-            self.duration("introspection.connect_timeout", raw.connect_timeout, 1)?;
-        let request_timeout =
-            self.duration("introspection.request_timeout", raw.request_timeout, 3)?;
-        for (field, d) in [
-            ("introspection.connect_timeout", connect_timeout),
-            ("introspection.request_timeout", request_timeout),
-        ] {
-            if d.is_zero() {
-                return Err(self.invalid(
-                    field,
-                    "0",
-                    "must be positive (timeouts are always bounded)",
-                ));
-            }
-        }
-        let cache = raw.cache.unwrap_or_default();
-        if cache.capacity == Some(0) {
-            return Err(self.invalid(
-                "introspection.cache.capacity",
-                0,
-                "must be positive (use max_ttl: 0s to disable the cache)",
-            ));
-        }
-        let cache = cache.settings().map_err(|e| self.setting(e))?;
+        let auth = self.auth(
+            raw.auth_token.clone(),
+            raw.client_id.clone(),
+            raw.client_secret.clone(),
+            env,
+        )?;
+        // Timeouts, cache and policy: resolved where the example API resolves its own, with the
+        // same defaults.
+        let (settings, cache) = raw
+            .resolve(url.clone(), client_auth(&auth))
+            .map_err(|e| self.setting(e))?;
         Ok(IntrospectionConfig {
             url,
             auth,
-            connect_timeout,
-            request_timeout,
+            connect_timeout: settings.connect_timeout,
+            request_timeout: settings.request_timeout,
             max_ttl: cache.max_ttl,
             negative_ttl: cache.negative_ttl,
             capacity: cache.capacity,
             stale_grace: cache.stale_grace,
-            policy,
+            policy: settings.policy,
         })
+    }
+
+    /// `token_source` and the `jwt:` section (checked whenever present). A JWT token source gets
+    /// the process's validator for these settings ([`JwtValidator::shared`]): a reload that keeps
+    /// them keeps its keys and cache.
+    fn token_source(
+        &self,
+        kind: Option<String>,
+        raw: Option<RawJwt>,
+    ) -> Result<(TokenSourceKind, Option<JwtSettings>, TokenSource), ConfigError> {
+        let kind = match kind {
+            None => TokenSourceKind::default(),
+            Some(k) => k
+                .parse()
+                .map_err(|m: String| self.invalid("token_source", format!("{k:?}"), m))?,
+        };
+        let jwt = raw
+            .map(|r| r.settings().map_err(|e| self.setting(e)))
+            .transpose()?;
+        let source = match (kind, &jwt) {
+            (TokenSourceKind::Introspection, _) => TokenSource::Introspection,
+            (_, None) => {
+                return Err(self.invalid(
+                    "jwt",
+                    "(missing)",
+                    format!(
+                        "token_source {} needs the jwt section (jwks_url, issuer, audience)",
+                        kind.as_str()
+                    ),
+                ));
+            }
+            (kind, Some(settings)) => {
+                let v = JwtValidator::shared(settings.clone())
+                    .map_err(|m| self.invalid("jwt", "(section)", m))?;
+                match kind {
+                    TokenSourceKind::Jwt => TokenSource::Jwt(v),
+                    _ => TokenSource::JwtOrIntrospection(v),
+                }
+            }
+        };
+        Ok((kind, jwt, source))
     }
 
     fn auth(

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+pub use resource_server::RawJwt;
 use resource_server::RouteSpec;
 pub use resource_server::settings::{RawCache, RawDuration};
 use serde::Deserialize;
@@ -14,9 +15,14 @@ pub struct RawConfig {
     pub listen: String,
     /// Address of the admin listener (`/healthz`, `/readyz`, `/metrics`), `host:port`.
     pub admin_listen: String,
-    /// Worker threads of the proxy service (default 2).
+    /// Worker threads of the proxy service (default 1).
     #[serde(default)]
     pub threads: Option<usize>,
+    /// One work-stealing runtime over the threads (`true`, the default), or one single-threaded
+    /// runtime per thread, as nginx workers are (`false`; only for a process that starts one
+    /// proxy: Pingora 0.9's single-threaded runtimes cannot be restarted in a process).
+    #[serde(default)]
+    pub work_stealing: Option<bool>,
     /// After SIGTERM: how long the listeners stay open and in-flight requests may finish
     /// (default `5s`, well under Kubernetes' default 30 s termination grace period).
     #[serde(default)]
@@ -26,6 +32,13 @@ pub struct RawConfig {
     pub shutdown_timeout: Option<RawDuration>,
     pub upstreams: BTreeMap<String, RawUpstream>,
     pub introspection: RawIntrospection,
+    /// How tokens are checked: `introspection` (default), `jwt` (local validation with the
+    /// `jwt:` section) or `jwt_or_introspection` (JWTs locally, opaque tokens introspected).
+    #[serde(default)]
+    pub token_source: Option<String>,
+    /// Local JWT validation (see `resource_server::jwt::raw`).
+    #[serde(default)]
+    pub jwt: Option<RawJwt>,
     pub routes: Vec<RouteSpec>,
     /// Start with no routes at all (every request answered 404). Off by default: an empty rule
     /// set is almost always a truncated file. A reload never swaps in an empty rule set.

@@ -34,7 +34,8 @@ fn error(src: &str) -> String {
 fn good_file() {
     let c = parse(GOOD).unwrap();
     assert_eq!(c.listen, "127.0.0.1:8000".parse().unwrap());
-    assert_eq!(c.threads, 2);
+    assert_eq!(c.threads, 1, "a sidecar defaults to one thread");
+    assert!(c.work_stealing, "on Pingora's work-stealing runtime");
     assert_eq!(c.grace_period, Duration::from_secs(5));
     assert_eq!(c.introspection.max_ttl, Duration::from_secs(30));
     assert_eq!(c.introspection.negative_ttl, Duration::from_millis(500));
@@ -62,6 +63,21 @@ fn the_shipped_example_is_valid() {
     assert_eq!(c.listen.port(), 8000);
     assert_eq!(c.admin_listen.port(), 8003);
     assert_eq!(c.source.as_deref(), Some(Path::new(path)));
+}
+
+#[test]
+fn threads_and_work_stealing_are_read_and_bounded() {
+    let c = parse(&format!("threads: 4\nwork_stealing: true\n{GOOD}")).unwrap();
+    assert_eq!((c.threads, c.work_stealing), (4, true));
+    let c = parse(&format!("threads: 2\nwork_stealing: false\n{GOOD}")).unwrap();
+    assert_eq!((c.threads, c.work_stealing), (2, false));
+    let e = error(&format!("threads: 0\n{GOOD}"));
+    assert!(
+        e.contains("field \"threads\" = 0: expected 1 to 256"),
+        "{e}"
+    );
+    let e = error(&format!("work_stealing: sometimes\n{GOOD}"));
+    assert!(e.contains("work_stealing"), "{e}");
 }
 
 #[test]
@@ -208,4 +224,63 @@ fn an_empty_rule_set_is_refused_unless_allowed() {
     }
     let c = parse(&format!("{head}routes: []\nallow_empty_routes: true\n")).unwrap();
     assert!(c.routing.rules.routes().is_empty());
+}
+
+#[test]
+fn token_source_defaults_to_introspection() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(
+        (c.token_source, c.jwt.is_none()),
+        (TokenSourceKind::Introspection, true)
+    );
+    assert_eq!(c.routing.rules.token_source(), &TokenSource::Introspection);
+}
+
+#[test]
+fn the_shipped_jwt_example_is_valid_once_uncommented() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/proxy.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let start = text.find("# token_source: jwt").expect("the jwt example");
+    let end = start + text[start..].find("\n\n").unwrap();
+    let uncommented: String = text[start..end]
+        .lines()
+        .map(|l| l.strip_prefix("# ").unwrap_or(l))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let src = format!("{}{uncommented}{}", &text[..start], &text[end..]);
+    let c = parse(&src).unwrap();
+    assert_eq!(c.token_source, TokenSourceKind::Jwt);
+    let jwt = c.jwt.unwrap();
+    assert_eq!(jwt.claims.issuer, "http://127.0.0.1:8001");
+    assert_eq!(jwt.claims.audience, Some(vec!["my-api".to_owned()]));
+    assert_eq!(jwt.typ, ["at+jwt"]);
+    assert!(matches!(
+        c.routing.rules.token_source(),
+        TokenSource::Jwt(_)
+    ));
+}
+
+#[test]
+fn jwt_section_errors_name_the_field() {
+    let jwt = "jwt: { jwks_url: 'http://127.0.0.1:9/', issuer: 'https://i', audience: a }\n";
+    let c = parse(&format!("token_source: jwt_or_introspection\n{jwt}{GOOD}")).unwrap();
+    assert!(matches!(
+        c.routing.rules.token_source(),
+        TokenSource::JwtOrIntrospection(_)
+    ));
+    let e = error(&format!("token_source: jwt\n{GOOD}"));
+    assert!(
+        e.starts_with("proxy.yaml: field \"jwt\" = (missing)"),
+        "{e}"
+    );
+    let e = error(&format!("token_source: local\n{GOOD}"));
+    assert!(e.contains("field \"token_source\" = \"local\""), "{e}");
+    let e = error(&format!(
+        "jwt: {{ jwks_url: 'http://x/', issuer: i, audience: a, algorithms: [none] }}\n{GOOD}"
+    ));
+    assert!(e.contains("field \"jwt.algorithms\" = \"none\""), "{e}");
+    let e = error(&format!(
+        "jwt: {{ jwks_url: 'http://x/', issuer: i }}\n{GOOD}"
+    ));
+    assert!(e.contains("field \"jwt.audience\""), "{e}");
 }

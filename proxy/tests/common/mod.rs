@@ -207,6 +207,12 @@ impl Introspector {
     pub fn calls(&self, token: &str) -> usize {
         self.calls.lock().unwrap().get(token).copied().unwrap_or(0)
     }
+
+    /// Introspection calls made for any token.
+    #[allow(dead_code)]
+    pub fn total_calls(&self) -> usize {
+        self.calls.lock().unwrap().values().sum()
+    }
 }
 
 /// Fixed answers: `read`, `rw`, `groups`, `none` (no scope), `slow-*` (read, answered after

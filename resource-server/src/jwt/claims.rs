@@ -1,0 +1,282 @@
+//! A verified JWT's payload read into [`Claims`] with RFC 9068's checks, as strictly as
+//! [`crate::claims`] reads introspection answers: every claim read must have its type, times are
+//! numbers of seconds in range, and what is required must be there. The refusal texts are safe to
+//! show (they become `error_description`) and never echo the token.
+
+use serde_json::{Map, Value};
+
+use crate::claims::{Claims, MAX_TIME};
+use crate::decision::{EXPIRED_TOKEN, NOT_YET_VALID_TOKEN};
+
+/// A claim missing, of the wrong type, or out of range.
+pub const MALFORMED_CLAIMS: &str = "The access token's claims are malformed or incomplete.";
+/// `iss` is not the configured issuer.
+pub const WRONG_ISSUER: &str = "The access token's issuer is not trusted.";
+/// `aud` does not name this API.
+pub const WRONG_AUDIENCE: &str = "The access token is not meant for this API.";
+/// `iat` is in the future.
+pub const ISSUED_IN_FUTURE: &str = "The access token was issued in the future.";
+
+/// What a payload must satisfy, and which claims carry what.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimRules {
+    /// `iss` must be exactly this.
+    pub issuer: String,
+    /// `aud` must contain one of these; `None`: not checked (explicitly disabled).
+    pub audience: Option<Vec<String>>,
+    /// The claim holding the scopes: a space-separated string or an array of strings.
+    pub scope_claim: String,
+    /// The claim that becomes `X-Auth-Username` (optional in the token).
+    pub username_claim: String,
+    /// The claim that becomes `X-Auth-Client-Id` (required, RFC 9068 §2.2).
+    pub client_id_claim: String,
+    /// Whether `jti` is required (RFC 9068 §2.2; Entra ID sends none).
+    pub require_jti: bool,
+    /// Clock leeway for `exp`, `nbf` and `iat`, whole seconds.
+    pub leeway_secs: i64,
+}
+
+impl ClaimRules {
+    /// The claims of a payload whose signature verified, checked at `now` (unix seconds).
+    pub fn read(&self, payload: Value, now: i64) -> Result<Claims, &'static str> {
+        let Value::Object(mut map) = payload else {
+            return Err(MALFORMED_CLAIMS);
+        };
+        let iss = string(&mut map, "iss")?.ok_or(MALFORMED_CLAIMS)?;
+        let exp = time(&mut map, "exp")?.ok_or(MALFORMED_CLAIMS)?;
+        let iat = time(&mut map, "iat")?.ok_or(MALFORMED_CLAIMS)?;
+        let nbf = time(&mut map, "nbf")?;
+        let aud = strings(&mut map, "aud")?.unwrap_or_default();
+        let sub = string(&mut map, "sub")?;
+        let jti = string(&mut map, "jti")?;
+        // A configured claim may be one of the above (e.g. `username_claim: sub`).
+        let username = match self.username_claim.as_str() {
+            "sub" => sub.clone(),
+            name => string(&mut map, name)?,
+        };
+        let client_id = match self.client_id_claim.as_str() {
+            "sub" => sub.clone(),
+            name => string(&mut map, name)?,
+        };
+        let scope = strings(&mut map, &self.scope_claim)?.map(|s| s.join(" "));
+        if client_id.is_none() || (self.require_jti && jti.is_none()) {
+            return Err(MALFORMED_CLAIMS);
+        }
+        if iss != self.issuer {
+            return Err(WRONG_ISSUER);
+        }
+        if let Some(accepted) = &self.audience
+            && !aud.iter().any(|a| accepted.contains(a))
+        {
+            return Err(WRONG_AUDIENCE);
+        }
+        if exp <= now.saturating_sub(self.leeway_secs) {
+            return Err(EXPIRED_TOKEN);
+        }
+        if nbf.is_some_and(|nbf| nbf > now.saturating_add(self.leeway_secs)) {
+            return Err(NOT_YET_VALID_TOKEN);
+        }
+        if iat > now.saturating_add(self.leeway_secs) {
+            return Err(ISSUED_IN_FUTURE);
+        }
+        Ok(Claims {
+            active: true,
+            scope,
+            client_id,
+            username,
+            exp: Some(exp),
+            iat: Some(iat),
+            nbf,
+            sub,
+            token_type: Some("Bearer".into()),
+            iss: Some(iss),
+            aud,
+        })
+    }
+}
+
+/// A string claim; absent or `null` is `None`.
+fn string(map: &mut Map<String, Value>, name: &str) -> Result<Option<String>, &'static str> {
+    match map.remove(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(MALFORMED_CLAIMS),
+    }
+}
+
+/// A string (split on whitespace) or an array of strings (each without whitespace).
+fn strings(map: &mut Map<String, Value>, name: &str) -> Result<Option<Vec<String>>, &'static str> {
+    match map.remove(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if name == "aud" => Ok(Some(vec![s])),
+        Some(Value::String(s)) => Ok(Some(s.split_whitespace().map(str::to_owned).collect())),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .map(|item| match item {
+                Value::String(s) if !s.is_empty() && !s.contains(char::is_whitespace) => Ok(s),
+                _ => Err(MALFORMED_CLAIMS),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(_) => Err(MALFORMED_CLAIMS),
+    }
+}
+
+/// A NumericDate: a JSON number of seconds from 0 to [`MAX_TIME`] (fractions floored).
+fn time(map: &mut Map<String, Value>, name: &str) -> Result<Option<i64>, &'static str> {
+    let n = match map.remove(name) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Number(n)) => n,
+        Some(_) => return Err(MALFORMED_CLAIMS),
+    };
+    let secs = match n.as_i64() {
+        Some(i) => Some(i),
+        None => n
+            .as_f64()
+            .map(f64::floor)
+            .filter(|f| (0.0..=MAX_TIME as f64).contains(f))
+            .map(|f| f as i64),
+    };
+    match secs {
+        Some(s) if (0..=MAX_TIME).contains(&s) => Ok(Some(s)),
+        _ => Err(MALFORMED_CLAIMS),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const NOW: i64 = 1_700_000_000;
+
+    fn rules() -> ClaimRules {
+        ClaimRules {
+            issuer: "https://idp".into(),
+            audience: Some(vec!["api".into()]),
+            scope_claim: "scope".into(),
+            username_claim: "sub".into(),
+            client_id_claim: "client_id".into(),
+            require_jti: true,
+            leeway_secs: 5,
+        }
+    }
+
+    fn good() -> Value {
+        json!({"iss":"https://idp","aud":"api","exp":NOW+60,"iat":NOW,"sub":"alice",
+               "client_id":"app","jti":"j1","scope":"read write"})
+    }
+
+    fn with(field: &str, value: Value) -> Value {
+        let mut v = good();
+        v[field] = value;
+        v
+    }
+
+    fn without(field: &str) -> Value {
+        let mut v = good();
+        v.as_object_mut().unwrap().remove(field);
+        v
+    }
+
+    #[test]
+    fn a_good_payload() {
+        let c = rules().read(good(), NOW).unwrap();
+        assert!(c.active);
+        assert_eq!(c.scope.as_deref(), Some("read write"));
+        assert_eq!(c.username.as_deref(), Some("alice"));
+        assert_eq!(c.client_id.as_deref(), Some("app"));
+        assert_eq!((c.exp, c.iat), (Some(NOW + 60), Some(NOW)));
+        assert_eq!(c.aud, ["api"]);
+    }
+
+    #[test]
+    fn required_claims_and_types() {
+        for field in ["iss", "exp", "iat", "client_id", "jti"] {
+            assert_eq!(
+                rules().read(without(field), NOW),
+                Err(MALFORMED_CLAIMS),
+                "{field}"
+            );
+        }
+        let bad: &[(&str, Value)] = &[
+            ("iss", json!(1)),
+            ("exp", json!("1700000060")),
+            ("exp", json!(-1)),
+            ("exp", json!(1e300)),
+            ("iat", json!(true)),
+            ("nbf", json!([1])),
+            ("aud", json!([1])),
+            ("aud", json!({"a":1})),
+            ("sub", json!(42)),
+            ("client_id", json!(["app"])),
+            ("jti", json!(7)),
+            ("scope", json!(7)),
+            ("scope", json!(["read", 1])),
+            ("scope", json!(["read write"])),
+        ];
+        for (field, value) in bad {
+            assert_eq!(
+                rules().read(with(field, value.clone()), NOW),
+                Err(MALFORMED_CLAIMS),
+                "{field}: {value}"
+            );
+        }
+        assert_eq!(rules().read(json!([1]), NOW), Err(MALFORMED_CLAIMS));
+        let no_jti = ClaimRules {
+            require_jti: false,
+            ..rules()
+        };
+        assert!(no_jti.read(without("jti"), NOW).is_ok());
+    }
+
+    #[test]
+    fn issuer_audience_and_times() {
+        let r = rules();
+        assert_eq!(
+            r.read(with("iss", json!("https://idp/")), NOW),
+            Err(WRONG_ISSUER)
+        );
+        assert_eq!(
+            r.read(with("aud", json!("other")), NOW),
+            Err(WRONG_AUDIENCE)
+        );
+        assert_eq!(r.read(without("aud"), NOW), Err(WRONG_AUDIENCE));
+        assert!(r.read(with("aud", json!(["x", "api"])), NOW).is_ok());
+        let any_aud = ClaimRules {
+            audience: None,
+            ..rules()
+        };
+        assert!(any_aud.read(without("aud"), NOW).is_ok());
+        assert_eq!(r.read(with("exp", json!(NOW - 5)), NOW), Err(EXPIRED_TOKEN));
+        assert!(r.read(with("exp", json!(NOW - 4)), NOW).is_ok());
+        assert_eq!(
+            r.read(with("nbf", json!(NOW + 6)), NOW),
+            Err(NOT_YET_VALID_TOKEN)
+        );
+        assert!(r.read(with("nbf", json!(NOW + 5)), NOW).is_ok());
+        assert_eq!(
+            r.read(with("iat", json!(NOW + 6)), NOW),
+            Err(ISSUED_IN_FUTURE)
+        );
+    }
+
+    #[test]
+    fn configured_claims() {
+        let entra = ClaimRules {
+            scope_claim: "scp".into(),
+            username_claim: "preferred_username".into(),
+            client_id_claim: "azp".into(),
+            require_jti: false,
+            ..rules()
+        };
+        let payload = json!({"iss":"https://idp","aud":"api","exp":NOW+60,"iat":NOW,
+            "azp":"app-guid","preferred_username":"alice@example.com","scp":["read","groups"]});
+        let c = entra.read(payload, NOW).unwrap();
+        assert_eq!(c.scope.as_deref(), Some("read groups"));
+        assert_eq!(c.client_id.as_deref(), Some("app-guid"));
+        assert_eq!(c.username.as_deref(), Some("alice@example.com"));
+        // No scope claim: no scopes, still a valid token.
+        assert_eq!(rules().read(without("scope"), NOW).unwrap().scope, None);
+    }
+}

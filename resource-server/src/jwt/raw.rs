@@ -1,0 +1,400 @@
+//! The `jwt:` section of a YAML configuration as written (serde mirror structs,
+//! `deny_unknown_fields`), and the `token_source` setting that chooses between introspection and
+//! local JWT validation.
+//!
+//! ```yaml
+//! token_source: jwt            # introspection (default) | jwt | jwt_or_introspection
+//! jwt:
+//!   jwks_url: https://idp.example.com/.well-known/jwks.json   # or jwks_file: /etc/keys.json
+//!   issuer: https://idp.example.com/                          # required, exact `iss`
+//!   audience: my-api            # or a list; `audience: {disabled: true}` accepts any `aud`
+//!   algorithms: [RS256, ES256, EdDSA]   # default; never none or HS*
+//!   typ: [at+jwt]               # default; Keycloak and Entra ID send JWT
+//!   leeway: 5s
+//!   scope_claim: scope          # scope (space-separated) or scp (array), or any claim name
+//!   username_claim: sub         # becomes X-Auth-Username
+//!   client_id_claim: client_id  # becomes X-Auth-Client-Id (azp for Keycloak and Entra ID)
+//!   require_jti: true           # Entra ID sends none
+//!   jwks_refresh_min: 30s       # floor of max-age; at most one unknown-kid refetch per this
+//!   jwks_refresh_max: 1h        # ceiling of max-age; period when the answer has none
+//!   jwks_timeout: 3s
+//!   cache_capacity: 100000      # verified tokens, each kept until its exp
+//! ```
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use jsonwebtoken::Algorithm;
+use serde::Deserialize;
+
+use super::{ClaimRules, JwksSettings, JwksSource, JwtSettings};
+use crate::settings::{RawDuration, SettingError, duration};
+
+/// How a deployment checks tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TokenSourceKind {
+    /// RFC 7662 introspection (cached): revocation seen within the cache's `max_ttl`.
+    #[default]
+    Introspection,
+    /// Local JWT validation only: no call per token; revocation not seen before `exp`.
+    Jwt,
+    /// JWT-shaped tokens validated locally, any other token introspected.
+    JwtOrIntrospection,
+}
+
+impl TokenSourceKind {
+    pub const NAMES: &'static str = "introspection, jwt or jwt_or_introspection";
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenSourceKind::Introspection => "introspection",
+            TokenSourceKind::Jwt => "jwt",
+            TokenSourceKind::JwtOrIntrospection => "jwt_or_introspection",
+        }
+    }
+
+    /// Whether tokens are validated locally (a `jwt:` section is needed).
+    pub fn uses_jwt(self) -> bool {
+        self != TokenSourceKind::Introspection
+    }
+
+    /// Whether some tokens are introspected (an `introspection:` section is needed).
+    pub fn uses_introspection(self) -> bool {
+        self != TokenSourceKind::Jwt
+    }
+}
+
+impl FromStr for TokenSourceKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "introspection" => Ok(TokenSourceKind::Introspection),
+            "jwt" => Ok(TokenSourceKind::Jwt),
+            "jwt_or_introspection" => Ok(TokenSourceKind::JwtOrIntrospection),
+            _ => Err(format!("expected {}", TokenSourceKind::NAMES)),
+        }
+    }
+}
+
+/// `audience:` — one audience, a list (any of them), or `{disabled: true}`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawAudience {
+    One(String),
+    Any(Vec<String>),
+    Disabled { disabled: bool },
+}
+
+/// `typ:` — one value or a list.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawTyp {
+    One(String),
+    Any(Vec<String>),
+}
+
+/// The `jwt:` section.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJwt {
+    #[serde(default)]
+    pub jwks_url: Option<String>,
+    #[serde(default)]
+    pub jwks_file: Option<PathBuf>,
+    #[serde(default)]
+    pub issuer: Option<String>,
+    #[serde(default)]
+    pub audience: Option<RawAudience>,
+    #[serde(default)]
+    pub algorithms: Option<Vec<String>>,
+    #[serde(default)]
+    pub typ: Option<RawTyp>,
+    #[serde(default)]
+    pub leeway: Option<RawDuration>,
+    #[serde(default)]
+    pub scope_claim: Option<String>,
+    #[serde(default)]
+    pub username_claim: Option<String>,
+    #[serde(default)]
+    pub client_id_claim: Option<String>,
+    #[serde(default)]
+    pub require_jti: Option<bool>,
+    #[serde(default)]
+    pub jwks_refresh_min: Option<RawDuration>,
+    #[serde(default)]
+    pub jwks_refresh_max: Option<RawDuration>,
+    #[serde(default)]
+    pub jwks_timeout: Option<RawDuration>,
+    #[serde(default)]
+    pub cache_capacity: Option<u64>,
+}
+
+fn error(field: &str, value: impl Into<String>, problem: impl Into<String>) -> SettingError {
+    SettingError {
+        field: format!("jwt.{field}"),
+        value: value.into(),
+        problem: problem.into(),
+    }
+}
+
+impl RawJwt {
+    /// The validated settings; a relative `jwks_file` is taken as written (relative to the
+    /// working directory).
+    pub fn settings(&self) -> Result<JwtSettings, SettingError> {
+        let source = match (&self.jwks_url, &self.jwks_file) {
+            (Some(url), None) => {
+                let ok = (url.starts_with("http://") || url.starts_with("https://"))
+                    && !url.contains(char::is_whitespace);
+                if !ok {
+                    return Err(error(
+                        "jwks_url",
+                        url,
+                        "expected an http:// or https:// URL",
+                    ));
+                }
+                JwksSource::Url(url.clone())
+            }
+            (None, Some(file)) => JwksSource::File(file.clone()),
+            (Some(_), Some(_)) => {
+                return Err(error(
+                    "jwks_url",
+                    "(both)",
+                    "set jwks_url or jwks_file, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(error(
+                    "jwks_url",
+                    "(missing)",
+                    "set jwks_url (the issuer's jwks_uri) or jwks_file",
+                ));
+            }
+        };
+        let Some(issuer) = self.issuer.clone().filter(|i| !i.trim().is_empty()) else {
+            return Err(error(
+                "issuer",
+                self.issuer.clone().unwrap_or_else(|| "(missing)".into()),
+                "required: the exact `iss` of the tokens",
+            ));
+        };
+        let audience = match &self.audience {
+            None => {
+                return Err(error(
+                    "audience",
+                    "(missing)",
+                    "required: this API's audience (or audience: {disabled: true} to accept any)",
+                ));
+            }
+            Some(RawAudience::Disabled { disabled: true }) => None,
+            Some(RawAudience::Disabled { disabled: false }) => {
+                return Err(error(
+                    "audience",
+                    "{disabled: false}",
+                    "give the audience itself",
+                ));
+            }
+            Some(RawAudience::One(a)) => Some(vec![a.clone()]),
+            Some(RawAudience::Any(list)) => Some(list.clone()),
+        };
+        let algorithms = match &self.algorithms {
+            None => JwtSettings::DEFAULT_ALGORITHMS.to_vec(),
+            Some(names) => names
+                .iter()
+                .map(|n| {
+                    Algorithm::from_str(n)
+                        .ok()
+                        .filter(|a| super::ASYMMETRIC.contains(a))
+                        .ok_or_else(|| {
+                            error(
+                                "algorithms",
+                                n,
+                                "not accepted: use RS256/384/512, PS256/384/512, ES256, ES384 or EdDSA (never none or HS*)",
+                            )
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        let typ = match &self.typ {
+            None => vec![JwtSettings::DEFAULT_TYP.to_owned()],
+            Some(RawTyp::One(t)) => vec![t.clone()],
+            Some(RawTyp::Any(list)) => list.clone(),
+        };
+        let d = |key: &str, v: &Option<RawDuration>, default| {
+            duration(&format!("jwt.{key}"), v.as_ref(), default)
+        };
+        let leeway = d("leeway", &self.leeway, crate::AnswerPolicy::DEFAULT_LEEWAY)?;
+        let jwks = JwksSettings {
+            source,
+            refresh_min: d(
+                "jwks_refresh_min",
+                &self.jwks_refresh_min,
+                JwksSettings::DEFAULT_REFRESH_MIN,
+            )?,
+            refresh_max: d(
+                "jwks_refresh_max",
+                &self.jwks_refresh_max,
+                JwksSettings::DEFAULT_REFRESH_MAX,
+            )?,
+            timeout: d(
+                "jwks_timeout",
+                &self.jwks_timeout,
+                JwksSettings::DEFAULT_TIMEOUT,
+            )?,
+        };
+        let name = |v: &Option<String>, default: &str| v.clone().unwrap_or_else(|| default.into());
+        let settings = JwtSettings {
+            jwks,
+            claims: ClaimRules {
+                issuer,
+                audience,
+                scope_claim: name(&self.scope_claim, "scope"),
+                username_claim: name(&self.username_claim, "sub"),
+                client_id_claim: name(&self.client_id_claim, "client_id"),
+                require_jti: self.require_jti.unwrap_or(true),
+                leeway_secs: i64::try_from(leeway.as_secs()).unwrap_or(i64::MAX),
+            },
+            algorithms,
+            typ,
+            cache_capacity: self
+                .cache_capacity
+                .unwrap_or(JwtSettings::DEFAULT_CACHE_CAPACITY),
+        };
+        settings.check().map_err(|problem| {
+            let (key, problem) = problem.split_once(": ").unwrap_or(("", &problem));
+            error(key, "", problem)
+        })?;
+        Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(yaml: &str) -> RawJwt {
+        serde_yaml_ng::from_str(yaml).unwrap()
+    }
+
+    fn err(yaml: &str) -> SettingError {
+        raw(yaml).settings().unwrap_err()
+    }
+
+    const BASE: &str = "{jwks_url: 'https://idp/jwks', issuer: 'https://idp', audience: api";
+
+    #[test]
+    fn defaults() {
+        let s = raw(&format!("{BASE}}}")).settings().unwrap();
+        assert_eq!(s.algorithms, JwtSettings::DEFAULT_ALGORITHMS);
+        assert_eq!(s.typ, ["at+jwt"]);
+        assert_eq!(s.claims.audience, Some(vec!["api".to_owned()]));
+        assert_eq!(s.claims.scope_claim, "scope");
+        assert_eq!(s.claims.client_id_claim, "client_id");
+        assert!(s.claims.require_jti);
+        assert_eq!(s.claims.leeway_secs, 5);
+        assert_eq!(s.jwks.source, JwksSource::Url("https://idp/jwks".into()));
+        assert_eq!(s.jwks.refresh_min, JwksSettings::DEFAULT_REFRESH_MIN);
+    }
+
+    #[test]
+    fn audience_is_required_unless_disabled() {
+        let e = err("{jwks_url: 'https://idp/jwks', issuer: 'https://idp'}");
+        assert_eq!(
+            (e.field.as_str(), e.value.as_str()),
+            ("jwt.audience", "(missing)")
+        );
+        let s = raw(
+            "{jwks_url: 'https://idp/jwks', issuer: 'https://idp', audience: {disabled: true}}",
+        )
+        .settings()
+        .unwrap();
+        assert_eq!(s.claims.audience, None);
+        let s = raw("{jwks_url: 'https://idp/jwks', issuer: 'https://idp', audience: [a, b]}")
+            .settings()
+            .unwrap();
+        assert_eq!(s.claims.audience, Some(vec!["a".into(), "b".into()]));
+        assert_eq!(
+            err(
+                "{jwks_url: 'https://idp/jwks', issuer: 'https://idp', audience: {disabled: false}}"
+            )
+            .field,
+            "jwt.audience"
+        );
+        assert_eq!(
+            err("{jwks_url: 'https://idp/jwks', issuer: 'https://idp', audience: ''}").field,
+            "jwt.audience"
+        );
+    }
+
+    #[test]
+    fn issuer_and_jwks_are_required() {
+        assert_eq!(
+            err("{jwks_url: 'https://idp/jwks', audience: a}").field,
+            "jwt.issuer"
+        );
+        assert_eq!(err("{issuer: i, audience: a}").field, "jwt.jwks_url");
+        assert_eq!(
+            err("{jwks_url: 'ftp://x', issuer: i, audience: a}").field,
+            "jwt.jwks_url"
+        );
+        assert_eq!(
+            err("{jwks_url: 'https://x', jwks_file: k.json, issuer: i, audience: a}").field,
+            "jwt.jwks_url"
+        );
+    }
+
+    #[test]
+    fn hmac_and_none_are_never_accepted() {
+        for alg in [
+            "HS256", "HS384", "HS512", "none", "None", "rs256", "RSA-OAEP",
+        ] {
+            let e = err(&format!("{BASE}, algorithms: [RS256, '{alg}']}}"));
+            assert_eq!(
+                (e.field.as_str(), e.value.as_str()),
+                ("jwt.algorithms", alg)
+            );
+        }
+        assert_eq!(
+            err(&format!("{BASE}, algorithms: []}}")).field,
+            "jwt.algorithms"
+        );
+        let s = raw(&format!("{BASE}, algorithms: [PS256, ES384]}}"))
+            .settings()
+            .unwrap();
+        assert_eq!(s.algorithms, [Algorithm::PS256, Algorithm::ES384]);
+    }
+
+    #[test]
+    fn other_checks() {
+        assert_eq!(err(&format!("{BASE}, leeway: 1h}}")).field, "jwt.leeway");
+        assert_eq!(
+            err(&format!("{BASE}, jwks_refresh_min: 2h}}")).field,
+            "jwt.jwks_refresh_min"
+        );
+        assert_eq!(err(&format!("{BASE}, typ: []}}")).field, "jwt.typ");
+        assert_eq!(
+            err(&format!("{BASE}, scope_claim: ''}}")).field,
+            "jwt.scope_claim"
+        );
+        assert!(serde_yaml_ng::from_str::<RawJwt>("{audiences: [a]}").is_err());
+        let s = raw(&format!(
+            "{BASE}, typ: JWT, scope_claim: scp, require_jti: false}}"
+        ))
+        .settings()
+        .unwrap();
+        assert_eq!(s.typ, ["JWT"]);
+        assert_eq!(s.claims.scope_claim, "scp");
+        assert!(!s.claims.require_jti);
+    }
+
+    #[test]
+    fn token_source_names() {
+        for k in [
+            TokenSourceKind::Introspection,
+            TokenSourceKind::Jwt,
+            TokenSourceKind::JwtOrIntrospection,
+        ] {
+            assert_eq!(k.as_str().parse(), Ok(k));
+        }
+        assert!("JWT".parse::<TokenSourceKind>().is_err());
+    }
+}

@@ -1,0 +1,185 @@
+//! Route rules read from YAML: which paths and methods need which scopes. First match wins.
+//!
+//! The YAML mirrors [`RouteSpec`] (serde, `deny_unknown_fields`); [`Rules::from_routes`] validates
+//! specs into [`Route`]s, and every error names the file, the rule (index and name), the field and
+//! the bad value.
+//!
+//! [`schema`] is the YAML, [`validation`] turns it into [`Route`]s, [`matcher`] matches paths.
+
+mod matcher;
+pub mod schema;
+mod validation;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use http::Method;
+
+use crate::gate::TokenSource;
+use matcher::{Matcher, has_dot_segment};
+use schema::RulesFile;
+pub use schema::{RouteSpec, ScopesSpec};
+pub use validation::KNOWN_METHODS;
+use validation::validate;
+
+/// What a route needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// No token needed; a token, good or bad, is ignored.
+    Public,
+    /// An active token with every scope of `all_of` and, if `any_of` is not empty, at least one
+    /// of `any_of`. Both empty: any active token.
+    Authenticated {
+        all_of: Vec<String>,
+        any_of: Vec<String>,
+    },
+}
+
+/// A validated route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    pub name: String,
+    pub upstream: Option<String>,
+    pub access: Access,
+    matcher: Matcher,
+    methods: Option<Vec<Method>>,
+    index: usize,
+}
+
+impl Route {
+    /// Position of the rule in its file (`routes[index]`).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The methods this route is limited to; `None` = every method.
+    pub fn methods(&self) -> Option<&[Method]> {
+        self.methods.as_deref()
+    }
+
+    /// Whether this route matches (no path normalisation; see [`Rules::find`]).
+    pub fn matches(&self, method: &Method, path: &str) -> bool {
+        if let Some(methods) = &self.methods
+            && !methods.contains(method)
+        {
+            return false;
+        }
+        self.matcher.matches(path)
+    }
+}
+
+/// A rules file that failed to load. `Display` names the file, the rule, the field and the value.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesError {
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// YAML syntax, unknown field, wrong type (serde's message, which gives the location).
+    #[error("{file}: {message}")]
+    Syntax { file: String, message: String },
+    #[error("{file}: routes[{index}] ({name}): field \"{field}\": {message}")]
+    Invalid {
+        file: String,
+        index: usize,
+        name: String,
+        field: String,
+        message: String,
+    },
+}
+
+/// Validated route rules, in file order; the first match wins.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rules {
+    routes: Vec<Route>,
+    token_source: TokenSource,
+}
+
+impl Rules {
+    /// Reads and validates a rules file (`routes:` at the top level).
+    pub fn load(path: &Path) -> Result<Rules, RulesError> {
+        let file = path.display().to_string();
+        let src = std::fs::read_to_string(path).map_err(|source| RulesError::Read {
+            file: file.clone(),
+            source,
+        })?;
+        Self::from_yaml(&src, &file)
+    }
+
+    /// Parses and validates YAML text; `file` is used only in messages.
+    pub fn from_yaml(src: &str, file: &str) -> Result<Rules, RulesError> {
+        let parsed: RulesFile = serde_yaml_ng::from_str(src).map_err(|e| RulesError::Syntax {
+            file: file.to_owned(),
+            message: e.to_string(),
+        })?;
+        Self::from_routes(parsed.routes, file)
+    }
+
+    /// Validates routes already deserialized (e.g. from a bigger YAML file).
+    pub fn from_routes(routes: Vec<RouteSpec>, file: &str) -> Result<Rules, RulesError> {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (index, spec) in routes.iter().enumerate() {
+            if let Some(first) = seen.insert(spec.name.as_str(), index) {
+                return Err(RulesError::Invalid {
+                    file: file.to_owned(),
+                    index,
+                    name: spec.name.clone(),
+                    field: "name".into(),
+                    message: format!("duplicate name {:?} (also routes[{first}])", spec.name),
+                });
+            }
+        }
+        let routes = routes
+            .into_iter()
+            .enumerate()
+            .map(|(index, spec)| {
+                validate(index, spec).map_err(|(name, field, message)| RulesError::Invalid {
+                    file: file.to_owned(),
+                    index,
+                    name,
+                    field: field.to_owned(),
+                    message,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Rules {
+            routes,
+            token_source: TokenSource::default(),
+        })
+    }
+
+    /// The first route matching `method` and `path`, or `None` (deny).
+    ///
+    /// `path` is the request path; anything from `?` or `#` on is ignored. Paths that do not start
+    /// with `/` or that contain a `.` or `..` segment (also percent-encoded) match nothing, so that
+    /// an upstream normalising them cannot be reached through a more permissive rule.
+    pub fn find(&self, method: &Method, path: &str) -> Option<&Route> {
+        let path = path.split(['?', '#']).next().unwrap_or("");
+        if !path.starts_with('/') || has_dot_segment(path) {
+            return None;
+        }
+        self.routes.iter().find(|r| r.matches(method, path))
+    }
+
+    /// All routes, in file order.
+    pub fn routes(&self) -> &[Route] {
+        &self.routes
+    }
+
+    /// These rules, with tokens checked by `source`.
+    pub fn with_token_source(mut self, source: TokenSource) -> Rules {
+        self.token_source = source;
+        self
+    }
+
+    /// How the tokens these rules require are checked (introspection unless set). The proxy
+    /// keeps it here, with the routes its request path reads on every request.
+    pub fn token_source(&self) -> &TokenSource {
+        &self.token_source
+    }
+}
+
+#[cfg(test)]
+mod tests;
