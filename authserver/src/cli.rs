@@ -1,11 +1,14 @@
 //! The `authserver` command line: serve, and the operator commands for scripts and containers.
 
+mod operators;
+mod prompt;
+
 use crate::config::{Settings, redact_url};
-use crate::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
+use crate::jwt::{KeySet, KeyState, rotation};
+use crate::store::{Store, now};
 use crate::{AppState, serve, shutdown_signal};
 use anyhow::{Context, bail};
 use clap::{Args, Parser, Subcommand};
-use std::io::BufRead;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
@@ -17,9 +20,10 @@ use std::path::PathBuf;
 pub struct Cli {
     #[command(flatten)]
     pub common: Common,
-    /// Validate the configuration and exit.
-    #[arg(long)]
-    pub check_config: bool,
+    /// Validate the configuration and exit (0 = valid): FILE if given, as `proxy --check-config
+    /// FILE` does, else the file of --config, AUTHSERVER_CONFIG or the default.
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    pub check_config: Option<Option<PathBuf>>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -38,7 +42,8 @@ pub struct Common {
 pub enum Command {
     /// Run the server (the default).
     Serve,
-    /// Create an administrator (staff and superuser). Password from AUTHSERVER_PASSWORD or stdin.
+    /// Create an administrator (staff and superuser). Password from AUTHSERVER_PASSWORD, piped
+    /// stdin, or typed twice without echo at a terminal.
     Createsuperuser {
         #[arg(long)]
         username: String,
@@ -54,11 +59,36 @@ pub enum Command {
     /// Client applications.
     #[command(subcommand)]
     App(AppCommand),
+    /// The keys that sign JWT access tokens.
+    #[command(subcommand)]
+    Keys(KeysCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// List the signing keys and where each stands (pending, signing, retired, expired).
+    List {
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a signing key: in the JWKS at once, signing after --delay seconds; keys whose
+    /// tokens have all expired are deleted.
+    Rotate {
+        /// Seconds before the new key signs (default: twice jwks_max_age plus 10 s, so every
+        /// validator has refetched the JWKS). 0 only to replace a compromised key at once.
+        #[arg(long)]
+        delay: Option<i64>,
+    },
+    /// Delete a key that no longer signs (a compromised one, after `keys rotate --delay 0`):
+    /// it leaves the JWKS, and its tokens stop introspecting, within 10 s on every replica.
+    Delete { kid: String },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum UserCommand {
-    /// Create a user. Password from AUTHSERVER_PASSWORD or stdin.
+    /// Create a user. Password from AUTHSERVER_PASSWORD, piped stdin, or typed twice without
+    /// echo at a terminal.
     Create {
         #[arg(long)]
         username: String,
@@ -71,12 +101,30 @@ pub enum UserCommand {
         #[arg(long)]
         staff: bool,
     },
+    /// List the users.
+    List {
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set a user's password (read like `create`'s) and end their browser sessions.
+    SetPassword { username: String },
+    /// Delete a user, their tokens and memberships; their applications lose their owner.
+    Delete { username: String },
 }
 
 #[derive(Debug, Subcommand)]
 pub enum GroupCommand {
     /// Create a group.
     Create { name: String },
+    /// List the groups and their members.
+    List {
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a group (its members stay).
+    Delete { name: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -85,13 +133,15 @@ pub enum AppCommand {
     Create {
         #[arg(long)]
         name: String,
+        /// confidential or public.
         #[arg(long, default_value = "confidential")]
-        client_type: ClientType,
+        client_type: String,
+        /// password, client-credentials or authorization-code.
         #[arg(long, default_value = "password")]
-        grant_type: GrantType,
+        grant_type: String,
         #[arg(long)]
         client_id: Option<String>,
-        /// Read the client secret from stdin instead of generating one.
+        /// Read the client secret from stdin instead of generating one (at least 32 characters).
         #[arg(long)]
         client_secret_stdin: bool,
         /// Allow this application to call the introspection endpoint.
@@ -100,8 +150,25 @@ pub enum AppCommand {
         /// Scopes it may ask for, space-separated (default: every declared scope).
         #[arg(long, default_value = "")]
         scopes: String,
+        /// Space-separated absolute http(s) URLs.
         #[arg(long, default_value = "")]
         redirect_uris: String,
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the applications (never their secrets: only fingerprints).
+    List {
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete an application; its tokens stop working.
+    Delete { client_id: String },
+    /// Give an application a new secret and print it (the only time it is shown); the previous
+    /// secret stops working at once.
+    RotateSecret {
+        client_id: String,
         /// Print JSON instead of lines.
         #[arg(long)]
         json: bool,
@@ -109,8 +176,17 @@ pub enum AppCommand {
 }
 
 impl Cli {
+    /// The settings file this command reads: `--check-config FILE`, else `--config`, else
+    /// `None` (AUTHSERVER_CONFIG or the default).
+    fn config_file(&self) -> Option<&std::path::Path> {
+        match &self.check_config {
+            Some(Some(file)) => Some(file),
+            _ => self.common.config.as_deref(),
+        }
+    }
+
     pub fn settings(&self) -> Result<Settings, crate::config::ConfigError> {
-        let mut settings = Settings::load(self.common.config.as_deref())?;
+        let mut settings = Settings::load(self.config_file())?;
         if let Some(url) = &self.common.database_url {
             settings.database_url = url.clone();
         }
@@ -121,10 +197,17 @@ impl Cli {
 /// Runs one command. Errors come back for `main` to print; nothing here panics or exits.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let settings = cli.settings()?;
-    if cli.check_config {
+    if cli.check_config.is_some() {
+        let file = cli
+            .config_file()
+            .map(std::path::Path::to_path_buf)
+            .or_else(|| std::env::var_os("AUTHSERVER_CONFIG").map(PathBuf::from))
+            .unwrap_or_else(|| PathBuf::from(crate::config::DEFAULT_CONFIG_PATH));
         println!(
-            "configuration is valid (listen {}, database {})",
+            "{}: OK (listen {}, issuer {}, database {})",
+            file.display(),
             settings.listen,
+            settings.issuer,
             redact_url(&settings.database_url)
         );
         return Ok(());
@@ -146,112 +229,125 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             serve(listener, AppState::new(settings, store), shutdown_signal()).await?;
         }
         Command::Createsuperuser { username, email } => {
-            let password = read_secret("AUTHSERVER_PASSWORD", "password")?;
-            let new = NewUser {
+            let account = operators::NewAccount {
                 username,
                 email,
-                password: Some(password),
-                is_active: true,
+                first_name: String::new(),
+                last_name: String::new(),
                 is_staff: true,
                 is_superuser: true,
-                ..Default::default()
             };
-            let user = store.create_user(&new).await?;
-            println!("created superuser {} (id {})", user.username, user.id);
+            operators::create_user(&store, account).await?;
         }
-        Command::User(UserCommand::Create {
-            username,
-            email,
-            first_name,
-            last_name,
-            staff,
-        }) => {
-            let password = read_secret("AUTHSERVER_PASSWORD", "password")?;
-            let new = NewUser {
-                username,
-                email,
-                first_name,
-                last_name,
-                password: Some(password),
-                is_active: true,
-                is_staff: staff,
-                ..Default::default()
-            };
-            let user = store.create_user(&new).await?;
-            println!("created user {} (id {})", user.username, user.id);
-        }
-        Command::Group(GroupCommand::Create { name }) => {
-            let group = store.create_group(&name).await?;
-            println!("created group {} (id {})", group.name, group.id);
-        }
-        Command::App(AppCommand::Create {
-            name,
-            client_type,
-            grant_type,
-            client_id,
-            client_secret_stdin,
-            introspect,
-            scopes,
-            redirect_uris,
-            json,
-        }) => {
-            let allowed_scopes: Vec<String> =
-                scopes.split_whitespace().map(str::to_owned).collect();
-            if let Some(unknown) = allowed_scopes
-                .iter()
-                .find(|s| !settings.scopes.contains_key(*s))
-            {
-                bail!("--scopes: scope \"{unknown}\" is not declared in the configuration");
-            }
-            let secret = if client_secret_stdin {
-                Some(read_line("client secret")?)
-            } else {
-                None
-            };
-            let input = ApplicationInput {
-                name,
-                client_type,
-                grant_type,
-                redirect_uris,
-                allowed_scopes,
-                may_introspect: introspect,
-            };
-            let (app, secret) = store
-                .create_application(&input, None, client_id, secret)
-                .await?;
+        Command::User(command) => operators::user(&store, command).await?,
+        Command::Group(command) => operators::group(&store, command).await?,
+        Command::App(command) => operators::app(&store, &settings, command).await?,
+        Command::Keys(command) => keys_command(&store, &settings, command).await?,
+    }
+    Ok(())
+}
+
+async fn keys_command(
+    store: &Store,
+    settings: &Settings,
+    command: KeysCommand,
+) -> anyhow::Result<()> {
+    let lifetime = settings.access_token_lifetime;
+    match command {
+        KeysCommand::List { json } => {
+            let at = now();
+            let keys = KeySet::from_stored(&store.signing_keys().await?)?;
+            let states = keys.states(at, lifetime);
             if json {
-                println!(
-                    "{}",
-                    serde_json::json!({ "id": app.id, "client_id": app.client_id, "client_secret": secret })
-                );
-            } else {
-                println!("client_id: {}", app.client_id);
-                if let Some(secret) = secret {
-                    println!("client_secret: {secret}");
-                    println!("(the secret is shown only now; store it safely)");
-                }
+                let rows: Vec<serde_json::Value> = states
+                    .iter()
+                    .map(|(key, state)| {
+                        let (name, until) = describe(*state);
+                        serde_json::json!({
+                            "kid": key.kid, "generation": key.generation,
+                            "created_at": key.created_at, "signs_from": key.signs_from,
+                            "state": name, "until": until,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::Value::from(rows));
+            } else if states.is_empty() {
+                println!("no signing key yet (the first is created on first need)");
             }
+            for (key, state) in states.iter().filter(|_| !json) {
+                let shown = match *state {
+                    KeyState::Pending { signs_from } => {
+                        format!("pending: published, signs {}", relative(signs_from - at))
+                    }
+                    KeyState::Signing => "signing".to_owned(),
+                    KeyState::Retired { published_until } => {
+                        format!("retired: published for {} s more", published_until - at)
+                    }
+                    KeyState::Expired => "expired: no longer published".to_owned(),
+                };
+                println!("{}  generation {}  {shown}", key.kid, key.generation);
+            }
+        }
+        KeysCommand::Rotate { delay } => {
+            let default = rotation::default_delay(settings.jwks_max_age);
+            let delay = delay.unwrap_or(default);
+            if delay < 0 {
+                bail!("--delay: {delay} is not a number of seconds");
+            }
+            let rotated = rotation::rotate(store, delay, lifetime).await?;
+            let key = &rotated.key;
+            println!(
+                "added signing key {} (generation {}): published now, signing {}",
+                key.kid,
+                key.generation,
+                relative(key.signs_from - key.created_at)
+            );
+            if key.generation > 1 && delay < rotation::safe_delay(settings.jwks_max_age) {
+                println!(
+                    "warning: validators that cached the JWKS in the last {} s do not know this key yet and refuse its tokens until they refetch",
+                    rotation::safe_delay(settings.jwks_max_age)
+                );
+            }
+            for kid in rotated.pruned {
+                println!("deleted signing key {kid}: every token it signed has expired");
+            }
+        }
+        KeysCommand::Delete { kid } => {
+            let at = now();
+            let keys = KeySet::from_stored(&store.signing_keys().await?)?;
+            if keys.signer(at).is_some_and(|k| k.kid == kid) {
+                bail!(
+                    "{kid} signs new tokens: run `keys rotate` first (--delay 0 for a compromised key)"
+                );
+            }
+            if !store.delete_signing_key(&kid).await? {
+                bail!("no signing key {kid}");
+            }
+            println!(
+                "deleted signing key {kid}: replicas stop publishing it and accepting its tokens within {} s, validators once they refetch the JWKS (max-age {} s)",
+                crate::jwt::KEY_CACHE_TTL.as_secs(),
+                settings.jwks_max_age
+            );
         }
     }
     Ok(())
 }
 
-fn read_secret(variable: &str, what: &str) -> anyhow::Result<String> {
-    match std::env::var(variable) {
-        Ok(value) if !value.is_empty() => Ok(value),
-        _ => read_line(what),
+/// A state's name and when it ends (Unix seconds), if it does.
+fn describe(state: KeyState) -> (&'static str, Option<i64>) {
+    match state {
+        KeyState::Pending { signs_from } => ("pending", Some(signs_from)),
+        KeyState::Signing => ("signing", None),
+        KeyState::Retired { published_until } => ("retired", Some(published_until)),
+        KeyState::Expired => ("expired", None),
     }
 }
 
-fn read_line(what: &str) -> anyhow::Result<String> {
-    let mut line = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut line)
-        .with_context(|| format!("cannot read the {what} from stdin"))?;
-    let value = line.trim_end_matches(['\r', '\n']).to_owned();
-    if value.is_empty() {
-        bail!("no {what} given: pipe it on stdin");
+/// "now", "in 610 s" or "610 s ago".
+fn relative(seconds: i64) -> String {
+    match seconds {
+        0 => "now".to_owned(),
+        s if s > 0 => format!("in {s} s"),
+        s => format!("{} s ago", -s),
     }
-    Ok(value)
 }

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The config file as written (mirror of the YAML; every key optional with a named default).
 #[derive(Debug, Default, Deserialize)]
@@ -16,9 +17,121 @@ struct RawSettings {
     database_url: Option<String>,
     scopes: Option<BTreeMap<String, String>>,
     default_scopes: Option<Vec<String>>,
-    access_token_lifetime: Option<i64>,
-    refresh_token_lifetime: Option<i64>,
+    access_token_lifetime: Option<RawDuration>,
+    refresh_token_lifetime: Option<RawDuration>,
     trusted_proxies: Option<Vec<String>>,
+    access_token_format: Option<String>,
+    access_token_audience: Option<String>,
+    jwks_max_age: Option<RawDuration>,
+}
+
+/// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RawDuration {
+    Seconds(i64),
+    Text(String),
+}
+
+impl std::fmt::Display for RawDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RawDuration::Seconds(n) => write!(f, "{n}"),
+            RawDuration::Text(text) => f.write_str(text),
+        }
+    }
+}
+
+/// A duration written the way every tokengate binary reads one (the proxy's and example API's
+/// `resource_server::settings::RawDuration`): digits then `ms`, `s`, `m` or `h`, or bare digits
+/// for seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "expected a duration such as 500ms, 3s, 5m or 1h".to_owned())?;
+    match unit.trim() {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
+        other => Err(format!("unknown unit {other:?}: use ms, s, m or h")),
+    }
+}
+
+/// A lifetime in whole seconds, at least one.
+fn positive_seconds(text: &str) -> Result<i64, String> {
+    let duration = parse_duration(text)?;
+    if duration.is_zero() {
+        return Err("must be at least 1s".into());
+    }
+    if duration.subsec_nanos() != 0 {
+        return Err("must be a whole number of seconds".into());
+    }
+    i64::try_from(duration.as_secs()).map_err(|_| "is too long".to_owned())
+}
+
+/// The entries of a list given as text (an environment variable): separated by commas,
+/// whitespace, or both.
+fn list_items(text: &str) -> impl Iterator<Item = &str> {
+    text.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|entry| !entry.is_empty())
+}
+
+/// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
+const KEYS: [&str; 11] = [
+    "listen",
+    "issuer",
+    "database_url",
+    "scopes",
+    "default_scopes",
+    "access_token_lifetime",
+    "refresh_token_lifetime",
+    "trusted_proxies",
+    "access_token_format",
+    "access_token_audience",
+    "jwks_max_age",
+];
+
+/// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
+/// settings file's path and the CLI's password input.
+pub const OTHER_VARIABLES: [&str; 2] = ["AUTHSERVER_CONFIG", "AUTHSERVER_PASSWORD"];
+
+/// Refuses `AUTHSERVER_*` variables that nothing reads (a typo would otherwise be silently
+/// ignored) and `AUTHSERVER_SCOPES` (a map: declare scopes in the file).
+pub fn check_environment<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<(), ConfigError> {
+    for name in names {
+        let Some(key) = name.strip_prefix("AUTHSERVER_") else {
+            continue;
+        };
+        if OTHER_VARIABLES.contains(&name) {
+            continue;
+        }
+        let lower = key.to_ascii_lowercase();
+        if lower == "scopes" {
+            return Err(ConfigError::new(
+                format!("environment variable {name}"),
+                "scopes are a map of name to description: declare them under \"scopes\" in the settings file",
+            ));
+        }
+        if !KEYS.contains(&lower.as_str()) || key != lower.to_ascii_uppercase() {
+            let mut known: Vec<String> = KEYS
+                .iter()
+                .filter(|k| **k != "scopes")
+                .map(|k| format!("AUTHSERVER_{}", k.to_ascii_uppercase()))
+                .collect();
+            known.extend(OTHER_VARIABLES.iter().map(|v| v.to_string()));
+            return Err(ConfigError::new(
+                format!("environment variable {name}"),
+                format!("not a setting (known: {})", known.join(", ")),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Validated settings the server runs with.
@@ -34,6 +147,22 @@ pub struct Settings {
     pub refresh_token_lifetime: i64,
     /// Peers whose `X-Forwarded-For` is believed (see [`crate::client_ip`]).
     pub trusted_proxies: Vec<IpRange>,
+    /// Opaque random strings (the default) or RFC 9068 JWTs; refresh tokens are always opaque.
+    pub access_token_format: AccessTokenFormat,
+    /// The `aud` claim of JWT access tokens (default: the issuer).
+    pub access_token_audience: String,
+    /// The `Cache-Control: max-age` of the JWKS, seconds; `keys rotate` waits longer than this
+    /// before a new key signs.
+    pub jwks_max_age: i64,
+}
+
+/// What an access token is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessTokenFormat {
+    /// A random string, meaningful only to the introspection endpoint.
+    Opaque,
+    /// An RFC 9068 JWT, signed with the current key of the JWKS.
+    Jwt,
 }
 
 pub const DEFAULT_CONFIG_PATH: &str = "config/authserver.yaml";
@@ -41,6 +170,7 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/authserver.db";
 const DEFAULT_LISTEN: &str = "127.0.0.1:8001";
 const DEFAULT_ACCESS_TOKEN_LIFETIME: i64 = 36_000;
 const DEFAULT_REFRESH_TOKEN_LIFETIME: i64 = 30 * 24 * 3600;
+const DEFAULT_JWKS_MAX_AGE: i64 = 300;
 
 /// A configuration problem, naming the file (or variable), the key and the value.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +193,10 @@ impl Settings {
     /// Reads the file (a missing file at the default path means "all defaults"), applies the
     /// `AUTHSERVER_*` environment overrides, and validates.
     pub fn load(path: Option<&Path>) -> Result<Settings, ConfigError> {
+        let names: Vec<String> = std::env::vars_os()
+            .filter_map(|(name, _)| name.into_string().ok())
+            .collect();
+        check_environment(names.iter().map(String::as_str))?;
         Self::load_with_env(path, |key| std::env::var(key).ok())
     }
 
@@ -158,9 +292,10 @@ impl Settings {
             }
         }
 
+        // Lists: a YAML list in the file; commas and/or spaces in the environment.
         let (origin, defaults) = pick("default_scopes", raw.default_scopes.map(|v| v.join(" ")));
         let default_scopes: Vec<String> = match defaults {
-            Some(text) => text.split_whitespace().map(str::to_owned).collect(),
+            Some(text) => list_items(&text).map(str::to_owned).collect(),
             None => ["read", "write", "groups"]
                 .iter()
                 .filter(|s| scopes.contains_key(**s))
@@ -182,20 +317,21 @@ impl Settings {
             ));
         }
 
-        let lifetime =
-            |key: &str, from_file: Option<i64>, default: i64| -> Result<i64, ConfigError> {
-                let (origin, value) = pick(key, from_file.map(|v| v.to_string()));
-                let Some(text) = value else {
-                    return Ok(default);
-                };
-                match text.trim().parse::<i64>() {
-                    Ok(seconds) if seconds > 0 => Ok(seconds),
-                    _ => Err(fail(
-                        &origin,
-                        format!("\"{text}\" is not a positive number of seconds"),
-                    )),
-                }
+        let lifetime = |key: &str,
+                        from_file: Option<RawDuration>,
+                        default: i64|
+         -> Result<i64, ConfigError> {
+            let (origin, value) = pick(key, from_file.map(|v| v.to_string()));
+            let Some(text) = value else {
+                return Ok(default);
             };
+            positive_seconds(&text).map_err(|problem| {
+                fail(
+                    &origin,
+                    format!("\"{text}\" is not a positive duration ({problem}; like 36000, 90s, 15m or 10h)"),
+                )
+            })
+        };
         let access_token_lifetime = lifetime(
             "access_token_lifetime",
             raw.access_token_lifetime,
@@ -207,14 +343,10 @@ impl Settings {
             DEFAULT_REFRESH_TOKEN_LIFETIME,
         )?;
 
-        // A list in the file; comma-separated in AUTHSERVER_TRUSTED_PROXIES.
         let (origin, proxies) = pick("trusted_proxies", raw.trusted_proxies.map(|v| v.join(",")));
         let trusted_proxies = match proxies {
             None => IpRange::loopback(),
-            Some(text) => text
-                .split(',')
-                .map(str::trim)
-                .filter(|entry| !entry.is_empty())
+            Some(text) => list_items(&text)
                 .map(|entry| {
                     entry.parse::<IpRange>().map_err(|()| {
                         fail(
@@ -228,6 +360,27 @@ impl Settings {
                 .collect::<Result<_, _>>()?,
         };
 
+        let (origin, format) = pick("access_token_format", raw.access_token_format);
+        let access_token_format = match format.as_deref().map(str::trim) {
+            None | Some("opaque") => AccessTokenFormat::Opaque,
+            Some("jwt") => AccessTokenFormat::Jwt,
+            Some(other) => {
+                return Err(fail(
+                    &origin,
+                    format!("\"{other}\" is not a token format (opaque or jwt)"),
+                ));
+            }
+        };
+
+        let (origin, audience) = pick("access_token_audience", raw.access_token_audience);
+        let access_token_audience = match audience {
+            None => issuer.clone(),
+            Some(text) if !text.trim().is_empty() => text.trim().to_owned(),
+            Some(_) => return Err(fail(&origin, "the audience cannot be empty".into())),
+        };
+
+        let jwks_max_age = lifetime("jwks_max_age", raw.jwks_max_age, DEFAULT_JWKS_MAX_AGE)?;
+
         Ok(Settings {
             listen,
             issuer,
@@ -237,6 +390,9 @@ impl Settings {
             access_token_lifetime,
             refresh_token_lifetime,
             trusted_proxies,
+            access_token_format,
+            access_token_audience,
+            jwks_max_age,
         })
     }
 
@@ -251,6 +407,9 @@ impl Settings {
             access_token_lifetime: DEFAULT_ACCESS_TOKEN_LIFETIME,
             refresh_token_lifetime: DEFAULT_REFRESH_TOKEN_LIFETIME,
             trusted_proxies: IpRange::loopback(),
+            access_token_format: AccessTokenFormat::Opaque,
+            access_token_audience: "http://127.0.0.1:8000".into(),
+            jwks_max_age: DEFAULT_JWKS_MAX_AGE,
         }
     }
 }
@@ -346,7 +505,7 @@ mod tests {
         let err = Settings::load_with_env(Some(&file), env).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "environment variable AUTHSERVER_ACCESS_TOKEN_LIFETIME: \"soon\" is not a positive number of seconds"
+            "environment variable AUTHSERVER_ACCESS_TOKEN_LIFETIME: \"soon\" is not a positive duration (expected a duration such as 500ms, 3s, 5m or 1h; like 36000, 90s, 15m or 10h)"
         );
         let ok = Settings::load_with_env(Some(&file), |k| {
             (k == "AUTHSERVER_LISTEN").then(|| "127.0.0.1:9999".to_owned())
@@ -427,6 +586,128 @@ mod tests {
         let s = Settings::load_with_env(Some(&file), |_| None).unwrap();
         assert_eq!(s.trusted_proxies, IpRange::loopback());
         assert_eq!(s.default_scopes, ["read", "write", "groups"]);
+    }
+
+    #[test]
+    fn access_token_format_audience_and_jwks_max_age() {
+        let s = Settings::from_yaml("issuer: https://auth.example/", "x.yaml").unwrap();
+        assert_eq!(s.access_token_format, AccessTokenFormat::Opaque);
+        assert_eq!(s.access_token_audience, "https://auth.example");
+        assert_eq!(s.jwks_max_age, 300);
+        let s = Settings::from_yaml(
+            "access_token_format: jwt\naccess_token_audience: https://api.example\njwks_max_age: 60",
+            "x.yaml",
+        )
+        .unwrap();
+        assert_eq!(s.access_token_format, AccessTokenFormat::Jwt);
+        assert_eq!(s.access_token_audience, "https://api.example");
+        assert_eq!(s.jwks_max_age, 60);
+        let err = Settings::from_yaml("access_token_format: JWT", "c.yaml").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "c.yaml: key \"access_token_format\": \"JWT\" is not a token format (opaque or jwt)"
+        );
+        let env = |key: &str| match key {
+            "AUTHSERVER_ACCESS_TOKEN_FORMAT" => Some("jwt".to_owned()),
+            "AUTHSERVER_JWKS_MAX_AGE" => Some("0".to_owned()),
+            _ => None,
+        };
+        let err = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "environment variable AUTHSERVER_JWKS_MAX_AGE: \"0\" is not a positive duration (must be at least 1s; like 36000, 90s, 15m or 10h)"
+        );
+        let env = |key: &str| (key == "AUTHSERVER_ACCESS_TOKEN_AUDIENCE").then(|| " ".to_owned());
+        let err = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "environment variable AUTHSERVER_ACCESS_TOKEN_AUDIENCE: the audience cannot be empty"
+        );
+    }
+
+    #[test]
+    fn durations_read_as_in_every_binary() {
+        let env = |key: &str| (key == "AUTHSERVER_ACCESS_TOKEN_LIFETIME").then(|| "10h".to_owned());
+        let s = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap();
+        assert_eq!(s.access_token_lifetime, 36_000);
+        let s = Settings::from_yaml(
+            "access_token_lifetime: 15m\nrefresh_token_lifetime: 720h\njwks_max_age: 300",
+            "x.yaml",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                s.access_token_lifetime,
+                s.refresh_token_lifetime,
+                s.jwks_max_age
+            ),
+            (900, 2_592_000, 300)
+        );
+        for (text, seconds) in [
+            ("3", 3),
+            ("3s", 3),
+            ("2m", 120),
+            ("1h", 3600),
+            ("2000ms", 2),
+        ] {
+            assert_eq!(positive_seconds(text), Ok(seconds), "{text}");
+        }
+        for bad in ["", "s", "3d", "-3s", "1.5s", "0", "0s", "1500ms"] {
+            assert!(positive_seconds(bad).is_err(), "{bad}");
+        }
+        let err = Settings::from_yaml("jwks_max_age: 1500ms", "c.yaml").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "c.yaml: key \"jwks_max_age\": \"1500ms\" is not a positive duration (must be a whole number of seconds; like 36000, 90s, 15m or 10h)"
+        );
+    }
+
+    #[test]
+    fn lists_in_the_environment_take_commas_or_spaces() {
+        for text in ["read,write", "read write", " read , write "] {
+            let env = |key: &str| (key == "AUTHSERVER_DEFAULT_SCOPES").then(|| text.to_owned());
+            let s = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap();
+            assert_eq!(s.default_scopes, ["read", "write"], "{text}");
+        }
+        let env =
+            |key: &str| (key == "AUTHSERVER_TRUSTED_PROXIES").then(|| "10.0.0.0/8 ::1".to_owned());
+        let s = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap();
+        assert_eq!(s.trusted_proxies.len(), 2);
+    }
+
+    #[test]
+    fn unknown_and_unsettable_variables_are_refused_by_name() {
+        assert!(
+            check_environment([
+                "PATH",
+                "AUTHSERVER_LISTEN",
+                "AUTHSERVER_CONFIG",
+                "AUTHSERVER_PASSWORD",
+                "AUTHSERVER_ACCESS_TOKEN_LIFETIME",
+                "PROXY_LISTEN",
+            ])
+            .is_ok()
+        );
+        let err = check_environment(["AUTHSERVER_FOO"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "environment variable AUTHSERVER_FOO: not a setting (known: AUTHSERVER_LISTEN,"
+            ),
+            "{err}"
+        );
+        let err = check_environment(["AUTHSERVER_LISTN"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("AUTHSERVER_LISTN"), "{err}");
+        let err = check_environment(["AUTHSERVER_SCOPES"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "environment variable AUTHSERVER_SCOPES: scopes are a map of name to description: declare them under \"scopes\" in the settings file"
+        );
     }
 
     #[test]

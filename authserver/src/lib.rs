@@ -5,11 +5,13 @@ pub mod cli;
 pub mod client_ip;
 pub mod config;
 pub mod http_server;
+pub mod jwt;
 pub mod oauth;
 pub mod secrets;
 pub mod store;
 pub mod testing;
 pub mod throttle;
+pub mod validation;
 pub mod web;
 
 use axum::Router;
@@ -24,6 +26,8 @@ use store::Store;
 pub struct AppState {
     pub settings: Arc<Settings>,
     pub store: Store,
+    /// This replica's copy of the JWT signing keys.
+    pub keys: Arc<jwt::KeyRing>,
 }
 
 impl AppState {
@@ -31,6 +35,7 @@ impl AppState {
         Self {
             settings: Arc::new(settings),
             store,
+            keys: Arc::new(jwt::KeyRing::new()),
         }
     }
 }

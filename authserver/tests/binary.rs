@@ -95,7 +95,7 @@ fn operator_commands_read_secrets_from_stdin_never_argv() {
             "r@example.org",
         ],
         &db,
-        "hunter2\n",
+        "hunter2-is-long\n",
     );
     assert!(
         out.status.success(),
@@ -104,9 +104,13 @@ fn operator_commands_read_secrets_from_stdin_never_argv() {
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("created superuser root"));
     assert!(
-        run(&["user", "create", "--username", "ann"], &db, "pw\n")
-            .status
-            .success()
+        run(
+            &["user", "create", "--username", "ann"],
+            &db,
+            "ann-password\n"
+        )
+        .status
+        .success()
     );
     assert!(run(&["group", "create", "staff"], &db, "").status.success());
     let out = run(
@@ -123,7 +127,7 @@ fn operator_commands_read_secrets_from_stdin_never_argv() {
             "--json",
         ],
         &db,
-        "known-secret\n",
+        "known-secret-of-at-least-32-characters\n",
     );
     assert!(
         out.status.success(),
@@ -133,7 +137,7 @@ fn operator_commands_read_secrets_from_stdin_never_argv() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         (json["client_id"].as_str(), json["client_secret"].as_str()),
-        (Some("svc"), Some("known-secret"))
+        (Some("svc"), Some("known-secret-of-at-least-32-characters"))
     );
     let out = run(
         &["app", "create", "--name", "bad", "--grant-type", "implicit"],

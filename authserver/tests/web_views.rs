@@ -119,6 +119,12 @@ impl Browser {
         get(state, uri, Some(&self.cookie)).await
     }
 
+    /// Follows a post/redirect/get: the reply must be `303 See Other`; the page it names comes back.
+    async fn follow(&self, state: &AppState, reply: &Page) -> Page {
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+        self.get(state, reply.location()).await
+    }
+
     /// Posts a form with this session's CSRF token added.
     async fn post(&self, state: &AppState, uri: &str, pairs: &[(&str, &str)]) -> Page {
         let mut all = vec![("csrf_token", self.csrf.as_str())];
@@ -536,7 +542,7 @@ async fn applications_register_read_update_regenerate_delete() {
         reply.body.contains("id=\"name-error\"") && reply.body.contains("id=\"client_type-error\"")
     );
 
-    // Registration shows the secret once.
+    // Registration redirects to the application's page, which shows the secret once.
     let reply = browser
         .post(
             &state,
@@ -550,7 +556,11 @@ async fn applications_register_read_update_regenerate_delete() {
             ],
         )
         .await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let shown_at = reply.location().to_owned();
+    let reply = browser.follow(&state, &reply).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.body.contains("Application registered."));
     assert!(
         reply.body.contains("Mobile &#60;app&#62;") || reply.body.contains("Mobile &lt;app&gt;"),
         "names are escaped"
@@ -566,6 +576,13 @@ async fn applications_register_read_update_regenerate_delete() {
         !app.may_introspect,
         "a staff operator cannot let it introspect"
     );
+
+    // A reload of that page registers nothing more and shows the secret no more.
+    let reload = browser.get(&state, &shown_at).await;
+    assert_eq!(reload.status, StatusCode::OK);
+    assert!(!reload.body.contains(&secret));
+    assert!(!reload.body.contains("Application registered."));
+    assert_eq!(state.store.list_applications(None).await.unwrap().len(), 1);
 
     // Afterwards only the fingerprint.
     let detail = browser
@@ -603,7 +620,18 @@ async fn applications_register_read_update_regenerate_delete() {
         )
         .await;
     assert_eq!(reply.status, StatusCode::SEE_OTHER);
-    assert_eq!(reply.location(), format!("/o/applications/{}/", app.id));
+    assert!(
+        reply
+            .location()
+            .starts_with(&format!("/o/applications/{}/?flash=", app.id))
+    );
+    let saved = browser.follow(&state, &reply).await;
+    assert!(
+        saved
+            .body
+            .contains("role=\"status\" id=\"notice\">Saved.</p>")
+    );
+    assert!(hidden_input(&saved.body, "client-secret").is_none());
     let updated = state.store.get_application(app.id).await.unwrap().unwrap();
     assert_eq!(
         (
@@ -628,18 +656,40 @@ async fn applications_register_read_update_regenerate_delete() {
     assert_eq!(reply.status, StatusCode::BAD_REQUEST);
     assert!(reply.body.contains("id=\"grant_type-error\""));
 
-    // Regenerate: a new secret, shown once; the old one stops working.
-    let reply = browser
-        .post(
-            &state,
-            &format!("/o/applications/{}/regenerate-secret/", app.id),
-            &[],
-        )
-        .await;
+    // Regenerate: asked first; then a new secret, shown once; the old one stops working.
+    let regenerate = format!("/o/applications/{}/regenerate-secret/", app.id);
+    let page = browser.get(&state, &regenerate).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body
+            .contains("The current secret stops working at once")
+    );
+    assert!(page.body.contains("Yes, regenerate it"));
+    assert_eq!(page.csrf(), browser.csrf);
+    assert!(
+        state
+            .store
+            .get_application(app.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .secret_matches(&secret),
+        "showing the question changes nothing"
+    );
+    let reply = browser.post(&state, &regenerate, &[]).await;
+    let shown_at = reply.location().to_owned();
+    let reply = browser.follow(&state, &reply).await;
     assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.body.contains("The previous secret no longer works."));
     let new_secret = hidden_input(&reply.body, "client-secret").unwrap();
     let again = state.store.get_application(app.id).await.unwrap().unwrap();
     assert!(again.secret_matches(&new_secret) && !again.secret_matches(&secret));
+    // A reload regenerates nothing and shows the secret no more.
+    let reload = browser.get(&state, &shown_at).await;
+    assert_eq!(reload.status, StatusCode::OK);
+    assert!(!reload.body.contains(&new_secret));
+    let again = state.store.get_application(app.id).await.unwrap().unwrap();
+    assert!(again.secret_matches(&new_secret));
 
     // Delete: a confirmation page, then the POST.
     let page = browser
@@ -682,7 +732,7 @@ async fn a_public_client_turned_confidential_gets_its_first_secret() {
             ],
         )
         .await;
-    assert_eq!(reply.status, StatusCode::CREATED);
+    let reply = browser.follow(&state, &reply).await;
     assert!(hidden_input(&reply.body, "client-secret").is_none());
     assert!(reply.body.contains("none (public client)"));
     assert!(!reply.body.contains("regenerate-secret"));
@@ -699,7 +749,8 @@ async fn a_public_client_turned_confidential_gets_its_first_secret() {
             ],
         )
         .await;
-    assert_eq!(reply.status, StatusCode::OK);
+    let reply = browser.follow(&state, &reply).await;
+    assert!(reply.body.contains("now confidential"));
     let secret = hidden_input(&reply.body, "client-secret").unwrap();
     assert!(
         state
@@ -724,7 +775,7 @@ async fn operators_see_only_their_own_applications() {
     let oscar = sign_in(&state, "oscar", "operator-pass").await;
     let list = oscar.get(&state, "/o/applications/").await;
     assert!(!list.body.contains("Olivia&#39;s") && !list.body.contains(&app.client_id));
-    for path in ["", "update/", "delete/"] {
+    for path in ["", "update/", "delete/", "regenerate-secret/"] {
         let page = oscar
             .get(&state, &format!("/o/applications/{}/{path}", app.id))
             .await;
@@ -780,7 +831,7 @@ async fn only_superusers_may_let_an_application_introspect() {
     let reply = olivia
         .post(&state, "/o/applications/register/", &fields)
         .await;
-    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+    let reply = olivia.follow(&state, &reply).await;
     let app = application_of(&state, &hidden_input(&reply.body, "client-id").unwrap()).await;
     assert!(!app.may_introspect);
     let update = format!("/o/applications/{}/update/", app.id);
@@ -835,7 +886,7 @@ async fn only_superusers_may_let_an_application_introspect() {
     let reply = root
         .post(&state, "/o/applications/register/", &fields)
         .await;
-    assert_eq!(reply.status, StatusCode::CREATED);
+    let reply = root.follow(&state, &reply).await;
     let app = application_of(&state, &hidden_input(&reply.body, "client-id").unwrap()).await;
     assert!(app.may_introspect);
 }
@@ -912,6 +963,7 @@ async fn missing_records_are_404() {
         "/o/applications/abc/",
         "/o/applications/-1/update/",
         "/o/applications/999999/delete/",
+        "/o/applications/999999/regenerate-secret/",
         "/admin/users/999999/",
         "/admin/users/x/password/",
         "/admin/groups/999999/",
@@ -1060,7 +1112,17 @@ async fn admin_manages_users() {
         .unwrap()
         .expect("bob signs in with his password");
     assert!(!bob.is_staff);
-    assert_eq!(reply.location(), format!("/admin/users/{}/", bob.id));
+    assert!(
+        reply
+            .location()
+            .starts_with(&format!("/admin/users/{}/?flash=", bob.id))
+    );
+    assert!(
+        root.follow(&state, &reply)
+            .await
+            .body
+            .contains(">User created.</p>")
+    );
     let list = root.get(&state, "/admin/users/?q=EXAMPLE.org").await;
     assert!(list.body.contains(">bob</a>") && !list.body.contains(">alice</a>"));
     let list = root.get(&state, "/admin/users/").await;
@@ -1080,7 +1142,15 @@ async fn admin_manages_users() {
             ],
         )
         .await;
-    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    let saved = root.follow(&state, &reply).await;
+    assert!(
+        saved
+            .body
+            .contains("role=\"status\" id=\"notice\">Saved.</p>")
+    );
+    assert!(saved.body.contains("value=\"b@example.org\""));
+    let reload = root.get(&state, reply.location()).await;
+    assert!(!reload.body.contains("Saved."), "the notice is shown once");
     let bob = state.store.get_user(bob.id).await.unwrap().unwrap();
     assert!(bob.is_staff && !bob.is_superuser && bob.email == "b@example.org");
     let reply = root
@@ -1141,7 +1211,8 @@ async fn admin_manages_users() {
             ],
         )
         .await;
-    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    let changed = root.follow(&state, &reply).await;
+    assert!(changed.body.contains(">Password changed.</p>"));
     // A password reset signs the user out everywhere.
     assert_eq!(
         bob_browser.get(&state, "/o/applications/").await.status,
@@ -1211,7 +1282,17 @@ async fn admin_manages_groups() {
         .await;
     assert_eq!(reply.status, StatusCode::SEE_OTHER);
     let group = state.store.list_groups().await.unwrap().pop().unwrap();
-    assert_eq!(reply.location(), format!("/admin/groups/{}/", group.id));
+    assert!(
+        reply
+            .location()
+            .starts_with(&format!("/admin/groups/{}/?flash=", group.id))
+    );
+    assert!(
+        root.follow(&state, &reply)
+            .await
+            .body
+            .contains(">Group created.</p>")
+    );
     let reply = root
         .post(&state, "/admin/groups/", &[("name", "editors")])
         .await;
@@ -1219,12 +1300,9 @@ async fn admin_manages_groups() {
     assert!(reply.body.contains("already exists") && reply.body.contains("value=\"editors\""));
 
     let base = format!("/admin/groups/{}/", group.id);
-    assert_eq!(
-        root.post(&state, &base, &[("name", "writers")])
-            .await
-            .status,
-        StatusCode::SEE_OTHER
-    );
+    let reply = root.post(&state, &base, &[("name", "writers")]).await;
+    let saved = root.follow(&state, &reply).await;
+    assert!(saved.body.contains(">Saved.</p>") && saved.body.contains("writers"));
     assert_eq!(
         state.store.get_group(group.id).await.unwrap().unwrap().name,
         "writers"
@@ -1303,4 +1381,52 @@ async fn the_stylesheet_is_served() {
     assert!(login.body.contains("name=\"viewport\"") && login.body.contains("/static/style.css"));
     assert!(login.headers.contains_key(header::CONTENT_SECURITY_POLICY));
     assert_eq!(login.headers.get(header::X_FRAME_OPTIONS).unwrap(), "DENY");
+}
+
+#[tokio::test]
+async fn the_new_secret_is_shown_once_and_only_to_the_session_that_asked() {
+    let state = state().await;
+    let olivia = sign_in(&state, "olivia", "operator-pass").await;
+    let fields = [
+        ("name", "Once"),
+        ("client_type", "confidential"),
+        ("grant_type", "password"),
+    ];
+    let reply = olivia
+        .post(&state, "/o/applications/register/", &fields)
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    let shown_at = reply.location().to_owned();
+    // A superuser may open the application, but the secret was not left for their session,
+    // nor for olivia's other session.
+    let root = sign_in(&state, "root", "operator-pass").await;
+    let page = root.get(&state, &shown_at).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(hidden_input(&page.body, "client-secret").is_none());
+    let olivia_elsewhere = sign_in(&state, "olivia", "operator-pass").await;
+    let page = olivia_elsewhere.get(&state, &shown_at).await;
+    assert!(hidden_input(&page.body, "client-secret").is_none());
+    // Those attempts did not use it up; the first look of the right session does.
+    let page = olivia.get(&state, &shown_at).await;
+    let secret = hidden_input(&page.body, "client-secret").expect("shown to its session");
+    assert!(!shown_at.contains(&secret), "never in a URL");
+    let app = application_of(&state, &hidden_input(&page.body, "client-id").unwrap()).await;
+    assert!(app.secret_matches(&secret));
+    for _ in 0..2 {
+        let page = olivia.get(&state, &shown_at).await;
+        assert_eq!(page.status, StatusCode::OK);
+        assert!(!page.body.contains(&secret));
+    }
+    assert_eq!(state.store.list_applications(None).await.unwrap().len(), 1);
+    // Regenerating wants the CSRF token too.
+    let reply = post(
+        &state,
+        &format!("/o/applications/{}/regenerate-secret/", app.id),
+        Some(&olivia.cookie),
+        &[],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    let again = state.store.get_application(app.id).await.unwrap().unwrap();
+    assert!(again.secret_matches(&secret));
 }

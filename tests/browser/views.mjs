@@ -94,6 +94,13 @@ async function applications(page) {
   await page.locator('button[data-copy="client-secret"]').click();
   assert.equal(await page.evaluate(() => navigator.clipboard.readText()), secret);
 
+  // The page after registering was reached by a redirect: a reload registers nothing more
+  // and shows the secret no more.
+  await page.reload();
+  await page.locator("#secret-fingerprint").waitFor();
+  assert.equal(await page.locator("#client-secret").count(), 0);
+  assert.doesNotMatch(await page.content(), new RegExp(secret));
+
   // The credentials work for a real password grant.
   const granted = await token(clientId, secret, owner.username, owner.password);
   assert.equal(granted.status, 200, JSON.stringify(granted.body));
@@ -117,7 +124,14 @@ async function applications(page) {
   await page.getByLabel("May introspect tokens").check();
   await page.getByRole("button", { name: "Save" }).click();
   await page.getByRole("heading", { name: "Browser app v2" }).waitFor();
+  assert.equal((await page.locator("#notice").textContent()).trim(), "Saved.");
   assert.match(await page.locator(".props").textContent(), /May introspect\s*yes/);
+  assert.equal((await token(clientId, secret, owner.username, owner.password)).status, 200);
+
+  // Regenerating asks first and says the old secret stops working; Cancel keeps it.
+  await page.getByRole("link", { name: "Regenerate secret" }).click();
+  assert.match(await page.textContent("main"), /stops working at once/);
+  await page.getByRole("link", { name: "Cancel" }).click();
   assert.equal((await token(clientId, secret, owner.username, owner.password)).status, 200);
 
   // Delete, after the confirmation page.

@@ -1,5 +1,6 @@
 //! `GET|POST /o/introspect/` (RFC 7662): what a token is, for callers allowed to ask.
 
+use super::access_jwt::find_presented;
 use super::params::{Params, authenticate_client_if_presented};
 use super::{OAuthError, no_store};
 use crate::AppState;
@@ -28,7 +29,7 @@ pub async fn introspect(
     authorize_caller(&state, &headers, &params).await?;
     let token = params.require("token")?;
     let want_refresh = params.get("token_type_hint") == Some("refresh_token");
-    let record = state.store.find_token(token).await?;
+    let record = find_presented(&state, token).await?.map(|p| p.record);
     let body = match record {
         Some(record)
             if record.is_active() && (record.kind == TokenRecord::ACCESS || want_refresh) =>
@@ -53,7 +54,7 @@ async fn authorize_caller(
         .filter(|v| v.len() > 7 && v[..7].eq_ignore_ascii_case("bearer "))
         .map(|v| v[7..].trim());
     if let Some(token) = bearer {
-        let caller = match state.store.find_token(token).await? {
+        let caller = match find_presented(state, token).await?.map(|p| p.record) {
             Some(caller) if caller.kind == TokenRecord::ACCESS && caller.is_active() => caller,
             _ => return Err(OAuthError::Unauthenticated),
         };

@@ -13,6 +13,7 @@ pub async fn metadata(State(state): State<AppState>) -> Json<Value> {
         "token_endpoint": format!("{issuer}/o/token/"),
         "introspection_endpoint": format!("{issuer}/o/introspect/"),
         "revocation_endpoint": format!("{issuer}/o/revoke_token/"),
+        "jwks_uri": format!("{issuer}{}", super::JWKS_PATH),
         "grant_types_supported": ["password", "refresh_token", "client_credentials"],
         "response_types_supported": [],
         "scopes_supported": state.settings.scopes.keys().collect::<Vec<_>>(),

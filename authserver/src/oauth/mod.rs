@@ -1,7 +1,9 @@
-//! The OAuth 2.0 endpoints under `/o/` and the RFC 8414 metadata.
+//! The OAuth 2.0 endpoints under `/o/`, the RFC 8414 metadata and the JWKS.
 
+mod access_jwt;
 mod error;
 mod introspect;
+mod jwks;
 mod metadata;
 mod params;
 mod revoke;
@@ -28,7 +30,11 @@ pub fn router() -> Router<AppState> {
             "/.well-known/oauth-authorization-server",
             get(metadata::metadata),
         )
+        .route(JWKS_PATH, get(jwks::jwks))
 }
+
+/// Where the JWKS is served (under the issuer), announced as `jwks_uri`.
+pub const JWKS_PATH: &str = "/.well-known/jwks.json";
 
 /// RFC 6749 §5.1: token responses must not be cached.
 fn no_store(mut response: Response) -> Response {

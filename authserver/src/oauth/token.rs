@@ -1,12 +1,15 @@
 //! `POST /o/token/`: the password, refresh_token and client_credentials grants (RFC 6749 §4.3, §4.4, §6).
 
+use super::access_jwt::{Subject, jwt_for};
 use super::introspect::INTROSPECTION_SCOPE;
 use super::params::{Params, authenticate_client};
 use super::{OAuthError, no_store};
 use crate::AppState;
 use crate::client_ip::ClientAddress;
-use crate::config::Settings;
-use crate::store::{Application, ClientType, GrantType, IssuedTokens, NewTokens, RefreshOutcome};
+use crate::config::{AccessTokenFormat, Settings};
+use crate::store::{
+    Application, ClientType, GrantType, IssuedTokens, NewTokens, RefreshOutcome, now,
+};
 use crate::throttle::Throttle;
 use axum::Json;
 use axum::body::Bytes;
@@ -28,11 +31,19 @@ pub async fn token(
         _ => return Err(OAuthError::UnsupportedGrantType),
     };
     let app = authenticate_client(&state.store, &headers, &params).await?;
-    let issued = match grant {
+    let issued_at = now();
+    let Granted { mut issued, user } = match grant {
         "password" => password_grant(&state, &app, &params, address).await?,
         "refresh_token" => refresh_grant(&state, &app, &params).await?,
         _ => client_credentials_grant(&state, &app, &params).await?,
     };
+    if state.settings.access_token_format == AccessTokenFormat::Jwt {
+        let subject = match &user {
+            Some((id, username)) => Subject::User { id: *id, username },
+            None => Subject::Client,
+        };
+        issued.access_token = jwt_for(&state, &app.client_id, subject, &issued, issued_at).await?;
+    }
     let mut body = json!({
         "access_token": issued.access_token,
         "expires_in": issued.expires_in,
@@ -43,6 +54,12 @@ pub async fn token(
         body["refresh_token"] = refresh.into();
     }
     Ok(no_store(Json(body).into_response()))
+}
+
+/// What a grant issued, and to which user (none for client_credentials).
+struct Granted {
+    issued: IssuedTokens,
+    user: Option<(i64, String)>,
 }
 
 fn require_registered(app: &Application, grant: GrantType) -> Result<(), OAuthError> {
@@ -61,7 +78,7 @@ async fn password_grant(
     app: &Application,
     params: &Params,
     address: Option<IpAddr>,
-) -> Result<IssuedTokens, OAuthError> {
+) -> Result<Granted, OAuthError> {
     require_registered(app, GrantType::Password)?;
     let username = params.require("username")?;
     let password = params.require("password")?;
@@ -85,14 +102,17 @@ async fn password_grant(
         refresh_lifetime: Some(settings.refresh_token_lifetime),
         family: None,
     };
-    Ok(state.store.issue_tokens(&new).await?)
+    Ok(Granted {
+        issued: state.store.issue_tokens(&new).await?,
+        user: Some((user.id, user.username)),
+    })
 }
 
 async fn client_credentials_grant(
     state: &AppState,
     app: &Application,
     params: &Params,
-) -> Result<IssuedTokens, OAuthError> {
+) -> Result<Granted, OAuthError> {
     require_registered(app, GrantType::ClientCredentials)?;
     if app.client_type != ClientType::Confidential {
         return Err(OAuthError::UnauthorizedClient(
@@ -108,7 +128,10 @@ async fn client_credentials_grant(
         refresh_lifetime: None,
         family: None,
     };
-    Ok(state.store.issue_tokens(&new).await?)
+    Ok(Granted {
+        issued: state.store.issue_tokens(&new).await?,
+        user: None,
+    })
 }
 
 /// Rotation on every use: the presented refresh token and its access token stop working, and a
@@ -117,7 +140,7 @@ async fn refresh_grant(
     state: &AppState,
     app: &Application,
     params: &Params,
-) -> Result<IssuedTokens, OAuthError> {
+) -> Result<Granted, OAuthError> {
     if app.grant_type != GrantType::Password && app.grant_type != GrantType::AuthorizationCode {
         return Err(OAuthError::UnauthorizedClient(
             "This client is not registered for a grant with refresh tokens.",
@@ -172,7 +195,10 @@ async fn refresh_grant(
     };
     // invalid_grant (`FamilyRevoked`) when a racer presenting the same token revoked the family
     // meanwhile; tokens issued just before that revocation are dead at every lookup anyway.
-    Ok(state.store.issue_tokens(&new).await?)
+    Ok(Granted {
+        issued: state.store.issue_tokens(&new).await?,
+        user: record.user_id.zip(record.username),
+    })
 }
 
 fn dedup(scope: &str) -> Vec<String> {

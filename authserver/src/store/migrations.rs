@@ -135,6 +135,28 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         family TEXT PRIMARY KEY,
         revoked_at BIGINT NOT NULL);",
     ),
+    (
+        4,
+        // JWT access tokens (RFC 9068): the signing keys every replica shares (`generation` is
+        // unique, so replicas creating the first key or rotating at once cannot both win).
+        // IF NOT EXISTS: tests replay the migrations after version 2 on a database that has it.
+        "CREATE TABLE IF NOT EXISTS signing_keys (
+        kid TEXT PRIMARY KEY,
+        generation INTEGER NOT NULL UNIQUE,
+        algorithm TEXT NOT NULL,
+        private_key TEXT NOT NULL,
+        public_key TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        signs_from INTEGER NOT NULL);",
+        "CREATE TABLE IF NOT EXISTS signing_keys (
+        kid TEXT PRIMARY KEY,
+        generation BIGINT NOT NULL UNIQUE,
+        algorithm TEXT NOT NULL,
+        private_key TEXT NOT NULL,
+        public_key TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        signs_from BIGINT NOT NULL);",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory

@@ -1,7 +1,8 @@
 //! `/admin/`: superusers manage users (create with a password, edit, permissions, password reset,
 //! delete) and groups (create, rename, delete, members). Everyone else signed in gets 403.
 
-use super::forms::{FieldErrors, FormData, check_length};
+use super::flash::{self, FlashQuery};
+use super::forms::{FieldErrors, FormData};
 use super::session::{Operator, Superuser, may_sign_in};
 use super::templates::{
     AdminIndex, GroupDelete, GroupDetail, GroupList, GroupRow, Nav, PasswordForm, UserDelete,
@@ -10,6 +11,7 @@ use super::templates::{
 use super::{WebError, WebResult, csrf, parse_id, render, see_other};
 use crate::AppState;
 use crate::store::{Group, NewUser, StoreError, User, UserUpdate};
+use crate::validation;
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -43,10 +45,6 @@ pub(super) fn router() -> Router<AppState> {
         )
 }
 
-const MIN_PASSWORD: usize = 8;
-/// Longer passwords only cost argon2 time.
-const MAX_PASSWORD: usize = 1024;
-
 fn user_values(form: &FormData) -> UserValues {
     UserValues {
         username: form.text("username"),
@@ -71,76 +69,21 @@ fn values_of(user: &User) -> UserValues {
     }
 }
 
-/// Username, email and names, checked; the messages go beside their fields.
+/// Username, email and names, checked by the shared rules; the messages go beside their fields.
 fn check_user(values: &UserValues, errors: &mut FieldErrors) {
-    check_length(
-        errors,
-        "username",
-        &values.username,
-        "The username",
-        true,
-        150,
-    );
-    if !values
-        .username
-        .chars()
-        .all(|c| c.is_alphanumeric() || "@.+-_".contains(c))
-    {
-        errors.add("username", "Use only letters, digits and @ . + - _");
-    }
-    check_length(
-        errors,
-        "email",
-        &values.email,
-        "The email address",
-        false,
-        254,
-    );
-    if !values.email.is_empty() {
-        let ok = match values.email.split_once('@') {
-            Some((local, domain)) => {
-                !local.is_empty() && !domain.is_empty() && !domain.contains('@')
-            }
-            None => false,
-        };
-        if !ok || values.email.chars().any(char::is_whitespace) {
-            errors.add("email", "Enter a valid email address.");
-        }
-    }
-    check_length(
-        errors,
-        "first_name",
-        &values.first_name,
-        "The first name",
-        false,
-        150,
-    );
-    check_length(
-        errors,
-        "last_name",
-        &values.last_name,
-        "The last name",
-        false,
-        150,
-    );
+    errors.check("username", validation::username(&values.username));
+    errors.check("email", validation::email(&values.email));
+    errors.check("first_name", validation::first_name(&values.first_name));
+    errors.check("last_name", validation::last_name(&values.last_name));
 }
 
-/// The new password from `password1`/`password2`, if long enough and typed twice alike.
+/// The new password from `password1`/`password2`, if the shared rule takes it and it was typed
+/// twice alike.
 fn check_password(form: &FormData, errors: &mut FieldErrors) -> Option<String> {
     let password = form.get("password1").unwrap_or_default();
     let again = form.get("password2").unwrap_or_default();
-    if password.is_empty() {
-        errors.add("password1", "This field is required.");
-    } else if password.chars().count() < MIN_PASSWORD {
-        errors.add(
-            "password1",
-            format!("The password must have at least {MIN_PASSWORD} characters."),
-        );
-    } else if password.len() > MAX_PASSWORD {
-        errors.add(
-            "password1",
-            format!("The password must have at most {MAX_PASSWORD} characters."),
-        );
+    if let Err(message) = validation::password(password) {
+        errors.add("password1", message);
     } else if password != again {
         errors.add("password2", "The two passwords differ.");
     } else {
@@ -268,7 +211,8 @@ async fn add_user(
         match state.store.create_user(&new).await {
             Ok(user) => {
                 tracing::info!(by = operator.user.id, user_id = user.id, username = %user.username, "user created");
-                return Ok(see_other(&format!("/admin/users/{}/", user.id)));
+                let notice = flash::notice("User created.");
+                return Ok(flash::redirect(&operator, &user_path(user.id), notice).await);
             }
             Err(StoreError::Conflict(_)) => {
                 errors.add("username", "A user with that username already exists.")
@@ -282,23 +226,34 @@ async fn add_user(
     ))
 }
 
+/// Where a user's page is.
+fn user_path(id: i64) -> String {
+    format!("/admin/users/{id}/")
+}
+
+/// Where a group's page is.
+fn group_path(id: i64) -> String {
+    format!("/admin/groups/{id}/")
+}
+
 async fn edit_user_page(
     State(state): State<AppState>,
     Superuser(operator): Superuser,
     Path(id): Path<String>,
+    Query(query): Query<FlashQuery>,
 ) -> WebResult {
     let user = load_user(&state, &id).await?;
     let groups = state.store.user_groups(user.id).await?;
-    Ok(render(
-        StatusCode::OK,
-        &user_form(
-            &operator,
-            Some(&user),
-            values_of(&user),
-            FieldErrors::default(),
-            groups,
-        ),
-    ))
+    let flash = flash::take(&operator, &user_path(user.id), query.flash.as_deref()).await;
+    let mut page = user_form(
+        &operator,
+        Some(&user),
+        values_of(&user),
+        FieldErrors::default(),
+        groups,
+    );
+    page.nav.notice = flash.map(|f| f.notice);
+    Ok(render(StatusCode::OK, &page))
 }
 
 async fn edit_user(
@@ -340,7 +295,8 @@ async fn edit_user(
                 if !may_sign_in(&updated) {
                     state.store.delete_user_sessions(updated.id).await?;
                 }
-                return Ok(see_other("/admin/users/"));
+                let notice = flash::notice("Saved.");
+                return Ok(flash::redirect(&operator, &user_path(updated.id), notice).await);
             }
             Ok(None) => return Err(WebError::NotFound),
             Err(StoreError::Conflict(_)) => {
@@ -396,7 +352,8 @@ async fn set_password(
         state.store.delete_user_sessions(user.id).await?;
     }
     tracing::info!(by = operator.user.id, user_id = user.id, "password reset");
-    Ok(see_other(&format!("/admin/users/{}/", user.id)))
+    let notice = flash::notice("Password changed.");
+    Ok(flash::redirect(&operator, &user_path(user.id), notice).await)
 }
 
 async fn delete_user_page(
@@ -441,7 +398,7 @@ async fn delete_user(
 }
 
 fn check_group_name(name: &str, errors: &mut FieldErrors) {
-    check_length(errors, "name", name, "The name", true, 150);
+    errors.check("name", validation::group_name(name));
 }
 
 async fn group_rows(state: &AppState) -> Result<Vec<GroupRow>, WebError> {
@@ -480,7 +437,8 @@ async fn create_group(
         match state.store.create_group(&name).await {
             Ok(group) => {
                 tracing::info!(by = operator.user.id, group_id = group.id, "group created");
-                return Ok(see_other(&format!("/admin/groups/{}/", group.id)));
+                let notice = flash::notice("Group created.");
+                return Ok(flash::redirect(&operator, &group_path(group.id), notice).await);
             }
             Err(StoreError::Conflict(_)) => {
                 errors.add("name", "A group with that name already exists.")
@@ -519,20 +477,21 @@ async fn group(
     State(state): State<AppState>,
     Superuser(operator): Superuser,
     Path(id): Path<String>,
+    Query(query): Query<FlashQuery>,
 ) -> WebResult {
     let group = load_group(&state, &id).await?;
-    Ok(render(
-        StatusCode::OK,
-        &group_page(
-            &state,
-            &operator,
-            group,
-            None,
-            String::new(),
-            FieldErrors::default(),
-        )
-        .await?,
-    ))
+    let flash = flash::take(&operator, &group_path(group.id), query.flash.as_deref()).await;
+    let mut page = group_page(
+        &state,
+        &operator,
+        group,
+        None,
+        String::new(),
+        FieldErrors::default(),
+    )
+    .await?;
+    page.nav.notice = flash.map(|f| f.notice);
+    Ok(render(StatusCode::OK, &page))
 }
 
 async fn rename_group(
@@ -548,7 +507,10 @@ async fn rename_group(
     check_group_name(&name, &mut errors);
     if errors.is_empty() {
         match state.store.rename_group(group.id, &name).await {
-            Ok(Some(_)) => return Ok(see_other(&format!("/admin/groups/{}/", group.id))),
+            Ok(Some(_)) => {
+                let notice = flash::notice("Saved.");
+                return Ok(flash::redirect(&operator, &group_path(group.id), notice).await);
+            }
             Ok(None) => return Err(WebError::NotFound),
             Err(StoreError::Conflict(_)) => {
                 errors.add("name", "A group with that name already exists.")

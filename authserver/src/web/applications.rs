@@ -2,20 +2,22 @@
 //! a secret is shown in full once, after registration or regeneration. Superusers see them all,
 //! and only they may let an application introspect tokens.
 
-use super::forms::{FieldErrors, FormData, check_length};
+use super::flash::{self, Flash, FlashQuery};
+use super::forms::{FieldErrors, FormData};
 use super::session::Operator;
 use super::templates::{
-    ApplicationDelete, ApplicationDetail, ApplicationForm, ApplicationList, ApplicationRow,
-    ApplicationValues, Choice, Nav, utc,
+    ApplicationDelete, ApplicationDetail, ApplicationForm, ApplicationList, ApplicationRegenerate,
+    ApplicationRow, ApplicationValues, Choice, Nav, utc,
 };
 use super::{WebError, WebResult, csrf, parse_id, render, see_other};
 use crate::AppState;
 use crate::config::Settings;
 use crate::store::{Application, ApplicationInput, ClientType, GrantType};
+use crate::validation::{self, ApplicationDraft};
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
+use axum::routing::get;
 use std::collections::HashMap;
 
 pub(super) fn router() -> Router<AppState> {
@@ -34,11 +36,14 @@ pub(super) fn router() -> Router<AppState> {
             "/o/applications/{id}/delete/",
             get(delete_page).post(delete),
         )
-        .route("/o/applications/{id}/regenerate-secret/", post(regenerate))
+        .route(
+            "/o/applications/{id}/regenerate-secret/",
+            get(regenerate_page).post(regenerate),
+        )
 }
 
-/// Checks the submitted fields into an [`ApplicationInput`]; on refusal, the messages per field.
-/// Either way the entered values come back, to show the form again.
+/// Checks the submitted fields into an [`ApplicationInput`] by the shared rules; on refusal,
+/// the messages per field. Either way the entered values come back, to show the form again.
 pub(crate) fn validate(
     settings: &Settings,
     form: &FormData,
@@ -61,72 +66,16 @@ pub(crate) fn validate(
         scopes,
         may_introspect: form.checked("may_introspect"),
     };
-    let mut errors = FieldErrors::default();
-    check_length(&mut errors, "name", &values.name, "The name", true, 255);
-    let client_type = ClientType::ALL
-        .into_iter()
-        .find(|t| t.as_str() == values.client_type);
-    if client_type.is_none() {
-        errors.add("client_type", "Choose confidential or public.");
-    }
-    let grant_type = GrantType::ALL
-        .into_iter()
-        .find(|g| g.as_str() == values.grant_type);
-    match grant_type {
-        None => errors.add("grant_type", "Choose one of the grant types."),
-        Some(GrantType::ClientCredentials) if client_type == Some(ClientType::Public) => errors
-            .add(
-                "grant_type",
-                "Public clients cannot use the client credentials grant: it needs a secret.",
-            ),
-        _ => {}
-    }
-    let uris: Vec<&str> = values.redirect_uris.split_whitespace().collect();
-    if let Some(bad) = uris.iter().find(|uri| !valid_redirect_uri(uri)) {
-        errors.add(
-            "redirect_uris",
-            format!("\"{bad}\" is not an absolute http(s) URL without a fragment."),
-        );
-    } else if uris.is_empty() && grant_type == Some(GrantType::AuthorizationCode) {
-        errors.add(
-            "redirect_uris",
-            "The authorization code grant needs at least one redirect URI.",
-        );
-    } else if uris.len() > 20 {
-        errors.add("redirect_uris", "At most 20 redirect URIs.");
-    }
-    if let Some(unknown) = values
-        .scopes
-        .iter()
-        .find(|s| !settings.scopes.contains_key(*s))
-    {
-        errors.add("scope", format!("\"{unknown}\" is not a declared scope."));
-    }
-    let result = match (client_type, grant_type) {
-        (Some(client_type), Some(grant_type)) if errors.is_empty() => Ok(ApplicationInput {
-            name: values.name.clone(),
-            client_type,
-            grant_type,
-            redirect_uris: uris.join(" "),
-            allowed_scopes: values.scopes.clone(),
-            may_introspect: values.may_introspect,
-        }),
-        _ => Err(errors),
+    let draft = ApplicationDraft {
+        name: values.name.clone(),
+        client_type: values.client_type.clone(),
+        grant_type: values.grant_type.clone(),
+        redirect_uris: values.redirect_uris.clone(),
+        scopes: values.scopes.clone(),
+        may_introspect: values.may_introspect,
     };
+    let result = validation::application(settings, &draft).map_err(FieldErrors::from);
     (values, result)
-}
-
-fn valid_redirect_uri(uri: &str) -> bool {
-    let rest = uri
-        .strip_prefix("https://")
-        .or_else(|| uri.strip_prefix("http://"));
-    let host = rest
-        .and_then(|r| r.split(['/', '?']).next())
-        .unwrap_or_default();
-    !host.is_empty()
-        && !uri.contains('#')
-        && uri.len() <= 2000
-        && !uri.chars().any(|c| c.is_control())
 }
 
 /// The registration form (no `app`) or the edit form of `app`.
@@ -226,8 +175,12 @@ async fn detail_page(
     state: &AppState,
     operator: &Operator,
     app: Application,
-    secret: Option<String>,
+    flash: Option<Flash>,
 ) -> Result<ApplicationDetail, WebError> {
+    let (notice, secret) = match flash {
+        Some(flash) => (Some(flash.notice), flash.secret),
+        None => (None, None),
+    };
     let owner = match app.owner_id {
         Some(id) => state
             .store
@@ -243,7 +196,7 @@ async fn detail_page(
         app.allowed_scopes.join(" ")
     };
     Ok(ApplicationDetail {
-        nav: Nav::of(operator),
+        nav: Nav::with_notice(operator, notice),
         fingerprint: app.secret_fingerprint().map(str::to_owned),
         redirect_uris: app
             .redirect_uris
@@ -329,21 +282,29 @@ async fn register(State(state): State<AppState>, operator: Operator, form: FormD
         .create_application(&input, Some(operator.user.id), None, None)
         .await?;
     tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "application registered");
-    Ok(render(
-        StatusCode::CREATED,
-        &detail_page(&state, &operator, app, secret).await?,
-    ))
+    let flash = Flash {
+        notice: "Application registered.".into(),
+        secret,
+    };
+    Ok(flash::redirect(&operator, &detail_path(app.id), flash).await)
+}
+
+/// Where an application's page is.
+fn detail_path(id: i64) -> String {
+    format!("/o/applications/{id}/")
 }
 
 async fn detail(
     State(state): State<AppState>,
     operator: Operator,
     Path(id): Path<String>,
+    Query(query): Query<FlashQuery>,
 ) -> WebResult {
     let app = load_owned(&state, &operator, &id).await?;
+    let flash = flash::take(&operator, &detail_path(app.id), query.flash.as_deref()).await;
     Ok(render(
         StatusCode::OK,
-        &detail_page(&state, &operator, app, None).await?,
+        &detail_page(&state, &operator, app, flash).await?,
     ))
 }
 
@@ -402,10 +363,36 @@ async fn update(
         .ok_or(WebError::NotFound)?;
     tracing::info!(user_id = operator.user.id, client_id = %updated.client_id, "application updated");
     // A public client turned confidential needs its first secret, shown once like any other.
-    if updated.client_type == ClientType::Confidential && updated.client_secret_digest.is_none() {
-        return new_secret(&state, &operator, updated.id).await;
+    let flash = if updated.client_type == ClientType::Confidential
+        && updated.client_secret_digest.is_none()
+    {
+        Flash {
+            notice: "Saved. The application is now confidential: here is its first secret.".into(),
+            secret: Some(new_secret(&state, updated.id).await?),
+        }
+    } else {
+        flash::notice("Saved.")
+    };
+    Ok(flash::redirect(&operator, &detail_path(updated.id), flash).await)
+}
+
+/// Asks before regenerating: the current secret stops working at once.
+async fn regenerate_page(
+    State(state): State<AppState>,
+    operator: Operator,
+    Path(id): Path<String>,
+) -> WebResult {
+    let app = load_owned(&state, &operator, &id).await?;
+    if app.client_type != ClientType::Confidential {
+        return Ok(see_other(&detail_path(app.id)));
     }
-    Ok(see_other(&format!("/o/applications/{}/", updated.id)))
+    Ok(render(
+        StatusCode::OK,
+        &ApplicationRegenerate {
+            nav: Nav::of(&operator),
+            app,
+        },
+    ))
 }
 
 async fn regenerate(
@@ -417,29 +404,24 @@ async fn regenerate(
     csrf::verify(&operator, &form)?;
     let app = load_owned(&state, &operator, &id).await?;
     if app.client_type != ClientType::Confidential {
-        return Ok(see_other(&format!("/o/applications/{}/", app.id)));
+        return Ok(see_other(&detail_path(app.id)));
     }
-    let response = new_secret(&state, &operator, app.id).await?;
+    let secret = new_secret(&state, app.id).await?;
     tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "client secret regenerated");
-    Ok(response)
+    let flash = Flash {
+        notice: "New secret generated. The previous secret no longer works.".into(),
+        secret: Some(secret),
+    };
+    Ok(flash::redirect(&operator, &detail_path(app.id), flash).await)
 }
 
-/// Gives application `id` a new secret and shows it, this once, on its detail page.
-async fn new_secret(state: &AppState, operator: &Operator, id: i64) -> WebResult {
-    let secret = state
+/// Gives application `id` a new secret, returned this once.
+async fn new_secret(state: &AppState, id: i64) -> Result<String, WebError> {
+    state
         .store
         .regenerate_secret(id)
         .await?
-        .ok_or(WebError::NotFound)?;
-    let app = state
-        .store
-        .get_application(id)
-        .await?
-        .ok_or(WebError::NotFound)?;
-    Ok(render(
-        StatusCode::OK,
-        &detail_page(state, operator, app, Some(secret)).await?,
-    ))
+        .ok_or(WebError::NotFound)
 }
 
 async fn delete_page(
@@ -533,8 +515,5 @@ mod tests {
         let errors = input.unwrap_err();
         assert!(errors.get("client_type").is_some());
         assert!(errors.get("redirect_uris").is_some());
-        assert!(!valid_redirect_uri("https://"));
-        assert!(!valid_redirect_uri("https://a/#x"));
-        assert!(valid_redirect_uri("https://a.example/cb?x=1"));
     }
 }

@@ -1,6 +1,7 @@
 //! Submitted forms as name/value pairs (repeated names kept, for checkboxes) and the per-field
 //! error messages that a refused form is shown again with.
 
+use crate::validation::Refusals;
 use axum::extract::{Form, FromRequest, Request};
 use axum::response::{IntoResponse, Response};
 use std::collections::BTreeMap;
@@ -82,33 +83,33 @@ impl FieldErrors {
         self.0.is_empty()
     }
 
+    /// Records the refusal of a shared rule, if any, under `field`.
+    pub fn check(&mut self, field: &str, check: Result<(), String>) {
+        if let Err(message) = check {
+            self.add(field, message);
+        }
+    }
+
     /// Whether a field has an error (for `aria-invalid`).
     pub fn has(&self, field: &str) -> bool {
         self.0.contains_key(field)
     }
 }
 
-/// Checks a length in characters; `what` starts the message.
-pub(crate) fn check_length(
-    errors: &mut FieldErrors,
-    field: &str,
-    value: &str,
-    what: &str,
-    required: bool,
-    max: usize,
-) {
-    if required && value.is_empty() {
-        errors.add(field, "This field is required.");
-    } else if value.chars().count() > max {
-        errors.add(field, format!("{what} must be at most {max} characters."));
-    } else if value.chars().any(char::is_control) {
-        errors.add(field, format!("{what} may not contain control characters."));
+impl From<Refusals> for FieldErrors {
+    fn from(refusals: Refusals) -> Self {
+        let mut errors = FieldErrors::default();
+        for (field, message) in refusals.iter() {
+            errors.add(field, message);
+        }
+        errors
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validation;
 
     #[test]
     fn values_and_checkboxes() {
@@ -123,8 +124,8 @@ mod tests {
         assert!(form.checked("flag"));
         assert!(!form.checked("other"));
         let mut errors = FieldErrors::default();
-        check_length(&mut errors, "name", "", "Name", true, 5);
-        check_length(&mut errors, "long", "abcdef", "Long", false, 5);
+        errors.check("name", validation::length("", "Name", true, 5));
+        errors.check("long", validation::length("abcdef", "Long", false, 5));
         assert_eq!(errors.get("name"), Some("This field is required."));
         assert_eq!(
             errors.get("long"),

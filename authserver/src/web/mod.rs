@@ -5,6 +5,7 @@ mod admin;
 mod applications;
 mod auth;
 mod csrf;
+mod flash;
 mod forms;
 mod session;
 mod templates;

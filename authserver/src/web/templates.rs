@@ -9,6 +9,8 @@ use askama::Template;
 pub(crate) struct Nav {
     pub user: Option<User>,
     pub csrf_token: String,
+    /// A one-time message from the POST that led here ("Saved.").
+    pub notice: Option<String>,
 }
 
 impl Nav {
@@ -16,6 +18,7 @@ impl Nav {
         Nav {
             user: None,
             csrf_token: String::new(),
+            notice: None,
         }
     }
 
@@ -23,6 +26,15 @@ impl Nav {
         Nav {
             user: Some(operator.user.clone()),
             csrf_token: operator.csrf_token.clone(),
+            notice: None,
+        }
+    }
+
+    /// The header of a page that shows `notice` once.
+    pub fn with_notice(operator: &Operator, notice: Option<String>) -> Nav {
+        Nav {
+            notice,
+            ..Nav::of(operator)
         }
     }
 }
@@ -130,6 +142,13 @@ pub(crate) struct ApplicationDetail {
     pub scopes: String,
     pub owner: String,
     pub created: String,
+}
+
+#[derive(Template)]
+#[template(path = "applications/regenerate.html")]
+pub(crate) struct ApplicationRegenerate {
+    pub nav: Nav,
+    pub app: Application,
 }
 
 #[derive(Template)]

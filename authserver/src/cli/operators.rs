@@ -1,0 +1,376 @@
+//! The operator commands on users, groups and applications. Every value goes through the same
+//! rules as the views' forms ([`crate::validation`]), and a refusal carries the form's message.
+
+use super::prompt;
+use super::{AppCommand, GroupCommand, UserCommand};
+use crate::config::Settings;
+use crate::store::{ClientType, NewUser, Store, StoreError};
+use crate::validation::{self, ApplicationDraft};
+use anyhow::{Context, bail};
+
+/// `Err("<flag>: <message>")` when a shared rule refuses.
+fn checked(flag: &str, check: Result<(), String>) -> anyhow::Result<()> {
+    check.map_err(|message| anyhow::anyhow!("{flag}: {message}"))
+}
+
+/// `Err("<flag> \"<value>\": <message>")` when a shared rule refuses a value that is no secret.
+fn checked_value(flag: &str, value: &str, check: Result<(), String>) -> anyhow::Result<()> {
+    check.map_err(|message| anyhow::anyhow!("{flag} {value:?}: {message}"))
+}
+
+/// The store's conflict as the form words it, other errors as they are.
+fn conflict(error: StoreError, message: &str) -> anyhow::Error {
+    match error {
+        StoreError::Conflict(_) => anyhow::anyhow!("{message}"),
+        other => other.into(),
+    }
+}
+
+/// The new user's fields, checked as the add-user form checks them, then the password.
+pub struct NewAccount {
+    pub username: String,
+    pub email: String,
+    pub first_name: String,
+    pub last_name: String,
+    pub is_staff: bool,
+    pub is_superuser: bool,
+}
+
+/// Creates a user after checking every field, the password last (so a bad name is refused
+/// before anyone types a password).
+pub async fn create_user(store: &Store, account: NewAccount) -> anyhow::Result<()> {
+    checked_value(
+        "--username",
+        &account.username,
+        validation::username(&account.username),
+    )?;
+    checked_value("--email", &account.email, validation::email(&account.email))?;
+    checked_value(
+        "--first-name",
+        &account.first_name,
+        validation::first_name(&account.first_name),
+    )?;
+    checked_value(
+        "--last-name",
+        &account.last_name,
+        validation::last_name(&account.last_name),
+    )?;
+    if store
+        .find_user_by_username(&account.username)
+        .await?
+        .is_some()
+    {
+        bail!("--username: A user with that username already exists.");
+    }
+    let password = prompt::password("AUTHSERVER_PASSWORD", "password").await?;
+    checked("password", validation::password(&password))?;
+    let new = NewUser {
+        username: account.username,
+        email: account.email,
+        first_name: account.first_name,
+        last_name: account.last_name,
+        password: Some(password),
+        is_active: true,
+        is_staff: account.is_staff || account.is_superuser,
+        is_superuser: account.is_superuser,
+    };
+    let user = store
+        .create_user(&new)
+        .await
+        .map_err(|e| conflict(e, "--username: A user with that username already exists."))?;
+    let kind = if user.is_superuser {
+        "superuser"
+    } else {
+        "user"
+    };
+    println!("created {kind} {} (id {})", user.username, user.id);
+    Ok(())
+}
+
+pub async fn user(store: &Store, command: UserCommand) -> anyhow::Result<()> {
+    match command {
+        UserCommand::Create {
+            username,
+            email,
+            first_name,
+            last_name,
+            staff,
+        } => {
+            let account = NewAccount {
+                username,
+                email,
+                first_name,
+                last_name,
+                is_staff: staff,
+                is_superuser: false,
+            };
+            create_user(store, account).await?;
+        }
+        UserCommand::List { json } => {
+            let users = store.list_users().await?;
+            if json {
+                let rows: Vec<serde_json::Value> = users
+                    .iter()
+                    .map(|u| {
+                        serde_json::json!({
+                            "id": u.id, "username": u.username, "email": u.email,
+                            "first_name": u.first_name, "last_name": u.last_name,
+                            "is_active": u.is_active, "is_staff": u.is_staff,
+                            "is_superuser": u.is_superuser, "date_joined": u.date_joined,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::Value::from(rows));
+            } else {
+                for u in &users {
+                    let mut roles = Vec::new();
+                    if u.is_superuser {
+                        roles.push("superuser");
+                    } else if u.is_staff {
+                        roles.push("staff");
+                    }
+                    if !u.is_active {
+                        roles.push("inactive");
+                    }
+                    println!("{}  {}  {}", u.id, u.username, roles.join(","));
+                }
+            }
+        }
+        UserCommand::SetPassword { username } => {
+            let user = store
+                .find_user_by_username(&username)
+                .await?
+                .with_context(|| format!("no user named {username:?}"))?;
+            let password = prompt::password("AUTHSERVER_PASSWORD", "password").await?;
+            checked("password", validation::password(&password))?;
+            store.set_password(user.id, &password).await?;
+            let ended = store.delete_user_sessions(user.id).await?;
+            println!(
+                "password of {} changed; {ended} browser session(s) ended",
+                user.username
+            );
+        }
+        UserCommand::Delete { username } => {
+            let user = store
+                .find_user_by_username(&username)
+                .await?
+                .with_context(|| format!("no user named {username:?}"))?;
+            if !store.delete_user(user.id).await? {
+                bail!("no user named {username:?}");
+            }
+            println!(
+                "deleted user {} (id {}) and their tokens",
+                user.username, user.id
+            );
+        }
+    }
+    Ok(())
+}
+
+pub async fn group(store: &Store, command: GroupCommand) -> anyhow::Result<()> {
+    match command {
+        GroupCommand::Create { name } => {
+            let name = name.trim().to_owned();
+            checked_value("name", &name, validation::group_name(&name))?;
+            let group = store
+                .create_group(&name)
+                .await
+                .map_err(|e| conflict(e, "name: A group with that name already exists."))?;
+            println!("created group {} (id {})", group.name, group.id);
+        }
+        GroupCommand::List { json } => {
+            let groups = store.list_groups().await?;
+            let mut rows = Vec::new();
+            for group in &groups {
+                let members: Vec<String> = store
+                    .group_members(group.id)
+                    .await?
+                    .into_iter()
+                    .map(|u| u.username)
+                    .collect();
+                rows.push((group, members));
+            }
+            if json {
+                let rows: Vec<serde_json::Value> = rows
+                    .iter()
+                    .map(|(g, members)| {
+                        serde_json::json!({ "id": g.id, "name": g.name, "members": members })
+                    })
+                    .collect();
+                println!("{}", serde_json::Value::from(rows));
+            } else {
+                for (g, members) in &rows {
+                    println!("{}  {}  members: {}", g.id, g.name, members.join(" "));
+                }
+            }
+        }
+        GroupCommand::Delete { name } => {
+            let group = store
+                .list_groups()
+                .await?
+                .into_iter()
+                .find(|g| g.name == name)
+                .with_context(|| format!("no group named {name:?}"))?;
+            if !store.delete_group(group.id).await? {
+                bail!("no group named {name:?}");
+            }
+            println!("deleted group {} (id {})", group.name, group.id);
+        }
+    }
+    Ok(())
+}
+
+/// The command-line flag of an application form field, and the value given for it.
+fn app_field(draft: &ApplicationDraft, field: &str) -> (&'static str, String) {
+    match field {
+        "name" => ("--name", draft.name.clone()),
+        "client_type" => ("--client-type", draft.client_type.clone()),
+        "grant_type" => ("--grant-type", draft.grant_type.clone()),
+        "redirect_uris" => ("--redirect-uris", draft.redirect_uris.clone()),
+        _ => ("--scopes", draft.scopes.join(" ")),
+    }
+}
+
+pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> anyhow::Result<()> {
+    match command {
+        AppCommand::Create {
+            name,
+            client_type,
+            grant_type,
+            client_id,
+            client_secret_stdin,
+            introspect,
+            scopes,
+            redirect_uris,
+            json,
+        } => {
+            let mut scope_list: Vec<String> = Vec::new();
+            for scope in scopes.split_whitespace() {
+                if !scope_list.iter().any(|s| s == scope) {
+                    scope_list.push(scope.to_owned());
+                }
+            }
+            let draft = ApplicationDraft {
+                name: name.trim().to_owned(),
+                client_type: client_type.trim().to_owned(),
+                grant_type: grant_type.trim().to_owned(),
+                redirect_uris,
+                scopes: scope_list,
+                may_introspect: introspect,
+            };
+            let input = validation::application(settings, &draft).map_err(|refusals| {
+                let lines: Vec<String> = refusals
+                    .iter()
+                    .map(|(field, message)| {
+                        let (flag, value) = app_field(&draft, field);
+                        format!("{flag} {value:?}: {message}")
+                    })
+                    .collect();
+                anyhow::anyhow!("{}", lines.join("\n"))
+            })?;
+            if let Some(id) = &client_id {
+                checked(
+                    "--client-id",
+                    validation::length(id, "The client id", true, 100),
+                )?;
+                if store.find_application_by_client_id(id).await?.is_some() {
+                    bail!("--client-id: an application with client id {id:?} already exists");
+                }
+            }
+            let secret = match (client_secret_stdin, input.client_type) {
+                (false, _) => None,
+                (true, ClientType::Public) => {
+                    bail!("--client-secret-stdin: a public client has no secret")
+                }
+                (true, ClientType::Confidential) => {
+                    let secret = prompt::read_secret("client secret", false).await?;
+                    checked("--client-secret-stdin", validation::client_secret(&secret))?;
+                    Some(secret)
+                }
+            };
+            let (app, secret) = store
+                .create_application(&input, None, client_id, secret)
+                .await
+                .map_err(|e| conflict(e, "--client-id: that client id is taken"))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "id": app.id, "client_id": app.client_id, "client_secret": secret })
+                );
+            } else {
+                println!("client_id: {}", app.client_id);
+                if let Some(secret) = secret {
+                    println!("client_secret: {secret}");
+                    println!("(the secret is shown only now; store it safely)");
+                }
+            }
+        }
+        AppCommand::List { json } => {
+            let apps = store.list_applications(None).await?;
+            if json {
+                let rows: Vec<serde_json::Value> = apps
+                    .iter()
+                    .map(|a| {
+                        serde_json::json!({
+                            "id": a.id, "name": a.name, "client_id": a.client_id,
+                            "client_type": a.client_type.as_str(), "grant_type": a.grant_type.as_str(),
+                            "redirect_uris": a.redirect_uris.split_whitespace().collect::<Vec<_>>(),
+                            "allowed_scopes": a.allowed_scopes, "may_introspect": a.may_introspect,
+                            "owner_id": a.owner_id, "secret_fingerprint": a.secret_fingerprint(),
+                            "created_at": a.created_at,
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::Value::from(rows));
+            } else {
+                for a in &apps {
+                    println!(
+                        "{}  {}  {}  {}  {}",
+                        a.id,
+                        a.client_id,
+                        a.client_type.as_str(),
+                        a.grant_type.as_str(),
+                        a.name
+                    );
+                }
+            }
+        }
+        AppCommand::Delete { client_id } => {
+            let app = store
+                .find_application_by_client_id(&client_id)
+                .await?
+                .with_context(|| format!("no application with client id {client_id:?}"))?;
+            if !store.delete_application(app.id).await? {
+                bail!("no application with client id {client_id:?}");
+            }
+            println!(
+                "deleted application {} ({}); its tokens no longer work",
+                app.name, app.client_id
+            );
+        }
+        AppCommand::RotateSecret { client_id, json } => {
+            let app = store
+                .find_application_by_client_id(&client_id)
+                .await?
+                .with_context(|| format!("no application with client id {client_id:?}"))?;
+            if app.client_type != ClientType::Confidential {
+                bail!("{client_id} is a public client: it has no secret");
+            }
+            let secret = store
+                .regenerate_secret(app.id)
+                .await?
+                .with_context(|| format!("no application with client id {client_id:?}"))?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "client_id": app.client_id, "client_secret": secret })
+                );
+            } else {
+                println!("client_id: {}", app.client_id);
+                println!("client_secret: {secret}");
+                println!("(the previous secret no longer works; this one is shown only now)");
+            }
+        }
+    }
+    Ok(())
+}

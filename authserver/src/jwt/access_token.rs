@@ -1,0 +1,199 @@
+//! RFC 9068 access tokens: the claims, signing with the current key, and verifying one of ours.
+
+use super::keys::{KeySet, SigningKey};
+use jsonwebtoken::{Algorithm, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+/// The `typ` header of an RFC 9068 access token.
+pub const TYP: &str = "at+jwt";
+
+/// The claims of an access token (RFC 9068 §2.2, plus `username` for tokens of a user).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct AccessTokenClaims {
+    pub iss: String,
+    /// The user's id, or the client id for a token of the client itself (client_credentials).
+    pub sub: String,
+    pub aud: String,
+    pub client_id: String,
+    pub iat: i64,
+    pub exp: i64,
+    /// The token's stored value sealed by the signing key ([`SigningKey::seal_jti`]): unique,
+    /// and its row is found by the digest of what it opens to.
+    pub jti: String,
+    pub scope: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+}
+
+/// Signs `claims` with `key`: `{"alg":"EdDSA","typ":"at+jwt","kid":…}`.
+pub fn sign(key: &SigningKey, claims: &AccessTokenClaims) -> jsonwebtoken::errors::Result<String> {
+    let mut header = Header::new(Algorithm::EdDSA);
+    header.typ = Some(TYP.to_owned());
+    header.kid = Some(key.kid.clone());
+    jsonwebtoken::encode(&header, claims, &key.encoding)
+}
+
+/// Whether a presented token has the shape of a JWS (opaque tokens are base64url, no dots).
+pub fn looks_like_jwt(token: &str) -> bool {
+    token.bytes().filter(|b| *b == b'.').count() == 2
+}
+
+/// What checking a presented JWT against our keys found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verified {
+    /// Signed by one of our published keys, `typ` `at+jwt`, our issuer, not expired: the
+    /// stored value its `jti` opens to.
+    StoredValue(String),
+    /// Well-formed, but its kid is not among the keys given (perhaps one this copy lacks).
+    UnknownKid,
+    /// Anything else: malformed, another algorithm or typ, a bad signature, expired, not ours.
+    Invalid,
+}
+
+#[derive(Deserialize)]
+struct JtiOnly {
+    jti: String,
+}
+
+/// Checks `token` against the keys published at `now`.
+pub fn verify(keys: &KeySet, token: &str, issuer: &str, now: i64, token_lifetime: i64) -> Verified {
+    let Ok(header) = jsonwebtoken::decode_header(token) else {
+        return Verified::Invalid;
+    };
+    if header.alg != Algorithm::EdDSA || header.typ.as_deref() != Some(TYP) {
+        return Verified::Invalid;
+    }
+    let Some(kid) = header.kid else {
+        return Verified::Invalid;
+    };
+    let Some(key) = keys.find_published(&kid, now, token_lifetime) else {
+        return Verified::UnknownKid;
+    };
+    let mut validation = Validation::new(Algorithm::EdDSA);
+    validation.set_issuer(&[issuer]);
+    validation.set_required_spec_claims(&["exp", "iss"]);
+    validation.validate_aud = false;
+    validation.leeway = 0;
+    match jsonwebtoken::decode::<JtiOnly>(token, &key.decoding, &validation) {
+        Ok(data) => key
+            .open_jti(&data.claims.jti)
+            .map_or(Verified::Invalid, Verified::StoredValue),
+        Err(_) => Verified::Invalid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jwt::keys::generate;
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+    const ISSUER: &str = "https://auth.example";
+
+    fn keys() -> KeySet {
+        KeySet::from_stored(&[generate(1, 0, 0).unwrap()]).unwrap()
+    }
+
+    fn claims(key: &SigningKey, exp: i64) -> AccessTokenClaims {
+        AccessTokenClaims {
+            iss: ISSUER.into(),
+            sub: "7".into(),
+            aud: ISSUER.into(),
+            client_id: "client".into(),
+            iat: 100,
+            exp,
+            jti: key.seal_jti("the-value").unwrap(),
+            scope: "read".into(),
+            username: Some("alice".into()),
+        }
+    }
+
+    fn now() -> i64 {
+        crate::store::now()
+    }
+
+    #[test]
+    fn a_signed_token_verifies_to_its_jti() {
+        let keys = keys();
+        let key = keys.signer(0).unwrap();
+        let token = sign(key, &claims(key, now() + 60)).unwrap();
+        assert!(looks_like_jwt(&token));
+        let header = jsonwebtoken::decode_header(&token).unwrap();
+        assert_eq!(header.typ.as_deref(), Some("at+jwt"));
+        assert_eq!(header.kid.as_deref(), Some(keys.all()[0].kid.as_str()));
+        assert_eq!(
+            verify(&keys, &token, ISSUER, now(), 3600),
+            Verified::StoredValue("the-value".into())
+        );
+    }
+
+    #[test]
+    fn tampered_expired_foreign_and_other_issuers_tokens_are_refused() {
+        let keys = keys();
+        let key = keys.signer(0).unwrap();
+        let token = sign(key, &claims(key, now() + 60)).unwrap();
+        let parts: Vec<&str> = token.split('.').collect();
+        let mut forged = claims(key, now() + 60);
+        forged.scope = "read write".into();
+        let payload = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&forged).unwrap());
+        let tampered = format!("{}.{payload}.{}", parts[0], parts[2]);
+        assert_eq!(
+            verify(&keys, &tampered, ISSUER, now(), 3600),
+            Verified::Invalid
+        );
+        let expired = sign(key, &claims(key, now() - 1)).unwrap();
+        // Signed by our key, with a jti it did not seal.
+        let mut unsealed = claims(key, now() + 60);
+        unsealed.jti = "the-value".into();
+        let unsealed = sign(key, &unsealed).unwrap();
+        assert_eq!(
+            verify(&keys, &unsealed, ISSUER, now(), 3600),
+            Verified::Invalid
+        );
+        assert_eq!(
+            verify(&keys, &expired, ISSUER, now(), 3600),
+            Verified::Invalid
+        );
+        assert_eq!(
+            verify(&keys, &token, "https://other.example", now(), 3600),
+            Verified::Invalid
+        );
+        let foreign = self::keys();
+        assert_eq!(
+            verify(&foreign, &token, ISSUER, now(), 3600),
+            Verified::UnknownKid
+        );
+        // Same kid, header claiming another algorithm: refused before any key is used.
+        let hs256 = format!(
+            "{}.{}.{}",
+            URL_SAFE_NO_PAD.encode(format!(
+                r#"{{"alg":"HS256","typ":"at+jwt","kid":"{}"}}"#,
+                key.kid
+            )),
+            parts[1],
+            parts[2]
+        );
+        assert_eq!(
+            verify(&keys, &hs256, ISSUER, now(), 3600),
+            Verified::Invalid
+        );
+        let plain_jwt = format!(
+            "{}.{}.{}",
+            URL_SAFE_NO_PAD.encode(format!(
+                r#"{{"alg":"EdDSA","typ":"JWT","kid":"{}"}}"#,
+                key.kid
+            )),
+            parts[1],
+            parts[2]
+        );
+        assert_eq!(
+            verify(&keys, &plain_jwt, ISSUER, now(), 3600),
+            Verified::Invalid
+        );
+        assert_eq!(
+            verify(&keys, "a.b.c", ISSUER, now(), 3600),
+            Verified::Invalid
+        );
+    }
+}

@@ -1,0 +1,53 @@
+//! `authserver keys rotate`: a new key, published at once and signing after a delay, so that
+//! validators that cached the JWKS before the rotation never meet an unknown kid.
+
+use super::keyring::KEY_CACHE_TTL;
+use super::keys::{self, KeySet, KeyState};
+use crate::store::signing_keys::StoredSigningKey;
+use crate::store::{Store, StoreError, StoreResult, now};
+
+/// What a rotation did.
+#[derive(Debug)]
+pub struct Rotated {
+    pub key: StoredSigningKey,
+    /// Keys deleted because every token they signed has expired.
+    pub pruned: Vec<String>,
+}
+
+/// The delay a rotation waits by default: twice the JWKS max-age plus the replicas' key cache,
+/// so every replica publishes the new key and every validator refetches before it signs.
+pub fn default_delay(jwks_max_age: i64) -> i64 {
+    2 * jwks_max_age + KEY_CACHE_TTL.as_secs() as i64
+}
+
+/// The shortest delay with which no validator honouring the JWKS max-age meets an unknown kid.
+pub fn safe_delay(jwks_max_age: i64) -> i64 {
+    jwks_max_age + KEY_CACHE_TTL.as_secs() as i64
+}
+
+/// Adds a key of the next generation, signing `delay` seconds from now (at once when it is the
+/// first key: nobody can have cached a JWKS that lacks it), and deletes the keys no longer
+/// published for tokens living `token_lifetime`.
+pub async fn rotate(store: &Store, delay: i64, token_lifetime: i64) -> StoreResult<Rotated> {
+    let at = now();
+    let keys = KeySet::from_stored(&store.signing_keys().await?).map_err(StoreError::Other)?;
+    let signs_from = if keys.is_empty() {
+        at
+    } else {
+        at + delay.max(0)
+    };
+    let key = keys::generate(keys.next_generation(), at, signs_from)?;
+    if !store.add_signing_key(&key).await? {
+        return Err(StoreError::Conflict(
+            "a key of that generation (another rotation ran at the same time)",
+        ));
+    }
+    let mut pruned = Vec::new();
+    for (old, state) in keys.states(at, token_lifetime) {
+        if state == KeyState::Expired && store.delete_signing_key(&old.kid).await? {
+            pruned.push(old.kid.clone());
+        }
+    }
+    tracing::info!(kid = %key.kid, generation = key.generation, signs_from, "rotated the JWT signing key");
+    Ok(Rotated { key, pruned })
+}

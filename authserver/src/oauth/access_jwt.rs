@@ -1,0 +1,111 @@
+//! Access tokens handed out as RFC 9068 JWTs, and finding the stored token behind a presented one.
+//!
+//! A JWT access token is an ordinary token row whose random value travels in the JWT's `jti`,
+//! sealed by the signing key: the row is found by the digest of the value the `jti` opens to,
+//! as an opaque token's is by the digest of the token. Only a JWT that verifies against our
+//! keys leads to the row; the `jti` on its own (read from a log of claims, say) is no token.
+
+use super::OAuthError;
+use crate::AppState;
+use crate::jwt::access_token::{self, AccessTokenClaims};
+use crate::jwt::{KeySet, Verified};
+use crate::store::{IssuedTokens, TokenRecord, now};
+use std::borrow::Cow;
+use std::time::Instant;
+
+/// Whose token it is.
+pub enum Subject<'a> {
+    User { id: i64, username: &'a str },
+    Client,
+}
+
+/// The JWT to hand out instead of the opaque access token of `issued`, issued at `issued_at`
+/// (taken before the row was written, so the JWT never outlives its row).
+pub async fn jwt_for(
+    state: &AppState,
+    client_id: &str,
+    subject: Subject<'_>,
+    issued: &IssuedTokens,
+    issued_at: i64,
+) -> Result<String, OAuthError> {
+    let settings = &state.settings;
+    let keys = state.keys.keys_with_signer(&state.store).await?;
+    let signer = keys
+        .signer(now())
+        .ok_or_else(|| OAuthError::Server(anyhow::anyhow!("no signing key")))?;
+    let jti = signer
+        .seal_jti(&issued.access_token)
+        .map_err(OAuthError::Server)?;
+    let (sub, username) = match subject {
+        Subject::User { id, username } => (id.to_string(), Some(username.to_owned())),
+        Subject::Client => (client_id.to_owned(), None),
+    };
+    let claims = AccessTokenClaims {
+        iss: settings.issuer.clone(),
+        sub,
+        aud: settings.access_token_audience.clone(),
+        client_id: client_id.to_owned(),
+        iat: issued_at,
+        exp: issued_at + issued.expires_in,
+        jti,
+        scope: issued.scope.clone(),
+        username,
+    };
+    access_token::sign(signer, &claims)
+        .map_err(|error| OAuthError::Server(anyhow::anyhow!("signing a JWT failed: {error}")))
+}
+
+/// A presented token and the stored value its row is found by (the token itself, or what the
+/// `jti` of a JWT opens to).
+pub struct Presented<'a> {
+    pub record: TokenRecord,
+    pub stored_value: Cow<'a, str>,
+}
+
+/// The stored token a presented one stands for: a JWT that verifies against our published
+/// keys leads to the access token its `jti` opens to; anything else is looked up as it is.
+/// `None` for unknown, forged and tampered tokens.
+pub async fn find_presented<'a>(
+    state: &AppState,
+    token: &'a str,
+) -> Result<Option<Presented<'a>>, OAuthError> {
+    if access_token::looks_like_jwt(token) {
+        let Some(value) = verified_value(state, token).await? else {
+            return Ok(None);
+        };
+        let record = state.store.find_token(&value).await?;
+        return Ok(record
+            .filter(|r| r.kind == TokenRecord::ACCESS)
+            .map(|record| Presented {
+                record,
+                stored_value: Cow::Owned(value),
+            }));
+    }
+    let record = state.store.find_token(token).await?;
+    Ok(record.map(|record| Presented {
+        record,
+        stored_value: Cow::Borrowed(token),
+    }))
+}
+
+/// The stored value in a JWT signed by one of our published keys, with our issuer, not expired.
+async fn verified_value(state: &AppState, token: &str) -> Result<Option<String>, OAuthError> {
+    let check = |keys: &KeySet| {
+        access_token::verify(
+            keys,
+            token,
+            &state.settings.issuer,
+            now(),
+            state.settings.access_token_lifetime,
+        )
+    };
+    let asked = Instant::now();
+    let mut verdict = check(&*state.keys.keys(&state.store).await?);
+    if verdict == Verified::UnknownKid {
+        verdict = check(&*state.keys.keys_read_after(&state.store, asked).await?);
+    }
+    Ok(match verdict {
+        Verified::StoredValue(value) => Some(value),
+        Verified::UnknownKid | Verified::Invalid => None,
+    })
+}

@@ -1,0 +1,427 @@
+//! The `authserver` operator commands against the binary: they refuse what the views' forms
+//! refuse, with the forms' words; list, delete, set-password and rotate-secret; a password typed
+//! at a terminal is not echoed; settings from the environment are read as every binary reads them.
+
+use authserver::validation;
+use std::io::{Read, Write};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_authserver");
+
+/// The command with no `AUTHSERVER_*` variable inherited.
+fn command(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command.args(args);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("AUTHSERVER_") {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+fn run(args: &[&str], db: &str, stdin: &str) -> Output {
+    let mut child = command(args)
+        .arg("--database-url")
+        .arg(db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start authserver");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ok(out: &Output) {
+    assert!(out.status.success(), "{}", stderr(out));
+}
+
+/// Refused with exit code 1 and `message` on stderr.
+fn refused(out: &Output, message: &str) {
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
+    assert!(stderr(out).contains(message), "{}", stderr(out));
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    ok(out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn usernames(db: &str) -> Vec<String> {
+    json(&run(&["user", "list", "--json"], db, ""))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["username"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+const STRONG: &str = "Zq3-vN8_pL2xR7kT4mW9yB6cD1fG5hJ0sA";
+
+#[tokio::test]
+async fn the_cli_refuses_what_the_forms_refuse_with_their_words() {
+    for db in authserver::testing::all_database_urls().await {
+        refusals(&db);
+    }
+}
+
+fn refusals(db: &str) {
+    let db = db.to_owned();
+    // The form's messages, from the one shared rule.
+    let short = validation::password("hunte").unwrap_err();
+    assert_eq!(short, "The password must have at least 8 characters.");
+    let bad_name = validation::username("bad name").unwrap_err();
+    assert_eq!(bad_name, "Use only letters, digits and @ . + - _");
+
+    let out = run(&["createsuperuser", "--username", "root"], &db, "hunte\n");
+    refused(&out, &short);
+    let out = run(
+        &["user", "create", "--username", "bad name"],
+        &db,
+        "long-enough\n",
+    );
+    refused(&out, &format!("--username \"bad name\": {bad_name}"));
+    let out = run(
+        &["user", "create", "--username", "ann", "--email", "nope"],
+        &db,
+        "long-enough\n",
+    );
+    refused(&out, "--email \"nope\": Enter a valid email address.");
+    assert!(usernames(&db).is_empty(), "nothing was created");
+
+    ok(&run(
+        &["createsuperuser", "--username", "root"],
+        &db,
+        "long-enough\n",
+    ));
+    let out = run(
+        &["user", "create", "--username", "root"],
+        &db,
+        "long-enough\n",
+    );
+    refused(&out, "A user with that username already exists.");
+
+    // Client secrets chosen by the operator must be strong.
+    for weak in ["abc", "known-secret", &"a".repeat(40)] {
+        let out = run(
+            &["app", "create", "--name", "svc", "--client-secret-stdin"],
+            &db,
+            &format!("{weak}\n"),
+        );
+        refused(&out, "The client secret must have at least 32 characters");
+    }
+    // Application fields, as the register form words them.
+    let out = run(
+        &[
+            "app",
+            "create",
+            "--name",
+            "svc",
+            "--client-type",
+            "public",
+            "--grant-type",
+            "client-credentials",
+        ],
+        &db,
+        "",
+    );
+    refused(
+        &out,
+        "--grant-type \"client-credentials\": Public clients cannot use the client credentials grant: it needs a secret.",
+    );
+    let out = run(
+        &[
+            "app",
+            "create",
+            "--name",
+            "web",
+            "--redirect-uris",
+            "ftp://x",
+            "--scopes",
+            "read nope",
+        ],
+        &db,
+        "",
+    );
+    refused(
+        &out,
+        "--redirect-uris \"ftp://x\": \"ftp://x\" is not an absolute http(s) URL without a fragment.",
+    );
+    assert!(stderr(&out).contains("--scopes \"read nope\": \"nope\" is not a declared scope."));
+    let out = run(&["group", "create", ""], &db, "");
+    refused(&out, "This field is required.");
+    assert_eq!(
+        json(&run(&["app", "list", "--json"], &db, "")),
+        serde_json::json!([])
+    );
+}
+
+#[tokio::test]
+async fn users_groups_and_applications_are_listed_changed_and_deleted() {
+    for db in authserver::testing::all_database_urls().await {
+        operations(&db).await;
+    }
+}
+
+async fn operations(db: &str) {
+    let db = db.to_owned();
+    ok(&run(
+        &["user", "create", "--username", "ann", "--staff"],
+        &db,
+        "ann-password\n",
+    ));
+    ok(&run(
+        &["user", "create", "--username", "bob"],
+        &db,
+        "bob-password\n",
+    ));
+    let users = json(&run(&["user", "list", "--json"], &db, ""));
+    assert_eq!(users[0]["username"], "ann");
+    assert_eq!(users[0]["is_staff"], true);
+    assert_eq!(users[1]["is_staff"], false);
+    assert!(!stdout(&run(&["user", "list", "--json"], &db, "")).contains("password"));
+    assert!(stdout(&run(&["user", "list"], &db, "")).contains("ann  staff"));
+
+    // set-password: the same rule, then the new password works.
+    refused(
+        &run(&["user", "set-password", "bob"], &db, "short\n"),
+        "The password must have at least 8 characters.",
+    );
+    ok(&run(
+        &["user", "set-password", "bob"],
+        &db,
+        "new-bob-password\n",
+    ));
+    let store = authserver::store::Store::connect(&db).await.unwrap();
+    assert!(
+        store
+            .authenticate_user("bob", "new-bob-password")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    refused(
+        &run(&["user", "set-password", "nobody"], &db, "long-enough\n"),
+        "no user named \"nobody\"",
+    );
+
+    // Groups.
+    ok(&run(&["group", "create", "readers"], &db, ""));
+    let bob = store.find_user_by_username("bob").await.unwrap().unwrap();
+    let group = store.list_groups().await.unwrap().pop().unwrap();
+    store.add_member(group.id, bob.id).await.unwrap();
+    let groups = json(&run(&["group", "list", "--json"], &db, ""));
+    assert_eq!(
+        groups,
+        serde_json::json!([{ "id": group.id, "name": "readers", "members": ["bob"] }])
+    );
+    ok(&run(&["group", "delete", "readers"], &db, ""));
+    refused(
+        &run(&["group", "delete", "readers"], &db, ""),
+        "no group named \"readers\"",
+    );
+    assert_eq!(
+        json(&run(&["group", "list", "--json"], &db, "")),
+        serde_json::json!([])
+    );
+
+    // Applications: list without secrets, rotate, delete.
+    let created = json(&run(
+        &[
+            "app",
+            "create",
+            "--name",
+            "svc",
+            "--client-id",
+            "svc",
+            "--client-secret-stdin",
+            "--json",
+        ],
+        &db,
+        &format!("{STRONG}\n"),
+    ));
+    assert_eq!(created["client_secret"], STRONG);
+    let listed = stdout(&run(&["app", "list", "--json"], &db, ""));
+    assert!(!listed.contains(STRONG));
+    let apps: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(apps[0]["client_id"], "svc");
+    assert!(apps[0]["secret_fingerprint"].is_string());
+    let rotated = json(&run(&["app", "rotate-secret", "svc", "--json"], &db, ""));
+    let new_secret = rotated["client_secret"].as_str().unwrap();
+    let app = store
+        .find_application_by_client_id("svc")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(app.secret_matches(new_secret) && !app.secret_matches(STRONG));
+    let out = run(&["app", "rotate-secret", "svc"], &db, "");
+    ok(&out);
+    assert!(stdout(&out).contains("the previous secret no longer works"));
+    refused(
+        &run(&["app", "rotate-secret", "ghost"], &db, ""),
+        "no application with client id \"ghost\"",
+    );
+    ok(&run(&["app", "delete", "svc"], &db, ""));
+    refused(
+        &run(&["app", "delete", "svc"], &db, ""),
+        "no application with client id \"svc\"",
+    );
+
+    // Users last.
+    ok(&run(&["user", "delete", "bob"], &db, ""));
+    refused(
+        &run(&["user", "delete", "bob"], &db, ""),
+        "no user named \"bob\"",
+    );
+    assert_eq!(usernames(&db), ["ann"]);
+}
+
+#[test]
+fn check_config_takes_a_file_as_the_proxy_does() {
+    let dir = std::env::temp_dir().join(format!(
+        "tg-check-{}",
+        authserver::secrets::random_client_id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.yaml");
+    std::fs::write(&good, "access_token_lifetime: 10h\n").unwrap();
+    let out = command(&["--check-config", good.to_str().unwrap()])
+        .output()
+        .unwrap();
+    ok(&out);
+    assert!(stdout(&out).starts_with(&format!("{}: OK", good.display())));
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "access_token_lifetime: 10 days\n").unwrap();
+    let out = command(&["--check-config", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    refused(&out, "access_token_lifetime");
+    // The bare flag still checks the file of --config.
+    let out = command(&["--config", bad.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
+    refused(&out, &bad.display().to_string());
+}
+
+#[test]
+fn settings_from_the_environment_are_checked_by_name() {
+    let check = |name: &str, value: &str| {
+        command(&["--check-config", "--config", "/dev/null"])
+            .env(name, value)
+            .output()
+            .unwrap()
+    };
+    let out = check("AUTHSERVER_ACCESS_TOKEN_LIFETIME", "10h");
+    ok(&out);
+    let out = check("AUTHSERVER_FOO", "1");
+    refused(&out, "environment variable AUTHSERVER_FOO: not a setting");
+    let out = check("AUTHSERVER_SCOPES", "x");
+    refused(
+        &out,
+        "environment variable AUTHSERVER_SCOPES: scopes are a map",
+    );
+    let out = check("AUTHSERVER_REFRESH_TOKEN_LIFETIME", "10d");
+    refused(
+        &out,
+        "environment variable AUTHSERVER_REFRESH_TOKEN_LIFETIME: \"10d\" is not a positive duration",
+    );
+}
+
+/// Everything a child writes to its terminal, collected by a thread.
+struct Transcript(Arc<Mutex<Vec<u8>>>);
+
+impl Transcript {
+    fn of(mut from: impl Read + Send + 'static) -> Transcript {
+        let text = Arc::new(Mutex::new(Vec::new()));
+        let sink = text.clone();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 1024];
+            while let Ok(n) = from.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buffer[..n]);
+            }
+        });
+        Transcript(text)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until `marker` has appeared `count` times.
+    fn wait_for(&self, marker: &str, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.text().matches(marker).count() < count {
+            assert!(
+                Instant::now() < deadline,
+                "no {marker:?} in {}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn a_password_typed_at_a_terminal_is_not_echoed_and_echo_comes_back() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: util-linux `script` (a pseudo-terminal) is not installed");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "tg-tty-{}",
+        authserver::secrets::random_client_id()
+    ));
+    let db = format!("sqlite://{}/db.sqlite", dir.display());
+    let typed = "Typed-At-The-Terminal-1";
+    // `script` gives the command a terminal; `stty -a` afterwards shows echo is back on.
+    let inner =
+        format!("{BIN} createsuperuser --username tty --database-url {db}; echo EXIT=$?; stty -a");
+    let mut child = Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .env_remove("AUTHSERVER_PASSWORD")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let transcript = Transcript::of(child.stdout.take().unwrap());
+    let mut stdin = child.stdin.take().unwrap();
+    transcript.wait_for("Password: ", 1);
+    stdin.write_all(format!("{typed}\n").as_bytes()).unwrap();
+    transcript.wait_for("Password (again): ", 1);
+    stdin.write_all(format!("{typed}\n").as_bytes()).unwrap();
+    transcript.wait_for("EXIT=", 1);
+    transcript.wait_for("speed", 1);
+    drop(stdin);
+    let _ = child.wait();
+    let text = transcript.text();
+    assert!(
+        text.contains("EXIT=0") && text.contains("created superuser tty"),
+        "{text}"
+    );
+    assert!(!text.contains(typed), "the password was echoed: {text}");
+    let stty = &text[text.find("EXIT=").unwrap()..];
+    assert!(
+        stty.split_whitespace().any(|w| w == "echo"),
+        "echo is on again: {stty}"
+    );
+}
