@@ -1,5 +1,6 @@
 //! Registered client applications; their secrets are kept only as SHA-256 digests.
 
+use super::hot::{self, Hot};
 use super::{Store, StoreResult, conflict, now};
 use crate::secrets;
 use serde::Serialize;
@@ -178,6 +179,7 @@ impl Store {
             ClientType::Confidential => Some(client_secret.unwrap_or_else(secrets::random_token)),
             ClientType::Public => None,
         };
+        let _exclusive = self.exclusive().await?;
         let row = sqlx::query(&format!(
             "INSERT INTO applications (name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {COLUMNS}"
@@ -199,11 +201,11 @@ impl Store {
     }
 
     pub async fn get_application(&self, id: i64) -> StoreResult<Option<Application>> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM applications WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(from_row).transpose()
+        let columns = match &self.hot {
+            Hot::Sqlite(local) => local.read(|conn| hot::sqlite::application_by_id(conn, id))?,
+            Hot::Postgres(pool) => hot::postgres::application_by_id(pool, id).await?,
+        };
+        columns.map(hot::ApplicationColumns::parse).transpose()
     }
 
     /// The application with this client id, from the short client cache when it is there.
@@ -214,13 +216,13 @@ impl Store {
         if let Some(app) = self.clients.get(client_id).await {
             return Ok(Some(app));
         }
-        let row = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM applications WHERE client_id = $1"
-        ))
-        .bind(client_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        let app = row.as_ref().map(from_row).transpose()?;
+        let columns = match &self.hot {
+            Hot::Sqlite(local) => {
+                local.read(|conn| hot::sqlite::application_by_client_id(conn, client_id))?
+            }
+            Hot::Postgres(pool) => hot::postgres::application_by_client_id(pool, client_id).await?,
+        };
+        let app = columns.map(hot::ApplicationColumns::parse).transpose()?;
         if let Some(app) = &app {
             self.clients
                 .insert(app.client_id.clone(), app.clone())
@@ -272,6 +274,7 @@ impl Store {
         id: i64,
         input: &ApplicationInput,
     ) -> StoreResult<Option<Application>> {
+        let _exclusive = self.exclusive().await?;
         let row = sqlx::query(&format!(
             "UPDATE applications SET name = $1, client_type = $2, grant_type = $3, redirect_uris = $4, allowed_scopes = $5, may_introspect = $6
              WHERE id = $7 RETURNING {COLUMNS}"
@@ -292,6 +295,7 @@ impl Store {
     /// Replaces the secret with a new random one, returned once; tokens already issued stay valid.
     pub async fn regenerate_secret(&self, id: i64) -> StoreResult<Option<String>> {
         let secret = secrets::random_token();
+        let _exclusive = self.exclusive().await?;
         let done = sqlx::query("UPDATE applications SET client_secret_digest = $1 WHERE id = $2")
             .bind(secrets::digest(&secret))
             .bind(id)
@@ -303,6 +307,7 @@ impl Store {
 
     /// Deletes the application and every token issued to it.
     pub async fn delete_application(&self, id: i64) -> StoreResult<bool> {
+        let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
         sqlx::query("DELETE FROM tokens WHERE application_id = $1")
             .bind(id)

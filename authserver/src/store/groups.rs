@@ -19,6 +19,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Group> {
 
 impl Store {
     pub async fn create_group(&self, name: &str) -> StoreResult<Group> {
+        let _exclusive = self.exclusive().await?;
         let row = sqlx::query("INSERT INTO groups (name) VALUES ($1) RETURNING id, name")
             .bind(name)
             .fetch_one(&self.writer)
@@ -43,6 +44,7 @@ impl Store {
     }
 
     pub async fn rename_group(&self, id: i64, name: &str) -> StoreResult<Option<Group>> {
+        let _exclusive = self.exclusive().await?;
         let row = sqlx::query("UPDATE groups SET name = $1 WHERE id = $2 RETURNING id, name")
             .bind(name)
             .bind(id)
@@ -53,6 +55,7 @@ impl Store {
     }
 
     pub async fn delete_group(&self, id: i64) -> StoreResult<bool> {
+        let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
         sqlx::query("DELETE FROM user_groups WHERE group_id = $1")
             .bind(id)
@@ -91,6 +94,7 @@ impl Store {
 
     /// Adds a membership; adding one that exists is not an error.
     pub async fn add_member(&self, group_id: i64, user_id: i64) -> StoreResult<()> {
+        let _exclusive = self.exclusive().await?;
         sqlx::query(
             "INSERT INTO user_groups (user_id, group_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         )
@@ -102,6 +106,7 @@ impl Store {
     }
 
     pub async fn remove_member(&self, group_id: i64, user_id: i64) -> StoreResult<()> {
+        let _exclusive = self.exclusive().await?;
         sqlx::query("DELETE FROM user_groups WHERE user_id = $1 AND group_id = $2")
             .bind(user_id)
             .bind(group_id)

@@ -1,9 +1,14 @@
-//! Storage: one `Store` over sqlx's `AnyPool`, so the same queries run on SQLite and PostgreSQL.
+//! Storage: one `Store` over sqlx's `AnyPool`, so the same queries run on SQLite and PostgreSQL,
+//! with the hot requests (token issue, introspection, client lookup) on a faster path per
+//! backend ([`hot`]).
 
 mod applications;
 mod groups;
+mod hot;
 mod migrations;
 mod sessions;
+pub mod signing_keys;
+mod sqlite_local;
 mod tokens;
 mod users;
 
@@ -13,8 +18,14 @@ pub use sessions::{NewSession, Session};
 pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenRecord};
 pub use users::{Guarded, NewUser, User, UserUpdate};
 
-use sqlx::AnyPool;
+use hot::Hot;
+use sqlite_local::{Exclusive, SqliteLocal};
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::pool::PoolConnectionMetadata;
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{AnyPool, Connection};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Which database the pool talks to; only DDL and locking differ between the two.
@@ -51,12 +62,15 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// The authorization server's storage: users, groups, applications and tokens.
 #[derive(Clone)]
 pub struct Store {
-    /// Reads (and, on PostgreSQL, writes).
+    /// Reads (and, on PostgreSQL, writes) of the cold path.
     pool: AnyPool,
-    /// Writes. On SQLite a single connection, so writers queue in the pool instead of meeting
-    /// SQLite's lock and its sleeping busy handler; on PostgreSQL the same pool as `pool`.
+    /// Writes of the cold path. On SQLite a single connection, used only while the hot path's
+    /// writer thread is paused ([`Store::exclusive`]), so there is one writer at a time; on
+    /// PostgreSQL the same pool as `pool`.
     writer: AnyPool,
     backend: Backend,
+    /// The hot requests' statements: rusqlite on SQLite, sqlx's native driver on PostgreSQL.
+    hot: Hot,
     /// Applications by client id, for a few seconds: every token and introspection request
     /// authenticates a client. Emptied on any change made through this store; another replica's
     /// change is seen within `CLIENT_CACHE_TTL`.
@@ -84,21 +98,26 @@ impl Store {
         } else {
             Backend::Sqlite
         };
-        let url = match backend {
-            Backend::Sqlite => sqlite_url(database_url)?,
-            Backend::Postgres => database_url.to_owned(),
+        let sqlite = match backend {
+            Backend::Sqlite => Some(SqliteFile::of(database_url)?),
+            Backend::Postgres => None,
+        };
+        let url = match &sqlite {
+            Some(file) => file.url.clone(),
+            None => database_url.to_owned(),
         };
         let max_connections = match backend {
-            Backend::Sqlite if url.contains(":memory:") || url.contains("mode=memory") => 1,
-            Backend::Sqlite => 8,
-            Backend::Postgres => 16,
+            Backend::Sqlite => 4,
+            Backend::Postgres => 8,
         };
         let options = |max_connections: u32| {
             AnyPoolOptions::new()
                 .max_connections(max_connections)
-                .acquire_timeout(Duration::from_secs(10))
-                // A SQLite file cannot go stale under us; skip the ping on every acquire there.
-                .test_before_acquire(backend == Backend::Postgres)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .test_before_acquire(false)
+                .before_acquire(|conn, meta| {
+                    Box::pin(async move { ping_if_idle(conn, meta).await })
+                })
                 .after_connect(move |conn, _| {
                     Box::pin(async move {
                         if backend == Backend::Sqlite {
@@ -107,6 +126,8 @@ impl Store {
                                 "PRAGMA journal_mode = WAL",
                                 "PRAGMA busy_timeout = 5000",
                                 "PRAGMA synchronous = NORMAL",
+                                // The hot path's checkpoint thread checkpoints the WAL.
+                                "PRAGMA wal_autocheckpoint = 0",
                             ] {
                                 sqlx::query(pragma).execute(&mut *conn).await?;
                             }
@@ -117,8 +138,23 @@ impl Store {
         };
         let pool = options(max_connections).connect(&url).await?;
         let writer = match backend {
-            Backend::Sqlite if max_connections > 1 => options(1).connect(&url).await?,
-            _ => pool.clone(),
+            Backend::Sqlite => options(1).connect(&url).await?,
+            Backend::Postgres => pool.clone(),
+        };
+        let hot = match sqlite {
+            Some(file) => Hot::Sqlite(Arc::new(SqliteLocal::open(&file.path, file.temporary)?)),
+            None => {
+                let pool = PgPoolOptions::new()
+                    .max_connections(16)
+                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .test_before_acquire(false)
+                    .before_acquire(|conn, meta| {
+                        Box::pin(async move { ping_if_idle(conn, meta).await })
+                    })
+                    .connect(&url)
+                    .await?;
+                Hot::Postgres(pool)
+            }
         };
         let clients = moka::future::Cache::builder()
             .max_capacity(10_000)
@@ -128,6 +164,7 @@ impl Store {
             pool,
             writer,
             backend,
+            hot,
             clients,
         };
         migrations::run(&store).await?;
@@ -141,35 +178,86 @@ impl Store {
     pub fn pool(&self) -> &AnyPool {
         &self.pool
     }
+
+    /// Before a cold-path write through `self.writer`: on SQLite, pauses the hot path's writer
+    /// thread until the guard is dropped, so the two never write at once (nothing on
+    /// PostgreSQL). Never held across a call that takes it again.
+    async fn exclusive(&self) -> StoreResult<Option<Exclusive>> {
+        match &self.hot {
+            Hot::Sqlite(local) => Ok(Some(local.exclusive().await?)),
+            Hot::Postgres(_) => Ok(None),
+        }
+    }
 }
 
-/// `sqlite://data/x.db` → the folder `data/` is created and the file is opened read-write-create.
-fn sqlite_url(url: &str) -> StoreResult<String> {
-    let rest = url
-        .trim_start_matches("sqlite://")
-        .trim_start_matches("sqlite:");
-    let path = rest.split('?').next().unwrap_or_default();
-    if path.is_empty() || path == ":memory:" {
-        return Ok(url.to_owned());
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A pooled connection idle for longer than this is pinged before use (a busy pool never is).
+const PING_AFTER_IDLE: Duration = Duration::from_secs(30);
+
+/// The pools' check before handing out a connection: a ping, only after a long idle spell (a
+/// database restart shows there), instead of a round trip before every statement.
+async fn ping_if_idle<C: Connection>(
+    conn: &mut C,
+    meta: PoolConnectionMetadata,
+) -> sqlx::Result<bool> {
+    if meta.idle_for > PING_AFTER_IDLE {
+        conn.ping().await?;
     }
-    if let Some(parent) = std::path::Path::new(path)
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-    {
-        std::fs::create_dir_all(parent).map_err(|error| {
-            anyhow::anyhow!(
-                "cannot create database folder {}: {error}",
-                parent.display()
-            )
-        })?;
+    Ok(true)
+}
+
+/// Where a SQLite database lives: its sqlx URL and its file.
+struct SqliteFile {
+    url: String,
+    path: PathBuf,
+    /// The folder of a temporary file standing in for an in-memory database, removed on close.
+    temporary: Option<PathBuf>,
+}
+
+impl SqliteFile {
+    /// `sqlite://data/x.db`: the folder `data/` is created and the file opened read-write-create.
+    /// `sqlite::memory:` (or `mode=memory`): a file in a new temporary folder, since the hot
+    /// path's connections and sqlx's must see one database.
+    fn of(url: &str) -> StoreResult<SqliteFile> {
+        let rest = url
+            .trim_start_matches("sqlite://")
+            .trim_start_matches("sqlite:");
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        if path.is_empty() || path == ":memory:" || query.contains("mode=memory") {
+            let folder = std::env::temp_dir().join(format!(
+                "tokengate-memory-{}",
+                crate::secrets::random_client_id()
+            ));
+            let path = folder.join("db.sqlite");
+            let mut file = SqliteFile::of(&format!("sqlite://{}", path.display()))?;
+            file.temporary = Some(folder);
+            return Ok(file);
+        }
+        if let Some(parent) = std::path::Path::new(path)
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(parent).map_err(|error| {
+                anyhow::anyhow!(
+                    "cannot create database folder {}: {error}",
+                    parent.display()
+                )
+            })?;
+        }
+        let url = if url.contains("mode=") {
+            url.to_owned()
+        } else if url.contains('?') {
+            format!("{url}&mode=rwc")
+        } else {
+            format!("{url}?mode=rwc")
+        };
+        Ok(SqliteFile {
+            url,
+            path: PathBuf::from(path),
+            temporary: None,
+        })
     }
-    Ok(if url.contains("mode=") {
-        url.to_owned()
-    } else if url.contains('?') {
-        format!("{url}&mode=rwc")
-    } else {
-        format!("{url}?mode=rwc")
-    })
 }
 
 /// Seconds since the Unix epoch.

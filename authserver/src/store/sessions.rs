@@ -1,6 +1,7 @@
 //! Browser sessions of signed-in operators (kept as SHA-256 digests of the cookie value) and the
 //! failed sign-in log that throttles password guessing.
 
+use super::hot::{self, Hot};
 use super::{Store, StoreResult, User, now};
 use crate::secrets;
 use sqlx::Row;
@@ -26,6 +27,7 @@ impl Store {
     /// on the way, so the table stays small without a background task.
     pub async fn create_session(&self, user_id: i64, lifetime: i64) -> StoreResult<NewSession> {
         let now = now();
+        let _exclusive = self.exclusive().await?;
         sqlx::query("DELETE FROM sessions WHERE expires_at <= $1")
             .bind(now)
             .execute(&self.writer)
@@ -67,6 +69,7 @@ impl Store {
     }
 
     pub async fn delete_session(&self, session_id: &str) -> StoreResult<bool> {
+        let _exclusive = self.exclusive().await?;
         let done = sqlx::query("DELETE FROM sessions WHERE id_digest = $1")
             .bind(secrets::digest(session_id))
             .execute(&self.writer)
@@ -76,6 +79,7 @@ impl Store {
 
     /// Signs a user out everywhere (after a password reset or deactivation).
     pub async fn delete_user_sessions(&self, user_id: i64) -> StoreResult<u64> {
+        let _exclusive = self.exclusive().await?;
         let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1")
             .bind(user_id)
             .execute(&self.writer)
@@ -87,6 +91,7 @@ impl Store {
     /// forgets failures older than `window` seconds.
     pub async fn record_login_failure(&self, buckets: &[String], window: i64) -> StoreResult<()> {
         let now = now();
+        let _exclusive = self.exclusive().await?;
         sqlx::query("DELETE FROM login_failures WHERE failed_at <= $1")
             .bind(now - window)
             .execute(&self.writer)
@@ -108,21 +113,18 @@ impl Store {
         buckets: [&str; 2],
         window: i64,
     ) -> StoreResult<[i64; 2]> {
-        let row = sqlx::query(
-            "SELECT COUNT(CASE WHEN bucket = $1 THEN 1 END) AS first,
-             COUNT(CASE WHEN bucket = $2 THEN 1 END) AS second
-             FROM login_failures WHERE bucket IN ($1, $2) AND failed_at > $3",
-        )
-        .bind(buckets[0])
-        .bind(buckets[1])
-        .bind(now() - window)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok([row.try_get("first")?, row.try_get("second")?])
+        let since = now() - window;
+        match &self.hot {
+            Hot::Sqlite(local) => {
+                local.read(|conn| hot::sqlite::login_failures(conn, buckets, since))
+            }
+            Hot::Postgres(pool) => hot::postgres::login_failures(pool, buckets, since).await,
+        }
     }
 
     /// Forgets the failures of one bucket (a successful sign-in clears its username's count).
     pub async fn clear_login_failures(&self, bucket: &str) -> StoreResult<()> {
+        let _exclusive = self.exclusive().await?;
         sqlx::query("DELETE FROM login_failures WHERE bucket = $1")
             .bind(bucket)
             .execute(&self.writer)

@@ -4,9 +4,9 @@
 //! joins that table and every insert into a family checks it, so a token issued concurrently with
 //! the revocation (a refresh racing a reuse or an RFC 7009 request) is dead as well.
 
+use super::hot::{self, Hot, NewRow};
 use super::{Store, StoreError, StoreResult, now};
 use crate::secrets;
-use sqlx::Row;
 
 /// A stored token joined with what introspection reports about it.
 #[derive(Debug, Clone)]
@@ -71,70 +71,6 @@ pub enum RefreshOutcome {
     Revoked,
 }
 
-/// One row of `tokens` about to be written; only the digest of `token` is stored.
-#[derive(Clone, Copy)]
-struct NewRow<'a> {
-    kind: &'static str,
-    token: &'a str,
-    new: &'a NewTokens,
-    family: &'a str,
-    access_token_id: Option<i64>,
-    issued_at: i64,
-    expires_at: i64,
-}
-
-impl NewRow<'_> {
-    /// Inserts the row unless its family is revoked (`FamilyRevoked`), in one statement.
-    async fn insert<'e>(
-        self,
-        executor: impl sqlx::Executor<'e, Database = sqlx::Any>,
-    ) -> StoreResult<i64> {
-        sqlx::query_scalar(
-            "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
-             WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6) RETURNING id",
-        )
-        .bind(self.kind)
-        .bind(secrets::digest(self.token))
-        .bind(self.new.application_id)
-        .bind(self.new.user_id)
-        .bind(&self.new.scope)
-        .bind(self.family)
-        .bind(self.access_token_id)
-        .bind(self.issued_at)
-        .bind(self.expires_at)
-        .fetch_optional(executor)
-        .await?
-        .ok_or(StoreError::FamilyRevoked)
-    }
-}
-
-const SELECT: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active AS user_active,
-    t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.revoked_at AS family_revoked_at
-    FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
-    LEFT JOIN revoked_families f ON f.family = t.family";
-
-fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<TokenRecord> {
-    Ok(TokenRecord {
-        id: row.try_get("id")?,
-        kind: row.try_get("kind")?,
-        application_id: row.try_get("application_id")?,
-        client_id: row.try_get("client_id")?,
-        user_id: row.try_get("user_id")?,
-        username: row.try_get("username")?,
-        user_active: row.try_get::<Option<i64>, _>("user_active")?.unwrap_or(0) != 0,
-        scope: row.try_get("scope")?,
-        family: row.try_get("family")?,
-        access_token_id: row.try_get("access_token_id")?,
-        issued_at: row.try_get("issued_at")?,
-        expires_at: row.try_get("expires_at")?,
-        revoked: row.try_get::<i64, _>("revoked")? != 0
-            || row
-                .try_get::<Option<i64>, _>("family_revoked_at")?
-                .is_some(),
-    })
-}
-
 impl Store {
     /// Stores the digests of a new access token and, when asked, its refresh token (one
     /// transaction for the pair; a lone access token is a single statement). Fails with
@@ -164,37 +100,37 @@ impl Store {
 
     async fn insert_tokens(&self, new: &NewTokens) -> StoreResult<IssuedTokens> {
         let access_token = secrets::random_token();
-        let family = new.family.clone().unwrap_or_else(secrets::random_token);
         let issued_at = now();
         let access = NewRow {
             kind: TokenRecord::ACCESS,
-            token: &access_token,
-            new,
-            family: &family,
+            digest: secrets::digest(&access_token),
+            application_id: new.application_id,
+            user_id: new.user_id,
+            scope: new.scope.clone(),
+            family: new.family.clone().unwrap_or_else(secrets::random_token),
             access_token_id: None,
             issued_at,
             expires_at: issued_at + new.access_lifetime,
         };
-        let refresh_token = match new.refresh_lifetime {
-            None => {
-                access.insert(&self.writer).await?;
-                None
+        let mut rows = vec![access];
+        let refresh_token = new.refresh_lifetime.map(|lifetime| {
+            let refresh = secrets::random_token();
+            rows.push(NewRow {
+                kind: TokenRecord::REFRESH,
+                digest: secrets::digest(&refresh),
+                expires_at: issued_at + lifetime,
+                ..rows[0].clone()
+            });
+            refresh
+        });
+        // The pair in one transaction (SQLite: one savepoint; PostgreSQL: one statement).
+        match &self.hot {
+            Hot::Sqlite(local) => {
+                local
+                    .write(move |conn| hot::sqlite::insert_tokens(conn, &rows))
+                    .await?
             }
-            Some(lifetime) => {
-                let refresh = secrets::random_token();
-                let mut tx = self.writer.begin().await?;
-                let access_id = access.insert(&mut *tx).await?;
-                let refresh_row = NewRow {
-                    kind: TokenRecord::REFRESH,
-                    token: &refresh,
-                    access_token_id: Some(access_id),
-                    expires_at: issued_at + lifetime,
-                    ..access
-                };
-                refresh_row.insert(&mut *tx).await?;
-                tx.commit().await?;
-                Some(refresh)
-            }
+            Hot::Postgres(pool) => hot::postgres::insert_tokens(pool, &rows).await?,
         };
         Ok(IssuedTokens {
             access_token,
@@ -206,11 +142,11 @@ impl Store {
 
     /// The token with this plaintext value, of any kind, whatever its state.
     pub async fn find_token(&self, token: &str) -> StoreResult<Option<TokenRecord>> {
-        let row = sqlx::query(&format!("{SELECT} WHERE t.digest = $1"))
-            .bind(secrets::digest(token))
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(from_row).transpose()
+        let digest = secrets::digest(token);
+        match &self.hot {
+            Hot::Sqlite(local) => local.read(|conn| hot::sqlite::find_token(conn, &digest)),
+            Hot::Postgres(pool) => hot::postgres::find_token(pool, &digest).await,
+        }
     }
 
     /// Spends a refresh token presented by `application_id`. A second use of a spent token
@@ -234,21 +170,21 @@ impl Store {
         if !record.is_active() {
             return Ok(RefreshOutcome::Invalid);
         }
-        let claimed = sqlx::query(
-            "UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0
-             AND NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = tokens.family)",
-        )
-        .bind(record.id)
-        .execute(&self.writer)
-        .await?;
-        if claimed.rows_affected() != 1 {
+        // The claim and its access token's revocation in one transaction.
+        let (id, access_id) = (record.id, record.access_token_id);
+        let claimed = match &self.hot {
+            Hot::Sqlite(local) => {
+                local
+                    .write(move |conn| {
+                        hot::sqlite::claim(conn, id, access_id)
+                            .map_err(super::sqlite_local::database)
+                    })
+                    .await?
+            }
+            Hot::Postgres(pool) => hot::postgres::claim(pool, id).await?,
+        };
+        if !claimed {
             return self.revoke_reused(&record.family).await;
-        }
-        if let Some(access_id) = record.access_token_id {
-            sqlx::query("UPDATE tokens SET revoked = 1 WHERE id = $1")
-                .bind(access_id)
-                .execute(&self.writer)
-                .await?;
         }
         Ok(RefreshOutcome::Claimed(record))
     }
@@ -266,15 +202,19 @@ impl Store {
     /// Revokes every access and refresh token of one rotation family, including any being
     /// issued into it at this moment. Returns false when the family was revoked already.
     pub async fn revoke_family(&self, family: &str) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "INSERT INTO revoked_families (family, revoked_at) VALUES ($1, $2)
-             ON CONFLICT (family) DO NOTHING",
-        )
-        .bind(family)
-        .bind(now())
-        .execute(&self.writer)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let at = now();
+        match &self.hot {
+            Hot::Sqlite(local) => {
+                let family = family.to_owned();
+                local
+                    .write(move |conn| {
+                        hot::sqlite::revoke_family(conn, &family, at)
+                            .map_err(super::sqlite_local::database)
+                    })
+                    .await
+            }
+            Hot::Postgres(pool) => hot::postgres::revoke_family(pool, family, at).await,
+        }
     }
 
     /// RFC 7009: revokes the token and its family if it was issued to `application_id`;

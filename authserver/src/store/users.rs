@@ -1,5 +1,6 @@
 //! Users: the resource owners of the password grant, the operators and the example API's users.
 
+use super::hot::{self, Hot};
 use super::{Store, StoreResult, conflict, now};
 use crate::secrets;
 use serde::Serialize;
@@ -96,6 +97,7 @@ impl Store {
             Some(password) => Some(secrets::hash_password(password.clone()).await?),
             None => None,
         };
+        let _exclusive = self.exclusive().await?;
         let row = sqlx::query(&format!(
             "INSERT INTO users (username, email, first_name, last_name, password_hash, is_active, is_staff, is_superuser, date_joined)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {COLUMNS}"
@@ -161,17 +163,14 @@ impl Store {
         username: &str,
         password: &str,
     ) -> StoreResult<Option<User>> {
-        let row = sqlx::query(&format!(
-            "SELECT {COLUMNS}, password_hash FROM users WHERE username = $1"
-        ))
-        .bind(username)
-        .fetch_optional(&self.pool)
-        .await?;
-        let (user, hash) = match &row {
-            Some(row) => (
-                Some(from_row(row)?),
-                row.try_get::<Option<String>, _>("password_hash")?,
-            ),
+        let columns = match &self.hot {
+            Hot::Sqlite(local) => {
+                local.read(|conn| hot::sqlite::user_with_password(conn, username))?
+            }
+            Hot::Postgres(pool) => hot::postgres::user_with_password(pool, username).await?,
+        };
+        let (user, hash) = match columns.map(hot::UserColumns::split) {
+            Some((user, hash)) => (Some(user), hash),
             None => (None, None),
         };
         let matches = secrets::verify_password(password.to_owned(), hash).await;
@@ -205,6 +204,7 @@ impl Store {
         let Some(current) = self.get_user(id).await? else {
             return Ok(None);
         };
+        let exclusive = self.exclusive().await?;
         let row = sqlx::query(&format!(
             "UPDATE users SET username = $1, email = $2, first_name = $3, last_name = $4,
              is_active = $5, is_staff = $6, is_superuser = $7 WHERE id = $8 AND {} RETURNING {COLUMNS}",
@@ -223,6 +223,7 @@ impl Store {
         .fetch_optional(&self.writer)
         .await
         .map_err(conflict("a user with that username"))?;
+        drop(exclusive);
         if row.is_some()
             && let Some(password) = &update.password
         {
@@ -241,6 +242,7 @@ impl Store {
 
     pub async fn set_password(&self, id: i64, password: &str) -> StoreResult<bool> {
         let hash = secrets::hash_password(password.to_owned()).await?;
+        let _exclusive = self.exclusive().await?;
         let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
             .bind(hash)
             .bind(id)
@@ -266,6 +268,7 @@ impl Store {
     /// Deletes the user and what hangs on it in one transaction, undone if the user row itself
     /// is out of `reach`.
     async fn delete_user_where(&self, id: i64, reach: Reach) -> StoreResult<bool> {
+        let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
         sqlx::query("DELETE FROM user_groups WHERE user_id = $1")
             .bind(id)

@@ -1,0 +1,114 @@
+//! The statements of the hot requests (token issue, introspection, client lookup), per backend:
+//! SQLite through rusqlite without thread hops, PostgreSQL through sqlx's native driver in one
+//! round trip per call. Everything else goes through the `AnyPool`.
+
+pub(super) mod postgres;
+pub(super) mod sqlite;
+
+use super::sqlite_local::SqliteLocal;
+use super::{Application, StoreError, StoreResult, User};
+use std::sync::Arc;
+
+/// Where the hot statements run.
+#[derive(Clone)]
+pub(super) enum Hot {
+    Sqlite(Arc<SqliteLocal>),
+    Postgres(sqlx::PgPool),
+}
+
+/// One row of `tokens` about to be written (owned: it travels to SQLite's writer thread).
+#[derive(Debug, Clone)]
+pub(super) struct NewRow {
+    pub kind: &'static str,
+    /// SHA-256 of the token; the token itself is never stored.
+    pub digest: String,
+    pub application_id: i64,
+    pub user_id: Option<i64>,
+    pub scope: String,
+    pub family: String,
+    /// For a refresh token inserted after its access token: None, filled in with that row's id.
+    pub access_token_id: Option<i64>,
+    pub issued_at: i64,
+    pub expires_at: i64,
+}
+
+const APPLICATION_BY_CLIENT_ID: &str = "SELECT id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at FROM applications WHERE client_id = $1";
+const APPLICATION_BY_ID: &str = "SELECT id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at FROM applications WHERE id = $1";
+
+const USER_WITH_PASSWORD: &str = "SELECT id, username, email, first_name, last_name, is_active, is_staff, is_superuser, date_joined, password_hash FROM users WHERE username = $1";
+
+const LOGIN_FAILURES: &str =
+    "SELECT COUNT(CASE WHEN bucket = $1 THEN 1 END), COUNT(CASE WHEN bucket = $2 THEN 1 END)
+    FROM login_failures WHERE bucket IN ($1, $2) AND failed_at > $3";
+
+/// A `users` row with its password hash, before its flags become booleans.
+#[derive(Debug)]
+pub(super) struct UserColumns {
+    pub id: i64,
+    pub username: String,
+    pub email: String,
+    pub first_name: String,
+    pub last_name: String,
+    pub is_active: i64,
+    pub is_staff: i64,
+    pub is_superuser: i64,
+    pub date_joined: i64,
+    pub password_hash: Option<String>,
+}
+
+impl UserColumns {
+    /// The user and their password hash, if they have one.
+    pub(super) fn split(self) -> (User, Option<String>) {
+        let user = User {
+            id: self.id,
+            username: self.username,
+            email: self.email,
+            first_name: self.first_name,
+            last_name: self.last_name,
+            is_active: self.is_active != 0,
+            is_staff: self.is_staff != 0,
+            is_superuser: self.is_superuser != 0,
+            date_joined: self.date_joined,
+        };
+        (user, self.password_hash)
+    }
+}
+
+/// An `applications` row as stored, before its names are parsed.
+#[derive(Debug)]
+pub(super) struct ApplicationColumns {
+    pub id: i64,
+    pub name: String,
+    pub client_id: String,
+    pub client_secret_digest: Option<String>,
+    pub client_type: String,
+    pub grant_type: String,
+    pub redirect_uris: String,
+    pub allowed_scopes: String,
+    pub may_introspect: i64,
+    pub owner_id: Option<i64>,
+    pub created_at: i64,
+}
+
+impl ApplicationColumns {
+    pub(super) fn parse(self) -> StoreResult<Application> {
+        let parse_err = |e: String| StoreError::Other(anyhow::anyhow!(e));
+        Ok(Application {
+            id: self.id,
+            name: self.name,
+            client_id: self.client_id,
+            client_secret_digest: self.client_secret_digest,
+            client_type: self.client_type.parse().map_err(parse_err)?,
+            grant_type: self.grant_type.parse().map_err(parse_err)?,
+            redirect_uris: self.redirect_uris,
+            allowed_scopes: self
+                .allowed_scopes
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
+            may_introspect: self.may_introspect != 0,
+            owner_id: self.owner_id,
+            created_at: self.created_at,
+        })
+    }
+}

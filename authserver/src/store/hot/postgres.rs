@@ -1,0 +1,215 @@
+//! The hot statements on PostgreSQL through sqlx's native driver: one round trip each (a pair of
+//! tokens is one statement, the claim of a refresh token and its access token's revocation too).
+//!
+//! New tokens commit without waiting for the WAL flush (`synchronous_commit` off for that one
+//! statement, through `set_config(…, true)`): a PostgreSQL crash may forget tokens issued in
+//! its last fraction of a second, which are then unknown and refused (fail closed).
+//! Revocations and refresh-token claims wait for the flush as before, so none is forgotten.
+
+use super::{ApplicationColumns, NewRow, UserColumns};
+use crate::store::{StoreError, StoreResult, TokenRecord};
+use sqlx::postgres::PgRow;
+use sqlx::{PgPool, Row};
+
+const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
+    t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL
+    FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
+    LEFT JOIN revoked_families f ON f.family = t.family WHERE t.digest = $1";
+
+fn token(row: &PgRow) -> sqlx::Result<TokenRecord> {
+    Ok(TokenRecord {
+        id: row.try_get(0)?,
+        kind: row.try_get(1)?,
+        application_id: row.try_get(2)?,
+        client_id: row.try_get(3)?,
+        user_id: row.try_get(4)?,
+        username: row.try_get(5)?,
+        user_active: row.try_get::<Option<i64>, _>(6)?.unwrap_or(0) != 0,
+        scope: row.try_get(7)?,
+        family: row.try_get(8)?,
+        access_token_id: row.try_get(9)?,
+        issued_at: row.try_get(10)?,
+        expires_at: row.try_get(11)?,
+        revoked: row.try_get::<i64, _>(12)? != 0 || row.try_get::<bool, _>(13)?,
+    })
+}
+
+/// The token whose digest is `digest`, joined with what introspection reports.
+pub(in crate::store) async fn find_token(
+    pool: &PgPool,
+    digest: &str,
+) -> StoreResult<Option<TokenRecord>> {
+    let row = sqlx::query(TOKEN).bind(digest).fetch_optional(pool).await?;
+    Ok(row.as_ref().map(token).transpose()?)
+}
+
+/// One row, unless its family is revoked.
+const INSERT_ONE: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+    FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
+    WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6) RETURNING id";
+
+/// An access token and the refresh token naming it, in one statement, unless their family is
+/// revoked. Returns the access token's id.
+const INSERT_PAIR: &str = "WITH access AS (
+        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
+        SELECT $1, $2, $3, $4, $5, $6, NULL, $7, $8
+        FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
+        WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6) RETURNING id),
+    refresh AS (
+        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
+        SELECT $9, $10, $3, $4, $5, $6, access.id, $7, $11 FROM access RETURNING access_token_id)
+    SELECT access_token_id FROM refresh";
+
+/// Inserts one row, or an access token and its refresh token, unless the family is revoked
+/// (`FamilyRevoked`). Returns the first row's id.
+pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> StoreResult<i64> {
+    let id: Option<i64> = match rows {
+        [one] => {
+            sqlx::query_scalar(INSERT_ONE)
+                .bind(one.kind)
+                .bind(&one.digest)
+                .bind(one.application_id)
+                .bind(one.user_id)
+                .bind(&one.scope)
+                .bind(&one.family)
+                .bind(one.access_token_id)
+                .bind(one.issued_at)
+                .bind(one.expires_at)
+                .fetch_optional(pool)
+                .await?
+        }
+        [access, refresh] => {
+            sqlx::query_scalar(INSERT_PAIR)
+                .bind(access.kind)
+                .bind(&access.digest)
+                .bind(access.application_id)
+                .bind(access.user_id)
+                .bind(&access.scope)
+                .bind(&access.family)
+                .bind(access.issued_at)
+                .bind(access.expires_at)
+                .bind(refresh.kind)
+                .bind(&refresh.digest)
+                .bind(refresh.expires_at)
+                .fetch_optional(pool)
+                .await?
+        }
+        _ => return Err(anyhow::anyhow!("one token or an access and refresh pair").into()),
+    };
+    id.ok_or(StoreError::FamilyRevoked)
+}
+
+/// Spends the refresh token `id` unless it is spent or its family revoked, and revokes its
+/// access token in the same statement. Whether this call spent it.
+pub(in crate::store) async fn claim(pool: &PgPool, id: i64) -> StoreResult<bool> {
+    let claimed: i64 = sqlx::query_scalar(
+        "WITH claimed AS (
+            UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0
+            AND NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = tokens.family)
+            RETURNING access_token_id),
+        spent AS (
+            UPDATE tokens SET revoked = 1 WHERE id IN (SELECT access_token_id FROM claimed))
+        SELECT COUNT(*) FROM claimed",
+    )
+    .bind(id)
+    .fetch_one(pool)
+    .await?;
+    Ok(claimed == 1)
+}
+
+/// Records the family as revoked; false when it was already.
+pub(in crate::store) async fn revoke_family(
+    pool: &PgPool,
+    family: &str,
+    at: i64,
+) -> StoreResult<bool> {
+    let done = sqlx::query(
+        "INSERT INTO revoked_families (family, revoked_at) VALUES ($1, $2)
+         ON CONFLICT (family) DO NOTHING",
+    )
+    .bind(family)
+    .bind(at)
+    .execute(pool)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The user with this username, with their password hash.
+pub(in crate::store) async fn user_with_password(
+    pool: &PgPool,
+    username: &str,
+) -> StoreResult<Option<UserColumns>> {
+    let row = sqlx::query(super::USER_WITH_PASSWORD)
+        .bind(username)
+        .fetch_optional(pool)
+        .await?;
+    let user = |row: &PgRow| -> sqlx::Result<UserColumns> {
+        Ok(UserColumns {
+            id: row.try_get(0)?,
+            username: row.try_get(1)?,
+            email: row.try_get(2)?,
+            first_name: row.try_get(3)?,
+            last_name: row.try_get(4)?,
+            is_active: row.try_get(5)?,
+            is_staff: row.try_get(6)?,
+            is_superuser: row.try_get(7)?,
+            date_joined: row.try_get(8)?,
+            password_hash: row.try_get(9)?,
+        })
+    };
+    Ok(row.as_ref().map(user).transpose()?)
+}
+
+/// Failures under each of two buckets since `since`.
+pub(in crate::store) async fn login_failures(
+    pool: &PgPool,
+    buckets: [&str; 2],
+    since: i64,
+) -> StoreResult<[i64; 2]> {
+    let row = sqlx::query(super::LOGIN_FAILURES)
+        .bind(buckets[0])
+        .bind(buckets[1])
+        .bind(since)
+        .fetch_one(pool)
+        .await?;
+    Ok([row.try_get(0)?, row.try_get(1)?])
+}
+
+fn application(row: &PgRow) -> sqlx::Result<ApplicationColumns> {
+    Ok(ApplicationColumns {
+        id: row.try_get(0)?,
+        name: row.try_get(1)?,
+        client_id: row.try_get(2)?,
+        client_secret_digest: row.try_get(3)?,
+        client_type: row.try_get(4)?,
+        grant_type: row.try_get(5)?,
+        redirect_uris: row.try_get(6)?,
+        allowed_scopes: row.try_get(7)?,
+        may_introspect: row.try_get(8)?,
+        owner_id: row.try_get(9)?,
+        created_at: row.try_get(10)?,
+    })
+}
+
+pub(in crate::store) async fn application_by_client_id(
+    pool: &PgPool,
+    client_id: &str,
+) -> StoreResult<Option<ApplicationColumns>> {
+    let row = sqlx::query(super::APPLICATION_BY_CLIENT_ID)
+        .bind(client_id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.as_ref().map(application).transpose()?)
+}
+
+pub(in crate::store) async fn application_by_id(
+    pool: &PgPool,
+    id: i64,
+) -> StoreResult<Option<ApplicationColumns>> {
+    let row = sqlx::query(super::APPLICATION_BY_ID)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.as_ref().map(application).transpose()?)
+}
