@@ -97,6 +97,10 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
                 authserver::config::redact_url(&config.authserver.database_url)
             )
         })?;
+    if let Some(issuer) = front_door_issuer(&config.authserver.issuer, config.proxy.listen) {
+        tracing::info!(%issuer, "the issuer follows the front door's address");
+        config.authserver.issuer = issuer;
+    }
     let first_run = bootstrap::first_run(&store).await?;
     let proxy_secret = bootstrap::proxy_secret(
         &store,
@@ -178,10 +182,8 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpLis
         .with_context(|| format!("{what}: cannot listen on {addr}"))
 }
 
-/// Points the proxy's upstream `name` at where that server really listens. When that differs
-/// from the file (a port changed by environment, or port 0), the in-memory routing no longer
-/// matches the file, so file reloads are turned off rather than silently undoing it.
-/// Returns the address the file gave.
+/// Points the proxy's upstream `name` at where that server really listens, now and on every
+/// rule reload (as a `PROXY_UPSTREAM_<NAME>_ADDRESS` override). Returns the address the file gave.
 fn point_upstream(
     config: &mut ProxyConfig,
     name: &str,
@@ -191,6 +193,9 @@ fn point_upstream(
         bail!("proxy configuration: the stack needs an upstream named \"{name}\"");
     };
     let from_file = current.address.clone();
+    config
+        .upstream_overrides
+        .insert(proxy::config::upstream_address_var(name), addr.to_string());
     if from_file == UpstreamAddr::Socket(addr) {
         return Ok(from_file);
     }
@@ -202,16 +207,38 @@ fn point_upstream(
         rules: config.routing.rules.clone(),
         upstreams,
     });
-    if config.source.take().is_some() {
-        tracing::warn!(upstream = name, %addr, "proxy upstream moved from the file's address: rule reloads from the file are off");
-    }
     Ok(from_file)
 }
 
+/// The issuer the stack advertises: a loopback `http://` issuer (the shipped default) follows the
+/// front door's address when that is fixed; any other issuer is the operator's and stays.
+fn front_door_issuer(issuer: &str, front_door: SocketAddr) -> Option<String> {
+    let authority = issuer.strip_prefix("http://")?.trim_end_matches('/');
+    let loopback = authority.starts_with("127.0.0.1:")
+        || authority.starts_with("localhost:")
+        || authority.starts_with("[::1]:");
+    (loopback && front_door.port() != 0 && authority != front_door.to_string())
+        .then(|| format!("http://{front_door}"))
+}
 #[cfg(test)]
 mod tests {
-    use super::default_data_dir;
+    use super::{default_data_dir, front_door_issuer};
     use std::path::PathBuf;
+
+    #[test]
+    fn a_loopback_issuer_follows_the_front_door() {
+        let door = "127.0.0.1:9000".parse().unwrap();
+        assert_eq!(
+            front_door_issuer("http://127.0.0.1:8000", door).as_deref(),
+            Some("http://127.0.0.1:9000")
+        );
+        assert_eq!(front_door_issuer("http://127.0.0.1:9000", door), None);
+        assert_eq!(front_door_issuer("https://auth.example.com", door), None);
+        assert_eq!(
+            front_door_issuer("http://127.0.0.1:8000", "127.0.0.1:0".parse().unwrap()),
+            None
+        );
+    }
 
     #[test]
     fn the_data_directory_is_the_sqlite_files_or_data() {

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use resource_server::TokenChecker;
 
-use crate::config::{ConfigError, ProxyConfig, Routing, load_config};
+use crate::config::{ConfigError, ProxyConfig, Routing, load_config_with_env};
 use crate::drain::Drain;
 use crate::metrics::ProxyMetrics;
 
@@ -53,7 +53,17 @@ impl Shared {
         let Some(path) = self.source() else {
             return Ok(self.routing().rules.routes().len());
         };
-        let result = load_config(path);
+        let overrides = &self.started_with.upstream_overrides;
+        let result = load_config_with_env(path, |key| {
+            overrides
+                .get(key)
+                .cloned()
+                .or_else(|| std::env::var(key).ok())
+        })
+        .map(|mut new| {
+            new.upstream_overrides = overrides.clone();
+            new
+        });
         let result = result.and_then(|new| {
             if new.routing.rules.routes().is_empty() {
                 Err(ConfigError::Invalid {

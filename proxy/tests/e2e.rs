@@ -548,3 +548,63 @@ async fn refused_introspection_credentials_are_named_in_readiness() {
         .unwrap();
     let _ = std::fs::remove_file(path);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upstream_address_overrides_hold_across_reloads() {
+    let introspector = Introspector::start().await;
+    let upstream = common::echo_upstream().await;
+    let closed: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let (listen, admin) = (free_port(), free_port());
+    // The file names a closed port; PROXY_UPSTREAM_API_ADDRESS points at the real upstream.
+    let yaml = common::config_yaml(listen, admin, &introspector.url(), closed, common::ROUTES);
+    let path = common::temp_path("override");
+    std::fs::write(&path, &yaml).unwrap();
+    let overrides: std::collections::BTreeMap<String, String> = [(
+        "PROXY_UPSTREAM_API_ADDRESS".to_owned(),
+        upstream.to_string(),
+    )]
+    .into();
+    let mut config =
+        proxy::load_config_with_env(&path, |k| overrides.get(k).cloned()).expect("valid");
+    assert!(
+        config.routing.upstreams["open"]
+            .address
+            .to_string()
+            .contains(&closed.to_string()),
+        "only the named upstream moves"
+    );
+    config.upstream_overrides = overrides;
+    let handle = tokio::task::spawn_blocking(move || proxy::spawn(config))
+        .await
+        .unwrap()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let get = || {
+        client
+            .get(format!("http://127.0.0.1:{listen}/read"))
+            .bearer_auth("read")
+            .send()
+    };
+    assert_eq!(get().await.unwrap().status(), 200);
+    // A reload of the unchanged file keeps the override (it used to turn reloads off instead).
+    std::fs::write(
+        &path,
+        format!("{yaml}  - {{ name: new, path: /new, upstream: api }}\n"),
+    )
+    .unwrap();
+    handle.reload().unwrap();
+    assert_eq!(get().await.unwrap().status(), 200);
+
+    let bad = |k: &str| (k == "PROXY_UPSTREAM_API_ADDRESS").then(|| "no port".to_owned());
+    let err = proxy::load_config_with_env(&path, bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("upstreams.api.address (from PROXY_UPSTREAM_API_ADDRESS)"),
+        "{err}"
+    );
+    tokio::task::spawn_blocking(move || handle.shutdown())
+        .await
+        .unwrap();
+    let _ = std::fs::remove_file(path);
+}

@@ -5,7 +5,7 @@
 
 pub mod raw;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -91,6 +91,19 @@ pub struct ProxyConfig {
     pub jwt: Option<JwtSettings>,
     /// Routes and upstreams: the part swapped on reload.
     pub routing: Arc<Routing>,
+    /// Upstream addresses given by whoever started the proxy in process (the one-command stack),
+    /// as `PROXY_UPSTREAM_<NAME>_ADDRESS` settings that win over the environment on every
+    /// reload too. Empty when the proxy runs as its own binary.
+    pub upstream_overrides: BTreeMap<String, String>,
+}
+
+/// The environment variable that overrides upstream `name`'s address:
+/// `PROXY_UPSTREAM_<NAME>_ADDRESS`, the name upper-cased with `-` and `.` as `_`.
+pub fn upstream_address_var(name: &str) -> String {
+    format!(
+        "PROXY_UPSTREAM_{}_ADDRESS",
+        name.to_uppercase().replace(['-', '.'], "_")
+    )
 }
 
 /// Routes and the upstreams they name; replaced as one on reload.
@@ -295,7 +308,7 @@ impl Validator<'_> {
         }
         let mut upstreams = HashMap::new();
         for (name, u) in raw.upstreams {
-            let upstream = self.upstream(&name, u)?;
+            let upstream = self.upstream(&name, u, env)?;
             upstreams.insert(name, Arc::new(upstream));
         }
         let (token_source, jwt, source) = self.token_source(raw.token_source, raw.jwt)?;
@@ -346,6 +359,7 @@ impl Validator<'_> {
             token_source,
             jwt,
             routing: Arc::new(Routing { rules, upstreams }),
+            upstream_overrides: BTreeMap::new(),
         })
     }
 
@@ -379,14 +393,23 @@ impl Validator<'_> {
             .map_err(|e| self.setting(e))
     }
 
-    fn upstream(&self, name: &str, u: RawUpstream) -> Result<Upstream, ConfigError> {
+    fn upstream(
+        &self,
+        name: &str,
+        u: RawUpstream,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Upstream, ConfigError> {
         let prefix = format!("upstreams.{name}");
         if name.trim().is_empty() {
             return Err(self.invalid("upstreams", format!("{name:?}"), "empty upstream name"));
         }
-        let address = parse_upstream_addr(&u.address).map_err(|m| {
-            self.invalid(format!("{prefix}.address"), format!("{:?}", u.address), m)
-        })?;
+        let var = upstream_address_var(name);
+        let (field, address) = match env(&var) {
+            Some(v) => (format!("{prefix}.address (from {var})"), v),
+            None => (format!("{prefix}.address"), u.address),
+        };
+        let address = parse_upstream_addr(&address)
+            .map_err(|m| self.invalid(field, format!("{address:?}"), m))?;
         let host = match u.host {
             None => None,
             Some(h) => Some(
