@@ -29,7 +29,7 @@ wait_http() { # $1 url: polls until the server answers at all
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 
 # The directory: one user (id 1), a password-grant client, and the API's introspection client.
-echo bench | $AUTH user create --username bench --database-url "$DB" >/dev/null
+echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
 PW=$($AUTH app create --name bench-client --database-url "$DB" --json)
 CC=$($AUTH app create --name example-api --grant-type client-credentials --introspect --database-url "$DB" --json)
 
@@ -37,7 +37,7 @@ AUTH_PORT=$(free_port)
 AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
 wait_http "http://127.0.0.1:$AUTH_PORT/healthz"
 TOKEN=$(curl -s -u "$(field "$PW" client_id):$(field "$PW" client_secret)" -d grant_type=password \
-  -d username=bench -d password=bench "http://127.0.0.1:$AUTH_PORT/o/token/" \
+  -d username=bench -d password=bench-password "http://127.0.0.1:$AUTH_PORT/o/token/" \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
 
 # Two example APIs over the same database: the same binary and routes, only the mode differs.

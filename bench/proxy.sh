@@ -66,7 +66,7 @@ LOAD_BEFORE=$(uptime)
 
 # Authorization server: one user, a password-grant client, and the introspection client that
 # both tokengate and nginx use.
-echo bench | $AUTH user create --username bench --database-url "$DB" >/dev/null
+echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
 PW=$($AUTH app create --name bench-client --database-url "$DB" --json)
 CC=$($AUTH app create --name proxy --grant-type client-credentials --introspect --database-url "$DB" --json)
 CC_ID=$(field "$CC" client_id); CC_SECRET=$(field "$CC" client_secret)
@@ -74,7 +74,7 @@ AUTH_PORT=$(free_port)
 AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
 wait_http "http://127.0.0.1:$AUTH_PORT/healthz"
 TOKEN=$(curl -s -u "$(field "$PW" client_id):$(field "$PW" client_secret)" -d grant_type=password \
-  -d username=bench -d password=bench -d scope=read "http://127.0.0.1:$AUTH_PORT/o/token/" \
+  -d username=bench -d password=bench-password -d scope=read "http://127.0.0.1:$AUTH_PORT/o/token/" \
   | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
 
 # The upstream.

@@ -8,7 +8,6 @@
 pub mod config;
 pub mod error;
 pub mod fields;
-pub mod forwarded;
 pub mod groups;
 pub mod guard;
 pub mod id;

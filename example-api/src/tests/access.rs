@@ -201,7 +201,10 @@ async fn malformed_identity_headers_are_400() {
         a.header("www-authenticate"),
         Some(r#"Bearer realm="api", error="invalid_request""#)
     );
-    assert_eq!(a.json, json!({"detail": crate::forwarded::BAD_EXPIRES}));
+    assert_eq!(
+        a.json,
+        json!({"detail": resource_server::forwarded::BAD_EXPIRES})
+    );
     let mut headers = identity("read");
     headers.push(("x-auth-scope", "groups".into()));
     let a = send(&app, Method::GET, "/groups/", &headers, None).await;
