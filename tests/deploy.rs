@@ -1,7 +1,8 @@
 //! The deployment files, checked with real validators from PyPI (`.ci/run` installs them):
 //! `kubernetes-validate --strict` on `deploy/kubernetes/` and on what `proxy inject` writes, and
-//! the compose file against the Compose Specification schema (`check-jsonschema`). Without the
-//! tools the tests print a skip notice, and fail when `CI` is set.
+//! the compose file against the Compose Specification schema (`check-jsonschema`); and the
+//! containers' bootstrap script (`deploy/bootstrap.sh`) run twice against a real database. Without
+//! the tools the tests print a skip notice, and fail when `CI` is set.
 
 use std::process::Command;
 
@@ -59,4 +60,88 @@ fn the_compose_file_follows_the_compose_specification() {
     if let Some(output) = validate("check-jsonschema", &args) {
         assert_valid(output, "docker-compose.yml");
     }
+}
+
+/// The workspace's `authserver` binary next to this test's build directory.
+fn authserver_binary() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let path = exe.parent()?.parent()?.join("authserver");
+    path.exists().then_some(path)
+}
+
+#[tokio::test]
+async fn the_bootstrap_script_registers_the_proxy_client_once_and_keeps_it_in_step() {
+    let Some(authserver) = authserver_binary() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "the authserver binary is needed under CI (cargo test --workspace builds it)"
+        );
+        eprintln!("skipped: no authserver binary built yet (cargo test --workspace builds it)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "tg-bootstrap-{}",
+        authserver::secrets::random_client_id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = format!("sqlite://{}/authserver.db", dir.display());
+    let secret_file = dir.join("proxy-client.secret");
+    let run = || {
+        let out = Command::new("bash")
+            .arg("deploy/bootstrap.sh")
+            .env("AUTHSERVER", &authserver)
+            .env("AUTHSERVER_DATABASE_URL", &db)
+            .env("PROXY_CLIENT_SECRET_FILE", &secret_file)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let first = run();
+    assert!(first.contains("tokengate-proxy registered"), "{first}");
+    assert!(
+        first.contains("administrator admin created, password: "),
+        "{first}"
+    );
+    let second = run();
+    assert!(
+        second.contains("already registered with this secret"),
+        "{second}"
+    );
+    assert!(second.contains("no administrator created"), "{second}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&secret_file)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "the secret file is the owner's only");
+    }
+    // A secret that changed (a new volume, a rotated Kubernetes Secret) is put back in step.
+    std::fs::write(&secret_file, "x".repeat(20) + "abcdefghijklmnopqrstuvwxyz").unwrap();
+    let third = run();
+    assert!(third.contains("registered again"), "{third}");
+
+    let store = authserver::store::Store::connect(&db).await.unwrap();
+    let app = store
+        .find_application_by_client_id("tokengate-proxy")
+        .await
+        .unwrap()
+        .unwrap();
+    let secret = std::fs::read_to_string(&secret_file).unwrap();
+    assert!(app.secret_matches(secret.trim()) && app.may_introspect);
+    let password = first
+        .split("password: ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    let admin = store.authenticate_user("admin", password).await.unwrap();
+    assert!(
+        admin.is_some_and(|a| a.is_superuser),
+        "the printed password opens admin"
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }

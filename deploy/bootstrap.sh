@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# tokengate-bootstrap: makes a fresh database ready for the containers, and does nothing the second
+# time. Run once before the proxy starts (compose's `bootstrap` service, Kubernetes' Job):
+#   - the proxy's introspection client `tokengate-proxy` (client credentials, may introspect),
+#     whose secret is PROXY_CLIENT_SECRET, or else the file PROXY_CLIENT_SECRET_FILE (created with
+#     a random secret when missing, mode 0600); an existing client whose secret differs gets
+#     this one (`app delete` + `app create`), so the proxy and the database always agree;
+#   - an administrator `admin` when there is no user yet, with ADMIN_PASSWORD or a random
+#     password printed once to the log.
+# The authserver settings (AUTHSERVER_DATABASE_URL, ...) come from the environment as usual.
+set -euo pipefail
+AUTHSERVER=${AUTHSERVER:-authserver}
+CLIENT_ID=tokengate-proxy
+
+random_secret() { head -c 32 /dev/urandom | base64 | tr -d '\n=' | tr '+/' '-_'; }
+
+secret=${PROXY_CLIENT_SECRET:-}
+if [ -z "$secret" ]; then
+  file=${PROXY_CLIENT_SECRET_FILE:?set PROXY_CLIENT_SECRET or PROXY_CLIENT_SECRET_FILE}
+  if [ ! -s "$file" ]; then
+    (umask 077 && random_secret > "$file.tmp" && mv "$file.tmp" "$file")
+    echo "bootstrap: new proxy client secret in $file"
+  fi
+  secret=$(cat "$file")
+fi
+
+# The client is registered with this secret unless it already has it (the fingerprint `app list`
+# shows is the first 8 hex digits of the secret's SHA-256).
+register() {
+  "$AUTHSERVER" app create --name "tokengate proxy (introspection)" --client-id "$CLIENT_ID" \
+    --grant-type client-credentials --introspect --client-secret-stdin <<<"$secret" >/dev/null
+}
+wanted=$(printf %s "$secret" | sha256sum | cut -c1-8)
+entry=$("$AUTHSERVER" app list --json | grep -o "{[^{}]*\"client_id\":\"$CLIENT_ID\"[^{}]*}" || true)
+if [ -z "$entry" ]; then
+  register
+  echo "bootstrap: $CLIENT_ID registered"
+elif [[ "$entry" == *"\"secret_fingerprint\":\"$wanted\""* ]]; then
+  echo "bootstrap: $CLIENT_ID already registered with this secret"
+else
+  "$AUTHSERVER" app delete "$CLIENT_ID" >/dev/null
+  register
+  echo "bootstrap: $CLIENT_ID registered again with the given secret"
+fi
+
+if [ "$("$AUTHSERVER" user list --json)" = "[]" ]; then
+  password=${ADMIN_PASSWORD:-$(random_secret)}
+  AUTHSERVER_PASSWORD=$password "$AUTHSERVER" createsuperuser --username admin >/dev/null
+  if [ -z "${ADMIN_PASSWORD:-}" ]; then
+    echo "bootstrap: administrator admin created, password: $password (shown once)"
+  else
+    echo "bootstrap: administrator admin created with ADMIN_PASSWORD"
+  fi
+else
+  echo "bootstrap: users exist, no administrator created"
+fi
