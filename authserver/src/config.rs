@@ -6,7 +6,6 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// The config file as written (mirror of the YAML; every key optional with a named default).
 #[derive(Debug, Default, Deserialize)]
@@ -42,30 +41,9 @@ impl std::fmt::Display for RawDuration {
     }
 }
 
-/// A duration written the way every tokengate binary reads one (the proxy's and example API's
-/// `resource_server::settings::RawDuration`): digits then `ms`, `s`, `m` or `h`, or bare digits
-/// for seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| "expected a duration such as 500ms, 3s, 5m or 1h".to_owned())?;
-    match unit.trim() {
-        "" | "s" => Ok(Duration::from_secs(n)),
-        "ms" => Ok(Duration::from_millis(n)),
-        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
-        "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
-        other => Err(format!("unknown unit {other:?}: use ms, s, m or h")),
-    }
-}
-
 /// A lifetime in whole seconds, at least one.
 fn positive_seconds(text: &str) -> Result<i64, String> {
-    let duration = parse_duration(text)?;
+    let duration = resource_server::settings::parse_duration(text)?;
     if duration.is_zero() {
         return Err("must be at least 1s".into());
     }

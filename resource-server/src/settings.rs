@@ -191,24 +191,30 @@ impl fmt::Display for RawDuration {
 impl RawDuration {
     /// The duration, or a message saying what is expected.
     pub fn parse(&self) -> Result<Duration, String> {
-        let text = match self {
-            RawDuration::Seconds(n) => return Ok(Duration::from_secs(*n)),
-            RawDuration::Text(s) => s.trim(),
-        };
-        let split = text
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(text.len());
-        let (digits, unit) = text.split_at(split);
-        let n: u64 = digits
-            .parse()
-            .map_err(|_| "expected a duration such as 500ms, 3s, 5m or 1h".to_owned())?;
-        match unit.trim() {
-            "" | "s" => Ok(Duration::from_secs(n)),
-            "ms" => Ok(Duration::from_millis(n)),
-            "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
-            "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
-            other => Err(format!("unknown unit {other:?}: use ms, s, m or h")),
+        match self {
+            RawDuration::Seconds(n) => Ok(Duration::from_secs(*n)),
+            RawDuration::Text(s) => parse_duration(s),
         }
+    }
+}
+
+/// A duration written the way every tokengate binary reads one: digits then `ms`, `s`, `m` or
+/// `h`, or bare digits for seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| "expected a duration such as 500ms, 3s, 5m or 1h".to_owned())?;
+    match unit.trim() {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
+        other => Err(format!("unknown unit {other:?}: use ms, s, m or h")),
     }
 }
 

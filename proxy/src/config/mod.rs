@@ -183,16 +183,7 @@ pub struct IntrospectionConfig {
 impl IntrospectionConfig {
     /// The `resource-server` settings for [`resource_server::TokenChecker::new`].
     pub fn settings(&self) -> (IntrospectionSettings, CacheSettings) {
-        let auth = match &self.auth {
-            IntrospectionAuth::Bearer(t) => ClientAuth::Bearer(t.clone()),
-            IntrospectionAuth::ClientSecret {
-                client_id,
-                client_secret,
-            } => ClientAuth::ClientSecret {
-                client_id: client_id.clone(),
-                client_secret: client_secret.clone(),
-            },
-        };
+        let auth = client_auth(&self.auth);
         (
             IntrospectionSettings {
                 url: self.url.clone(),
