@@ -384,3 +384,74 @@ async fn readiness_in_jwt_mode_follows_the_jwks_not_introspection() {
     );
     p.stop().await;
 }
+
+/// `config_yaml` without its `introspection:` section.
+fn without_introspection(yaml: &str) -> String {
+    let start = yaml.find("introspection:\n").unwrap();
+    let end = start + yaml[start..].find("\nroutes:").unwrap() + 1;
+    format!("{}{}", &yaml[..start], &yaml[end..])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jwt_only_proxy_needs_no_introspection_endpoint() {
+    let upstream = echo_upstream().await;
+    let base = config_yaml(
+        free_port(),
+        free_port(),
+        "http://127.0.0.1:9/unused",
+        upstream,
+        ROUTES,
+    );
+    let base = without_introspection(&base);
+    assert!(!base.contains("introspection:"), "{base}");
+    // Any token source that introspects still needs the section, and says so.
+    for source in ["introspection", "jwt_or_introspection"] {
+        let jwks = "  jwks_url: http://127.0.0.1:9/\n  issuer: i\n  audience: a\n";
+        let err = proxy::parse_config(
+            &format!("token_source: {source}\njwt:\n{jwks}{base}"),
+            "p.yaml",
+            |_| None,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("field \"introspection\"") && err.contains(source),
+            "{err}"
+        );
+    }
+    let jwks = JwksServer::start(&corpus().jwks, "max-age=300").await;
+    let yaml = format!(
+        "work_stealing: true\ntoken_source: jwt\njwt:\n{}\n{base}",
+        jwt_section(
+            &jwks,
+            "  typ: JWT\n  client_id_claim: azp\n  username_claim: preferred_username\n"
+        )
+    );
+    let (proxy, path) = start_proxy("jwt-only", &yaml).await;
+    let client = reqwest::Client::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let ready = client
+            .get(format!("http://{}/readyz", proxy.admin_addr()))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        if ready == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never ready: {ready}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let resp = client
+        .get(format!("http://{}/read", proxy.listen_addr()))
+        .bearer_auth(corpus().token("keycloak"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let _ = std::fs::remove_file(&path);
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
+}

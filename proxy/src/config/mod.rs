@@ -181,6 +181,22 @@ pub struct IntrospectionConfig {
 }
 
 impl IntrospectionConfig {
+    /// No `introspection:` section (`token_source: jwt`): a placeholder the JWT-only gate and the
+    /// readiness probe never call.
+    fn unused() -> IntrospectionConfig {
+        IntrospectionConfig {
+            url: "http://127.0.0.1:9/no-introspection-configured".into(),
+            auth: IntrospectionAuth::Bearer(String::new()),
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(1),
+            max_ttl: Duration::ZERO,
+            negative_ttl: Duration::ZERO,
+            capacity: 1,
+            stale_grace: Duration::ZERO,
+            policy: AnswerPolicy::default(),
+        }
+    }
+
     /// The `resource-server` settings for [`resource_server::TokenChecker::new`].
     pub fn settings(&self) -> (IntrospectionSettings, CacheSettings) {
         let auth = client_auth(&self.auth);
@@ -292,7 +308,21 @@ impl Validator<'_> {
         }
         let grace_period = self.duration("grace_period", raw.grace_period, 5)?;
         let shutdown_timeout = self.duration("shutdown_timeout", raw.shutdown_timeout, 5)?;
-        let introspection = self.introspection(raw.introspection, env)?;
+        let (token_source, jwt, source) = self.token_source(raw.token_source, raw.jwt)?;
+        let introspection = match raw.introspection {
+            Some(section) => self.introspection(section, env)?,
+            None if !token_source.uses_introspection() => IntrospectionConfig::unused(),
+            None => {
+                return Err(self.invalid(
+                    "introspection",
+                    "(missing)",
+                    format!(
+                        "required with token_source {} (only token_source jwt does without)",
+                        token_source.as_str()
+                    ),
+                ));
+            }
+        };
 
         if raw.upstreams.is_empty() {
             return Err(self.invalid("upstreams", "{}", "declare at least one upstream"));
@@ -302,7 +332,6 @@ impl Validator<'_> {
             let upstream = self.upstream(&name, u, env)?;
             upstreams.insert(name, Arc::new(upstream));
         }
-        let (token_source, jwt, source) = self.token_source(raw.token_source, raw.jwt)?;
         let rules = Rules::from_routes(raw.routes, self.file)?.with_token_source(source);
         if rules.routes().is_empty() && !raw.allow_empty_routes {
             return Err(self.invalid(

@@ -31,7 +31,9 @@ pub struct RawConfig {
     #[serde(default)]
     pub shutdown_timeout: Option<RawDuration>,
     pub upstreams: BTreeMap<String, RawUpstream>,
-    pub introspection: RawIntrospection,
+    /// Required unless `token_source: jwt` (which never introspects).
+    #[serde(default)]
+    pub introspection: Option<RawIntrospection>,
     /// How tokens are checked: `introspection` (default), `jwt` (local validation with the
     /// `jwt:` section) or `jwt_or_introspection` (JWTs locally, opaque tokens introspected).
     #[serde(default)]
