@@ -13,7 +13,7 @@ use super::{WebError, WebResult, csrf, parse_id, render, see_other};
 use crate::AppState;
 use crate::config::Settings;
 use crate::store::{Application, ApplicationInput, ClientType, GrantType};
-use crate::validation::{self, ApplicationDraft};
+use crate::validation;
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -66,15 +66,7 @@ pub(crate) fn validate(
         scopes,
         may_introspect: form.checked("may_introspect"),
     };
-    let draft = ApplicationDraft {
-        name: values.name.clone(),
-        client_type: values.client_type.clone(),
-        grant_type: values.grant_type.clone(),
-        redirect_uris: values.redirect_uris.clone(),
-        scopes: values.scopes.clone(),
-        may_introspect: values.may_introspect,
-    };
-    let result = validation::application(settings, &draft).map_err(FieldErrors::from);
+    let result = validation::application(settings, &values).map_err(FieldErrors::from);
     (values, result)
 }
 

@@ -103,16 +103,9 @@ pub(crate) struct ApplicationList {
     pub show_owner: bool,
 }
 
-/// What the application form shows: the values entered (or stored) as text.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct ApplicationValues {
-    pub name: String,
-    pub client_type: String,
-    pub grant_type: String,
-    pub redirect_uris: String,
-    pub scopes: Vec<String>,
-    pub may_introspect: bool,
-}
+/// What the application form shows: the values entered (or stored) as text, the same draft the
+/// shared validation reads.
+pub(crate) type ApplicationValues = crate::validation::ApplicationDraft;
 
 #[derive(Template)]
 #[template(path = "applications/form.html")]

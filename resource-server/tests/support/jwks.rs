@@ -14,6 +14,23 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 /// Tokens, and the JWKS before and after a rotation (rsa-a out, rsa-b in).
+/// The corpus tokens every validator must refuse with 401 `invalid_token`.
+#[allow(dead_code)]
+pub const ADVERSARIAL: [&str; 12] = [
+    "alg_none",
+    "hs256_public_key",
+    "wrong_iss",
+    "wrong_aud",
+    "expired",
+    "not_yet_valid",
+    "unknown_kid",
+    "stray_key_known_kid",
+    "tampered_payload",
+    "tampered_signature",
+    "wrong_typ",
+    "missing_typ",
+];
+
 pub struct Corpus {
     pub jwks: Value,
     pub jwks_rotated: Value,
