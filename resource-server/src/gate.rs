@@ -60,25 +60,16 @@ impl<T: TokenCheck> TokenCheck for &T {
     }
 }
 
-impl<T: TokenCheck> TokenCheck for Arc<T> {
-    fn credential(
-        &self,
-        headers: &HeaderMap,
-        query: Option<&str>,
-    ) -> impl Future<Output = Credential> + Send {
-        (**self).credential(headers, query)
-    }
-
-    fn leeway(&self) -> Duration {
-        (**self).leeway()
-    }
-}
-
 /// Whether a bearer token has the shape of a JWS compact serialization (three dot-separated
-/// parts, the first a JSON object with an `alg`): such tokens are validated locally, any other
-/// is introspected.
+/// parts, the first a JSON object with a string `alg`): such tokens are validated locally, any
+/// other is introspected. A header the validator refuses (a `crit` member, a `kid` or `typ` that
+/// is not a string) still makes a JWT: refused here, never sent to introspection.
 pub fn looks_like_jwt(token: &str) -> bool {
-    crate::jwt::header::Header::parse(token).is_ok()
+    use crate::jwt::header::{Header, HeaderError};
+    !matches!(
+        Header::parse(token),
+        Err(HeaderError::NotAJwt | HeaderError::Field("alg"))
+    )
 }
 
 /// Local JWT validation for tokens shaped like JWTs, introspection for the others (opaque tokens
@@ -371,6 +362,19 @@ mod tests {
             "",
         ] {
             assert!(!looks_like_jwt(opaque), "{opaque}");
+        }
+        // Headers the validator refuses are still JWTs: refused locally, not introspected.
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        for header in [
+            r#"{"alg":"RS256","crit":["exp"]}"#,
+            r#"{"alg":"RS256","kid":7}"#,
+            r#"{"alg":"RS256","typ":["at+jwt"]}"#,
+        ] {
+            assert!(
+                looks_like_jwt(&format!("{}.e30.c2ln", b64(header))),
+                "{header}"
+            );
         }
     }
 }

@@ -39,26 +39,21 @@ pub struct ClaimRules {
 impl ClaimRules {
     /// The claims of a payload whose signature verified, checked at `now` (unix seconds).
     pub fn read(&self, payload: Value, now: i64) -> Result<Claims, &'static str> {
-        let Value::Object(mut map) = payload else {
+        let Value::Object(map) = payload else {
             return Err(MALFORMED_CLAIMS);
         };
-        let iss = string(&mut map, "iss")?.ok_or(MALFORMED_CLAIMS)?;
-        let exp = time(&mut map, "exp")?.ok_or(MALFORMED_CLAIMS)?;
-        let iat = time(&mut map, "iat")?.ok_or(MALFORMED_CLAIMS)?;
-        let nbf = time(&mut map, "nbf")?;
-        let aud = strings(&mut map, "aud")?.unwrap_or_default();
-        let sub = string(&mut map, "sub")?;
-        let jti = string(&mut map, "jti")?;
-        // A configured claim may be one of the above (e.g. `username_claim: sub`).
-        let username = match self.username_claim.as_str() {
-            "sub" => sub.clone(),
-            name => string(&mut map, name)?,
-        };
-        let client_id = match self.client_id_claim.as_str() {
-            "sub" => sub.clone(),
-            name => string(&mut map, name)?,
-        };
-        let scope = strings(&mut map, &self.scope_claim)?.map(|s| s.join(" "));
+        let iss = string(&map, "iss")?.ok_or(MALFORMED_CLAIMS)?;
+        let exp = time(&map, "exp")?.ok_or(MALFORMED_CLAIMS)?;
+        let iat = time(&map, "iat")?.ok_or(MALFORMED_CLAIMS)?;
+        let nbf = time(&map, "nbf")?;
+        let aud = strings(&map, "aud")?.unwrap_or_default();
+        let sub = string(&map, "sub")?;
+        let jti = string(&map, "jti")?;
+        // Claims are read, not taken: a configured claim may be one of the above, or the same
+        // for two roles (`username_claim: sub`, `client_id_claim: azp` twice...).
+        let username = string(&map, &self.username_claim)?;
+        let client_id = string(&map, &self.client_id_claim)?;
+        let scope = strings(&map, &self.scope_claim)?.map(|s| s.join(" "));
         if client_id.is_none() || (self.require_jti && jti.is_none()) {
             return Err(MALFORMED_CLAIMS);
         }
@@ -96,24 +91,26 @@ impl ClaimRules {
 }
 
 /// A string claim; absent or `null` is `None`.
-fn string(map: &mut Map<String, Value>, name: &str) -> Result<Option<String>, &'static str> {
-    match map.remove(name) {
+fn string(map: &Map<String, Value>, name: &str) -> Result<Option<String>, &'static str> {
+    match map.get(name) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
         Some(_) => Err(MALFORMED_CLAIMS),
     }
 }
 
 /// A string (split on whitespace) or an array of strings (each without whitespace).
-fn strings(map: &mut Map<String, Value>, name: &str) -> Result<Option<Vec<String>>, &'static str> {
-    match map.remove(name) {
+fn strings(map: &Map<String, Value>, name: &str) -> Result<Option<Vec<String>>, &'static str> {
+    match map.get(name) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if name == "aud" => Ok(Some(vec![s])),
+        Some(Value::String(s)) if name == "aud" => Ok(Some(vec![s.clone()])),
         Some(Value::String(s)) => Ok(Some(s.split_whitespace().map(str::to_owned).collect())),
         Some(Value::Array(items)) => items
-            .into_iter()
+            .iter()
             .map(|item| match item {
-                Value::String(s) if !s.is_empty() && !s.contains(char::is_whitespace) => Ok(s),
+                Value::String(s) if !s.is_empty() && !s.contains(char::is_whitespace) => {
+                    Ok(s.clone())
+                }
                 _ => Err(MALFORMED_CLAIMS),
             })
             .collect::<Result<Vec<_>, _>>()
@@ -123,8 +120,8 @@ fn strings(map: &mut Map<String, Value>, name: &str) -> Result<Option<Vec<String
 }
 
 /// A NumericDate: a JSON number of seconds from 0 to [`MAX_TIME`] (fractions floored).
-fn time(map: &mut Map<String, Value>, name: &str) -> Result<Option<i64>, &'static str> {
-    let n = match map.remove(name) {
+fn time(map: &Map<String, Value>, name: &str) -> Result<Option<i64>, &'static str> {
+    let n = match map.get(name) {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Number(n)) => n,
         Some(_) => return Err(MALFORMED_CLAIMS),
@@ -278,5 +275,27 @@ mod tests {
         assert_eq!(c.username.as_deref(), Some("alice@example.com"));
         // No scope claim: no scopes, still a valid token.
         assert_eq!(rules().read(without("scope"), NOW).unwrap().scope, None);
+    }
+
+    #[test]
+    fn one_claim_may_serve_two_roles() {
+        // Client-credentials tokens of some providers carry only the client: the same claim
+        // names the caller and the client, or the username is `jti`/`iss`-like.
+        let same = ClaimRules {
+            username_claim: "client_id".into(),
+            ..rules()
+        };
+        let c = same.read(good(), NOW).unwrap();
+        assert_eq!(c.username.as_deref(), Some("app"));
+        assert_eq!(c.client_id.as_deref(), Some("app"));
+        let by_iss = ClaimRules {
+            client_id_claim: "iss".into(),
+            username_claim: "jti".into(),
+            ..rules()
+        };
+        let c = by_iss.read(good(), NOW).unwrap();
+        assert_eq!(c.client_id.as_deref(), Some("https://idp"));
+        assert_eq!(c.username.as_deref(), Some("j1"));
+        assert_eq!(c.sub.as_deref(), Some("alice"));
     }
 }
