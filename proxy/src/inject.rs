@@ -7,6 +7,8 @@
 //! application's port to the proxy's port. Running it again changes nothing. YAML comments are not
 //! kept (documents are re-serialised), key order is.
 
+use serde::Deserialize;
+use serde_json::json;
 use serde_yaml_ng::{Mapping, Value};
 
 /// Name of the sidecar container, and of the ports it adds.
@@ -76,9 +78,9 @@ struct Injected {
 /// `input` with the sidecar added to every workload, as multi-document YAML.
 pub fn inject(input: &str, options: &InjectOptions) -> Result<String, InjectError> {
     let mut docs = Vec::new();
-    for (index, text) in split_documents(input).into_iter().enumerate() {
+    for (index, document) in serde_yaml_ng::Deserializer::from_str(input).enumerate() {
         let doc = index + 1;
-        let value: Value = serde_yaml_ng::from_str(&text).map_err(|e| InjectError::Yaml {
+        let value = Value::deserialize(document).map_err(|e| InjectError::Yaml {
             doc,
             message: e.to_string(),
         })?;
@@ -105,24 +107,6 @@ pub fn inject(input: &str, options: &InjectOptions) -> Result<String, InjectErro
         out.push_str(&serde_yaml_ng::to_string(value).expect("a parsed document serialises"));
     }
     Ok(out)
-}
-
-/// Documents separated by `---` lines (a `---` inside a block scalar is indented, so not one).
-fn split_documents(input: &str) -> Vec<String> {
-    let mut docs = vec![String::new()];
-    for line in input.lines() {
-        if line == "---" || line.starts_with("--- ") {
-            docs.push(String::new());
-            docs.last_mut()
-                .unwrap()
-                .push_str(line.trim_start_matches("---"));
-        } else {
-            let current = docs.last_mut().unwrap();
-            current.push_str(line);
-        }
-        docs.last_mut().unwrap().push('\n');
-    }
-    docs
 }
 
 fn str_at<'a>(value: &'a Value, path: &[&str]) -> Option<&'a str> {
@@ -226,9 +210,9 @@ fn inject_workload(
             .push(sidecar(options));
         let volumes =
             sequence(spec, "volumes").ok_or_else(|| fail("spec.volumes is not a list".into()))?;
-        volumes.push(yaml(&format!(
-            "{{ name: {VOLUME}, configMap: {{ name: {config_map} }} }}"
-        )));
+        volumes.push(from_json(
+            json!({"name": VOLUME, "configMap": {"name": config_map}}),
+        ));
     }
     Ok(Some(Injected {
         namespace,
@@ -238,45 +222,42 @@ fn inject_workload(
     }))
 }
 
-fn yaml(text: &str) -> Value {
-    serde_yaml_ng::from_str(text).expect("built-in YAML")
+/// A document built from JSON: values taken from the input or the command line are data, never
+/// YAML text to parse (a name with `}` or `#` in it cannot change the structure).
+fn from_json(json: serde_json::Value) -> Value {
+    serde_yaml_ng::to_value(json).expect("JSON always converts to YAML")
 }
 
 fn sidecar(options: &InjectOptions) -> Value {
-    yaml(&format!(
-        r#"
-name: {CONTAINER}
-image: {image}
-command: ["proxy"]
-args: ["--config", "{MOUNT}/proxy.yaml"]
-ports:
-  - {{ name: {PORT_NAME}, containerPort: {port} }}
-  - {{ name: {ADMIN_PORT_NAME}, containerPort: {admin} }}
-env:
-  - {{ name: PROXY_LISTEN, value: "0.0.0.0:{port}" }}
-  - {{ name: PROXY_ADMIN_LISTEN, value: "0.0.0.0:{admin}" }}
-  - name: PROXY_CLIENT_SECRET
-    valueFrom: {{ secretKeyRef: {{ name: {secret}, key: proxy-client-secret }} }}
-readinessProbe: {{ httpGet: {{ path: /readyz, port: {ADMIN_PORT_NAME} }}, periodSeconds: 5 }}
-livenessProbe: {{ httpGet: {{ path: /healthz, port: {ADMIN_PORT_NAME} }}, periodSeconds: 10 }}
-resources:
-  requests: {{ cpu: 50m, memory: 32Mi }}
-  limits: {{ memory: 128Mi }}
-securityContext:
-  runAsNonRoot: true
-  runAsUser: 10001
-  allowPrivilegeEscalation: false
-  readOnlyRootFilesystem: true
-  capabilities: {{ drop: [ALL] }}
-  seccompProfile: {{ type: RuntimeDefault }}
-volumeMounts:
-  - {{ name: {VOLUME}, mountPath: {MOUNT}, readOnly: true }}
-"#,
-        image = options.image,
-        port = options.proxy_port,
-        admin = options.admin_port,
-        secret = options.secret,
-    ))
+    let (port, admin) = (options.proxy_port, options.admin_port);
+    from_json(json!({
+        "name": CONTAINER,
+        "image": options.image,
+        "command": ["proxy"],
+        "args": ["--config", format!("{MOUNT}/proxy.yaml")],
+        "ports": [
+            {"name": PORT_NAME, "containerPort": port},
+            {"name": ADMIN_PORT_NAME, "containerPort": admin},
+        ],
+        "env": [
+            {"name": "PROXY_LISTEN", "value": format!("0.0.0.0:{port}")},
+            {"name": "PROXY_ADMIN_LISTEN", "value": format!("0.0.0.0:{admin}")},
+            {"name": "PROXY_CLIENT_SECRET", "valueFrom": {"secretKeyRef": {
+                "name": options.secret, "key": "proxy-client-secret"}}},
+        ],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": ADMIN_PORT_NAME}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": ADMIN_PORT_NAME}, "periodSeconds": 10},
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": 10001,
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": [{"name": VOLUME, "mountPath": MOUNT, "readOnly": true}],
+    }))
 }
 
 /// Points the Service's ports that reached an injected application at the proxy instead.
@@ -421,5 +402,34 @@ spec:
     fn other_kinds_pass_through() {
         let input = "kind: ConfigMap\nmetadata:\n  name: x\ndata:\n  a: b\n";
         assert_eq!(inject(input, &InjectOptions::default()).unwrap(), input);
+    }
+
+    #[test]
+    fn names_and_flags_are_data_not_yaml() {
+        // Names a validating API server would refuse, but inject must not panic on or be steered
+        // by: `}` and `,` used to close the flow mapping the volume was built from, `#` to cut it.
+        let hostile = DEPLOYMENT.replace("name: api }", "name: \"a}, evil: 1 # x\" }");
+        let options = InjectOptions {
+            image: "img:1 # comment".into(),
+            secret: "s}, x: {".into(),
+            ..InjectOptions::default()
+        };
+        let out = inject(&hostile, &options).unwrap();
+        let doc: Value = serde_yaml_ng::from_str(&out).unwrap();
+        let spec = &doc["spec"]["template"]["spec"];
+        assert_eq!(
+            spec["volumes"][0]["configMap"]["name"],
+            "a}, evil: 1 # x-tokengate"
+        );
+        assert_eq!(
+            spec["volumes"][0].as_mapping().unwrap().len(),
+            2,
+            "no key smuggled in"
+        );
+        assert_eq!(spec["containers"][1]["image"], "img:1 # comment");
+        assert_eq!(
+            spec["containers"][1]["env"][2]["valueFrom"]["secretKeyRef"]["name"],
+            "s}, x: {"
+        );
     }
 }
