@@ -291,8 +291,11 @@ async fn keys_command(
         KeysCommand::Rotate { delay } => {
             let default = rotation::default_delay(settings.jwks_max_age);
             let delay = delay.unwrap_or(default);
-            if delay < 0 {
-                bail!("--delay: {delay} is not a number of seconds");
+            if !(0..=crate::config::MAX_SECONDS).contains(&delay) {
+                bail!(
+                    "--delay: {delay} is not a number of seconds from 0 to {}",
+                    crate::config::MAX_SECONDS
+                );
             }
             let rotated = rotation::rotate(store, delay, lifetime).await?;
             let key = &rotated.key;

@@ -41,7 +41,11 @@ impl std::fmt::Display for RawDuration {
     }
 }
 
-/// A lifetime in whole seconds, at least one.
+/// The longest lifetime, max-age or rotation delay accepted: ten years. Anything longer is a
+/// typo, and unix-time arithmetic on it must never overflow.
+pub const MAX_SECONDS: i64 = 10 * 365 * 86_400;
+
+/// A lifetime in whole seconds, at least one, at most [`MAX_SECONDS`].
 fn positive_seconds(text: &str) -> Result<i64, String> {
     let duration = resource_server::settings::parse_duration(text)?;
     if duration.is_zero() {
@@ -50,7 +54,10 @@ fn positive_seconds(text: &str) -> Result<i64, String> {
     if duration.subsec_nanos() != 0 {
         return Err("must be a whole number of seconds".into());
     }
-    i64::try_from(duration.as_secs()).map_err(|_| "is too long".to_owned())
+    i64::try_from(duration.as_secs())
+        .ok()
+        .filter(|&secs| secs <= MAX_SECONDS)
+        .ok_or_else(|| format!("is longer than {MAX_SECONDS} s (ten years)"))
 }
 
 /// The entries of a list given as text (an environment variable): separated by commas,
@@ -595,6 +602,17 @@ mod tests {
             err.to_string(),
             "environment variable AUTHSERVER_JWKS_MAX_AGE: \"0\" is not a positive duration (must be at least 1s; like 36000, 90s, 15m or 10h)"
         );
+        // Huge values would overflow unix-time arithmetic (exp, a key's retirement): refused.
+        for huge in ["9223372036854775807", "100000h"] {
+            let env =
+                |key: &str| (key == "AUTHSERVER_ACCESS_TOKEN_LIFETIME").then(|| huge.to_owned());
+            let err = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("is longer than 315360000 s (ten years)"),
+                "{err}"
+            );
+        }
         let env = |key: &str| (key == "AUTHSERVER_ACCESS_TOKEN_AUDIENCE").then(|| " ".to_owned());
         let err = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap_err();
         assert_eq!(

@@ -146,7 +146,12 @@ impl Server {
             .as_array()
             .unwrap()
             .iter()
-            .map(|k| k["kid"].as_str().unwrap().to_owned())
+            .map(|k| {
+                // Public halves only: the private scalar `d` must never be published.
+                let fields: Vec<&str> = k.as_object().unwrap().keys().map(String::as_str).collect();
+                assert_eq!(fields, ["alg", "crv", "kid", "kty", "use", "x"], "{k}");
+                k["kid"].as_str().unwrap().to_owned()
+            })
             .collect()
     }
 }
@@ -628,6 +633,39 @@ fn the_keys_commands_list_and_rotate() {
     assert!(keys(&["delete", &kid_of(2)]).contains(&format!("deleted signing key {}", kid_of(2))));
     let left: Value = serde_json::from_str(&keys(&["list", "--json"])).unwrap();
     assert_eq!(left.as_array().unwrap().len(), 2);
+    let left_kids: Vec<&str> = left
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kid"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        left_kids,
+        [kid_of(0), kid_of(1)],
+        "the key named was the one deleted"
+    );
+
+    // A delay that would overflow unix time (and so retire, then delete, the signing key) is
+    // refused before anything is written.
+    let huge = std::process::Command::new(env!("CARGO_BIN_EXE_authserver"))
+        .args([
+            "keys",
+            "rotate",
+            "--delay",
+            "9223372036854775807",
+            "--database-url",
+            &db,
+        ])
+        .output()
+        .unwrap();
+    assert!(!huge.status.success());
+    assert!(
+        String::from_utf8_lossy(&huge.stderr).contains("is not a number of seconds from 0 to"),
+        "{}",
+        String::from_utf8_lossy(&huge.stderr)
+    );
+    let after: Value = serde_json::from_str(&keys(&["list", "--json"])).unwrap();
+    assert_eq!(after, left, "nothing written, nothing pruned");
 }
 
 /// A replica whose copy of the keys is fresh but predates a key created by another replica

@@ -30,6 +30,7 @@ def main():
     for key in jwks["keys"]:
         assert key["kty"] == "OKP" and key["crv"] == "Ed25519", key
         assert key["alg"] == "EdDSA" and key["use"] == "sig" and key["kid"], key
+        assert set(key) == {"kty", "crv", "x", "kid", "alg", "use"}, key  # never the private "d"
     key_set = JsonWebKey.import_key_set(jwks)
     pyjwk = jwt.PyJWKClient(jwks_url, cache_keys=False, cache_jwk_set=False)
     out = []

@@ -34,7 +34,7 @@ pub async fn rotate(store: &Store, delay: i64, token_lifetime: i64) -> StoreResu
     let signs_from = if keys.is_empty() {
         at
     } else {
-        at + delay.max(0)
+        at.saturating_add(delay.clamp(0, crate::config::MAX_SECONDS))
     };
     let key = keys::generate(keys.next_generation(), at, signs_from)?;
     if !store.add_signing_key(&key).await? {
