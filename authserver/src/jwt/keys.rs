@@ -260,9 +260,8 @@ impl KeySet {
 
     /// The published key with this kid.
     pub fn find_published(&self, kid: &str, now: i64, token_lifetime: i64) -> Option<&SigningKey> {
-        self.published(now, token_lifetime)
-            .into_iter()
-            .find(|k| k.kid == kid)
+        let i = self.keys.iter().position(|k| k.kid == kid)?;
+        (self.state_at(i, now, token_lifetime) != KeyState::Expired).then(|| &self.keys[i])
     }
 
     /// The JWKS document (RFC 7517) of the keys published at `now`.

@@ -10,7 +10,6 @@ use crate::AppState;
 use crate::jwt::access_token::{self, AccessTokenClaims};
 use crate::jwt::{KeySet, Verified};
 use crate::store::{IssuedTokens, TokenRecord, now};
-use std::borrow::Cow;
 use std::time::Instant;
 
 /// Whose token it is.
@@ -55,37 +54,21 @@ pub async fn jwt_for(
         .map_err(|error| OAuthError::Server(anyhow::anyhow!("signing a JWT failed: {error}")))
 }
 
-/// A presented token and the stored value its row is found by (the token itself, or what the
-/// `jti` of a JWT opens to).
-pub struct Presented<'a> {
-    pub record: TokenRecord,
-    pub stored_value: Cow<'a, str>,
-}
-
 /// The stored token a presented one stands for: a JWT that verifies against our published
 /// keys leads to the access token its `jti` opens to; anything else is looked up as it is.
 /// `None` for unknown, forged and tampered tokens.
-pub async fn find_presented<'a>(
+pub async fn find_presented(
     state: &AppState,
-    token: &'a str,
-) -> Result<Option<Presented<'a>>, OAuthError> {
+    token: &str,
+) -> Result<Option<TokenRecord>, OAuthError> {
     if access_token::looks_like_jwt(token) {
         let Some(value) = verified_value(state, token).await? else {
             return Ok(None);
         };
         let record = state.store.find_token(&value).await?;
-        return Ok(record
-            .filter(|r| r.kind == TokenRecord::ACCESS)
-            .map(|record| Presented {
-                record,
-                stored_value: Cow::Owned(value),
-            }));
+        return Ok(record.filter(|r| r.kind == TokenRecord::ACCESS));
     }
-    let record = state.store.find_token(token).await?;
-    Ok(record.map(|record| Presented {
-        record,
-        stored_value: Cow::Borrowed(token),
-    }))
+    Ok(state.store.find_token(token).await?)
 }
 
 /// The stored value in a JWT signed by one of our published keys, with our issuer, not expired.

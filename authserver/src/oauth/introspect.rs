@@ -29,7 +29,7 @@ pub async fn introspect(
     authorize_caller(&state, &headers, &params).await?;
     let token = params.require("token")?;
     let want_refresh = params.get("token_type_hint") == Some("refresh_token");
-    let record = find_presented(&state, token).await?.map(|p| p.record);
+    let record = find_presented(&state, token).await?;
     let body = match record {
         Some(record)
             if record.is_active() && (record.kind == TokenRecord::ACCESS || want_refresh) =>
@@ -54,7 +54,7 @@ async fn authorize_caller(
         .filter(|v| v.len() > 7 && v[..7].eq_ignore_ascii_case("bearer "))
         .map(|v| v[7..].trim());
     if let Some(token) = bearer {
-        let caller = match find_presented(state, token).await?.map(|p| p.record) {
+        let caller = match find_presented(state, token).await? {
             Some(caller) if caller.kind == TokenRecord::ACCESS && caller.is_active() => caller,
             _ => return Err(OAuthError::Unauthenticated),
         };
