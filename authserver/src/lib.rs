@@ -56,6 +56,15 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // With JWT access tokens, a signing key exists before the first request: the JWKS is
+    // never empty for validators starting early, and no anonymous GET writes to the database.
+    if state.settings.access_token_format == config::AccessTokenFormat::Jwt {
+        state
+            .keys
+            .keys_with_signer(&state.store)
+            .await
+            .map_err(|e| std::io::Error::other(format!("JWT signing keys: {e}")))?;
+    }
     http_server::serve(listener, app(state), http_server::Limits::DEFAULT, shutdown).await
 }
 

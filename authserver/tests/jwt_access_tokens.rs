@@ -678,10 +678,10 @@ async fn a_replica_reads_the_keys_again_for_a_kid_it_has_not_seen() {
         let clients = clients(&a).await;
         let ttl = authserver::jwt::KEY_CACHE_TTL;
         let stale = Server::start_with(a, AccessTokenFormat::Opaque, ttl).await;
-        let signer = Server::start(b, AccessTokenFormat::Jwt).await;
         // The stale replica reads the keys (none yet) and keeps that copy for 10 s...
         assert!(stale.kids().await.is_empty());
-        // ...while the other creates the first key and signs with it.
+        // ...while the other starts, creating the first key, and signs with it.
+        let signer = Server::start(b, AccessTokenFormat::Jwt).await;
         let (token, _) = signer.password_grant(&clients.password).await;
         let started = std::time::Instant::now();
         assert_eq!(
@@ -692,5 +692,35 @@ async fn a_replica_reads_the_keys_again_for_a_kid_it_has_not_seen() {
         assert!(started.elapsed() < Duration::from_secs(3));
         // That read refreshed the copy the JWKS is served from as well.
         assert_eq!(stale.kids().await.len(), 1);
+    }
+}
+
+/// With JWT access tokens the first signing key exists once the server has started, before any
+/// token is issued (validators starting early see it); an anonymous JWKS request never creates
+/// one; with opaque tokens none is ever created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_key_is_made_at_start_not_by_a_jwks_caller() {
+    for store in testing::all_stores().await {
+        let backend = store.backend();
+        let opaque = Server::start(store.clone(), AccessTokenFormat::Opaque).await;
+        for _ in 0..3 {
+            assert!(opaque.kids().await.is_empty(), "{backend:?}");
+        }
+        assert!(
+            store.signing_keys().await.unwrap().is_empty(),
+            "{backend:?}"
+        );
+        let jwt = Server::start(store.clone(), AccessTokenFormat::Jwt).await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while store.signing_keys().await.unwrap().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{backend:?}: no key at start"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let stored = store.signing_keys().await.unwrap();
+        assert_eq!(stored.len(), 1, "{backend:?}");
+        assert_eq!(jwt.kids().await, [stored[0].kid.clone()], "{backend:?}");
     }
 }

@@ -81,12 +81,15 @@ impl KeyRing {
         if keys.signer(now()).is_some() {
             return Ok(keys);
         }
-        if keys.is_empty() {
-            let at = now();
-            let first = keys::generate(1, at, at)?;
-            if store.add_signing_key(&first).await? {
-                tracing::info!(kid = %first.kid, "created the first JWT signing key");
-            }
+        if !keys.is_empty() {
+            // Keys exist, none signs yet (only pending ones): an operator's doing, not fixed by
+            // reading the database again on every request.
+            return Err(anyhow::anyhow!("no signing key signs yet (only pending keys)").into());
+        }
+        let at = now();
+        let first = keys::generate(1, at, at)?;
+        if store.add_signing_key(&first).await? {
+            tracing::info!(kid = %first.kid, "created the first JWT signing key");
         }
         let keys = self.read_after(store, Instant::now()).await?;
         if keys.signer(now()).is_none() {

@@ -1,7 +1,6 @@
 //! `GET /.well-known/jwks.json` (RFC 7517): the public keys that sign JWT access tokens.
 
 use crate::AppState;
-use crate::config::AccessTokenFormat;
 use crate::store::now;
 use axum::Json;
 use axum::extract::State;
@@ -11,13 +10,10 @@ use axum::response::{IntoResponse, Response};
 use super::OAuthError;
 
 /// The published keys (pending, signing, and retired ones whose tokens may still be live),
-/// cacheable for `jwks_max_age`. With JWT access tokens configured, the first key is created
-/// here if no token has been issued yet, so validators can start before the first token.
+/// cacheable for `jwks_max_age`, from the cached key ring (the first key is created when the
+/// server starts with JWT access tokens, not by a caller of this endpoint).
 pub async fn jwks(State(state): State<AppState>) -> Result<Response, OAuthError> {
-    let keys = match state.settings.access_token_format {
-        AccessTokenFormat::Jwt => state.keys.keys_with_signer(&state.store).await?,
-        AccessTokenFormat::Opaque => state.keys.keys(&state.store).await?,
-    };
+    let keys = state.keys.keys(&state.store).await?;
     let body = keys.jwks(now(), state.settings.access_token_lifetime);
     let mut response = Json(body).into_response();
     let cache = format!("public, max-age={}", state.settings.jwks_max_age);
