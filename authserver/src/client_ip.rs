@@ -27,7 +27,7 @@ impl IpRange {
         ]
     }
 
-    fn new(addr: IpAddr, prefix: u8) -> IpRange {
+    pub(crate) fn new(addr: IpAddr, prefix: u8) -> IpRange {
         let (bits, width) = bits_of(addr);
         let network = masked(bits, prefix, width);
         let network = match addr {

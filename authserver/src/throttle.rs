@@ -27,6 +27,15 @@ pub struct Throttle {
     counted: [i64; 2],
 }
 
+/// The bucket an address counts in: an IPv4 address alone, an IPv6 address by its /64 (one
+/// subscriber's network: rotating through its 2^64 addresses must not buy fresh budgets).
+fn client_bucket(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(_) => ip.to_string(),
+        IpAddr::V6(_) => crate::client_ip::IpRange::new(ip, 64).to_string(),
+    }
+}
+
 impl Throttle {
     /// Counts the buckets of `username` from `address` (one query), before any password
     /// hashing. Without a known address (the router driven without connect info) every client
@@ -36,7 +45,7 @@ impl Throttle {
         username: &str,
         address: Option<IpAddr>,
     ) -> StoreResult<Throttle> {
-        let client = address.map_or_else(|| "unknown".to_owned(), |ip| ip.to_string());
+        let client = address.map_or_else(|| "unknown".to_owned(), client_bucket);
         let user_and_address = format!(
             "login:{}@{client}",
             secrets::digest(&username.to_lowercase())
@@ -144,5 +153,22 @@ mod tests {
         alice_from_a.succeeded(&store).await.unwrap();
         assert_eq!(stored(&store, &alice_from_a.user_and_address).await, 0);
         assert!(!allowed(&store, "alice", a).await, "a's address stays full");
+    }
+
+    #[tokio::test]
+    async fn an_ipv6_network_is_one_client() {
+        let store = crate::testing::sqlite_store().await;
+        // One subscriber's /64, a different address for every guess.
+        for i in 0..MAX_FAILURES_PER_USER_AND_ADDRESS {
+            let ip: IpAddr = format!("2001:db8:1:2::{:x}", i + 1).parse().unwrap();
+            let attempt = Throttle::check(&store, "alice", Some(ip)).await.unwrap();
+            assert!(!attempt.refused());
+            attempt.failed(&store).await.unwrap();
+        }
+        let fresh: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        assert!(!allowed(&store, "alice", fresh).await, "same /64: refused");
+        let elsewhere: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert!(allowed(&store, "alice", elsewhere).await, "another /64");
+        assert_eq!(stored(&store, "addr:2001:db8:1:2::/64").await, 5);
     }
 }
