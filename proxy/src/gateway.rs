@@ -61,12 +61,8 @@ impl ProxyHttp for Gateway {
                     .authorize(route, headers, query)
                     .await
             }
-            TokenSource::Jwt(jwt) => {
-                self.shared.metrics.track_jwt(jwt.metrics());
-                Gate::new(jwt).authorize(route, headers, query).await
-            }
+            TokenSource::Jwt(jwt) => Gate::new(jwt).authorize(route, headers, query).await,
             TokenSource::JwtOrIntrospection(jwt) => {
-                self.shared.metrics.track_jwt(jwt.metrics());
                 Gate::new(JwtOrIntrospection { jwt, introspection })
                     .authorize(route, headers, query)
                     .await

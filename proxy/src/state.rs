@@ -25,10 +25,12 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(config: ProxyConfig, checker: TokenChecker) -> Shared {
+        let metrics = ProxyMetrics::default();
+        track_jwt(&metrics, &config.routing);
         Shared {
             routing: RwLock::new(config.routing.clone()),
             checker,
-            metrics: ProxyMetrics::default(),
+            metrics,
             drain: Arc::default(),
             started_with: config,
         }
@@ -96,6 +98,7 @@ impl Shared {
             );
         }
         let routes = new.routing.rules.routes().len();
+        track_jwt(&self.metrics, &new.routing);
         match self.routing.write() {
             Ok(mut r) => *r = new.routing,
             Err(poisoned) => *poisoned.into_inner() = new.routing,
@@ -144,6 +147,14 @@ impl Shared {
     /// Whether tokens reach the introspection endpoint (so its readiness matters).
     pub fn introspects(&self) -> bool {
         uses_introspection(self.routing().rules.token_source())
+    }
+}
+
+/// `/metrics` reports the JWT validator of these rules, if any (set when the rules come in, not
+/// per request).
+fn track_jwt(metrics: &ProxyMetrics, routing: &Routing) {
+    if let Some(jwt) = routing.rules.token_source().jwt() {
+        metrics.track_jwt(jwt.metrics());
     }
 }
 

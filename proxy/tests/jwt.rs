@@ -137,6 +137,25 @@ async fn keycloak_shaped_tokens_through_the_proxy() {
                "scope": "openid profile email read write", "authorization": null})
     );
     assert_eq!(p.get("/read", token).await.status(), 200);
+    // Identity headers a client sends are dropped, not kept beside the token's (JWT mode too).
+    let spoofed = p
+        .client
+        .get(format!("http://{}/all", p.proxy.listen_addr()))
+        .bearer_auth(token)
+        .header("X-Auth-Username", "mallory")
+        .header("X-Auth-Scope", "admin")
+        .header("X-Auth-Client-Id", "evil")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(spoofed.status(), 200);
+    let echo: Value = spoofed.json().await.unwrap();
+    assert_eq!(echoed(&echo, "x-auth-username"), ["alice"]);
+    assert_eq!(echoed(&echo, "x-auth-client-id"), ["shop-frontend"]);
+    assert_eq!(
+        echoed(&echo, "x-auth-scope"),
+        ["openid profile email read write"]
+    );
     // Its scopes are read and write: not groups.
     let resp = p.get("/any", token).await;
     assert_eq!(resp.status(), 200, "any_of [write, groups] with write");
