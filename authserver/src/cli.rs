@@ -82,7 +82,11 @@ pub enum KeysCommand {
     },
     /// Delete a key that no longer signs (a compromised one, after `keys rotate --delay 0`):
     /// it leaves the JWKS, and its tokens stop introspecting, within 10 s on every replica.
-    Delete { kid: String },
+    Delete {
+        /// A kid is base64url: it may begin with `-` (so may names and client ids below).
+        #[arg(allow_hyphen_values = true)]
+        kid: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -108,9 +112,15 @@ pub enum UserCommand {
         json: bool,
     },
     /// Set a user's password (read like `create`'s) and end their browser sessions.
-    SetPassword { username: String },
+    SetPassword {
+        #[arg(allow_hyphen_values = true)]
+        username: String,
+    },
     /// Delete a user, their tokens and memberships; their applications lose their owner.
-    Delete { username: String },
+    Delete {
+        #[arg(allow_hyphen_values = true)]
+        username: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -124,7 +134,10 @@ pub enum GroupCommand {
         json: bool,
     },
     /// Delete a group (its members stay).
-    Delete { name: String },
+    Delete {
+        #[arg(allow_hyphen_values = true)]
+        name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -164,10 +177,14 @@ pub enum AppCommand {
         json: bool,
     },
     /// Delete an application; its tokens stop working.
-    Delete { client_id: String },
+    Delete {
+        #[arg(allow_hyphen_values = true)]
+        client_id: String,
+    },
     /// Give an application a new secret and print it (the only time it is shown); the previous
     /// secret stops working at once.
     RotateSecret {
+        #[arg(allow_hyphen_values = true)]
         client_id: String,
         /// Print JSON instead of lines.
         #[arg(long)]

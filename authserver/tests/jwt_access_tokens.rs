@@ -633,6 +633,15 @@ fn the_keys_commands_list_and_rotate() {
     assert!(keys(&["delete", &kid_of(2)]).contains(&format!("deleted signing key {}", kid_of(2))));
     let left: Value = serde_json::from_str(&keys(&["list", "--json"])).unwrap();
     assert_eq!(left.as_array().unwrap().len(), 2);
+    // A kid is base64url and may begin with `-`: still the argument, not an option.
+    let dashed = std::process::Command::new(env!("CARGO_BIN_EXE_authserver"))
+        .args(["keys", "delete", "-no-such-kid", "--database-url", &db])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&dashed.stderr).trim(),
+        "authserver: no signing key -no-such-kid"
+    );
     let left_kids: Vec<&str> = left
         .as_array()
         .unwrap()
