@@ -58,6 +58,8 @@ pub async fn first_run(store: &Store) -> anyhow::Result<Option<FirstRun>> {
         redirect_uris: String::new(),
         allowed_scopes: Vec::new(),
         may_introspect: false,
+        pkce_required: true,
+        token_format: None,
     };
     let (app, secret) = store
         .create_application(&demo, Some(admin.id), None, None)
@@ -69,6 +71,8 @@ pub async fn first_run(store: &Store) -> anyhow::Result<Option<FirstRun>> {
         redirect_uris: String::new(),
         allowed_scopes: vec!["introspection".into()],
         may_introspect: true,
+        pkce_required: true,
+        token_format: None,
     };
     let (rs, rs_secret) = store
         .create_application(&resource_server, Some(admin.id), None, None)
@@ -110,6 +114,8 @@ pub async fn proxy_secret(
                 redirect_uris: String::new(),
                 allowed_scopes: vec!["introspection".into()],
                 may_introspect: true,
+                pkce_required: true,
+                token_format: None,
             };
             store
                 .create_application(&input, None, Some(client_id.into()), None)

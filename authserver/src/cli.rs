@@ -163,9 +163,20 @@ pub enum AppCommand {
         /// Scopes it may ask for, space-separated (default: every declared scope).
         #[arg(long, default_value = "")]
         scopes: String,
-        /// Space-separated absolute http(s) URLs.
+        /// A redirect URI of the authorization code grant (repeatable): an absolute https URL,
+        /// or http to 127.0.0.1, [::1] or localhost; matched exactly.
+        #[arg(long = "redirect-uri", value_name = "URI")]
+        redirect_uri: Vec<String>,
+        /// Redirect URIs, space-separated (the older form of --redirect-uri).
         #[arg(long, default_value = "")]
         redirect_uris: String,
+        /// Let this confidential client leave PKCE out of the authorization code grant (public
+        /// clients always need it).
+        #[arg(long)]
+        pkce_optional: bool,
+        /// Access-token format: opaque or jwt (default: the server's access_token_format).
+        #[arg(long, value_name = "opaque|jwt")]
+        token_format: Option<String>,
         /// Print JSON instead of lines.
         #[arg(long)]
         json: bool,

@@ -22,6 +22,7 @@ struct RawSettings {
     access_token_format: Option<String>,
     access_token_audience: Option<String>,
     jwks_max_age: Option<RawDuration>,
+    authorization_code_lifetime: Option<RawDuration>,
 }
 
 /// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
@@ -68,7 +69,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 11] = [
+const KEYS: [&str; 12] = [
     "listen",
     "issuer",
     "database_url",
@@ -80,6 +81,7 @@ const KEYS: [&str; 11] = [
     "access_token_format",
     "access_token_audience",
     "jwks_max_age",
+    "authorization_code_lifetime",
 ];
 
 /// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
@@ -132,22 +134,54 @@ pub struct Settings {
     pub refresh_token_lifetime: i64,
     /// Peers whose `X-Forwarded-For` is believed (see [`crate::client_ip`]).
     pub trusted_proxies: Vec<IpRange>,
-    /// Opaque random strings (the default) or RFC 9068 JWTs; refresh tokens are always opaque.
+    /// The access-token format of applications registered without a format of their own:
+    /// opaque random strings (the default) or RFC 9068 JWTs. An application's own format
+    /// (`--token-format`, the views) wins; refresh tokens are always opaque.
     pub access_token_format: AccessTokenFormat,
     /// The `aud` claim of JWT access tokens (default: the issuer).
     pub access_token_audience: String,
     /// The `Cache-Control: max-age` of the JWKS, seconds; `keys rotate` waits longer than this
     /// before a new key signs.
     pub jwks_max_age: i64,
+    /// How long an authorization code may be exchanged, seconds (default 60).
+    pub authorization_code_lifetime: i64,
 }
 
 /// What an access token is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum AccessTokenFormat {
     /// A random string, meaningful only to the introspection endpoint.
     Opaque,
     /// An RFC 9068 JWT, signed with the current key of the JWKS.
     Jwt,
+}
+
+impl AccessTokenFormat {
+    pub const ALL: [AccessTokenFormat; 2] = [AccessTokenFormat::Opaque, AccessTokenFormat::Jwt];
+
+    /// The name in settings, on the command line and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessTokenFormat::Opaque => "opaque",
+            AccessTokenFormat::Jwt => "jwt",
+        }
+    }
+
+    /// The format this name stands for (exactly `opaque` or `jwt`).
+    pub fn parse(name: &str) -> Option<AccessTokenFormat> {
+        AccessTokenFormat::ALL
+            .into_iter()
+            .find(|f| f.as_str() == name)
+    }
+
+    /// What people read in the views.
+    pub fn label(self) -> &'static str {
+        match self {
+            AccessTokenFormat::Opaque => "Opaque (introspected)",
+            AccessTokenFormat::Jwt => "JWT (RFC 9068, validated locally)",
+        }
+    }
 }
 
 pub const DEFAULT_CONFIG_PATH: &str = "config/authserver.yaml";
@@ -156,6 +190,7 @@ const DEFAULT_LISTEN: &str = "127.0.0.1:8001";
 const DEFAULT_ACCESS_TOKEN_LIFETIME: i64 = 36_000;
 const DEFAULT_REFRESH_TOKEN_LIFETIME: i64 = 30 * 24 * 3600;
 const DEFAULT_JWKS_MAX_AGE: i64 = 300;
+const DEFAULT_AUTHORIZATION_CODE_LIFETIME: i64 = 60;
 
 /// A configuration problem, naming the file (or variable), the key and the value.
 #[derive(Debug, thiserror::Error)]
@@ -347,14 +382,13 @@ impl Settings {
 
         let (origin, format) = pick("access_token_format", raw.access_token_format);
         let access_token_format = match format.as_deref().map(str::trim) {
-            None | Some("opaque") => AccessTokenFormat::Opaque,
-            Some("jwt") => AccessTokenFormat::Jwt,
-            Some(other) => {
-                return Err(fail(
+            None => AccessTokenFormat::Opaque,
+            Some(name) => AccessTokenFormat::parse(name).ok_or_else(|| {
+                fail(
                     &origin,
-                    format!("\"{other}\" is not a token format (opaque or jwt)"),
-                ));
-            }
+                    format!("\"{name}\" is not a token format (opaque or jwt)"),
+                )
+            })?,
         };
 
         let (origin, audience) = pick("access_token_audience", raw.access_token_audience);
@@ -365,6 +399,11 @@ impl Settings {
         };
 
         let jwks_max_age = lifetime("jwks_max_age", raw.jwks_max_age, DEFAULT_JWKS_MAX_AGE)?;
+        let authorization_code_lifetime = lifetime(
+            "authorization_code_lifetime",
+            raw.authorization_code_lifetime,
+            DEFAULT_AUTHORIZATION_CODE_LIFETIME,
+        )?;
 
         Ok(Settings {
             listen,
@@ -378,6 +417,7 @@ impl Settings {
             access_token_format,
             access_token_audience,
             jwks_max_age,
+            authorization_code_lifetime,
         })
     }
 
@@ -395,6 +435,7 @@ impl Settings {
             access_token_format: AccessTokenFormat::Opaque,
             access_token_audience: "http://127.0.0.1:8000".into(),
             jwks_max_age: DEFAULT_JWKS_MAX_AGE,
+            authorization_code_lifetime: DEFAULT_AUTHORIZATION_CODE_LIFETIME,
         }
     }
 }

@@ -7,6 +7,7 @@ pub mod config;
 pub mod http_server;
 pub mod jwt;
 pub mod oauth;
+pub mod protocol;
 pub mod secrets;
 pub mod store;
 pub mod testing;
@@ -56,9 +57,19 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    // With JWT access tokens, a signing key exists before the first request: the JWKS is
-    // never empty for validators starting early, and no anonymous GET writes to the database.
-    if state.settings.access_token_format == config::AccessTokenFormat::Jwt {
+    // With JWT access tokens (the server's default format, or any application's own), a
+    // signing key exists before the first request: the JWKS is never empty for validators
+    // starting early, and no anonymous GET writes to the database. An application switched to
+    // JWT later gets the key when it is registered or changed (views, CLI), and in any case at
+    // its first token, issued to an authenticated client.
+    let jwt = config::AccessTokenFormat::Jwt;
+    let issues_jwts = state.settings.access_token_format == jwt
+        || state
+            .store
+            .any_application_with_format(jwt)
+            .await
+            .map_err(|e| std::io::Error::other(format!("reading the applications: {e}")))?;
+    if issues_jwts {
         state
             .keys
             .keys_with_signer(&state.store)

@@ -125,6 +125,8 @@ pub async fn application(
         redirect_uris: String::new(),
         allowed_scopes: Vec::new(),
         may_introspect,
+        pkce_required: true,
+        token_format: None,
     };
     let (app, secret) = store
         .create_application(&input, None, None, None)

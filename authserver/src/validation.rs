@@ -1,7 +1,7 @@
 //! The one set of rules for what an operator may enter — users, passwords, groups, client
 //! secrets and applications — used by the views and the command line alike, with the same words.
 
-use crate::config::Settings;
+use crate::config::{AccessTokenFormat, Settings};
 use crate::store::{ApplicationInput, ClientType, GrantType};
 
 /// Fewest characters in a password.
@@ -145,18 +145,48 @@ pub fn client_secret(value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// An absolute http(s) URL with a host, no fragment, no control characters.
+/// Why `uri` cannot be a redirect URI, if it cannot: it must be an absolute `https` URL, or
+/// `http` to a loopback host (127.0.0.1, [::1], localhost: native apps, RFC 8252 §7.3), with a
+/// host, without a fragment, userinfo, spaces or control characters.
+pub fn redirect_uri_problem(uri: &str) -> Option<&'static str> {
+    if uri.len() > 2000 {
+        return Some("is longer than 2000 characters");
+    }
+    if uri.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Some("contains spaces or control characters");
+    }
+    if uri.contains('#') {
+        return Some("has a fragment (#…), which a redirect URI may not have");
+    }
+    let (https, rest) = match (uri.strip_prefix("https://"), uri.strip_prefix("http://")) {
+        (Some(rest), _) => (true, rest),
+        (None, Some(rest)) => (false, rest),
+        _ => return Some("is not an absolute https URL"),
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Some("has user information (…@), which a redirect URI may not have");
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    if host.is_empty() {
+        return Some("has no host");
+    }
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if !https && !loopback {
+        return Some("uses http to a host that is not loopback (use https)");
+    }
+    None
+}
+
+/// Whether `uri` may be registered as a redirect URI (see [`redirect_uri_problem`]).
 pub fn redirect_uri(uri: &str) -> bool {
-    let rest = uri
-        .strip_prefix("https://")
-        .or_else(|| uri.strip_prefix("http://"));
-    let host = rest
-        .and_then(|r| r.split(['/', '?']).next())
-        .unwrap_or_default();
-    !host.is_empty()
-        && !uri.contains('#')
-        && uri.len() <= 2000
-        && !uri.chars().any(|c| c.is_control())
+    redirect_uri_problem(uri).is_none()
 }
 
 /// An application as entered: text as typed (trimmed), scopes without repeats.
@@ -169,10 +199,15 @@ pub struct ApplicationDraft {
     pub redirect_uris: String,
     pub scopes: Vec<String>,
     pub may_introspect: bool,
+    /// Ticked: a confidential client may leave PKCE out.
+    pub pkce_optional: bool,
+    /// `opaque`, `jwt`, or empty for the server's default.
+    pub token_format: String,
 }
 
 /// Checks an application into an [`ApplicationInput`]; on refusal, the messages per form field
-/// (`name`, `client_type`, `grant_type`, `redirect_uris`, `scope`).
+/// (`name`, `client_type`, `grant_type`, `redirect_uris`, `scope`, `pkce_optional`,
+/// `token_format`).
 pub fn application(
     settings: &Settings,
     draft: &ApplicationDraft,
@@ -198,10 +233,13 @@ pub fn application(
         _ => {}
     }
     let uris: Vec<&str> = draft.redirect_uris.split_whitespace().collect();
-    if let Some(bad) = uris.iter().find(|uri| !redirect_uri(uri)) {
+    if let Some((bad, problem)) = uris
+        .iter()
+        .find_map(|uri| redirect_uri_problem(uri).map(|p| (uri, p)))
+    {
         refusals.add(
             "redirect_uris",
-            format!("\"{bad}\" is not an absolute http(s) URL without a fragment."),
+            format!("\"{bad}\" {problem}. Redirect URIs are absolute https URLs (http only to 127.0.0.1, [::1] or localhost), without a fragment."),
         );
     } else if uris.is_empty() && grant_type == Some(GrantType::AuthorizationCode) {
         refusals.add(
@@ -221,6 +259,25 @@ pub fn application(
     {
         refusals.add("scope", format!("\"{unknown}\" is not a declared scope."));
     }
+    if draft.pkce_optional && client_type == Some(ClientType::Public) {
+        refusals.add(
+            "pkce_optional",
+            "Public clients must always use PKCE: only confidential clients may opt out.",
+        );
+    }
+    let token_format = match draft.token_format.as_str() {
+        "" => None,
+        name => {
+            let format = AccessTokenFormat::parse(name);
+            if format.is_none() {
+                refusals.add(
+                    "token_format",
+                    "Choose opaque or jwt (or the server default).",
+                );
+            }
+            format
+        }
+    };
     match (client_type, grant_type) {
         (Some(client_type), Some(grant_type)) if refusals.is_empty() => Ok(ApplicationInput {
             name: draft.name.clone(),
@@ -229,6 +286,8 @@ pub fn application(
             redirect_uris: uris.join(" "),
             allowed_scopes: draft.scopes.clone(),
             may_introspect: draft.may_introspect,
+            pkce_required: !draft.pkce_optional,
+            token_format,
         }),
         _ => Err(refusals),
     }
@@ -277,13 +336,67 @@ mod tests {
             redirect_uris: "ftp://x".into(),
             scopes: vec!["nope".into()],
             may_introspect: false,
+            pkce_optional: true,
+            token_format: "JWT".into(),
         };
         let refusals = application(&settings, &draft).unwrap_err();
-        for field in ["grant_type", "redirect_uris", "scope"] {
+        for field in [
+            "grant_type",
+            "redirect_uris",
+            "scope",
+            "pkce_optional",
+            "token_format",
+        ] {
             assert!(refusals.get(field).is_some(), "{field}");
         }
-        assert!(!redirect_uri("https://"));
-        assert!(!redirect_uri("https://a/#x"));
-        assert!(redirect_uri("https://a.example/cb?x=1"));
+        let ok = ApplicationDraft {
+            client_type: "confidential".into(),
+            grant_type: "authorization-code".into(),
+            redirect_uris: "https://a.example/cb http://127.0.0.1:8080/cb".into(),
+            scopes: vec![],
+            token_format: "jwt".into(),
+            ..draft
+        };
+        let input = application(&settings, &ok).unwrap();
+        assert!(!input.pkce_required);
+        assert_eq!(input.token_format, Some(AccessTokenFormat::Jwt));
+        let default = application(
+            &settings,
+            &ApplicationDraft {
+                token_format: String::new(),
+                pkce_optional: false,
+                ..ok
+            },
+        )
+        .unwrap();
+        assert!(default.pkce_required);
+        assert_eq!(default.token_format, None);
+    }
+
+    #[test]
+    fn redirect_uris_are_https_or_loopback_http_without_fragments() {
+        for good in [
+            "https://a.example/cb?x=1",
+            "https://a.example:8443/cb",
+            "http://127.0.0.1:8080/cb",
+            "http://[::1]:9/cb",
+            "http://localhost/cb",
+            "http://127.0.0.2/cb",
+        ] {
+            assert!(redirect_uri(good), "{good}");
+        }
+        for bad in [
+            "https://",
+            "https://a/#x",
+            "http://a.example/cb",
+            "http://192.168.1.2/cb",
+            "ftp://a.example/cb",
+            "/cb",
+            "https://user@a.example/cb",
+            "https://a.example/c b",
+            "http://localhost.evil.example/cb",
+        ] {
+            assert!(!redirect_uri(bad), "{bad}");
+        }
     }
 }

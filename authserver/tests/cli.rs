@@ -161,7 +161,7 @@ fn refusals(db: &str) {
     );
     refused(
         &out,
-        "--redirect-uris \"ftp://x\": \"ftp://x\" is not an absolute http(s) URL without a fragment.",
+        "--redirect-uris \"ftp://x\": \"ftp://x\" is not an absolute https URL.",
     );
     assert!(stderr(&out).contains("--scopes \"read nope\": \"nope\" is not a declared scope."));
     let out = run(&["group", "create", ""], &db, "");
@@ -428,4 +428,127 @@ fn a_password_typed_at_a_terminal_is_not_echoed_and_echo_comes_back() {
         stty.split_whitespace().any(|w| w == "echo"),
         "echo is on again: {stty}"
     );
+}
+
+/// `app create` for the authorization code grant: `--redirect-uri` repeatable (and the older
+/// `--redirect-uris`), `--pkce-optional`, `--token-format`, each refused with the forms' words
+/// when wrong; a JWT application has its signing key at once.
+#[tokio::test]
+async fn authorization_code_applications_from_the_command_line() {
+    for db in authserver::testing::all_database_urls().await {
+        let created = json(&run(
+            &[
+                "app",
+                "create",
+                "--name",
+                "spa",
+                "--grant-type",
+                "authorization-code",
+                "--client-type",
+                "public",
+                "--redirect-uri",
+                "https://spa.example/cb",
+                "--redirect-uri",
+                "http://127.0.0.1:5173/cb",
+                "--redirect-uris",
+                "http://localhost/cb",
+                "--token-format",
+                "jwt",
+                "--scopes",
+                "read",
+                "--json",
+            ],
+            &db,
+            "",
+        ));
+        assert!(created["client_secret"].is_null(), "{created}");
+        let confidential = json(&run(
+            &[
+                "app",
+                "create",
+                "--name",
+                "web",
+                "--grant-type",
+                "authorization-code",
+                "--redirect-uri",
+                "https://web.example/cb",
+                "--pkce-optional",
+                "--json",
+            ],
+            &db,
+            "",
+        ));
+        assert!(confidential["client_secret"].is_string());
+        let listed = json(&run(&["app", "list", "--json"], &db, ""));
+        let spa = &listed[0];
+        assert_eq!(
+            spa["redirect_uris"],
+            serde_json::json!([
+                "https://spa.example/cb",
+                "http://127.0.0.1:5173/cb",
+                "http://localhost/cb"
+            ])
+        );
+        assert_eq!(spa["token_format"], "jwt");
+        assert_eq!(spa["pkce_required"], true);
+        let web = &listed[1];
+        assert_eq!(web["pkce_required"], false);
+        assert_eq!(web["token_format"], "opaque");
+        assert!(web["token_format_own"].is_null());
+        // The JWT application's key exists before any server started.
+        let keys = stdout(&run(&["keys", "list"], &db, ""));
+        assert!(keys.contains("signing"), "{keys}");
+
+        for (args, message) in [
+            (
+                vec!["--redirect-uri", "http://spa.example/cb"],
+                "--redirect-uri \"http://spa.example/cb\": \"http://spa.example/cb\" uses http to a host that is not loopback (use https).",
+            ),
+            (
+                vec!["--redirect-uri", "https://spa.example/cb#top"],
+                "has a fragment",
+            ),
+            (
+                vec![
+                    "--redirect-uri",
+                    "https://a.example/cb",
+                    "--token-format",
+                    "JWT",
+                ],
+                "--token-format \"JWT\": Choose opaque or jwt",
+            ),
+            (
+                vec![
+                    "--redirect-uri",
+                    "https://a.example/cb",
+                    "--client-type",
+                    "public",
+                    "--pkce-optional",
+                ],
+                "--pkce-optional \"true\": Public clients must always use PKCE",
+            ),
+            (
+                vec![],
+                "--redirect-uris \"\": The authorization code grant needs at least one redirect URI.",
+            ),
+        ] {
+            let mut full = vec![
+                "app",
+                "create",
+                "--name",
+                "bad",
+                "--grant-type",
+                "authorization-code",
+            ];
+            full.extend(args);
+            refused(&run(&full, &db, ""), message);
+        }
+        assert_eq!(
+            json(&run(&["app", "list", "--json"], &db, ""))
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+    }
 }

@@ -222,6 +222,8 @@ async fn withdrawing_the_permission_disarms_introspection_tokens() {
             redirect_uris: app.redirect_uris.clone(),
             allowed_scopes: app.allowed_scopes.clone(),
             may_introspect: false,
+            pkce_required: app.pkce_required,
+            token_format: app.token_format,
         };
         store.update_application(app.id, &input).await.unwrap();
     }

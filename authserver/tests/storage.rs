@@ -102,6 +102,8 @@ async fn secrets_and_tokens_are_stored_as_digests() {
             redirect_uris: String::new(),
             allowed_scopes: vec!["read".into()],
             may_introspect: false,
+            pkce_required: true,
+            token_format: None,
         };
         let (app, secret) = store
             .create_application(&input, Some(user.id), None, None)

@@ -214,6 +214,8 @@ fn app_input(name: &str) -> ApplicationInput {
         redirect_uris: String::new(),
         allowed_scopes: Vec::new(),
         may_introspect: false,
+        pkce_required: true,
+        token_format: None,
     }
 }
 
@@ -328,9 +330,31 @@ async fn sign_in_refusals_and_throttling() {
     assert!(reply.body.contains("value=\"olivia\""));
     assert!(reply.body.contains("correct username and password"));
     assert!(reply.cookie("tokengate_session").is_none());
-    // Not staff: same refusal.
+    // Not staff: signed in (to authorize applications), landing on the authorized
+    // applications, but refused the operator views.
     let reply = submit_login(&state, "alice", "wonderland", "").await;
-    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert_eq!(reply.location(), "/o/authorized-tokens/");
+    let alice = Browser {
+        cookie: reply.cookie("tokengate_session").unwrap(),
+        csrf: String::new(),
+    };
+    for path in [
+        "/o/applications/",
+        "/o/applications/register/",
+        "/admin/",
+        "/admin/users/",
+    ] {
+        assert_eq!(
+            alice.get(&state, path).await.status,
+            StatusCode::FORBIDDEN,
+            "{path}"
+        );
+    }
+    assert_eq!(
+        alice.get(&state, "/o/authorized-tokens/").await.status,
+        StatusCode::OK
+    );
     // No CSRF cookie, or a token that does not match it: 403.
     let page = get(&state, "/accounts/login/", None).await;
     let token = page.csrf();

@@ -3,7 +3,7 @@
 
 use super::prompt;
 use super::{AppCommand, GroupCommand, UserCommand};
-use crate::config::Settings;
+use crate::config::{AccessTokenFormat, Settings};
 use crate::store::{ClientType, NewUser, Store, StoreError};
 use crate::validation::{self, ApplicationDraft};
 use anyhow::{Context, bail};
@@ -221,12 +221,19 @@ pub async fn group(store: &Store, command: GroupCommand) -> anyhow::Result<()> {
 }
 
 /// The command-line flag of an application form field, and the value given for it.
-fn app_field(draft: &ApplicationDraft, field: &str) -> (&'static str, String) {
+/// `uri_flag` names the flag the redirect URIs came from.
+fn app_field(
+    draft: &ApplicationDraft,
+    field: &str,
+    uri_flag: &'static str,
+) -> (&'static str, String) {
     match field {
         "name" => ("--name", draft.name.clone()),
         "client_type" => ("--client-type", draft.client_type.clone()),
         "grant_type" => ("--grant-type", draft.grant_type.clone()),
-        "redirect_uris" => ("--redirect-uris", draft.redirect_uris.clone()),
+        "redirect_uris" => (uri_flag, draft.redirect_uris.clone()),
+        "pkce_optional" => ("--pkce-optional", draft.pkce_optional.to_string()),
+        "token_format" => ("--token-format", draft.token_format.clone()),
         _ => ("--scopes", draft.scopes.join(" ")),
     }
 }
@@ -241,7 +248,10 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
             client_secret_stdin,
             introspect,
             scopes,
+            redirect_uri,
             redirect_uris,
+            pkce_optional,
+            token_format,
             json,
         } => {
             let mut scope_list: Vec<String> = Vec::new();
@@ -250,19 +260,32 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
                     scope_list.push(scope.to_owned());
                 }
             }
+            let uri_flag = if redirect_uri.is_empty() {
+                "--redirect-uris"
+            } else {
+                "--redirect-uri"
+            };
             let draft = ApplicationDraft {
                 name: name.trim().to_owned(),
                 client_type: client_type.trim().to_owned(),
                 grant_type: grant_type.trim().to_owned(),
-                redirect_uris,
+                redirect_uris: redirect_uri
+                    .iter()
+                    .map(String::as_str)
+                    .chain(redirect_uris.split_whitespace())
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 scopes: scope_list,
                 may_introspect: introspect,
+                pkce_optional,
+                token_format: token_format.unwrap_or_default().trim().to_owned(),
             };
+
             let input = validation::application(settings, &draft).map_err(|refusals| {
                 let lines: Vec<String> = refusals
                     .iter()
                     .map(|(field, message)| {
-                        let (flag, value) = app_field(&draft, field);
+                        let (flag, value) = app_field(&draft, field, uri_flag);
                         format!("{flag} {value:?}: {message}")
                     })
                     .collect();
@@ -292,6 +315,10 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
                 .create_application(&input, None, client_id, secret)
                 .await
                 .map_err(|e| conflict(e, "--client-id: that client id is taken"))?;
+            if app.access_token_format(settings.access_token_format) == AccessTokenFormat::Jwt {
+                // Its tokens are verifiable from the first one: the JWKS has a key already.
+                crate::jwt::KeyRing::new().keys_with_signer(store).await?;
+            }
             if json {
                 println!(
                     "{}",
@@ -316,6 +343,9 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
                             "client_type": a.client_type.as_str(), "grant_type": a.grant_type.as_str(),
                             "redirect_uris": a.redirect_uris.split_whitespace().collect::<Vec<_>>(),
                             "allowed_scopes": a.allowed_scopes, "may_introspect": a.may_introspect,
+                            "pkce_required": a.pkce_required,
+                            "token_format": a.access_token_format(settings.access_token_format),
+                            "token_format_own": a.token_format,
                             "owner_id": a.owner_id, "secret_fingerprint": a.secret_fingerprint(),
                             "created_at": a.created_at,
                         })

@@ -9,7 +9,7 @@ use super::OAuthError;
 use crate::AppState;
 use crate::jwt::access_token::{self, AccessTokenClaims};
 use crate::jwt::{KeySet, Verified};
-use crate::store::{IssuedTokens, TokenRecord, now};
+use crate::store::{IssuedTokens, TokenKind, TokenRecord, now};
 use std::time::Instant;
 
 /// Whose token it is.
@@ -66,7 +66,7 @@ pub async fn find_presented(
             return Ok(None);
         };
         let record = state.store.find_token(&value).await?;
-        return Ok(record.filter(|r| r.kind == TokenRecord::ACCESS));
+        return Ok(record.filter(|r| r.kind == TokenKind::Access));
     }
     Ok(state.store.find_token(token).await?)
 }

@@ -1,44 +1,18 @@
-//! The OAuth 2.0 error type (RFC 6749 §5.2, RFC 7662, RFC 7009), turned into a response in one place.
+//! The OAuth 2.0 errors of [`crate::protocol`] (RFC 6749 §5.2, RFC 7662, RFC 7009), turned into
+//! a response in one place.
 
+pub use crate::protocol::OAuthError;
 use crate::store::StoreError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-/// Every way an OAuth endpoint refuses. Client-authentication failures of any kind collapse into
-/// `InvalidClient`, so a caller cannot probe which part was wrong.
-#[derive(Debug)]
-pub enum OAuthError {
-    InvalidRequest(String),
-    InvalidClient,
-    InvalidGrant(&'static str),
-    UnauthorizedClient(&'static str),
-    UnsupportedGrantType,
-    InvalidScope(String),
-    /// A protected endpoint called with no credentials or bad ones (401).
-    Unauthenticated,
-    /// A caller that authenticated but may not use this endpoint (403).
-    Forbidden,
-    /// Too many failed password attempts from this address (429, `Retry-After`, `invalid_grant`).
-    Throttled,
-    Server(anyhow::Error),
+/// How the HTTP layer answers each error.
+trait Status {
+    fn status(&self) -> StatusCode;
 }
 
-impl OAuthError {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            OAuthError::InvalidRequest(_) => "invalid_request",
-            OAuthError::InvalidClient => "invalid_client",
-            OAuthError::InvalidGrant(_) | OAuthError::Throttled => "invalid_grant",
-            OAuthError::UnauthorizedClient(_) => "unauthorized_client",
-            OAuthError::UnsupportedGrantType => "unsupported_grant_type",
-            OAuthError::InvalidScope(_) => "invalid_scope",
-            OAuthError::Unauthenticated => "invalid_token",
-            OAuthError::Forbidden => "insufficient_scope",
-            OAuthError::Server(_) => "server_error",
-        }
-    }
-
+impl Status for OAuthError {
     fn status(&self) -> StatusCode {
         match self {
             OAuthError::InvalidClient | OAuthError::Unauthenticated => StatusCode::UNAUTHORIZED,
@@ -46,25 +20,6 @@ impl OAuthError {
             OAuthError::Throttled => StatusCode::TOO_MANY_REQUESTS,
             OAuthError::Server(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
-        }
-    }
-
-    fn description(&self) -> Option<String> {
-        match self {
-            OAuthError::InvalidRequest(d) | OAuthError::InvalidScope(d) => Some(d.clone()),
-            OAuthError::InvalidGrant(d) | OAuthError::UnauthorizedClient(d) => {
-                Some((*d).to_owned())
-            }
-            OAuthError::InvalidClient => Some("Client authentication failed.".into()),
-            OAuthError::UnsupportedGrantType => {
-                Some("Use password, refresh_token or client_credentials.".into())
-            }
-            OAuthError::Unauthenticated => {
-                Some("Authenticate with client credentials or a bearer token.".into())
-            }
-            OAuthError::Forbidden => Some("This caller may not use this endpoint.".into()),
-            OAuthError::Throttled => Some("Too many failed attempts; try again later.".into()),
-            OAuthError::Server(_) => None,
         }
     }
 }

@@ -4,7 +4,7 @@ use super::access_jwt::find_presented;
 use super::params::{Params, authenticate_client_if_presented};
 use super::{OAuthError, no_store};
 use crate::AppState;
-use crate::store::TokenRecord;
+use crate::store::{TokenKind, TokenRecord};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, Method, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-pub const INTROSPECTION_SCOPE: &str = "introspection";
+pub use crate::protocol::scope::INTROSPECTION_SCOPE;
 
 pub async fn introspect(
     State(state): State<AppState>,
@@ -32,7 +32,7 @@ pub async fn introspect(
     let record = find_presented(&state, token).await?;
     let body = match record {
         Some(record)
-            if record.is_active() && (record.kind == TokenRecord::ACCESS || want_refresh) =>
+            if record.is_active() && (record.kind == TokenKind::Access || want_refresh) =>
         {
             active_claims(&record)
         }
@@ -55,7 +55,7 @@ async fn authorize_caller(
         .map(|v| v[7..].trim());
     if let Some(token) = bearer {
         let caller = match find_presented(state, token).await? {
-            Some(caller) if caller.kind == TokenRecord::ACCESS && caller.is_active() => caller,
+            Some(caller) if caller.kind == TokenKind::Access && caller.is_active() => caller,
             _ => return Err(OAuthError::Unauthenticated),
         };
         if !caller
@@ -91,7 +91,7 @@ fn active_claims(record: &TokenRecord) -> serde_json::Value {
         "client_id": record.client_id,
         "exp": record.expires_at,
         "iat": record.issued_at,
-        "token_type": if record.kind == TokenRecord::ACCESS { "Bearer" } else { "refresh_token" },
+        "token_type": if record.kind == TokenKind::Access { "Bearer" } else { "refresh_token" },
     });
     match (&record.username, record.user_id) {
         (Some(username), Some(id)) => {

@@ -10,12 +10,16 @@ pub async fn metadata(State(state): State<AppState>) -> Json<Value> {
     let auth_methods = ["client_secret_basic", "client_secret_post", "none"];
     Json(json!({
         "issuer": issuer,
+        "authorization_endpoint": format!("{issuer}/o/authorize/"),
         "token_endpoint": format!("{issuer}/o/token/"),
         "introspection_endpoint": format!("{issuer}/o/introspect/"),
         "revocation_endpoint": format!("{issuer}/o/revoke_token/"),
         "jwks_uri": format!("{issuer}{}", super::JWKS_PATH),
-        "grant_types_supported": ["password", "refresh_token", "client_credentials"],
-        "response_types_supported": [],
+        "grant_types_supported": ["authorization_code", "password", "refresh_token", "client_credentials"],
+        "response_types_supported": ["code"],
+        "response_modes_supported": ["query"],
+        "code_challenge_methods_supported": [crate::protocol::pkce::S256],
+        "authorization_response_iss_parameter_supported": true,
         "scopes_supported": state.settings.scopes.keys().collect::<Vec<_>>(),
         "token_endpoint_auth_methods_supported": auth_methods,
         "introspection_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post", "bearer"],

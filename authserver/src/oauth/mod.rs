@@ -2,14 +2,16 @@
 
 mod access_jwt;
 mod error;
+mod grants;
 mod introspect;
 mod jwks;
 mod metadata;
-mod params;
+pub(crate) mod params;
 mod revoke;
 mod token;
 
 pub use error::OAuthError;
+pub(crate) use grants::declared as declared_scopes;
 pub use introspect::INTROSPECTION_SCOPE;
 
 use crate::AppState;

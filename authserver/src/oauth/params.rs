@@ -62,6 +62,12 @@ impl Params {
     }
 }
 
+impl crate::protocol::Parameters for Params {
+    fn get(&self, name: &str) -> Option<&str> {
+        Params::get(self, name)
+    }
+}
+
 /// Credentials a client presented, before they are checked.
 struct Presented {
     client_id: String,

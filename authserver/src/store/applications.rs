@@ -2,6 +2,7 @@
 
 use super::hot::{self, Hot};
 use super::{Store, StoreResult, conflict, now};
+use crate::config::AccessTokenFormat;
 use crate::secrets;
 use serde::Serialize;
 use sqlx::Row;
@@ -105,11 +106,20 @@ pub struct Application {
     /// Scopes this client may ask for; empty means every declared scope.
     pub allowed_scopes: Vec<String>,
     pub may_introspect: bool,
+    /// Whether a confidential client must send PKCE (public clients always must).
+    pub pkce_required: bool,
+    /// Its access-token format; None follows the server's `access_token_format`.
+    pub token_format: Option<AccessTokenFormat>,
     pub owner_id: Option<i64>,
     pub created_at: i64,
 }
 
 impl Application {
+    /// The access-token format it is issued: its own, else the server's default.
+    pub fn access_token_format(&self, default: AccessTokenFormat) -> AccessTokenFormat {
+        self.token_format.unwrap_or(default)
+    }
+
     /// Constant-time check of a presented secret against the stored digest.
     pub fn secret_matches(&self, presented: &str) -> bool {
         match &self.client_secret_digest {
@@ -134,9 +144,27 @@ pub struct ApplicationInput {
     pub redirect_uris: String,
     pub allowed_scopes: Vec<String>,
     pub may_introspect: bool,
+    /// For confidential clients of the authorization code grant: false lets them leave PKCE
+    /// out (public clients must always send it).
+    pub pkce_required: bool,
+    /// None: the server's `access_token_format`, whatever it is when a token is issued.
+    pub token_format: Option<AccessTokenFormat>,
 }
 
-const COLUMNS: &str = "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at";
+/// A stored token format, or an error naming it.
+pub(super) fn parse_token_format(
+    stored: Option<String>,
+) -> super::StoreResult<Option<AccessTokenFormat>> {
+    stored
+        .map(|name| {
+            AccessTokenFormat::parse(&name).ok_or_else(|| {
+                super::StoreError::Other(anyhow::anyhow!("unknown token format {name:?}"))
+            })
+        })
+        .transpose()
+}
+
+const COLUMNS: &str = "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format";
 
 fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
     let parse_err = |e: String| super::StoreError::Other(anyhow::anyhow!(e));
@@ -160,6 +188,8 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
             .map(str::to_owned)
             .collect(),
         may_introspect: row.try_get::<i64, _>("may_introspect")? != 0,
+        pkce_required: row.try_get::<i64, _>("pkce_required")? != 0,
+        token_format: parse_token_format(row.try_get("token_format")?)?,
         owner_id: row.try_get("owner_id")?,
         created_at: row.try_get("created_at")?,
     })
@@ -181,8 +211,8 @@ impl Store {
         };
         let _exclusive = self.exclusive().await?;
         let row = sqlx::query(&format!(
-            "INSERT INTO applications (name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING {COLUMNS}"
+            "INSERT INTO applications (name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING {COLUMNS}"
         ))
         .bind(&input.name)
         .bind(client_id.unwrap_or_else(secrets::random_client_id))
@@ -194,6 +224,8 @@ impl Store {
         .bind(i64::from(input.may_introspect))
         .bind(owner_id)
         .bind(now())
+        .bind(i64::from(input.pkce_required))
+        .bind(input.token_format.map(AccessTokenFormat::as_str))
         .fetch_one(&self.writer)
         .await
         .map_err(conflict("an application with that client id"))?;
@@ -276,8 +308,8 @@ impl Store {
     ) -> StoreResult<Option<Application>> {
         let _exclusive = self.exclusive().await?;
         let row = sqlx::query(&format!(
-            "UPDATE applications SET name = $1, client_type = $2, grant_type = $3, redirect_uris = $4, allowed_scopes = $5, may_introspect = $6
-             WHERE id = $7 RETURNING {COLUMNS}"
+            "UPDATE applications SET name = $1, client_type = $2, grant_type = $3, redirect_uris = $4, allowed_scopes = $5, may_introspect = $6, pkce_required = $7, token_format = $8
+             WHERE id = $9 RETURNING {COLUMNS}"
         ))
         .bind(&input.name)
         .bind(input.client_type.as_str())
@@ -285,6 +317,8 @@ impl Store {
         .bind(&input.redirect_uris)
         .bind(input.allowed_scopes.join(" "))
         .bind(i64::from(input.may_introspect))
+        .bind(i64::from(input.pkce_required))
+        .bind(input.token_format.map(AccessTokenFormat::as_str))
         .bind(id)
         .fetch_optional(&self.writer)
         .await?;
@@ -303,6 +337,20 @@ impl Store {
             .await?;
         self.clients.invalidate_all();
         Ok((done.rows_affected() == 1).then_some(secret))
+    }
+
+    /// Whether any application has its own format `format` (JWT keys are made at start when one
+    /// issues JWTs).
+    pub async fn any_application_with_format(
+        &self,
+        format: AccessTokenFormat,
+    ) -> StoreResult<bool> {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM applications WHERE token_format = $1 LIMIT 1")
+                .bind(format.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(found.is_some())
     }
 
     /// Deletes the application and every token issued to it.

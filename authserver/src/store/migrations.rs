@@ -157,6 +157,57 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         created_at BIGINT NOT NULL,
         signs_from BIGINT NOT NULL);",
     ),
+    (
+        5,
+        // The authorization code grant (issue 13) and per-application token formats (issue 10):
+        // PKCE required unless the application opts out; `token_format` NULL follows the
+        // server's `access_token_format`. Codes are kept by digest with the rotation family
+        // their tokens go into, so a second use revokes that family. Consents per user and
+        // application. Idempotent (IF NOT EXISTS; on SQLite an existing column is skipped):
+        // tests replay the migrations after version 2.
+        "ALTER TABLE applications ADD COLUMN pkce_required INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE applications ADD COLUMN token_format TEXT;
+    CREATE TABLE IF NOT EXISTS authorization_codes (
+        digest TEXT PRIMARY KEY,
+        application_id INTEGER NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        redirect_uri TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        code_challenge TEXT,
+        family TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        used INTEGER NOT NULL DEFAULT 0);
+    CREATE INDEX IF NOT EXISTS authorization_codes_expires ON authorization_codes(expires_at);
+    CREATE INDEX IF NOT EXISTS authorization_codes_grant ON authorization_codes(user_id, application_id);
+    CREATE TABLE IF NOT EXISTS consents (
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        application_id INTEGER NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        scope TEXT NOT NULL,
+        granted_at INTEGER NOT NULL,
+        PRIMARY KEY (user_id, application_id));",
+        "ALTER TABLE applications ADD COLUMN IF NOT EXISTS pkce_required BIGINT NOT NULL DEFAULT 1;
+    ALTER TABLE applications ADD COLUMN IF NOT EXISTS token_format TEXT;
+    CREATE TABLE IF NOT EXISTS authorization_codes (
+        digest TEXT PRIMARY KEY,
+        application_id BIGINT NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        redirect_uri TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        code_challenge TEXT,
+        family TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        used BIGINT NOT NULL DEFAULT 0);
+    CREATE INDEX IF NOT EXISTS authorization_codes_expires ON authorization_codes(expires_at);
+    CREATE INDEX IF NOT EXISTS authorization_codes_grant ON authorization_codes(user_id, application_id);
+    CREATE TABLE IF NOT EXISTS consents (
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        application_id BIGINT NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        scope TEXT NOT NULL,
+        granted_at BIGINT NOT NULL,
+        PRIMARY KEY (user_id, application_id));",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
@@ -197,6 +248,20 @@ async fn apply(conn: &mut sqlx::AnyConnection, backend: Backend) -> StoreResult<
         };
         let mut tx = conn.begin().await?;
         for statement in script.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+            if backend == Backend::Sqlite
+                && let Some((table, column)) = added_column(statement)
+            {
+                let present: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM pragma_table_info($1) WHERE name = $2",
+                )
+                .bind(table)
+                .bind(column)
+                .fetch_one(&mut *tx)
+                .await?;
+                if present > 0 {
+                    continue;
+                }
+            }
             sqlx::query(statement).execute(&mut *tx).await?;
         }
         sqlx::query("INSERT INTO schema_migrations (version) VALUES ($1)")
@@ -207,4 +272,53 @@ async fn apply(conn: &mut sqlx::AnyConnection, backend: Backend) -> StoreResult<
         tracing::info!(version, "applied database migration");
     }
     Ok(())
+}
+
+/// The table and column of an `ALTER TABLE t ADD COLUMN c …` statement: SQLite has no
+/// `ADD COLUMN IF NOT EXISTS`, so the runner skips a column that exists.
+fn added_column(statement: &str) -> Option<(&str, &str)> {
+    let words: Vec<&str> = statement.split_whitespace().take(6).collect();
+    match words.as_slice() {
+        [alter, table_kw, table, add, column_kw, column]
+            if alter.eq_ignore_ascii_case("ALTER")
+                && table_kw.eq_ignore_ascii_case("TABLE")
+                && add.eq_ignore_ascii_case("ADD")
+                && column_kw.eq_ignore_ascii_case("COLUMN") =>
+        {
+            Some((table, column))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn added_columns_are_recognised() {
+        assert_eq!(
+            added_column("ALTER TABLE applications ADD COLUMN token_format TEXT"),
+            Some(("applications", "token_format"))
+        );
+        assert_eq!(added_column("CREATE TABLE x (a INTEGER)"), None);
+    }
+
+    /// Replaying migration 5 on a database that has it changes nothing and fails nowhere.
+    #[tokio::test]
+    async fn migration_5_replays() {
+        for store in crate::testing::all_stores().await {
+            sqlx::query("DELETE FROM schema_migrations WHERE version >= 5")
+                .execute(store.pool())
+                .await
+                .unwrap();
+            run(&store).await.unwrap();
+            let versions: Vec<i64> =
+                sqlx::query_scalar("SELECT version FROM schema_migrations ORDER BY version")
+                    .fetch_all(store.pool())
+                    .await
+                    .unwrap();
+            assert_eq!(versions, [1, 2, 3, 4, 5]);
+        }
+    }
 }

@@ -3,6 +3,8 @@
 //! backend ([`hot`]).
 
 mod applications;
+mod codes;
+mod consents;
 mod groups;
 mod hot;
 mod migrations;
@@ -13,9 +15,11 @@ mod tokens;
 mod users;
 
 pub use applications::{Application, ApplicationInput, ClientType, GrantType};
+pub use codes::{CodeOutcome, CodeRecord, NewCode};
+pub use consents::AuthorizedApplication;
 pub use groups::Group;
 pub use sessions::{NewSession, Session};
-pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenRecord};
+pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenKind, TokenRecord};
 pub use users::{Guarded, NewUser, User, UserUpdate};
 
 use hot::Hot;

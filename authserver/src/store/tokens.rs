@@ -8,11 +8,37 @@ use super::hot::{self, Hot, NewRow};
 use super::{Store, StoreError, StoreResult, now};
 use crate::secrets;
 
+/// What a stored token is; stored as its name (`access`, `refresh`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenKind {
+    Access,
+    Refresh,
+}
+
+impl TokenKind {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenKind::Access => "access",
+            TokenKind::Refresh => "refresh",
+        }
+    }
+
+    /// The kind of a stored name; None for anything else.
+    pub fn parse(name: &str) -> Option<TokenKind> {
+        match name {
+            "access" => Some(TokenKind::Access),
+            "refresh" => Some(TokenKind::Refresh),
+            _ => None,
+        }
+    }
+}
+
 /// A stored token joined with what introspection reports about it.
 #[derive(Debug, Clone)]
 pub struct TokenRecord {
     pub id: i64,
-    pub kind: String,
+    pub kind: TokenKind,
     pub application_id: i64,
     pub client_id: String,
     pub user_id: Option<i64>,
@@ -28,9 +54,6 @@ pub struct TokenRecord {
 }
 
 impl TokenRecord {
-    pub const ACCESS: &'static str = "access";
-    pub const REFRESH: &'static str = "refresh";
-
     /// Not revoked, not expired, and its user (if any) still active.
     pub fn is_active(&self) -> bool {
         !self.revoked && self.expires_at > now() && (self.user_id.is_none() || self.user_active)
@@ -102,7 +125,7 @@ impl Store {
         let access_token = secrets::random_token();
         let issued_at = now();
         let access = NewRow {
-            kind: TokenRecord::ACCESS,
+            kind: TokenKind::Access,
             digest: secrets::digest(&access_token),
             application_id: new.application_id,
             user_id: new.user_id,
@@ -116,7 +139,7 @@ impl Store {
         let refresh_token = new.refresh_lifetime.map(|lifetime| {
             let refresh = secrets::random_token();
             rows.push(NewRow {
-                kind: TokenRecord::REFRESH,
+                kind: TokenKind::Refresh,
                 digest: secrets::digest(&refresh),
                 expires_at: issued_at + lifetime,
                 ..rows[0].clone()
@@ -161,7 +184,7 @@ impl Store {
         let Some(record) = self.find_token(refresh_token).await? else {
             return Ok(RefreshOutcome::Invalid);
         };
-        if record.kind != TokenRecord::REFRESH || record.application_id != application_id {
+        if record.kind != TokenKind::Refresh || record.application_id != application_id {
             return Ok(RefreshOutcome::Invalid);
         }
         if record.revoked {

@@ -11,7 +11,7 @@ use super::templates::{
 };
 use super::{WebError, WebResult, csrf, parse_id, render, see_other};
 use crate::AppState;
-use crate::config::Settings;
+use crate::config::{AccessTokenFormat, Settings};
 use crate::store::{Application, ApplicationInput, ClientType, GrantType};
 use crate::validation;
 use axum::Router;
@@ -65,6 +65,8 @@ pub(crate) fn validate(
             .to_owned(),
         scopes,
         may_introspect: form.checked("may_introspect"),
+        pkce_optional: form.checked("pkce_optional"),
+        token_format: form.text("token_format"),
     };
     let result = validation::application(settings, &values).map_err(FieldErrors::from);
     (values, result)
@@ -119,6 +121,20 @@ fn form_page(
                 selected: values.scopes.contains(name),
             })
             .collect(),
+        token_formats: std::iter::once(Choice {
+            value: String::new(),
+            label: format!(
+                "Server default (now {})",
+                state.settings.access_token_format.as_str()
+            ),
+            selected: values.token_format.is_empty(),
+        })
+        .chain(
+            AccessTokenFormat::ALL
+                .iter()
+                .map(|f| choice(f.as_str(), f.label(), &values.token_format)),
+        )
+        .collect(),
         values,
         errors,
     }
@@ -199,6 +215,18 @@ async fn detail_page(
         owner,
         created: utc(app.created_at),
         secret,
+        pkce: if app.client_type == ClientType::Public || app.pkce_required {
+            "required (S256)"
+        } else {
+            "optional (this confidential client opted out)"
+        },
+        token_format: match app.token_format {
+            Some(format) => format.label().to_owned(),
+            None => format!(
+                "{} (the server's default)",
+                state.settings.access_token_format.label()
+            ),
+        },
         app,
     })
 }
@@ -274,11 +302,21 @@ async fn register(State(state): State<AppState>, operator: Operator, form: FormD
         .create_application(&input, Some(operator.user.id), None, None)
         .await?;
     tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "application registered");
+    ensure_signing_key(&state, &app).await?;
     let flash = Flash {
         notice: "Application registered.".into(),
         secret,
     };
     Ok(flash::redirect(&operator, &detail_path(app.id), flash).await)
+}
+
+/// An application that issues JWTs has a signing key in the JWKS before its first token (made
+/// here, by an operator, rather than by a request from outside).
+async fn ensure_signing_key(state: &AppState, app: &Application) -> Result<(), WebError> {
+    if app.access_token_format(state.settings.access_token_format) == AccessTokenFormat::Jwt {
+        state.keys.keys_with_signer(&state.store).await?;
+    }
+    Ok(())
 }
 
 /// Where an application's page is.
@@ -312,6 +350,11 @@ fn values_of(app: &Application) -> ApplicationValues {
             .join("\n"),
         scopes: app.allowed_scopes.clone(),
         may_introspect: app.may_introspect,
+        pkce_optional: !app.pkce_required,
+        token_format: app
+            .token_format
+            .map(|f| f.as_str().to_owned())
+            .unwrap_or_default(),
     }
 }
 
@@ -354,6 +397,7 @@ async fn update(
         .await?
         .ok_or(WebError::NotFound)?;
     tracing::info!(user_id = operator.user.id, client_id = %updated.client_id, "application updated");
+    ensure_signing_key(&state, &updated).await?;
     // A public client turned confidential needs its first secret, shown once like any other.
     let flash = if updated.client_type == ClientType::Confidential
         && updated.client_secret_digest.is_none()

@@ -1,10 +1,11 @@
-//! `/accounts/login/` and `/accounts/logout/`: operator sign-in with a database session, behind
-//! the password-guessing throttle of [`crate::throttle`].
+//! `/accounts/login/` and `/accounts/logout/`: sign-in of any active user with a database
+//! session (operators and people authorizing applications alike), behind the password-guessing
+//! throttle of [`crate::throttle`].
 
 use super::forms::FormData;
 use super::session::{
-    HOME, Operator, SESSION_COOKIE, SESSION_LIFETIME, append_cookie, cookie, current_session,
-    may_sign_in, safe_next, set_cookie,
+    HOME, SESSION_COOKIE, SESSION_LIFETIME, SignedIn, append_cookie, cookie, current_session,
+    home_of, may_sign_in, safe_next, set_cookie,
 };
 use super::templates::{LoginPage, Nav};
 use super::{WebResult, csrf, render, see_other};
@@ -18,7 +19,8 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use serde::Deserialize;
 
-const BAD_CREDENTIALS: &str = "Please enter the correct username and password of a staff account. Both fields may be case-sensitive.";
+const BAD_CREDENTIALS: &str =
+    "Please enter the correct username and password. Both fields may be case-sensitive.";
 const THROTTLED: &str = "Too many failed sign-in attempts. Wait 15 minutes and try again.";
 
 pub(super) fn router() -> Router<AppState> {
@@ -44,20 +46,18 @@ async fn login_page(
         .unwrap_or(HOME)
         .to_owned();
     // Already signed in: straight on.
-    if current_session(&state, &headers).await?.is_some() {
-        return Ok(see_other(&next));
+    if let Some(session) = current_session(&state, &headers).await? {
+        let next = if next == HOME {
+            home_of(&session.user)
+        } else {
+            &next
+        };
+        return Ok(see_other(next));
     }
-    Ok(login_form(
-        &state,
-        &headers,
-        StatusCode::OK,
-        String::new(),
-        next,
-        None,
-    ))
+    Ok(login_form(&state, &headers, StatusCode::OK, String::new(), next, None).await)
 }
 
-fn login_form(
+async fn login_form(
     state: &AppState,
     headers: &HeaderMap,
     status: StatusCode,
@@ -66,6 +66,7 @@ fn login_form(
     error: Option<&str>,
 ) -> Response {
     let (csrf_token, set) = csrf::login_token(state, headers);
+    let form_action = super::authorize::form_action_for_next(state, &next).await;
     let page = LoginPage {
         nav: Nav::anonymous(),
         csrf_token,
@@ -74,6 +75,9 @@ fn login_form(
         error: error.map(str::to_owned),
     };
     let mut response = render(status, &page);
+    if let Some(origin) = form_action {
+        super::allow_form_action(&mut response, &origin);
+    }
     if let Some(set) = set {
         append_cookie(&mut response, &set);
     }
@@ -95,7 +99,7 @@ async fn login(
         .unwrap_or(HOME)
         .to_owned();
     // The form again, with the username kept.
-    let refuse = |status, error| {
+    let refuse = async |status, error| {
         login_form(
             &state,
             &headers,
@@ -104,15 +108,16 @@ async fn login(
             next.clone(),
             Some(error),
         )
+        .await
     };
     if username.is_empty() || password.is_empty() || username.len() > 150 {
-        return Ok(refuse(StatusCode::BAD_REQUEST, BAD_CREDENTIALS));
+        return Ok(refuse(StatusCode::BAD_REQUEST, BAD_CREDENTIALS).await);
     }
 
     let throttle = Throttle::check(&state.store, &username, address).await?;
     if throttle.refused() {
         tracing::warn!(address = %throttle.client, "sign-in refused: too many failures");
-        let mut response = refuse(StatusCode::TOO_MANY_REQUESTS, THROTTLED);
+        let mut response = refuse(StatusCode::TOO_MANY_REQUESTS, THROTTLED).await;
         response
             .headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
@@ -126,9 +131,9 @@ async fn login(
         .filter(may_sign_in);
     let Some(user) = user else {
         // The username is not logged: people type their password into it.
-        tracing::info!(address = %throttle.client, "operator sign-in failed");
+        tracing::info!(address = %throttle.client, "sign-in failed");
         throttle.failed(&state.store).await?;
-        return Ok(refuse(StatusCode::BAD_REQUEST, BAD_CREDENTIALS));
+        return Ok(refuse(StatusCode::BAD_REQUEST, BAD_CREDENTIALS).await);
     };
 
     throttle.succeeded(&state.store).await?;
@@ -140,8 +145,9 @@ async fn login(
         .store
         .create_session(user.id, SESSION_LIFETIME)
         .await?;
-    tracing::info!(user_id = user.id, username = %user.username, "operator signed in");
-    let mut response = see_other(&next);
+    tracing::info!(user_id = user.id, username = %user.username, "user signed in");
+    let next = if next == HOME { home_of(&user) } else { &next };
+    let mut response = see_other(next);
     append_cookie(
         &mut response,
         &set_cookie(
@@ -157,15 +163,15 @@ async fn login(
 
 async fn logout(
     State(state): State<AppState>,
-    operator: Operator,
+    operator: SignedIn,
     headers: HeaderMap,
     form: FormData,
 ) -> WebResult {
-    csrf::verify(&operator, &form)?;
+    csrf::verify_token(&operator.csrf_token, &form)?;
     if let Some(session_id) = cookie(&headers, SESSION_COOKIE) {
         state.store.delete_session(session_id).await?;
     }
-    tracing::info!(user_id = operator.user.id, "operator signed out");
+    tracing::info!(user_id = operator.user.id, "user signed out");
     let mut response = see_other("/accounts/login/");
     append_cookie(
         &mut response,

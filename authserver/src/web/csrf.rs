@@ -14,10 +14,20 @@ pub(crate) const FIELD: &str = "csrf_token";
 /// The cookie that pairs with the sign-in form's hidden field.
 pub(crate) const LOGIN_COOKIE: &str = "tokengate_csrf";
 
+/// The name the consent form gives its token (django-oauth-toolkit's, which clients and
+/// tests written against it look for); accepted wherever [`FIELD`] is.
+pub(crate) const DJANGO_FIELD: &str = "csrfmiddlewaretoken";
+
 /// Accepts a signed-in form only with its session's token.
 pub(crate) fn verify(operator: &Operator, form: &FormData) -> Result<(), WebError> {
-    match form.get(FIELD) {
-        Some(presented) if constant_time_eq(presented, &operator.csrf_token) => Ok(()),
+    verify_token(&operator.csrf_token, form)
+}
+
+/// Accepts a form only with `expected` (its session's token) under [`FIELD`] or
+/// [`DJANGO_FIELD`].
+pub(crate) fn verify_token(expected: &str, form: &FormData) -> Result<(), WebError> {
+    match form.get(FIELD).or_else(|| form.get(DJANGO_FIELD)) {
+        Some(presented) if !expected.is_empty() && constant_time_eq(presented, expected) => Ok(()),
         _ => Err(WebError::Csrf),
     }
 }

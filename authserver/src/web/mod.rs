@@ -4,6 +4,8 @@
 mod admin;
 mod applications;
 mod auth;
+mod authorize;
+mod authorized;
 mod csrf;
 mod flash;
 mod forms;
@@ -30,6 +32,8 @@ pub fn router() -> Router<AppState> {
         .merge(auth::router())
         .merge(applications::router())
         .merge(admin::router())
+        .merge(authorize::router())
+        .merge(authorized::router())
         .route(
             "/static/style.css",
             get(|| async { asset("text/css; charset=utf-8", STYLESHEET) }),
@@ -52,6 +56,23 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
+const CSP: &str = "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'";
+
+/// Lets the forms of `response`'s page lead to `origin` as well as to this site: browsers
+/// apply `form-action` to the redirects that follow a submission, and the consent form (or a
+/// sign-in on the way to an authorization) ends in a redirect to the client.
+pub(crate) fn allow_form_action(response: &mut Response, origin: &str) {
+    let policy = CSP.replace(
+        "form-action 'self'",
+        &format!("form-action 'self' {origin}"),
+    );
+    if let Ok(value) = HeaderValue::from_str(&policy) {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_SECURITY_POLICY, value);
+    }
+}
+
 /// Pages may show a client secret once and carry CSRF tokens: never cached, never framed, and
 /// only this server's own stylesheet and script.
 async fn security_headers(mut response: Response) -> Response {
@@ -59,10 +80,12 @@ async fn security_headers(mut response: Response) -> Response {
     if !headers.contains_key(header::CACHE_CONTROL) {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"),
-    );
+    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        );
+    }
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,

@@ -1,5 +1,6 @@
-//! The session cookie and the extractors that turn it into a signed-in operator (or a superuser),
-//! sending anonymous visitors to the sign-in page with a `next` that brings them back.
+//! The session cookie and the extractors that turn it into a signed-in user, an operator (staff)
+//! or a superuser, sending anonymous visitors to the sign-in page with a `next` that brings
+//! them back; signed-in users without the rank get 403.
 
 use super::WebError;
 use crate::AppState;
@@ -79,12 +80,39 @@ pub(crate) fn login_url(next: Option<&str>) -> String {
     }
 }
 
-/// Who may sign in to the views: active staff (superusers count as staff here).
+/// Who may sign in: any active user (to authorize applications, and to see which they have
+/// authorized). What they may do once signed in is [`is_operator`]'s question.
 pub(crate) fn may_sign_in(user: &User) -> bool {
+    user.is_active
+}
+
+/// Who may use the operator views (`/o/applications/`, and `/admin/` for superusers): active
+/// staff (superusers count as staff here).
+pub(crate) fn is_operator(user: &User) -> bool {
     user.is_active && (user.is_staff || user.is_superuser)
 }
 
-/// A signed-in operator and the CSRF token of their session (no `Debug`: keep it out of logs).
+/// Where a sign-in without a `next` lands: the applications for operators, the authorized
+/// applications for everyone else.
+pub(crate) fn home_of(user: &User) -> &'static str {
+    if is_operator(user) {
+        HOME
+    } else {
+        AUTHORIZED_HOME
+    }
+}
+
+/// The page listing the applications a user has authorized.
+pub(crate) const AUTHORIZED_HOME: &str = "/o/authorized-tokens/";
+
+/// A signed-in user, staff or not, and the CSRF token of their session (no `Debug`).
+pub(crate) struct SignedIn {
+    pub user: User,
+    pub csrf_token: String,
+}
+
+/// A signed-in operator (see [`is_operator`]) and the CSRF token of their session (no
+/// `Debug`: keep it out of logs).
 pub(crate) struct Operator {
     pub user: User,
     pub csrf_token: String,
@@ -109,12 +137,12 @@ pub(crate) async fn current_session(
     Ok(session.filter(|s| may_sign_in(&s.user)))
 }
 
-impl FromRequestParts<AppState> for Operator {
+impl FromRequestParts<AppState> for SignedIn {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         match current_session(state, &parts.headers).await {
-            Ok(Some(session)) => Ok(Operator {
+            Ok(Some(session)) => Ok(SignedIn {
                 user: session.user,
                 csrf_token: session.csrf_token,
             }),
@@ -131,6 +159,24 @@ impl FromRequestParts<AppState> for Operator {
                 Err(Redirect::to(&login_url(next.as_deref())).into_response())
             }
             Err(error) => Err(error.into_response()),
+        }
+    }
+}
+
+/// Signed in but not staff: 403 (anonymous visitors still go to the sign-in page).
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let SignedIn { user, csrf_token } = SignedIn::from_request_parts(parts, state).await?;
+        if is_operator(&user) {
+            Ok(Operator { user, csrf_token })
+        } else {
+            tracing::info!(
+                user_id = user.id,
+                "operator view refused to a user who is not staff"
+            );
+            Err(WebError::Forbidden.into_response())
         }
     }
 }

@@ -23,9 +23,14 @@ impl Nav {
     }
 
     pub fn of(operator: &Operator) -> Nav {
+        Nav::signed_in(&operator.user, &operator.csrf_token)
+    }
+
+    /// The header of a page for any signed-in user.
+    pub fn signed_in(user: &User, csrf_token: &str) -> Nav {
         Nav {
-            user: Some(operator.user.clone()),
-            csrf_token: operator.csrf_token.clone(),
+            user: Some(user.clone()),
+            csrf_token: csrf_token.to_owned(),
             notice: None,
         }
     }
@@ -121,6 +126,8 @@ pub(crate) struct ApplicationForm {
     pub client_types: Vec<Choice>,
     pub grant_types: Vec<Choice>,
     pub scopes: Vec<Choice>,
+    /// Empty (the server's default), `opaque`, `jwt`.
+    pub token_formats: Vec<Choice>,
 }
 
 #[derive(Template)]
@@ -135,6 +142,10 @@ pub(crate) struct ApplicationDetail {
     pub scopes: String,
     pub owner: String,
     pub created: String,
+    /// Whether it must send PKCE, in words.
+    pub pkce: &'static str,
+    /// Its access-token format, in words (saying when it is the server's default).
+    pub token_format: String,
 }
 
 #[derive(Template)]
@@ -149,6 +160,46 @@ pub(crate) struct ApplicationRegenerate {
 pub(crate) struct ApplicationDelete {
     pub nav: Nav,
     pub app: Application,
+}
+
+/// One requested scope on the consent page.
+pub(crate) struct ConsentScope {
+    pub name: String,
+    pub description: String,
+}
+
+#[derive(Template)]
+#[template(path = "oauth/consent.html")]
+pub(crate) struct ConsentPage {
+    pub nav: Nav,
+    pub application: String,
+    pub scopes: Vec<ConsentScope>,
+    /// The authorization request, as hidden fields.
+    pub fields: Vec<(String, String)>,
+    pub csrf_token: String,
+}
+
+#[derive(Template)]
+#[template(path = "oauth/error.html")]
+pub(crate) struct AuthorizeErrorPage {
+    pub nav: Nav,
+    pub message: &'static str,
+}
+
+/// One line of the authorized applications.
+pub(crate) struct AuthorizedRow {
+    pub id: i64,
+    pub name: String,
+    pub client_id: String,
+    pub scopes: Vec<String>,
+    pub granted: String,
+}
+
+#[derive(Template)]
+#[template(path = "oauth/authorized.html")]
+pub(crate) struct AuthorizedList {
+    pub nav: Nav,
+    pub applications: Vec<AuthorizedRow>,
 }
 
 #[derive(Template)]

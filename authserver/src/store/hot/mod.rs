@@ -6,7 +6,7 @@ pub(super) mod postgres;
 pub(super) mod sqlite;
 
 use super::sqlite_local::SqliteLocal;
-use super::{Application, StoreError, StoreResult, User};
+use super::{Application, StoreError, StoreResult, TokenKind, User};
 use std::sync::Arc;
 
 /// Where the hot statements run.
@@ -19,7 +19,7 @@ pub(super) enum Hot {
 /// One row of `tokens` about to be written (owned: it travels to SQLite's writer thread).
 #[derive(Debug, Clone)]
 pub(super) struct NewRow {
-    pub kind: &'static str,
+    pub kind: TokenKind,
     /// SHA-256 of the token; the token itself is never stored.
     pub digest: String,
     pub application_id: i64,
@@ -32,8 +32,8 @@ pub(super) struct NewRow {
     pub expires_at: i64,
 }
 
-const APPLICATION_BY_CLIENT_ID: &str = "SELECT id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at FROM applications WHERE client_id = $1";
-const APPLICATION_BY_ID: &str = "SELECT id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at FROM applications WHERE id = $1";
+const APPLICATION_BY_CLIENT_ID: &str = "SELECT id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format FROM applications WHERE client_id = $1";
+const APPLICATION_BY_ID: &str = "SELECT id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format FROM applications WHERE id = $1";
 
 const USER_WITH_PASSWORD: &str = "SELECT id, username, email, first_name, last_name, is_active, is_staff, is_superuser, date_joined, password_hash FROM users WHERE username = $1";
 
@@ -88,6 +88,8 @@ pub(super) struct ApplicationColumns {
     pub may_introspect: i64,
     pub owner_id: Option<i64>,
     pub created_at: i64,
+    pub pkce_required: i64,
+    pub token_format: Option<String>,
 }
 
 impl ApplicationColumns {
@@ -107,6 +109,8 @@ impl ApplicationColumns {
                 .map(str::to_owned)
                 .collect(),
             may_introspect: self.may_introspect != 0,
+            pkce_required: self.pkce_required != 0,
+            token_format: super::applications::parse_token_format(self.token_format)?,
             owner_id: self.owner_id,
             created_at: self.created_at,
         })

@@ -7,7 +7,7 @@
 //! Revocations and refresh-token claims wait for the flush as before, so none is forgotten.
 
 use super::{ApplicationColumns, NewRow, UserColumns};
-use crate::store::{StoreError, StoreResult, TokenRecord};
+use crate::store::{StoreError, StoreResult, TokenKind, TokenRecord};
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
 
@@ -19,7 +19,8 @@ const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_
 fn token(row: &PgRow) -> sqlx::Result<TokenRecord> {
     Ok(TokenRecord {
         id: row.try_get(0)?,
-        kind: row.try_get(1)?,
+        kind: TokenKind::parse(row.try_get::<&str, _>(1)?)
+            .ok_or_else(|| sqlx::Error::Decode("unknown token kind".into()))?,
         application_id: row.try_get(2)?,
         client_id: row.try_get(3)?,
         user_id: row.try_get(4)?,
@@ -67,7 +68,7 @@ pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> S
     let id: Option<i64> = match rows {
         [one] => {
             sqlx::query_scalar(INSERT_ONE)
-                .bind(one.kind)
+                .bind(one.kind.as_str())
                 .bind(&one.digest)
                 .bind(one.application_id)
                 .bind(one.user_id)
@@ -81,7 +82,7 @@ pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> S
         }
         [access, refresh] => {
             sqlx::query_scalar(INSERT_PAIR)
-                .bind(access.kind)
+                .bind(access.kind.as_str())
                 .bind(&access.digest)
                 .bind(access.application_id)
                 .bind(access.user_id)
@@ -89,7 +90,7 @@ pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> S
                 .bind(&access.family)
                 .bind(access.issued_at)
                 .bind(access.expires_at)
-                .bind(refresh.kind)
+                .bind(refresh.kind.as_str())
                 .bind(&refresh.digest)
                 .bind(refresh.expires_at)
                 .fetch_optional(pool)
@@ -189,6 +190,8 @@ fn application(row: &PgRow) -> sqlx::Result<ApplicationColumns> {
         may_introspect: row.try_get(8)?,
         owner_id: row.try_get(9)?,
         created_at: row.try_get(10)?,
+        pkce_required: row.try_get(11)?,
+        token_format: row.try_get(12)?,
     })
 }
 

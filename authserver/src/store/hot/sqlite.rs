@@ -1,7 +1,7 @@
 //! The hot statements on SQLite through rusqlite: prepared once per connection, then reused.
 
 use super::{ApplicationColumns, NewRow, UserColumns};
-use crate::store::{StoreError, StoreResult, TokenRecord};
+use crate::store::{StoreError, StoreResult, TokenKind, TokenRecord};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
@@ -12,7 +12,13 @@ const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_
 fn token(row: &Row) -> rusqlite::Result<TokenRecord> {
     Ok(TokenRecord {
         id: row.get(0)?,
-        kind: row.get(1)?,
+        kind: TokenKind::parse(row.get_ref(1)?.as_str()?).ok_or_else(|| {
+            rusqlite::Error::FromSqlConversionFailure(
+                1,
+                rusqlite::types::Type::Text,
+                "unknown token kind".into(),
+            )
+        })?,
         application_id: row.get(2)?,
         client_id: row.get(3)?,
         user_id: row.get(4)?,
@@ -56,7 +62,7 @@ pub(in crate::store) fn insert_tokens(
         let id: Option<i64> = insert
             .query_row(
                 params![
-                    row.kind,
+                    row.kind.as_str(),
                     row.digest,
                     row.application_id,
                     row.user_id,
@@ -164,6 +170,8 @@ fn application(row: &Row) -> rusqlite::Result<ApplicationColumns> {
         may_introspect: row.get(8)?,
         owner_id: row.get(9)?,
         created_at: row.get(10)?,
+        pkce_required: row.get(11)?,
+        token_format: row.get(12)?,
     })
 }
 

@@ -1,0 +1,197 @@
+//! Carries out a checked [`GrantRequest`] against the store: the one place each grant turns into
+//! tokens. No HTTP here: the handler in `token.rs` extracts the request and writes the answer.
+
+use super::OAuthError;
+use crate::AppState;
+use crate::protocol::GrantRequest;
+use crate::protocol::grant::check_exchange;
+use crate::protocol::scope::{self, Declared};
+use crate::store::{
+    Application, CodeOutcome, IssuedTokens, NewTokens, RefreshOutcome, StoreError, now,
+};
+use crate::throttle::Throttle;
+use std::net::IpAddr;
+
+/// What a grant issued, and to which user (none for client_credentials).
+pub struct Granted {
+    pub issued: IssuedTokens,
+    pub user: Option<(i64, String)>,
+}
+
+/// The scopes the server declares, for [`scope::resolve`].
+pub fn declared(state: &AppState) -> Declared<'_> {
+    Declared {
+        scopes: &state.settings.scopes,
+        defaults: &state.settings.default_scopes,
+    }
+}
+
+/// Issues the tokens `request` asks `app` for (its registration already checked).
+pub async fn grant(
+    state: &AppState,
+    app: &Application,
+    request: GrantRequest,
+    address: Option<IpAddr>,
+) -> Result<Granted, OAuthError> {
+    match request {
+        GrantRequest::AuthorizationCode {
+            code,
+            redirect_uri,
+            code_verifier,
+        } => authorization_code(state, app, &code, &redirect_uri, code_verifier.as_deref()).await,
+        GrantRequest::Password {
+            username,
+            password,
+            scope,
+        } => password_grant(state, app, &username, &password, scope.as_deref(), address).await,
+        GrantRequest::RefreshToken {
+            refresh_token,
+            scope,
+        } => refresh(state, app, &refresh_token, scope.as_deref()).await,
+        GrantRequest::ClientCredentials { scope } => {
+            client_credentials(state, app, scope.as_deref()).await
+        }
+    }
+}
+
+/// Tokens for `app` into `family` (a new one when None), with a refresh token when asked.
+fn new_tokens(
+    state: &AppState,
+    app: &Application,
+    user_id: Option<i64>,
+    scope: String,
+    refresh: bool,
+    family: Option<String>,
+) -> NewTokens {
+    NewTokens {
+        application_id: app.id,
+        user_id,
+        scope,
+        access_lifetime: state.settings.access_token_lifetime,
+        refresh_lifetime: refresh.then_some(state.settings.refresh_token_lifetime),
+        family,
+    }
+}
+
+/// RFC 6749 §4.1.3 with RFC 7636 §4.6: the code is spent at its first presentation, then
+/// checked; its tokens go into the family the code was issued with, which a second
+/// presentation revokes (also when it races the first).
+async fn authorization_code(
+    state: &AppState,
+    app: &Application,
+    code: &str,
+    redirect_uri: &str,
+    code_verifier: Option<&str>,
+) -> Result<Granted, OAuthError> {
+    const INVALID: OAuthError = OAuthError::InvalidGrant("Invalid authorization code.");
+    let record = match state.store.claim_code(code).await? {
+        CodeOutcome::Claimed(record) => record,
+        CodeOutcome::Unknown => return Err(INVALID),
+        CodeOutcome::Reused => {
+            tracing::warn!(client_id = %app.client_id, "authorization code reused: its tokens are revoked");
+            return Err(INVALID);
+        }
+    };
+    check_exchange(
+        &record.binding(),
+        app.id,
+        redirect_uri,
+        code_verifier,
+        now(),
+    )?;
+    let user = match state.store.get_user(record.user_id).await? {
+        Some(user) if user.is_active => user,
+        _ => return Err(INVALID),
+    };
+    let new = new_tokens(
+        state,
+        app,
+        Some(user.id),
+        record.scope,
+        true,
+        Some(record.family),
+    );
+    let issued = match state.store.issue_tokens(&new).await {
+        // Revoked meanwhile: by a second presentation of the code, or by the user.
+        Err(StoreError::FamilyRevoked) => return Err(INVALID),
+        other => other?,
+    };
+    Ok(Granted {
+        issued,
+        user: Some((user.id, user.username)),
+    })
+}
+
+/// The throttle of [`crate::throttle`] is asked before the password is hashed.
+async fn password_grant(
+    state: &AppState,
+    app: &Application,
+    username: &str,
+    password: &str,
+    requested: Option<&str>,
+    address: Option<IpAddr>,
+) -> Result<Granted, OAuthError> {
+    let scope = scope::resolve(declared(state), app, requested)?;
+    let throttle = Throttle::check(&state.store, username, address).await?;
+    if throttle.refused() {
+        tracing::warn!(address = %throttle.client, client_id = %app.client_id, "password grant refused: too many failures");
+        return Err(OAuthError::Throttled);
+    }
+    let Some(user) = state.store.authenticate_user(username, password).await? else {
+        throttle.failed(&state.store).await?;
+        return Err(OAuthError::InvalidGrant("Invalid credentials given."));
+    };
+    throttle.succeeded(&state.store).await?;
+    let new = new_tokens(state, app, Some(user.id), scope, true, None);
+    Ok(Granted {
+        issued: state.store.issue_tokens(&new).await?,
+        user: Some((user.id, user.username)),
+    })
+}
+
+async fn client_credentials(
+    state: &AppState,
+    app: &Application,
+    requested: Option<&str>,
+) -> Result<Granted, OAuthError> {
+    let scope = scope::resolve(declared(state), app, requested)?;
+    let new = new_tokens(state, app, None, scope, false, None);
+    Ok(Granted {
+        issued: state.store.issue_tokens(&new).await?,
+        user: None,
+    })
+}
+
+/// Rotation on every use: the presented refresh token and its access token stop working, and a
+/// second presentation of a spent token revokes the whole family.
+async fn refresh(
+    state: &AppState,
+    app: &Application,
+    presented: &str,
+    requested: Option<&str>,
+) -> Result<Granted, OAuthError> {
+    // Check the scope against the original before spending the token, so a bad request costs nothing.
+    let original = match state.store.find_token(presented).await? {
+        Some(record) if record.application_id == app.id => record.scope,
+        _ => return Err(OAuthError::InvalidGrant("Invalid refresh token.")),
+    };
+    let scope = scope::narrow(&original, app, requested)?;
+    let record = match state.store.claim_refresh_token(presented, app.id).await? {
+        RefreshOutcome::Claimed(record) => record,
+        // A family revoked earlier: no new warning, the reuse that revoked it was logged then.
+        RefreshOutcome::Invalid | RefreshOutcome::Revoked => {
+            return Err(OAuthError::InvalidGrant("Invalid refresh token."));
+        }
+        RefreshOutcome::Reused => {
+            tracing::warn!(client_id = %app.client_id, "refresh token reused: family revoked");
+            return Err(OAuthError::InvalidGrant("Invalid refresh token."));
+        }
+    };
+    let new = new_tokens(state, app, record.user_id, scope, true, Some(record.family));
+    // invalid_grant (`FamilyRevoked`) when a racer presenting the same token revoked the family
+    // meanwhile; tokens issued just before that revocation are dead at every lookup anyway.
+    Ok(Granted {
+        issued: state.store.issue_tokens(&new).await?,
+        user: record.user_id.zip(record.username),
+    })
+}

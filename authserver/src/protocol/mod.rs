@@ -1,0 +1,17 @@
+//! The OAuth 2.0 protocol without HTTP or SQL: typed requests, the checks each grant and the
+//! authorization request make, scopes and PKCE as pure functions. `crate::oauth` and
+//! `crate::web` extract requests into these types, call the store, and write the responses.
+
+pub mod authorize;
+mod error;
+pub mod grant;
+pub mod pkce;
+pub mod scope;
+
+pub use error::OAuthError;
+pub use grant::{CodeBinding, GrantKind, GrantRequest};
+
+/// Request parameters by name, each at most once, an empty value read as absent (RFC 6749 §3.1).
+pub trait Parameters {
+    fn get(&self, name: &str) -> Option<&str>;
+}

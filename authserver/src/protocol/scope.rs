@@ -1,0 +1,213 @@
+//! Scopes as pure functions: what an application may have, what a request resolves to, how a
+//! refresh narrows the original grant, and whether a remembered consent covers a request.
+
+use super::OAuthError;
+use crate::store::Application;
+use std::collections::BTreeMap;
+
+/// The scope that lets a token call the introspection endpoint; granted only when asked for,
+/// to applications allowed to introspect.
+pub const INTROSPECTION_SCOPE: &str = "introspection";
+
+/// What the server declares: every scope by name, and those granted when none is asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct Declared<'a> {
+    pub scopes: &'a BTreeMap<String, String>,
+    pub defaults: &'a [String],
+}
+
+/// The space-separated scopes of `scope`, each once, in order.
+pub fn dedup(scope: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in scope.split_whitespace() {
+        if !out.iter().any(|o| o == s) {
+            out.push(s.to_owned());
+        }
+    }
+    out
+}
+
+/// Whether `app` may be granted `scope`: within its allowed scopes, and `introspection` only
+/// when it is allowed to introspect.
+pub fn may_have(app: &Application, scope: &str) -> bool {
+    (app.allowed_scopes.is_empty() || app.allowed_scopes.iter().any(|a| a == scope))
+        && (scope != INTROSPECTION_SCOPE || app.may_introspect)
+}
+
+fn not_allowed(scope: &str) -> OAuthError {
+    OAuthError::InvalidScope(format!(
+        "The scope \"{scope}\" is not allowed for this client."
+    ))
+}
+
+/// The scopes as a token's `scope`; none at all is `invalid_scope`.
+fn granted(scopes: Vec<String>) -> Result<String, OAuthError> {
+    if scopes.is_empty() {
+        return Err(OAuthError::InvalidScope(
+            "No scope could be granted.".into(),
+        ));
+    }
+    Ok(scopes.join(" "))
+}
+
+/// The scope to grant: the declared defaults (within what the client may have, never
+/// `introspection`) when none is asked for; otherwise exactly what was asked, each declared
+/// and allowed for this client.
+pub fn resolve(
+    declared: Declared<'_>,
+    app: &Application,
+    requested: Option<&str>,
+) -> Result<String, OAuthError> {
+    let scopes: Vec<String> = match requested {
+        None => declared
+            .defaults
+            .iter()
+            .filter(|s| *s != INTROSPECTION_SCOPE && may_have(app, s))
+            .cloned()
+            .collect(),
+        Some(requested) => {
+            let requested = dedup(requested);
+            if let Some(unknown) = requested.iter().find(|s| !declared.scopes.contains_key(*s)) {
+                return Err(OAuthError::InvalidScope(format!(
+                    "The scope \"{unknown}\" is not declared."
+                )));
+            }
+            if let Some(refused) = requested.iter().find(|s| !may_have(app, s)) {
+                return Err(not_allowed(refused));
+            }
+            requested
+        }
+    };
+    granted(scopes)
+}
+
+/// The scope of a refresh: the original less what the application may no longer have when none
+/// is asked for; otherwise what was asked, each granted originally and still allowed.
+pub fn narrow(
+    original: &str,
+    app: &Application,
+    requested: Option<&str>,
+) -> Result<String, OAuthError> {
+    let scopes: Vec<String> = match requested {
+        None => original
+            .split_whitespace()
+            .filter(|s| may_have(app, s))
+            .map(str::to_owned)
+            .collect(),
+        Some(requested) => {
+            let granted: Vec<&str> = original.split_whitespace().collect();
+            let requested = dedup(requested);
+            if let Some(wider) = requested.iter().find(|s| !granted.contains(&s.as_str())) {
+                return Err(OAuthError::InvalidScope(format!(
+                    "The scope \"{wider}\" was not granted originally."
+                )));
+            }
+            if let Some(refused) = requested.iter().find(|s| !may_have(app, s)) {
+                return Err(not_allowed(refused));
+            }
+            requested
+        }
+    };
+    granted(scopes)
+}
+
+/// Whether a consent given for `consented` covers a request for `requested` (each a
+/// space-separated scope): every requested scope was consented to.
+pub fn covers(consented: &str, requested: &str) -> bool {
+    let consented: Vec<&str> = consented.split_whitespace().collect();
+    requested.split_whitespace().all(|s| consented.contains(&s))
+}
+
+/// The union of two scopes, `first`'s order first (a consent remembered after a wider one).
+pub fn union(first: &str, second: &str) -> String {
+    dedup(&format!("{first} {second}")).join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ClientType, GrantType};
+
+    fn app(allowed: &[&str], may_introspect: bool) -> Application {
+        Application {
+            id: 1,
+            name: "a".into(),
+            client_id: "c".into(),
+            client_secret_digest: None,
+            client_type: ClientType::Public,
+            grant_type: GrantType::AuthorizationCode,
+            redirect_uris: String::new(),
+            allowed_scopes: allowed.iter().map(|s| s.to_string()).collect(),
+            may_introspect,
+            pkce_required: true,
+            token_format: None,
+            owner_id: None,
+            created_at: 0,
+        }
+    }
+
+    fn declared() -> (BTreeMap<String, String>, Vec<String>) {
+        (
+            crate::config::example_scopes(),
+            vec!["read".into(), "write".into(), "groups".into()],
+        )
+    }
+
+    #[test]
+    fn resolve_takes_defaults_within_the_app_and_refuses_the_rest() {
+        let (scopes, defaults) = declared();
+        let d = Declared {
+            scopes: &scopes,
+            defaults: &defaults,
+        };
+        assert_eq!(
+            resolve(d, &app(&[], false), None).unwrap(),
+            "read write groups"
+        );
+        assert_eq!(resolve(d, &app(&["read"], false), None).unwrap(), "read");
+        assert_eq!(
+            resolve(d, &app(&[], false), Some("write read write")).unwrap(),
+            "write read"
+        );
+        assert!(matches!(
+            resolve(d, &app(&[], false), Some("read nope")),
+            Err(OAuthError::InvalidScope(m)) if m.contains("\"nope\" is not declared")
+        ));
+        assert!(matches!(
+            resolve(d, &app(&["read"], false), Some("write")),
+            Err(OAuthError::InvalidScope(m)) if m.contains("not allowed")
+        ));
+        assert!(resolve(d, &app(&[], false), Some("introspection")).is_err());
+        assert_eq!(
+            resolve(d, &app(&[], true), Some("introspection")).unwrap(),
+            "introspection"
+        );
+        // No default the app may have: nothing to grant.
+        assert!(resolve(d, &app(&["introspection"], true), None).is_err());
+    }
+
+    #[test]
+    fn narrow_never_widens() {
+        let a = app(&[], false);
+        assert_eq!(narrow("read write", &a, None).unwrap(), "read write");
+        assert_eq!(narrow("read write", &a, Some("write")).unwrap(), "write");
+        assert!(matches!(
+            narrow("read", &a, Some("read write")),
+            Err(OAuthError::InvalidScope(m)) if m.contains("not granted originally")
+        ));
+        // A scope withdrawn from the application since is dropped, or refused when asked for.
+        let b = app(&["read"], false);
+        assert_eq!(narrow("read write", &b, None).unwrap(), "read");
+        assert!(narrow("read write", &b, Some("write")).is_err());
+        assert!(narrow("write", &b, None).is_err());
+    }
+
+    #[test]
+    fn consent_covers_the_same_or_fewer_scopes() {
+        assert!(covers("read write", "read"));
+        assert!(covers("read write", "write read"));
+        assert!(!covers("read", "read write"));
+        assert!(!covers("", "read"));
+        assert_eq!(union("read", "write read"), "read write");
+    }
+}

@@ -1,0 +1,137 @@
+//! Authorization codes (RFC 6749 §4.1), stored only as SHA-256 digests, each bound to its
+//! client, user, redirect URI, scope and PKCE challenge, and to the rotation family its tokens
+//! go into: a second presentation revokes that family, so every token issued from the code.
+
+use super::{Store, StoreResult, now};
+use crate::protocol::CodeBinding;
+use crate::secrets;
+use sqlx::Row;
+
+/// How long a spent or expired code is kept after its expiry, so that a late second use is still
+/// recognised as reuse and revokes the tokens issued from it.
+const KEPT_AFTER_EXPIRY: i64 = 24 * 3600;
+
+/// A code to issue.
+#[derive(Debug, Clone)]
+pub struct NewCode {
+    pub application_id: i64,
+    pub user_id: i64,
+    pub redirect_uri: String,
+    pub scope: String,
+    pub code_challenge: Option<String>,
+    /// Seconds it may be exchanged.
+    pub lifetime: i64,
+}
+
+/// A code as stored, just claimed.
+#[derive(Debug, Clone)]
+pub struct CodeRecord {
+    pub application_id: i64,
+    pub user_id: i64,
+    pub redirect_uri: String,
+    pub scope: String,
+    pub code_challenge: Option<String>,
+    /// The rotation family of the tokens it is exchanged for.
+    pub family: String,
+    pub expires_at: i64,
+}
+
+impl CodeRecord {
+    /// What the protocol checks an exchange against.
+    pub fn binding(&self) -> CodeBinding {
+        CodeBinding {
+            application_id: self.application_id,
+            redirect_uri: self.redirect_uri.clone(),
+            code_challenge: self.code_challenge.clone(),
+            expires_at: self.expires_at,
+        }
+    }
+}
+
+/// What presenting a code led to.
+#[derive(Debug)]
+pub enum CodeOutcome {
+    /// First presentation: the code is spent now (whatever the checks that follow decide).
+    Claimed(CodeRecord),
+    /// Never issued (or long forgotten).
+    Unknown,
+    /// Presented before: the family of the tokens issued from it is revoked.
+    Reused,
+}
+
+impl Store {
+    /// Stores a new code's digest and returns the code, shown once. Codes long expired are
+    /// swept on the way.
+    pub async fn issue_code(&self, new: &NewCode) -> StoreResult<String> {
+        let code = secrets::random_token();
+        let at = now();
+        let _exclusive = self.exclusive().await?;
+        sqlx::query("DELETE FROM authorization_codes WHERE expires_at <= $1")
+            .bind(at - KEPT_AFTER_EXPIRY)
+            .execute(&self.writer)
+            .await?;
+        sqlx::query(
+            "INSERT INTO authorization_codes (digest, application_id, user_id, redirect_uri, scope, code_challenge, family, created_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(secrets::digest(&code))
+        .bind(new.application_id)
+        .bind(new.user_id)
+        .bind(&new.redirect_uri)
+        .bind(&new.scope)
+        .bind(new.code_challenge.as_deref())
+        .bind(secrets::random_token())
+        .bind(at)
+        .bind(at + new.lifetime)
+        .execute(&self.writer)
+        .await?;
+        Ok(code)
+    }
+
+    /// Spends `code` (a conditional update: of two replicas racing on it, one wins). A code
+    /// presented before revokes the family of the tokens issued from it.
+    pub async fn claim_code(&self, code: &str) -> StoreResult<CodeOutcome> {
+        let digest = secrets::digest(code);
+        let (claimed, family) = {
+            let _exclusive = self.exclusive().await?;
+            let claimed = sqlx::query(
+                "UPDATE authorization_codes SET used = 1 WHERE digest = $1 AND used = 0
+                 RETURNING application_id, user_id, redirect_uri, scope, code_challenge, family, expires_at",
+            )
+            .bind(&digest)
+            .fetch_optional(&self.writer)
+            .await?;
+            let family = match claimed {
+                Some(_) => None,
+                None => {
+                    sqlx::query_scalar::<_, String>(
+                        "SELECT family FROM authorization_codes WHERE digest = $1",
+                    )
+                    .bind(&digest)
+                    .fetch_optional(&self.writer)
+                    .await?
+                }
+            };
+            (claimed, family)
+        };
+        if let Some(row) = claimed {
+            return Ok(CodeOutcome::Claimed(CodeRecord {
+                application_id: row.try_get("application_id")?,
+                user_id: row.try_get("user_id")?,
+                redirect_uri: row.try_get("redirect_uri")?,
+                scope: row.try_get("scope")?,
+                code_challenge: row.try_get("code_challenge")?,
+                family: row.try_get("family")?,
+                expires_at: row.try_get("expires_at")?,
+            }));
+        }
+        // After the pause of the hot path's writer ends: the revocation goes through it.
+        match family {
+            Some(family) => {
+                self.revoke_family(&family).await?;
+                Ok(CodeOutcome::Reused)
+            }
+            None => Ok(CodeOutcome::Unknown),
+        }
+    }
+}

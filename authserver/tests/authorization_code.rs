@@ -1,0 +1,1485 @@
+//! The authorization code grant with PKCE (issue 13) over real HTTP against the real server, on
+//! SQLite and (with `DATABASE_URL`) PostgreSQL: sign-in of an ordinary user, consent, codes and
+//! their exchange, every error row of the contract (`/work/notes/authcode-contract.md`), code
+//! reuse and the revocation it triggers, remembered consent, the authorized-applications page,
+//! staff-only operator views, the metadata, and per-application token formats.
+
+use authserver::config::{AccessTokenFormat, Settings};
+use authserver::protocol::pkce;
+use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
+use authserver::testing::{self, RunningServer};
+use reqwest::StatusCode;
+use reqwest::header::{self, HeaderMap};
+use serde_json::Value;
+use std::collections::HashMap;
+
+const REDIRECT: &str = "https://client.example/callback";
+const OTHER_REDIRECT: &str = "http://127.0.0.1:9876/cb?x=1";
+const PASSWORD: &str = "wonderland-pass";
+
+/// A server on a fresh store with an ordinary user, `alice`.
+struct Fixture {
+    server: RunningServer,
+    store: Store,
+    http: reqwest::Client,
+    issuer: String,
+}
+
+/// A registered client.
+struct Client {
+    id: String,
+    secret: Option<String>,
+    app_id: i64,
+}
+
+/// One HTTP answer, read whole.
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    fn location(&self) -> &str {
+        self.headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+
+    /// The query of the redirect, which must go to `redirect_uri`.
+    fn redirected_to(&self, redirect_uri: &str) -> HashMap<String, String> {
+        assert_eq!(self.status, StatusCode::SEE_OTHER, "{}", self.body);
+        let location = self.location();
+        let separator = if redirect_uri.contains('?') { '&' } else { '?' };
+        let query = location
+            .strip_prefix(&format!("{redirect_uri}{separator}"))
+            .unwrap_or_else(|| panic!("{location} is not a redirect to {redirect_uri}"));
+        form_urlencoded::parse(query.as_bytes())
+            .into_owned()
+            .collect()
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// A verifier and its S256 challenge.
+fn pkce_pair() -> (String, String) {
+    let verifier = authserver::secrets::random_token();
+    let challenge = pkce::s256(&verifier);
+    (verifier, challenge)
+}
+
+fn unescape(html: &str) -> String {
+    html.replace("&#x2f;", "/")
+        .replace("&#x27;", "'")
+        .replace("&#39;", "'")
+        .replace("&quot;", "\"")
+        .replace("&#34;", "\"")
+        .replace("&lt;", "<")
+        .replace("&#60;", "<")
+        .replace("&#62;", ">")
+        .replace("&#38;", "&")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+/// The hidden inputs of the form with `id`, in order.
+fn hidden_fields(body: &str, form_id: &str) -> Vec<(String, String)> {
+    let start = body
+        .find(&format!("id=\"{form_id}\""))
+        .unwrap_or_else(|| panic!("no form {form_id} in {body}"));
+    let form = &body[start..start + body[start..].find("</form>").unwrap()];
+    form.split("<input type=\"hidden\" ")
+        .skip(1)
+        .map(|input| {
+            let name = input
+                .split("name=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            let value = input
+                .split("value=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
+            (unescape(name), unescape(value))
+        })
+        .collect()
+}
+
+impl Fixture {
+    async fn start(store: Store, tweak: impl FnOnce(&mut Settings)) -> Fixture {
+        let mut settings = Settings::for_tests("unused");
+        tweak(&mut settings);
+        let issuer = settings.issuer.clone();
+        let user = NewUser {
+            username: "alice".into(),
+            password: Some(PASSWORD.into()),
+            is_active: true,
+            ..Default::default()
+        };
+        store.create_user(&user).await.unwrap();
+        let server =
+            testing::spawn_server(store.clone(), settings, "127.0.0.1:0".parse().unwrap()).await;
+        Fixture {
+            server,
+            store,
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+            issuer,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.base_url)
+    }
+
+    async fn client(
+        &self,
+        client_type: ClientType,
+        pkce_required: bool,
+        allowed_scopes: &[&str],
+    ) -> Client {
+        self.client_with(client_type, pkce_required, allowed_scopes, None)
+            .await
+    }
+
+    async fn client_with(
+        &self,
+        client_type: ClientType,
+        pkce_required: bool,
+        allowed_scopes: &[&str],
+        token_format: Option<AccessTokenFormat>,
+    ) -> Client {
+        let input = ApplicationInput {
+            name: format!("Photo <Printer> {}", client_type.as_str()),
+            client_type,
+            grant_type: GrantType::AuthorizationCode,
+            redirect_uris: format!("{REDIRECT} {OTHER_REDIRECT}"),
+            allowed_scopes: allowed_scopes.iter().map(|s| s.to_string()).collect(),
+            may_introspect: false,
+            pkce_required,
+            token_format,
+        };
+        let (app, secret) = self
+            .store
+            .create_application(&input, None, None, None)
+            .await
+            .unwrap();
+        Client {
+            id: app.client_id,
+            secret,
+            app_id: app.id,
+        }
+    }
+
+    async fn send(&self, request: reqwest::RequestBuilder, cookie: Option<&str>) -> Reply {
+        let request = match cookie {
+            Some(cookie) => request.header(header::COOKIE, cookie),
+            None => request,
+        };
+        let response = request.send().await.unwrap();
+        Reply {
+            status: response.status(),
+            headers: response.headers().clone(),
+            body: response.text().await.unwrap(),
+        }
+    }
+
+    async fn get(&self, path_and_query: &str, cookie: Option<&str>) -> Reply {
+        self.send(self.http.get(self.url(path_and_query)), cookie)
+            .await
+    }
+
+    async fn post(&self, path: &str, cookie: Option<&str>, form: &[(String, String)]) -> Reply {
+        self.send(self.http.post(self.url(path)).form(form), cookie)
+            .await
+    }
+
+    /// Signs `username` in through the sign-in form; the session cookie.
+    async fn sign_in(&self, username: &str, password: &str, next: &str) -> (String, Reply) {
+        let page = self.get("/accounts/login/", None).await;
+        let csrf_cookie = page
+            .headers
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.starts_with("tokengate_csrf="))
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        let token = page
+            .body
+            .split("name=\"csrf_token\" value=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_owned();
+        let form = [
+            ("csrf_token", token.as_str()),
+            ("username", username),
+            ("password", password),
+            ("next", next),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let reply = self
+            .post("/accounts/login/", Some(&csrf_cookie), &form)
+            .await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+        let session = reply
+            .headers
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.starts_with("tokengate_session="))
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned();
+        (session, reply)
+    }
+
+    async fn alice(&self) -> String {
+        self.sign_in("alice", PASSWORD, "").await.0
+    }
+
+    /// `/o/authorize/?…` with these parameters (None values left out).
+    fn authorize_path(pairs: &[(&str, Option<&str>)]) -> String {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        for (name, value) in pairs {
+            if let Some(value) = value {
+                query.append_pair(name, value);
+            }
+        }
+        format!("/o/authorize/?{}", query.finish())
+    }
+
+    /// A well-formed authorization request of `client` for `scope`.
+    fn request(client: &Client, scope: &str, state: &str, challenge: Option<&str>) -> String {
+        Fixture::authorize_path(&[
+            ("response_type", Some("code")),
+            ("client_id", Some(&client.id)),
+            ("redirect_uri", Some(REDIRECT)),
+            ("scope", Some(scope)),
+            ("state", Some(state)),
+            ("code_challenge", challenge),
+            ("code_challenge_method", challenge.map(|_| "S256")),
+        ])
+    }
+
+    /// Authorizes as the session `cookie`: through the consent page (allowing) when shown.
+    /// The code.
+    async fn code(
+        &self,
+        cookie: &str,
+        client: &Client,
+        scope: &str,
+        challenge: Option<&str>,
+    ) -> String {
+        let page = self
+            .get(
+                &Fixture::request(client, scope, "st", challenge),
+                Some(cookie),
+            )
+            .await;
+        let reply = if page.status == StatusCode::OK {
+            self.decide(cookie, &page, "allow").await
+        } else {
+            page
+        };
+        let answer = reply.redirected_to(REDIRECT);
+        assert_eq!(answer.get("state").map(String::as_str), Some("st"));
+        assert_eq!(answer.get("iss"), Some(&self.issuer));
+        answer
+            .get("code")
+            .cloned()
+            .unwrap_or_else(|| panic!("{answer:?}"))
+    }
+
+    /// Posts the consent form of `page` with `decision`.
+    async fn decide(&self, cookie: &str, page: &Reply, decision: &str) -> Reply {
+        let mut fields = hidden_fields(&page.body, "consent");
+        fields.push(("decision".into(), decision.into()));
+        self.post("/o/authorize/", Some(cookie), &fields).await
+    }
+
+    /// `POST /o/token/` for `client` (Basic for a confidential client, `client_id` for a
+    /// public one) with `form`.
+    async fn token(&self, client: &Client, form: &[(&str, &str)]) -> Reply {
+        let mut pairs: Vec<(String, String)> = form
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let request = self.http.post(self.url("/o/token/"));
+        let request = match &client.secret {
+            Some(secret) => request.basic_auth(&client.id, Some(secret)),
+            None => {
+                pairs.push(("client_id".into(), client.id.clone()));
+                request
+            }
+        };
+        self.send(request.form(&pairs), None).await
+    }
+
+    async fn exchange(&self, client: &Client, code: &str, verifier: Option<&str>) -> Reply {
+        let mut form = vec![
+            ("grant_type", "authorization_code"),
+            ("code", code),
+            ("redirect_uri", REDIRECT),
+        ];
+        if let Some(verifier) = verifier {
+            form.push(("code_verifier", verifier));
+        }
+        self.token(client, &form).await
+    }
+
+    async fn active(&self, token: &str) -> bool {
+        self.store
+            .find_token(token)
+            .await
+            .unwrap()
+            .is_some_and(|r| r.is_active())
+    }
+}
+
+/// Parameters to replace (None: leave out) in a well-formed authorization request.
+type Changes = Vec<(&'static str, Option<&'static str>)>;
+
+fn assert_invalid_grant(reply: &Reply, what: &str) {
+    assert_eq!(
+        reply.status,
+        StatusCode::BAD_REQUEST,
+        "{what}: {}",
+        reply.body
+    );
+    assert_eq!(
+        reply.json()["error"],
+        "invalid_grant",
+        "{what}: {}",
+        reply.body
+    );
+}
+
+/// The whole flow for a confidential and a public client: the consent page names the
+/// application and the scopes, allow redirects with code, state and iss, the exchange issues an
+/// access and a refresh token that introspect, and the refresh token rotates.
+#[tokio::test]
+async fn a_user_authorizes_and_the_client_exchanges_the_code() {
+    for store in testing::all_stores().await {
+        let backend = store.backend();
+        let f = Fixture::start(store, |_| {}).await;
+        let cookie = f.alice().await;
+        for client_type in [ClientType::Confidential, ClientType::Public] {
+            let client = f.client(client_type, true, &[]).await;
+            let (verifier, challenge) = pkce_pair();
+            let page = f
+                .get(
+                    &Fixture::request(&client, "read write", "xyz", Some(&challenge)),
+                    Some(&cookie),
+                )
+                .await;
+            assert_eq!(page.status, StatusCode::OK, "{backend:?}: {}", page.body);
+            assert!(
+                page.body.contains("Photo &#60;Printer&#62;"),
+                "{}",
+                page.body
+            );
+            assert!(page.body.contains("Read scope") && page.body.contains("Write scope"));
+            assert!(
+                page.body
+                    .contains(r#"<form method="post" action="/o/authorize/" id="consent""#)
+            );
+            assert!(
+                page.body.contains(
+                    r#"<button type="submit" name="decision" value="allow">Allow</button>"#
+                )
+            );
+            assert!(page.body.contains(r#"name="decision" value="deny""#));
+            let fields: HashMap<String, String> =
+                hidden_fields(&page.body, "consent").into_iter().collect();
+            for (name, value) in [
+                ("response_type", "code"),
+                ("client_id", client.id.as_str()),
+                ("redirect_uri", REDIRECT),
+                ("scope", "read write"),
+                ("state", "xyz"),
+                ("code_challenge", challenge.as_str()),
+                ("code_challenge_method", "S256"),
+            ] {
+                assert_eq!(fields.get(name).map(String::as_str), Some(value), "{name}");
+            }
+            assert!(!fields["csrfmiddlewaretoken"].is_empty());
+            // The consent form may lead to the client: its origin is in form-action.
+            let csp = page.headers[header::CONTENT_SECURITY_POLICY]
+                .to_str()
+                .unwrap();
+            assert!(
+                csp.contains("form-action 'self' https://client.example;"),
+                "{csp}"
+            );
+
+            let answer = f
+                .decide(&cookie, &page, "allow")
+                .await
+                .redirected_to(REDIRECT);
+            assert_eq!(answer["state"], "xyz");
+            assert_eq!(answer["iss"], f.issuer);
+            let code = &answer["code"];
+            // Stored as a digest only.
+            let raw: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM authorization_codes WHERE digest = $1")
+                    .bind(code)
+                    .fetch_one(f.store.pool())
+                    .await
+                    .unwrap();
+            assert_eq!(raw, 0);
+
+            let reply = f.exchange(&client, code, Some(&verifier)).await;
+            assert_eq!(reply.status, StatusCode::OK, "{backend:?}: {}", reply.body);
+            assert_eq!(reply.headers[header::CACHE_CONTROL], "no-store");
+            let tokens = reply.json();
+            assert_eq!(tokens["token_type"], "Bearer");
+            assert_eq!(tokens["scope"], "read write");
+            let access = tokens["access_token"].as_str().unwrap();
+            let refresh = tokens["refresh_token"].as_str().unwrap();
+            let record = f.store.find_token(access).await.unwrap().unwrap();
+            assert!(record.is_active());
+            assert_eq!(record.username.as_deref(), Some("alice"));
+            assert_eq!(record.client_id, client.id);
+
+            // The refresh token rotates within the same family.
+            let rotated = f
+                .token(
+                    &client,
+                    &[("grant_type", "refresh_token"), ("refresh_token", refresh)],
+                )
+                .await;
+            assert_eq!(rotated.status, StatusCode::OK, "{}", rotated.body);
+            let next = rotated.json()["access_token"].as_str().unwrap().to_owned();
+            assert!(!f.active(access).await && f.active(&next).await);
+            let next_record = f.store.find_token(&next).await.unwrap().unwrap();
+            assert_eq!(next_record.family, record.family);
+        }
+    }
+}
+
+/// An unknown or missing client_id, and a missing or unregistered redirect_uri, are shown as a
+/// 400 page and never redirected to (signed in or not).
+#[tokio::test]
+async fn bad_clients_and_redirect_uris_get_an_error_page_not_a_redirect() {
+    for store in testing::all_stores().await {
+        let f = Fixture::start(store, |_| {}).await;
+        let client = f.client(ClientType::Public, true, &[]).await;
+        let (_, challenge) = pkce_pair();
+        let cookie = f.alice().await;
+        let cases = [
+            ("unknown client", Some("no-such-client"), Some(REDIRECT)),
+            ("missing client", None, Some(REDIRECT)),
+            ("missing redirect_uri", Some(client.id.as_str()), None),
+            (
+                "prefix of a registered URI",
+                Some(client.id.as_str()),
+                Some("https://client.example/callbac"),
+            ),
+            (
+                "registered URI extended",
+                Some(client.id.as_str()),
+                Some("https://client.example/callback/x"),
+            ),
+            (
+                "other host",
+                Some(client.id.as_str()),
+                Some("https://evil.example/callback"),
+            ),
+            (
+                "query differs",
+                Some(client.id.as_str()),
+                Some("http://127.0.0.1:9876/cb?x=2"),
+            ),
+        ];
+        for (what, client_id, redirect_uri) in cases {
+            let path = Fixture::authorize_path(&[
+                ("response_type", Some("code")),
+                ("client_id", client_id),
+                ("redirect_uri", redirect_uri),
+                ("state", Some("s")),
+                ("code_challenge", Some(&challenge)),
+                ("code_challenge_method", Some("S256")),
+            ]);
+            for session in [None, Some(cookie.as_str())] {
+                let reply = f.get(&path, session).await;
+                assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{what}");
+                assert!(reply.headers.get(header::LOCATION).is_none(), "{what}");
+                assert!(
+                    reply.body.contains("Authorization request refused"),
+                    "{what}"
+                );
+            }
+        }
+        // The other registered URI (with its own query) is matched exactly and kept.
+        let path = Fixture::authorize_path(&[
+            ("response_type", Some("code")),
+            ("client_id", Some(&client.id)),
+            ("redirect_uri", Some(OTHER_REDIRECT)),
+            ("state", Some("s")),
+            ("code_challenge", Some(&challenge)),
+            ("code_challenge_method", Some("plain")),
+        ]);
+        let answer = f
+            .get(&path, Some(&cookie))
+            .await
+            .redirected_to(OTHER_REDIRECT);
+        assert_eq!(answer["error"], "invalid_request");
+    }
+}
+
+/// Missing PKCE, `plain`, a malformed challenge, a bad response_type, a scope beyond the
+/// application's and an unknown scope: redirected with error, error_description, state, iss.
+#[tokio::test]
+async fn other_authorization_errors_are_redirected_with_state() {
+    for store in testing::all_stores().await {
+        let f = Fixture::start(store, |_| {}).await;
+        let public = f.client(ClientType::Public, true, &["read"]).await;
+        let confidential = f.client(ClientType::Confidential, true, &["read"]).await;
+        let cookie = f.alice().await;
+        let (_, challenge) = pkce_pair();
+        let rows: Vec<(&str, Changes, &str)> = vec![
+            (
+                "no PKCE (public)",
+                vec![("code_challenge", None), ("code_challenge_method", None)],
+                "invalid_request",
+            ),
+            (
+                "plain",
+                vec![("code_challenge_method", Some("plain"))],
+                "invalid_request",
+            ),
+            (
+                "no method means plain",
+                vec![("code_challenge_method", None)],
+                "invalid_request",
+            ),
+            (
+                "malformed challenge",
+                vec![("code_challenge", Some("too-short"))],
+                "invalid_request",
+            ),
+            (
+                "response_type token",
+                vec![("response_type", Some("token"))],
+                "unsupported_response_type",
+            ),
+            (
+                "no response_type",
+                vec![("response_type", None)],
+                "invalid_request",
+            ),
+            (
+                "scope beyond the application's",
+                vec![("scope", Some("read write"))],
+                "invalid_scope",
+            ),
+            (
+                "unknown scope",
+                vec![("scope", Some("read nope"))],
+                "invalid_scope",
+            ),
+        ];
+        for client in [&public, &confidential] {
+            for (what, changes, error) in &rows {
+                let mut pairs: Vec<(&str, Option<&str>)> = vec![
+                    ("response_type", Some("code")),
+                    ("client_id", Some(&client.id)),
+                    ("redirect_uri", Some(REDIRECT)),
+                    ("scope", Some("read")),
+                    ("state", Some("s t&ate")),
+                    ("code_challenge", Some(&challenge)),
+                    ("code_challenge_method", Some("S256")),
+                ];
+                for (name, value) in changes {
+                    for pair in pairs.iter_mut().filter(|(n, _)| n == name) {
+                        pair.1 = *value;
+                    }
+                }
+                // Signed in or not: an invalid request never asks for a sign-in.
+                for session in [Some(cookie.as_str()), None] {
+                    let answer = f
+                        .get(&Fixture::authorize_path(&pairs), session)
+                        .await
+                        .redirected_to(REDIRECT);
+                    assert_eq!(answer["error"], *error, "{what}: {answer:?}");
+                    assert!(!answer["error_description"].is_empty(), "{what}");
+                    assert_eq!(answer["state"], "s t&ate", "{what}");
+                    assert_eq!(answer["iss"], f.issuer, "{what}");
+                    assert!(!answer.contains_key("code"), "{what}");
+                }
+            }
+        }
+        // An application of another grant may not use the endpoint.
+        let input = ApplicationInput {
+            name: "password app".into(),
+            client_type: ClientType::Confidential,
+            grant_type: GrantType::Password,
+            redirect_uris: REDIRECT.into(),
+            allowed_scopes: Vec::new(),
+            may_introspect: false,
+            pkce_required: true,
+            token_format: None,
+        };
+        let (app, _) = f
+            .store
+            .create_application(&input, None, None, None)
+            .await
+            .unwrap();
+        let other = Client {
+            id: app.client_id,
+            secret: None,
+            app_id: app.id,
+        };
+        let answer = f
+            .get(
+                &Fixture::request(&other, "read", "s", Some(&challenge)),
+                Some(&cookie),
+            )
+            .await
+            .redirected_to(REDIRECT);
+        assert_eq!(answer["error"], "unauthorized_client");
+    }
+}
+
+/// Anonymous: 303 to the sign-in page with the request as `next`; signing in answers 303 to it.
+#[tokio::test]
+async fn sign_in_comes_back_to_the_authorization_request() {
+    let f = Fixture::start(testing::store().await, |_| {}).await;
+    let client = f.client(ClientType::Public, true, &[]).await;
+    let (_, challenge) = pkce_pair();
+    let request = Fixture::request(&client, "read", "s", Some(&challenge));
+    let reply = f.get(&request, None).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    let login = reply.location();
+    let next = login
+        .strip_prefix("/accounts/login/?next=")
+        .unwrap_or_else(|| panic!("{login}"));
+    let next: String = form_urlencoded::parse(format!("n={next}").as_bytes())
+        .next()
+        .unwrap()
+        .1
+        .into_owned();
+    assert_eq!(next, request);
+    // The sign-in page may end in a redirect to the client: form-action allows its origin.
+    let page = f.get(login, None).await;
+    let csp = page.headers[header::CONTENT_SECURITY_POLICY]
+        .to_str()
+        .unwrap();
+    assert!(
+        csp.contains("form-action 'self' https://client.example;"),
+        "{csp}"
+    );
+    let (cookie, signed_in) = f.sign_in("alice", PASSWORD, &next).await;
+    assert_eq!(signed_in.location(), request);
+    assert_eq!(f.get(&request, Some(&cookie)).await.status, StatusCode::OK);
+}
+
+/// Deny: access_denied with the state, no code, and nothing remembered.
+#[tokio::test]
+async fn deny_redirects_access_denied_with_state() {
+    for store in testing::all_stores().await {
+        let f = Fixture::start(store, |_| {}).await;
+        let client = f.client(ClientType::Public, true, &[]).await;
+        let cookie = f.alice().await;
+        let (_, challenge) = pkce_pair();
+        let request = Fixture::request(&client, "read", "deny-state", Some(&challenge));
+        let page = f.get(&request, Some(&cookie)).await;
+        let answer = f
+            .decide(&cookie, &page, "deny")
+            .await
+            .redirected_to(REDIRECT);
+        assert_eq!(answer["error"], "access_denied");
+        assert_eq!(answer["state"], "deny-state");
+        assert_eq!(answer["iss"], f.issuer);
+        assert!(!answer.contains_key("code"));
+        assert_eq!(f.get(&request, Some(&cookie)).await.status, StatusCode::OK);
+    }
+}
+
+/// The consent POST without its CSRF token (or with another session's) is 403 and issues no
+/// code; so is the revoke POST of the authorized applications.
+#[tokio::test]
+async fn consent_and_revocation_posts_need_their_csrf_token() {
+    for store in testing::all_stores().await {
+        let f = Fixture::start(store, |_| {}).await;
+        let client = f.client(ClientType::Public, true, &[]).await;
+        let cookie = f.alice().await;
+        let (_, challenge) = pkce_pair();
+        let page = f
+            .get(
+                &Fixture::request(&client, "read", "s", Some(&challenge)),
+                Some(&cookie),
+            )
+            .await;
+        let fields = hidden_fields(&page.body, "consent");
+        let mut forged: Vec<(String, String)> = fields
+            .iter()
+            .filter(|(k, _)| k != "csrfmiddlewaretoken")
+            .cloned()
+            .collect();
+        forged.push(("decision".into(), "allow".into()));
+        let reply = f.post("/o/authorize/", Some(&cookie), &forged).await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN);
+        assert!(reply.headers.get(header::LOCATION).is_none());
+        forged.push((
+            "csrfmiddlewaretoken".into(),
+            authserver::secrets::random_token(),
+        ));
+        assert_eq!(
+            f.post("/o/authorize/", Some(&cookie), &forged).await.status,
+            StatusCode::FORBIDDEN
+        );
+        // Nothing was remembered or issued.
+        let alice = f
+            .store
+            .find_user_by_username("alice")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            f.store
+                .consent(alice.id, client.app_id)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let codes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM authorization_codes")
+            .fetch_one(f.store.pool())
+            .await
+            .unwrap();
+        assert_eq!(codes, 0);
+        // Anonymous: no decision at all, sent to sign in.
+        let mut with_token = fields.clone();
+        with_token.push(("decision".into(), "allow".into()));
+        let reply = f.post("/o/authorize/", None, &with_token).await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER);
+        assert!(reply.location().starts_with("/accounts/login/"));
+
+        let _ = f.code(&cookie, &client, "read", Some(&challenge)).await;
+        let revoke = format!("/o/authorized-tokens/{}/delete/", client.app_id);
+        let reply = f.post(&revoke, Some(&cookie), &[]).await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN);
+        let list = f.get("/o/authorized-tokens/", Some(&cookie)).await;
+        assert!(list.body.contains("Photo &#60;Printer&#62;"));
+    }
+}
+
+/// Every refusal at the token endpoint is invalid_grant: wrong verifier, missing verifier, a
+/// verifier for a code without challenge, another client's code, another redirect_uri, an
+/// expired code, an unknown code.
+#[tokio::test]
+async fn bad_exchanges_are_invalid_grant() {
+    for store in testing::all_stores().await {
+        let f = Fixture::start(store, |_| {}).await;
+        let client = f.client(ClientType::Confidential, true, &[]).await;
+        let other = f.client(ClientType::Confidential, true, &[]).await;
+        let public = f.client(ClientType::Public, true, &[]).await;
+        let cookie = f.alice().await;
+
+        let (verifier, challenge) = pkce_pair();
+        let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+        let (wrong, _) = pkce_pair();
+        assert_invalid_grant(
+            &f.exchange(&client, &code, Some(&wrong)).await,
+            "wrong verifier",
+        );
+        // The code was spent by that attempt: the right verifier is too late.
+        assert_invalid_grant(&f.exchange(&client, &code, Some(&verifier)).await, "spent");
+
+        let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+        assert_invalid_grant(&f.exchange(&client, &code, None).await, "no verifier");
+
+        let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+        assert_invalid_grant(
+            &f.exchange(&other, &code, Some(&verifier)).await,
+            "other client",
+        );
+        let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+        assert_invalid_grant(
+            &f.exchange(&public, &code, Some(&verifier)).await,
+            "public client",
+        );
+
+        let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+        let reply = f
+            .token(
+                &client,
+                &[
+                    ("grant_type", "authorization_code"),
+                    ("code", &code),
+                    ("redirect_uri", OTHER_REDIRECT),
+                    ("code_verifier", &verifier),
+                ],
+            )
+            .await;
+        assert_invalid_grant(&reply, "another registered redirect_uri");
+
+        assert_invalid_grant(
+            &f.exchange(&client, "no-such-code", Some(&verifier)).await,
+            "unknown",
+        );
+        // Without redirect_uri: invalid_request.
+        let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+        let reply = f
+            .token(
+                &client,
+                &[
+                    ("grant_type", "authorization_code"),
+                    ("code", &code),
+                    ("code_verifier", &verifier),
+                ],
+            )
+            .await;
+        assert_eq!(reply.json()["error"], "invalid_request");
+        // A client of another grant: unauthorized_client.
+        let (pw_id, pw_secret) = testing::application(&f.store, GrantType::Password, false).await;
+        let password_client = Client {
+            id: pw_id,
+            secret: Some(pw_secret),
+            app_id: 0,
+        };
+        let reply = f.exchange(&password_client, &code, Some(&verifier)).await;
+        assert_eq!(reply.json()["error"], "unauthorized_client");
+        // A wrong secret: invalid_client.
+        let forged = Client {
+            id: client.id.clone(),
+            secret: Some("nope".into()),
+            app_id: 0,
+        };
+        assert_eq!(
+            f.exchange(&forged, &code, Some(&verifier)).await.status,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    // Expired: a server whose codes live 0 s (the clock is not waited for).
+    let f = Fixture::start(testing::store().await, |s| {
+        s.authorization_code_lifetime = 0
+    })
+    .await;
+    let client = f.client(ClientType::Public, true, &[]).await;
+    let cookie = f.alice().await;
+    let (verifier, challenge) = pkce_pair();
+    let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+    assert_invalid_grant(
+        &f.exchange(&client, &code, Some(&verifier)).await,
+        "expired",
+    );
+}
+
+/// The default lifetime is 60 s: a code is accepted well within it.
+#[tokio::test]
+async fn codes_live_sixty_seconds_by_default() {
+    assert_eq!(Settings::for_tests("x").authorization_code_lifetime, 60);
+    assert_eq!(
+        Settings::from_yaml("", "x.yaml")
+            .unwrap()
+            .authorization_code_lifetime,
+        60
+    );
+    let f = Fixture::start(testing::store().await, |_| {}).await;
+    let client = f.client(ClientType::Public, true, &[]).await;
+    let cookie = f.alice().await;
+    let (verifier, challenge) = pkce_pair();
+    let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+    let expires: i64 =
+        sqlx::query_scalar("SELECT expires_at - created_at FROM authorization_codes")
+            .fetch_one(f.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(expires, 60);
+    assert_eq!(
+        f.exchange(&client, &code, Some(&verifier)).await.status,
+        StatusCode::OK
+    );
+}
+
+/// A second use of a code is invalid_grant and revokes the access and refresh tokens the first
+/// exchange issued, and those issued from them by refreshing.
+#[tokio::test]
+async fn code_reuse_revokes_every_token_issued_from_it() {
+    for store in testing::all_stores().await {
+        let backend = store.backend();
+        let f = Fixture::start(store, |_| {}).await;
+        let client = f.client(ClientType::Confidential, true, &[]).await;
+        let cookie = f.alice().await;
+        let (verifier, challenge) = pkce_pair();
+        let code = f
+            .code(&cookie, &client, "read write", Some(&challenge))
+            .await;
+        let first = f.exchange(&client, &code, Some(&verifier)).await.json();
+        let access = first["access_token"].as_str().unwrap();
+        let refresh = first["refresh_token"].as_str().unwrap();
+        let rotated = f
+            .token(
+                &client,
+                &[("grant_type", "refresh_token"), ("refresh_token", refresh)],
+            )
+            .await
+            .json();
+        let rotated_access = rotated["access_token"].as_str().unwrap();
+        let rotated_refresh = rotated["refresh_token"].as_str().unwrap();
+        assert!(f.active(rotated_access).await && f.active(rotated_refresh).await);
+        // An unrelated grant of the same user stays.
+        let (other_verifier, other_challenge) = pkce_pair();
+        let other_code = f
+            .code(&cookie, &client, "read", Some(&other_challenge))
+            .await;
+        let other = f
+            .exchange(&client, &other_code, Some(&other_verifier))
+            .await
+            .json();
+
+        assert_invalid_grant(&f.exchange(&client, &code, Some(&verifier)).await, "reuse");
+        for token in [access, refresh, rotated_access, rotated_refresh] {
+            assert!(
+                !f.active(token).await,
+                "{backend:?}: a token of the reused code lives"
+            );
+        }
+        let reply = f
+            .token(
+                &client,
+                &[
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", rotated_refresh),
+                ],
+            )
+            .await;
+        assert_invalid_grant(&reply, "refresh after reuse");
+        assert!(f.active(other["access_token"].as_str().unwrap()).await);
+        // Introspection agrees.
+        let (rs_id, rs_secret) =
+            testing::application(&f.store, GrantType::ClientCredentials, true).await;
+        let reply = f
+            .send(
+                f.http
+                    .post(f.url("/o/introspect/"))
+                    .basic_auth(&rs_id, Some(&rs_secret))
+                    .form(&[("token", access)]),
+                None,
+            )
+            .await;
+        assert_eq!(reply.json()["active"], false);
+    }
+}
+
+/// Consent is remembered per user and application: the same or fewer scopes skip the page,
+/// wider ones show it again (for the new set); another user is asked.
+#[tokio::test]
+async fn consent_is_remembered_for_the_same_or_fewer_scopes() {
+    for store in testing::all_stores().await {
+        let f = Fixture::start(store, |_| {}).await;
+        let client = f.client(ClientType::Public, true, &[]).await;
+        let cookie = f.alice().await;
+        let (_, challenge) = pkce_pair();
+        let _ = f
+            .code(&cookie, &client, "read write", Some(&challenge))
+            .await;
+        for fewer in ["read", "write read", "read write"] {
+            let reply = f
+                .get(
+                    &Fixture::request(&client, fewer, "s2", Some(&challenge)),
+                    Some(&cookie),
+                )
+                .await;
+            let answer = reply.redirected_to(REDIRECT);
+            assert!(answer.contains_key("code"), "{fewer}");
+            assert_eq!(answer["state"], "s2");
+        }
+        let wider = f
+            .get(
+                &Fixture::request(&client, "read groups", "s3", Some(&challenge)),
+                Some(&cookie),
+            )
+            .await;
+        assert_eq!(wider.status, StatusCode::OK, "wider scopes ask again");
+        assert!(wider.body.contains("Access to your groups"));
+        let _ = f
+            .decide(&cookie, &wider, "allow")
+            .await
+            .redirected_to(REDIRECT);
+        // Now all three are remembered.
+        let reply = f
+            .get(
+                &Fixture::request(&client, "groups write", "s4", Some(&challenge)),
+                Some(&cookie),
+            )
+            .await;
+        assert!(reply.redirected_to(REDIRECT).contains_key("code"));
+        // Another user has consented to nothing.
+        testing::user(&f.store, "bob", "builder-pass").await;
+        let (bob, _) = f.sign_in("bob", "builder-pass", "").await;
+        let reply = f
+            .get(
+                &Fixture::request(&client, "read", "s5", Some(&challenge)),
+                Some(&bob),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK);
+    }
+}
+
+/// The authorized applications page lists what the user authorized; revoking ends the consent
+/// and kills every token the application holds for the user (not other users' tokens).
+#[tokio::test]
+async fn revoking_an_authorized_application_kills_its_tokens() {
+    for store in testing::all_stores().await {
+        let backend = store.backend();
+        let f = Fixture::start(store, |_| {}).await;
+        let client = f.client(ClientType::Public, true, &[]).await;
+        let untouched = f.client(ClientType::Confidential, true, &[]).await;
+        let cookie = f.alice().await;
+        let empty = f.get("/o/authorized-tokens/", Some(&cookie)).await;
+        assert!(
+            empty
+                .body
+                .contains("You have not authorized any application.")
+        );
+
+        let (verifier, challenge) = pkce_pair();
+        let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+        let tokens = f.exchange(&client, &code, Some(&verifier)).await.json();
+        // A code issued but not yet exchanged dies too.
+        let pending = f.code(&cookie, &client, "read", Some(&challenge)).await;
+        let code = f.code(&cookie, &untouched, "read", Some(&challenge)).await;
+        let kept = f.exchange(&untouched, &code, Some(&verifier)).await.json();
+        testing::user(&f.store, "bob", "builder-pass").await;
+        let (bob, _) = f.sign_in("bob", "builder-pass", "").await;
+        let code = f.code(&bob, &client, "read", Some(&challenge)).await;
+        let bobs = f.exchange(&client, &code, Some(&verifier)).await.json();
+
+        let page = f.get("/o/authorized-tokens/", Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK);
+        let revoke = format!("/o/authorized-tokens/{}/delete/", client.app_id);
+        assert!(
+            page.body.contains(&format!("action=\"{revoke}\"")),
+            "{}",
+            page.body
+        );
+        let csrf = page
+            .body
+            .split("name=\"csrfmiddlewaretoken\" value=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_owned();
+        let reply = f
+            .post(
+                &revoke,
+                Some(&cookie),
+                &[("csrfmiddlewaretoken".into(), csrf)],
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER);
+        assert_eq!(reply.location(), "/o/authorized-tokens/");
+
+        for token in ["access_token", "refresh_token"] {
+            assert!(
+                !f.active(tokens[token].as_str().unwrap()).await,
+                "{backend:?} {token}"
+            );
+            assert!(
+                f.active(kept[token].as_str().unwrap()).await,
+                "{backend:?} {token}"
+            );
+            assert!(
+                f.active(bobs[token].as_str().unwrap()).await,
+                "{backend:?} {token}"
+            );
+        }
+        assert_invalid_grant(
+            &f.exchange(&client, &pending, Some(&verifier)).await,
+            "pending",
+        );
+        let after = f.get("/o/authorized-tokens/", Some(&cookie)).await;
+        assert!(!after.body.contains(&revoke));
+        // The consent is gone: the page is shown again.
+        let again = f
+            .get(
+                &Fixture::request(&client, "read", "s", Some(&challenge)),
+                Some(&cookie),
+            )
+            .await;
+        assert_eq!(again.status, StatusCode::OK);
+    }
+}
+
+/// A confidential client that opted out of PKCE may leave it out (and then may not send a
+/// verifier); a public client cannot opt out.
+#[tokio::test]
+async fn a_confidential_client_may_opt_out_of_pkce() {
+    for store in testing::all_stores().await {
+        let f = Fixture::start(store, |_| {}).await;
+        let client = f.client(ClientType::Confidential, false, &[]).await;
+        let cookie = f.alice().await;
+        let code = f.code(&cookie, &client, "read", None).await;
+        let reply = f.exchange(&client, &code, None).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        let code = f.code(&cookie, &client, "read", None).await;
+        let (verifier, challenge) = pkce_pair();
+        assert_invalid_grant(
+            &f.exchange(&client, &code, Some(&verifier)).await,
+            "verifier without challenge",
+        );
+        // PKCE still works, and is then checked.
+        let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+        assert_invalid_grant(
+            &f.exchange(&client, &code, None).await,
+            "challenge without verifier",
+        );
+        let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+        assert_eq!(
+            f.exchange(&client, &code, Some(&verifier)).await.status,
+            StatusCode::OK
+        );
+        // `plain` is refused even here.
+        let path = Fixture::authorize_path(&[
+            ("response_type", Some("code")),
+            ("client_id", Some(&client.id)),
+            ("redirect_uri", Some(REDIRECT)),
+            ("code_challenge", Some(&challenge)),
+            ("code_challenge_method", Some("plain")),
+        ]);
+        let answer = f.get(&path, Some(&cookie)).await.redirected_to(REDIRECT);
+        assert_eq!(answer["error"], "invalid_request");
+        // A public client registered with pkce_required false must still send it.
+        let public = f.client(ClientType::Public, false, &[]).await;
+        let answer = f
+            .get(&Fixture::request(&public, "read", "s", None), Some(&cookie))
+            .await
+            .redirected_to(REDIRECT);
+        assert_eq!(answer["error"], "invalid_request");
+    }
+}
+
+/// Ordinary users sign in, but every operator view answers them 403 (GET and POST); anonymous
+/// visitors are sent to sign in.
+#[tokio::test]
+async fn operator_views_are_staff_only() {
+    let f = Fixture::start(testing::store().await, |_| {}).await;
+    let client = f.client(ClientType::Public, true, &[]).await;
+    let cookie = f.alice().await;
+    let id = client.app_id;
+    let pages = [
+        "/o/applications/".to_owned(),
+        "/o/applications/register/".to_owned(),
+        format!("/o/applications/{id}/"),
+        format!("/o/applications/{id}/update/"),
+        format!("/o/applications/{id}/delete/"),
+        format!("/o/applications/{id}/regenerate-secret/"),
+        "/admin/".to_owned(),
+        "/admin/users/".to_owned(),
+        "/admin/users/add/".to_owned(),
+        "/admin/users/1/".to_owned(),
+        "/admin/users/1/password/".to_owned(),
+        "/admin/users/1/delete/".to_owned(),
+        "/admin/groups/".to_owned(),
+    ];
+    for page in &pages {
+        assert_eq!(
+            f.get(page, Some(&cookie)).await.status,
+            StatusCode::FORBIDDEN,
+            "{page}"
+        );
+        let anonymous = f.get(page, None).await;
+        assert_eq!(anonymous.status, StatusCode::SEE_OTHER, "{page}");
+        assert!(
+            anonymous.location().starts_with("/accounts/login/"),
+            "{page}"
+        );
+    }
+    let posts = [
+        "/o/applications/register/".to_owned(),
+        format!("/o/applications/{id}/update/"),
+        format!("/o/applications/{id}/delete/"),
+        format!("/o/applications/{id}/regenerate-secret/"),
+        "/admin/users/add/".to_owned(),
+        "/admin/users/1/".to_owned(),
+        "/admin/users/1/password/".to_owned(),
+        "/admin/users/1/delete/".to_owned(),
+        "/admin/groups/".to_owned(),
+        "/admin/groups/1/".to_owned(),
+        "/admin/groups/1/members/add/".to_owned(),
+        "/admin/groups/1/members/1/remove/".to_owned(),
+        "/admin/groups/1/delete/".to_owned(),
+    ];
+    for post in &posts {
+        let reply = f
+            .post(post, Some(&cookie), &[("name".into(), "x".into())])
+            .await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{post}");
+    }
+    assert!(f.store.get_application(id).await.unwrap().is_some());
+    // Their own page works, and the header does not offer the operator views.
+    let own = f.get("/o/authorized-tokens/", Some(&cookie)).await;
+    assert_eq!(own.status, StatusCode::OK);
+    assert!(!own.body.contains("href=\"/o/applications/\">Applications"));
+    // A deactivated user's session ends.
+    let alice = f
+        .store
+        .find_user_by_username("alice")
+        .await
+        .unwrap()
+        .unwrap();
+    f.store
+        .update_user(
+            alice.id,
+            &authserver::store::UserUpdate {
+                is_active: Some(false),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let reply = f.get("/o/authorized-tokens/", Some(&cookie)).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+}
+
+/// RFC 8414: the endpoint, the grant, the response type, S256 only, and RFC 9207's flag.
+#[tokio::test]
+async fn metadata_announces_the_code_flow() {
+    let f = Fixture::start(testing::sqlite_store().await, |_| {}).await;
+    let metadata = f
+        .get("/.well-known/oauth-authorization-server", None)
+        .await
+        .json();
+    assert_eq!(
+        metadata["authorization_endpoint"],
+        format!("{}/o/authorize/", f.issuer)
+    );
+    let grants = metadata["grant_types_supported"].as_array().unwrap();
+    for grant in [
+        "authorization_code",
+        "password",
+        "refresh_token",
+        "client_credentials",
+    ] {
+        assert!(grants.contains(&Value::from(grant)), "{grant}");
+    }
+    assert_eq!(
+        metadata["response_types_supported"],
+        serde_json::json!(["code"])
+    );
+    assert_eq!(
+        metadata["code_challenge_methods_supported"],
+        serde_json::json!(["S256"])
+    );
+    assert_eq!(
+        metadata["authorization_response_iss_parameter_supported"],
+        true
+    );
+    assert_eq!(metadata["issuer"], f.issuer);
+}
+
+/// Per-application token formats: a JWT application on an opaque server gets JWTs from the
+/// code flow (and its key is in the JWKS from the start), an opaque one on the same server
+/// opaque tokens; an application without a format follows the server's setting.
+#[tokio::test]
+async fn each_application_has_its_token_format() {
+    for store in testing::all_stores().await {
+        let probe = Fixture::start(store.clone(), |_| {}).await;
+        let jwt = probe
+            .client_with(ClientType::Public, true, &[], Some(AccessTokenFormat::Jwt))
+            .await;
+        let opaque = probe
+            .client_with(
+                ClientType::Public,
+                true,
+                &[],
+                Some(AccessTokenFormat::Opaque),
+            )
+            .await;
+        let inherits = probe.client(ClientType::Public, true, &[]).await;
+        probe.server.stop().await;
+        // The server starts after the JWT application exists: the key is made at start.
+        let f = Fixture::start_again(probe.store, |_| {}).await;
+        let keys = f.get("/.well-known/jwks.json", None).await.json();
+        assert_eq!(keys["keys"].as_array().unwrap().len(), 1, "{keys}");
+        let cookie = f.alice().await;
+        let (verifier, challenge) = pkce_pair();
+        let mut issued = Vec::new();
+        for client in [&jwt, &opaque, &inherits] {
+            let code = f.code(&cookie, client, "read", Some(&challenge)).await;
+            let tokens = f.exchange(client, &code, Some(&verifier)).await.json();
+            issued.push(tokens["access_token"].as_str().unwrap().to_owned());
+            assert!(!tokens["refresh_token"].as_str().unwrap().contains('.'));
+        }
+        assert_eq!(issued[0].split('.').count(), 3, "a JWT: {}", issued[0]);
+        assert!(!issued[1].contains('.') && !issued[2].contains('.'));
+        f.server.stop().await;
+        // With the server's default JWT, the application without a format follows it; the
+        // opaque one keeps its own.
+        let f =
+            Fixture::start_again(f.store, |s| s.access_token_format = AccessTokenFormat::Jwt).await;
+        let cookie = f.alice().await;
+        for (client, is_jwt) in [(&opaque, false), (&inherits, true)] {
+            let code = f.code(&cookie, client, "read", Some(&challenge)).await;
+            let tokens = f.exchange(client, &code, Some(&verifier)).await.json();
+            let access = tokens["access_token"].as_str().unwrap();
+            assert_eq!(access.split('.').count() == 3, is_jwt, "{access}");
+        }
+    }
+}
+
+impl Fixture {
+    /// A server on a store that has its user already.
+    async fn start_again(store: Store, tweak: impl FnOnce(&mut Settings)) -> Fixture {
+        let mut settings = Settings::for_tests("unused");
+        tweak(&mut settings);
+        let issuer = settings.issuer.clone();
+        let server =
+            testing::spawn_server(store.clone(), settings, "127.0.0.1:0".parse().unwrap()).await;
+        Fixture {
+            server,
+            store,
+            http: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+            issuer,
+        }
+    }
+}
+
+/// The application views take the redirect URIs (one per line, refused with the field's
+/// message when not https or loopback http, or with a fragment), the PKCE opt-out and the
+/// token format; a JWT application gets its signing key at registration.
+#[tokio::test]
+async fn the_views_register_redirect_uris_pkce_and_token_format() {
+    for store in testing::all_stores().await {
+        let f = Fixture::start(store, |_| {}).await;
+        let staff = NewUser {
+            username: "olivia".into(),
+            password: Some("operator-pass".into()),
+            is_active: true,
+            is_staff: true,
+            ..Default::default()
+        };
+        f.store.create_user(&staff).await.unwrap();
+        let (cookie, _) = f.sign_in("olivia", "operator-pass", "").await;
+        let page = f.get("/o/applications/register/", Some(&cookie)).await;
+        assert!(page.body.contains("name=\"pkce_optional\""));
+        assert!(
+            page.body
+                .contains("<select id=\"token_format\" name=\"token_format\"")
+        );
+        let csrf = page
+            .body
+            .split("name=\"csrf_token\" value=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .to_owned();
+        let form = |uris: &str, client_type: &str| -> Vec<(String, String)> {
+            [
+                ("csrf_token", csrf.as_str()),
+                ("name", "Web"),
+                ("client_type", client_type),
+                ("grant_type", "authorization-code"),
+                ("redirect_uris", uris),
+                ("pkce_optional", "on"),
+                ("token_format", "jwt"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .to_vec()
+        };
+        for (uris, client_type, field, message) in [
+            (
+                "http://web.example/cb",
+                "confidential",
+                "redirect_uris",
+                "uses http to a host that is not loopback",
+            ),
+            (
+                "https://web.example/cb#x",
+                "confidential",
+                "redirect_uris",
+                "has a fragment",
+            ),
+            (
+                "https://web.example/cb",
+                "public",
+                "pkce_optional",
+                "Public clients must always use PKCE",
+            ),
+        ] {
+            let reply = f
+                .post(
+                    "/o/applications/register/",
+                    Some(&cookie),
+                    &form(uris, client_type),
+                )
+                .await;
+            assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{uris}");
+            assert!(
+                reply.body.contains(&format!("id=\"{field}-error\"")),
+                "{uris}"
+            );
+            assert!(reply.body.contains(message), "{uris}");
+        }
+        let keys = f.get("/.well-known/jwks.json", None).await.json();
+        assert!(keys["keys"].as_array().unwrap().is_empty());
+        let reply = f
+            .post(
+                "/o/applications/register/",
+                Some(&cookie),
+                &form(
+                    "https://web.example/cb\r\nhttp://[::1]:8080/cb",
+                    "confidential",
+                ),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+        let apps = f.store.list_applications(None).await.unwrap();
+        let app = apps.last().unwrap();
+        assert_eq!(
+            app.redirect_uris,
+            "https://web.example/cb http://[::1]:8080/cb"
+        );
+        assert!(!app.pkce_required);
+        assert_eq!(app.token_format, Some(AccessTokenFormat::Jwt));
+        let detail = f.get(reply.location(), Some(&cookie)).await;
+        assert!(
+            detail
+                .body
+                .contains("optional (this confidential client opted out)")
+        );
+        assert!(detail.body.contains("JWT (RFC 9068"));
+        // The key is published before the application's first token.
+        let keys = f.get("/.well-known/jwks.json", None).await.json();
+        assert_eq!(keys["keys"].as_array().unwrap().len(), 1, "{keys}");
+        // The edit form shows the stored choices.
+        let edit = f
+            .get(
+                &format!("/o/applications/{}/update/", app.id),
+                Some(&cookie),
+            )
+            .await;
+        assert!(edit.body.contains("id=\"pkce_optional\" checked"));
+        assert!(edit.body.contains("<option value=\"jwt\" selected>"));
+    }
+}
