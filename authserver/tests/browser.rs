@@ -1,5 +1,6 @@
 //! End-to-end tests of the browser views in a real Chromium (driven by playwright-core from
-//! the workspace's `tests/browser/views.mjs`) against the real server on a loopback port.
+//! the workspace's `tests/browser/views.mjs` and `authorize.mjs`) against the real server on a
+//! loopback port.
 //!
 //! Needs Debian's `chromium` (at `/usr/bin/chromium`, or `$CHROMIUM`), `node`, and `npm ci`
 //! run in `tests/browser/` at the workspace root. Without them the tests print a skip notice,
@@ -79,11 +80,21 @@ async fn run_scenario(
     base_url: String,
     vars: Vec<(&'static str, String)>,
 ) -> Value {
+    run_script(vec!["views.mjs", scenario], base_url, vars).await
+}
+
+/// Runs `node script [args]` from `tests/browser/` against `base_url`; returns the JSON summary
+/// it prints last.
+async fn run_script(
+    script_and_args: Vec<&'static str>,
+    base_url: String,
+    vars: Vec<(&'static str, String)>,
+) -> Value {
+    let scenario = script_and_args.join(" ");
     let output = tokio::task::spawn_blocking(move || {
         Command::new("node")
             .current_dir(browser_dir())
-            .arg("views.mjs")
-            .arg(scenario)
+            .args(script_and_args)
             .env("BASE_URL", base_url)
             .env("SCREENSHOT_DIR", screenshot_dir())
             .env("CHROMIUM", chromium())
@@ -232,5 +243,130 @@ async fn a_superuser_creates_a_user_and_a_group_who_then_gets_a_token() {
         .expect("the token is stored");
     assert_eq!(token.user_id, Some(carol.id));
     assert!(screenshot_dir().join("admin-users.png").exists());
+    server.stop().await;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind a loopback port")
+        .local_addr()
+        .expect("its address")
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordinary_user_authorizes_denies_and_revokes_a_client_in_a_browser() {
+    let test = "an_ordinary_user_authorizes_denies_and_revokes_a_client_in_a_browser";
+    if !browser_available(test) {
+        return;
+    }
+    let database_url = testing::sqlite_url();
+    let store = Store::connect(&database_url)
+        .await
+        .expect("open the test database");
+    // An ordinary account: active, neither staff nor superuser.
+    let alice = testing::user(&store, "alice", "wonderland").await;
+    assert!(!alice.is_staff && !alice.is_superuser);
+
+    // The test client runs inside the browser script on this port, registered with the
+    // operator command line: a public client, two redirect URIs (`--redirect-uri` repeated).
+    let client_port = free_port();
+    let redirect_uri = format!("http://127.0.0.1:{client_port}/callback");
+    let other_uri = format!("http://127.0.0.1:{client_port}/elsewhere");
+    let created = Command::new(env!("CARGO_BIN_EXE_authserver"))
+        .args([
+            "app",
+            "create",
+            "--name",
+            "Browser client",
+            "--grant-type",
+            "authorization-code",
+            "--client-type",
+            "public",
+            "--redirect-uri",
+            &redirect_uri,
+            "--redirect-uri",
+            &other_uri,
+            "--scopes",
+            "read write",
+            "--json",
+            "--database-url",
+            &database_url,
+        ])
+        .env_remove("AUTHSERVER_DATABASE_URL")
+        .output()
+        .expect("run authserver app create");
+    assert!(
+        created.status.success(),
+        "authserver app create: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    let app: Value = serde_json::from_slice(&created.stdout).expect("JSON from --json");
+    let client_id = app["client_id"].as_str().expect("a client id").to_owned();
+    assert!(
+        app["client_secret"].is_null(),
+        "a public client has no secret: {app}"
+    );
+    let registered = store
+        .find_application_by_client_id(&client_id)
+        .await
+        .unwrap()
+        .expect("the application is stored");
+    assert_eq!(
+        registered
+            .redirect_uris
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        [redirect_uri.as_str(), other_uri.as_str()]
+    );
+
+    let shots = [
+        "authorize-consent.png",
+        "authorize-denied.png",
+        "authorize-exchanged.png",
+        "authorized-applications.png",
+    ];
+    for shot in shots {
+        let _ = std::fs::remove_file(screenshot_dir().join(shot));
+    }
+    let server = start(store.clone()).await;
+    let summary = run_script(
+        vec!["authorize.mjs"],
+        server.base_url.clone(),
+        vec![
+            ("ISSUER", "http://127.0.0.1".into()),
+            ("CLIENT_ID", client_id.clone()),
+            ("APP_NAME", "Browser client".into()),
+            ("CLIENT_PORT", client_port.to_string()),
+            ("REDIRECT_URI", redirect_uri),
+            ("RESOURCE_OWNER", "alice".into()),
+            ("RESOURCE_OWNER_PASSWORD", "wonderland".into()),
+        ],
+    )
+    .await;
+
+    // Three exchanges succeeded (the allowed consent, then the remembered one twice: signed in,
+    // and signing in again): alice's tokens for this client, and revoking the application on
+    // "Authorized applications" revoked them.
+    let tokens = summary["tokens"].as_array().expect("the access tokens");
+    assert_eq!(tokens.len(), 3, "{summary}");
+    let scopes = ["read write", "read", "read"];
+    for (token, scope) in tokens.iter().zip(scopes) {
+        let record = store
+            .find_token(token.as_str().expect("a token"))
+            .await
+            .unwrap()
+            .expect("the token is stored");
+        assert_eq!(record.user_id, Some(alice.id));
+        assert_eq!(record.client_id, client_id);
+        assert_eq!(record.scope, scope);
+        assert!(
+            record.revoked,
+            "revoking the application's access revoked its tokens"
+        );
+    }
+    for shot in shots {
+        assert!(screenshot_dir().join(shot).exists(), "{shot}");
+    }
     server.stop().await;
 }
