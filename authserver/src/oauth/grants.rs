@@ -138,7 +138,7 @@ async fn password_grant(
         return Err(OAuthError::Throttled);
     }
     let Some(user) = state.store.authenticate_user(username, password).await? else {
-        throttle.failed(&state.store).await?;
+        // The attempt's reservation stays as its failure.
         return Err(OAuthError::InvalidGrant("Invalid credentials given."));
     };
     throttle.succeeded(&state.store).await?;
