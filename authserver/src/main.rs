@@ -2,6 +2,10 @@
 
 use clap::Parser;
 
+/// mimalloc instead of glibc's malloc (bench/authserver.sh, issue 12).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()

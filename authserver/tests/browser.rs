@@ -269,7 +269,9 @@ async fn an_ordinary_user_authorizes_denies_and_revokes_a_client_in_a_browser() 
     assert!(!alice.is_staff && !alice.is_superuser);
 
     // The test client runs inside the browser script on this port, registered with the
-    // operator command line: a public client, two redirect URIs (`--redirect-uri` repeated).
+    // operator command line: a confidential web application (its back end holds the secret; a
+    // remembered consent answers it without the page), two redirect URIs (`--redirect-uri`
+    // repeated).
     let client_port = free_port();
     let redirect_uri = format!("http://127.0.0.1:{client_port}/callback");
     let other_uri = format!("http://127.0.0.1:{client_port}/elsewhere");
@@ -282,7 +284,7 @@ async fn an_ordinary_user_authorizes_denies_and_revokes_a_client_in_a_browser() 
             "--grant-type",
             "authorization-code",
             "--client-type",
-            "public",
+            "confidential",
             "--redirect-uri",
             &redirect_uri,
             "--redirect-uri",
@@ -303,10 +305,10 @@ async fn an_ordinary_user_authorizes_denies_and_revokes_a_client_in_a_browser() 
     );
     let app: Value = serde_json::from_slice(&created.stdout).expect("JSON from --json");
     let client_id = app["client_id"].as_str().expect("a client id").to_owned();
-    assert!(
-        app["client_secret"].is_null(),
-        "a public client has no secret: {app}"
-    );
+    let client_secret = app["client_secret"]
+        .as_str()
+        .expect("a confidential client's secret, shown once")
+        .to_owned();
     let registered = store
         .find_application_by_client_id(&client_id)
         .await
@@ -336,6 +338,7 @@ async fn an_ordinary_user_authorizes_denies_and_revokes_a_client_in_a_browser() 
         vec![
             ("ISSUER", "http://127.0.0.1".into()),
             ("CLIENT_ID", client_id.clone()),
+            ("CLIENT_SECRET", client_secret),
             ("APP_NAME", "Browser client".into()),
             ("CLIENT_PORT", client_port.to_string()),
             ("REDIRECT_URI", redirect_uri),

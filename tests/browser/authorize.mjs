@@ -5,10 +5,10 @@
 // The client is a small web application served here with node's http module on the loopback
 // port the Rust test chose and registered (REDIRECT_URI = http://127.0.0.1:CLIENT_PORT/callback):
 // /start makes the state and the PKCE verifier and sends the browser to /o/authorize/; /callback
-// checks the state, exchanges the code at /o/token/ with the verifier (a public client: client_id
-// in the body) and shows the outcome. Started by authserver/tests/browser.rs, which reads the last
+// checks the state, exchanges the code at /o/token/ with the verifier (a confidential client: its
+// back end authenticates with HTTP Basic) and shows the outcome. Started by authserver/tests/browser.rs, which reads the last
 // line printed (a JSON summary).
-// Environment: BASE_URL, ISSUER, SCREENSHOT_DIR, CLIENT_ID, APP_NAME, CLIENT_PORT, REDIRECT_URI,
+// Environment: BASE_URL, ISSUER, SCREENSHOT_DIR, CLIENT_ID, CLIENT_SECRET, APP_NAME, CLIENT_PORT, REDIRECT_URI,
 // RESOURCE_OWNER, RESOURCE_OWNER_PASSWORD (an active non-staff user), CHROMIUM.
 
 import { chromium } from "playwright-core";
@@ -29,6 +29,8 @@ const base = env("BASE_URL");
 const issuer = env("ISSUER");
 const shots = env("SCREENSHOT_DIR");
 const clientId = env("CLIENT_ID");
+const clientSecret = env("CLIENT_SECRET");
+const formEncode = (value) => new URLSearchParams({ v: value }).toString().slice(2);
 const appName = env("APP_NAME");
 const clientPort = Number(env("CLIENT_PORT"));
 const redirectUri = env("REDIRECT_URI");
@@ -73,13 +75,16 @@ async function callback(url) {
   if (!verifier) return clientPage("exchange refused", facts);
   const response = await fetch(`${base}/o/token/`, {
     method: "POST",
-    headers: { "content-type": "application/x-www-form-urlencoded" },
+    headers: {
+      "content-type": "application/x-www-form-urlencoded",
+      // RFC 6749 §2.3.1: each part form-encoded, then base64.
+      authorization: `Basic ${Buffer.from(`${formEncode(clientId)}:${formEncode(clientSecret)}`).toString("base64")}`,
+    },
     body: new URLSearchParams({
       grant_type: "authorization_code",
       code: query.get("code") ?? "",
       redirect_uri: redirectUri,
       code_verifier: verifier,
-      client_id: clientId,
     }),
   });
   const text = await response.text();

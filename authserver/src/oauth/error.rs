@@ -33,6 +33,9 @@ impl From<StoreError> for OAuthError {
             StoreError::UnknownApplication => OAuthError::InvalidClient,
             // Deleted (on this or another replica) between authentication and issuing.
             StoreError::UnknownUser => OAuthError::InvalidGrant("The user no longer exists."),
+            StoreError::UnstorableText => OAuthError::InvalidRequest(
+                "A parameter holds a character that is not allowed.".into(),
+            ),
             other => OAuthError::Server(other.into()),
         }
     }

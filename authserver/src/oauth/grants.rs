@@ -103,14 +103,9 @@ async fn authorization_code(
         Some(user) if user.is_active => user,
         _ => return Err(INVALID),
     };
-    let new = new_tokens(
-        state,
-        app,
-        Some(user.id),
-        record.scope,
-        true,
-        Some(record.family),
-    );
+    // What the application may still have: an operator may have withdrawn a scope since.
+    let scope = scope::narrow(&record.scope, app, None)?;
+    let new = new_tokens(state, app, Some(user.id), scope, true, Some(record.family));
     let issued = match state.store.issue_tokens(&new).await {
         // Revoked meanwhile: by a second presentation of the code, or by the user.
         Err(StoreError::FamilyRevoked) => return Err(INVALID),

@@ -121,6 +121,13 @@ pub fn check_client(
 
 /// Whether `app` must send a PKCE challenge: public clients always, confidential ones unless
 /// they opted out.
+/// Whether a remembered consent may answer without showing the page again: not for a public
+/// client coming back to a plain-http (loopback) URI, which any local program that takes the
+/// port can claim, and then exchange the code as the client (RFC 8252 §8.6, RFC 6749 §10.2).
+pub fn remembered_consent_applies(app: &Application, redirect_uri: &str) -> bool {
+    app.client_type == ClientType::Confidential || redirect_uri.starts_with("https://")
+}
+
 pub fn pkce_required(app: &Application) -> bool {
     app.client_type == ClientType::Public || app.pkce_required
 }
@@ -319,6 +326,24 @@ mod tests {
         );
         let params = HashMap::from([("redirect_uri", "http://127.0.0.1:9/cb?x=1")]);
         assert!(check_client(Some(&a), &params).is_ok());
+    }
+
+    #[test]
+    fn a_remembered_consent_never_answers_a_public_client_at_a_plain_http_uri() {
+        let public = app(ClientType::Public, true);
+        let confidential = app(ClientType::Confidential, true);
+        assert!(remembered_consent_applies(
+            &public,
+            "https://app.example/cb"
+        ));
+        assert!(!remembered_consent_applies(
+            &public,
+            "http://127.0.0.1:9/cb"
+        ));
+        assert!(remembered_consent_applies(
+            &confidential,
+            "http://127.0.0.1:9/cb"
+        ));
     }
 
     #[test]

@@ -55,8 +55,12 @@ pub enum StoreError {
     /// replica, after the grant had read it).
     #[error("the user no longer exists")]
     UnknownUser,
+    /// A value the client sent holds a character the database cannot store (PostgreSQL refuses
+    /// NUL in text): the client's mistake, not the server's.
+    #[error("a value holds a character that cannot be stored")]
+    UnstorableText,
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error("{0}")]
     Other(#[from] anyhow::Error),
 }
@@ -272,10 +276,22 @@ pub fn now() -> i64 {
         .unwrap_or_default()
 }
 
+impl From<sqlx::Error> for StoreError {
+    fn from(error: sqlx::Error) -> Self {
+        // SQLSTATE 22021, character_not_in_repertoire: PostgreSQL's answer to a NUL in text.
+        match &error {
+            sqlx::Error::Database(db) if db.code().as_deref() == Some("22021") => {
+                StoreError::UnstorableText
+            }
+            _ => StoreError::Database(error),
+        }
+    }
+}
+
 /// Maps a unique-constraint violation to `Conflict(what)`.
 fn conflict(what: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
     move |error| match &error {
         sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(what),
-        _ => StoreError::Database(error),
+        _ => StoreError::from(error),
     }
 }

@@ -131,7 +131,9 @@ async fn authorize_page(
         return Ok(Redirect::to(&login_url(Some(here))).into_response());
     };
     let consented = state.store.consent(session.user.id, app.id).await?;
-    if consented.is_some_and(|c| scope::covers(&c, &authorization.scope)) {
+    if consented.is_some_and(|c| scope::covers(&c, &authorization.scope))
+        && authorize::remembered_consent_applies(&app, &authorization.redirect_uri)
+    {
         return grant_code(&state, &app, &session.user, &authorization).await;
     }
     let scopes = authorization

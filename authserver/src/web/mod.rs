@@ -117,6 +117,8 @@ pub(crate) fn see_other(path: &str) -> Response {
 /// Why a view did not answer with its page; turned into an HTML error page in one place.
 #[derive(Debug)]
 pub(crate) enum WebError {
+    /// The request holds what no page can take (a NUL character PostgreSQL cannot store).
+    BadRequest,
     NotFound,
     Forbidden,
     Csrf,
@@ -125,13 +127,21 @@ pub(crate) enum WebError {
 
 impl From<StoreError> for WebError {
     fn from(error: StoreError) -> Self {
-        WebError::Internal(error.to_string())
+        match error {
+            StoreError::UnstorableText => WebError::BadRequest,
+            other => WebError::Internal(other.to_string()),
+        }
     }
 }
 
 impl IntoResponse for WebError {
     fn into_response(self) -> Response {
         let (status, title, message) = match self {
+            WebError::BadRequest => (
+                StatusCode::BAD_REQUEST,
+                "Bad request",
+                "The request holds a character that is not allowed.",
+            ),
             WebError::NotFound => (StatusCode::NOT_FOUND, "Not found", "There is nothing here."),
             WebError::Forbidden => (
                 StatusCode::FORBIDDEN,
