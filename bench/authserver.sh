@@ -17,6 +17,7 @@ BASELINE_CONFIG=${BASELINE_CONFIG:-config/authserver.yaml}
 command -v wrk >/dev/null || { echo "install wrk (apt-get install wrk)"; exit 1; }
 [ -n "${SKIP_BUILD:-}" ] || cargo build --release -q -p authserver --bin authserver --example hello --example argon2_time
 BIN=target/release/authserver
+for b in "$BIN" target/release/examples/hello target/release/examples/argon2_time ${BASELINE_BIN:+"$BASELINE_BIN"}; do [ -x "$b" ] || { echo "missing $b: build it (cargo build, see the top of $0) or run without SKIP_BUILD" >&2; exit 1; }; done
 WORK=$(mktemp -d)
 SCHEMA=""
 cleanup() {

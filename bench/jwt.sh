@@ -37,6 +37,7 @@ command -v wrk >/dev/null || { echo "missing wrk; install with: apt-get install 
 AUTH=${AUTH:-target/release/authserver}
 PROXY=${PROXY:-target/release/proxy}
 HELLO=${HELLO:-target/release/examples/hello}
+for b in "$AUTH" "$PROXY" "$HELLO"; do [ -x "$b" ] || { echo "missing $b: build it (cargo build, see the top of $0) or run without SKIP_BUILD" >&2; exit 1; }; done
 WORK=$(mktemp -d)
 DB="sqlite://$WORK/db.sqlite"
 PIDS=()

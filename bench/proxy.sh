@@ -46,6 +46,7 @@ AUTH=target/release/authserver
 PROXY=${PROXY:-target/dist/proxy}
 BARE=${BARE:-target/dist/examples/bare}
 HELLO=target/release/examples/hello
+for b in "$AUTH" "$PROXY" "$BARE" "$HELLO"; do [ -x "$b" ] || { echo "missing $b: build it (cargo build, see the top of $0) or run without SKIP_BUILD" >&2; exit 1; }; done
 WORK=$(mktemp -d)
 DB="sqlite://$WORK/db.sqlite"
 PIDS=()

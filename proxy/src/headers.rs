@@ -6,18 +6,26 @@ use resource_server::IDENTITY_HEADERS;
 /// Whether `name` is (or could be read by an upstream as) one of the proxy's identity headers:
 /// any of [`IDENTITY_HEADERS`] or anything in the `X-Auth-` namespace, in any case, with `_` in
 /// place of `-` too (CGI-style servers map both to the same variable).
+/// (Asked for every header of every request: compares in place, no allocation.)
 pub fn is_identity_header(name: &str) -> bool {
-    let normalized: String = name
-        .chars()
-        .map(|c| {
-            if c == '_' {
-                '-'
+    let name = name.as_bytes();
+    starts_with_normalized(name, b"x-auth-")
+        || IDENTITY_HEADERS
+            .iter()
+            .any(|h| h.len() == name.len() && starts_with_normalized(name, h.as_bytes()))
+}
+
+/// Whether `name`, lower-cased and with `_` read as `-`, starts with `prefix` (lower case).
+fn starts_with_normalized(name: &[u8], prefix: &[u8]) -> bool {
+    name.len() >= prefix.len()
+        && name.iter().zip(prefix).all(|(&n, &p)| {
+            let n = if n == b'_' {
+                b'-'
             } else {
-                c.to_ascii_lowercase()
-            }
+                n.to_ascii_lowercase()
+            };
+            n == p
         })
-        .collect();
-    normalized.starts_with("x-auth-") || IDENTITY_HEADERS.contains(&normalized.as_str())
 }
 
 /// The distinct header names in `headers` that `strip` selects (each to be removed with all its

@@ -477,19 +477,26 @@ async fn upstream_down_is_502_and_counted() {
     .unwrap();
     f.proxy.reload().unwrap();
     assert_eq!(f.get("/read", Some("read")).await.status(), 502);
-    let m = f
-        .client
-        .get(f.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(
-        m.contains("tokengate_proxy_upstream_errors_total{upstream=\"api\"} 1"),
-        "{m}"
-    );
+    // Counted in Pingora's logging phase, which may run just after the client has its answer:
+    // polled, not read once.
+    let counted = "tokengate_proxy_upstream_errors_total{upstream=\"api\"} 1";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let m = loop {
+        let m = f
+            .client
+            .get(f.admin_url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if m.contains(counted) || std::time::Instant::now() > deadline {
+            break m;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    assert!(m.contains(counted), "{m}");
     f.stop().await;
 }
 

@@ -42,7 +42,7 @@ impl Identity {
         Identity {
             username: c.username.clone(),
             client_id: c.client_id.clone(),
-            scope: c.scopes().collect::<Vec<_>>().join(" "),
+            scope: join_scopes(c.scopes()),
             exp: c.exp,
         }
     }
@@ -80,6 +80,23 @@ impl Identity {
     }
 }
 
+/// The scopes, separated by one space.
+fn join_scopes<'a>(scopes: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::new();
+    for s in scopes {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(s);
+    }
+    out
+}
+
+/// Whether `b` is sent as it is by [`encode`].
+fn is_plain(b: u8) -> bool {
+    (0x21..=0x7E).contains(&b) && b != b'%'
+}
+
 /// Percent-encodes (UTF-8, upper-case hex) every byte outside `0x21..=0x7E`, and `%` itself.
 pub fn encode(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
@@ -90,8 +107,13 @@ pub fn encode(value: &str) -> String {
 /// [`encode`], appended to `out`.
 fn encode_into(out: &mut String, value: &str) {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    // The usual case (plain ASCII names) in one copy.
+    if value.bytes().all(is_plain) {
+        out.push_str(value);
+        return;
+    }
     for &b in value.as_bytes() {
-        if (0x21..=0x7E).contains(&b) && b != b'%' {
+        if is_plain(b) {
             out.push(char::from(b));
         } else {
             out.push('%');

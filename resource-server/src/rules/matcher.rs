@@ -47,11 +47,21 @@ fn pattern_matches(pattern: &[Segment], path: &str) -> bool {
 }
 
 /// Whether a path has a `.` or `..` segment (also percent-encoded): such paths match nothing.
+/// (Read on every request: no allocation.)
 pub(super) fn has_dot_segment(path: &str) -> bool {
     path.split('/').any(|seg| {
-        let lower = seg.to_ascii_lowercase();
-        let decoded = lower.replace("%2e", ".");
-        decoded == "." || decoded == ".."
+        // One or two dots, each `.` or `%2e` in either case, and nothing else.
+        let mut rest = seg.as_bytes();
+        let mut dots = 0;
+        while !rest.is_empty() {
+            rest = match rest {
+                [b'.', tail @ ..] => tail,
+                [b'%', b'2', b'e' | b'E', tail @ ..] => tail,
+                _ => return false,
+            };
+            dots += 1;
+        }
+        dots == 1 || dots == 2
     })
 }
 
