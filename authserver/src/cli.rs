@@ -8,7 +8,8 @@ use crate::jwt::{KeySet, KeyState, rotation};
 use crate::store::{Store, now};
 use crate::{AppState, serve, shutdown_signal};
 use anyhow::{Context, bail};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
@@ -62,6 +63,14 @@ pub enum Command {
     /// The keys that sign JWT access tokens.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Delete expired tokens, authorization codes past their reuse window, revoked families
+    /// with nothing left, expired browser sessions and signing keys no longer published (what
+    /// `serve` does every purge_interval), and print how many of each.
+    Cleartokens {
+        /// Print JSON instead of a line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -204,6 +213,31 @@ pub enum AppCommand {
 }
 
 impl Cli {
+    /// [`Parser::parse`] of the process's arguments, except that a subcommand's name right after
+    /// `--check-config` is that subcommand, not the FILE: clap alone reads
+    /// `--check-config serve` as the file `serve` (`--check-config=serve` still is).
+    pub fn parse() -> Cli {
+        Cli::try_parse_args(std::env::args_os()).unwrap_or_else(|error| error.exit())
+    }
+
+    /// [`Cli::parse`] of `args` (the first is the program name).
+    pub fn try_parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        let mut args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let bare = bare_check_config(&args);
+        if let Some(at) = bare {
+            args.remove(at);
+        }
+        let mut cli = Cli::try_parse_from(args)?;
+        if bare.is_some() {
+            cli.check_config = Some(None);
+        }
+        Ok(cli)
+    }
+
     /// The settings file this command reads: `--check-config FILE`, else `--config`, else
     /// `None` (AUTHSERVER_CONFIG or the default).
     fn config_file(&self) -> Option<&std::path::Path> {
@@ -220,6 +254,34 @@ impl Cli {
         }
         Ok(settings)
     }
+}
+
+/// Where `args` has a `--check-config` followed by a subcommand's name (before the subcommand
+/// begins, skipping the values of the global options), if anywhere.
+fn bare_check_config(args: &[OsString]) -> Option<usize> {
+    let command = Cli::command();
+    let is_subcommand = |arg: &OsString| {
+        arg.to_str()
+            .is_some_and(|name| command.find_subcommand(name).is_some())
+    };
+    let mut at = 1;
+    while at < args.len() {
+        let arg = &args[at];
+        if arg == "--" || is_subcommand(arg) {
+            return None;
+        }
+        if arg == "--check-config" {
+            return args
+                .get(at + 1)
+                .filter(|next| is_subcommand(next))
+                .map(|_| at);
+        }
+        if arg == "--config" || arg == "--database-url" {
+            at += 1;
+        }
+        at += 1;
+    }
+    None
 }
 
 /// Runs one command. Errors come back for `main` to print; nothing here panics or exits.
@@ -271,6 +333,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Group(command) => operators::group(&store, command).await?,
         Command::App(command) => operators::app(&store, &settings, command).await?,
         Command::Keys(command) => keys_command(&store, &settings, command).await?,
+        Command::Cleartokens { json } => {
+            let purged = crate::purge::run(&store, &settings).await?;
+            if json {
+                println!("{}", serde_json::to_string(&purged)?);
+            } else {
+                println!(
+                    "deleted {} tokens, {} authorization codes, {} revoked families, {} sessions, {} signing keys",
+                    purged.tokens,
+                    purged.authorization_codes,
+                    purged.revoked_families,
+                    purged.sessions,
+                    purged.signing_keys
+                );
+            }
+        }
     }
     Ok(())
 }
@@ -380,5 +457,54 @@ fn relative(seconds: i64) -> String {
         0 => "now".to_owned(),
         s if s > 0 => format!("in {s} s"),
         s => format!("{} s ago", -s),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(args: &[&str]) -> Cli {
+        Cli::try_parse_args(std::iter::once("authserver").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn a_subcommand_after_check_config_is_not_its_file() {
+        let cli = parsed(&["--check-config", "serve"]);
+        assert!(matches!(cli.check_config, Some(None)), "{cli:?}");
+        assert!(matches!(cli.command, Some(Command::Serve)), "{cli:?}");
+        let cli = parsed(&["--check-config", "cleartokens", "--json"]);
+        assert!(matches!(cli.check_config, Some(None)), "{cli:?}");
+        assert!(matches!(
+            cli.command,
+            Some(Command::Cleartokens { json: true })
+        ));
+        let cli = parsed(&["--check-config", "user", "list"]);
+        assert!(matches!(cli.check_config, Some(None)), "{cli:?}");
+        assert!(matches!(
+            cli.command,
+            Some(Command::User(UserCommand::List { .. }))
+        ));
+    }
+
+    #[test]
+    fn check_config_still_takes_a_file() {
+        let cli = parsed(&["--check-config", "config/x.yaml"]);
+        assert_eq!(
+            cli.config_file(),
+            Some(std::path::Path::new("config/x.yaml"))
+        );
+        assert!(cli.command.is_none());
+        // Written with `=`, or as another option's value, `serve` is a file.
+        let cli = parsed(&["--check-config=serve"]);
+        assert_eq!(cli.config_file(), Some(std::path::Path::new("serve")));
+        let cli = parsed(&["--config", "serve", "--check-config"]);
+        assert!(matches!(cli.check_config, Some(None)));
+        assert_eq!(cli.config_file(), Some(std::path::Path::new("serve")));
+        assert!(cli.command.is_none());
+        let cli = parsed(&["--database-url", "sqlite://a.db", "--check-config", "serve"]);
+        assert!(matches!(cli.check_config, Some(None)));
+        assert!(matches!(cli.command, Some(Command::Serve)));
+        assert_eq!(cli.common.database_url.as_deref(), Some("sqlite://a.db"));
     }
 }

@@ -23,6 +23,7 @@ struct RawSettings {
     access_token_audience: Option<String>,
     jwks_max_age: Option<RawDuration>,
     authorization_code_lifetime: Option<RawDuration>,
+    purge_interval: Option<RawDuration>,
 }
 
 /// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
@@ -69,7 +70,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 12] = [
+const KEYS: [&str; 13] = [
     "listen",
     "issuer",
     "database_url",
@@ -82,6 +83,7 @@ const KEYS: [&str; 12] = [
     "access_token_audience",
     "jwks_max_age",
     "authorization_code_lifetime",
+    "purge_interval",
 ];
 
 /// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
@@ -145,6 +147,9 @@ pub struct Settings {
     pub jwks_max_age: i64,
     /// How long an authorization code may be exchanged, seconds (default 60).
     pub authorization_code_lifetime: i64,
+    /// How often `serve` deletes expired tokens, codes, sessions, revoked families and signing
+    /// keys (see [`crate::purge`]), seconds, each wait jittered; 0 = never (default 3600).
+    pub purge_interval: i64,
 }
 
 /// What an access token is.
@@ -191,6 +196,7 @@ const DEFAULT_ACCESS_TOKEN_LIFETIME: i64 = 36_000;
 const DEFAULT_REFRESH_TOKEN_LIFETIME: i64 = 30 * 24 * 3600;
 const DEFAULT_JWKS_MAX_AGE: i64 = 300;
 const DEFAULT_AUTHORIZATION_CODE_LIFETIME: i64 = 60;
+pub const DEFAULT_PURGE_INTERVAL: i64 = 3600;
 
 /// A configuration problem, naming the file (or variable), the key and the value.
 #[derive(Debug, thiserror::Error)]
@@ -405,6 +411,24 @@ impl Settings {
             DEFAULT_AUTHORIZATION_CODE_LIFETIME,
         )?;
 
+        let (origin, purge) = pick("purge_interval", raw.purge_interval.map(|v| v.to_string()));
+        let purge_interval = match purge {
+            None => DEFAULT_PURGE_INTERVAL,
+            // Zero in any unit (0, 0s, 0h) turns it off.
+            Some(text)
+                if resource_server::settings::parse_duration(&text)
+                    .is_ok_and(|d| d.is_zero()) =>
+            {
+                0
+            }
+            Some(text) => positive_seconds(&text).map_err(|problem| {
+                fail(
+                    &origin,
+                    format!("\"{text}\" is not a duration ({problem}; like 3600, 15m or 1h; 0 turns the purge off)"),
+                )
+            })?,
+        };
+
         Ok(Settings {
             listen,
             issuer,
@@ -418,6 +442,7 @@ impl Settings {
             access_token_audience,
             jwks_max_age,
             authorization_code_lifetime,
+            purge_interval,
         })
     }
 
@@ -436,6 +461,7 @@ impl Settings {
             access_token_audience: "http://127.0.0.1:8000".into(),
             jwks_max_age: DEFAULT_JWKS_MAX_AGE,
             authorization_code_lifetime: DEFAULT_AUTHORIZATION_CODE_LIFETIME,
+            purge_interval: DEFAULT_PURGE_INTERVAL,
         }
     }
 }
@@ -751,5 +777,31 @@ mod tests {
     fn passwords_are_redacted() {
         assert_eq!(redact_url("postgres://u:pw@h/db"), "postgres://u:***@h/db");
         assert_eq!(redact_url("sqlite://data/a.db"), "sqlite://data/a.db");
+    }
+
+    #[test]
+    fn purge_interval_defaults_to_an_hour_and_zero_turns_it_off() {
+        assert_eq!(
+            Settings::from_yaml("", "c.yaml").unwrap().purge_interval,
+            3600
+        );
+        assert_eq!(
+            Settings::from_yaml("purge_interval: 15m", "c.yaml")
+                .unwrap()
+                .purge_interval,
+            900
+        );
+        for off in ["0", "0s", "0h"] {
+            let env = |key: &str| (key == "AUTHSERVER_PURGE_INTERVAL").then(|| off.to_owned());
+            let s = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap();
+            assert_eq!(s.purge_interval, 0, "{off}");
+        }
+        let err = Settings::from_yaml("purge_interval: -1", "c.yaml").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("c.yaml: key \"purge_interval\": \"-1\" is not a duration"),
+            "{err}"
+        );
+        assert!(check_environment(["AUTHSERVER_PURGE_INTERVAL"]).is_ok());
     }
 }

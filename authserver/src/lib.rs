@@ -8,6 +8,7 @@ pub mod http_server;
 pub mod jwt;
 pub mod oauth;
 pub mod protocol;
+pub mod purge;
 pub mod secrets;
 pub mod store;
 pub mod testing;
@@ -51,7 +52,8 @@ pub fn app(state: AppState) -> Router {
 }
 
 /// Serves the app on `listener` until `shutdown` completes, then drains in-flight requests
-/// (with the limits of [`http_server::Limits::DEFAULT`]).
+/// (with the limits of [`http_server::Limits::DEFAULT`]). Meanwhile purges expired data every
+/// `purge_interval` ([`purge::spawn_periodic`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
@@ -76,7 +78,13 @@ pub async fn serve(
             .await
             .map_err(|e| std::io::Error::other(format!("JWT signing keys: {e}")))?;
     }
-    http_server::serve(listener, app(state), http_server::Limits::DEFAULT, shutdown).await
+    let purge = purge::spawn_periodic(state.store.clone(), state.settings.clone());
+    let served =
+        http_server::serve(listener, app(state), http_server::Limits::DEFAULT, shutdown).await;
+    if let Some(purge) = purge {
+        purge.abort();
+    }
+    served
 }
 
 /// Resolves on Ctrl-C or SIGTERM (how Kubernetes stops a pod).

@@ -1,7 +1,5 @@
 //! `authserver`: parses the command line and hands over to the library.
 
-use clap::Parser;
-
 /// mimalloc instead of glibc's malloc (bench/authserver.sh, issue 12).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -16,11 +16,15 @@ const MIN_DISTINCT_SECRET_CHARS: usize = 10;
 const MAX_REDIRECT_URIS: usize = 20;
 
 /// Messages keyed by field name (the form's field names), the first one per field kept, in the
-/// order found.
+/// order found: what the command line prints, and what a refused form is shown again with
+/// (beside each field; [`Refusals::ALL`] above the form).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Refusals(Vec<(&'static str, String)>);
 
 impl Refusals {
+    /// The key of the messages about the form as a whole.
+    pub const ALL: &'static str = "__all__";
+
     pub fn add(&mut self, field: &'static str, message: impl Into<String>) {
         if self.get(field).is_none() {
             self.0.push((field, message.into()));
@@ -39,6 +43,11 @@ impl Refusals {
             .iter()
             .find(|(f, _)| *f == field)
             .map(|(_, m)| m.as_str())
+    }
+
+    /// Whether a field has a message (for `aria-invalid`).
+    pub fn has(&self, field: &str) -> bool {
+        self.get(field).is_some()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -2,7 +2,10 @@
 //! refuse, with the forms' words; list, delete, set-password and rotate-secret; a password typed
 //! at a terminal is not echoed; settings from the environment are read as every binary reads them.
 
-use authserver::validation;
+mod support;
+
+use authserver::store::{GrantType, NewTokens, NewUser, Store};
+use authserver::{testing, validation};
 use std::io::{Read, Write};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -317,6 +320,29 @@ fn check_config_takes_a_file_as_the_proxy_does() {
         .output()
         .unwrap();
     refused(&out, &bad.display().to_string());
+    // A subcommand after the bare flag is the subcommand, not the FILE: the file of --config
+    // (global, so also after it) is checked, and nothing is served.
+    for subcommand in ["serve", "cleartokens"] {
+        let out = command(&[
+            "--check-config",
+            subcommand,
+            "--config",
+            bad.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+        refused(&out, &bad.display().to_string());
+        let out = command(&[
+            "--check-config",
+            subcommand,
+            "--config",
+            good.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+        ok(&out);
+        assert!(stdout(&out).starts_with(&format!("{}: OK", good.display())));
+    }
 }
 
 #[test]
@@ -550,5 +576,121 @@ async fn authorization_code_applications_from_the_command_line() {
                 .len(),
             2
         );
+    }
+}
+
+/// Whether `server`'s introspection calls each of an access and a refresh token active (the
+/// refresh token asked with its hint).
+async fn introspected_active(
+    server: &support::Replica,
+    introspector: &(String, String),
+    pair: &[String; 2],
+) -> [bool; 2] {
+    let mut active = [false; 2];
+    for (i, hint) in ["access_token", "refresh_token"].into_iter().enumerate() {
+        let form = [("token", pair[i].as_str()), ("token_type_hint", hint)];
+        let (status, body) = server.post("/o/introspect/", introspector, &form).await;
+        assert_eq!(status, 200, "{body}");
+        active[i] = body["active"] == true;
+    }
+    active
+}
+
+/// An access and a refresh token of `user` at `app`.
+async fn token_pair(store: &Store, app: i64, user: i64) -> [String; 2] {
+    let issued = store
+        .issue_tokens(&NewTokens {
+            application_id: app,
+            user_id: Some(user),
+            scope: "read".into(),
+            access_lifetime: 600,
+            refresh_lifetime: Some(3600),
+            family: None,
+        })
+        .await
+        .unwrap();
+    [issued.access_token, issued.refresh_token.unwrap()]
+}
+
+#[tokio::test]
+async fn rotate_secret_and_user_delete_touch_only_what_they_name() {
+    const OTHER_SECRET: &str = "Kd8-wQ2_mX7zN4pR9tV3yC6bF1gH5jL0aS";
+    for db in testing::all_database_urls().await {
+        let store = Store::connect(&db).await.unwrap();
+        let mut users = Vec::new();
+        for username in ["bob", "carol"] {
+            let new = NewUser {
+                username: username.into(),
+                is_active: true,
+                ..Default::default()
+            };
+            users.push(store.create_user(&new).await.unwrap().id);
+        }
+        let mut apps = Vec::new();
+        for (client_id, secret) in [("svc", STRONG), ("other", OTHER_SECRET)] {
+            ok(&run(
+                &[
+                    "app",
+                    "create",
+                    "--name",
+                    client_id,
+                    "--client-id",
+                    client_id,
+                    "--client-secret-stdin",
+                ],
+                &db,
+                &format!("{secret}\n"),
+            ));
+            let app = store
+                .find_application_by_client_id(client_id)
+                .await
+                .unwrap()
+                .unwrap();
+            apps.push(app.id);
+        }
+        // tokens[app][user]: svc and other, each for bob and carol.
+        let mut tokens = Vec::new();
+        for app in &apps {
+            let mut per_user = Vec::new();
+            for user in &users {
+                per_user.push(token_pair(&store, *app, *user).await);
+            }
+            tokens.push(per_user);
+        }
+        let introspector = testing::application(&store, GrantType::ClientCredentials, true).await;
+        let server = support::Replica::start(store.clone()).await;
+        for pair in tokens.iter().flatten() {
+            assert_eq!(
+                introspected_active(&server, &introspector, pair).await,
+                [true; 2]
+            );
+        }
+
+        // rotate-secret svc: svc's secret changes, other's does not; a new secret replaces
+        // the credential and leaves the tokens already issued as they are.
+        let rotated = json(&run(&["app", "rotate-secret", "svc", "--json"], &db, ""));
+        let new_secret = rotated["client_secret"].as_str().unwrap();
+        // By id: the store's client cache still holds what it read before the rotation.
+        let svc = store.get_application(apps[0]).await.unwrap().unwrap();
+        assert!(svc.secret_matches(new_secret) && !svc.secret_matches(STRONG));
+        let other = store.get_application(apps[1]).await.unwrap().unwrap();
+        assert!(other.secret_matches(OTHER_SECRET) && !other.secret_matches(new_secret));
+        for pair in tokens.iter().flatten() {
+            assert_eq!(
+                introspected_active(&server, &introspector, pair).await,
+                [true; 2]
+            );
+        }
+
+        // user delete bob: bob's tokens at both applications stop introspecting; carol's stay.
+        ok(&run(&["user", "delete", "bob"], &db, ""));
+        for per_user in &tokens {
+            let bob = introspected_active(&server, &introspector, &per_user[0]).await;
+            assert_eq!(bob, [false; 2]);
+            let carol = introspected_active(&server, &introspector, &per_user[1]).await;
+            assert_eq!(carol, [true; 2]);
+        }
+        assert_eq!(usernames(&db), ["carol"]);
+        assert!(store.get_user(users[1]).await.unwrap().is_some());
     }
 }

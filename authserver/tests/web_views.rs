@@ -1454,3 +1454,50 @@ async fn the_new_secret_is_shown_once_and_only_to_the_session_that_asked() {
     let again = state.store.get_application(app.id).await.unwrap().unwrap();
     assert!(again.secret_matches(&secret));
 }
+
+#[tokio::test]
+async fn a_flash_id_opens_nothing_on_another_page() {
+    let state = state().await;
+    let olivia = sign_in(&state, "olivia", "operator-pass").await;
+    let register = |name: &'static str| {
+        [
+            ("name", name),
+            ("client_type", "confidential"),
+            ("grant_type", "password"),
+        ]
+    };
+    // Another application of the same operator, its own flash taken.
+    let reply = olivia
+        .post(&state, "/o/applications/register/", &register("Other"))
+        .await;
+    let page = olivia.follow(&state, &reply).await;
+    let other = application_of(&state, &hidden_input(&page.body, "client-id").unwrap()).await;
+    let reply = olivia
+        .post(&state, "/o/applications/register/", &register("Once"))
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    let shown_at = reply.location().to_owned();
+    let (_, id) = shown_at.split_once("?flash=").expect("a flash id");
+    // The same id on the other application's page, and on pages that take no flash: the same
+    // session, but not the page the slot was left for.
+    for elsewhere in [
+        format!("/o/applications/{}/?flash={id}", other.id),
+        format!("/o/applications/?flash={id}"),
+        format!("/o/applications/{}/update/?flash={id}", other.id),
+    ] {
+        let page = olivia.get(&state, &elsewhere).await;
+        assert_eq!(page.status, StatusCode::OK, "{elsewhere}");
+        assert!(hidden_input(&page.body, "client-secret").is_none(), "{elsewhere}");
+        assert!(!page.body.contains("Application registered."), "{elsewhere}");
+    }
+    // Still there for the page it was left for, once.
+    let page = olivia.get(&state, &shown_at).await;
+    assert!(page.body.contains("Application registered."));
+    let secret = hidden_input(&page.body, "client-secret").expect("shown on its own page");
+    let once = application_of(&state, &hidden_input(&page.body, "client-id").unwrap()).await;
+    assert_ne!(once.id, other.id);
+    assert!(once.secret_matches(&secret));
+    assert!(!other.secret_matches(&secret));
+    let page = olivia.get(&state, &shown_at).await;
+    assert!(hidden_input(&page.body, "client-secret").is_none());
+}

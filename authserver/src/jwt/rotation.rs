@@ -42,12 +42,30 @@ pub async fn rotate(store: &Store, delay: i64, token_lifetime: i64) -> StoreResu
             "a key of that generation (another rotation ran at the same time)",
         ));
     }
+    let pruned = delete_expired(store, &keys, at, token_lifetime).await?;
+    tracing::info!(kid = %key.kid, generation = key.generation, signs_from, "rotated the JWT signing key");
+    Ok(Rotated { key, pruned })
+}
+
+/// Deletes the keys no longer published for tokens living `token_lifetime` (every token they
+/// signed has expired); returns their kids. `keys rotate` does this too; the purge
+/// (`cleartokens`, `serve`) does it without rotating.
+pub async fn prune_expired(store: &Store, token_lifetime: i64) -> StoreResult<Vec<String>> {
+    let keys = KeySet::from_stored(&store.signing_keys().await?).map_err(StoreError::Other)?;
+    delete_expired(store, &keys, now(), token_lifetime).await
+}
+
+async fn delete_expired(
+    store: &Store,
+    keys: &KeySet,
+    at: i64,
+    token_lifetime: i64,
+) -> StoreResult<Vec<String>> {
     let mut pruned = Vec::new();
     for (old, state) in keys.states(at, token_lifetime) {
         if state == KeyState::Expired && store.delete_signing_key(&old.kid).await? {
             pruned.push(old.kid.clone());
         }
     }
-    tracing::info!(kid = %key.kid, generation = key.generation, signs_from, "rotated the JWT signing key");
-    Ok(Rotated { key, pruned })
+    Ok(pruned)
 }

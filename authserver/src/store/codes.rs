@@ -9,7 +9,7 @@ use sqlx::Row;
 
 /// How long a spent or expired code is kept after its expiry, so that a late second use is still
 /// recognised as reuse and revokes the tokens issued from it.
-const KEPT_AFTER_EXPIRY: i64 = 24 * 3600;
+pub(super) const KEPT_AFTER_EXPIRY: i64 = 24 * 3600;
 
 /// A code to issue.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! delete) and groups (create, rename, delete, members). Everyone else signed in gets 403.
 
 use super::flash::{self, FlashQuery};
-use super::forms::{FieldErrors, FormData};
+use super::forms::FormData;
 use super::session::{Operator, Superuser, may_sign_in};
 use super::templates::{
     AdminIndex, GroupDelete, GroupDetail, GroupList, GroupRow, Nav, PasswordForm, UserDelete,
@@ -11,7 +11,7 @@ use super::templates::{
 use super::{WebError, WebResult, csrf, parse_id, render, see_other};
 use crate::AppState;
 use crate::store::{Group, NewUser, StoreError, User, UserUpdate};
-use crate::validation;
+use crate::validation::{self, Refusals};
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -70,7 +70,7 @@ fn values_of(user: &User) -> UserValues {
 }
 
 /// Username, email and names, checked by the shared rules; the messages go beside their fields.
-fn check_user(values: &UserValues, errors: &mut FieldErrors) {
+fn check_user(values: &UserValues, errors: &mut Refusals) {
     errors.check("username", validation::username(&values.username));
     errors.check("email", validation::email(&values.email));
     errors.check("first_name", validation::first_name(&values.first_name));
@@ -79,7 +79,7 @@ fn check_user(values: &UserValues, errors: &mut FieldErrors) {
 
 /// The new password from `password1`/`password2`, if the shared rule takes it and it was typed
 /// twice alike.
-fn check_password(form: &FormData, errors: &mut FieldErrors) -> Option<String> {
+fn check_password(form: &FormData, errors: &mut Refusals) -> Option<String> {
     let password = form.get("password1").unwrap_or_default();
     let again = form.get("password2").unwrap_or_default();
     if let Err(message) = validation::password(password) {
@@ -153,7 +153,7 @@ fn user_form(
     operator: &Operator,
     user: Option<&User>,
     values: UserValues,
-    errors: FieldErrors,
+    errors: Refusals,
     groups: Vec<Group>,
 ) -> UserForm {
     let (title, action, user_id) = match user {
@@ -183,7 +183,7 @@ async fn add_user_page(Superuser(operator): Superuser) -> WebResult {
     };
     Ok(render(
         StatusCode::OK,
-        &user_form(&operator, None, values, FieldErrors::default(), Vec::new()),
+        &user_form(&operator, None, values, Refusals::default(), Vec::new()),
     ))
 }
 
@@ -194,7 +194,7 @@ async fn add_user(
 ) -> WebResult {
     csrf::verify(&operator, &form)?;
     let values = user_values(&form);
-    let mut errors = FieldErrors::default();
+    let mut errors = Refusals::default();
     check_user(&values, &mut errors);
     let password = check_password(&form, &mut errors);
     if let (Some(password), true) = (password, errors.is_empty()) {
@@ -249,10 +249,10 @@ async fn edit_user_page(
         &operator,
         Some(&user),
         values_of(&user),
-        FieldErrors::default(),
+        Refusals::default(),
         groups,
     );
-    page.nav.notice = flash.map(|f| f.notice);
+    page.nav.show(flash.as_ref());
     Ok(render(StatusCode::OK, &page))
 }
 
@@ -265,7 +265,7 @@ async fn edit_user(
     csrf::verify(&operator, &form)?;
     let user = load_user(&state, &id).await?;
     let values = user_values(&form);
-    let mut errors = FieldErrors::default();
+    let mut errors = Refusals::default();
     check_user(&values, &mut errors);
     if user.id == operator.user.id {
         if !values.is_superuser {
@@ -323,7 +323,7 @@ async fn password_page(
         &PasswordForm {
             nav: Nav::of(&operator),
             user,
-            errors: FieldErrors::default(),
+            errors: Refusals::default(),
         },
     ))
 }
@@ -336,7 +336,7 @@ async fn set_password(
 ) -> WebResult {
     csrf::verify(&operator, &form)?;
     let user = load_user(&state, &id).await?;
-    let mut errors = FieldErrors::default();
+    let mut errors = Refusals::default();
     let Some(password) = check_password(&form, &mut errors) else {
         return Ok(render(
             StatusCode::BAD_REQUEST,
@@ -367,7 +367,7 @@ async fn delete_user_page(
         &UserDelete {
             nav: Nav::of(&operator),
             user,
-            errors: FieldErrors::default(),
+            errors: Refusals::default(),
         },
     ))
 }
@@ -381,8 +381,8 @@ async fn delete_user(
     csrf::verify(&operator, &form)?;
     let user = load_user(&state, &id).await?;
     if user.id == operator.user.id {
-        let mut errors = FieldErrors::default();
-        errors.add(FieldErrors::ALL, "You cannot delete your own account.");
+        let mut errors = Refusals::default();
+        errors.add(Refusals::ALL, "You cannot delete your own account.");
         return Ok(render(
             StatusCode::BAD_REQUEST,
             &UserDelete {
@@ -397,7 +397,7 @@ async fn delete_user(
     Ok(see_other("/admin/users/"))
 }
 
-fn check_group_name(name: &str, errors: &mut FieldErrors) {
+fn check_group_name(name: &str, errors: &mut Refusals) {
     errors.check("name", validation::group_name(name));
 }
 
@@ -419,7 +419,7 @@ async fn groups(State(state): State<AppState>, Superuser(operator): Superuser) -
         nav: Nav::of(&operator),
         groups: group_rows(&state).await?,
         name: String::new(),
-        errors: FieldErrors::default(),
+        errors: Refusals::default(),
     };
     Ok(render(StatusCode::OK, &page))
 }
@@ -431,7 +431,7 @@ async fn create_group(
 ) -> WebResult {
     csrf::verify(&operator, &form)?;
     let name = form.text("name");
-    let mut errors = FieldErrors::default();
+    let mut errors = Refusals::default();
     check_group_name(&name, &mut errors);
     if errors.is_empty() {
         match state.store.create_group(&name).await {
@@ -461,7 +461,7 @@ async fn group_page(
     group: Group,
     name: Option<String>,
     member_username: String,
-    errors: FieldErrors,
+    errors: Refusals,
 ) -> Result<GroupDetail, WebError> {
     Ok(GroupDetail {
         nav: Nav::of(operator),
@@ -487,10 +487,10 @@ async fn group(
         group,
         None,
         String::new(),
-        FieldErrors::default(),
+        Refusals::default(),
     )
     .await?;
-    page.nav.notice = flash.map(|f| f.notice);
+    page.nav.show(flash.as_ref());
     Ok(render(StatusCode::OK, &page))
 }
 
@@ -503,7 +503,7 @@ async fn rename_group(
     csrf::verify(&operator, &form)?;
     let group = load_group(&state, &id).await?;
     let name = form.text("name");
-    let mut errors = FieldErrors::default();
+    let mut errors = Refusals::default();
     check_group_name(&name, &mut errors);
     if errors.is_empty() {
         match state.store.rename_group(group.id, &name).await {
@@ -533,7 +533,7 @@ async fn add_member(
     csrf::verify(&operator, &form)?;
     let group = load_group(&state, &id).await?;
     let username = form.text("username");
-    let mut errors = FieldErrors::default();
+    let mut errors = Refusals::default();
     if username.is_empty() {
         errors.add("username", "This field is required.");
     } else if let Some(user) = state.store.find_user_by_username(&username).await? {
@@ -607,7 +607,7 @@ mod tests {
 
     #[test]
     fn user_fields_and_passwords_are_checked() {
-        let mut errors = FieldErrors::default();
+        let mut errors = Refusals::default();
         check_user(
             &user_values(&FormData::from_pairs(&[
                 ("username", "bad name"),
@@ -617,7 +617,7 @@ mod tests {
         );
         assert!(errors.get("username").is_some());
         assert!(errors.get("email").is_some());
-        let mut errors = FieldErrors::default();
+        let mut errors = Refusals::default();
         check_user(
             &user_values(&FormData::from_pairs(&[
                 ("username", "alice.b+1@x"),
@@ -626,7 +626,7 @@ mod tests {
             &mut errors,
         );
         assert!(errors.is_empty());
-        let mut errors = FieldErrors::default();
+        let mut errors = Refusals::default();
         assert_eq!(
             check_password(
                 &FormData::from_pairs(&[("password1", "short"), ("password2", "short")]),
@@ -635,7 +635,7 @@ mod tests {
             None
         );
         assert!(errors.get("password1").is_some());
-        let mut errors = FieldErrors::default();
+        let mut errors = Refusals::default();
         assert_eq!(
             check_password(
                 &FormData::from_pairs(&[
@@ -647,7 +647,7 @@ mod tests {
             None
         );
         assert!(errors.get("password2").is_some());
-        let mut errors = FieldErrors::default();
+        let mut errors = Refusals::default();
         assert_eq!(
             check_password(
                 &FormData::from_pairs(&[

@@ -3,7 +3,7 @@
 //! and only they may let an application introspect tokens.
 
 use super::flash::{self, Flash, FlashQuery};
-use super::forms::{FieldErrors, FormData};
+use super::forms::FormData;
 use super::session::Operator;
 use super::templates::{
     ApplicationDelete, ApplicationDetail, ApplicationForm, ApplicationList, ApplicationRegenerate,
@@ -13,7 +13,7 @@ use super::{WebError, WebResult, csrf, parse_id, render, see_other};
 use crate::AppState;
 use crate::config::{AccessTokenFormat, Settings};
 use crate::store::{Application, ApplicationInput, ClientType, GrantType};
-use crate::validation;
+use crate::validation::{self, Refusals};
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -47,7 +47,7 @@ pub(super) fn router() -> Router<AppState> {
 pub(crate) fn validate(
     settings: &Settings,
     form: &FormData,
-) -> (ApplicationValues, Result<ApplicationInput, FieldErrors>) {
+) -> (ApplicationValues, Result<ApplicationInput, Refusals>) {
     let mut scopes: Vec<String> = Vec::new();
     for scope in form.all("scope") {
         if !scopes.contains(&scope) {
@@ -68,7 +68,7 @@ pub(crate) fn validate(
         pkce_optional: form.checked("pkce_optional"),
         token_format: form.text("token_format"),
     };
-    let result = validation::application(settings, &values).map_err(FieldErrors::from);
+    let result = validation::application(settings, &values);
     (values, result)
 }
 
@@ -78,7 +78,7 @@ fn form_page(
     operator: &Operator,
     app: Option<&Application>,
     values: ApplicationValues,
-    errors: FieldErrors,
+    errors: Refusals,
 ) -> ApplicationForm {
     let (title, action, cancel) = match app {
         None => (
@@ -185,10 +185,9 @@ async fn detail_page(
     app: Application,
     flash: Option<Flash>,
 ) -> Result<ApplicationDetail, WebError> {
-    let (notice, secret) = match flash {
-        Some(flash) => (Some(flash.notice), flash.secret),
-        None => (None, None),
-    };
+    let mut nav = Nav::of(operator);
+    nav.show(flash.as_ref());
+    let secret = flash.and_then(|flash| flash.secret);
     let owner = match app.owner_id {
         Some(id) => state
             .store
@@ -204,7 +203,7 @@ async fn detail_page(
         app.allowed_scopes.join(" ")
     };
     Ok(ApplicationDetail {
-        nav: Nav::with_notice(operator, notice),
+        nav,
         fingerprint: app.secret_fingerprint().map(str::to_owned),
         redirect_uris: app
             .redirect_uris
@@ -282,7 +281,7 @@ async fn register_page(State(state): State<AppState>, operator: Operator) -> Web
         grant_type: GrantType::Password.as_str().into(),
         ..Default::default()
     };
-    let page = form_page(&state, &operator, None, values, FieldErrors::default());
+    let page = form_page(&state, &operator, None, values, Refusals::default());
     Ok(render(StatusCode::OK, &page))
 }
 
@@ -369,7 +368,7 @@ async fn update_page(
         &operator,
         Some(&app),
         values_of(&app),
-        FieldErrors::default(),
+        Refusals::default(),
     );
     Ok(render(StatusCode::OK, &page))
 }

@@ -1,10 +1,8 @@
-//! Submitted forms as name/value pairs (repeated names kept, for checkboxes) and the per-field
-//! error messages that a refused form is shown again with.
+//! Submitted forms as name/value pairs (repeated names kept, for checkboxes). A refused form is
+//! shown again with [`crate::validation::Refusals`], the messages the command line prints too.
 
-use crate::validation::Refusals;
 use axum::extract::{Form, FromRequest, Request};
 use axum::response::{IntoResponse, Response};
-use std::collections::BTreeMap;
 
 /// An `application/x-www-form-urlencoded` body, in order. No `Debug`: it holds passwords and
 /// CSRF tokens.
@@ -62,54 +60,10 @@ impl<S: Send + Sync> FromRequest<S> for FormData {
     }
 }
 
-/// Messages keyed by field name; `ALL` holds those about the form as a whole.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct FieldErrors(BTreeMap<String, String>);
-
-impl FieldErrors {
-    pub const ALL: &'static str = "__all__";
-
-    pub fn add(&mut self, field: &str, message: impl Into<String>) {
-        self.0
-            .entry(field.to_owned())
-            .or_insert_with(|| message.into());
-    }
-
-    pub fn get(&self, field: &str) -> Option<&str> {
-        self.0.get(field).map(String::as_str)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Records the refusal of a shared rule, if any, under `field`.
-    pub fn check(&mut self, field: &str, check: Result<(), String>) {
-        if let Err(message) = check {
-            self.add(field, message);
-        }
-    }
-
-    /// Whether a field has an error (for `aria-invalid`).
-    pub fn has(&self, field: &str) -> bool {
-        self.0.contains_key(field)
-    }
-}
-
-impl From<Refusals> for FieldErrors {
-    fn from(refusals: Refusals) -> Self {
-        let mut errors = FieldErrors::default();
-        for (field, message) in refusals.iter() {
-            errors.add(field, message);
-        }
-        errors
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::validation;
+    use crate::validation::{self, Refusals};
 
     #[test]
     fn values_and_checkboxes() {
@@ -123,7 +77,7 @@ mod tests {
         assert_eq!(form.all("scope"), ["read", "write"]);
         assert!(form.checked("flag"));
         assert!(!form.checked("other"));
-        let mut errors = FieldErrors::default();
+        let mut errors = Refusals::default();
         errors.check("name", validation::length("", "Name", true, 5));
         errors.check("long", validation::length("abcdef", "Long", false, 5));
         assert_eq!(errors.get("name"), Some("This field is required."));

@@ -1,16 +1,17 @@
 //! The askama templates of the views (files under `authserver/templates/`) and the values they show.
 
-use super::forms::FieldErrors;
+use super::flash::Flash;
 use super::session::Operator;
 use crate::store::{Application, Group, User};
+use crate::validation::Refusals;
 use askama::Template;
 
 /// The header every page has: who is signed in, and the token for the sign-out button.
 pub(crate) struct Nav {
     pub user: Option<User>,
     pub csrf_token: String,
-    /// A one-time message from the POST that led here ("Saved.").
-    pub notice: Option<String>,
+    /// A one-time message from the POST that led here ("Saved."): set by [`Nav::show`] only.
+    notice: Option<String>,
 }
 
 impl Nav {
@@ -35,12 +36,10 @@ impl Nav {
         }
     }
 
-    /// The header of a page that shows `notice` once.
-    pub fn with_notice(operator: &Operator, notice: Option<String>) -> Nav {
-        Nav {
-            notice,
-            ..Nav::of(operator)
-        }
+    /// Shows the notice of the flash this page took (see [`super::flash::take`]), if any: the
+    /// one way a notice reaches a page.
+    pub fn show(&mut self, flash: Option<&Flash>) {
+        self.notice = flash.map(|flash| flash.notice.clone());
     }
 }
 
@@ -122,7 +121,7 @@ pub(crate) struct ApplicationForm {
     pub action: String,
     pub cancel: String,
     pub values: ApplicationValues,
-    pub errors: FieldErrors,
+    pub errors: Refusals,
     pub client_types: Vec<Choice>,
     pub grant_types: Vec<Choice>,
     pub scopes: Vec<Choice>,
@@ -240,7 +239,7 @@ pub(crate) struct UserForm {
     pub creating: bool,
     pub user_id: i64,
     pub values: UserValues,
-    pub errors: FieldErrors,
+    pub errors: Refusals,
     pub groups: Vec<Group>,
 }
 
@@ -249,7 +248,7 @@ pub(crate) struct UserForm {
 pub(crate) struct PasswordForm {
     pub nav: Nav,
     pub user: User,
-    pub errors: FieldErrors,
+    pub errors: Refusals,
 }
 
 #[derive(Template)]
@@ -257,7 +256,7 @@ pub(crate) struct PasswordForm {
 pub(crate) struct UserDelete {
     pub nav: Nav,
     pub user: User,
-    pub errors: FieldErrors,
+    pub errors: Refusals,
 }
 
 /// One line of the groups list.
@@ -273,7 +272,7 @@ pub(crate) struct GroupList {
     pub nav: Nav,
     pub groups: Vec<GroupRow>,
     pub name: String,
-    pub errors: FieldErrors,
+    pub errors: Refusals,
 }
 
 #[derive(Template)]
@@ -284,7 +283,7 @@ pub(crate) struct GroupDetail {
     pub name: String,
     pub members: Vec<User>,
     pub member_username: String,
-    pub errors: FieldErrors,
+    pub errors: Refusals,
 }
 
 #[derive(Template)]
