@@ -404,11 +404,7 @@ async fn cleartokens_purges_and_prints_the_counts() {
         assert_eq!(printed["signing_keys"], 1, "{backend:?}: {printed}");
         assert_eq!(printed["authorization_codes"], 0, "{backend:?}: {printed}");
         assert_eq!(printed["revoked_families"], 0, "{backend:?}: {printed}");
-        assert_eq!(
-            kids(&store).await,
-            [signing],
-            "{backend:?}: {expired} went"
-        );
+        assert_eq!(kids(&store).await, [signing], "{backend:?}: {expired} went");
         assert!(
             store
                 .find_token(&live.access_token)

@@ -1487,8 +1487,14 @@ async fn a_flash_id_opens_nothing_on_another_page() {
     ] {
         let page = olivia.get(&state, &elsewhere).await;
         assert_eq!(page.status, StatusCode::OK, "{elsewhere}");
-        assert!(hidden_input(&page.body, "client-secret").is_none(), "{elsewhere}");
-        assert!(!page.body.contains("Application registered."), "{elsewhere}");
+        assert!(
+            hidden_input(&page.body, "client-secret").is_none(),
+            "{elsewhere}"
+        );
+        assert!(
+            !page.body.contains("Application registered."),
+            "{elsewhere}"
+        );
     }
     // Still there for the page it was left for, once.
     let page = olivia.get(&state, &shown_at).await;
