@@ -105,6 +105,19 @@ impl Flow {
         assert_eq!(response.status(), StatusCode::OK);
         response.json().await.expect("introspection JSON")
     }
+
+    /// The token of the summary's `key` introspects as active, for dora and `client_id`.
+    async fn assert_active_for_dora(&self, key: &str, client_id: &str) {
+        let answer = self.introspect(self.token(key)).await;
+        assert_eq!(
+            (&answer["active"], &answer["username"], &answer["client_id"]),
+            (
+                &Value::Bool(true),
+                &Value::from("dora"),
+                &Value::from(client_id)
+            )
+        );
+    }
 }
 
 /// Starts a stack on a fresh database, registers an ordinary user and two applications (with
@@ -224,15 +237,8 @@ async fn authlib_runs_the_authorization_code_flow_through_the_front_door() {
         .introspect(flow.token("reused_code_access_token"))
         .await;
     assert_eq!(answer, serde_json::json!({"active": false}));
-    let answer = flow.introspect(flow.token("access_token")).await;
-    assert_eq!(
-        (&answer["active"], &answer["username"], &answer["client_id"]),
-        (
-            &Value::Bool(true),
-            &Value::from("dora"),
-            &Value::from(flow.confidential_id.as_str())
-        )
-    );
+    flow.assert_active_for_dora("access_token", &flow.confidential_id)
+        .await;
     flow.stack.shutdown().await;
 }
 
@@ -257,15 +263,8 @@ async fn authlib_gets_jwt_access_tokens_from_the_code_flow() {
             flow.token(key)
         );
     }
-    let answer = flow.introspect(flow.token("public_access_token")).await;
-    assert_eq!(
-        (&answer["active"], &answer["username"], &answer["client_id"]),
-        (
-            &Value::Bool(true),
-            &Value::from("dora"),
-            &Value::from(flow.public_id.as_str())
-        )
-    );
+    flow.assert_active_for_dora("public_access_token", &flow.public_id)
+        .await;
     let answer = flow
         .introspect(flow.token("reused_code_access_token"))
         .await;

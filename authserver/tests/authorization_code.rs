@@ -4,357 +4,16 @@
 //! reuse and the revocation it triggers, remembered consent, the authorized-applications page,
 //! staff-only operator views, the metadata, and per-application token formats.
 
+mod support;
+
 use authserver::config::{AccessTokenFormat, Settings};
-use authserver::protocol::pkce;
-use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
-use authserver::testing::{self, RunningServer};
+use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser};
+use authserver::testing;
 use reqwest::StatusCode;
-use reqwest::header::{self, HeaderMap};
+use reqwest::header;
 use serde_json::Value;
 use std::collections::HashMap;
-
-const REDIRECT: &str = "https://client.example/callback";
-const OTHER_REDIRECT: &str = "http://127.0.0.1:9876/cb?x=1";
-const PASSWORD: &str = "wonderland-pass";
-
-/// A server on a fresh store with an ordinary user, `alice`.
-struct Fixture {
-    server: RunningServer,
-    store: Store,
-    http: reqwest::Client,
-    issuer: String,
-}
-
-/// A registered client.
-struct Client {
-    id: String,
-    secret: Option<String>,
-    app_id: i64,
-}
-
-/// One HTTP answer, read whole.
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-}
-
-impl Reply {
-    fn location(&self) -> &str {
-        self.headers
-            .get(header::LOCATION)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-    }
-
-    /// The query of the redirect, which must go to `redirect_uri`.
-    fn redirected_to(&self, redirect_uri: &str) -> HashMap<String, String> {
-        assert_eq!(self.status, StatusCode::SEE_OTHER, "{}", self.body);
-        let location = self.location();
-        let separator = if redirect_uri.contains('?') { '&' } else { '?' };
-        let query = location
-            .strip_prefix(&format!("{redirect_uri}{separator}"))
-            .unwrap_or_else(|| panic!("{location} is not a redirect to {redirect_uri}"));
-        form_urlencoded::parse(query.as_bytes())
-            .into_owned()
-            .collect()
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or(Value::Null)
-    }
-}
-
-/// A verifier and its S256 challenge.
-fn pkce_pair() -> (String, String) {
-    let verifier = authserver::secrets::random_token();
-    let challenge = pkce::s256(&verifier);
-    (verifier, challenge)
-}
-
-fn unescape(html: &str) -> String {
-    html.replace("&#x2f;", "/")
-        .replace("&#x27;", "'")
-        .replace("&#39;", "'")
-        .replace("&quot;", "\"")
-        .replace("&#34;", "\"")
-        .replace("&lt;", "<")
-        .replace("&#60;", "<")
-        .replace("&#62;", ">")
-        .replace("&#38;", "&")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&")
-}
-
-/// The hidden inputs of the form with `id`, in order.
-fn hidden_fields(body: &str, form_id: &str) -> Vec<(String, String)> {
-    let start = body
-        .find(&format!("id=\"{form_id}\""))
-        .unwrap_or_else(|| panic!("no form {form_id} in {body}"));
-    let form = &body[start..start + body[start..].find("</form>").unwrap()];
-    form.split("<input type=\"hidden\" ")
-        .skip(1)
-        .map(|input| {
-            let name = input
-                .split("name=\"")
-                .nth(1)
-                .unwrap()
-                .split('"')
-                .next()
-                .unwrap();
-            let value = input
-                .split("value=\"")
-                .nth(1)
-                .unwrap()
-                .split('"')
-                .next()
-                .unwrap();
-            (unescape(name), unescape(value))
-        })
-        .collect()
-}
-
-impl Fixture {
-    async fn start(store: Store, tweak: impl FnOnce(&mut Settings)) -> Fixture {
-        let mut settings = Settings::for_tests("unused");
-        tweak(&mut settings);
-        let issuer = settings.issuer.clone();
-        let user = NewUser {
-            username: "alice".into(),
-            password: Some(PASSWORD.into()),
-            is_active: true,
-            ..Default::default()
-        };
-        store.create_user(&user).await.unwrap();
-        let server =
-            testing::spawn_server(store.clone(), settings, "127.0.0.1:0".parse().unwrap()).await;
-        Fixture {
-            server,
-            store,
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
-            issuer,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.server.base_url)
-    }
-
-    async fn client(
-        &self,
-        client_type: ClientType,
-        pkce_required: bool,
-        allowed_scopes: &[&str],
-    ) -> Client {
-        self.client_with(client_type, pkce_required, allowed_scopes, None)
-            .await
-    }
-
-    async fn client_with(
-        &self,
-        client_type: ClientType,
-        pkce_required: bool,
-        allowed_scopes: &[&str],
-        token_format: Option<AccessTokenFormat>,
-    ) -> Client {
-        let input = ApplicationInput {
-            name: format!("Photo <Printer> {}", client_type.as_str()),
-            client_type,
-            grant_type: GrantType::AuthorizationCode,
-            redirect_uris: format!("{REDIRECT} {OTHER_REDIRECT}"),
-            allowed_scopes: allowed_scopes.iter().map(|s| s.to_string()).collect(),
-            may_introspect: false,
-            pkce_required,
-            token_format,
-        };
-        let (app, secret) = self
-            .store
-            .create_application(&input, None, None, None)
-            .await
-            .unwrap();
-        Client {
-            id: app.client_id,
-            secret,
-            app_id: app.id,
-        }
-    }
-
-    async fn send(&self, request: reqwest::RequestBuilder, cookie: Option<&str>) -> Reply {
-        let request = match cookie {
-            Some(cookie) => request.header(header::COOKIE, cookie),
-            None => request,
-        };
-        let response = request.send().await.unwrap();
-        Reply {
-            status: response.status(),
-            headers: response.headers().clone(),
-            body: response.text().await.unwrap(),
-        }
-    }
-
-    async fn get(&self, path_and_query: &str, cookie: Option<&str>) -> Reply {
-        self.send(self.http.get(self.url(path_and_query)), cookie)
-            .await
-    }
-
-    async fn post(&self, path: &str, cookie: Option<&str>, form: &[(String, String)]) -> Reply {
-        self.send(self.http.post(self.url(path)).form(form), cookie)
-            .await
-    }
-
-    /// Signs `username` in through the sign-in form; the session cookie.
-    async fn sign_in(&self, username: &str, password: &str, next: &str) -> (String, Reply) {
-        let page = self.get("/accounts/login/", None).await;
-        let csrf_cookie = page
-            .headers
-            .get_all(header::SET_COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .find(|v| v.starts_with("tokengate_csrf="))
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_owned();
-        let token = page
-            .body
-            .split("name=\"csrf_token\" value=\"")
-            .nth(1)
-            .unwrap()
-            .split('"')
-            .next()
-            .unwrap()
-            .to_owned();
-        let form = [
-            ("csrf_token", token.as_str()),
-            ("username", username),
-            ("password", password),
-            ("next", next),
-        ]
-        .map(|(k, v)| (k.to_owned(), v.to_owned()));
-        let reply = self
-            .post("/accounts/login/", Some(&csrf_cookie), &form)
-            .await;
-        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
-        let session = reply
-            .headers
-            .get_all(header::SET_COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .find(|v| v.starts_with("tokengate_session="))
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_owned();
-        (session, reply)
-    }
-
-    async fn alice(&self) -> String {
-        self.sign_in("alice", PASSWORD, "").await.0
-    }
-
-    /// `/o/authorize/?…` with these parameters (None values left out).
-    fn authorize_path(pairs: &[(&str, Option<&str>)]) -> String {
-        let mut query = form_urlencoded::Serializer::new(String::new());
-        for (name, value) in pairs {
-            if let Some(value) = value {
-                query.append_pair(name, value);
-            }
-        }
-        format!("/o/authorize/?{}", query.finish())
-    }
-
-    /// A well-formed authorization request of `client` for `scope`.
-    fn request(client: &Client, scope: &str, state: &str, challenge: Option<&str>) -> String {
-        Fixture::authorize_path(&[
-            ("response_type", Some("code")),
-            ("client_id", Some(&client.id)),
-            ("redirect_uri", Some(REDIRECT)),
-            ("scope", Some(scope)),
-            ("state", Some(state)),
-            ("code_challenge", challenge),
-            ("code_challenge_method", challenge.map(|_| "S256")),
-        ])
-    }
-
-    /// Authorizes as the session `cookie`: through the consent page (allowing) when shown.
-    /// The code.
-    async fn code(
-        &self,
-        cookie: &str,
-        client: &Client,
-        scope: &str,
-        challenge: Option<&str>,
-    ) -> String {
-        let page = self
-            .get(
-                &Fixture::request(client, scope, "st", challenge),
-                Some(cookie),
-            )
-            .await;
-        let reply = if page.status == StatusCode::OK {
-            self.decide(cookie, &page, "allow").await
-        } else {
-            page
-        };
-        let answer = reply.redirected_to(REDIRECT);
-        assert_eq!(answer.get("state").map(String::as_str), Some("st"));
-        assert_eq!(answer.get("iss"), Some(&self.issuer));
-        answer
-            .get("code")
-            .cloned()
-            .unwrap_or_else(|| panic!("{answer:?}"))
-    }
-
-    /// Posts the consent form of `page` with `decision`.
-    async fn decide(&self, cookie: &str, page: &Reply, decision: &str) -> Reply {
-        let mut fields = hidden_fields(&page.body, "consent");
-        fields.push(("decision".into(), decision.into()));
-        self.post("/o/authorize/", Some(cookie), &fields).await
-    }
-
-    /// `POST /o/token/` for `client` (Basic for a confidential client, `client_id` for a
-    /// public one) with `form`.
-    async fn token(&self, client: &Client, form: &[(&str, &str)]) -> Reply {
-        let mut pairs: Vec<(String, String)> = form
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let request = self.http.post(self.url("/o/token/"));
-        let request = match &client.secret {
-            Some(secret) => request.basic_auth(&client.id, Some(secret)),
-            None => {
-                pairs.push(("client_id".into(), client.id.clone()));
-                request
-            }
-        };
-        self.send(request.form(&pairs), None).await
-    }
-
-    async fn exchange(&self, client: &Client, code: &str, verifier: Option<&str>) -> Reply {
-        let mut form = vec![
-            ("grant_type", "authorization_code"),
-            ("code", code),
-            ("redirect_uri", REDIRECT),
-        ];
-        if let Some(verifier) = verifier {
-            form.push(("code_verifier", verifier));
-        }
-        self.token(client, &form).await
-    }
-
-    async fn active(&self, token: &str) -> bool {
-        self.store
-            .find_token(token)
-            .await
-            .unwrap()
-            .is_some_and(|r| r.is_active())
-    }
-}
+use support::code_flow::*;
 
 /// Parameters to replace (None: leave out) in a well-formed authorization request.
 type Changes = Vec<(&'static str, Option<&'static str>)>;
@@ -387,8 +46,11 @@ async fn a_user_authorizes_and_the_client_exchanges_the_code() {
             let client = f.client(client_type, true, &[]).await;
             let (verifier, challenge) = pkce_pair();
             let page = f
-                .get(
-                    &Fixture::request(&client, "read write", "xyz", Some(&challenge)),
+                .ask(
+                    &client,
+                    "read write",
+                    "xyz",
+                    Some(&challenge),
                     Some(&cookie),
                 )
                 .await;
@@ -424,13 +86,7 @@ async fn a_user_authorizes_and_the_client_exchanges_the_code() {
             }
             assert!(!fields["csrfmiddlewaretoken"].is_empty());
             // The consent form may lead to the client: its origin is in form-action.
-            let csp = page.headers[header::CONTENT_SECURITY_POLICY]
-                .to_str()
-                .unwrap();
-            assert!(
-                csp.contains("form-action 'self' https://client.example;"),
-                "{csp}"
-            );
+            assert_form_action_allows_the_client(&page);
 
             let answer = f
                 .decide(&cookie, &page, "allow")
@@ -651,10 +307,7 @@ async fn other_authorization_errors_are_redirected_with_state() {
             app_id: app.id,
         };
         let answer = f
-            .get(
-                &Fixture::request(&other, "read", "s", Some(&challenge)),
-                Some(&cookie),
-            )
+            .ask(&other, "read", "s", Some(&challenge), Some(&cookie))
             .await
             .redirected_to(REDIRECT);
         assert_eq!(answer["error"], "unauthorized_client");
@@ -682,13 +335,7 @@ async fn sign_in_comes_back_to_the_authorization_request() {
     assert_eq!(next, request);
     // The sign-in page may end in a redirect to the client: form-action allows its origin.
     let page = f.get(login, None).await;
-    let csp = page.headers[header::CONTENT_SECURITY_POLICY]
-        .to_str()
-        .unwrap();
-    assert!(
-        csp.contains("form-action 'self' https://client.example;"),
-        "{csp}"
-    );
+    assert_form_action_allows_the_client(&page);
     let (cookie, signed_in) = f.sign_in("alice", PASSWORD, &next).await;
     assert_eq!(signed_in.location(), request);
     assert_eq!(f.get(&request, Some(&cookie)).await.status, StatusCode::OK);
@@ -726,10 +373,7 @@ async fn consent_and_revocation_posts_need_their_csrf_token() {
         let cookie = f.alice().await;
         let (_, challenge) = pkce_pair();
         let page = f
-            .get(
-                &Fixture::request(&client, "read", "s", Some(&challenge)),
-                Some(&cookie),
-            )
+            .ask(&client, "read", "s", Some(&challenge), Some(&cookie))
             .await;
         let fields = hidden_fields(&page.body, "consent");
         let mut forged: Vec<(String, String)> = fields
@@ -750,15 +394,10 @@ async fn consent_and_revocation_posts_need_their_csrf_token() {
             StatusCode::FORBIDDEN
         );
         // Nothing was remembered or issued.
-        let alice = f
-            .store
-            .find_user_by_username("alice")
-            .await
-            .unwrap()
-            .unwrap();
+        let alice = f.user_id("alice").await;
         assert!(
             f.store
-                .consent(alice.id, client.app_id)
+                .consent(alice, client.app_id)
                 .await
                 .unwrap()
                 .is_none()
@@ -809,28 +448,14 @@ async fn bad_exchanges_are_invalid_grant() {
         let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
         assert_invalid_grant(&f.exchange(&client, &code, None).await, "no verifier");
 
-        let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
-        assert_invalid_grant(
-            &f.exchange(&other, &code, Some(&verifier)).await,
-            "other client",
-        );
-        let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
-        assert_invalid_grant(
-            &f.exchange(&public, &code, Some(&verifier)).await,
-            "public client",
-        );
+        for (someone, what) in [(&other, "other client"), (&public, "public client")] {
+            let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
+            assert_invalid_grant(&f.exchange(someone, &code, Some(&verifier)).await, what);
+        }
 
         let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
         let reply = f
-            .token(
-                &client,
-                &[
-                    ("grant_type", "authorization_code"),
-                    ("code", &code),
-                    ("redirect_uri", OTHER_REDIRECT),
-                    ("code_verifier", &verifier),
-                ],
-            )
+            .exchange_to(&client, &code, Some(OTHER_REDIRECT), Some(&verifier))
             .await;
         assert_invalid_grant(&reply, "another registered redirect_uri");
 
@@ -840,16 +465,7 @@ async fn bad_exchanges_are_invalid_grant() {
         );
         // Without redirect_uri: invalid_request.
         let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
-        let reply = f
-            .token(
-                &client,
-                &[
-                    ("grant_type", "authorization_code"),
-                    ("code", &code),
-                    ("code_verifier", &verifier),
-                ],
-            )
-            .await;
+        let reply = f.exchange_to(&client, &code, None, Some(&verifier)).await;
         assert_eq!(reply.json()["error"], "invalid_request");
         // A client of another grant: unauthorized_client.
         let (pw_id, pw_secret) = testing::application(&f.store, GrantType::Password, false).await;
@@ -997,18 +613,18 @@ async fn consent_is_remembered_for_the_same_or_fewer_scopes() {
             .await;
         for fewer in ["read", "write read", "read write"] {
             let reply = f
-                .get(
-                    &Fixture::request(&client, fewer, "s2", Some(&challenge)),
-                    Some(&cookie),
-                )
+                .ask(&client, fewer, "s2", Some(&challenge), Some(&cookie))
                 .await;
             let answer = reply.redirected_to(REDIRECT);
             assert!(answer.contains_key("code"), "{fewer}");
             assert_eq!(answer["state"], "s2");
         }
         let wider = f
-            .get(
-                &Fixture::request(&client, "read groups", "s3", Some(&challenge)),
+            .ask(
+                &client,
+                "read groups",
+                "s3",
+                Some(&challenge),
                 Some(&cookie),
             )
             .await;
@@ -1020,8 +636,11 @@ async fn consent_is_remembered_for_the_same_or_fewer_scopes() {
             .redirected_to(REDIRECT);
         // Now all three are remembered.
         let reply = f
-            .get(
-                &Fixture::request(&client, "groups write", "s4", Some(&challenge)),
+            .ask(
+                &client,
+                "groups write",
+                "s4",
+                Some(&challenge),
                 Some(&cookie),
             )
             .await;
@@ -1030,10 +649,7 @@ async fn consent_is_remembered_for_the_same_or_fewer_scopes() {
         testing::user(&f.store, "bob", "builder-pass").await;
         let (bob, _) = f.sign_in("bob", "builder-pass", "").await;
         let reply = f
-            .get(
-                &Fixture::request(&client, "read", "s5", Some(&challenge)),
-                Some(&bob),
-            )
+            .ask(&client, "read", "s5", Some(&challenge), Some(&bob))
             .await;
         assert_eq!(reply.status, StatusCode::OK);
     }
@@ -1076,15 +692,7 @@ async fn revoking_an_authorized_application_kills_its_tokens() {
             "{}",
             page.body
         );
-        let csrf = page
-            .body
-            .split("name=\"csrfmiddlewaretoken\" value=\"")
-            .nth(1)
-            .unwrap()
-            .split('"')
-            .next()
-            .unwrap()
-            .to_owned();
+        let csrf = input_value(&page.body, "csrfmiddlewaretoken");
         let reply = f
             .post(
                 &revoke,
@@ -1117,10 +725,7 @@ async fn revoking_an_authorized_application_kills_its_tokens() {
         assert!(!after.body.contains(&revoke));
         // The consent is gone: the page is shown again.
         let again = f
-            .get(
-                &Fixture::request(&client, "read", "s", Some(&challenge)),
-                Some(&cookie),
-            )
+            .ask(&client, "read", "s", Some(&challenge), Some(&cookie))
             .await;
         assert_eq!(again.status, StatusCode::OK);
     }
@@ -1167,7 +772,7 @@ async fn a_confidential_client_may_opt_out_of_pkce() {
         // A public client registered with pkce_required false must still send it.
         let public = f.client(ClientType::Public, false, &[]).await;
         let answer = f
-            .get(&Fixture::request(&public, "read", "s", None), Some(&cookie))
+            .ask(&public, "read", "s", None, Some(&cookie))
             .await
             .redirected_to(REDIRECT);
         assert_eq!(answer["error"], "invalid_request");
@@ -1237,15 +842,10 @@ async fn operator_views_are_staff_only() {
     assert_eq!(own.status, StatusCode::OK);
     assert!(!own.body.contains("href=\"/o/applications/\">Applications"));
     // A deactivated user's session ends.
-    let alice = f
-        .store
-        .find_user_by_username("alice")
-        .await
-        .unwrap()
-        .unwrap();
+    let alice = f.user_id("alice").await;
     f.store
         .update_user(
-            alice.id,
+            alice,
             &authserver::store::UserUpdate {
                 is_active: Some(false),
                 ..Default::default()
@@ -1343,26 +943,6 @@ async fn each_application_has_its_token_format() {
     }
 }
 
-impl Fixture {
-    /// A server on a store that has its user already.
-    async fn start_again(store: Store, tweak: impl FnOnce(&mut Settings)) -> Fixture {
-        let mut settings = Settings::for_tests("unused");
-        tweak(&mut settings);
-        let issuer = settings.issuer.clone();
-        let server =
-            testing::spawn_server(store.clone(), settings, "127.0.0.1:0".parse().unwrap()).await;
-        Fixture {
-            server,
-            store,
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
-            issuer,
-        }
-    }
-}
-
 /// The application views take the redirect URIs (one per line, refused with the field's
 /// message when not https or loopback http, or with a fragment), the PKCE opt-out and the
 /// token format; a JWT application gets its signing key at registration.
@@ -1385,15 +965,7 @@ async fn the_views_register_redirect_uris_pkce_and_token_format() {
             page.body
                 .contains("<select id=\"token_format\" name=\"token_format\"")
         );
-        let csrf = page
-            .body
-            .split("name=\"csrf_token\" value=\"")
-            .nth(1)
-            .unwrap()
-            .split('"')
-            .next()
-            .unwrap()
-            .to_owned();
+        let csrf = csrf_token(&page.body);
         let form = |uris: &str, client_type: &str| -> Vec<(String, String)> {
             [
                 ("csrf_token", csrf.as_str()),

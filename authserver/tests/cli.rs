@@ -323,23 +323,17 @@ fn check_config_takes_a_file_as_the_proxy_does() {
     // A subcommand after the bare flag is the subcommand, not the FILE: the file of --config
     // (global, so also after it) is checked, and nothing is served.
     for subcommand in ["serve", "cleartokens"] {
-        let out = command(&[
-            "--check-config",
-            subcommand,
-            "--config",
-            bad.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-        refused(&out, &bad.display().to_string());
-        let out = command(&[
-            "--check-config",
-            subcommand,
-            "--config",
-            good.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+        let check = |file: &std::path::Path| {
+            let args = [
+                "--check-config",
+                subcommand,
+                "--config",
+                file.to_str().unwrap(),
+            ];
+            command(&args).output().unwrap()
+        };
+        refused(&check(&bad), &bad.display().to_string());
+        let out = check(&good);
         ok(&out);
         assert!(stdout(&out).starts_with(&format!("{}: OK", good.display())));
     }

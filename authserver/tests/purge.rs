@@ -10,7 +10,7 @@ use authserver::config::Settings;
 use authserver::jwt::keys;
 use authserver::store::purge::TOKEN_GRACE;
 use authserver::store::{
-    CodeOutcome, GrantType, NewCode, NewTokens, NewUser, RefreshOutcome, Store, now,
+    CodeOutcome, GrantType, IssuedTokens, NewCode, NewTokens, NewUser, RefreshOutcome, Store, now,
 };
 use authserver::testing;
 use std::process::Command;
@@ -33,6 +33,20 @@ async fn user_and_application(store: &Store, username: &str) -> (i64, i64) {
         .unwrap()
         .unwrap();
     (user.id, app.id)
+}
+
+/// [`tokens`], issued.
+async fn issue(
+    store: &Store,
+    app: i64,
+    user: i64,
+    access: i64,
+    refresh: Option<i64>,
+) -> IssuedTokens {
+    store
+        .issue_tokens(&tokens(app, user, access, refresh))
+        .await
+        .unwrap()
 }
 
 /// Tokens living `access` seconds (negative: expired that long ago), with a refresh token living
@@ -60,6 +74,11 @@ async fn family_of(store: &Store, token: &str) -> String {
 }
 
 /// Moves a revoked family's revocation back past the grace.
+/// Whether the stored `token` exists and is active.
+async fn is_active(store: &Store, token: &str) -> bool {
+    store.find_token(token).await.unwrap().unwrap().is_active()
+}
+
 async fn revoked_long_ago(store: &Store, family: &str) {
     sqlx::query("UPDATE revoked_families SET revoked_at = $1 WHERE family = $2")
         .bind(now() - 2 * TOKEN_GRACE)
@@ -103,38 +122,20 @@ async fn the_purge_deletes_what_expired_and_keeps_what_checks_need() {
         let long_ago = -(TOKEN_GRACE + 60);
 
         // Must go: three tokens expired beyond the grace (one with its refresh token).
-        let dead = store
-            .issue_tokens(&tokens(app, user, long_ago, Some(long_ago)))
-            .await
-            .unwrap();
-        let dead_alone = store
-            .issue_tokens(&tokens(app, user, long_ago, None))
-            .await
-            .unwrap();
+        let dead = issue(&store, app, user, long_ago, Some(long_ago)).await;
+        let dead_alone = issue(&store, app, user, long_ago, None).await;
         // Must go: a revoked family none of whose tokens is left once they are purged.
-        let revoked_dead = store
-            .issue_tokens(&tokens(app, user, long_ago, None))
-            .await
-            .unwrap();
+        let revoked_dead = issue(&store, app, user, long_ago, None).await;
         let revoked_dead_family = family_of(&store, &revoked_dead.access_token).await;
         assert!(store.revoke_family(&revoked_dead_family).await.unwrap());
         revoked_long_ago(&store, &revoked_dead_family).await;
 
         // Must stay: a live token; one expired within the grace.
-        let live = store
-            .issue_tokens(&tokens(app, user, 3600, None))
-            .await
-            .unwrap();
-        let just_expired = store
-            .issue_tokens(&tokens(app, user, -5, None))
-            .await
-            .unwrap();
+        let live = issue(&store, app, user, 3600, None).await;
+        let just_expired = issue(&store, app, user, -5, None).await;
         // Must stay: a rotated refresh token still inside its lifetime (its access token has
         // expired long ago), and the tokens it was rotated into.
-        let rotated = store
-            .issue_tokens(&tokens(app, user, long_ago, Some(3600)))
-            .await
-            .unwrap();
+        let rotated = issue(&store, app, user, long_ago, Some(3600)).await;
         let rotated_refresh = rotated.refresh_token.clone().unwrap();
         let RefreshOutcome::Claimed(claimed) = store
             .claim_refresh_token(&rotated_refresh, app)
@@ -152,10 +153,7 @@ async fn the_purge_deletes_what_expired_and_keeps_what_checks_need() {
             .unwrap();
         // Must stay: a revoked family with a token inside its lifetime (revoked only by the
         // family's row).
-        let revoked_live = store
-            .issue_tokens(&tokens(app, user, 3600, None))
-            .await
-            .unwrap();
+        let revoked_live = issue(&store, app, user, 3600, None).await;
         let revoked_live_family = family_of(&store, &revoked_live.access_token).await;
         assert!(store.revoke_family(&revoked_live_family).await.unwrap());
         revoked_long_ago(&store, &revoked_live_family).await;
@@ -319,10 +317,7 @@ async fn a_backlog_larger_than_a_batch_is_purged_in_several_batches() {
     for store in testing::all_stores().await {
         let backend = store.backend();
         let (user, app) = user_and_application(&store, "backlog").await;
-        let live = store
-            .issue_tokens(&tokens(app, user, 3600, Some(7200)))
-            .await
-            .unwrap();
+        let live = issue(&store, app, user, 3600, Some(7200)).await;
         let n = 2 * authserver::store::purge::PURGE_BATCH + 500;
         expired_backlog(&store, app, n).await;
         let purged = store.purge_expired().await.unwrap();
@@ -331,10 +326,7 @@ async fn a_backlog_larger_than_a_batch_is_purged_in_several_batches() {
         assert_eq!(purged.batches, 6, "{backend:?}: {purged:?}");
         assert_eq!(count(&store, "SELECT COUNT(*) FROM tokens").await, 2);
         for token in [&live.access_token, live.refresh_token.as_ref().unwrap()] {
-            assert!(
-                store.find_token(token).await.unwrap().unwrap().is_active(),
-                "{backend:?}"
-            );
+            assert!(is_active(&store, token).await, "{backend:?}");
         }
     }
 }
@@ -389,10 +381,7 @@ async fn cleartokens_purges_and_prints_the_counts() {
         let store = Store::connect(&db).await.unwrap();
         let backend = store.backend();
         let (user, app) = user_and_application(&store, "cli").await;
-        let live = store
-            .issue_tokens(&tokens(app, user, 3600, None))
-            .await
-            .unwrap();
+        let live = issue(&store, app, user, 3600, None).await;
         expired_backlog(&store, app, 3).await;
         store.create_session(user, -5).await.unwrap();
         let (expired, signing) =
@@ -405,14 +394,7 @@ async fn cleartokens_purges_and_prints_the_counts() {
         assert_eq!(printed["authorization_codes"], 0, "{backend:?}: {printed}");
         assert_eq!(printed["revoked_families"], 0, "{backend:?}: {printed}");
         assert_eq!(kids(&store).await, [signing], "{backend:?}: {expired} went");
-        assert!(
-            store
-                .find_token(&live.access_token)
-                .await
-                .unwrap()
-                .unwrap()
-                .is_active()
-        );
+        assert!(is_active(&store, &live.access_token).await);
 
         expired_backlog(&store, app, 2).await;
         assert_eq!(
@@ -429,10 +411,7 @@ async fn serve_purges_every_interval_and_logs_the_counts() {
     for store in testing::all_stores().await {
         let backend = store.backend();
         let (user, app) = user_and_application(&store, "serve").await;
-        let live = store
-            .issue_tokens(&tokens(app, user, 3600, None))
-            .await
-            .unwrap();
+        let live = issue(&store, app, user, 3600, None).await;
         let mut settings = Settings::for_tests("unused");
         settings.purge_interval = 1;
         let (expired, signing) = an_expired_and_a_signing_key(&store, &settings).await;
@@ -451,14 +430,7 @@ async fn serve_purges_every_interval_and_logs_the_counts() {
             }
         }
         assert_eq!(kids(&store).await, [signing], "{backend:?}: {expired} went");
-        assert!(
-            store
-                .find_token(&live.access_token)
-                .await
-                .unwrap()
-                .unwrap()
-                .is_active()
-        );
+        assert!(is_active(&store, &live.access_token).await);
         server.stop().await;
     }
     let logged = support::logged();

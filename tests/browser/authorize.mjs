@@ -11,19 +11,11 @@
 // Environment: BASE_URL, ISSUER, SCREENSHOT_DIR, CLIENT_ID, CLIENT_SECRET, APP_NAME, CLIENT_PORT, REDIRECT_URI,
 // RESOURCE_OWNER, RESOURCE_OWNER_PASSWORD (an active non-staff user), CHROMIUM.
 
-import { chromium } from "playwright-core";
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
-import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
 import { createServer } from "node:http";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`environment variable ${name} is not set`);
-  return value;
-};
+import { env, launchBrowser, prepareShots, runScenario, startWatchdog } from "./common.mjs";
 
 const base = env("BASE_URL");
 const issuer = env("ISSUER");
@@ -36,13 +28,9 @@ const clientPort = Number(env("CLIENT_PORT"));
 const redirectUri = env("REDIRECT_URI");
 const clientBase = `http://127.0.0.1:${clientPort}`;
 assert.equal(new URL(redirectUri).origin, clientBase, "REDIRECT_URI is served here");
-mkdirSync(shots, { recursive: true });
-rmSync(join(shots, "failure-authorize.png"), { force: true });
+prepareShots(shots, "authorize");
 
-const watchdog = setTimeout(() => {
-  console.error("browser scenario timed out");
-  process.exit(2);
-}, 120_000);
+const watchdog = startWatchdog();
 
 // ---- The test client ------------------------------------------------------------------------
 
@@ -136,22 +124,7 @@ await new Promise((resolve, reject) => {
 
 // ---- The browser ----------------------------------------------------------------------------
 
-const profile = mkdtempSync(join(tmpdir(), "tokengate-chromium-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1200, height: 800 },
-  args: [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
-context.setDefaultTimeout(15_000);
+const browser = await launchBrowser();
 
 const text = async (page, selector) => ((await page.locator(selector).textContent()) ?? "").trim();
 
@@ -270,22 +243,11 @@ async function authorize(page) {
   return { tokens: client.tokens.map((t) => t.access_token), refresh_tokens: client.tokens.map((t) => t.refresh_token) };
 }
 
-let failed = false;
-try {
-  const tab = context.pages()[0] ?? (await context.newPage());
-  try {
-    console.log(JSON.stringify(await authorize(tab)));
-  } catch (error) {
-    await tab.screenshot({ path: join(shots, "failure-authorize.png"), fullPage: true }).catch(() => {});
-    throw error;
-  }
-} catch (error) {
-  failed = true;
-  console.error(error);
-} finally {
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
-  server.close();
-  clearTimeout(watchdog);
-}
-process.exit(failed ? 1 : 0);
+await runScenario({
+  browser,
+  watchdog,
+  shots,
+  scenario: "authorize",
+  run: authorize,
+  cleanup: () => server.close(),
+});

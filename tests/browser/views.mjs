@@ -2,46 +2,19 @@
 // Started by authserver/tests/browser.rs, which runs the server and reads the last line printed
 // (a JSON summary). Usage: node views.mjs applications|admin, with the settings in the environment.
 
-import { chromium } from "playwright-core";
 import assert from "node:assert/strict";
-import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-
-const env = (name) => {
-  const value = process.env[name];
-  if (!value) throw new Error(`environment variable ${name} is not set`);
-  return value;
-};
+import { env, launchBrowser, prepareShots, runScenario, startWatchdog } from "./common.mjs";
 
 const scenario = process.argv[2];
 const base = env("BASE_URL");
 const shots = env("SCREENSHOT_DIR");
-mkdirSync(shots, { recursive: true });
-rmSync(join(shots, `failure-${scenario}.png`), { force: true });
+prepareShots(shots, scenario);
 
-// Never hang a test run: the whole scenario gets two minutes.
-const watchdog = setTimeout(() => {
-  console.error("browser scenario timed out");
-  process.exit(2);
-}, 120_000);
+const watchdog = startWatchdog();
 
-const profile = mkdtempSync(join(tmpdir(), "tokengate-chromium-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1200, height: 800 },
-  args: [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-  ],
-});
-context.setDefaultTimeout(15_000);
+const browser = await launchBrowser();
+const { context } = browser;
 
 async function token(clientId, secret, username, password) {
   const response = await fetch(`${base}/o/token/`, {
@@ -188,24 +161,9 @@ async function admin(page) {
   return { access_token: granted.body.access_token };
 }
 
-let failed = false;
-try {
-  const page = context.pages()[0] ?? (await context.newPage());
-  const run = { applications, admin }[scenario];
-  if (!run) throw new Error(`unknown scenario "${scenario}" (applications or admin)`);
-  try {
-    const summary = await run(page);
-    console.log(JSON.stringify(summary));
-  } catch (error) {
-    await page.screenshot({ path: join(shots, `failure-${scenario}.png`), fullPage: true }).catch(() => {});
-    throw error;
-  }
-} catch (error) {
-  failed = true;
-  console.error(error);
-} finally {
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
-  clearTimeout(watchdog);
-}
-process.exit(failed ? 1 : 0);
+const run = async (page) => {
+  const scenarioRun = { applications, admin }[scenario];
+  if (!scenarioRun) throw new Error(`unknown scenario "${scenario}" (applications or admin)`);
+  return scenarioRun(page);
+};
+await runScenario({ browser, watchdog, shots, scenario, run });

@@ -4,6 +4,8 @@
 // Each test binary compiles this module and uses part of it.
 #![allow(dead_code)]
 
+pub mod code_flow;
+
 use authserver::config::Settings;
 use authserver::store::{NewTokens, Store};
 use authserver::testing::{self, RunningServer};
