@@ -1,7 +1,6 @@
-//! The password-guessing throttle shared by sign-in and the password grant: failures count per
-//! username and client address, and per address, never per username alone (so one address
-//! cannot lock a user out everywhere). An attempt is written down as a failure before its
-//! password is hashed and taken back when it succeeds, so concurrent guesses count each other.
+//! The password-guessing throttle shared by operator sign-in and the password grant: failures
+//! count per username and client address, and per address, never per username alone (so one
+//! address cannot lock a user out everywhere).
 
 use crate::secrets;
 use crate::store::{Store, StoreResult};
@@ -15,18 +14,17 @@ pub const MAX_FAILURES_PER_ADDRESS: i64 = 20;
 /// Seconds a failure counts; also the `Retry-After` of a refusal.
 pub const FAILURE_WINDOW: i64 = 15 * 60;
 
-/// The failure buckets of one attempt, counted when it began (this attempt included).
+/// The failure buckets of one attempt, counted when it began.
 pub struct Throttle {
     /// The client's address as text, for log lines.
     pub client: String,
     /// `login:<digest of the lowercased username>@<address>`: the username is not stored as
     /// typed (people type their password into it).
     user_and_address: String,
-    /// Attempts under `user_and_address` and under `address` when this one began, itself
-    /// included.
+    /// `addr:<address>`.
+    address: String,
+    /// Failures under `user_and_address` and under `address` when the attempt began.
     counted: [i64; 2],
-    /// The rows that record this attempt as a failure until it succeeds.
-    reserved: Vec<i64>,
 }
 
 /// The bucket an address counts in: an IPv4 address alone, an IPv6 address by its /64 (one
@@ -39,9 +37,8 @@ fn client_bucket(ip: IpAddr) -> String {
 }
 
 impl Throttle {
-    /// Records the attempt of `username` from `address` and counts its buckets, before any
-    /// password hashing; a refused attempt is taken back at once (refusals do not extend the
-    /// lockout). Without a known address (the router driven without connect info) every client
+    /// Counts the buckets of `username` from `address` (one query), before any password
+    /// hashing. Without a known address (the router driven without connect info) every client
     /// counts as the one address `unknown`.
     pub async fn check(
         store: &Store,
@@ -53,40 +50,41 @@ impl Throttle {
             "login:{}@{client}",
             secrets::digest(&username.to_lowercase())
         );
-        let (reserved, counted) = store
-            .reserve_login_attempt(
-                [&user_and_address, &format!("addr:{client}")],
-                FAILURE_WINDOW,
-            )
+        let address = format!("addr:{client}");
+        let counted = store
+            .count_login_failures([&user_and_address, &address], FAILURE_WINDOW)
             .await?;
-        let throttle = Throttle {
+        Ok(Throttle {
             client,
             user_and_address,
+            address,
             counted,
-            reserved,
-        };
-        if throttle.refused() {
-            store.release_login_attempt(&throttle.reserved).await?;
-        }
-        Ok(throttle)
+        })
     }
 
-    /// Whether the attempt is refused without looking at the password: the failures before it,
-    /// and the attempts under way beside it, already fill a bucket.
+    /// Whether the attempt is refused without looking at the password.
     pub fn refused(&self) -> bool {
         let [user_and_address, address] = self.counted;
-        user_and_address > MAX_FAILURES_PER_USER_AND_ADDRESS || address > MAX_FAILURES_PER_ADDRESS
+        user_and_address >= MAX_FAILURES_PER_USER_AND_ADDRESS || address >= MAX_FAILURES_PER_ADDRESS
     }
 
-    /// Takes the attempt back and clears this username's count from this address, if it had
-    /// any (most sign-ins delete only their own rows); the address count stays, or one valid
-    /// account would let an attacker reset it between guesses.
+    pub async fn failed(&self, store: &Store) -> StoreResult<()> {
+        store
+            .record_login_failure(
+                &[self.user_and_address.clone(), self.address.clone()],
+                FAILURE_WINDOW,
+            )
+            .await
+    }
+
+    /// Clears this username's count from this address, if it had any (most sign-ins write
+    /// nothing); the address count stays, or one valid account would let an attacker reset it
+    /// between guesses.
     pub async fn succeeded(&self, store: &Store) -> StoreResult<()> {
-        store.release_login_attempt(&self.reserved).await?;
-        if self.counted[0] > 1 {
-            store.clear_login_failures(&self.user_and_address).await?;
+        if self.counted[0] == 0 {
+            return Ok(());
         }
-        Ok(())
+        store.clear_login_failures(&self.user_and_address).await
     }
 }
 
@@ -94,16 +92,12 @@ impl Throttle {
 mod tests {
     use super::*;
 
-    /// Whether `username` from `address` may try now (the probe is taken back).
+    /// Whether `username` from `address` may try now.
     async fn allowed(store: &Store, username: &str, address: IpAddr) -> bool {
-        let attempt = Throttle::check(store, username, Some(address))
+        !Throttle::check(store, username, Some(address))
             .await
-            .unwrap();
-        store
-            .release_login_attempt(&attempt.reserved)
-            .await
-            .unwrap();
-        !attempt.refused()
+            .unwrap()
+            .refused()
     }
 
     /// Failures stored under `bucket`.
@@ -122,10 +116,8 @@ mod tests {
         let b: IpAddr = "192.0.2.2".parse().unwrap();
         for _ in 0..MAX_FAILURES_PER_USER_AND_ADDRESS {
             let alice_from_a = Throttle::check(&store, "Alice", Some(a)).await.unwrap();
-            assert!(
-                !alice_from_a.refused(),
-                "a failure is what stays of an attempt"
-            );
+            assert!(!alice_from_a.refused());
+            alice_from_a.failed(&store).await.unwrap();
         }
         assert!(!allowed(&store, "alice", a).await);
         assert!(allowed(&store, "alice", b).await);
@@ -142,11 +134,17 @@ mod tests {
                 .await
                 .unwrap();
             assert!(!other.refused());
+            other.failed(&store).await.unwrap();
         }
         assert!(!allowed(&store, "carol", a).await);
         assert!(allowed(&store, "carol", b).await);
         // Success clears the username's count from that address, not the address's.
-        Throttle::check(&store, "alice", Some(b)).await.unwrap();
+        Throttle::check(&store, "alice", Some(b))
+            .await
+            .unwrap()
+            .failed(&store)
+            .await
+            .unwrap();
         let alice_from_b = Throttle::check(&store, "alice", Some(b)).await.unwrap();
         alice_from_b.succeeded(&store).await.unwrap();
         assert_eq!(stored(&store, &alice_from_b.user_and_address).await, 0);
@@ -165,34 +163,12 @@ mod tests {
             let ip: IpAddr = format!("2001:db8:1:2::{:x}", i + 1).parse().unwrap();
             let attempt = Throttle::check(&store, "alice", Some(ip)).await.unwrap();
             assert!(!attempt.refused());
+            attempt.failed(&store).await.unwrap();
         }
         let fresh: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
         assert!(!allowed(&store, "alice", fresh).await, "same /64: refused");
         let elsewhere: IpAddr = "2001:db8:1:3::1".parse().unwrap();
         assert!(allowed(&store, "alice", elsewhere).await, "another /64");
         assert_eq!(stored(&store, "addr:2001:db8:1:2::/64").await, 5);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_guesses_count_each_other() {
-        for store in crate::testing::all_stores().await {
-            let address: IpAddr = "198.51.100.7".parse().unwrap();
-            let user = format!("burst-{}", secrets::random_client_id());
-            let attempts = (0..40).map(|_| {
-                let (store, user) = (store.clone(), user.clone());
-                tokio::spawn(async move { Throttle::check(&store, &user, Some(address)).await })
-            });
-            let mut let_through = 0;
-            for attempt in attempts {
-                if !attempt.await.unwrap().unwrap().refused() {
-                    let_through += 1;
-                }
-            }
-            assert_eq!(
-                let_through, MAX_FAILURES_PER_USER_AND_ADDRESS,
-                "40 simultaneous guesses: only the limit's worth reach a password check"
-            );
-            assert!(!allowed(&store, &user, address).await);
-        }
     }
 }

@@ -133,7 +133,7 @@ async fn password_grant(
         return Err(OAuthError::Throttled);
     }
     let Some(user) = state.store.authenticate_user(username, password).await? else {
-        // The attempt's reservation stays as its failure.
+        throttle.failed(&state.store).await?;
         return Err(OAuthError::InvalidGrant("Invalid credentials given."));
     };
     throttle.succeeded(&state.store).await?;

@@ -87,46 +87,19 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// Records one attempt under each bucket (see [`crate::throttle`]), counted as a failure
-    /// until [`Store::release_login_attempt`] takes it back, and forgets failures older than
-    /// `window` seconds. Returns the rows written, and each bucket's count in the window with
-    /// this attempt included: the count follows the write, so of concurrent attempts each sees
-    /// every one written before it and no burst of guesses gets past a limit.
-    pub async fn reserve_login_attempt(
-        &self,
-        buckets: [&str; 2],
-        window: i64,
-    ) -> StoreResult<(Vec<i64>, [i64; 2])> {
+    /// Records one failed sign-in under each bucket (see [`crate::throttle`]) and
+    /// forgets failures older than `window` seconds.
+    pub async fn record_login_failure(&self, buckets: &[String], window: i64) -> StoreResult<()> {
         let now = now();
-        let mut ids = Vec::with_capacity(buckets.len());
-        {
-            let _exclusive = self.exclusive().await?;
-            sqlx::query("DELETE FROM login_failures WHERE failed_at <= $1")
-                .bind(now - window)
-                .execute(&self.writer)
-                .await?;
-            for bucket in buckets {
-                let id: i64 = sqlx::query_scalar(
-                    "INSERT INTO login_failures (bucket, failed_at) VALUES ($1, $2) RETURNING id",
-                )
+        let _exclusive = self.exclusive().await?;
+        sqlx::query("DELETE FROM login_failures WHERE failed_at <= $1")
+            .bind(now - window)
+            .execute(&self.writer)
+            .await?;
+        for bucket in buckets {
+            sqlx::query("INSERT INTO login_failures (bucket, failed_at) VALUES ($1, $2)")
                 .bind(bucket)
                 .bind(now)
-                .fetch_one(&self.writer)
-                .await?;
-                ids.push(id);
-            }
-        }
-        let counted = self.count_login_failures(buckets, window).await?;
-        Ok((ids, counted))
-    }
-
-    /// Takes back the rows of [`Store::reserve_login_attempt`] (the attempt succeeded, or was
-    /// refused without a password check).
-    pub async fn release_login_attempt(&self, ids: &[i64]) -> StoreResult<()> {
-        let _exclusive = self.exclusive().await?;
-        for id in ids {
-            sqlx::query("DELETE FROM login_failures WHERE id = $1")
-                .bind(id)
                 .execute(&self.writer)
                 .await?;
         }
@@ -210,14 +183,15 @@ mod tests {
             );
 
             let bucket = format!("user:{name}");
-            let address = format!("addr:{name}");
-            let both = [bucket.as_str(), address.as_str()];
-            let (first, counted) = store.reserve_login_attempt(both, 900).await.unwrap();
-            assert_eq!(counted, [1, 1], "the reservation counts itself");
-            let (second, counted) = store.reserve_login_attempt(both, 900).await.unwrap();
-            assert_eq!(counted, [2, 2]);
-            store.release_login_attempt(&second[1..]).await.unwrap();
-            assert_eq!(first.len(), 2);
+            store
+                .record_login_failure(&[bucket.clone(), format!("addr:{name}")], 900)
+                .await
+                .unwrap();
+            store
+                .record_login_failure(std::slice::from_ref(&bucket), 900)
+                .await
+                .unwrap();
+            let both = [bucket.as_str(), &format!("addr:{name}")];
             assert_eq!(store.count_login_failures(both, 900).await.unwrap(), [2, 1]);
             store.clear_login_failures(&bucket).await.unwrap();
             assert_eq!(store.count_login_failures(both, 900).await.unwrap(), [0, 1]);

@@ -130,9 +130,9 @@ async fn login(
         .await?
         .filter(may_sign_in);
     let Some(user) = user else {
-        // The attempt's reservation stays as its failure. The username is not logged: people
-        // type their password into it.
+        // The username is not logged: people type their password into it.
         tracing::info!(address = %throttle.client, "sign-in failed");
+        throttle.failed(&state.store).await?;
         return Ok(refuse(StatusCode::BAD_REQUEST, BAD_CREDENTIALS).await);
     };
 
