@@ -1,10 +1,14 @@
-//! The password-guessing throttle shared by operator sign-in and the password grant: failures
-//! count per username and client address, and per address, never per username alone (so one
-//! address cannot lock a user out everywhere).
+//! The password-guessing throttle shared by sign-in and the password grant: failures count per
+//! username and client address, and per address, never per username alone (so one address
+//! cannot lock a user out everywhere). Attempts under way are bounded per bucket, so a burst of
+//! concurrent guesses cannot all pass one count.
 
 use crate::secrets;
 use crate::store::{Store, StoreResult};
+use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::{Arc, LazyLock, Mutex};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Failures allowed for one username from one address within [`FAILURE_WINDOW`].
 pub const MAX_FAILURES_PER_USER_AND_ADDRESS: i64 = 5;
@@ -13,6 +17,12 @@ pub const MAX_FAILURES_PER_USER_AND_ADDRESS: i64 = 5;
 pub const MAX_FAILURES_PER_ADDRESS: i64 = 20;
 /// Seconds a failure counts; also the `Retry-After` of a refusal.
 pub const FAILURE_WINDOW: i64 = 15 * 60;
+/// Attempts under way at once in this process for one username from one address, and for one
+/// address: more wait their turn (not refused: a client may well send its requests in
+/// parallel). Each is counted before its password is checked, so a burst gets at most this
+/// many less one guesses past a limit per process; two keep both cores hashing.
+const UNDER_WAY_PER_USER_AND_ADDRESS: usize = 2;
+const UNDER_WAY_PER_ADDRESS: usize = 4;
 
 /// The failure buckets of one attempt, counted when it began.
 pub struct Throttle {
@@ -25,6 +35,51 @@ pub struct Throttle {
     address: String,
     /// Failures under `user_and_address` and under `address` when the attempt began.
     counted: [i64; 2],
+    /// This attempt's places among those under way, held until it is dropped.
+    _under_way: [UnderWay; 2],
+}
+
+/// A place among the attempts under way on one bucket in this process.
+struct UnderWay {
+    bucket: String,
+    semaphore: Arc<Semaphore>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+/// The buckets with attempts under way (or waiting), each with its semaphore.
+static BUCKETS_UNDER_WAY: LazyLock<Mutex<HashMap<String, Arc<Semaphore>>>> =
+    LazyLock::new(Default::default);
+
+impl UnderWay {
+    /// Waits for a place on `bucket`, where at most `places` attempts are under way at once.
+    async fn enter(bucket: &str, places: usize) -> UnderWay {
+        let semaphore = BUCKETS_UNDER_WAY
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .entry(bucket.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(places)))
+            .clone();
+        let permit = semaphore.clone().acquire_owned().await.ok();
+        UnderWay {
+            bucket: bucket.to_owned(),
+            semaphore,
+            permit,
+        }
+    }
+}
+
+impl Drop for UnderWay {
+    /// Leaves the place, and forgets the bucket when nobody else is under way or waiting on it
+    /// (every holder of its semaphore clones it under the map's lock).
+    fn drop(&mut self) {
+        self.permit.take();
+        let mut buckets = BUCKETS_UNDER_WAY
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if Arc::strong_count(&self.semaphore) == 2 {
+            buckets.remove(&self.bucket);
+        }
+    }
 }
 
 /// The bucket an address counts in: an IPv4 address alone, an IPv6 address by its /64 (one
@@ -37,9 +92,10 @@ fn client_bucket(ip: IpAddr) -> String {
 }
 
 impl Throttle {
-    /// Counts the buckets of `username` from `address` (one query), before any password
-    /// hashing. Without a known address (the router driven without connect info) every client
-    /// counts as the one address `unknown`.
+    /// Waits for a place among the attempts under way on both buckets, then counts the buckets
+    /// of `username` from `address` (one query), before any password hashing. Without a known
+    /// address (the router driven without connect info) every client counts as the one address
+    /// `unknown`.
     pub async fn check(
         store: &Store,
         username: &str,
@@ -51,6 +107,11 @@ impl Throttle {
             secrets::digest(&username.to_lowercase())
         );
         let address = format!("addr:{client}");
+        // Always the address first: one order, so two attempts never wait on each other.
+        let under_way = [
+            UnderWay::enter(&address, UNDER_WAY_PER_ADDRESS).await,
+            UnderWay::enter(&user_and_address, UNDER_WAY_PER_USER_AND_ADDRESS).await,
+        ];
         let counted = store
             .count_login_failures([&user_and_address, &address], FAILURE_WINDOW)
             .await?;
@@ -59,6 +120,7 @@ impl Throttle {
             user_and_address,
             address,
             counted,
+            _under_way: under_way,
         })
     }
 
@@ -170,5 +232,52 @@ mod tests {
         let elsewhere: IpAddr = "2001:db8:1:3::1".parse().unwrap();
         assert!(allowed(&store, "alice", elsewhere).await, "another /64");
         assert_eq!(stored(&store, "addr:2001:db8:1:2::/64").await, 5);
+    }
+
+    /// 40 simultaneous attempts for one user from one address, each failing after a pretend
+    /// password check, and whether they passed the throttle.
+    async fn burst(store: &Store, user: &str, fail: bool) -> usize {
+        let address: IpAddr = "198.51.100.7".parse().unwrap();
+        let attempts = (0..40).map(|_| {
+            let (store, user) = (store.clone(), user.to_owned());
+            tokio::spawn(async move {
+                let attempt = Throttle::check(&store, &user, Some(address)).await.unwrap();
+                if attempt.refused() {
+                    return false;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                if fail {
+                    attempt.failed(&store).await.unwrap();
+                } else {
+                    attempt.succeeded(&store).await.unwrap();
+                }
+                true
+            })
+        });
+        let mut passed = 0;
+        for attempt in attempts.collect::<Vec<_>>() {
+            passed += usize::from(attempt.await.unwrap());
+        }
+        passed
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_guesses_cannot_all_pass_one_count() {
+        for store in crate::testing::all_stores().await {
+            let user = format!("burst-{}", secrets::random_client_id());
+            let guesses = burst(&store, &user, true).await;
+            let limit = MAX_FAILURES_PER_USER_AND_ADDRESS as usize;
+            assert!(
+                (limit..limit + UNDER_WAY_PER_USER_AND_ADDRESS).contains(&guesses),
+                "40 simultaneous guesses: {guesses} reached a password check"
+            );
+            // A client that sends its good requests in parallel waits its turn, never refused.
+            let other = format!("parallel-{}", secrets::random_client_id());
+            assert_eq!(burst(&store, &other, false).await, 40);
+            assert!(
+                BUCKETS_UNDER_WAY.lock().unwrap().is_empty(),
+                "buckets forgotten"
+            );
+        }
     }
 }
