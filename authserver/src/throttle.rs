@@ -39,45 +39,61 @@ pub struct Throttle {
     _under_way: [UnderWay; 2],
 }
 
-/// A place among the attempts under way on one bucket in this process.
+/// A place among the attempts under way on one bucket in this process. It exists (and counts
+/// as a user of the bucket) from before the wait, so a request dropped while waiting (its
+/// client gone) leaves the bucket as cleanly as one that finished.
 struct UnderWay {
     bucket: String,
-    semaphore: Arc<Semaphore>,
     permit: Option<OwnedSemaphorePermit>,
 }
 
-/// The buckets with attempts under way (or waiting), each with its semaphore.
-static BUCKETS_UNDER_WAY: LazyLock<Mutex<HashMap<String, Arc<Semaphore>>>> =
+/// A bucket with attempts under way or waiting: its semaphore, and how many attempts use it.
+struct Bucket {
+    semaphore: Arc<Semaphore>,
+    users: usize,
+}
+
+/// The buckets with attempts under way or waiting.
+static BUCKETS_UNDER_WAY: LazyLock<Mutex<HashMap<String, Bucket>>> =
     LazyLock::new(Default::default);
+
+fn buckets_under_way() -> std::sync::MutexGuard<'static, HashMap<String, Bucket>> {
+    BUCKETS_UNDER_WAY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 impl UnderWay {
     /// Waits for a place on `bucket`, where at most `places` attempts are under way at once.
     async fn enter(bucket: &str, places: usize) -> UnderWay {
-        let semaphore = BUCKETS_UNDER_WAY
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .entry(bucket.to_owned())
-            .or_insert_with(|| Arc::new(Semaphore::new(places)))
-            .clone();
-        let permit = semaphore.clone().acquire_owned().await.ok();
-        UnderWay {
+        let semaphore = {
+            let mut buckets = buckets_under_way();
+            let entry = buckets.entry(bucket.to_owned()).or_insert_with(|| Bucket {
+                semaphore: Arc::new(Semaphore::new(places)),
+                users: 0,
+            });
+            entry.users += 1;
+            entry.semaphore.clone()
+        };
+        let mut place = UnderWay {
             bucket: bucket.to_owned(),
-            semaphore,
-            permit,
-        }
+            permit: None,
+        };
+        place.permit = semaphore.acquire_owned().await.ok();
+        place
     }
 }
 
 impl Drop for UnderWay {
-    /// Leaves the place, and forgets the bucket when nobody else is under way or waiting on it
-    /// (every holder of its semaphore clones it under the map's lock).
+    /// Leaves the place, and forgets the bucket when no other attempt uses it.
     fn drop(&mut self) {
         self.permit.take();
-        let mut buckets = BUCKETS_UNDER_WAY
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if Arc::strong_count(&self.semaphore) == 2 {
-            buckets.remove(&self.bucket);
+        let mut buckets = buckets_under_way();
+        if let Some(entry) = buckets.get_mut(&self.bucket) {
+            entry.users -= 1;
+            if entry.users == 0 {
+                buckets.remove(&self.bucket);
+            }
         }
     }
 }
@@ -279,5 +295,22 @@ mod tests {
                 "buckets forgotten"
             );
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_request_dropped_while_waiting_leaves_no_bucket_behind() {
+        let bucket = format!("test:{}", secrets::random_client_id());
+        for _ in 0..200 {
+            let holder = UnderWay::enter(&bucket, 1).await;
+            let waiting = {
+                let bucket = bucket.clone();
+                tokio::spawn(async move { UnderWay::enter(&bucket, 1).await })
+            };
+            tokio::task::yield_now().await;
+            waiting.abort();
+            drop(holder);
+            let _ = waiting.await;
+        }
+        assert!(!buckets_under_way().contains_key(&bucket));
     }
 }
