@@ -360,15 +360,7 @@ async fn rules_reload_on_change_and_a_broken_file_keeps_the_old_rules() {
     assert_eq!(f.get("/new", Some("read")).await.status(), 200);
     assert_eq!(f.get("/read", Some("read")).await.status(), 200);
 
-    let metrics = f
-        .client
-        .get(f.admin_url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = f.metrics().await;
     assert!(
         metrics.contains("tokengate_proxy_rule_reloads_total{result=\"ok\"} 1"),
         "{metrics}"
@@ -482,15 +474,7 @@ async fn upstream_down_is_502_and_counted() {
     let counted = "tokengate_proxy_upstream_errors_total{upstream=\"api\"} 1";
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     let m = loop {
-        let m = f
-            .client
-            .get(f.admin_url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let m = f.metrics().await;
         if m.contains(counted) || std::time::Instant::now() > deadline {
             break m;
         }

@@ -366,6 +366,18 @@ impl Fixture {
         format!("http://{}{path}", self.proxy.admin_addr())
     }
 
+    /// The admin listener's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.admin_url("/metrics"))
+            .send()
+            .await
+            .expect("metrics response")
+            .text()
+            .await
+            .expect("metrics body")
+    }
+
     /// GET `path` with an optional bearer token.
     pub async fn get(&self, path: &str, token: Option<&str>) -> reqwest::Response {
         let mut req = self.client.get(self.url(path));
