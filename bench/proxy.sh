@@ -47,22 +47,7 @@ PROXY=${PROXY:-target/dist/proxy}
 BARE=${BARE:-target/dist/examples/bare}
 HELLO=target/release/examples/hello
 for b in "$AUTH" "$PROXY" "$BARE" "$HELLO"; do [ -x "$b" ] || { echo "missing $b: build it (cargo build, see the top of $0) or run without SKIP_BUILD" >&2; exit 1; }; done
-WORK=$(mktemp -d)
-DB="sqlite://$WORK/db.sqlite"
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { # $1 url: polls until the server answers at all
-  for _ in $(seq 200); do curl -s -o /dev/null "$1" && return 0; sleep 0.05; done
-  echo "no answer from $1" >&2; exit 1
-}
-field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+. bench/common.sh
 LOAD_BEFORE=$(uptime)
 
 # Authorization server: one user, a password-grant client, and the introspection client that
