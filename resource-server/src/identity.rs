@@ -42,7 +42,7 @@ impl Identity {
         Identity {
             username: c.username.clone(),
             client_id: c.client_id.clone(),
-            scope: join_scopes(c.scopes()),
+            scope: join_scopes(c.scopes(), String::push_str),
             exp: c.exp,
         }
     }
@@ -54,14 +54,10 @@ impl Identity {
         let mut out = Vec::with_capacity(4);
         out.extend(self.username.as_deref().map(|u| (username, encode(u))));
         out.extend(self.client_id.as_deref().map(|c| (client_id, encode(c))));
-        let mut scopes = String::with_capacity(self.scope.len());
-        for s in self.scope.split_whitespace() {
-            if !scopes.is_empty() {
-                scopes.push(' ');
-            }
-            encode_into(&mut scopes, s);
-        }
-        out.push((scope, scopes));
+        out.push((
+            scope,
+            join_scopes(self.scope.split_whitespace(), encode_into),
+        ));
         out.extend(self.exp.map(|e| (expires, e.to_string())));
         out
     }
@@ -80,14 +76,17 @@ impl Identity {
     }
 }
 
-/// The scopes, separated by one space.
-fn join_scopes<'a>(scopes: impl Iterator<Item = &'a str>) -> String {
+/// The scopes, each written by `write`, separated by one space.
+fn join_scopes<'a>(
+    scopes: impl Iterator<Item = &'a str>,
+    write: impl Fn(&mut String, &'a str),
+) -> String {
     let mut out = String::new();
     for s in scopes {
         if !out.is_empty() {
             out.push(' ');
         }
-        out.push_str(s);
+        write(&mut out, s);
     }
     out
 }
