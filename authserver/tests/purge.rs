@@ -161,7 +161,6 @@ async fn the_purge_deletes_what_expired_and_keeps_what_checks_need() {
         // Codes: one spent and expired beyond the day of reuse detection goes; one expired an
         // hour ago (inside it) stays, and so does the revoked family of the tokens issued from
         // it, whose tokens are gone.
-        // (Issuing a code sweeps the forgotten ones: the forgotten one is issued last.)
         let recent = spent_code(&store, app, user, now() - 3600).await;
         let forgotten = spent_code(&store, app, user, now() - 24 * 3600 - 60).await;
         let recent_family: String =
@@ -177,8 +176,7 @@ async fn the_purge_deletes_what_expired_and_keeps_what_checks_need() {
             .await
             .unwrap();
 
-        // Sessions: a live one stays, an expired one goes (the expired one opened last: opening
-        // a session sweeps those expired before it).
+        // Sessions: a live one stays, an expired one goes.
         let session = store.create_session(user, 3600).await.unwrap();
         store.create_session(user, -5).await.unwrap();
         assert_eq!(count(&store, "SELECT COUNT(*) FROM sessions").await, 2);

@@ -61,15 +61,11 @@ pub enum CodeOutcome {
 
 impl Store {
     /// Stores a new code's digest and returns the code, shown once. Codes long expired are
-    /// swept on the way.
+    /// deleted by the purge ([`Store::purge_expired`]).
     pub async fn issue_code(&self, new: &NewCode) -> StoreResult<String> {
         let code = secrets::random_token();
         let at = now();
         let _exclusive = self.exclusive().await?;
-        sqlx::query("DELETE FROM authorization_codes WHERE expires_at <= $1")
-            .bind(at - KEPT_AFTER_EXPIRY)
-            .execute(&self.writer)
-            .await?;
         sqlx::query(
             "INSERT INTO authorization_codes (digest, application_id, user_id, redirect_uri, scope, code_challenge, family, created_at, expires_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",

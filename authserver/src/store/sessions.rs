@@ -23,15 +23,11 @@ pub struct NewSession {
 }
 
 impl Store {
-    /// Opens a session for `user_id` that lasts `lifetime` seconds. Expired sessions are swept
-    /// on the way, so the table stays small without a background task.
+    /// Opens a session for `user_id` that lasts `lifetime` seconds. Expired sessions are never
+    /// found, and are deleted by the purge ([`Store::purge_expired`]).
     pub async fn create_session(&self, user_id: i64, lifetime: i64) -> StoreResult<NewSession> {
         let now = now();
         let _exclusive = self.exclusive().await?;
-        sqlx::query("DELETE FROM sessions WHERE expires_at <= $1")
-            .bind(now)
-            .execute(&self.writer)
-            .await?;
         let session_id = secrets::random_token();
         let csrf_token = secrets::random_token();
         sqlx::query("INSERT INTO sessions (id_digest, user_id, csrf_token, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)")
