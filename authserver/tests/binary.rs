@@ -1,11 +1,11 @@
 //! End-to-end tests of the `authserver` binary: operator commands, config errors, and the server
 //! over a real socket, driven by reqwest and by Authlib (a third-party OAuth client).
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+mod support;
 
-const BIN: &str = env!("CARGO_BIN_EXE_authserver");
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::binary::{BIN, run};
 
 fn temp_db() -> String {
     let dir = std::env::temp_dir().join(format!(
@@ -13,26 +13,6 @@ fn temp_db() -> String {
         authserver::secrets::random_client_id()
     ));
     format!("sqlite://{}/db.sqlite", dir.display())
-}
-
-fn run(args: &[&str], db: &str, stdin: &str) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .arg("--database-url")
-        .arg(db)
-        .env_remove("AUTHSERVER_PASSWORD")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start authserver");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
 }
 
 fn free_port() -> u16 {

@@ -11,37 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_authserver");
-
-/// The command with no `AUTHSERVER_*` variable inherited.
-fn command(args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command.args(args);
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("AUTHSERVER_") {
-            command.env_remove(name);
-        }
-    }
-    command
-}
-
-fn run(args: &[&str], db: &str, stdin: &str) -> Output {
-    let mut child = command(args)
-        .arg("--database-url")
-        .arg(db)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start authserver");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
+use support::binary::{BIN, command, run};
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()

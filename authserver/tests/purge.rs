@@ -13,7 +13,6 @@ use authserver::store::{
     CodeOutcome, GrantType, IssuedTokens, NewCode, NewTokens, NewUser, RefreshOutcome, Store, now,
 };
 use authserver::testing;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A user (no password: nothing here signs in) and a password-grant application's id.
@@ -351,18 +350,10 @@ async fn kids(store: &Store) -> Vec<String> {
         .collect()
 }
 
-const BIN: &str = env!("CARGO_BIN_EXE_authserver");
-
 fn cleartokens(db: &str, json: bool) -> String {
-    let mut command = Command::new(BIN);
-    command.args(["cleartokens", "--database-url", db]);
+    let mut command = support::binary::command(&["cleartokens", "--database-url", db]);
     if json {
         command.arg("--json");
-    }
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("AUTHSERVER_") {
-            command.env_remove(name);
-        }
     }
     let out = command.output().unwrap();
     assert!(

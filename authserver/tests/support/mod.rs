@@ -4,6 +4,7 @@
 // Each test binary compiles this module and uses part of it.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod code_flow;
 
 use authserver::config::Settings;
