@@ -16,3 +16,27 @@ wait_http() { # $1 url: polls until the server answers at all
   echo "no answer from $1" >&2; exit 1
 }
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+
+# A tokengate proxy configuration in front of the hello upstream: writes $WORK/proxy-$1.yaml.
+# $1 name, $2 route access (YAML), $3 listen port, $4 admin port, $5 extra top-level YAML.
+# Needs WORKERS, WORK_STEALING, HELLO_PORT, AUTH_PORT, CC_ID, CC_SECRET; max_ttl covers a run.
+proxy_yaml() {
+  cat > "$WORK/proxy-$1.yaml" <<YAML
+listen: 127.0.0.1:$3
+admin_listen: 127.0.0.1:$4
+threads: $WORKERS
+work_stealing: $WORK_STEALING
+grace_period: 1s
+shutdown_timeout: 1s
+upstreams:
+  hello: { address: "127.0.0.1:$HELLO_PORT" }
+introspection:
+  url: http://127.0.0.1:$AUTH_PORT/o/introspect/
+  client_id: $CC_ID
+  client_secret: $CC_SECRET
+  cache: { max_ttl: 1h }
+${5:-}
+routes:
+  - { name: hello, path: /, upstream: hello, $2 }
+YAML
+}

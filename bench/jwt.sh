@@ -73,24 +73,7 @@ declare -A PORT ADMIN PID TOKENS
 start_proxy() { # $1 case, $2 route access (YAML), $3 extra top-level YAML
   local port admin
   port=$(free_port); admin=$(free_port)
-  cat > "$WORK/proxy-$1.yaml" <<YAML
-listen: 127.0.0.1:$port
-admin_listen: 127.0.0.1:$admin
-threads: $WORKERS
-work_stealing: $WORK_STEALING
-grace_period: 1s
-shutdown_timeout: 1s
-upstreams:
-  hello: { address: "127.0.0.1:$HELLO_PORT" }
-introspection:
-  url: http://127.0.0.1:$AUTH_PORT/o/introspect/
-  client_id: $CC_ID
-  client_secret: $CC_SECRET
-  cache: { max_ttl: 1h }
-$3
-routes:
-  - { name: hello, path: /, upstream: hello, $2 }
-YAML
+  proxy_yaml "$1" "$2" "$port" "$admin" "$3"
   RUST_LOG=warn $PROXY --config "$WORK/proxy-$1.yaml" 2>"$WORK/proxy-$1.log" & PID[$1]=$!
   PIDS+=(${PID[$1]})
   PORT[$1]=$port; ADMIN[$1]=$admin

@@ -70,23 +70,7 @@ wait_http "http://127.0.0.1:$HELLO_PORT/"
 
 # Two tokengate proxies, same binary: only `public: true` differs. max_ttl covers the whole run.
 start_proxy() { # $1 name, $2 route access (YAML), $3 port, $4 admin port; sets PROXY_PID
-  cat > "$WORK/proxy-$1.yaml" <<YAML
-listen: 127.0.0.1:$3
-admin_listen: 127.0.0.1:$4
-threads: $WORKERS
-work_stealing: $WORK_STEALING
-grace_period: 1s
-shutdown_timeout: 1s
-upstreams:
-  hello: { address: "127.0.0.1:$HELLO_PORT" }
-introspection:
-  url: http://127.0.0.1:$AUTH_PORT/o/introspect/
-  client_id: $CC_ID
-  client_secret: $CC_SECRET
-  cache: { max_ttl: 1h }
-routes:
-  - { name: hello, path: /, upstream: hello, $2 }
-YAML
+  proxy_yaml "$1" "$2" "$3" "$4"
   RUST_LOG=warn $PROXY --config "$WORK/proxy-$1.yaml" 2>"$WORK/proxy-$1.log" & PROXY_PID=$!
   PIDS+=($PROXY_PID)
   wait_http "http://127.0.0.1:$4/healthz"
