@@ -64,16 +64,7 @@ pub async fn first_run(store: &Store) -> anyhow::Result<Option<FirstRun>> {
     let (app, secret) = store
         .create_application(&demo, Some(admin.id), None, None)
         .await?;
-    let resource_server = ApplicationInput {
-        name: "resource-server".into(),
-        client_type: ClientType::Confidential,
-        grant_type: GrantType::ClientCredentials,
-        redirect_uris: String::new(),
-        allowed_scopes: vec!["introspection".into()],
-        may_introspect: true,
-        pkce_required: true,
-        token_format: None,
-    };
+    let resource_server = introspection_client("resource-server");
     let (rs, rs_secret) = store
         .create_application(&resource_server, Some(admin.id), None, None)
         .await?;
@@ -107,16 +98,7 @@ pub async fn proxy_secret(
     let secret = match app {
         Some(app) => store.regenerate_secret(app.id).await?,
         None => {
-            let input = ApplicationInput {
-                name: "tokengate proxy (introspection)".into(),
-                client_type: ClientType::Confidential,
-                grant_type: GrantType::ClientCredentials,
-                redirect_uris: String::new(),
-                allowed_scopes: vec!["introspection".into()],
-                may_introspect: true,
-                pkce_required: true,
-                token_format: None,
-            };
+            let input = introspection_client("tokengate proxy (introspection)");
             store
                 .create_application(&input, None, Some(client_id.into()), None)
                 .await?
@@ -135,6 +117,21 @@ pub async fn proxy_secret(
 }
 
 /// Writes `secret` to `path` readable by the owner only, replacing it in one rename.
+/// A client_credentials application that may introspect: what a resource server or the proxy
+/// checks tokens with.
+fn introspection_client(name: &str) -> ApplicationInput {
+    ApplicationInput {
+        name: name.into(),
+        client_type: ClientType::Confidential,
+        grant_type: GrantType::ClientCredentials,
+        redirect_uris: String::new(),
+        allowed_scopes: vec!["introspection".into()],
+        may_introspect: true,
+        pkce_required: true,
+        token_format: None,
+    }
+}
+
 fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
