@@ -164,7 +164,7 @@ pub(super) fn parse_token_format(
         .transpose()
 }
 
-const COLUMNS: &str = "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format";
+const COLUMNS: &str = application_columns!();
 
 fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
     let parse_err = |e: String| super::StoreError::Other(anyhow::anyhow!(e));

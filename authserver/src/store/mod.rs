@@ -2,6 +2,13 @@
 //! with the hot requests (token issue, introspection, client lookup) on a faster path per
 //! backend ([`hot`]).
 
+/// The `applications` columns every query reads, in the order both backends decode them.
+macro_rules! application_columns {
+    () => {
+        "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format"
+    };
+}
+
 mod applications;
 mod codes;
 mod consents;

@@ -32,8 +32,16 @@ pub(super) struct NewRow {
     pub expires_at: i64,
 }
 
-const APPLICATION_BY_CLIENT_ID: &str = "SELECT id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format FROM applications WHERE client_id = $1";
-const APPLICATION_BY_ID: &str = "SELECT id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format FROM applications WHERE id = $1";
+const APPLICATION_BY_CLIENT_ID: &str = concat!(
+    "SELECT ",
+    application_columns!(),
+    " FROM applications WHERE client_id = $1"
+);
+const APPLICATION_BY_ID: &str = concat!(
+    "SELECT ",
+    application_columns!(),
+    " FROM applications WHERE id = $1"
+);
 
 const USER_WITH_PASSWORD: &str = "SELECT id, username, email, first_name, last_name, is_active, is_staff, is_superuser, date_joined, password_hash FROM users WHERE username = $1";
 
