@@ -40,8 +40,23 @@ pub struct Key {
     /// The JWK's `alg`, when it names one: the key is then used for that algorithm only.
     pub alg: Option<String>,
     pub kind: KeyKind,
-    pub decoding: DecodingKey,
+    verifier: Verifier,
 }
+
+/// What checks a signature with one key.
+#[derive(Clone)]
+enum Verifier {
+    /// RSA and ECDSA keys: jsonwebtoken's ring backend.
+    Jose(DecodingKey),
+    /// Ed25519: ed25519-dalek, with the point decoded once when the JWKS is read (ring decodes
+    /// it again for every signature). The check is RFC 8032's with a canonical `S`, as ring's
+    /// is; small-order keys, which would accept forgeries, are refused when the JWKS is read.
+    Ed25519(ed25519_dalek::VerifyingKey),
+}
+
+/// A signature that is not base64url.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MalformedSignature;
 
 impl std::fmt::Debug for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -57,6 +72,30 @@ impl Key {
     /// Whether this key may verify a token signed with `alg` (named `alg_name` in its header).
     pub fn fits(&self, alg: Algorithm, alg_name: &str) -> bool {
         self.kind.verifies(alg) && self.alg.as_deref().is_none_or(|a| a == alg_name)
+    }
+
+    /// Whether `signature` (base64url, the JWS's third part) signs `message` (its first two
+    /// parts) with this key and `alg`, which the caller has checked [`Key::fits`].
+    pub fn check_signature(
+        &self,
+        message: &[u8],
+        signature: &str,
+        alg: Algorithm,
+    ) -> Result<bool, MalformedSignature> {
+        match &self.verifier {
+            Verifier::Jose(key) => jsonwebtoken::crypto::verify(signature, message, key, alg)
+                .map_err(|_| MalformedSignature),
+            Verifier::Ed25519(key) => {
+                let bytes = URL_SAFE_NO_PAD
+                    .decode(signature)
+                    .map_err(|_| MalformedSignature)?;
+                let Ok(bytes) = <[u8; 64]>::try_from(bytes.as_slice()) else {
+                    return Ok(false);
+                };
+                let signature = ed25519_dalek::Signature::from_bytes(&bytes);
+                Ok(ed25519_dalek::Verifier::verify(key, message, &signature).is_ok())
+            }
+        }
     }
 }
 
@@ -100,6 +139,12 @@ impl KeySet {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether both sets have the same kids.
+    pub fn same_kids(&self, other: &KeySet) -> bool {
+        self.by_kid.len() == other.by_kid.len()
+            && self.by_kid.keys().all(|kid| other.by_kid.contains_key(kid))
     }
 
     /// Whether a key with this `kid` is in the set.
@@ -147,19 +192,33 @@ fn key_from(raw: &Value) -> Option<Key> {
         // Symmetric keys are never published for verification; other curves are not supported.
         _ => return None,
     };
-    let decoding = match &jwk.algorithm {
+    let verifier = match &jwk.algorithm {
         AlgorithmParameters::EllipticCurve(p) => {
             let size = if kind == KeyKind::P256 { 32 } else { 48 };
-            DecodingKey::from_ec_components(&fixed_width(&p.x, size)?, &fixed_width(&p.y, size)?)
-                .ok()?
+            Verifier::Jose(
+                DecodingKey::from_ec_components(
+                    &fixed_width(&p.x, size)?,
+                    &fixed_width(&p.y, size)?,
+                )
+                .ok()?,
+            )
         }
-        _ => DecodingKey::from_jwk(&jwk).ok()?,
+        AlgorithmParameters::OctetKeyPair(p) => {
+            let x = URL_SAFE_NO_PAD.decode(&p.x).ok()?;
+            let key = ed25519_dalek::VerifyingKey::from_bytes(&x.try_into().ok()?).ok()?;
+            // A small-order point verifies forged signatures: never a real issuer's key.
+            if key.is_weak() {
+                return None;
+            }
+            Verifier::Ed25519(key)
+        }
+        _ => Verifier::Jose(DecodingKey::from_jwk(&jwk).ok()?),
     };
     Some(Key {
         kid: text("kid"),
         alg: text("alg"),
         kind,
-        decoding,
+        verifier,
     })
 }
 
@@ -206,6 +265,16 @@ mod tests {
     }
 
     #[test]
+    fn sets_compare_by_their_kids() {
+        let ed2 = ED.replace("\"ed\"", "\"ed2\"");
+        assert!(set(&[ED, RSA]).same_kids(&set(&[RSA, ED])));
+        assert!(set(&[ED]).same_kids(&set(&[ED, &ED.replace("\"kid\":\"ed\",", "")])));
+        assert!(!set(&[ED, RSA]).same_kids(&set(&[ED])));
+        assert!(!set(&[ED]).same_kids(&set(&[ED, RSA])));
+        assert!(!set(&[ED]).same_kids(&set(&[&ed2])));
+    }
+
+    #[test]
     fn short_ec_coordinates_are_padded_long_ones_refused() {
         let short = URL_SAFE_NO_PAD.encode([7u8; 31]);
         let padded = fixed_width(&short, 32).unwrap();
@@ -230,6 +299,19 @@ mod tests {
         assert_eq!(s.len(), 1);
         assert!(s.has_kid("ed"));
         assert!(!s.has_kid("h"));
+        // Ed25519: the identity point (y = 1, small order), y = 2 (no point has it), a short x.
+        let (mut identity, mut not_a_point) = ([0u8; 32], [0u8; 32]);
+        identity[0] = 1;
+        not_a_point[0] = 2;
+        let x_of = |x: &[u8]| {
+            ED.replace(
+                "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo",
+                &URL_SAFE_NO_PAD.encode(x),
+            )
+        };
+        for bad in [&identity[..], &not_a_point[..], &[7; 31][..]] {
+            assert!(set(&[&x_of(bad)]).is_empty(), "{bad:?}");
+        }
         for bad in ["", "[]", "{}", r#"{"keys":{}}"#] {
             assert_eq!(
                 KeySet::from_json(bad.as_bytes()).unwrap_err(),

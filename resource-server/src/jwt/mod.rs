@@ -4,7 +4,8 @@
 //! whose header reads strictly ([`header`]); its `alg` is on the allow-list (never `none` nor an
 //! HMAC algorithm: a JWKS publishes public keys, so an HMAC "signed" with one is a forgery); its
 //! `typ` is accepted (`at+jwt` by default); a key of the set ([`keys`]) has its `kid` and fits its
-//! algorithm; the signature verifies (`jsonwebtoken`, ring); and its claims pass RFC 9068's
+//! algorithm; the signature verifies (`jsonwebtoken`'s ring backend for RSA and ECDSA,
+//! `ed25519-dalek` for EdDSA); and its claims pass RFC 9068's
 //! checks ([`claims`]). Verified tokens are cached by SHA-256 until `exp`, and a cached token
 //! whose key has left the JWKS is no longer accepted. With no key known at all (the JWKS could
 //! not be fetched) every token is refused with 503.
@@ -20,9 +21,10 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::HeaderMap;
 use jsonwebtoken::Algorithm;
-use jsonwebtoken::errors::ErrorKind;
 use moka::Expiry;
 use moka::future::Cache;
 use serde_json::Value;
@@ -154,6 +156,8 @@ impl JwtSettings {
 struct Verified {
     claims: Arc<Claims>,
     kid: Option<String>,
+    /// The key set's kids generation before the key was looked up.
+    kids_generation: u64,
     ttl: Duration,
 }
 
@@ -267,8 +271,12 @@ impl JwtValidator {
         let inner = &*self.inner;
         let digest = token_digest(token);
         if let Some(hit) = inner.cache.get(&digest).await {
-            let keys = inner.keys.keys();
-            if hit.kid.as_deref().is_none_or(|k| keys.has_kid(k)) {
+            let key_still_known = match hit.kid.as_deref() {
+                None => true,
+                Some(_) if hit.kids_generation == inner.keys.kids_generation() => true,
+                Some(kid) => inner.keys.keys().has_kid(kid),
+            };
+            if key_still_known {
                 inner.metrics.record(Validation::Cached);
                 return Credential::Checked(hit.claims);
             }
@@ -312,6 +320,7 @@ impl JwtValidator {
         let since = Instant::now();
         inner.keys.start().await;
         let kid = header.kid.as_deref();
+        let kids_generation = inner.keys.kids_generation();
         let mut keys = inner.keys.keys();
         if keys.find(kid, alg, &header.alg).is_none() {
             inner.keys.refetch_for(since).await;
@@ -323,17 +332,23 @@ impl JwtValidator {
         let Some(key) = keys.find(kid, alg, &header.alg) else {
             return refuse(Validation::UnknownKey, UNKNOWN_KEY);
         };
-        let mut validation = jsonwebtoken::Validation::new(alg);
-        validation.validate_exp = false;
-        validation.validate_nbf = false;
-        validation.validate_aud = false;
-        validation.required_spec_claims.clear();
-        let payload = match jsonwebtoken::decode::<Value>(token, &key.decoding, &validation) {
-            Ok(data) => data.claims,
-            Err(e) if matches!(e.kind(), ErrorKind::InvalidSignature) => {
-                return refuse(Validation::BadSignature, BAD_SIGNATURE);
-            }
+        // The signature over `header.payload` ([`keys::Key::check_signature`]), then the payload
+        // read once: the header was read above, and `claims` checks what jsonwebtoken's own
+        // validation would, so `jsonwebtoken::decode` would only read both a second time.
+        let Some((message, signature)) = token.rsplit_once('.') else {
+            return refuse(Validation::Malformed, NOT_A_JWT);
+        };
+        match key.check_signature(message.as_bytes(), signature, alg) {
+            Ok(true) => {}
+            Ok(false) => return refuse(Validation::BadSignature, BAD_SIGNATURE),
             Err(_) => return refuse(Validation::Malformed, NOT_A_JWT),
+        }
+        let payload = message
+            .split_once('.')
+            .and_then(|(_, payload)| URL_SAFE_NO_PAD.decode(payload).ok())
+            .and_then(|json| serde_json::from_slice::<Value>(&json).ok());
+        let Some(payload) = payload else {
+            return refuse(Validation::Malformed, NOT_A_JWT);
         };
         let now_ms = unix_millis();
         match s.claims.read(payload, now_ms / 1000) {
@@ -345,6 +360,7 @@ impl JwtValidator {
                     Ok(Verified {
                         claims: Arc::new(claims),
                         kid: header.kid,
+                        kids_generation,
                         ttl,
                     }),
                 )
