@@ -79,6 +79,12 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// The authorization server's storage: users, groups, applications and tokens.
 #[derive(Clone)]
 pub struct Store {
+    /// One shared record: a clone (every request clones the app state) is one reference count.
+    shared: Arc<Shared>,
+}
+
+/// What every clone of a [`Store`] shares.
+pub struct Shared {
     /// Reads (and, on PostgreSQL, writes) of the cold path.
     pool: AnyPool,
     /// Writes of the cold path. On SQLite a single connection, used only while the hot path's
@@ -96,6 +102,14 @@ pub struct Store {
 
 /// How long an application record is reused without reading the database again.
 pub const CLIENT_CACHE_TTL: Duration = Duration::from_secs(5);
+
+impl std::ops::Deref for Store {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -178,11 +192,13 @@ impl Store {
             .time_to_live(CLIENT_CACHE_TTL)
             .build();
         let store = Store {
-            pool,
-            writer,
-            backend,
-            hot,
-            clients,
+            shared: Arc::new(Shared {
+                pool,
+                writer,
+                backend,
+                hot,
+                clients,
+            }),
         };
         migrations::run(&store).await?;
         Ok(store)
