@@ -203,6 +203,73 @@ async fn bad_clients_and_redirect_uris_get_an_error_page_not_a_redirect() {
     }
 }
 
+/// RFC 8252 §7.3: a native app registered at `http://127.0.0.1/cb` listens on whatever port the
+/// system gave it; any port is accepted there, the code goes back to that very URI and is bound
+/// to it, and nothing else about the URI may change.
+#[tokio::test]
+async fn a_native_app_at_a_loopback_ip_may_use_any_port() {
+    for store in testing::all_stores().await {
+        let f = Fixture::start(store, |_| {}).await;
+        let cookie = f.alice().await;
+        let client = f
+            .register(&ApplicationInput {
+                name: "Native CLI".into(),
+                client_type: ClientType::Public,
+                grant_type: GrantType::AuthorizationCode,
+                redirect_uris: "http://127.0.0.1/cb http://localhost/cb".into(),
+                allowed_scopes: vec!["read".into()],
+                may_introspect: false,
+                pkce_required: true,
+                token_format: None,
+            })
+            .await;
+        let (verifier, challenge) = pkce_pair();
+        let ephemeral = "http://127.0.0.1:53124/cb";
+        let ask = |redirect_uri: &str| {
+            Fixture::request_to(&client.id, redirect_uri, "read", "st", Some(&challenge))
+        };
+        let page = f.get(&ask(ephemeral), Some(&cookie)).await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        let answer = f
+            .decide(&cookie, &page, "allow")
+            .await
+            .redirected_to(ephemeral);
+        let code = code_of(&answer);
+        // The code is bound to the port it was issued for.
+        let other_port = f
+            .exchange_to(
+                &client,
+                &code,
+                Some("http://127.0.0.1:53125/cb"),
+                Some(&verifier),
+            )
+            .await;
+        assert_invalid_grant(&other_port, "another port at the exchange");
+        let page = f.get(&ask(ephemeral), Some(&cookie)).await;
+        let code = code_of(
+            &f.decide(&cookie, &page, "allow")
+                .await
+                .redirected_to(ephemeral),
+        );
+        let reply = f
+            .exchange_to(&client, &code, Some(ephemeral), Some(&verifier))
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        assert!(reply.json()["access_token"].is_string());
+        for bad in [
+            "http://127.0.0.1:53124/cb2",
+            "http://127.0.0.1:53124/cb?x=1",
+            "http://127.0.0.1:0/cb",
+            "http://127.0.0.1:53124@evil.example/cb",
+            "http://localhost:53124/cb",
+        ] {
+            let reply = f.get(&ask(bad), Some(&cookie)).await;
+            assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{bad}");
+            assert!(reply.headers.get(header::LOCATION).is_none(), "{bad}");
+        }
+    }
+}
+
 /// Missing PKCE, `plain`, a malformed challenge, a bad response_type, a scope beyond the
 /// application's and an unknown scope: redirected with error, error_description, state, iss.
 #[tokio::test]

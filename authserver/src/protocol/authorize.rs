@@ -96,9 +96,36 @@ impl Authorization {
     }
 }
 
-/// Whether `uri` is one of `app`'s registered redirect URIs, by exact string comparison.
+/// Whether `uri` is one of `app`'s registered redirect URIs: the same string, or, for a loopback
+/// IP address over http, the same string but for the port (RFC 8252 §7.3: a native app listens
+/// on a port the system gives it at the time of the request; RFC 9700 §2.1 makes that the one
+/// exception to exact matching). `localhost` is matched exactly (RFC 8252 §8.3).
 pub fn is_registered(app: &Application, uri: &str) -> bool {
-    app.redirect_uris.split_whitespace().any(|r| r == uri)
+    let loopback = loopback_without_port(uri);
+    app.redirect_uris
+        .split_whitespace()
+        .any(|r| r == uri || (loopback.is_some() && loopback_without_port(r) == loopback))
+}
+
+/// `http://127.0.0.1[:port]/rest` or `http://[::1][:port]/rest` as its address and its rest
+/// (path and query, which must then match exactly); None for any other URI, and for a port
+/// that is not a plain number from 1 to 65535 (no sign, no leading zero).
+fn loopback_without_port(uri: &str) -> Option<(&'static str, &str)> {
+    let (address, after) = ["http://127.0.0.1", "http://[::1]"]
+        .into_iter()
+        .find_map(|address| Some((address, uri.strip_prefix(address)?)))?;
+    let rest = match after.strip_prefix(':') {
+        Some(port_and_rest) => {
+            let digits = port_and_rest.bytes().take_while(u8::is_ascii_digit).count();
+            let port = &port_and_rest[..digits];
+            if port.starts_with('0') || port.parse::<u16>().is_err() {
+                return None;
+            }
+            &port_and_rest[digits..]
+        }
+        None => after,
+    };
+    (rest.is_empty() || rest.starts_with('/')).then_some((address, rest))
 }
 
 /// Step one: the client (looked up by the caller from `client_id`) and the redirect URI.
@@ -326,6 +353,45 @@ mod tests {
         );
         let params = HashMap::from([("redirect_uri", "http://127.0.0.1:9/cb?x=1")]);
         assert!(check_client(Some(&a), &params).is_ok());
+    }
+
+    #[test]
+    fn loopback_ip_redirect_uris_match_on_any_port() {
+        let mut a = app(ClientType::Public, true);
+        a.redirect_uris =
+            "http://127.0.0.1/cb http://[::1]:8080/cb?x=1 http://localhost/cb http://127.0.0.1:7"
+                .into();
+        for good in [
+            "http://127.0.0.1/cb",
+            "http://127.0.0.1:53124/cb",
+            "http://127.0.0.1:65535/cb",
+            "http://[::1]:8080/cb?x=1",
+            "http://[::1]/cb?x=1",
+            "http://[::1]:1/cb?x=1",
+            "http://127.0.0.1:9",
+            "http://127.0.0.1",
+        ] {
+            assert!(is_registered(&a, good), "{good}");
+        }
+        for bad in [
+            "http://127.0.0.1:53124/cb2",
+            "http://127.0.0.1:53124/cb?x",
+            "http://127.0.0.1:53124/",
+            "http://127.0.0.1:0/cb",
+            "http://127.0.0.1:08080/cb",
+            "http://127.0.0.1:65536/cb",
+            "http://127.0.0.1:+80/cb",
+            "http://127.0.0.1:/cb",
+            "http://127.0.0.1:80@evil.example/cb",
+            "http://127.0.0.1.evil.example/cb",
+            "http://127.0.0.2:80/cb",
+            "https://127.0.0.1:443/cb",
+            "http://[::1]:8080/cb?x=2",
+            "http://localhost:53124/cb",
+            "http://127.0.0.1:9/x",
+        ] {
+            assert!(!is_registered(&a, bad), "{bad}");
+        }
     }
 
     #[test]
