@@ -268,6 +268,12 @@ pub fn application(
     {
         refusals.add("scope", format!("\"{unknown}\" is not a declared scope."));
     }
+    if draft.may_introspect && client_type == Some(ClientType::Public) {
+        refusals.add(
+            "may_introspect",
+            "Public clients cannot introspect: they have no secret to prove who is asking.",
+        );
+    }
     if draft.pkce_optional && client_type == Some(ClientType::Public) {
         refusals.add(
             "pkce_optional",
@@ -344,7 +350,7 @@ mod tests {
             grant_type: "client-credentials".into(),
             redirect_uris: "ftp://x".into(),
             scopes: vec!["nope".into()],
-            may_introspect: false,
+            may_introspect: true,
             pkce_optional: true,
             token_format: "JWT".into(),
         };
@@ -353,6 +359,7 @@ mod tests {
             "grant_type",
             "redirect_uris",
             "scope",
+            "may_introspect",
             "pkce_optional",
             "token_format",
         ] {
@@ -367,6 +374,7 @@ mod tests {
             ..draft
         };
         let input = application(&settings, &ok).unwrap();
+        assert!(input.may_introspect);
         assert!(!input.pkce_required);
         assert_eq!(input.token_format, Some(AccessTokenFormat::Jwt));
         let default = application(

@@ -146,7 +146,7 @@ pub async fn user(store: &Store, command: UserCommand) -> anyhow::Result<()> {
             store.set_password(user.id, &password).await?;
             let ended = store.delete_user_sessions(user.id).await?;
             println!(
-                "password of {} changed; {ended} browser session(s) ended",
+                "password of {} changed; its tokens revoked; {ended} browser session(s) ended",
                 user.username
             );
         }

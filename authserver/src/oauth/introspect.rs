@@ -4,7 +4,7 @@ use super::access_jwt::find_presented;
 use super::params::{Params, authenticate_client_if_presented};
 use super::{OAuthError, no_store};
 use crate::AppState;
-use crate::store::{TokenKind, TokenRecord};
+use crate::store::{Application, ClientType, TokenKind, TokenRecord};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
@@ -72,16 +72,23 @@ async fn authorize_caller(
             .find_application_by_client_id(&caller.client_id)
             .await?;
         return match app {
-            Some(app) if app.may_introspect => Ok(()),
+            Some(app) if may_introspect(&app) => Ok(()),
             _ => Err(OAuthError::Forbidden),
         };
     }
     match authenticate_client_if_presented(&state.store, headers, params).await {
-        Ok(Some(app)) if app.may_introspect => Ok(()),
+        Ok(Some(app)) if may_introspect(&app) => Ok(()),
         Ok(Some(_)) => Err(OAuthError::Forbidden),
         Ok(None) | Err(OAuthError::InvalidClient) => Err(OAuthError::Unauthenticated),
         Err(other) => Err(other),
     }
+}
+
+/// Introspection is granted to confidential clients only: a public client authenticates by its
+/// `client_id` alone, which is no secret, so a public client allowed to introspect would let
+/// anyone ask about any token.
+fn may_introspect(app: &Application) -> bool {
+    app.may_introspect && app.client_type == ClientType::Confidential
 }
 
 fn active_claims(record: &TokenRecord) -> serde_json::Value {

@@ -2,6 +2,7 @@
 //! authorization for the same or fewer scopes skips the consent page; withdrawn from the
 //! "Authorized applications" page, which also revokes the tokens the application holds.
 
+use super::tokens::revoke_user_families;
 use super::{Store, StoreResult, now};
 use sqlx::Row;
 
@@ -82,22 +83,9 @@ impl Store {
         user_id: i64,
         application_id: i64,
     ) -> StoreResult<bool> {
-        let at = now();
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
-        for families in [
-            "SELECT DISTINCT family, $3 FROM tokens WHERE user_id = $1 AND application_id = $2",
-            "SELECT family, $3 FROM authorization_codes WHERE user_id = $1 AND application_id = $2",
-        ] {
-            sqlx::query(&format!(
-                "INSERT INTO revoked_families (family, revoked_at) {families} ON CONFLICT (family) DO NOTHING"
-            ))
-            .bind(user_id)
-            .bind(application_id)
-            .bind(at)
-            .execute(&mut *tx)
-            .await?;
-        }
+        revoke_user_families(&mut tx, user_id, Some(application_id)).await?;
         let done = sqlx::query("DELETE FROM consents WHERE user_id = $1 AND application_id = $2")
             .bind(user_id)
             .bind(application_id)

@@ -75,9 +75,20 @@ impl Store {
 
     /// Signs a user out everywhere (after a password reset or deactivation).
     pub async fn delete_user_sessions(&self, user_id: i64) -> StoreResult<u64> {
+        self.delete_user_sessions_but(user_id, "").await
+    }
+
+    /// Ends every session of the user except the one whose CSRF token is `kept_csrf_token` (the
+    /// session asking, when a user changes their own password).
+    pub async fn delete_user_sessions_but(
+        &self,
+        user_id: i64,
+        kept_csrf_token: &str,
+    ) -> StoreResult<u64> {
         let _exclusive = self.exclusive().await?;
-        let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1")
+        let done = sqlx::query("DELETE FROM sessions WHERE user_id = $1 AND csrf_token <> $2")
             .bind(user_id)
+            .bind(kept_csrf_token)
             .execute(&self.writer)
             .await?;
         Ok(done.rows_affected())

@@ -257,3 +257,32 @@ impl Store {
 fn is_foreign_key_violation(error: &sqlx::Error) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.is_foreign_key_violation())
 }
+
+/// Revokes every token family of `user_id` (of one application, or of all), with the families of
+/// their authorization codes: every token issued from them, or still to be issued from a code
+/// or a refresh token of theirs, is dead.
+pub(super) async fn revoke_user_families(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    user_id: i64,
+    application_id: Option<i64>,
+) -> StoreResult<()> {
+    let only_application = match application_id {
+        Some(_) => " AND application_id = $3",
+        None => "",
+    };
+    for families in [
+        "SELECT DISTINCT family, $2 FROM tokens WHERE user_id = $1",
+        "SELECT family, $2 FROM authorization_codes WHERE user_id = $1",
+    ] {
+        let sql = format!(
+            "INSERT INTO revoked_families (family, revoked_at) {families}{only_application}
+             ON CONFLICT (family) DO NOTHING"
+        );
+        let mut query = sqlx::query(&sql).bind(user_id).bind(now());
+        if let Some(application_id) = application_id {
+            query = query.bind(application_id);
+        }
+        query.execute(&mut **tx).await?;
+    }
+    Ok(())
+}

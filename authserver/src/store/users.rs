@@ -1,6 +1,7 @@
 //! Users: the resource owners of the password grant, the operators and the example API's users.
 
 use super::hot::{self, Hot};
+use super::tokens::revoke_user_families;
 use super::{Store, StoreResult, conflict, now};
 use crate::secrets;
 use serde::Serialize;
@@ -205,6 +206,7 @@ impl Store {
             return Ok(None);
         };
         let exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
         let row = sqlx::query(&format!(
             "UPDATE users SET username = $1, email = $2, first_name = $3, last_name = $4,
              is_active = $5, is_staff = $6, is_superuser = $7 WHERE id = $8 AND {} RETURNING {COLUMNS}",
@@ -220,9 +222,15 @@ impl Store {
             update.is_superuser.unwrap_or(current.is_superuser),
         ))
         .bind(id)
-        .fetch_optional(&self.writer)
+        .fetch_optional(&mut *tx)
         .await
         .map_err(conflict("a user with that username"))?;
+        // A deactivated account's tokens are refused while it is inactive; they are revoked
+        // too, so that reactivating it does not bring them back.
+        if row.is_some() && current.is_active && update.is_active == Some(false) {
+            revoke_user_families(&mut tx, id, None).await?;
+        }
+        tx.commit().await?;
         drop(exclusive);
         if row.is_some()
             && let Some(password) = &update.password
@@ -240,14 +248,20 @@ impl Store {
         })
     }
 
+    /// Sets the password and, in the same transaction, revokes every token the user holds: a
+    /// password is changed because it may be known to someone else, who may hold tokens got
+    /// with it (browser sessions are the caller's to end).
     pub async fn set_password(&self, id: i64, password: &str) -> StoreResult<bool> {
         let hash = secrets::hash_password(password.to_owned()).await?;
         let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
         let done = sqlx::query("UPDATE users SET password_hash = $1 WHERE id = $2")
             .bind(hash)
             .bind(id)
-            .execute(&self.writer)
+            .execute(&mut *tx)
             .await?;
+        revoke_user_families(&mut tx, id, None).await?;
+        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 

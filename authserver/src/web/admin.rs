@@ -348,9 +348,12 @@ async fn set_password(
         ));
     };
     state.store.set_password(user.id, &password).await?;
-    if user.id != operator.user.id {
-        state.store.delete_user_sessions(user.id).await?;
-    }
+    // Every other session of the account ends, also when operators change their own password:
+    // the one making the change stays signed in.
+    state
+        .store
+        .delete_user_sessions_but(user.id, &operator.csrf_token)
+        .await?;
     tracing::info!(by = operator.user.id, user_id = user.id, "password reset");
     let notice = flash::notice("Password changed.");
     Ok(flash::redirect(&operator, &user_path(user.id), notice).await)

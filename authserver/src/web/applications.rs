@@ -140,10 +140,15 @@ fn form_page(
     }
 }
 
-/// The may-introspect flag to store: what a superuser ticked; for anyone else the current
-/// value (`false` for a new application), whatever the form said.
-fn introspect_flag(operator: &Operator, submitted: bool, current: bool) -> bool {
-    if operator.user.is_superuser {
+/// The may-introspect flag to store: never for a public client; otherwise what a superuser
+/// ticked, and for anyone else the current value (`false` for a new application), whatever the
+/// form said.
+fn introspect_flag(operator: &Operator, input: &ApplicationInput, current: bool) -> bool {
+    let submitted = input.may_introspect;
+    if input.client_type == ClientType::Public {
+        // Never for a public client (see the introspection endpoint), whoever asks.
+        false
+    } else if operator.user.is_superuser {
         submitted
     } else {
         if submitted != current {
@@ -295,7 +300,7 @@ async fn register(State(state): State<AppState>, operator: Operator, form: FormD
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
-    input.may_introspect = introspect_flag(&operator, input.may_introspect, false);
+    input.may_introspect = introspect_flag(&operator, &input, false);
     let (app, secret) = state
         .store
         .create_application(&input, Some(operator.user.id), None, None)
@@ -389,7 +394,7 @@ async fn update(
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
-    input.may_introspect = introspect_flag(&operator, input.may_introspect, app.may_introspect);
+    input.may_introspect = introspect_flag(&operator, &input, app.may_introspect);
     let updated = state
         .store
         .update_application(app.id, &input)
