@@ -222,6 +222,15 @@ impl Harness {
         reply.json()
     }
 
+    /// A refresh grant by `client`.
+    async fn refresh(&self, client: (&str, &str), refresh_token: &str) -> Reply {
+        let form = [
+            ("grant_type", "refresh_token"),
+            ("refresh_token", refresh_token),
+        ];
+        self.oauth("/o/token/", client, &form).await
+    }
+
     /// Whether `token` is active, asked by an application allowed to introspect.
     async fn active(&self, introspector: (&str, &str), token: &str) -> bool {
         let reply = self
@@ -291,16 +300,7 @@ async fn a_password_reset_by_the_admin_ends_the_tokens_got_with_the_old_password
     let access_active = h
         .active(pair(&introspector), s(&stolen["access_token"]))
         .await;
-    let refreshed = h
-        .oauth(
-            "/o/token/",
-            pair(&client),
-            &[
-                ("grant_type", "refresh_token"),
-                ("refresh_token", s(&stolen["refresh_token"])),
-            ],
-        )
-        .await;
+    let refreshed = h.refresh(pair(&client), s(&stolen["refresh_token"])).await;
     assert!(
         !access_active && refreshed.status == StatusCode::BAD_REQUEST,
         "after a password reset the old access token is active: {access_active}, and the old \
@@ -353,16 +353,7 @@ async fn deactivating_a_user_ends_their_tokens_for_good() {
     let access_active = h
         .active(pair(&introspector), s(&stolen["access_token"]))
         .await;
-    let refreshed = h
-        .oauth(
-            "/o/token/",
-            pair(&client),
-            &[
-                ("grant_type", "refresh_token"),
-                ("refresh_token", s(&stolen["refresh_token"])),
-            ],
-        )
-        .await;
+    let refreshed = h.refresh(pair(&client), s(&stolen["refresh_token"])).await;
     assert!(
         !access_active && refreshed.status == StatusCode::BAD_REQUEST,
         "after deactivate + reactivate the pre-deactivation access token is active: \
@@ -658,16 +649,7 @@ async fn a_client_cannot_revoke_another_clients_tokens() {
         h.active(pair(&introspector), s(&tokens["access_token"]))
             .await
     );
-    let refreshed = h
-        .oauth(
-            "/o/token/",
-            pair(&a),
-            &[
-                ("grant_type", "refresh_token"),
-                ("refresh_token", s(&tokens["refresh_token"])),
-            ],
-        )
-        .await;
+    let refreshed = h.refresh(pair(&a), s(&tokens["refresh_token"])).await;
     assert_eq!(refreshed.status, StatusCode::OK, "{}", refreshed.body);
     // Without its secret, A cannot be impersonated on revocation.
     let reply = h
@@ -754,32 +736,11 @@ async fn grants_stay_within_their_client_and_scope() {
         )
         .await;
     assert_eq!(widen.json()["error"], "invalid_scope");
-    let switched = h
-        .oauth(
-            "/o/token/",
-            pair(&b),
-            &[("grant_type", "refresh_token"), ("refresh_token", refresh)],
-        )
-        .await;
+    let switched = h.refresh(pair(&b), refresh).await;
     assert_eq!(switched.json()["error"], "invalid_grant");
-    let access_as_refresh = h
-        .oauth(
-            "/o/token/",
-            pair(&a),
-            &[
-                ("grant_type", "refresh_token"),
-                ("refresh_token", s(&tokens["access_token"])),
-            ],
-        )
-        .await;
+    let access_as_refresh = h.refresh(pair(&a), s(&tokens["access_token"])).await;
     assert_eq!(access_as_refresh.json()["error"], "invalid_grant");
-    let fine = h
-        .oauth(
-            "/o/token/",
-            pair(&a),
-            &[("grant_type", "refresh_token"), ("refresh_token", refresh)],
-        )
-        .await;
+    let fine = h.refresh(pair(&a), refresh).await;
     assert_eq!(fine.status, StatusCode::OK, "{}", fine.body);
     assert_eq!(fine.json()["scope"], "read");
 
@@ -847,16 +808,7 @@ async fn tokens_of_deleted_applications_and_users_are_dead() {
         !h.active(pair(&introspector), s(&tokens["access_token"]))
             .await
     );
-    let refreshed = h
-        .oauth(
-            "/o/token/",
-            pair(&doomed),
-            &[
-                ("grant_type", "refresh_token"),
-                ("refresh_token", s(&tokens["refresh_token"])),
-            ],
-        )
-        .await;
+    let refreshed = h.refresh(pair(&doomed), s(&tokens["refresh_token"])).await;
     assert_eq!(
         refreshed.status,
         StatusCode::UNAUTHORIZED,
@@ -876,16 +828,7 @@ async fn tokens_of_deleted_applications_and_users_are_dead() {
         !h.active(pair(&introspector), s(&tokens["access_token"]))
             .await
     );
-    let refreshed = h
-        .oauth(
-            "/o/token/",
-            pair(&client),
-            &[
-                ("grant_type", "refresh_token"),
-                ("refresh_token", s(&tokens["refresh_token"])),
-            ],
-        )
-        .await;
+    let refreshed = h.refresh(pair(&client), s(&tokens["refresh_token"])).await;
     assert_eq!(refreshed.json()["error"], "invalid_grant");
 }
 
@@ -960,27 +903,9 @@ async fn no_secret_reaches_a_log_line() {
             ],
         )
         .await;
-    let refreshed = h
-        .oauth(
-            "/o/token/",
-            pair(&client),
-            &[
-                ("grant_type", "refresh_token"),
-                ("refresh_token", s(&tokens["refresh_token"])),
-            ],
-        )
-        .await;
+    let refreshed = h.refresh(pair(&client), s(&tokens["refresh_token"])).await;
     // A reuse (logged as a warning) of the spent refresh token.
-    let _ = h
-        .oauth(
-            "/o/token/",
-            pair(&client),
-            &[
-                ("grant_type", "refresh_token"),
-                ("refresh_token", s(&tokens["refresh_token"])),
-            ],
-        )
-        .await;
+    let _ = h.refresh(pair(&client), s(&tokens["refresh_token"])).await;
     let _ = h
         .oauth(
             "/o/revoke_token/",
