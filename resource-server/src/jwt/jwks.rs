@@ -71,10 +71,10 @@ pub(crate) struct KeyStore {
     settings: JwksSettings,
     client: Option<reqwest::Client>,
     current: RwLock<Arc<KeySet>>,
-    /// Bumped (under `current`'s write lock) whenever a set is installed whose kids differ
-    /// from the set before it: a cached token verified at the current generation still has
-    /// its key, without a look at the set.
-    kids_generation: AtomicU64,
+    /// Bumped (under `current`'s write lock) whenever a set is installed whose keys differ from
+    /// the set before it: a cached token verified at the current generation still has its key,
+    /// without a look at the set.
+    generation: AtomicU64,
     state: tokio::sync::Mutex<FetchState>,
     refresher_started: AtomicBool,
     /// Set once a first fetch has been tried (and is over): the request path then skips
@@ -109,7 +109,7 @@ impl KeyStore {
             settings,
             client,
             current: RwLock::default(),
-            kids_generation: AtomicU64::new(0),
+            generation: AtomicU64::new(0),
             state: tokio::sync::Mutex::new(FetchState {
                 last_attempt: None,
                 last_kid_refetch: None,
@@ -138,17 +138,17 @@ impl KeyStore {
         }
     }
 
-    /// See `kids_generation`; read before [`KeyStore::keys`] by a check that caches its result.
-    pub(crate) fn kids_generation(&self) -> u64 {
-        self.kids_generation.load(Acquire)
+    /// See `generation`; read before [`KeyStore::keys`] by a check that caches its result.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Acquire)
     }
 
     fn install(&self, set: KeySet) {
         self.metrics.keys.store(set.len() as u64, Relaxed);
         let set = Arc::new(set);
         let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
-        if !current.same_kids(&set) {
-            self.kids_generation.fetch_add(1, Release);
+        if !current.same_keys(&set) {
+            self.generation.fetch_add(1, Release);
         }
         *current = set;
     }

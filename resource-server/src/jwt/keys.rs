@@ -40,6 +40,9 @@ pub struct Key {
     /// The JWK's `alg`, when it names one: the key is then used for that algorithm only.
     pub alg: Option<String>,
     pub kind: KeyKind,
+    /// SHA-256 of the key's public parameters (and its `alg`): which key this is, whatever its
+    /// `kid`, for telling whether a cached token's key is still published.
+    pub fingerprint: [u8; 32],
     verifier: Verifier,
 }
 
@@ -141,10 +144,30 @@ impl KeySet {
         self.len() == 0
     }
 
-    /// Whether both sets have the same kids.
-    pub fn same_kids(&self, other: &KeySet) -> bool {
-        self.by_kid.len() == other.by_kid.len()
-            && self.by_kid.keys().all(|kid| other.by_kid.contains_key(kid))
+    /// Whether both sets hold the same keys under the same kids.
+    pub fn same_keys(&self, other: &KeySet) -> bool {
+        self.identities() == other.identities()
+    }
+
+    fn identities(&self) -> Vec<(Option<&str>, [u8; 32])> {
+        let mut all: Vec<_> = self
+            .by_kid
+            .values()
+            .flatten()
+            .chain(&self.without_kid)
+            .map(|k| (k.kid.as_deref(), k.fingerprint))
+            .collect();
+        all.sort_unstable();
+        all
+    }
+
+    /// Whether the key with this `kid` (as published) and fingerprint is in the set.
+    pub fn holds(&self, kid: Option<&str>, fingerprint: &[u8; 32]) -> bool {
+        let keys = match kid {
+            Some(kid) => self.by_kid.get(kid).map_or(&[][..], Vec::as_slice),
+            None => &self.without_kid,
+        };
+        keys.iter().any(|k| k.fingerprint == *fingerprint)
     }
 
     /// Whether a key with this `kid` is in the set.
@@ -214,10 +237,13 @@ fn key_from(raw: &Value) -> Option<Key> {
         }
         _ => Verifier::Jose(DecodingKey::from_jwk(&jwk).ok()?),
     };
+    let material =
+        ["kty", "crv", "x", "y", "n", "e", "alg"].map(|name| text(name).unwrap_or_default());
     Some(Key {
         kid: text("kid"),
         alg: text("alg"),
         kind,
+        fingerprint: crate::token_digest(&material.join("|")),
         verifier,
     })
 }
@@ -265,13 +291,41 @@ mod tests {
     }
 
     #[test]
-    fn sets_compare_by_their_kids() {
+    fn sets_compare_by_their_keys() {
         let ed2 = ED.replace("\"ed\"", "\"ed2\"");
-        assert!(set(&[ED, RSA]).same_kids(&set(&[RSA, ED])));
-        assert!(set(&[ED]).same_kids(&set(&[ED, &ED.replace("\"kid\":\"ed\",", "")])));
-        assert!(!set(&[ED, RSA]).same_kids(&set(&[ED])));
-        assert!(!set(&[ED]).same_kids(&set(&[ED, RSA])));
-        assert!(!set(&[ED]).same_kids(&set(&[&ed2])));
+        let no_kid = ED.replace("\"kid\":\"ed\",", "");
+        // The same kid, another key.
+        let replaced = ED.replace(
+            "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo",
+            "mmSKZcyxPl3lkcPAzAV2duCt7NszSQwv6d-KGl59WBI",
+        );
+        assert!(set(&[ED, RSA]).same_keys(&set(&[RSA, ED])));
+        assert!(!set(&[ED]).same_keys(&set(&[ED, &no_kid])));
+        assert!(!set(&[ED, RSA]).same_keys(&set(&[ED])));
+        assert!(!set(&[ED]).same_keys(&set(&[&ed2])));
+        assert!(!set(&[ED]).same_keys(&set(&[&replaced])));
+
+        let fingerprint = |json: &str| {
+            set(&[json])
+                .by_kid
+                .values()
+                .chain([&set(&[json]).without_kid])
+                .flatten()
+                .next()
+                .unwrap()
+                .fingerprint
+        };
+        let s = set(&[ED, &no_kid]);
+        assert!(s.holds(Some("ed"), &fingerprint(ED)));
+        assert!(s.holds(None, &fingerprint(&no_kid)));
+        assert_eq!(
+            fingerprint(ED),
+            fingerprint(&no_kid),
+            "the kid is not part of the key"
+        );
+        assert!(!s.holds(Some("ed"), &fingerprint(&replaced)));
+        assert!(!s.holds(Some("ed2"), &fingerprint(ED)));
+        assert!(!set(&[ED]).holds(None, &fingerprint(ED)));
     }
 
     #[test]

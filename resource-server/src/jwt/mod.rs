@@ -6,8 +6,9 @@
 //! `typ` is accepted (`at+jwt` by default); a key of the set ([`keys`]) has its `kid` and fits its
 //! algorithm; the signature verifies (`jsonwebtoken`'s ring backend for RSA and ECDSA,
 //! `ed25519-dalek` for EdDSA); and its claims pass RFC 9068's
-//! checks ([`claims`]). Verified tokens are cached by SHA-256 until `exp`, and a cached token
-//! whose key has left the JWKS is no longer accepted. With no key known at all (the JWKS could
+//! checks ([`claims`]). Verified tokens are cached by SHA-256 until `exp`, with the key that
+//! verified them (its published `kid` and a fingerprint of its material): once that key has left
+//! the JWKS, or been replaced under the same `kid`, the cached token is no longer accepted. With no key known at all (the JWKS could
 //! not be fetched) every token is refused with 503.
 
 pub mod claims;
@@ -155,9 +156,12 @@ impl JwtSettings {
 #[derive(Clone)]
 struct Verified {
     claims: Arc<Claims>,
+    /// The verifying key: its `kid` as published (not the token's, which may have none) and
+    /// its fingerprint.
     kid: Option<String>,
-    /// The key set's kids generation before the key was looked up.
-    kids_generation: u64,
+    key: [u8; 32],
+    /// The key set's generation before the key was looked up.
+    generation: u64,
     ttl: Duration,
 }
 
@@ -271,11 +275,8 @@ impl JwtValidator {
         let inner = &*self.inner;
         let digest = token_digest(token);
         if let Some(hit) = inner.cache.get(&digest).await {
-            let key_still_known = match hit.kid.as_deref() {
-                None => true,
-                Some(_) if hit.kids_generation == inner.keys.kids_generation() => true,
-                Some(kid) => inner.keys.keys().has_kid(kid),
-            };
+            let key_still_known = hit.generation == inner.keys.generation()
+                || inner.keys.keys().holds(hit.kid.as_deref(), &hit.key);
             if key_still_known {
                 inner.metrics.record(Validation::Cached);
                 return Credential::Checked(hit.claims);
@@ -320,7 +321,7 @@ impl JwtValidator {
         let since = Instant::now();
         inner.keys.start().await;
         let kid = header.kid.as_deref();
-        let kids_generation = inner.keys.kids_generation();
+        let generation = inner.keys.generation();
         let mut keys = inner.keys.keys();
         if keys.find(kid, alg, &header.alg).is_none() {
             inner.keys.refetch_for(since).await;
@@ -359,8 +360,9 @@ impl JwtValidator {
                     Validation::Verified,
                     Ok(Verified {
                         claims: Arc::new(claims),
-                        kid: header.kid,
-                        kids_generation,
+                        kid: key.kid.clone(),
+                        key: key.fingerprint,
+                        generation,
                         ttl,
                     }),
                 )
