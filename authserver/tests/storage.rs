@@ -219,3 +219,36 @@ async fn migrations_run_once_and_reopen_cleanly() {
     assert_eq!(again.count_users().await.unwrap(), 1);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A change through the example API (a rename) racing an operator's deactivation: only the
+/// fields each change names are written, so the rename never writes back the `is_active` it
+/// would have read before the deactivation committed.
+#[tokio::test]
+async fn a_rename_racing_a_deactivation_never_reactivates_the_account() {
+    for store in testing::all_stores().await {
+        for round in 0..25 {
+            let user = testing::user(&store, &format!("racer-{round}"), "pw-racer").await;
+            let rename = UserUpdate {
+                username: Some(format!("renamed-{round}")),
+                ..UserUpdate::default()
+            };
+            let deactivate = UserUpdate {
+                is_active: Some(false),
+                ..UserUpdate::default()
+            };
+            let (renamed, deactivated) = tokio::join!(
+                store.update_ordinary_user(user.id, &rename),
+                store.update_user(user.id, &deactivate)
+            );
+            renamed.unwrap();
+            deactivated.unwrap();
+            let now = store.get_user(user.id).await.unwrap().unwrap();
+            assert_eq!(
+                (now.username.as_str(), now.is_active),
+                (format!("renamed-{round}").as_str(), false),
+                "{:?} round {round}",
+                store.backend()
+            );
+        }
+    }
+}

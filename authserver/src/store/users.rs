@@ -202,32 +202,32 @@ impl Store {
         update: &UserUpdate,
         reach: Reach,
     ) -> StoreResult<Option<User>> {
-        let Some(current) = self.get_user(id).await? else {
-            return Ok(None);
-        };
+        // Only the fields given are written, each in the statement itself: a change racing
+        // another one (an operator deactivating the account while the API renames it) never
+        // writes back a value read before the other committed.
         let exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
         let row = sqlx::query(&format!(
-            "UPDATE users SET username = $1, email = $2, first_name = $3, last_name = $4,
-             is_active = $5, is_staff = $6, is_superuser = $7 WHERE id = $8 AND {} RETURNING {COLUMNS}",
+            "UPDATE users SET username = COALESCE($1, username), email = COALESCE($2, email),
+             first_name = COALESCE($3, first_name), last_name = COALESCE($4, last_name),
+             is_active = COALESCE($5, is_active), is_staff = COALESCE($6, is_staff),
+             is_superuser = COALESCE($7, is_superuser) WHERE id = $8 AND {} RETURNING {COLUMNS}",
             reach.condition()
         ))
-        .bind(update.username.as_ref().unwrap_or(&current.username))
-        .bind(update.email.as_ref().unwrap_or(&current.email))
-        .bind(update.first_name.as_ref().unwrap_or(&current.first_name))
-        .bind(update.last_name.as_ref().unwrap_or(&current.last_name))
-        .bind(i64::from(update.is_active.unwrap_or(current.is_active)))
-        .bind(i64::from(update.is_staff.unwrap_or(current.is_staff)))
-        .bind(i64::from(
-            update.is_superuser.unwrap_or(current.is_superuser),
-        ))
+        .bind(update.username.as_deref())
+        .bind(update.email.as_deref())
+        .bind(update.first_name.as_deref())
+        .bind(update.last_name.as_deref())
+        .bind(update.is_active.map(i64::from))
+        .bind(update.is_staff.map(i64::from))
+        .bind(update.is_superuser.map(i64::from))
         .bind(id)
         .fetch_optional(&mut *tx)
         .await
         .map_err(conflict("a user with that username"))?;
         // A deactivated account's tokens are refused while it is inactive; they are revoked
         // too, so that reactivating it does not bring them back.
-        if row.is_some() && current.is_active && update.is_active == Some(false) {
+        if row.is_some() && update.is_active == Some(false) {
             revoke_user_families(&mut tx, id, None).await?;
         }
         tx.commit().await?;
