@@ -5,11 +5,11 @@
 //! HMAC algorithm: a JWKS publishes public keys, so an HMAC "signed" with one is a forgery); its
 //! `typ` is accepted (`at+jwt` by default); a key of the set ([`keys`]) has its `kid` and fits its
 //! algorithm; the signature verifies (`jsonwebtoken`'s ring backend for RSA and ECDSA,
-//! `ed25519-dalek` for EdDSA); and its claims pass RFC 9068's
-//! checks ([`claims`]). Verified tokens are cached by SHA-256 until `exp`, with the key that
-//! verified them (its published `kid` and a fingerprint of its material): once that key has left
-//! the JWKS, or been replaced under the same `kid`, the cached token is no longer accepted. With no key known at all (the JWKS could
-//! not be fetched) every token is refused with 503.
+//! `ed25519-dalek` for EdDSA); and its claims pass RFC 9068's checks ([`claims`]). Verified
+//! tokens are cached by SHA-256 until `exp`, with the key that verified them (its published `kid`
+//! and a fingerprint of its material): once that key has left the JWKS, or been replaced under
+//! the same `kid`, the cached token is no longer accepted. With no key known at all (the JWKS
+//! could not be fetched) every token is refused with 503.
 
 pub mod claims;
 pub mod header;
@@ -321,10 +321,11 @@ impl JwtValidator {
         let since = Instant::now();
         inner.keys.start().await;
         let kid = header.kid.as_deref();
-        let generation = inner.keys.generation();
+        let mut generation = inner.keys.generation();
         let mut keys = inner.keys.keys();
         if keys.find(kid, alg, &header.alg).is_none() {
             inner.keys.refetch_for(since).await;
+            generation = inner.keys.generation();
             keys = inner.keys.keys();
         }
         if keys.is_empty() {
