@@ -106,7 +106,8 @@ if [ "$BACKEND" = postgres ] && command -v pgbench >/dev/null; then
   cat >"$WORK/floor-introspection.sql" <<'SQL'
 \set i random(1, 20000)
 SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
-    t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL
+    t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL,
+    a.allowed_scopes, a.may_introspect
     FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
     LEFT JOIN revoked_families f ON f.family = t.family WHERE t.digest = 'floor-' || :i;
 SQL

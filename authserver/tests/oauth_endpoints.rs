@@ -188,6 +188,62 @@ async fn the_introspection_scope_only_for_applications_allowed_to_introspect() {
     assert_eq!(reply.json["scope"], "read", "{}", reply.json);
 }
 
+/// An operator narrows an application's scopes after it was issued a token: introspection
+/// reports only what the application still may have, and a token left with no scope at all is
+/// inactive (a refresh narrows the same way).
+#[tokio::test]
+async fn introspection_reports_only_the_scopes_the_application_still_has() {
+    for store in testing::all_stores().await {
+        let backend = store.backend();
+        let f = fixture_on(store).await;
+        let issued = f.password_token(Some("read+write")).await;
+        let token = issued["access_token"].as_str().unwrap();
+        let (_, bearer) = f.introspector().await;
+        let before = f.introspect_as(&bearer, token).await.json;
+        assert_eq!(before["scope"], "read write", "{backend:?}");
+        let app = f
+            .state
+            .store
+            .find_application_by_client_id(&f.client_id)
+            .await
+            .unwrap()
+            .unwrap();
+        for (allowed, expected) in [
+            (vec!["read", "groups"], Some("read")),
+            (vec!["groups"], None),
+            (vec![], Some("read write")),
+        ] {
+            let input = ApplicationInput {
+                name: app.name.clone(),
+                client_type: app.client_type,
+                grant_type: app.grant_type,
+                redirect_uris: app.redirect_uris.clone(),
+                allowed_scopes: allowed.iter().map(|s| s.to_string()).collect(),
+                may_introspect: app.may_introspect,
+                pkce_required: app.pkce_required,
+                token_format: app.token_format,
+            };
+            f.state
+                .store
+                .update_application(app.id, &input)
+                .await
+                .unwrap();
+            let now = f.introspect_as(&bearer, token).await.json;
+            match expected {
+                Some(scope) => {
+                    assert_eq!(now["active"], true, "{backend:?} {allowed:?}");
+                    assert_eq!(now["scope"], scope, "{backend:?} {allowed:?}");
+                }
+                None => assert_eq!(
+                    now,
+                    serde_json::json!({"active": false}),
+                    "{backend:?} {allowed:?}"
+                ),
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn withdrawing_the_permission_disarms_introspection_tokens() {
     let f = fixture().await;

@@ -30,11 +30,15 @@ pub async fn introspect(
     let token = params.require("token")?;
     let want_refresh = params.get("token_type_hint") == Some("refresh_token");
     let record = find_presented(&state, token).await?;
+    // A token whose every scope its application has since lost grants nothing: inactive.
     let body = match record {
         Some(record)
             if record.is_active() && (record.kind == TokenKind::Access || want_refresh) =>
         {
-            active_claims(&record)
+            match record.current_scope() {
+                scope if scope.is_empty() => json!({ "active": false }),
+                scope => active_claims(&record, scope),
+            }
         }
         _ => json!({ "active": false }),
     };
@@ -91,10 +95,10 @@ fn may_introspect(app: &Application) -> bool {
     app.may_introspect && app.client_type == ClientType::Confidential
 }
 
-fn active_claims(record: &TokenRecord) -> serde_json::Value {
+fn active_claims(record: &TokenRecord, scope: String) -> serde_json::Value {
     let mut claims = json!({
         "active": true,
-        "scope": record.scope,
+        "scope": scope,
         "client_id": record.client_id,
         "exp": record.expires_at,
         "iat": record.issued_at,

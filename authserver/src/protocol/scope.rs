@@ -30,8 +30,14 @@ pub fn dedup(scope: &str) -> Vec<String> {
 /// Whether `app` may be granted `scope`: within its allowed scopes, and `introspection` only
 /// when it is allowed to introspect.
 pub fn may_have(app: &Application, scope: &str) -> bool {
-    (app.allowed_scopes.is_empty() || app.allowed_scopes.iter().any(|a| a == scope))
-        && (scope != INTROSPECTION_SCOPE || app.may_introspect)
+    permits(&app.allowed_scopes, app.may_introspect, scope)
+}
+
+/// [`may_have`] for an application known by its allowed scopes (empty: any declared scope) and
+/// its introspection permission.
+pub fn permits(allowed_scopes: &[String], may_introspect: bool, scope: &str) -> bool {
+    (allowed_scopes.is_empty() || allowed_scopes.iter().any(|a| a == scope))
+        && (scope != INTROSPECTION_SCOPE || may_introspect)
 }
 
 // The descriptions never repeat a requested value: they reach the client's pages through the

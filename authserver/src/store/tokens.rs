@@ -51,9 +51,32 @@ pub struct TokenRecord {
     pub expires_at: i64,
     /// Spent or revoked on its own, or its whole family revoked.
     pub revoked: bool,
+    /// The application's allowed scopes now (empty: any declared scope) and whether it may
+    /// introspect now: what [`TokenRecord::current_scope`] narrows the token's scope to.
+    pub application_scopes: Vec<String>,
+    pub application_may_introspect: bool,
+}
+
+/// A stored space-separated scope list.
+pub(crate) fn split_scopes(scopes: &str) -> Vec<String> {
+    scopes.split_whitespace().map(str::to_owned).collect()
 }
 
 impl TokenRecord {
+    /// The token's scope less what its application may no longer have (an operator narrowed
+    /// the application's scopes, or withdrew introspection, since the token was issued).
+    pub fn current_scope(&self) -> String {
+        let permits = |scope: &&str| {
+            crate::protocol::scope::permits(
+                &self.application_scopes,
+                self.application_may_introspect,
+                scope,
+            )
+        };
+        let kept: Vec<&str> = self.scope.split_whitespace().filter(permits).collect();
+        kept.join(" ")
+    }
+
     /// Not revoked, not expired, and its user (if any) still active.
     pub fn is_active(&self) -> bool {
         !self.revoked && self.expires_at > now() && (self.user_id.is_none() || self.user_active)

@@ -7,12 +7,14 @@
 //! Revocations and refresh-token claims wait for the flush as before, so none is forgotten.
 
 use super::{ApplicationColumns, NewRow, UserColumns};
+use crate::store::tokens::split_scopes;
 use crate::store::{StoreError, StoreResult, TokenKind, TokenRecord};
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
 
 const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
-    t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL
+    t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL,
+    a.allowed_scopes, a.may_introspect
     FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
     LEFT JOIN revoked_families f ON f.family = t.family WHERE t.digest = $1";
 
@@ -32,6 +34,8 @@ fn token(row: &PgRow) -> sqlx::Result<TokenRecord> {
         issued_at: row.try_get(10)?,
         expires_at: row.try_get(11)?,
         revoked: row.try_get::<i64, _>(12)? != 0 || row.try_get::<bool, _>(13)?,
+        application_scopes: split_scopes(row.try_get(14)?),
+        application_may_introspect: row.try_get::<i64, _>(15)? != 0,
     })
 }
 

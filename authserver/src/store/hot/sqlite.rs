@@ -1,11 +1,13 @@
 //! The hot statements on SQLite through rusqlite: prepared once per connection, then reused.
 
 use super::{ApplicationColumns, NewRow, UserColumns};
+use crate::store::tokens::split_scopes;
 use crate::store::{StoreError, StoreResult, TokenKind, TokenRecord};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
-    t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL
+    t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL,
+    a.allowed_scopes, a.may_introspect
     FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
     LEFT JOIN revoked_families f ON f.family = t.family WHERE t.digest = ?1";
 
@@ -30,6 +32,8 @@ fn token(row: &Row) -> rusqlite::Result<TokenRecord> {
         issued_at: row.get(10)?,
         expires_at: row.get(11)?,
         revoked: row.get::<_, i64>(12)? != 0 || row.get::<_, bool>(13)?,
+        application_scopes: split_scopes(row.get_ref(14)?.as_str()?),
+        application_may_introspect: row.get::<_, i64>(15)? != 0,
     })
 }
 
