@@ -75,6 +75,7 @@ impl Store {
 
     /// Signs a user out everywhere (after a password reset or deactivation).
     pub async fn delete_user_sessions(&self, user_id: i64) -> StoreResult<u64> {
+        // No session has an empty CSRF token: none is kept.
         self.delete_user_sessions_but(user_id, "").await
     }
 
