@@ -18,7 +18,9 @@ secret=${PROXY_CLIENT_SECRET:-}
 if [ -z "$secret" ]; then
   file=${PROXY_CLIENT_SECRET_FILE:?set PROXY_CLIENT_SECRET or PROXY_CLIENT_SECRET_FILE}
   if [ ! -s "$file" ]; then
-    (umask 077 && random_secret > "$file.tmp" && mv "$file.tmp" "$file")
+    # A new file of a random name (mktemp: created exclusively, 0600), never one planted there.
+    tmp=$(mktemp "$file.XXXXXX")
+    random_secret > "$tmp" && mv "$tmp" "$file"
     echo "bootstrap: new proxy client secret in $file"
   fi
   secret=$(cat "$file")

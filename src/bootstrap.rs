@@ -1,6 +1,9 @@
 //! First start of the stack: an administrator and a demo application with random secrets,
 //! printed once; and the proxy's own introspection client, whose secret is kept in the data
-//! directory so that a second process on the same database never rotates it from under the first.
+//! directory so that a second process on the same database and the same data directory never
+//! rotates it from under the first. (A stack with a data directory of its own registers a new
+//! secret, and the first stack's proxy then fails closed: stacks sharing a PostgreSQL database
+//! share their data directory, `TOKENGATE_DATA_DIR`.)
 
 use anyhow::Context;
 use authserver::secrets::random_token;
@@ -132,17 +135,21 @@ fn introspection_client(name: &str) -> ApplicationInput {
     }
 }
 
+/// Writes the secret to a new file of a random name beside `path` (created exclusively, 0600:
+/// never through a file or symlink planted there), then renames it over `path`.
 fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
     }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let tmp = path.with_extension(format!("tmp-{}", authserver::secrets::random_client_id()));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&tmp)?;
     file.write_all(secret.as_bytes())?;

@@ -59,13 +59,19 @@ impl Refusals {
     }
 }
 
+/// The marks and overrides that change the order text is shown in (U+200E/F, U+202A–202E,
+/// U+2066–2069): in a name they could make the consent page or `app list` read otherwise.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 /// A length in characters and no control characters; `what` starts the message.
 pub fn length(value: &str, what: &str, required: bool, max: usize) -> Result<(), String> {
     if required && value.is_empty() {
         Err("This field is required.".into())
     } else if value.chars().count() > max {
         Err(format!("{what} must be at most {max} characters."))
-    } else if value.chars().any(char::is_control) {
+    } else if value.chars().any(|c| c.is_control() || is_bidi_control(c)) {
         Err(format!("{what} may not contain control characters."))
     } else {
         Ok(())

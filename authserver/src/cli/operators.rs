@@ -296,6 +296,11 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
                     "--client-id",
                     validation::length(id, "The client id", true, 100),
                 )?;
+                // A client's tokens carry its client id as `sub`, a user's tokens the user's
+                // numeric id: an all-digit client id could pass for a user (RFC 9068 §5).
+                if id.bytes().all(|b| b.is_ascii_digit()) {
+                    bail!("--client-id {id:?}: may not be all digits (users' ids are)");
+                }
                 if store.find_application_by_client_id(id).await?.is_some() {
                     bail!("--client-id: an application with client id {id:?} already exists");
                 }

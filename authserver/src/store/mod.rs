@@ -271,13 +271,15 @@ impl SqliteFile {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
         {
-            std::fs::create_dir_all(parent).map_err(|error| {
+            private_folder(parent).map_err(|error| {
                 anyhow::anyhow!(
                     "cannot create database folder {}: {error}",
                     parent.display()
                 )
             })?;
         }
+        private_file(std::path::Path::new(path))
+            .map_err(|error| anyhow::anyhow!("cannot create database file {path}: {error}"))?;
         let url = if url.contains("mode=") {
             url.to_owned()
         } else if url.contains('?') {
@@ -290,6 +292,33 @@ impl SqliteFile {
             path: PathBuf::from(path),
             temporary: None,
         })
+    }
+}
+
+/// Creates the folder (and its parents) readable by this user only (0700) when missing; an
+/// existing one is left as it is. The database holds password hashes, client-secret digests
+/// and the private JWT signing keys.
+fn private_folder(folder: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(folder)
+}
+
+/// Creates an empty database file readable by this user only (0600) when missing, before
+/// SQLite opens it; SQLite gives its WAL and shared-memory files the same mode. An existing
+/// file is left as it is.
+fn private_file(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other.map(drop),
     }
 }
 
