@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Introspector, config_yaml, echo_upstream, free_port, temp_path};
+use common::{Introspector, config_yaml, echo_upstream, temp_path};
 
 const BIN: &str = env!("CARGO_BIN_EXE_proxy");
 
@@ -85,7 +85,7 @@ fn a_bad_configuration_at_start_exits_non_zero_without_panicking() {
 async fn sigterm_drains_an_in_flight_request_and_exits_zero() {
     let introspector = Introspector::start().await;
     let upstream = echo_upstream().await;
-    let (listen, admin) = (free_port(), free_port());
+    let (listen, admin) = common::two_free_ports();
     let path = temp_path("sigterm");
     std::fs::write(
         &path,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Introspector, config_yaml, echo_upstream, free_port};
+use common::{Introspector, config_yaml, echo_upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -18,14 +18,9 @@ const GRACE: &str = "grace_period: 10s";
 async fn start_proxy() -> proxy::ProxyHandle {
     let introspector = Introspector::start().await;
     let upstream = echo_upstream().await;
-    let yaml = config_yaml(
-        free_port(),
-        free_port(),
-        &introspector.url(),
-        upstream,
-        common::ROUTES,
-    )
-    .replace("grace_period: 1s", GRACE);
+    let (listen, admin) = common::two_free_ports();
+    let yaml = config_yaml(listen, admin, &introspector.url(), upstream, common::ROUTES)
+        .replace("grace_period: 1s", GRACE);
     let (proxy, path) = common::start_proxy("drain", &yaml).await;
     let _ = std::fs::remove_file(&path);
     proxy

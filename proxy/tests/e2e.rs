@@ -511,7 +511,7 @@ async fn a_busy_port_is_an_error_not_a_panic() {
 async fn refused_introspection_credentials_are_named_in_readiness() {
     let introspector = common::Introspector::start().await;
     let upstream = common::echo_upstream().await;
-    let (listen, admin) = (common::free_port(), common::free_port());
+    let (listen, admin) = common::two_free_ports();
     let yaml = common::config_yaml(listen, admin, &introspector.url(), upstream, common::ROUTES)
         .replace(common::INTROSPECTOR_TOKEN, "a-token-the-server-refuses");
     let (handle, path) = common::start_proxy("refused", &yaml).await;
@@ -545,7 +545,7 @@ async fn upstream_address_overrides_hold_across_reloads() {
     let introspector = Introspector::start().await;
     let upstream = common::echo_upstream().await;
     let closed: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let (listen, admin) = (free_port(), free_port());
+    let (listen, admin) = common::two_free_ports();
     // The file names a closed port; PROXY_UPSTREAM_API_ADDRESS points at the real upstream.
     let yaml = common::config_yaml(listen, admin, &introspector.url(), closed, common::ROUTES);
     let path = common::temp_path("override");

@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
-    INTROSPECTOR_TOKEN, ROUTES, config_yaml, echo_upstream, echoed, free_port, start_proxy,
-    unix_now,
+    INTROSPECTOR_TOKEN, ROUTES, config_yaml, echo_upstream, echoed, start_proxy, unix_now,
 };
 use fake_server::{FakeServer, Reply, json};
 use resource_server::decision::{EXPIRED_TOKEN, INACTIVE_TOKEN, NOT_YET_VALID_TOKEN};
@@ -97,7 +96,8 @@ impl Proxy {
             "  request_timeout: {}ms\n  issuer: {ISSUER}\n  audience: {AUDIENCE}\n",
             TIMEOUT.as_millis()
         );
-        let yaml = config_yaml(free_port(), free_port(), &server.url, relay, ROUTES)
+        let (listen, admin) = common::two_free_ports();
+        let yaml = config_yaml(listen, admin, &server.url, relay, ROUTES)
             .replace("  request_timeout: 2s\n", &policy);
         assert!(yaml.contains("audience: api"), "{yaml}");
         let (handle, config_path) = start_proxy("hostile", &yaml).await;

@@ -38,13 +38,8 @@ impl JwtProxy {
     async fn start(token_source: &str, jwt: &str) -> JwtProxy {
         let introspector = Introspector::start().await;
         let upstream = echo_upstream().await;
-        let base = config_yaml(
-            free_port(),
-            free_port(),
-            &introspector.url(),
-            upstream,
-            ROUTES,
-        );
+        let (listen, admin) = common::two_free_ports();
+        let base = config_yaml(listen, admin, &introspector.url(), upstream, ROUTES);
         // work_stealing: true: with one single-threaded runtime per thread (the default since
         // issue 14), a second proxy started in the same test process does not listen (noted).
         let yaml =
@@ -318,9 +313,10 @@ async fn key_rotation_under_load_fails_no_request() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_jwt_token_source_needs_its_section() {
     let introspector_url = "http://127.0.0.1:9/o/introspect/";
+    let (listen, admin) = common::two_free_ports();
     let base = config_yaml(
-        free_port(),
-        free_port(),
+        listen,
+        admin,
         introspector_url,
         "127.0.0.1:9".parse().unwrap(),
         ROUTES,
@@ -401,13 +397,8 @@ fn without_introspection(yaml: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_jwt_only_proxy_needs_no_introspection_endpoint() {
     let upstream = echo_upstream().await;
-    let base = config_yaml(
-        free_port(),
-        free_port(),
-        "http://127.0.0.1:9/unused",
-        upstream,
-        ROUTES,
-    );
+    let (listen, admin) = common::two_free_ports();
+    let base = config_yaml(listen, admin, "http://127.0.0.1:9/unused", upstream, ROUTES);
     let base = without_introspection(&base);
     assert!(!base.contains("introspection:"), "{base}");
     // Any token source that introspects still needs the section, and says so.

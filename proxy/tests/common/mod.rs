@@ -24,6 +24,17 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// Two distinct free ports: the system may hand the same one out twice once it is released.
+pub fn two_free_ports() -> (u16, u16) {
+    let first = free_port();
+    loop {
+        let second = free_port();
+        if second != first {
+            return (first, second);
+        }
+    }
+}
+
 /// One HTTP/1.1 request as read by the stand-in servers.
 pub struct Request {
     pub method: String,
@@ -347,7 +358,8 @@ impl Fixture {
 
     pub async fn start_with(introspector: Introspector, url: &str, routes: &str) -> Fixture {
         let upstream = echo_upstream().await;
-        let yaml = config_yaml(free_port(), free_port(), url, upstream, routes);
+        let (listen, admin) = two_free_ports();
+        let yaml = config_yaml(listen, admin, url, upstream, routes);
         let (proxy, config_path) = start_proxy("config", &yaml).await;
         Fixture {
             proxy,
