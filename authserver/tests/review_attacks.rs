@@ -231,6 +231,29 @@ impl Harness {
         self.oauth("/o/token/", client, &form).await
     }
 
+    /// Neither the access token of `tokens` introspects active nor its refresh token refreshes
+    /// (the access token is asked first: the refresh would rotate it away).
+    async fn assert_dead(
+        &self,
+        client: &(String, String),
+        introspector: &(String, String),
+        tokens: &Value,
+        when: &str,
+    ) {
+        let access_active = self
+            .active(pair(introspector), s(&tokens["access_token"]))
+            .await;
+        let refreshed = self
+            .refresh(pair(client), s(&tokens["refresh_token"]))
+            .await;
+        assert!(
+            !access_active && refreshed.status == StatusCode::BAD_REQUEST,
+            "{when}: the old access token is active: {access_active}; its refresh token: {} {}",
+            refreshed.status,
+            refreshed.body
+        );
+    }
+
     /// Whether `token` is active, asked by an application allowed to introspect.
     async fn active(&self, introspector: (&str, &str), token: &str) -> bool {
         let reply = self
@@ -262,9 +285,9 @@ fn s(value: &Value) -> &str {
 // ---------------------------------------------------------------------------------------------
 
 /// An operator who resets a user's password (account taken over, password leaked) expects
-/// whoever held the old one to be locked out. The sessions end (admin.rs), but the OAuth access
-/// and refresh tokens obtained with the old password keep working for their full lifetime
-/// (refresh tokens rotate forever).
+/// whoever held the old one to be locked out. The sessions ended (admin.rs), but the OAuth access
+/// and refresh tokens obtained with the old password kept working for their full lifetime
+/// (refresh tokens rotate forever); now the password change revokes them.
 #[tokio::test]
 async fn a_password_reset_by_the_admin_ends_the_tokens_got_with_the_old_password() {
     let h = Harness::start(|_| {}).await;
@@ -296,24 +319,15 @@ async fn a_password_reset_by_the_admin_ends_the_tokens_got_with_the_old_password
         )
         .await;
     assert_eq!(old.status, StatusCode::BAD_REQUEST);
-    // ...but what it bought still does (asked before the refresh, which rotates it away).
-    let access_active = h
-        .active(pair(&introspector), s(&stolen["access_token"]))
+    // ...nor does what it bought.
+    h.assert_dead(&client, &introspector, &stolen, "after a password reset")
         .await;
-    let refreshed = h.refresh(pair(&client), s(&stolen["refresh_token"])).await;
-    assert!(
-        !access_active && refreshed.status == StatusCode::BAD_REQUEST,
-        "after a password reset the old access token is active: {access_active}, and the old \
-         refresh token still refreshes: {} {}",
-        refreshed.status,
-        refreshed.body
-    );
 }
 
 /// Deactivating a compromised account is the usual first response; reactivating it (after a
-/// password reset) must not bring the attacker's tokens back. Today the tokens are only hidden
-/// while `is_active` is false (TokenRecord::is_active joins the user's flag) and come back to
-/// life, refresh tokens included, the moment the account is reactivated.
+/// password reset) must not bring the attacker's tokens back. The tokens were only hidden while
+/// `is_active` was false (TokenRecord::is_active joins the user's flag) and came back to life,
+/// refresh tokens included, the moment the account was reactivated; now deactivation revokes.
 #[tokio::test]
 async fn deactivating_a_user_ends_their_tokens_for_good() {
     let h = Harness::start(|_| {}).await;
@@ -350,17 +364,13 @@ async fn deactivating_a_user_ends_their_tokens_for_good() {
         "{}",
         reactivate.body
     );
-    let access_active = h
-        .active(pair(&introspector), s(&stolen["access_token"]))
-        .await;
-    let refreshed = h.refresh(pair(&client), s(&stolen["refresh_token"])).await;
-    assert!(
-        !access_active && refreshed.status == StatusCode::BAD_REQUEST,
-        "after deactivate + reactivate the pre-deactivation access token is active: \
-         {access_active}; its refresh token: {} {}",
-        refreshed.status,
-        refreshed.body
-    );
+    h.assert_dead(
+        &client,
+        &introspector,
+        &stolen,
+        "after deactivate + reactivate",
+    )
+    .await;
 }
 
 /// Only superusers may let an application introspect (applications.rs introspect_flag). A staff

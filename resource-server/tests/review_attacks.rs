@@ -105,6 +105,22 @@ async fn reread_jwks(v: &JwtValidator) {
     assert!(matches!(v.validate(&probe).await, Credential::Invalid(_)));
 }
 
+/// Publishes `keys` instead of the file's keys, lets `v` read them, and checks that `token`
+/// (verified and cached by `v` before) is refused, by `v` as by a fresh validator.
+async fn publish_instead(file: &JwksFile, v: &JwtValidator, keys: &[Value], token: &str) {
+    file.set(keys);
+    reread_jwks(v).await;
+    let fresh = JwtValidator::new(file.settings()).unwrap();
+    assert!(
+        matches!(fresh.validate(token).await, Credential::Invalid(_)),
+        "its key is gone: a fresh validator refuses it"
+    );
+    assert!(
+        !is_checked(&v.validate(token).await),
+        "a token whose key has left the JWKS is still accepted from the cache"
+    );
+}
+
 fn is_checked(c: &Credential) -> bool {
     matches!(c, Credential::Checked(_))
 }
@@ -125,19 +141,9 @@ async fn cached_token_without_kid_outlives_the_removal_of_its_key() {
     let token = sign(&old, None, &forged);
     assert!(is_checked(&v.validate(&token).await));
 
-    // key-1 is withdrawn, key-2 published; the validator has re-read the set.
-    file.set(&[jwk(&new, Some("key-2"))]);
-    reread_jwks(&v).await;
+    // key-1 is withdrawn, key-2 published.
+    publish_instead(&file, &v, &[jwk(&new, Some("key-2"))], &token).await;
     assert_eq!(v.key_count(), 1);
-    let fresh = JwtValidator::new(file.settings()).unwrap();
-    assert!(
-        matches!(fresh.validate(&token).await, Credential::Invalid(_)),
-        "its key is gone: a fresh validator refuses it"
-    );
-    assert!(
-        !is_checked(&v.validate(&token).await),
-        "a token whose key has left the JWKS is still accepted from the cache"
-    );
 }
 
 /// Same with a JWKS whose keys carry no `kid` at all (a static one-key file).
@@ -148,17 +154,7 @@ async fn cached_token_of_a_kidless_key_outlives_its_replacement() {
     let v = JwtValidator::new(file.settings()).unwrap();
     let token = sign(&old, None, &claims("read"));
     assert!(is_checked(&v.validate(&token).await));
-    file.set(&[jwk(&new, None)]);
-    reread_jwks(&v).await;
-    let fresh = JwtValidator::new(file.settings()).unwrap();
-    assert!(matches!(
-        fresh.validate(&token).await,
-        Credential::Invalid(_)
-    ));
-    assert!(
-        !is_checked(&v.validate(&token).await),
-        "a token whose key has left the JWKS is still accepted from the cache"
-    );
+    publish_instead(&file, &v, &[jwk(&new, None)], &token).await;
 }
 
 /// The issuer replaces a compromised key but keeps its `kid` (kid "1", "default", ...): a check
@@ -170,17 +166,7 @@ async fn cached_token_outlives_a_key_replaced_under_the_same_kid() {
     let v = JwtValidator::new(file.settings()).unwrap();
     let token = sign(&old, Some("1"), &claims("read write"));
     assert!(is_checked(&v.validate(&token).await));
-    file.set(&[jwk(&new, Some("1"))]);
-    reread_jwks(&v).await;
-    let fresh = JwtValidator::new(file.settings()).unwrap();
-    assert!(matches!(
-        fresh.validate(&token).await,
-        Credential::Invalid(_)
-    ));
-    assert!(
-        !is_checked(&v.validate(&token).await),
-        "a token of the replaced key is still accepted from the cache"
-    );
+    publish_instead(&file, &v, &[jwk(&new, Some("1"))], &token).await;
 }
 
 // ---- attacks that held ----
