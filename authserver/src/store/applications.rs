@@ -182,11 +182,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
             .parse()
             .map_err(parse_err)?,
         redirect_uris: row.try_get("redirect_uris")?,
-        allowed_scopes: row
-            .try_get::<String, _>("allowed_scopes")?
-            .split_whitespace()
-            .map(str::to_owned)
-            .collect(),
+        allowed_scopes: super::split_scopes(row.try_get("allowed_scopes")?),
         may_introspect: row.try_get::<i64, _>("may_introspect")? != 0,
         pkce_required: row.try_get::<i64, _>("pkce_required")? != 0,
         token_format: parse_token_format(row.try_get("token_format")?)?,

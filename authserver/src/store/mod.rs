@@ -322,6 +322,11 @@ fn private_file(path: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
+/// A stored space-separated scope list (an application's allowed scopes).
+pub(crate) fn split_scopes(scopes: &str) -> Vec<String> {
+    scopes.split_whitespace().map(str::to_owned).collect()
+}
+
 /// Seconds since the Unix epoch.
 pub fn now() -> i64 {
     std::time::SystemTime::now()

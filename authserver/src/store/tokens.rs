@@ -57,11 +57,6 @@ pub struct TokenRecord {
     pub application_may_introspect: bool,
 }
 
-/// A stored space-separated scope list.
-pub(crate) fn split_scopes(scopes: &str) -> Vec<String> {
-    scopes.split_whitespace().map(str::to_owned).collect()
-}
-
 impl TokenRecord {
     /// The token's scope less what its application may no longer have (an operator narrowed
     /// the application's scopes, or withdrew introspection, since the token was issued).

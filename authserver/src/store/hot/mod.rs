@@ -111,11 +111,7 @@ impl ApplicationColumns {
             client_type: self.client_type.parse().map_err(parse_err)?,
             grant_type: self.grant_type.parse().map_err(parse_err)?,
             redirect_uris: self.redirect_uris,
-            allowed_scopes: self
-                .allowed_scopes
-                .split_whitespace()
-                .map(str::to_owned)
-                .collect(),
+            allowed_scopes: super::split_scopes(&self.allowed_scopes),
             may_introspect: self.may_introspect != 0,
             pkce_required: self.pkce_required != 0,
             token_format: super::applications::parse_token_format(self.token_format)?,

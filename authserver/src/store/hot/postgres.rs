@@ -7,7 +7,7 @@
 //! Revocations and refresh-token claims wait for the flush as before, so none is forgotten.
 
 use super::{ApplicationColumns, NewRow, UserColumns};
-use crate::store::tokens::split_scopes;
+use crate::store::split_scopes;
 use crate::store::{StoreError, StoreResult, TokenKind, TokenRecord};
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};

@@ -1,7 +1,7 @@
 //! The hot statements on SQLite through rusqlite: prepared once per connection, then reused.
 
 use super::{ApplicationColumns, NewRow, UserColumns};
-use crate::store::tokens::split_scopes;
+use crate::store::split_scopes;
 use crate::store::{StoreError, StoreResult, TokenKind, TokenRecord};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
