@@ -10,7 +10,7 @@ use authserver::config::Settings;
 use authserver::jwt::keys;
 use authserver::store::purge::TOKEN_GRACE;
 use authserver::store::{
-    CodeOutcome, GrantType, IssuedTokens, NewCode, NewTokens, NewUser, RefreshOutcome, Store, now,
+    CodeOutcome, IssuedTokens, NewCode, NewTokens, NewUser, RefreshOutcome, Store, now,
 };
 use authserver::testing;
 use std::time::{Duration, Instant};
@@ -25,13 +25,7 @@ async fn user_and_application(store: &Store, username: &str) -> (i64, i64) {
         })
         .await
         .unwrap();
-    let (client_id, _) = testing::application(store, GrantType::Password, false).await;
-    let app = store
-        .find_application_by_client_id(&client_id)
-        .await
-        .unwrap()
-        .unwrap();
-    (user.id, app.id)
+    (user.id, support::password_application_id(store).await)
 }
 
 /// [`tokens`], issued.

@@ -28,13 +28,7 @@ enum Racer {
 /// A user named `username` and a password-grant application on `store`: their ids.
 async fn user_and_application(store: &Store, username: &str) -> (i64, i64) {
     let user = testing::user(store, username, "pw").await;
-    let (client_id, _) = testing::application(store, GrantType::Password, false).await;
-    let app = store
-        .find_application_by_client_id(&client_id)
-        .await
-        .unwrap()
-        .unwrap();
-    (user.id, app.id)
+    (user.id, support::password_application_id(store).await)
 }
 
 /// `future` on a task of its own, started once every racer waits at `barrier`.

@@ -90,10 +90,7 @@ impl Harness {
         Harness {
             server,
             store,
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
+            http: support::browser_client(),
         }
     }
 
@@ -222,6 +219,13 @@ impl Harness {
         reply.json()
     }
 
+    /// `/admin/users/<id>/password/` posted by `operator`.
+    async fn set_password(&self, operator: &Browser, user_id: i64, password: &str) -> Reply {
+        let path = format!("/admin/users/{user_id}/password/");
+        let form = [("password1", password), ("password2", password)];
+        self.browser_post(operator, &path, &form).await
+    }
+
     /// A refresh grant by `client`.
     async fn refresh(&self, client: (&str, &str), refresh_token: &str) -> Reply {
         let form = [
@@ -295,16 +299,7 @@ async fn a_password_reset_by_the_admin_ends_the_tokens_got_with_the_old_password
     let stolen = h.password_tokens(pair(&client), None).await;
     let alice = h.user("alice").await;
     let root = h.sign_in("root", OPERATOR_PASSWORD).await;
-    let reply = h
-        .browser_post(
-            &root,
-            &format!("/admin/users/{}/password/", alice.id),
-            &[
-                ("password1", "brand-new-pass"),
-                ("password2", "brand-new-pass"),
-            ],
-        )
-        .await;
+    let reply = h.set_password(&root, alice.id, "brand-new-pass").await;
     assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
     // The old password no longer works...
     let old = h
@@ -1015,16 +1010,7 @@ async fn changing_ones_own_password_ends_ones_other_sessions() {
     let root = h.user("root").await;
     let intruder = h.sign_in("root", OPERATOR_PASSWORD).await;
     let owner = h.sign_in("root", OPERATOR_PASSWORD).await;
-    let reply = h
-        .browser_post(
-            &owner,
-            &format!("/admin/users/{}/password/", root.id),
-            &[
-                ("password1", "fresh-root-pass"),
-                ("password2", "fresh-root-pass"),
-            ],
-        )
-        .await;
+    let reply = h.set_password(&owner, root.id, "fresh-root-pass").await;
     assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
     // The session that changed it goes on (this part holds).
     assert_eq!(

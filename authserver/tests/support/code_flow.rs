@@ -165,10 +165,7 @@ impl Fixture {
         Fixture {
             server,
             store,
-            http: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .unwrap(),
+            http: super::browser_client(),
             issuer,
         }
     }

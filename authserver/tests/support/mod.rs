@@ -14,6 +14,26 @@ use serde_json::Value;
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
 
+/// An HTTP client that shows redirects instead of following them, as a browser test needs.
+pub fn browser_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// A new password-grant application on `store`: its id.
+pub async fn password_application_id(store: &Store) -> i64 {
+    let (client_id, _) =
+        testing::application(store, authserver::store::GrantType::Password, false).await;
+    store
+        .find_application_by_client_id(&client_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .id
+}
+
 /// One authserver replica: a server on its own store (its own pools and client cache).
 pub struct Replica {
     server: RunningServer,
