@@ -138,20 +138,13 @@ fn introspection_client(name: &str) -> ApplicationInput {
 /// Writes the secret to a new file of a random name beside `path` (created exclusively, 0600:
 /// never through a file or symlink planted there), then renames it over `path`.
 fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
+    use authserver::private_files;
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
+        private_files::create_folder(dir)?;
     }
     let tmp = path.with_extension(format!("tmp-{}", authserver::secrets::random_client_id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
+    let mut file = private_files::create_new_file(&tmp)?;
     file.write_all(secret.as_bytes())?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)

@@ -7,6 +7,7 @@ pub mod config;
 pub mod http_server;
 pub mod jwt;
 pub mod oauth;
+pub mod private_files;
 pub mod protocol;
 pub mod purge;
 pub mod secrets;

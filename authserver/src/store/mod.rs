@@ -271,7 +271,7 @@ impl SqliteFile {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
         {
-            private_folder(parent).map_err(|error| {
+            crate::private_files::create_folder(parent).map_err(|error| {
                 anyhow::anyhow!(
                     "cannot create database folder {}: {error}",
                     parent.display()
@@ -295,28 +295,11 @@ impl SqliteFile {
     }
 }
 
-/// Creates the folder (and its parents) readable by this user only (0700) when missing; an
-/// existing one is left as it is. The database holds password hashes, client-secret digests
-/// and the private JWT signing keys.
-fn private_folder(folder: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(folder)
-}
-
-/// Creates an empty database file readable by this user only (0600) when missing, before
-/// SQLite opens it; SQLite gives its WAL and shared-memory files the same mode. An existing
-/// file is left as it is.
+/// Creates an empty database file (0600: it holds password hashes, client-secret digests and
+/// the private JWT signing keys) when missing, before SQLite opens it; SQLite gives its WAL and
+/// shared-memory files the same mode. An existing file is left as it is.
 fn private_file(path: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
+    match crate::private_files::create_new_file(path) {
         Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         other => other.map(drop),
     }
