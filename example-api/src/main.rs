@@ -33,11 +33,11 @@ async fn main() -> ExitCode {
         return match Guard::from_config(&config) {
             Ok(_) => {
                 println!(
-                    "{}: OK (mode {}, listen {}, {} routes)",
+                    "{}: OK (token_source {}, listen {}, {} routes)",
                     config.file,
-                    config.mode.as_str(),
+                    config.gate.token_source.as_str(),
                     config.listen,
-                    config.rules.routes().len()
+                    config.gate.rules.routes().len()
                 );
                 ExitCode::SUCCESS
             }

@@ -47,8 +47,8 @@ fn main() -> ExitCode {
     if let Some(path) = args.check_config {
         return match proxy::load_config(&path) {
             Ok(config) => {
-                let routes = config.routing.rules.routes().len();
-                let upstreams = config.routing.upstreams.len();
+                let routes = config.gate.rules.routes().len();
+                let upstreams = config.upstreams.len();
                 println!(
                     "{}: OK ({routes} routes, {upstreams} upstreams)",
                     path.display()

@@ -11,7 +11,6 @@ use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
-use resource_server::{CheckerError, TokenChecker};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
@@ -33,8 +32,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    #[error("introspection client: {0}")]
-    Checker(#[from] CheckerError),
+    #[error("{0}")]
+    Gate(String),
     #[error("cannot start the proxy thread: {0}")]
     Thread(std::io::Error),
     #[error("the proxy did not start listening on {0} within {START_TIMEOUT:?}")]
@@ -131,9 +130,7 @@ pub fn spawn(config: ProxyConfig) -> Result<ProxyHandle, StartError> {
 pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHandle, StartError> {
     config.listen = claim_port(config.listen)?;
     config.admin_listen = claim_port(config.admin_listen)?;
-    let (introspection, cache) = config.introspection.settings();
-    let checker = TokenChecker::new(introspection, cache)?;
-    let shared: SharedState = Arc::new(Shared::new(config.clone(), checker));
+    let shared: SharedState = Arc::new(Shared::new(config.clone()).map_err(StartError::Gate)?);
 
     let mut server_conf = ServerConf {
         version: 1,

@@ -13,7 +13,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ed25519_dalek::{Signer, SigningKey};
 use http::{HeaderMap, HeaderValue, Method};
 use resource_server::jwt::{JwksSettings, JwksSource};
-use resource_server::{Credential, Gate, JwtSettings, JwtValidator, Outcome, Rules};
+use resource_server::{Check, Credential, Gate, JwtSettings, JwtValidator, Outcome, Rules};
 use serde_json::{Value, json};
 
 const ISSUER: &str = "https://idp.review";
@@ -270,12 +270,12 @@ async fn claim_confusions_grant_nothing() {
     let k = key(10);
     let file = JwksFile::new(&[jwk(&k, Some("k"))]);
     let v = JwtValidator::new(file.settings()).unwrap();
-    let r = rules();
-    let route = r.find(&Method::GET, "/admin");
+    let gate = Gate::new(rules(), Check::Jwt(v.clone()));
     let outcome = |token: String| {
-        let (v, route) = (v.clone(), route);
+        let gate = &gate;
         async move {
-            match Gate::new(&v).authorize(route, &bearer(&token), None).await {
+            let uri = "/admin".parse().unwrap();
+            match gate.authorize(&Method::GET, &uri, &bearer(&token)).await {
                 Ok(_) => Outcome::Allow,
                 Err(d) => d.outcome,
             }

@@ -41,6 +41,7 @@ pub struct RawConfig {
     /// Local JWT validation (see `resource_server::jwt::raw`).
     #[serde(default)]
     pub jwt: Option<RawJwt>,
+    #[serde(default)]
     pub routes: Vec<RouteSpec>,
     /// Start with no routes at all (every request answered 404). Off by default: an empty rule
     /// set is almost always a truncated file. A reload never swaps in an empty rule set.
@@ -65,7 +66,11 @@ pub struct RawUpstream {
     /// Longest wait for the upstream to send data (default: none).
     #[serde(default)]
     pub read_timeout: Option<RawDuration>,
+    /// A file holding the secret sent to this upstream in `X-Tokengate-Proxy-Secret`, by which
+    /// it tells the proxy from any other local process (or env
+    /// `PROXY_UPSTREAM_<NAME>_PROXY_SECRET`). Default: none sent.
+    #[serde(default)]
+    pub proxy_secret_file: Option<String>,
 }
 
-/// The `introspection:` section; its `url` is required.
-pub type RawIntrospection = resource_server::settings::RawIntrospection<String>;
+pub use resource_server::settings::RawIntrospection;

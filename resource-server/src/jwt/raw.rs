@@ -30,52 +30,6 @@ use serde::Deserialize;
 use super::{ClaimRules, JwksSettings, JwksSource, JwtSettings};
 use crate::settings::{RawDuration, SettingError, duration};
 
-/// How a deployment checks tokens.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum TokenSourceKind {
-    /// RFC 7662 introspection (cached): revocation seen within the cache's `max_ttl`.
-    #[default]
-    Introspection,
-    /// Local JWT validation only: no call per token; revocation not seen before `exp`.
-    Jwt,
-    /// JWT-shaped tokens validated locally, any other token introspected.
-    JwtOrIntrospection,
-}
-
-impl TokenSourceKind {
-    pub const NAMES: &'static str = "introspection, jwt or jwt_or_introspection";
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TokenSourceKind::Introspection => "introspection",
-            TokenSourceKind::Jwt => "jwt",
-            TokenSourceKind::JwtOrIntrospection => "jwt_or_introspection",
-        }
-    }
-
-    /// Whether tokens are validated locally (a `jwt:` section is needed).
-    pub fn uses_jwt(self) -> bool {
-        self != TokenSourceKind::Introspection
-    }
-
-    /// Whether some tokens are introspected (an `introspection:` section is needed).
-    pub fn uses_introspection(self) -> bool {
-        self != TokenSourceKind::Jwt
-    }
-}
-
-impl FromStr for TokenSourceKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "introspection" => Ok(TokenSourceKind::Introspection),
-            "jwt" => Ok(TokenSourceKind::Jwt),
-            "jwt_or_introspection" => Ok(TokenSourceKind::JwtOrIntrospection),
-            _ => Err(format!("expected {}", TokenSourceKind::NAMES)),
-        }
-    }
-}
-
 /// `audience:` — one audience, a list (any of them), or `{disabled: true}`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(untagged)]
@@ -384,17 +338,5 @@ mod tests {
         assert_eq!(s.typ, ["JWT"]);
         assert_eq!(s.claims.scope_claim, "scp");
         assert!(!s.claims.require_jti);
-    }
-
-    #[test]
-    fn token_source_names() {
-        for k in [
-            TokenSourceKind::Introspection,
-            TokenSourceKind::Jwt,
-            TokenSourceKind::JwtOrIntrospection,
-        ] {
-            assert_eq!(k.as_str().parse(), Ok(k));
-        }
-        assert!("JWT".parse::<TokenSourceKind>().is_err());
     }
 }
