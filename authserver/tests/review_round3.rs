@@ -136,3 +136,94 @@ async fn introspection_and_revocation_refuse_every_method_but_post() {
     .await;
     assert_eq!(live.json()["active"], true, "{}", live.body);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 13: client_id in the body beside HTTP Basic.
+
+#[tokio::test]
+async fn client_id_beside_basic_is_accepted_for_the_same_client_only() {
+    let store = testing::store().await;
+    let client = testing::application(&store, GrantType::ClientCredentials, false).await;
+    let other = testing::application(&store, GrantType::ClientCredentials, false).await;
+    let server = server(&store, |_| {}).await;
+    let url = format!("{}/o/token/", server.base_url);
+    let http = support::browser_client();
+    let with_body = |pairs: &[(&str, &str)]| {
+        http.post(&url)
+            .basic_auth(&client.0, Some(&client.1))
+            .form(pairs)
+    };
+
+    let same = send(with_body(&[
+        ("grant_type", "client_credentials"),
+        ("client_id", &client.0),
+    ]))
+    .await;
+    assert_eq!(same.status, StatusCode::OK, "{}", same.body);
+    assert!(same.json()["access_token"].is_string());
+
+    let another = send(with_body(&[
+        ("grant_type", "client_credentials"),
+        ("client_id", &other.0),
+    ]))
+    .await;
+    assert_eq!(another.status, StatusCode::UNAUTHORIZED, "{}", another.body);
+    assert_eq!(another.json()["error"], "invalid_client");
+    assert_eq!(
+        another.headers[header::WWW_AUTHENTICATE],
+        "Basic realm=\"oauth\""
+    );
+
+    // A secret in the body too is two authentication methods at once.
+    let two = send(with_body(&[
+        ("grant_type", "client_credentials"),
+        ("client_id", &client.0),
+        ("client_secret", &client.1),
+    ]))
+    .await;
+    assert_eq!(two.status, StatusCode::BAD_REQUEST, "{}", two.body);
+    assert_eq!(two.json()["error"], "invalid_request");
+
+    // Clients nobody here wrote: python requests and authlib, sending client_id beside Basic
+    // as requests-oauthlib's include_client_id does.
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let has_clients = std::process::Command::new(&python)
+        .args(["-c", "import authlib, requests"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_clients {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install authlib and requests (pip install authlib requests)"
+        );
+        eprintln!("skipping the python clients: pip install authlib requests");
+        return;
+    }
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/client_id_beside_basic.py"
+    );
+    let mut command = std::process::Command::new(&python);
+    command
+        .arg(script)
+        .arg(&url)
+        .args([&client.0, &client.1, &other.0]);
+    let out = tokio::task::spawn_blocking(move || command.output().expect("run python3"))
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python clients: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["requests_same"]["status"], 200, "{seen}");
+    assert_eq!(seen["authlib_same"]["status"], 200, "{seen}");
+    assert_eq!(seen["requests_other"]["status"], 401, "{seen}");
+    assert_eq!(seen["requests_other"]["error"], "invalid_client", "{seen}");
+    assert_eq!(
+        seen["requests_other"]["www_authenticate"], "Basic realm=\"oauth\"",
+        "{seen}"
+    );
+}
