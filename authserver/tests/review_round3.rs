@@ -227,3 +227,92 @@ async fn client_id_beside_basic_is_accepted_for_the_same_client_only() {
         "{seen}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 9: a rotated secret stops working at once, also when the CLI rotates it.
+
+/// How long after a rotation made elsewhere the old secret may still pass: at once on SQLite;
+/// the delivery of PostgreSQL's notification (milliseconds; the README's bound) otherwise.
+const ROTATION_BOUND: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_rotated_by_the_cli_is_refused_by_a_running_server_at_once() {
+    for url in testing::all_database_urls().await {
+        let store = Store::connect(&url).await.unwrap();
+        let backend = store.backend();
+        let client = testing::application(&store, GrantType::ClientCredentials, false).await;
+        let server = server(&store, |_| {}).await;
+        let base = &server.base_url;
+        // The running server has read the client (and cached it, where it caches).
+        for _ in 0..3 {
+            assert_eq!(
+                client_credentials(base, &client).await.status,
+                StatusCode::OK
+            );
+        }
+        // The server listens for changes (PostgreSQL) before the CLI makes one.
+        testing::client_cache_ready(&store).await;
+
+        let out = tokio::task::spawn_blocking({
+            let (url, client_id) = (url.clone(), client.0.clone());
+            move || binary::run(&["app", "rotate-secret", &client_id, "--json"], &url, "")
+        })
+        .await
+        .unwrap();
+        let rotated_at = Instant::now();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rotated: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let new = (
+            client.0.clone(),
+            rotated["client_secret"].as_str().unwrap().to_owned(),
+        );
+
+        let mut attempts = 0;
+        let refused_after = loop {
+            attempts += 1;
+            let reply = client_credentials(base, &client).await;
+            if reply.status == StatusCode::UNAUTHORIZED {
+                assert_eq!(reply.json()["error"], "invalid_client");
+                break rotated_at.elapsed();
+            }
+            assert!(
+                rotated_at.elapsed() < ROTATION_BOUND,
+                "{backend:?}: the old secret still works {:?} after the rotation",
+                rotated_at.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        println!(
+            "{backend:?}: old secret refused {refused_after:?} after the CLI's rotation ({attempts} attempt(s))"
+        );
+        if backend == authserver::store::Backend::Sqlite {
+            assert_eq!(attempts, 1, "SQLite: refused at the first request");
+        }
+        assert_eq!(client_credentials(base, &new).await.status, StatusCode::OK);
+
+        // Rotated by the server's own store (the views): refused at the next request.
+        let id = store
+            .find_application_by_client_id(&client.0)
+            .await
+            .unwrap()
+            .unwrap()
+            .id;
+        assert_eq!(client_credentials(base, &new).await.status, StatusCode::OK);
+        let newer = store.regenerate_secret(id).await.unwrap().unwrap();
+        assert_eq!(
+            client_credentials(base, &new).await.status,
+            StatusCode::UNAUTHORIZED,
+            "{backend:?}"
+        );
+        assert_eq!(
+            client_credentials(base, &(client.0.clone(), newer))
+                .await
+                .status,
+            StatusCode::OK
+        );
+    }
+}
