@@ -316,3 +316,153 @@ async fn a_secret_rotated_by_the_cli_is_refused_by_a_running_server_at_once() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 10: CSRF tokens signed under a server key and bound to their session.
+
+const PASSWORD: &str = "operator-pass";
+
+async fn staff(store: &Store, username: &str) {
+    store
+        .create_user(&NewUser {
+            username: username.into(),
+            password: Some(PASSWORD.into()),
+            is_active: true,
+            is_staff: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+/// The sign-in page's pre-session cookie (`name=value`) and its form's token.
+async fn sign_in_page(base: &str) -> (String, String) {
+    let page = send(support::browser_client().get(format!("{base}/accounts/login/"))).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let cookie = set_cookie(&page.headers, "tokengate_csrf").expect("the pre-session cookie");
+    (cookie, csrf_token(&page.body))
+}
+
+async fn submit_sign_in(base: &str, cookie: &str, token: &str, username: &str) -> Reply {
+    send(
+        support::browser_client()
+            .post(format!("{base}/accounts/login/"))
+            .header(header::COOKIE, cookie)
+            .form(&[
+                ("csrf_token", token),
+                ("username", username),
+                ("password", PASSWORD),
+                ("next", ""),
+            ]),
+    )
+    .await
+}
+
+/// Signs in: the session cookie and the token of the session's forms.
+async fn signed_in(base: &str, username: &str) -> (String, String) {
+    let (cookie, token) = sign_in_page(base).await;
+    let reply = submit_sign_in(base, &cookie, &token, username).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let session = set_cookie(&reply.headers, "tokengate_session").unwrap();
+    let page = send(
+        support::browser_client()
+            .get(format!("{base}/o/applications/"))
+            .header(header::COOKIE, &session),
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::OK);
+    (session, csrf_token(&page.body))
+}
+
+async fn sign_out(base: &str, session: &str, token: &str) -> Reply {
+    send(
+        support::browser_client()
+            .post(format!("{base}/accounts/logout/"))
+            .header(header::COOKIE, session)
+            .form(&[("csrf_token", token)]),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn csrf_tokens_are_signed_by_the_server_and_bound_to_their_session() {
+    let store = testing::store().await;
+    staff(&store, "olivia").await;
+    staff(&store, "oscar").await;
+    let server = server(&store, |_| {}).await;
+    let base = &server.base_url;
+
+    // The review's attack: a cookie and a field of the attacker's choosing, equal.
+    let made_up = "A".repeat(43);
+    let reply = submit_sign_in(
+        base,
+        &format!("tokengate_csrf={made_up}"),
+        &made_up,
+        "olivia",
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
+    assert!(reply.body.contains("CSRF"), "{}", reply.body);
+    // A real pre-session cookie, echoed in the field: the same double submit.
+    let (cookie, token) = sign_in_page(base).await;
+    let echoed = cookie.split_once('=').unwrap().1;
+    let reply = submit_sign_in(base, &cookie, echoed, "olivia").await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
+    // A token made for another pre-session cookie.
+    let (other_cookie, other_token) = sign_in_page(base).await;
+    assert_ne!(token, other_token);
+    let reply = submit_sign_in(base, &cookie, &other_token, "olivia").await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
+    let reply = submit_sign_in(base, &other_cookie, &token, "olivia").await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
+    // The browser's own pair signs in.
+    let reply = submit_sign_in(base, &cookie, &token, "olivia").await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+
+    // Signed-in forms: a token of another session is refused, and so is the session's stored
+    // secret itself (what the forms carried before tokens were signed).
+    let (olivia, olivia_token) = signed_in(base, "olivia").await;
+    let (oscar, oscar_token) = signed_in(base, "oscar").await;
+    assert_ne!(olivia_token, oscar_token);
+    let reply = sign_out(base, &olivia, &oscar_token).await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
+    let stored: Vec<String> = sqlx::query_scalar(
+        "SELECT s.csrf_token FROM sessions s JOIN users u ON u.id = s.user_id WHERE u.username = 'olivia'",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert!(!stored.is_empty());
+    for secret in &stored {
+        assert_ne!(secret, &olivia_token);
+        let reply = sign_out(base, &olivia, secret).await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
+    }
+    assert_eq!(
+        sign_out(base, &olivia, &olivia_token).await.status,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        sign_out(base, &oscar, &oscar_token).await.status,
+        StatusCode::SEE_OTHER
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csrf_token_holds_across_replicas_and_restarts() {
+    for (a, b) in testing::all_replica_pairs().await {
+        staff(&a, "olivia").await;
+        let first = server(&a, |_| {}).await;
+        let second = server(&b, |_| {}).await;
+        // The sign-in page of one replica, submitted to the other.
+        let (cookie, token) = sign_in_page(&first.base_url).await;
+        let reply = submit_sign_in(&second.base_url, &cookie, &token, "olivia").await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+        // A page served before a restart, submitted after it.
+        let (cookie, token) = sign_in_page(&first.base_url).await;
+        first.stop().await;
+        let restarted = server(&a, |_| {}).await;
+        let reply = submit_sign_in(&restarted.base_url, &cookie, &token, "olivia").await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    }
+}

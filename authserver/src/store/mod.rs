@@ -17,6 +17,7 @@ mod groups;
 mod hot;
 mod migrations;
 pub mod purge;
+mod server_keys;
 mod sessions;
 pub mod signing_keys;
 mod sqlite_local;
