@@ -466,3 +466,91 @@ async fn a_csrf_token_holds_across_replicas_and_restarts() {
         assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 2 (authserver side): nothing is believed because it comes from loopback.
+
+/// Password-grant guesses from this process (loopback), each for another username and claiming
+/// another address in `X-Forwarded-For`, with `extra` headers: the statuses.
+async fn guesses(
+    base: &str,
+    client: &(String, String),
+    count: usize,
+    extra: &[(&str, &str)],
+) -> Vec<u16> {
+    let http = support::browser_client();
+    let mut statuses = Vec::new();
+    for i in 0..count {
+        let mut request = http
+            .post(format!("{base}/o/token/"))
+            .basic_auth(&client.0, Some(&client.1))
+            .header("x-forwarded-for", format!("198.51.100.{}", i + 1))
+            .form(&[
+                ("grant_type", "password"),
+                ("username", &format!("guess{i}")),
+                ("password", "wrong-password"),
+            ]);
+        for (name, value) in extra {
+            request = request.header(*name, *value);
+        }
+        statuses.push(request.send().await.unwrap().status().as_u16());
+    }
+    statuses
+}
+
+const GUESSES: usize = 24;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_forwarded_for_from_loopback_is_not_believed() {
+    // The server's own default: no proxy is trusted, loopback included.
+    let defaults = Settings::from_yaml("", "defaults.yaml").unwrap();
+    let store = testing::store().await;
+    let client = testing::application(&store, GrantType::Password, false).await;
+    let plain = server(&store, |s| {
+        s.trusted_proxies = defaults.trusted_proxies.clone()
+    })
+    .await;
+    let statuses = guesses(&plain.base_url, &client, GUESSES, &[]).await;
+    assert_eq!(statuses[..20], [400; 20], "{statuses:?}");
+    assert!(statuses[20..].iter().all(|s| *s == 429), "{statuses:?}");
+
+    // Loopback trusted but a proxy secret set: without the secret, the peer is the client.
+    let secret = "proxy-secret-0123456789abcdef";
+    let settings = Settings::from_yaml(
+        &format!("trusted_proxies: [127.0.0.0/8, '::1']\nproxy_secret: {secret}"),
+        "c.yaml",
+    )
+    .unwrap();
+    let store = testing::store().await;
+    let client = testing::application(&store, GrantType::Password, false).await;
+    let proxied = server(&store, |s| {
+        s.trusted_proxies = settings.trusted_proxies.clone();
+        s.proxy_secret = settings.proxy_secret.clone();
+    })
+    .await;
+    let wrong = guesses(
+        &proxied.base_url,
+        &client,
+        GUESSES,
+        &[("x-tokengate-proxy-secret", "not-the-secret-at-all")],
+    )
+    .await;
+    assert!(wrong[20..].iter().all(|s| *s == 429), "{wrong:?}");
+    // With the secret (what the proxy sends), each claimed address is believed: none is
+    // throttled, since each failed once.
+    let store = testing::store().await;
+    let client = testing::application(&store, GrantType::Password, false).await;
+    let proxied = server(&store, |s| {
+        s.trusted_proxies = settings.trusted_proxies.clone();
+        s.proxy_secret = settings.proxy_secret.clone();
+    })
+    .await;
+    let proven = guesses(
+        &proxied.base_url,
+        &client,
+        GUESSES,
+        &[("x-tokengate-proxy-secret", secret)],
+    )
+    .await;
+    assert_eq!(proven, [400; GUESSES], "{proven:?}");
+}
