@@ -554,3 +554,53 @@ async fn a_forged_forwarded_for_from_loopback_is_not_believed() {
     .await;
     assert_eq!(proven, [400; GUESSES], "{proven:?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 11: the Kubernetes authserver lists the ingress as its trusted proxy.
+
+#[test]
+fn the_kubernetes_authserver_names_the_ingress_it_trusts() {
+    use serde::Deserialize;
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/kubernetes/authserver.yaml"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut values = Vec::new();
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let doc = serde_yaml_ng::Value::deserialize(document).unwrap();
+        if doc["kind"] != "Deployment" || doc["metadata"]["name"] != "authserver" {
+            continue;
+        }
+        for container in doc["spec"]["template"]["spec"]["containers"]
+            .as_sequence()
+            .unwrap()
+        {
+            for var in container["env"].as_sequence().unwrap() {
+                if var["name"] == "AUTHSERVER_TRUSTED_PROXIES" {
+                    values.push(var["value"].as_str().unwrap().to_owned());
+                }
+            }
+        }
+    }
+    assert_eq!(
+        values.len(),
+        1,
+        "AUTHSERVER_TRUSTED_PROXIES in the authserver Deployment"
+    );
+    let placeholder = &values[0];
+    assert!(placeholder.contains("INGRESS"), "{placeholder}");
+    // Left as shipped, the server refuses to start and says which variable to fill in.
+    let env = |key: &str| (key == "AUTHSERVER_TRUSTED_PROXIES").then(|| placeholder.clone());
+    let err = Settings::load_with_env(Some(std::path::Path::new("/dev/null")), env)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("environment variable AUTHSERVER_TRUSTED_PROXIES: \"REPLACE-WITH"),
+        "{err}"
+    );
+    // Filled in with a CIDR, it is what the server trusts.
+    let env = |key: &str| (key == "AUTHSERVER_TRUSTED_PROXIES").then(|| "10.8.0.0/16".to_owned());
+    let settings = Settings::load_with_env(Some(std::path::Path::new("/dev/null")), env).unwrap();
+    assert_eq!(settings.trusted_proxies.len(), 1);
+}
