@@ -96,6 +96,8 @@ impl ClientCache {
 /// notification; turns the cache off while it cannot listen. Ends when the task is aborted.
 pub(super) fn listen(url: String, cache: Arc<ClientCache>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        // However the task ends (its runtime shut down under it included), the cache is off.
+        let _off = Off(cache.clone());
         let mut listener = None;
         loop {
             let Some(active) = listener.as_mut() else {
@@ -124,6 +126,15 @@ pub(super) fn listen(url: String, cache: Arc<ClientCache>) -> tokio::task::JoinH
             }
         }
     })
+}
+
+/// Turns the cache off when dropped: nobody listens any more.
+struct Off(Arc<ClientCache>);
+
+impl Drop for Off {
+    fn drop(&mut self) {
+        self.0.set_listening(false);
+    }
 }
 
 /// How long to wait before listening again after a failure.
