@@ -337,10 +337,24 @@ async fn staff(store: &Store, username: &str) {
 
 /// The sign-in page's pre-session cookie (`name=value`) and its form's token.
 async fn sign_in_page(base: &str) -> (String, String) {
+    let (cookie, token, _) = sign_in_page_with(base, "tokengate_csrf").await;
+    (cookie, token)
+}
+
+/// The sign-in page's pre-session cookie `name` (`name=value`), its form's token, and the whole
+/// `Set-Cookie` value.
+async fn sign_in_page_with(base: &str, name: &str) -> (String, String, String) {
     let page = send(support::browser_client().get(format!("{base}/accounts/login/"))).await;
     assert_eq!(page.status, StatusCode::OK);
-    let cookie = set_cookie(&page.headers, "tokengate_csrf").expect("the pre-session cookie");
-    (cookie, csrf_token(&page.body))
+    let cookie = set_cookie(&page.headers, name).expect("the pre-session cookie");
+    let whole = page
+        .headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .unwrap();
+    (cookie, csrf_token(&page.body), whole)
 }
 
 async fn submit_sign_in(base: &str, cookie: &str, token: &str, username: &str) -> Reply {
@@ -446,6 +460,33 @@ async fn csrf_tokens_are_signed_by_the_server_and_bound_to_their_session() {
         sign_out(base, &oscar, &oscar_token).await.status,
         StatusCode::SEE_OTHER
     );
+}
+
+/// The scenario: a sibling subdomain plants a pre-session cookie (with the token it
+/// fetched for it) in the victim's browser and posts its own credentials. On an https issuer
+/// the cookie is `__Host-` prefixed, which no other host can set: the planted one is not read.
+#[tokio::test]
+async fn on_https_a_sibling_subdomain_cannot_plant_the_pre_session_cookie() {
+    let store = testing::store().await;
+    staff(&store, "olivia").await;
+    let server = server(&store, |s| s.issuer = "https://auth.example".into()).await;
+    let base = &server.base_url;
+    let (cookie, token, whole) = sign_in_page_with(base, "__Host-tokengate_csrf").await;
+    assert!(whole.contains("; Path=/;"), "{whole}");
+    assert!(whole.contains("; Secure"), "{whole}");
+    assert!(!whole.to_ascii_lowercase().contains("domain="), "{whole}");
+
+    // The attacker's own valid pair, its value planted under the name a sibling can set.
+    let (attacker, attacker_token, _) = sign_in_page_with(base, "__Host-tokengate_csrf").await;
+    let planted = format!("tokengate_csrf={}", attacker.split_once('=').unwrap().1);
+    let reply = submit_sign_in(base, &planted, &attacker_token, "olivia").await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
+    // Beside the browser's own cookie, it changes nothing either way.
+    let both = format!("{planted}; {cookie}");
+    let reply = submit_sign_in(base, &both, &attacker_token, "olivia").await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
+    let reply = submit_sign_in(base, &both, &token, "olivia").await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,9 +1,10 @@
 //! CSRF protection: every form carries a token signed (HMAC-SHA256) under the server's CSRF key
 //! and bound to what the form belongs to: a signed-in form to its session's secret, the sign-in
-//! form (no session yet) to a random pre-session cookie set with it. The key is kept in the
-//! database ([`crate::store::Store::server_key`]): one for every replica, the same after a
-//! restart. A matching cookie and field chosen by an attacker, and a token of another session or
-//! another pre-session cookie, are refused. Compared in constant time.
+//! form (no session yet) to a random pre-session cookie set with it (`__Host-` prefixed on an
+//! https issuer, so no other host can plant one). The key is kept in the database
+//! ([`crate::store::Store::server_key`]): one for every replica, the same after a restart. A
+//! matching cookie and field chosen by an attacker, and a token of another session or another
+//! pre-session cookie, are refused. Compared in constant time.
 
 use super::WebError;
 use super::forms::FormData;
@@ -18,8 +19,22 @@ use tokio::sync::OnceCell;
 
 /// The hidden field every form carries.
 pub(crate) const FIELD: &str = "csrf_token";
-/// The cookie that holds the pre-session value the sign-in form's token is bound to.
+/// The cookie that holds the pre-session value the sign-in form's token is bound to (on plain
+/// http; see [`login_cookie`]).
 pub(crate) const LOGIN_COOKIE: &str = "tokengate_csrf";
+/// Its name on an https issuer: a browser accepts a `__Host-` cookie only from the host itself
+/// (`Secure`, path `/`, no `Domain`), so a sibling subdomain cannot plant a pre-session value
+/// (and the token it fetched for it) in a visitor's browser.
+pub(crate) const HOST_LOGIN_COOKIE: &str = "__Host-tokengate_csrf";
+
+/// The pre-session cookie's name and path for this server.
+fn login_cookie(state: &AppState) -> (&'static str, &'static str) {
+    if state.settings.issuer.starts_with("https://") {
+        (HOST_LOGIN_COOKIE, "/")
+    } else {
+        (LOGIN_COOKIE, "/accounts/")
+    }
+}
 
 /// The name the consent form gives its token (django-oauth-toolkit's, which clients and
 /// tests written against it look for); accepted wherever [`FIELD`] is.
@@ -99,11 +114,12 @@ pub(crate) async fn login_token(
     headers: &HeaderMap,
 ) -> Result<(String, Option<String>), WebError> {
     let key = key(state).await?;
-    let (binding, set) = match cookie(headers, LOGIN_COOKIE).filter(|t| looks_like_token(t)) {
+    let (name, path) = login_cookie(state);
+    let (binding, set) = match cookie(headers, name).filter(|t| looks_like_token(t)) {
         Some(binding) => (binding.to_owned(), None),
         None => {
             let binding = random_token();
-            let set = set_cookie(state, LOGIN_COOKIE, &binding, "/accounts/", None);
+            let set = set_cookie(state, name, &binding, path, None);
             (binding, Some(set))
         }
     };
@@ -117,7 +133,7 @@ pub(crate) async fn verify_login(
     form: &FormData,
 ) -> Result<(), WebError> {
     let key = key(state).await?;
-    match (cookie(headers, LOGIN_COOKIE), form.get(FIELD)) {
+    match (cookie(headers, login_cookie(state).0), form.get(FIELD)) {
         (Some(binding), Some(presented))
             if looks_like_token(binding)
                 && constant_time_eq(presented, &sign(key, Purpose::SignIn, binding)) =>
