@@ -98,6 +98,11 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
                 authserver::config::redact_url(&config.authserver.database_url)
             )
         })?;
+    if config.authserver.trusted_proxies.is_empty() {
+        // The proxy reaches the authorization server over loopback: its X-Forwarded-For is the
+        // client's address (the authserver's own default trusts nobody).
+        config.authserver.trusted_proxies = authserver::client_ip::IpRange::loopback();
+    }
     if let Some(issuer) = front_door_issuer(&config.authserver.issuer, config.proxy.listen) {
         tracing::info!(%issuer, "the issuer follows the front door's address");
         config.authserver.issuer = issuer;

@@ -1,5 +1,6 @@
-//! The client's address: the socket peer, or, when the peer is a trusted proxy, the right-most
-//! `X-Forwarded-For` entry that is not a trusted proxy itself.
+//! The client's address: the socket peer, or, when the peer is a trusted proxy (and proves it
+//! with the shared proxy secret, when one is set), the right-most `X-Forwarded-For` entry that
+//! is not a trusted proxy itself.
 
 use crate::AppState;
 use axum::extract::{ConnectInfo, FromRequestParts};
@@ -9,6 +10,7 @@ use std::convert::Infallible;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
+use subtle::ConstantTimeEq;
 
 /// An IP address or a CIDR range (`10.0.0.0/8`, `::1`, `fd00::/8`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,7 +21,8 @@ pub struct IpRange {
 }
 
 impl IpRange {
-    /// Loopback only: `127.0.0.0/8` and `::1`, the default `trusted_proxies`.
+    /// Loopback only: `127.0.0.0/8` and `::1` (what the one-process stack trusts: its proxy
+    /// reaches the authorization server over loopback).
     pub fn loopback() -> Vec<IpRange> {
         vec![
             IpRange::new(IpAddr::from([127, 0, 0, 0]), 8),
@@ -134,6 +137,68 @@ fn parse_entry(entry: &str) -> Option<IpAddr> {
     Some(ip.to_canonical())
 }
 
+/// The header a proxy in front sends to prove it is the proxy: its value is the shared
+/// `proxy_secret`.
+pub const PROXY_SECRET_HEADER: &str = "x-tokengate-proxy-secret";
+
+/// The secret a proxy in front proves itself with ([`PROXY_SECRET_HEADER`]). Never shown:
+/// `Debug` prints a placeholder.
+#[derive(Clone)]
+pub struct ProxySecret(String);
+
+impl ProxySecret {
+    /// The shortest secret accepted, in characters.
+    pub const MIN_LENGTH: usize = 16;
+
+    /// A secret of at least [`Self::MIN_LENGTH`] visible ASCII characters (it travels as a
+    /// header value), or why not, without the value.
+    pub fn new(secret: &str) -> Result<ProxySecret, String> {
+        if secret.len() < Self::MIN_LENGTH {
+            return Err(format!(
+                "the proxy secret must be at least {} characters long (it has {})",
+                Self::MIN_LENGTH,
+                secret.chars().count()
+            ));
+        }
+        if !secret.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(
+                "the proxy secret must be visible ASCII characters only (it travels as an HTTP header value)".into(),
+            );
+        }
+        Ok(ProxySecret(secret.to_owned()))
+    }
+
+    /// Whether the request carries the secret in [`PROXY_SECRET_HEADER`] (any of its lines,
+    /// each compared in constant time).
+    pub fn presented_in(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get_all(PROXY_SECRET_HEADER)
+            .iter()
+            .fold(false, |found, value| {
+                let matches: bool = value.as_bytes().ct_eq(self.0.as_bytes()).into();
+                found | matches
+            })
+    }
+}
+
+impl fmt::Debug for ProxySecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ProxySecret(***)")
+    }
+}
+
+/// The ranges whose `X-Forwarded-For` this request may be believed from: `trusted_proxies`,
+/// unless a `proxy_secret` is set and the request does not carry it (then none).
+pub fn trusted_for<'a>(
+    settings: &'a crate::config::Settings,
+    headers: &HeaderMap,
+) -> &'a [IpRange] {
+    match &settings.proxy_secret {
+        Some(secret) if !secret.presented_in(headers) => &[],
+        _ => &settings.trusted_proxies,
+    }
+}
+
 /// The client's address as [`client_ip`] finds it; `None` when the server runs without connect
 /// info (the router driven directly, as in router tests).
 #[derive(Debug, Clone, Copy)]
@@ -148,7 +213,11 @@ impl FromRequestParts<AppState> for ClientAddress {
             .ok()
             .map(|ConnectInfo(peer)| peer.ip());
         Ok(ClientAddress(peer.map(|peer| {
-            client_ip(peer, &parts.headers, &state.settings.trusted_proxies)
+            client_ip(
+                peer,
+                &parts.headers,
+                trusted_for(&state.settings, &parts.headers),
+            )
         })))
     }
 }
