@@ -35,10 +35,11 @@ impl ServeHttp for Admin {
             },
             "/metrics" => {
                 let routes = self.shared.routing().rules.routes().len();
-                let text = self
+                let mut text = self
                     .shared
                     .metrics
                     .render(self.shared.checker.metrics(), routes);
+                text.push_str(&crate::metrics::render_listeners(&self.shared.listeners));
                 reply(
                     StatusCode::OK,
                     "text/plain; version=0.0.4; charset=utf-8",

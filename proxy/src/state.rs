@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use resource_server::TokenChecker;
 
 use crate::config::{ConfigError, ProxyConfig, Routing, load_config_with_env};
+use crate::downstream::ListenerGate;
 use crate::drain::Drain;
 use crate::metrics::ProxyMetrics;
 
@@ -19,6 +20,8 @@ pub struct Shared {
     pub checker: TokenChecker,
     pub metrics: ProxyMetrics,
     pub drain: Arc<Drain>,
+    /// The connection caps and counts of the proxy and admin listeners.
+    pub listeners: [Arc<ListenerGate>; 2],
     /// The configuration the process started with (parts other than routing need a restart).
     started_with: ProxyConfig,
 }
@@ -32,6 +35,10 @@ impl Shared {
             checker,
             metrics,
             drain: Arc::default(),
+            listeners: [
+                ListenerGate::new("proxy", config.connections.max),
+                ListenerGate::new("admin", config.connections.admin_max),
+            ],
             started_with: config,
         }
     }
@@ -89,12 +96,13 @@ impl Shared {
         let old = &self.started_with;
         if new.listen != old.listen
             || new.admin_listen != old.admin_listen
+            || new.connections != old.connections
             || new.threads != old.threads
             || new.work_stealing != old.work_stealing
             || new.introspection != old.introspection
         {
             tracing::warn!(
-                "listen addresses, threads and introspection settings change only on restart"
+                "listen addresses, connection limits, threads and introspection settings change only on restart"
             );
         }
         let routes = new.routing.rules.routes().len();
