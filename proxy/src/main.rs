@@ -2,12 +2,10 @@
 //! validates a configuration and exits; `proxy inject` adds the sidecar to Kubernetes workloads.
 #![forbid(unsafe_code)]
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of glibc's malloc: fewer cycles per request in malloc/free, which a
 /// profile of the proxy under load puts at ~12 % with glibc (issue 14, bench/proxy.sh).
@@ -50,7 +48,7 @@ fn main() -> ExitCode {
     if let Some(Command::Inject(inject)) = args.command {
         return proxy::inject::run(inject);
     }
-    init_logging();
+    resource_server::logging::init();
     if let Some(path) = args.check_config {
         return match proxy::load_config(&path) {
             Ok(config) => {
@@ -87,22 +85,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// `RUST_LOG`-filtered `tracing` output; Pingora's `log` records are bridged into it. Pingora is
-/// capped at `info`: its debug lines print whole request headers, `Authorization` included.
-fn init_logging() {
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    for cap in ["pingora_core=info", "pingora_proxy=info"] {
-        if let Ok(d) = cap.parse() {
-            filter = filter.add_directive(d);
-        }
-    }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .try_init();
 }
 
 /// Re-executes this binary with [`PURGE_DELAY`] set, unless it is set already (by the operator,

@@ -24,6 +24,7 @@ pub mod gate;
 pub mod identity;
 pub mod introspection;
 pub mod jwt;
+pub mod logging;
 pub mod outage;
 pub mod policy;
 pub mod rules;
