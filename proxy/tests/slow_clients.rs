@@ -382,3 +382,51 @@ async fn connections_beyond_the_cap_are_refused_counted_and_logged_once() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(proxy.get("/public/again").await, Some(200));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_gets_the_same_deadline_and_an_idle_limit() {
+    let proxy = Proxy::start("  head_timeout: 1s\n  keepalive_timeout: 2s\n").await;
+    let request = b"GET /public/one HTTP/1.1\r\nHost: a\r\n\r\n";
+    // The next request on a kept-alive connection: its head is timed from its first byte.
+    let mut s = TcpStream::connect(&proxy.listen).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = s.read(&mut buf).await.unwrap();
+    assert_eq!(status_of(&buf[..n]), Some(200));
+    tokio::time::sleep(Duration::from_millis(1500)).await; // idle, within keepalive_timeout
+    let started = Instant::now();
+    let mut closed = false;
+    for byte in b"GET /public/two HTTP/1.1\r\nHost: a\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaa" {
+        if s.write_all(&[*byte]).await.is_err() {
+            closed = true;
+            break;
+        }
+        match tokio::time::timeout(Duration::from_millis(200), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                closed = true;
+                break;
+            }
+            Ok(Ok(n)) => assert_eq!(status_of(&buf[..n]), Some(408)),
+            Err(_) => {}
+        }
+    }
+    let took = started.elapsed();
+    assert!(closed, "the slow second head was never cut");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
+        "cut after {took:?}"
+    );
+    // A connection idle past keepalive_timeout is closed without a word.
+    let mut s = TcpStream::connect(&proxy.listen).await.unwrap();
+    s.write_all(request).await.unwrap();
+    let n = s.read(&mut buf).await.unwrap();
+    assert_eq!(status_of(&buf[..n]), Some(200));
+    let started = Instant::now();
+    let rest = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+    assert!(matches!(rest, Ok(Ok(0))), "{rest:?}");
+    let idle = started.elapsed();
+    assert!(
+        idle >= Duration::from_millis(1900) && idle < Duration::from_secs(4),
+        "closed after {idle:?} idle"
+    );
+}
