@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::protocols::Stream;
@@ -290,12 +290,16 @@ impl<A> Guarded<A> {
             if head.len() > MAX_HEAD {
                 return Head::TooLarge;
             }
+            // Never more than one byte past the limit: what follows a head stays in the socket
+            // for Pingora (a body), and a head over the limit is found whatever the reads' sizes.
+            let room = MAX_HEAD + 1 - head.len();
             if head.capacity() == head.len() {
-                head.reserve(HEAD_CHUNK.min(MAX_HEAD + 1 - head.len()));
+                head.reserve(HEAD_CHUNK.min(room));
             }
+            let mut window = (&mut head).limit(room);
             tokio::select! {
                 biased;
-                read = tokio::time::timeout_at(deadline, stream.read_buf(&mut head)) => {
+                read = tokio::time::timeout_at(deadline, stream.read_buf(&mut window)) => {
                     match read {
                         Ok(Ok(n)) if n > 0 => {}
                         Ok(_) => return Head::Gone,

@@ -430,3 +430,18 @@ async fn a_kept_alive_connection_gets_the_same_deadline_and_an_idle_limit() {
         "closed after {idle:?} idle"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_over_32_kib_is_refused_431_and_a_large_one_under_it_passes() {
+    let proxy = Proxy::start("  head_timeout: 2s\n").await;
+    let with_cookie = |len: usize| {
+        format!(
+            "GET /public/big HTTP/1.1\r\nHost: a\r\nCookie: c={}\r\nConnection: close\r\n\r\n",
+            "x".repeat(len)
+        )
+    };
+    let reply = raw_exchange(&proxy.listen, &with_cookie(24 * 1024)).await;
+    assert_eq!(reply.as_deref().and_then(status_of), Some(200));
+    let reply = raw_exchange(&proxy.listen, &with_cookie(40 * 1024)).await;
+    assert_eq!(reply.as_deref().and_then(status_of), Some(431));
+}
