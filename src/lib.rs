@@ -98,11 +98,18 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
                 authserver::config::redact_url(&config.authserver.database_url)
             )
         })?;
+    // The example API believes the proxy's identity headers, and the authorization server its
+    // X-Forwarded-For, only with this per-start secret, which the proxy adds and strips from
+    // clients: not from any other process that reaches their loopback ports.
+    let proxy_proof = resource_server::ProxySecret::new(&authserver::secrets::random_token())
+        .map_err(anyhow::Error::msg)?;
+    config.api.gate.proxy_secret = Some(proxy_proof.clone());
     if config.authserver.trusted_proxies.is_empty() {
-        // The proxy reaches the authorization server over loopback: its X-Forwarded-For is the
-        // client's address (the authserver's own default trusts nobody).
+        // The proxy reaches the authorization server over loopback (the authserver's own
+        // default trusts nobody).
         config.authserver.trusted_proxies = authserver::client_ip::IpRange::loopback();
     }
+    config.authserver.proxy_secret = Some(proxy_proof.clone());
     if let Some(issuer) = front_door_issuer(&config.authserver.issuer, config.proxy.listen) {
         tracing::info!(%issuer, "the issuer follows the front door's address");
         config.authserver.issuer = issuer;
@@ -131,11 +138,6 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         async { drop(stopped.await) },
     )));
 
-    // The example API believes the proxy's identity headers only with this per-start secret,
-    // which the proxy adds and strips from clients: not from any process that reaches its port.
-    let proxy_proof = resource_server::ProxySecret::new(&authserver::secrets::random_token())
-        .map_err(anyhow::Error::msg)?;
-    config.api.gate.proxy_secret = Some(proxy_proof.clone());
     let api_state = example_api::AppState::new(
         store.clone(),
         example_api::guard::Guard::from_config(&config.api)?,
@@ -151,7 +153,9 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
     // The proxy introspects at the authserver upstream; keep it there when that moves.
     let file_authserver = point_upstream(&mut config.proxy, "authserver", authserver_addr)?;
     point_upstream(&mut config.proxy, "api", api_addr)?;
-    prove_to_upstream(&mut config.proxy, "api", &proxy_proof)?;
+    for upstream in ["api", "authserver"] {
+        prove_to_upstream(&mut config.proxy, upstream, &proxy_proof)?;
+    }
     let Some(introspection) = config.proxy.gate.introspection.as_mut() else {
         bail!("proxy configuration: the stack's proxy introspects at the authserver");
     };

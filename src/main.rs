@@ -15,12 +15,7 @@ struct Args {}
 async fn main() -> ExitCode {
     // Arguments first: `--help`, `--version` or a typo never start anything.
     let Args {} = clap::Parser::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    resource_server::logging::init();
     let stack = match tokengate::StackConfig::load() {
         Ok(config) => tokengate::start(config).await,
         Err(error) => Err(error),

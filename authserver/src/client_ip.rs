@@ -10,7 +10,6 @@ use std::convert::Infallible;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
-use subtle::ConstantTimeEq;
 
 /// An IP address or a CIDR range (`10.0.0.0/8`, `::1`, `fd00::/8`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,55 +136,9 @@ fn parse_entry(entry: &str) -> Option<IpAddr> {
     Some(ip.to_canonical())
 }
 
-/// The header a proxy in front sends to prove it is the proxy: its value is the shared
-/// `proxy_secret`.
-pub const PROXY_SECRET_HEADER: &str = "x-tokengate-proxy-secret";
-
-/// The secret a proxy in front proves itself with ([`PROXY_SECRET_HEADER`]). Never shown:
-/// `Debug` prints a placeholder.
-#[derive(Clone)]
-pub struct ProxySecret(String);
-
-impl ProxySecret {
-    /// The shortest secret accepted, in characters.
-    pub const MIN_LENGTH: usize = 16;
-
-    /// A secret of at least [`Self::MIN_LENGTH`] visible ASCII characters (it travels as a
-    /// header value), or why not, without the value.
-    pub fn new(secret: &str) -> Result<ProxySecret, String> {
-        if secret.len() < Self::MIN_LENGTH {
-            return Err(format!(
-                "the proxy secret must be at least {} characters long (it has {})",
-                Self::MIN_LENGTH,
-                secret.chars().count()
-            ));
-        }
-        if !secret.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(
-                "the proxy secret must be visible ASCII characters only (it travels as an HTTP header value)".into(),
-            );
-        }
-        Ok(ProxySecret(secret.to_owned()))
-    }
-
-    /// Whether the request carries the secret in [`PROXY_SECRET_HEADER`] (any of its lines,
-    /// each compared in constant time).
-    pub fn presented_in(&self, headers: &HeaderMap) -> bool {
-        headers
-            .get_all(PROXY_SECRET_HEADER)
-            .iter()
-            .fold(false, |found, value| {
-                let matches: bool = value.as_bytes().ct_eq(self.0.as_bytes()).into();
-                found | matches
-            })
-    }
-}
-
-impl fmt::Debug for ProxySecret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ProxySecret(***)")
-    }
-}
+/// The header a proxy in front proves itself with, and its shared secret (one type for every
+/// binary).
+pub use resource_server::{PROXY_SECRET_HEADER, ProxySecret};
 
 /// The ranges whose `X-Forwarded-For` this request may be believed from: `trusted_proxies`,
 /// unless a `proxy_secret` is set and the request does not carry it (then none).
@@ -194,7 +147,7 @@ pub fn trusted_for<'a>(
     headers: &HeaderMap,
 ) -> &'a [IpRange] {
     match &settings.proxy_secret {
-        Some(secret) if !secret.presented_in(headers) => &[],
+        Some(secret) if !secret.proven_by(headers) => &[],
         _ => &settings.trusted_proxies,
     }
 }

@@ -852,12 +852,12 @@ mod tests {
         let secret = "s3cret-0123456789-abcdef";
         let s = Settings::from_yaml(&format!("proxy_secret: {secret}"), "c.yaml").unwrap();
         let mut headers = axum::http::HeaderMap::new();
-        assert!(!s.proxy_secret.as_ref().unwrap().presented_in(&headers));
+        assert!(!s.proxy_secret.as_ref().unwrap().proven_by(&headers));
         headers.insert(
             crate::client_ip::PROXY_SECRET_HEADER,
             secret.parse().unwrap(),
         );
-        assert!(s.proxy_secret.as_ref().unwrap().presented_in(&headers));
+        assert!(s.proxy_secret.as_ref().unwrap().proven_by(&headers));
         assert!(!format!("{s:?}").contains(secret), "Debug shows no secret");
 
         let dir = std::env::temp_dir().join(format!("tg-proxy-secret-{}", std::process::id()));
@@ -868,12 +868,12 @@ mod tests {
         let env = |key: &str| (key == "AUTHSERVER_PROXY_SECRET_FILE").then(|| path.clone());
         let s = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap();
         assert!(
-            s.proxy_secret.unwrap().presented_in(&headers),
+            s.proxy_secret.unwrap().proven_by(&headers),
             "newline dropped"
         );
         let env = |key: &str| (key == "AUTHSERVER_PROXY_SECRET").then(|| secret.to_owned());
         let s = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap();
-        assert!(s.proxy_secret.unwrap().presented_in(&headers));
+        assert!(s.proxy_secret.unwrap().proven_by(&headers));
         assert!(
             check_environment(["AUTHSERVER_PROXY_SECRET", "AUTHSERVER_PROXY_SECRET_FILE"]).is_ok()
         );

@@ -47,12 +47,7 @@ async fn main() -> ExitCode {
             }
         };
     }
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    resource_server::logging::init();
     match example_api::run(config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

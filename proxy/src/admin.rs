@@ -43,7 +43,8 @@ impl ServeHttp for Admin {
                     .introspection()
                     .map_or(&none, |c| c.metrics());
                 let routes = routing.gate.rules().routes().len();
-                let text = self.shared.metrics.render(checker, routes);
+                let mut text = self.shared.metrics.render(checker, routes);
+                text.push_str(&crate::metrics::render_listeners(&self.shared.listeners));
                 reply(
                     StatusCode::OK,
                     "text/plain; version=0.0.4; charset=utf-8",

@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod background;
 pub mod config;
+pub mod downstream;
 pub mod drain;
 pub mod gateway;
 pub mod headers;

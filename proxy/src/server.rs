@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::admin::Admin;
 use crate::background::Maintenance;
 use crate::config::{ConfigError, ProxyConfig};
+use crate::downstream::{self, Guarded};
 use crate::gateway::Gateway;
 use crate::state::{Shared, SharedState};
 
@@ -148,19 +149,27 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     let gateway = Gateway {
         shared: shared.clone(),
     };
-    let mut proxy = pingora::proxy::http_proxy_service_with_name(
-        &server.configuration,
-        gateway,
-        "tokengate proxy",
+    let [proxy_gate, admin_gate] = shared.listeners.clone();
+    let mut proxy = Service::new(
+        "tokengate proxy".to_owned(),
+        Guarded::new(
+            pingora::proxy::http_proxy(&server.configuration, gateway),
+            config.connections,
+            proxy_gate,
+        ),
     );
-    proxy.add_tcp(&config.listen.to_string());
+    proxy.add_listener(downstream::endpoint(&config.listen.to_string()));
     let mut admin = Service::new(
         "tokengate admin".to_owned(),
-        Admin {
-            shared: shared.clone(),
-        },
+        Guarded::new(
+            Admin {
+                shared: shared.clone(),
+            },
+            config.connections,
+            admin_gate,
+        ),
     );
-    admin.add_tcp(&config.admin_listen.to_string());
+    admin.add_listener(downstream::endpoint(&config.admin_listen.to_string()));
     admin.threads = Some(1);
     server.add_service(proxy);
     server.add_service(admin);

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use resource_server::Gate;
 
 use crate::config::{ConfigError, ProxyConfig, Upstream, load_config_with_env};
+use crate::downstream::ListenerGate;
 use crate::drain::Drain;
 use crate::metrics::ProxyMetrics;
 
@@ -38,6 +39,8 @@ pub struct Shared {
     routing: RwLock<Arc<Routing>>,
     pub metrics: ProxyMetrics,
     pub drain: Arc<Drain>,
+    /// The connection caps and counts of the proxy and admin listeners.
+    pub listeners: [Arc<ListenerGate>; 2],
     /// The configuration the process started with (parts other than routing need a restart).
     started_with: ProxyConfig,
 }
@@ -53,6 +56,10 @@ impl Shared {
             routing: RwLock::new(Arc::new(routing)),
             metrics,
             drain: Arc::default(),
+            listeners: [
+                ListenerGate::new("proxy", config.connections.max),
+                ListenerGate::new("admin", config.connections.admin_max),
+            ],
             started_with: config,
         })
     }
@@ -122,12 +129,13 @@ impl Shared {
         let old = &self.started_with;
         if new.listen != old.listen
             || new.admin_listen != old.admin_listen
+            || new.connections != old.connections
             || new.threads != old.threads
             || new.work_stealing != old.work_stealing
             || new.gate.introspection != old.gate.introspection
         {
             tracing::warn!(
-                "listen addresses, threads and introspection settings change only on restart"
+                "listen addresses, connection limits, threads and introspection settings change only on restart"
             );
         }
         let routes = routing.gate.rules().routes().len();

@@ -29,17 +29,25 @@ pub const PROXY_SECRET_HEADER: &str = "x-tokengate-proxy-secret";
 pub struct ProxySecret(Arc<str>);
 
 impl ProxySecret {
-    /// The shortest secret accepted: 128 bits written in hex.
-    pub const MIN_LEN: usize = 32;
+    /// The shortest secret accepted, in characters (`openssl rand -hex 32` gives 64).
+    pub const MIN_LENGTH: usize = 16;
 
-    /// A secret of at least [`Self::MIN_LEN`] visible ASCII characters (a header value).
+    /// A secret of at least [`Self::MIN_LENGTH`] visible ASCII characters (it travels as a
+    /// header value), or why not, without the value. Surrounding white space (a file's final
+    /// newline) is dropped.
     pub fn new(secret: &str) -> Result<ProxySecret, String> {
         let secret = secret.trim();
-        if secret.len() < Self::MIN_LEN || !secret.bytes().all(|b| b.is_ascii_graphic()) {
+        if secret.len() < Self::MIN_LENGTH {
             return Err(format!(
-                "expected at least {} visible ASCII characters (e.g. `openssl rand -hex 32`)",
-                Self::MIN_LEN
+                "the proxy secret must be at least {} characters long (it has {})",
+                Self::MIN_LENGTH,
+                secret.chars().count()
             ));
+        }
+        if !secret.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("the proxy secret must be visible ASCII characters only (it travels as \
+                        an HTTP header value)"
+                .into());
         }
         Ok(ProxySecret(secret.into()))
     }
@@ -170,8 +178,9 @@ mod tests {
         );
         let wrong = "t".repeat(40);
         let short = "s".repeat(39);
+        let long = "s".repeat(41);
         let right = "s".repeat(40);
-        for bad in [&wrong, &short] {
+        for bad in [&wrong, &short, &long] {
             let h = headers(&[identity[0], identity[1], (PROXY_SECRET_HEADER, bad)]);
             assert_eq!(forwarded.credential(&h), Credential::Missing, "{bad}");
         }

@@ -28,6 +28,7 @@ pub mod gate_config;
 pub mod identity;
 pub mod introspection;
 pub mod jwt;
+pub mod logging;
 pub mod outage;
 pub mod policy;
 pub mod rules;

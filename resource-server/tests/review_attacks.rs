@@ -350,3 +350,59 @@ async fn duplicate_kids_never_accept_a_stranger() {
         Credential::Invalid(_)
     ));
 }
+
+/// RFC 9068 §2.2 requires `sub`. A token without one, or with a null, was accepted: the routes'
+/// scopes were all that was checked (round 3, item 12).
+#[tokio::test]
+async fn a_token_about_nobody_is_refused() {
+    let k = key(14);
+    let file = JwksFile::new(&[jwk(&k, Some("k"))]);
+    let v = JwtValidator::new(file.settings()).unwrap();
+    for sub in [None, Some(Value::Null)] {
+        let mut p = claims("admin");
+        match sub {
+            None => drop(p.as_object_mut().unwrap().remove("sub")),
+            Some(null) => p["sub"] = null,
+        }
+        assert!(
+            matches!(
+                v.validate(&sign(&k, Some("k"), &p)).await,
+                Credential::Invalid(_)
+            ),
+            "{p}"
+        );
+    }
+    assert!(is_checked(
+        &v.validate(&sign(&k, Some("k"), &claims("admin"))).await
+    ));
+}
+
+/// Our authorization server's JWT of a user: `sub` is the user's numeric id, `username` the
+/// name. With the default settings `X-Auth-Username` was the id, so an API keyed on names saw
+/// "7" (a user who might be named "7" by someone else); it is now the `username` claim, as
+/// introspection answers give it (round 3, item 12).
+#[tokio::test]
+async fn the_username_header_is_the_username_not_the_numeric_sub() {
+    let k = key(15);
+    let file = JwksFile::new(&[jwk(&k, Some("k"))]);
+    let v = JwtValidator::new(file.settings()).unwrap();
+    let gate = Gate::new(rules(), Check::Jwt(v));
+    let uri = "/admin".parse().unwrap();
+    let mut p = claims("admin");
+    p["sub"] = json!("7");
+    p["username"] = json!("alice");
+    let allow = gate
+        .authorize(&Method::GET, &uri, &bearer(&sign(&k, Some("k"), &p)))
+        .await
+        .unwrap();
+    let identity = allow.identity.unwrap();
+    assert_eq!(identity.username.as_deref(), Some("alice"));
+    // A client's own token (client_credentials) has no username: no header, not the client id.
+    p.as_object_mut().unwrap().remove("username");
+    p["sub"] = json!("app");
+    let allow = gate
+        .authorize(&Method::GET, &uri, &bearer(&sign(&k, Some("k"), &p)))
+        .await
+        .unwrap();
+    assert_eq!(allow.identity.unwrap().username, None);
+}

@@ -18,7 +18,8 @@ use resource_server::{
     GateConfig, GateEnv, GateError, GateSettings, ProxySecret, RulesError, TokenSource,
 };
 
-use raw::{RawConfig, RawDuration, RawUpstream};
+use crate::downstream::ConnectionLimits;
+use raw::{RawConfig, RawConnections, RawDuration, RawUpstream};
 
 /// Environment variables that override the file (empty values are ignored).
 pub const ENV_OVERRIDES: [&str; 7] = [
@@ -78,6 +79,8 @@ pub struct ProxyConfig {
     pub source: Option<PathBuf>,
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
+    /// The `connections:` section: head deadline, idle timeouts and caps of both listeners.
+    pub connections: ConnectionLimits,
     pub threads: usize,
     /// Whether the proxy's threads share one work-stealing runtime (default) or each run a
     /// single-threaded one (`false`: one proxy per process only, see `config/proxy.yaml`).
@@ -243,6 +246,7 @@ impl Validator<'_> {
         if listen == admin_listen && listen.port() != 0 {
             return Err(self.invalid("admin_listen", admin_listen, "must differ from listen"));
         }
+        let connections = self.connections(raw.connections.unwrap_or_default())?;
         let threads = raw.threads.unwrap_or(DEFAULT_THREADS);
         if !(1..=256).contains(&threads) {
             return Err(self.invalid("threads", threads, "expected 1 to 256"));
@@ -319,6 +323,7 @@ impl Validator<'_> {
             source: None,
             listen,
             admin_listen,
+            connections,
             threads,
             work_stealing: raw.work_stealing.unwrap_or(true),
             grace_period,
@@ -357,6 +362,39 @@ impl Validator<'_> {
     ) -> Result<Duration, ConfigError> {
         settings::duration(field, value.as_ref(), Duration::from_secs(default_secs))
             .map_err(|e| self.setting(e))
+    }
+
+    fn connections(&self, raw: RawConnections) -> Result<ConnectionLimits, ConfigError> {
+        let defaults = ConnectionLimits::default();
+        let positive = |key: &str, value: Option<RawDuration>, default: Duration| {
+            let field = format!("connections.{key}");
+            let d =
+                settings::duration(&field, value.as_ref(), default).map_err(|e| self.setting(e))?;
+            if d.is_zero() {
+                return Err(self.invalid(field, "0", "must be positive"));
+            }
+            Ok(d)
+        };
+        let count = |key: &str, value: Option<usize>, default: usize| match value {
+            None => Ok(default),
+            Some(n) if (1..=1_000_000).contains(&n) => Ok(n),
+            Some(n) => Err(self.invalid(format!("connections.{key}"), n, "expected 1 to 1000000")),
+        };
+        Ok(ConnectionLimits {
+            head_timeout: positive("head_timeout", raw.head_timeout, defaults.head_timeout)?,
+            body_idle_timeout: positive(
+                "body_idle_timeout",
+                raw.body_idle_timeout,
+                defaults.body_idle_timeout,
+            )?,
+            keepalive_timeout: positive(
+                "keepalive_timeout",
+                raw.keepalive_timeout,
+                defaults.keepalive_timeout,
+            )?,
+            max: count("max", raw.max, defaults.max)?,
+            admin_max: count("admin_max", raw.admin_max, defaults.admin_max)?,
+        })
     }
 
     fn upstream(

@@ -288,3 +288,52 @@ fn jwt_section_errors_name_the_field() {
     ));
     assert!(e.contains("field \"jwt.audience\""), "{e}");
 }
+
+#[test]
+fn connection_limits_default_and_are_read() {
+    assert_eq!(
+        parse(GOOD).unwrap().connections,
+        ConnectionLimits::default()
+    );
+    let d = ConnectionLimits::default();
+    assert_eq!(
+        (d.head_timeout, d.body_idle_timeout, d.keepalive_timeout),
+        (
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+            Duration::from_secs(60)
+        )
+    );
+    let c = parse(&format!(
+        "{GOOD}connections:\n  head_timeout: 1500ms\n  body_idle_timeout: 3s\n  keepalive_timeout: 5s\n  max: 100\n  admin_max: 8\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.connections,
+        ConnectionLimits {
+            head_timeout: Duration::from_millis(1500),
+            body_idle_timeout: Duration::from_secs(3),
+            keepalive_timeout: Duration::from_secs(5),
+            max: 100,
+            admin_max: 8,
+        }
+    );
+    for (line, message) in [
+        (
+            "head_timeout: 0s",
+            "field \"connections.head_timeout\" = 0: must be positive",
+        ),
+        (
+            "body_idle_timeout: soon",
+            "field \"connections.body_idle_timeout\" = \"soon\"",
+        ),
+        (
+            "max: 0",
+            "field \"connections.max\" = 0: expected 1 to 1000000",
+        ),
+        ("maximum: 5", "unknown field `maximum`"),
+    ] {
+        let e = error(&format!("{GOOD}connections:\n  {line}\n"));
+        assert!(e.contains(message), "{line}: {e}");
+    }
+}

@@ -91,7 +91,7 @@ impl JwtSettings {
                 issuer: issuer.to_owned(),
                 audience: audience.map(|a| vec![a.to_owned()]),
                 scope_claim: "scope".into(),
-                username_claim: "sub".into(),
+                username_claim: ClaimRules::DEFAULT_USERNAME_CLAIM.into(),
                 client_id_claim: "client_id".into(),
                 require_jti: true,
                 leeway_secs: crate::AnswerPolicy::DEFAULT_LEEWAY.as_secs() as i64,

@@ -12,7 +12,7 @@
 //!   typ: [at+jwt]               # default; Keycloak and Entra ID send JWT
 //!   leeway: 5s
 //!   scope_claim: scope          # scope (space-separated) or scp (array), or any claim name
-//!   username_claim: sub         # becomes X-Auth-Username
+//!   username_claim: username    # becomes X-Auth-Username (preferred_username: Keycloak, Entra)
 //!   client_id_claim: client_id  # becomes X-Auth-Client-Id (azp for Keycloak and Entra ID)
 //!   require_jti: true           # Entra ID sends none
 //!   jwks_refresh_min: 30s       # floor of max-age; at most one unknown-kid refetch per this
@@ -202,7 +202,7 @@ impl RawJwt {
                 issuer,
                 audience,
                 scope_claim: name(&self.scope_claim, "scope"),
-                username_claim: name(&self.username_claim, "sub"),
+                username_claim: name(&self.username_claim, ClaimRules::DEFAULT_USERNAME_CLAIM),
                 client_id_claim: name(&self.client_id_claim, "client_id"),
                 require_jti: self.require_jti.unwrap_or(true),
                 leeway_secs: i64::try_from(leeway.as_secs()).unwrap_or(i64::MAX),
