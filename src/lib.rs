@@ -100,9 +100,13 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         })?;
     // The example API believes the proxy's identity headers, and the authorization server its
     // X-Forwarded-For, only with this per-start secret, which the proxy adds and strips from
-    // clients: not from any other process that reaches their loopback ports.
-    let proxy_proof = resource_server::ProxySecret::new(&authserver::secrets::random_token())
-        .map_err(anyhow::Error::msg)?;
+    // clients: not from any other process that reaches their loopback ports. One the operator
+    // gave the example API (EXAMPLE_API_PROXY_SECRET) is kept.
+    let proxy_proof = match config.api.gate.proxy_secret.clone() {
+        Some(given) => given,
+        None => resource_server::ProxySecret::new(&authserver::secrets::random_token())
+            .map_err(anyhow::Error::msg)?,
+    };
     config.api.gate.proxy_secret = Some(proxy_proof.clone());
     if config.authserver.trusted_proxies.is_empty() {
         // The proxy reaches the authorization server over loopback (the authserver's own
