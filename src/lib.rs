@@ -98,8 +98,8 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
             )
         })?;
     if let Some(issuer) = front_door_issuer(&config.authserver.issuer, config.proxy.listen) {
-        tracing::info!(%issuer, "the issuer follows the front door's address");
-        config.authserver.issuer = issuer;
+        tracing::info!(%issuer, "the issuer (and a defaulted JWT audience) follows the front door's address");
+        config.authserver.set_issuer(issuer);
     }
     let first_run = bootstrap::first_run(&store).await?;
     let proxy_secret = bootstrap::proxy_secret(

@@ -142,6 +142,9 @@ pub struct Settings {
     pub access_token_format: AccessTokenFormat,
     /// The `aud` claim of JWT access tokens (default: the issuer).
     pub access_token_audience: String,
+    /// Whether `access_token_audience` was left to default, so that it follows the issuer when
+    /// [`Settings::set_issuer`] moves it (the stack's front door).
+    pub access_token_audience_is_issuer: bool,
     /// The `Cache-Control: max-age` of the JWKS, seconds; `keys rotate` waits longer than this
     /// before a new key signs.
     pub jwks_max_age: i64,
@@ -398,6 +401,7 @@ impl Settings {
         };
 
         let (origin, audience) = pick("access_token_audience", raw.access_token_audience);
+        let access_token_audience_is_issuer = audience.is_none();
         let access_token_audience = match audience {
             None => issuer.clone(),
             Some(text) if !text.trim().is_empty() => text.trim().to_owned(),
@@ -440,10 +444,19 @@ impl Settings {
             trusted_proxies,
             access_token_format,
             access_token_audience,
+            access_token_audience_is_issuer,
             jwks_max_age,
             authorization_code_lifetime,
             purge_interval,
         })
+    }
+
+    /// Moves the issuer; the audience follows it when it was left to default.
+    pub fn set_issuer(&mut self, issuer: String) {
+        if self.access_token_audience_is_issuer {
+            self.access_token_audience = issuer.clone();
+        }
+        self.issuer = issuer;
     }
 
     /// Settings for tests: the example scopes, an in-memory database unless one is given.
@@ -459,6 +472,7 @@ impl Settings {
             trusted_proxies: IpRange::loopback(),
             access_token_format: AccessTokenFormat::Opaque,
             access_token_audience: "http://127.0.0.1:8000".into(),
+            access_token_audience_is_issuer: true,
             jwks_max_age: DEFAULT_JWKS_MAX_AGE,
             authorization_code_lifetime: DEFAULT_AUTHORIZATION_CODE_LIFETIME,
             purge_interval: DEFAULT_PURGE_INTERVAL,
@@ -682,6 +696,14 @@ mod tests {
         assert_eq!(s.access_token_format, AccessTokenFormat::Jwt);
         assert_eq!(s.access_token_audience, "https://api.example");
         assert_eq!(s.jwks_max_age, 60);
+        // A moved issuer takes a defaulted audience along, never a configured one.
+        let mut moved = s.clone();
+        moved.set_issuer("http://127.0.0.1:9100".into());
+        assert_eq!(moved.access_token_audience, "https://api.example");
+        let mut moved = Settings::from_yaml("", "x.yaml").unwrap();
+        moved.set_issuer("http://127.0.0.1:9100".into());
+        assert_eq!(moved.issuer, "http://127.0.0.1:9100");
+        assert_eq!(moved.access_token_audience, "http://127.0.0.1:9100");
         let err = Settings::from_yaml("access_token_format: JWT", "c.yaml").unwrap_err();
         assert_eq!(
             err.to_string(),
