@@ -74,9 +74,12 @@ pub struct Stack {
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
 }
 
-/// The application the proxy introspects with; its secret is kept in [`PROXY_SECRET_FILE`] in
-/// the data directory.
+/// The application the proxy introspects with: `tokengate-proxy-<random>`, one per data
+/// directory, its id kept in [`PROXY_CLIENT_ID_FILE`] and its secret in [`PROXY_SECRET_FILE`]
+/// there (a data directory from before keeps plain `tokengate-proxy`).
 pub const PROXY_CLIENT_ID: &str = "tokengate-proxy";
+/// The file in the data directory holding the proxy's introspection client id (mode 0600).
+pub const PROXY_CLIENT_ID_FILE: &str = "proxy-client.id";
 /// The file in the data directory holding the proxy's introspection secret (mode 0600).
 pub const PROXY_SECRET_FILE: &str = "proxy-client.secret";
 
@@ -102,12 +105,15 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         config.authserver.set_issuer(issuer);
     }
     let first_run = bootstrap::first_run(&store).await?;
-    let proxy_secret = bootstrap::proxy_secret(
+    let secret_file = config.data_dir.join(PROXY_SECRET_FILE);
+    let proxy_client_id = bootstrap::proxy_client_id(
         &store,
+        &config.data_dir.join(PROXY_CLIENT_ID_FILE),
+        &secret_file,
         PROXY_CLIENT_ID,
-        &config.data_dir.join(PROXY_SECRET_FILE),
     )
     .await?;
+    let proxy_secret = bootstrap::proxy_secret(&store, &proxy_client_id, &secret_file).await?;
 
     let mut stops = Vec::new();
     let mut tasks = Vec::new();
@@ -145,7 +151,7 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         *introspection = format!("http://{authserver_addr}/{path}");
     }
     config.proxy.introspection.auth = IntrospectionAuth::ClientSecret {
-        client_id: PROXY_CLIENT_ID.into(),
+        client_id: proxy_client_id,
         client_secret: proxy_secret,
     };
     let proxy = tokio::task::spawn_blocking(move || proxy::spawn(config.proxy)).await??;
