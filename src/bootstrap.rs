@@ -5,10 +5,12 @@
 //! stacks on one database never rotate each other's proxy secret.
 
 use anyhow::Context;
+use authserver::key_encryption::{KeyEncryption, SECRETS_VAR};
 use authserver::secrets::random_token;
 use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 
 /// What the first start created; shown once, never stored in the clear. `Debug` hides the
 /// secrets.
@@ -161,7 +163,27 @@ pub async fn proxy_secret(
     Ok(secret)
 }
 
-/// Writes `secret` to `path` readable by the owner only, replacing it in one rename.
+/// The key-encryption keys of the signing keys when the settings give none: those of the
+/// secret kept in `file` (in the data directory), created on the first start (a random secret,
+/// mode 0600; never replacing a file that is there, also when two stacks start at once).
+pub fn key_encryption(file: &Path) -> anyhow::Result<Arc<KeyEncryption>> {
+    let origin = format!(
+        "the stack's secret file {} (or set {SECRETS_VAR})",
+        file.display()
+    );
+    if !file.exists() {
+        write_new_secret(file, &random_token()).with_context(|| {
+            format!(
+                "cannot keep the key-encryption secret in {}",
+                file.display()
+            )
+        })?;
+    }
+    let kek = KeyEncryption::from_file(file, &origin)
+        .map_err(|problem| anyhow::anyhow!("{origin}: {problem}"))?;
+    Ok(Arc::new(kek))
+}
+
 /// A client_credentials application that may introspect: what a resource server or the proxy
 /// checks tokens with.
 fn introspection_client(name: &str) -> ApplicationInput {
@@ -180,6 +202,25 @@ fn introspection_client(name: &str) -> ApplicationInput {
 /// Writes the secret to a new file of a random name beside `path` (created exclusively, 0600:
 /// never through a file or symlink planted there), then renames it over `path`.
 fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
+    let tmp = write_private_tmp(path, secret)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Like [`write_secret`], but leaves a file already at `path` as it is (linked into place, not
+/// renamed over it).
+fn write_new_secret(path: &Path, secret: &str) -> std::io::Result<()> {
+    let tmp = write_private_tmp(path, secret)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    std::fs::remove_file(&tmp)?;
+    match linked {
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
+
+/// A new file of a random name beside `path` (created exclusively, 0600, its folder 0700 when
+/// missing) holding `secret`.
+fn write_private_tmp(path: &Path, secret: &str) -> std::io::Result<std::path::PathBuf> {
     use authserver::private_files;
     use std::io::Write;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -189,7 +230,7 @@ fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
     let mut file = private_files::create_new_file(&tmp)?;
     file.write_all(secret.as_bytes())?;
     file.sync_all()?;
-    std::fs::rename(&tmp, path)
+    Ok(tmp)
 }
 
 /// The text printed at start: where things listen and, on the first start, the credentials and

@@ -82,6 +82,9 @@ pub const PROXY_CLIENT_ID: &str = "tokengate-proxy";
 pub const PROXY_CLIENT_ID_FILE: &str = "proxy-client.id";
 /// The file in the data directory holding the proxy's introspection secret (mode 0600).
 pub const PROXY_SECRET_FILE: &str = "proxy-client.secret";
+/// The file in the data directory holding the secret the signing keys are encrypted with when
+/// neither `AUTHSERVER_SECRETS_SYSTEM` nor `AUTHSERVER_SECRETS_SYSTEM_FILE` is set (mode 0600).
+pub const SECRETS_SYSTEM_FILE: &str = "secrets-system";
 
 /// Starts the authorization server and the example API on their listen addresses (port 0 = any
 /// free port), then the proxy in front of both.
@@ -104,6 +107,12 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         tracing::info!(%issuer, "the issuer (and a defaulted JWT audience) follows the front door's address");
         config.authserver.set_issuer(issuer);
     }
+    let key_encryption = match config.authserver.key_encryption.clone() {
+        Some(kek) => kek,
+        None => bootstrap::key_encryption(&config.data_dir.join(SECRETS_SYSTEM_FILE))?,
+    };
+    config.authserver.key_encryption = Some(key_encryption.clone());
+    store.use_key_encryption(key_encryption).await?;
     let first_run = bootstrap::first_run(&store).await?;
     let secret_file = config.data_dir.join(PROXY_SECRET_FILE);
     let proxy_client_id = bootstrap::proxy_client_id(

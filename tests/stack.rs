@@ -144,6 +144,14 @@ async fn a_second_stack_on_the_same_data_leaves_the_first_serving() {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600, "the secret file is the owner's only");
+        // So is the secret the signing keys are encrypted with, made on the first start.
+        let kek = dir.join(tokengate::SECRETS_SYSTEM_FILE);
+        let mode = std::fs::metadata(&kek).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o600,
+            "the key-encryption secret is the owner's only"
+        );
     }
 
     let second = tokengate::start(config(&database_url, &[])).await.unwrap();

@@ -89,6 +89,9 @@ pub enum KeysCommand {
         #[arg(long)]
         delay: Option<i64>,
     },
+    /// Encrypt every signing key with the first secret of AUTHSERVER_SECRETS_SYSTEM (or its
+    /// file): after putting a new secret first, before removing the old one from the list.
+    Reencrypt,
     /// Delete a key that no longer signs (a compromised one, after `keys rotate --delay 0`):
     /// it leaves the JWKS, and its tokens stop introspecting, within 10 s on every replica.
     Delete {
@@ -310,7 +313,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 redact_url(&settings.database_url)
             )
         })?;
-    match cli.command.unwrap_or(Command::Serve) {
+    let command = cli.command.unwrap_or(Command::Serve);
+    match &settings.key_encryption {
+        Some(kek) => {
+            let sealed = store.use_key_encryption(kek.clone()).await?;
+            if sealed > 0 {
+                tracing::info!(
+                    sealed,
+                    kek = kek.current_id(),
+                    "encrypted the signing keys stored in the clear"
+                );
+            }
+        }
+        None if matches!(command, Command::Serve) && store.has_signing_keys().await? => bail!(
+            "the database holds JWT signing keys, kept encrypted at rest: set {} or {} (Kubernetes: the Secret key secrets-system)",
+            crate::key_encryption::SECRETS_VAR,
+            crate::key_encryption::SECRETS_FILE_VAR
+        ),
+        None => {}
+    }
+    match command {
         Command::Serve => {
             let listener = tokio::net::TcpListener::bind(settings.listen)
                 .await
@@ -419,6 +441,16 @@ async fn keys_command(
             for kid in rotated.pruned {
                 println!("deleted signing key {kid}: every token it signed has expired");
             }
+        }
+        KeysCommand::Reencrypt => {
+            let changed = store.reencrypt_signing_keys().await?;
+            let kek = settings
+                .key_encryption
+                .as_ref()
+                .map_or("", |kek| kek.current_id());
+            println!(
+                "re-encrypted {changed} signing keys under key-encryption key {kek}; every key now opens with the first secret alone"
+            );
         }
         KeysCommand::Delete { kid } => {
             let at = now();

@@ -1,11 +1,13 @@
 //! Settings: `config/authserver.yaml` mirrored by serde, then validated, with `AUTHSERVER_*` overrides.
 
 use crate::client_ip::IpRange;
+use crate::key_encryption::{KeyEncryption, SECRETS_VAR};
 use crate::oauth::INTROSPECTION_SCOPE;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The config file as written (mirror of the YAML; every key optional with a named default).
 #[derive(Debug, Default, Deserialize)]
@@ -24,6 +26,7 @@ struct RawSettings {
     jwks_max_age: Option<RawDuration>,
     authorization_code_lifetime: Option<RawDuration>,
     purge_interval: Option<RawDuration>,
+    secrets_system_file: Option<String>,
 }
 
 /// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
@@ -70,7 +73,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 14] = [
     "listen",
     "issuer",
     "database_url",
@@ -84,11 +87,17 @@ const KEYS: [&str; 13] = [
     "jwks_max_age",
     "authorization_code_lifetime",
     "purge_interval",
+    "secrets_system_file",
 ];
 
 /// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
-/// settings file's path and the CLI's password input.
-pub const OTHER_VARIABLES: [&str; 2] = ["AUTHSERVER_CONFIG", "AUTHSERVER_PASSWORD"];
+/// settings file's path, the CLI's password input, and the secrets that encrypt the signing
+/// keys (never in the settings file).
+pub const OTHER_VARIABLES: [&str; 3] = [
+    "AUTHSERVER_CONFIG",
+    "AUTHSERVER_PASSWORD",
+    crate::key_encryption::SECRETS_VAR,
+];
 
 /// Refuses `AUTHSERVER_*` variables that nothing reads (a typo would otherwise be silently
 /// ignored) and `AUTHSERVER_SCOPES` (a map: declare scopes in the file).
@@ -153,6 +162,10 @@ pub struct Settings {
     /// How often `serve` deletes expired tokens, codes, sessions, revoked families and signing
     /// keys (see [`crate::purge`]), seconds, each wait jittered; 0 = never (default 3600).
     pub purge_interval: i64,
+    /// The key-encryption keys of the JWT signing keys, from `AUTHSERVER_SECRETS_SYSTEM` or the
+    /// file of `secrets_system_file` (`AUTHSERVER_SECRETS_SYSTEM_FILE`); none configured: no
+    /// signing key can be stored or read.
+    pub key_encryption: Option<Arc<KeyEncryption>>,
 }
 
 /// What an access token is.
@@ -433,6 +446,30 @@ impl Settings {
             })?,
         };
 
+        let (file_origin, secrets_file) = pick("secrets_system_file", raw.secrets_system_file);
+        let key_encryption = match (env(SECRETS_VAR), secrets_file) {
+            (Some(_), Some(path)) => {
+                return Err(fail(
+                    &format!("environment variable {SECRETS_VAR}"),
+                    format!("set either it or {file_origin} (\"{path}\"), not both"),
+                ));
+            }
+            (Some(text), None) => {
+                let origin = format!("environment variable {SECRETS_VAR}");
+                let secrets: Vec<&str> = list_items(&text).collect();
+                let kek = KeyEncryption::from_secrets(&secrets, &origin)
+                    .map_err(|problem| fail(&origin, problem))?;
+                Some(Arc::new(kek))
+            }
+            (None, Some(path)) => {
+                let origin = format!("{file_origin}: file {path}");
+                let kek = KeyEncryption::from_file(Path::new(&path), &origin)
+                    .map_err(|problem| fail(&origin, problem))?;
+                Some(Arc::new(kek))
+            }
+            (None, None) => None,
+        };
+
         Ok(Settings {
             listen,
             issuer,
@@ -448,6 +485,7 @@ impl Settings {
             jwks_max_age,
             authorization_code_lifetime,
             purge_interval,
+            key_encryption,
         })
     }
 
@@ -476,6 +514,7 @@ impl Settings {
             jwks_max_age: DEFAULT_JWKS_MAX_AGE,
             authorization_code_lifetime: DEFAULT_AUTHORIZATION_CODE_LIFETIME,
             purge_interval: DEFAULT_PURGE_INTERVAL,
+            key_encryption: None,
         }
     }
 }

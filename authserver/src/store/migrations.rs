@@ -217,6 +217,14 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "CREATE INDEX IF NOT EXISTS tokens_expires ON tokens(expires_at);
     CREATE INDEX IF NOT EXISTS authorization_codes_family ON authorization_codes(family);",
     ),
+    (
+        7,
+        // Signing keys encrypted at rest (issue 21): the id of the key-encryption key a private
+        // key is sealed with; NULL for a key stored in the clear before, which the first start
+        // with a key-encryption key seals ([`super::Store::use_key_encryption`]).
+        "ALTER TABLE signing_keys ADD COLUMN kek_id TEXT",
+        "ALTER TABLE signing_keys ADD COLUMN IF NOT EXISTS kek_id TEXT",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
@@ -327,7 +335,7 @@ mod tests {
                     .fetch_all(store.pool())
                     .await
                     .unwrap();
-            assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
+            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
         }
     }
 }

@@ -70,7 +70,7 @@ pub enum StoreError {
     UnstorableText,
     #[error("database error: {0}")]
     Database(sqlx::Error),
-    #[error("{0}")]
+    #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
 
@@ -98,6 +98,9 @@ pub struct Shared {
     /// authenticates a client. Emptied on any change made through this store; another replica's
     /// change is seen within `CLIENT_CACHE_TTL`.
     clients: moka::future::Cache<String, Application>,
+    /// The key-encryption keys of the signing keys, once given
+    /// ([`Store::use_key_encryption`]); without them no signing key is stored or read.
+    key_encryption: std::sync::OnceLock<Arc<crate::key_encryption::KeyEncryption>>,
 }
 
 /// How long an application record is reused without reading the database again.
@@ -198,6 +201,7 @@ impl Store {
                 backend,
                 hot,
                 clients,
+                key_encryption: std::sync::OnceLock::new(),
             }),
         };
         migrations::run(&store).await?;
