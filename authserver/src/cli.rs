@@ -63,6 +63,14 @@ pub enum Command {
     /// The keys that sign JWT access tokens.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// PostgreSQL: create the example API's login role (or give it a new password), limited to
+    /// the user and group tables; the password is read from stdin (at least 32 characters).
+    /// Run by the bootstrap step as the authorization server's database user (needs CREATEROLE).
+    ApiRole {
+        /// The role's name (lower-case letters, digits and _).
+        #[arg(default_value = "tokengate_api")]
+        name: String,
+    },
     /// Delete expired tokens, authorization codes past their reuse window, revoked families
     /// with nothing left, expired browser sessions and signing keys no longer published (what
     /// `serve` does every purge_interval), and print how many of each.
@@ -355,6 +363,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Group(command) => operators::group(&store, command).await?,
         Command::App(command) => operators::app(&store, &settings, command).await?,
         Command::Keys(command) => keys_command(&store, &settings, command).await?,
+        Command::ApiRole { name } => {
+            crate::store::api_role::check_role_name(&name)
+                .map_err(|problem| anyhow::anyhow!("role name: {problem}"))?;
+            let password = prompt::read_secret("role password", false).await?;
+            if password.chars().count() < 32 || password.chars().any(char::is_control) {
+                bail!("role password (stdin): at least 32 characters, no control characters");
+            }
+            store.grant_api_role(&name, &password).await?;
+            println!("role {name}: may log in, read and write the user and group tables only");
+        }
         Command::Cleartokens { json } => {
             let purged = crate::purge::run(&store, &settings).await?;
             if json {

@@ -246,6 +246,15 @@ pub(super) async fn run(store: &Store) -> StoreResult<()> {
 }
 
 async fn apply(conn: &mut sqlx::AnyConnection, backend: Backend) -> StoreResult<()> {
+    // Nothing to do, nothing written: a role without the right to create tables (the example
+    // API's, see `authserver api-role`) opens a database the authorization server migrated.
+    let applied: Option<Vec<i64>> = sqlx::query_scalar("SELECT version FROM schema_migrations")
+        .fetch_all(&mut *conn)
+        .await
+        .ok();
+    if applied.is_some_and(|applied| MIGRATIONS.iter().all(|(v, _, _)| applied.contains(v))) {
+        return Ok(());
+    }
     sqlx::query("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)")
         .execute(&mut *conn)
         .await?;

@@ -9,6 +9,7 @@ macro_rules! application_columns {
     };
 }
 
+pub mod api_role;
 mod applications;
 mod codes;
 mod consents;
