@@ -237,6 +237,31 @@ async fn two_stacks_with_data_directories_of_their_own_on_one_database_both_serv
     }
 }
 
+/// A data directory from before one client per directory (its secret kept, no id file) keeps the
+/// client `tokengate-proxy` its secret opens, and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_from_before_keeps_its_proxy_client() {
+    let dir = std::env::temp_dir().join(format!(
+        "tg-stack-{}",
+        authserver::secrets::random_client_id()
+    ));
+    let database_url = format!("sqlite://{}/authserver.db", dir.display());
+    let store = authserver::testing::connect(&database_url).await;
+    tokengate::bootstrap::proxy_secret(
+        &store,
+        tokengate::PROXY_CLIENT_ID,
+        &dir.join(tokengate::PROXY_SECRET_FILE),
+    )
+    .await
+    .unwrap();
+    let stack = tokengate::start(config(&database_url, &[])).await.unwrap();
+    let id = std::fs::read_to_string(dir.join(tokengate::PROXY_CLIENT_ID_FILE)).unwrap();
+    assert_eq!(id, tokengate::PROXY_CLIENT_ID);
+    each_serves(&[&stack], &stack.first_run.clone().unwrap()).await;
+    stack.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn arguments_are_read_before_anything_starts() {
     let cwd = std::env::temp_dir().join(format!(
