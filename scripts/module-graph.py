@@ -33,6 +33,7 @@ LAYERS = {
         ["routes"],
     ],
     "proxy": [
+        ["downstream"],
         ["headers", "drain", "metrics"],
         ["config", "inject"],
         ["state"],
