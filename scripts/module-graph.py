@@ -26,6 +26,14 @@ LAYERS = {
         ["gate_config"],
         ["gate"],
     ],
+    "authserver": [
+        ["secrets", "private_files", "key_encryption", "client_ip", "http_server"],
+        ["domain"],
+        ["config", "protocol", "store"],
+        ["jwt", "throttle", "validation", "purge", "testing"],
+        ["oauth", "cli"],
+        ["web"],
+    ],
     "example-api": [
         ["error", "id"],
         ["fields", "payload", "config"],

@@ -140,15 +140,16 @@ fn parse_entry(entry: &str) -> Option<IpAddr> {
 /// binary).
 pub use resource_server::{PROXY_SECRET_HEADER, ProxySecret};
 
-/// The ranges whose `X-Forwarded-For` this request may be believed from: `trusted_proxies`,
-/// unless a `proxy_secret` is set and the request does not carry it (then none).
+/// The ranges whose `X-Forwarded-For` this request may be believed from: `trusted`, unless a
+/// proxy `secret` is set and the request does not carry it (then none).
 pub fn trusted_for<'a>(
-    settings: &'a crate::config::Settings,
+    trusted: &'a [IpRange],
+    secret: Option<&ProxySecret>,
     headers: &HeaderMap,
 ) -> &'a [IpRange] {
-    match &settings.proxy_secret {
+    match secret {
         Some(secret) if !secret.proven_by(headers) => &[],
-        _ => &settings.trusted_proxies,
+        _ => trusted,
     }
 }
 
@@ -169,7 +170,11 @@ impl FromRequestParts<AppState> for ClientAddress {
             client_ip(
                 peer,
                 &parts.headers,
-                trusted_for(&state.settings, &parts.headers),
+                trusted_for(
+                    &state.settings.trusted_proxies,
+                    state.settings.proxy_secret.as_ref(),
+                    &parts.headers,
+                ),
             )
         })))
     }

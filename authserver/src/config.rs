@@ -1,8 +1,8 @@
 //! Settings: `config/authserver.yaml` mirrored by serde, then validated, with `AUTHSERVER_*` overrides.
 
 use crate::client_ip::{IpRange, ProxySecret};
+use crate::domain::INTROSPECTION_SCOPE;
 use crate::key_encryption::{KeyEncryption, SECRETS_VAR};
-use crate::oauth::INTROSPECTION_SCOPE;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -175,42 +175,7 @@ pub struct Settings {
     pub key_encryption: Option<Arc<KeyEncryption>>,
 }
 
-/// What an access token is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AccessTokenFormat {
-    /// A random string, meaningful only to the introspection endpoint.
-    Opaque,
-    /// An RFC 9068 JWT, signed with the current key of the JWKS.
-    Jwt,
-}
-
-impl AccessTokenFormat {
-    pub const ALL: [AccessTokenFormat; 2] = [AccessTokenFormat::Opaque, AccessTokenFormat::Jwt];
-
-    /// The name in settings, on the command line and in the database.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AccessTokenFormat::Opaque => "opaque",
-            AccessTokenFormat::Jwt => "jwt",
-        }
-    }
-
-    /// The format this name stands for (exactly `opaque` or `jwt`).
-    pub fn parse(name: &str) -> Option<AccessTokenFormat> {
-        AccessTokenFormat::ALL
-            .into_iter()
-            .find(|f| f.as_str() == name)
-    }
-
-    /// What people read in the views.
-    pub fn label(self) -> &'static str {
-        match self {
-            AccessTokenFormat::Opaque => "Opaque (introspected)",
-            AccessTokenFormat::Jwt => "JWT (RFC 9068, validated locally)",
-        }
-    }
-}
+pub use crate::domain::AccessTokenFormat;
 
 pub const DEFAULT_CONFIG_PATH: &str = "config/authserver.yaml";
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/authserver.db";

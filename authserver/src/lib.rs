@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod client_ip;
 pub mod config;
+pub mod domain;
 pub mod http_server;
 pub mod jwt;
 pub mod key_encryption;

@@ -4,7 +4,7 @@
 
 use super::scope::{self, Declared};
 use super::{OAuthError, Parameters, pkce};
-use crate::store::{Application, ClientType, GrantType};
+use crate::domain::{Application, ClientType, GrantType};
 
 /// Why no redirect may be made: shown as an error page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! registration is checked against it, then the request's own fields are read.
 
 use super::{OAuthError, Parameters};
-use crate::store::{Application, ClientType, GrantType};
+use crate::domain::{Application, ClientType, GrantType};
 
 /// The grants of `POST /o/token/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,15 +127,7 @@ impl GrantRequest {
     }
 }
 
-/// What an authorization code was bound to when it was issued.
-#[derive(Debug, Clone)]
-pub struct CodeBinding {
-    pub application_id: i64,
-    pub redirect_uri: String,
-    /// The S256 challenge; None when the application opted out of PKCE and sent none.
-    pub code_challenge: Option<String>,
-    pub expires_at: i64,
-}
+pub use crate::domain::CodeBinding;
 
 /// Whether an exchange of a code bound as `code` may go ahead, at `now`, for `application_id`,
 /// with this `redirect_uri` (exact match) and `code_verifier`. Every refusal is `invalid_grant`.

@@ -2,12 +2,10 @@
 //! refresh narrows the original grant, and whether a remembered consent covers a request.
 
 use super::OAuthError;
-use crate::store::Application;
+use crate::domain::Application;
 use std::collections::BTreeMap;
 
-/// The scope that lets a token call the introspection endpoint; granted only when asked for,
-/// to applications allowed to introspect.
-pub const INTROSPECTION_SCOPE: &str = "introspection";
+pub use crate::domain::{INTROSPECTION_SCOPE, permits};
 
 /// What the server declares: every scope by name, and those granted when none is asked for.
 #[derive(Debug, Clone, Copy)]
@@ -31,13 +29,6 @@ pub fn dedup(scope: &str) -> Vec<String> {
 /// when it is allowed to introspect.
 pub fn may_have(app: &Application, scope: &str) -> bool {
     permits(&app.allowed_scopes, app.may_introspect, scope)
-}
-
-/// [`may_have`] for an application known by its allowed scopes (empty: any declared scope) and
-/// its introspection permission.
-pub fn permits(allowed_scopes: &[String], may_introspect: bool, scope: &str) -> bool {
-    (allowed_scopes.is_empty() || allowed_scopes.iter().any(|a| a == scope))
-        && (scope != INTROSPECTION_SCOPE || may_introspect)
 }
 
 // The descriptions never repeat a requested value: they reach the client's pages through the
@@ -133,7 +124,7 @@ pub fn union(first: &str, second: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{ClientType, GrantType};
+    use crate::domain::{ClientType, GrantType};
 
     fn app(allowed: &[&str], may_introspect: bool) -> Application {
         Application {

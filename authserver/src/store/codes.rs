@@ -3,7 +3,7 @@
 //! go into: a second presentation revokes that family, so every token issued from the code.
 
 use super::{Store, StoreResult, now};
-use crate::protocol::CodeBinding;
+use crate::domain::CodeBinding;
 use crate::secrets;
 use sqlx::Row;
 

@@ -357,7 +357,7 @@ mod tests {
                     .fetch_all(store.pool())
                     .await
                     .unwrap();
-            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
+            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8]);
         }
     }
 }

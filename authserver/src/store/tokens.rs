@@ -62,7 +62,7 @@ impl TokenRecord {
     /// the application's scopes, or withdrew introspection, since the token was issued).
     pub fn current_scope(&self) -> String {
         let permits = |scope: &&str| {
-            crate::protocol::scope::permits(
+            crate::domain::permits(
                 &self.application_scopes,
                 self.application_may_introspect,
                 scope,

@@ -1,0 +1,192 @@
+//! The authorization server's domain, below storage and protocol alike: registered
+//! applications (their client type, grant type and token format), what an authorization code is
+//! bound to, and the scope rule every grant and every introspection answer applies.
+
+use crate::secrets;
+use serde::Serialize;
+use std::fmt;
+use std::str::FromStr;
+
+/// The scope that lets a token call the introspection endpoint; granted only when asked for,
+/// to applications allowed to introspect.
+pub const INTROSPECTION_SCOPE: &str = "introspection";
+
+/// Whether an application known by its allowed scopes (empty: any declared scope) and its
+/// introspection permission may have `scope`.
+pub fn permits(allowed_scopes: &[String], may_introspect: bool, scope: &str) -> bool {
+    (allowed_scopes.is_empty() || allowed_scopes.iter().any(|a| a == scope))
+        && (scope != INTROSPECTION_SCOPE || may_introspect)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClientType {
+    Confidential,
+    Public,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GrantType {
+    Password,
+    ClientCredentials,
+    AuthorizationCode,
+}
+
+impl ClientType {
+    pub const ALL: [ClientType; 2] = [ClientType::Confidential, ClientType::Public];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientType::Confidential => "confidential",
+            ClientType::Public => "public",
+        }
+    }
+}
+
+impl GrantType {
+    pub const ALL: [GrantType; 3] = [
+        GrantType::Password,
+        GrantType::ClientCredentials,
+        GrantType::AuthorizationCode,
+    ];
+    /// The stored and command-line name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrantType::Password => "password",
+            GrantType::ClientCredentials => "client-credentials",
+            GrantType::AuthorizationCode => "authorization-code",
+        }
+    }
+    /// The name people read in the views.
+    pub fn label(self) -> &'static str {
+        match self {
+            GrantType::Password => "Resource owner password-based",
+            GrantType::ClientCredentials => "Client credentials",
+            GrantType::AuthorizationCode => "Authorization code",
+        }
+    }
+    /// The `grant_type` value of RFC 6749 that this registration allows at the token endpoint.
+    pub fn oauth_value(self) -> &'static str {
+        match self {
+            GrantType::Password => "password",
+            GrantType::ClientCredentials => "client_credentials",
+            GrantType::AuthorizationCode => "authorization_code",
+        }
+    }
+}
+
+impl FromStr for ClientType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        ClientType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s)
+            .ok_or_else(|| format!("unknown client type \"{s}\" (confidential or public)"))
+    }
+}
+
+impl FromStr for GrantType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        GrantType::ALL
+            .into_iter()
+            .find(|t| t.as_str() == s || t.oauth_value() == s)
+            .ok_or_else(|| format!("unknown grant type \"{s}\" (password, client-credentials or authorization-code)"))
+    }
+}
+
+impl fmt::Display for GrantType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// A registered client.
+#[derive(Debug, Clone, Serialize)]
+pub struct Application {
+    pub id: i64,
+    pub name: String,
+    pub client_id: String,
+    #[serde(skip)]
+    pub client_secret_digest: Option<String>,
+    pub client_type: ClientType,
+    pub grant_type: GrantType,
+    pub redirect_uris: String,
+    /// Scopes this client may ask for; empty means every declared scope.
+    pub allowed_scopes: Vec<String>,
+    pub may_introspect: bool,
+    /// Whether a confidential client must send PKCE (public clients always must).
+    pub pkce_required: bool,
+    /// Its access-token format; None follows the server's `access_token_format`.
+    pub token_format: Option<AccessTokenFormat>,
+    pub owner_id: Option<i64>,
+    pub created_at: i64,
+}
+
+impl Application {
+    /// The access-token format it is issued: its own, else the server's default.
+    pub fn access_token_format(&self, default: AccessTokenFormat) -> AccessTokenFormat {
+        self.token_format.unwrap_or(default)
+    }
+
+    /// Constant-time check of a presented secret against the stored digest.
+    pub fn secret_matches(&self, presented: &str) -> bool {
+        match &self.client_secret_digest {
+            Some(stored) => secrets::constant_time_eq(stored, &secrets::digest(presented)),
+            None => false,
+        }
+    }
+    /// What the views show of the secret after creation.
+    pub fn secret_fingerprint(&self) -> Option<&str> {
+        self.client_secret_digest
+            .as_deref()
+            .map(secrets::fingerprint)
+    }
+}
+
+/// What an access token is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccessTokenFormat {
+    /// A random string, meaningful only to the introspection endpoint.
+    Opaque,
+    /// An RFC 9068 JWT, signed with the current key of the JWKS.
+    Jwt,
+}
+
+impl AccessTokenFormat {
+    pub const ALL: [AccessTokenFormat; 2] = [AccessTokenFormat::Opaque, AccessTokenFormat::Jwt];
+
+    /// The name in settings, on the command line and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessTokenFormat::Opaque => "opaque",
+            AccessTokenFormat::Jwt => "jwt",
+        }
+    }
+
+    /// The format this name stands for (exactly `opaque` or `jwt`).
+    pub fn parse(name: &str) -> Option<AccessTokenFormat> {
+        AccessTokenFormat::ALL
+            .into_iter()
+            .find(|f| f.as_str() == name)
+    }
+
+    /// What people read in the views.
+    pub fn label(self) -> &'static str {
+        match self {
+            AccessTokenFormat::Opaque => "Opaque (introspected)",
+            AccessTokenFormat::Jwt => "JWT (RFC 9068, validated locally)",
+        }
+    }
+}
+
+/// What an authorization code was bound to when it was issued.
+#[derive(Debug, Clone)]
+pub struct CodeBinding {
+    pub application_id: i64,
+    pub redirect_uri: String,
+    /// The S256 challenge; None when the application opted out of PKCE and sent none.
+    pub code_challenge: Option<String>,
+    pub expires_at: i64,
+}
