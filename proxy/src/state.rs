@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use resource_server::TokenChecker;
 
+use crate::app_probes::AppProbes;
 use crate::config::{ConfigError, ProxyConfig, Routing, load_config_with_env};
 use crate::drain::Drain;
 use crate::metrics::ProxyMetrics;
@@ -42,6 +43,11 @@ impl Shared {
             Ok(r) => r.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
+    }
+
+    /// The application's probes the admin listener answers (fixed at start).
+    pub fn app_probes(&self) -> &AppProbes {
+        &self.started_with.app_probes
     }
 
     /// The file the configuration came from, if any.

@@ -19,6 +19,7 @@ use resource_server::{
     RawJwt, Rules, RulesError, TokenSource, TokenSourceKind,
 };
 
+use crate::app_probes::{self, AppProbes};
 use raw::{RawConfig, RawDuration, RawIntrospection, RawUpstream};
 
 /// Environment variables that override the file (empty values are ignored).
@@ -95,6 +96,9 @@ pub struct ProxyConfig {
     /// as `PROXY_UPSTREAM_<NAME>_ADDRESS` settings that win over the environment on every
     /// reload too. Empty when the proxy runs as its own binary.
     pub upstream_overrides: BTreeMap<String, String>,
+    /// The application's probes the admin listener answers (`PROXY_APP_PROBES`, written by
+    /// `proxy inject`); empty unless set.
+    pub app_probes: Arc<AppProbes>,
 }
 
 /// The environment variable that overrides upstream `name`'s address:
@@ -259,7 +263,7 @@ pub fn parse_config(
     file: &str,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<ProxyConfig, ConfigError> {
-    let raw: RawConfig = serde_yaml_ng::from_str(src).map_err(|e| ConfigError::Syntax {
+    let raw: RawConfig = resource_server::yaml::from_str(src).map_err(|e| ConfigError::Syntax {
         file: file.to_owned(),
         message: e.to_string(),
     })?;
@@ -367,6 +371,12 @@ impl Validator<'_> {
                 Some(_) => {}
             }
         }
+        let app_probes = match env(app_probes::ENV) {
+            Some(json) => AppProbes::parse(&json).map_err(|message| {
+                self.invalid(app_probes::ENV, "(from the environment)", message)
+            })?,
+            None => AppProbes::default(),
+        };
         Ok(ProxyConfig {
             source: None,
             listen,
@@ -380,6 +390,7 @@ impl Validator<'_> {
             jwt,
             routing: Arc::new(Routing { rules, upstreams }),
             upstream_overrides: BTreeMap::new(),
+            app_probes: Arc::new(app_probes),
         })
     }
 
