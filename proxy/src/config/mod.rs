@@ -43,12 +43,10 @@ const NO_ROUTES_HINT: &str =
 /// A configuration that failed to load. `Display` is the message for the operator.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{file}: cannot read: {source}")]
-    Read {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The cause is in the message, not a `source()`, so that a chain printer (anyhow's `{:#}`)
+    /// does not say it twice.
+    #[error("{file}: cannot read: {error}")]
+    Read { file: String, error: std::io::Error },
     #[error("{file}: {message}")]
     Syntax { file: String, message: String },
     #[error("{file}: field \"{field}\" = {value}: {message}")]
@@ -236,6 +234,39 @@ fn client_auth(auth: &IntrospectionAuth) -> ClientAuth {
     }
 }
 
+/// Where the configuration is read from unless `--config` or `PROXY_CONFIG` names a file.
+pub const DEFAULT_CONFIG_PATH: &str = "config/proxy.yaml";
+/// The shipped `config/proxy.yaml`, compiled in: the configuration when no file is named and the
+/// working directory has no `config/proxy.yaml` (a binary run outside the repository).
+pub const SHIPPED_CONFIG: &str = include_str!("../../../config/proxy.yaml");
+
+/// The configuration `named` by `setting` (`PROXY_CONFIG`, `--config`), which must exist; else
+/// [`DEFAULT_CONFIG_PATH`] when the working directory has it; else [`SHIPPED_CONFIG`] (no file to
+/// reload). A named file that cannot be read is refused with the setting in the message.
+pub fn load_named_or_default(
+    named: Option<&Path>,
+    setting: &str,
+) -> Result<ProxyConfig, ConfigError> {
+    match named {
+        Some(path) => load_config(path).map_err(|e| match e {
+            ConfigError::Read { error, .. } => ConfigError::Read {
+                file: format!("{setting}={}", path.display()),
+                error,
+            },
+            other => other,
+        }),
+        None if Path::new(DEFAULT_CONFIG_PATH).exists() => load_config(DEFAULT_CONFIG_PATH),
+        None => {
+            tracing::info!(
+                "no {DEFAULT_CONFIG_PATH} here and no PROXY_CONFIG: the shipped configuration"
+            );
+            parse_config(SHIPPED_CONFIG, "(shipped config/proxy.yaml)", |k| {
+                std::env::var(k).ok()
+            })
+        }
+    }
+}
+
 /// Reads, overrides from the process environment, and validates a configuration file.
 pub fn load_config(path: impl AsRef<Path>) -> Result<ProxyConfig, ConfigError> {
     load_config_with_env(path, |k| std::env::var(k).ok())
@@ -248,9 +279,9 @@ pub fn load_config_with_env(
 ) -> Result<ProxyConfig, ConfigError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let src = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let src = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
         file: file.clone(),
-        source,
+        error,
     })?;
     let mut config = parse_config(&src, &file, env)?;
     config.source = Some(path.to_path_buf());
