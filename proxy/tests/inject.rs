@@ -339,18 +339,17 @@ fn the_command_reads_stdin_or_a_file_and_names_bad_input() {
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent.yaml"));
 }
 
-/// Peak resident memory of a finished child, from `wait4` through `/usr/bin/time`-less means:
-/// the kernel's `VmHWM` of the process cannot be read after exit, so the child is run under
-/// `prlimit`-free `sh -c` with `ulimit -v` as the bound instead (the run fails if it needs more).
-fn run_bounded(args: &[&str], stdin: &[u8], max_kib: u64) -> (std::process::Output, Duration) {
-    let mut script = format!("ulimit -v {max_kib}; exec \"$0\"");
-    for i in 0..args.len() {
-        script.push_str(&format!(" \"${}\"", i + 1));
-    }
+/// Runs the binary under a 256 MiB address-space limit (`ulimit -v`), through `/usr/bin/time`
+/// when there is one for the peak resident memory: (output, wall time, peak KiB if measured).
+fn run_bounded(args: &[&str], stdin: &[u8]) -> (std::process::Output, Duration, Option<u64>) {
+    let timer = Path::new("/usr/bin/time").exists();
+    let script = if timer {
+        "ulimit -v 262144; exec /usr/bin/time -f 'peak-rss-kib %M' \"$0\" \"$@\""
+    } else {
+        "ulimit -v 262144; exec \"$0\" \"$@\""
+    };
     let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(&script)
-        .arg(env!("CARGO_BIN_EXE_proxy"))
+        .args(["-c", script, env!("CARGO_BIN_EXE_proxy")])
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -366,7 +365,10 @@ fn run_bounded(args: &[&str], stdin: &[u8], max_kib: u64) -> (std::process::Outp
     let out = child.wait_with_output().unwrap();
     let took = started.elapsed();
     writer.join().unwrap();
-    (out, took)
+    let peak = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .find_map(|l| l.strip_prefix("peak-rss-kib ")?.trim().parse().ok());
+    (out, took, peak)
 }
 
 #[test]
@@ -406,13 +408,17 @@ fn hostile_yaml_is_refused_within_a_second_in_bounded_memory() {
     // 256 MiB of address space: the binary with its allocator and a 16 MiB input fit; a parse of
     // what these inputs expand to would not.
     for (what, input, expected) in cases {
-        let (out, took) = run_bounded(&["inject", "-"], input, 256 << 10);
+        let (out, took, peak) = run_bounded(&["inject", "-"], input);
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprintln!(
-            "{what}: {} bytes refused in {took:?}: {}",
+            "{what}: {} bytes refused in {took:?}, peak RSS {}: {}",
             input.len(),
-            stderr.trim()
+            peak.map_or("not measured".into(), |kib| format!("{} MiB", kib / 1024)),
+            stderr.lines().next().unwrap_or_default()
         );
+        if let Some(kib) = peak {
+            assert!(kib < 64 << 10, "{what}: peak RSS {kib} KiB");
+        }
         assert_eq!(out.status.code(), Some(1), "{what}: {stderr}");
         assert!(stderr.contains(expected), "{what}: {stderr}");
         assert!(took < Duration::from_secs(1), "{what} took {took:?}");

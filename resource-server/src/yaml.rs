@@ -70,12 +70,22 @@ pub enum YamlError {
 
 /// Reads a whole file, refusing it unread when its size is over the limit.
 pub fn read_file(path: &Path, limits: &Limits) -> Result<String, YamlError> {
-    read(std::fs::File::open(path)?, limits)
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    if size > limits.max_bytes as u64 {
+        return Err(YamlError::TooLarge {
+            size: usize::try_from(size).unwrap_or(usize::MAX),
+            max: limits.max_bytes,
+        });
+    }
+    read(file, limits)
 }
 
 /// Reads a whole stream (standard input, a file), stopping one byte past the size limit.
 pub fn read(reader: impl Read, limits: &Limits) -> Result<String, YamlError> {
-    let mut bytes = Vec::new();
+    // Room for the whole limit at once: growing by doubling would copy, and hold twice the limit
+    // at the moment of the last copy. Pages never written cost no memory.
+    let mut bytes = Vec::with_capacity(limits.max_bytes + 1);
     reader
         .take(limits.max_bytes as u64 + 1)
         .read_to_end(&mut bytes)?;
@@ -336,6 +346,19 @@ mod tests {
             check("a: 1234567890", &small),
             Err(YamlError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_refused_unread() {
+        let path = std::env::temp_dir().join(format!("tg-yaml-big-{}", std::process::id()));
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(100 << 20).unwrap(); // sparse: nothing to read would come back quickly
+        let error = read_file(&path, &Limits::DEFAULT).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            error.to_string(),
+            "104857600 bytes or more, above the limit of 16777216 bytes"
+        );
     }
 
     #[test]
