@@ -198,6 +198,8 @@ enum Layout {
 struct Served {
     namespace: Option<String>,
     labels: Mapping,
+    /// What selects the pods (the workload's `matchLabels`, else the pod's labels).
+    selector: Mapping,
     app_port: u16,
     app_port_names: Vec<String>,
 }
@@ -616,7 +618,7 @@ impl Workload<'_> {
         let mut value = std::mem::take(&mut self.item.value);
         let result = self.inject_template(&mut value, &name, &what, matched);
         self.item.value = value;
-        let Some((labels, selector, app_port, app_port_names)) = result? else {
+        let Some(served) = result? else {
             return Ok(None);
         };
         if options.legacy_sidecar && matches!(kind.as_str(), "Job" | "CronJob") {
@@ -635,12 +637,12 @@ impl Workload<'_> {
             self.item.after.push(generated::config_map(
                 &generated,
                 namespace.as_deref(),
-                app_port,
+                served.app_port,
                 options,
             ));
         }
         if options.network_policy {
-            if selector.is_empty() {
+            if served.selector.is_empty() {
                 self.notes.push(format!(
                     "{what}: no labels to select its pods by, so no NetworkPolicy: give it labels"
                 ));
@@ -648,29 +650,23 @@ impl Workload<'_> {
                 self.item.after.push(generated::network_policy(
                     &generated,
                     namespace.as_deref(),
-                    &selector,
+                    &served.selector,
                     options,
                 ));
             }
         }
-        Ok(Some(Served {
-            namespace,
-            labels,
-            app_port,
-            app_port_names,
-        }))
+        Ok(Some(served))
     }
 
-    /// Adds the sidecar to `value`'s pod template: (pod labels, pod selector, app port, its
-    /// names), or `None` when `value` is no workload or already has the sidecar.
-    #[allow(clippy::type_complexity)]
+    /// Adds the sidecar to `value`'s pod template; `None` when `value` is no workload or
+    /// already has the sidecar.
     fn inject_template(
         &mut self,
         value: &mut Value,
         workload: &str,
         what: &str,
         matched: Option<Mapping>,
-    ) -> Result<Option<(Mapping, Mapping, u16, Vec<String>)>, InjectError> {
+    ) -> Result<Option<Served>, InjectError> {
         let options = self.options;
         let namespace = str_at(value, &["metadata", "namespace"]).map(str::to_owned);
         let Some(template) = template_mut(value) else {
@@ -753,7 +749,13 @@ impl Workload<'_> {
             created,
         };
         put_record(template, record).map_err(|message| self.fail(message))?;
-        Ok(Some((labels, selector, app_port, app_port_names)))
+        Ok(Some(Served {
+            namespace,
+            labels,
+            selector,
+            app_port,
+            app_port_names,
+        }))
     }
 
     /// The application's port: `--app-port` if it matches a container port or a targetPort of
