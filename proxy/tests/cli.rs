@@ -213,3 +213,28 @@ fn outside_the_repository_the_shipped_configuration_is_compiled_in() {
     assert!(seen.contains("the shipped configuration"), "{seen}");
     assert!(seen.contains("proxy listening"), "{seen}");
 }
+
+#[test]
+fn check_config_refuses_an_oversized_file_unread() {
+    let path = temp_path("huge");
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(100 << 20).unwrap();
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .arg("--check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "error: {}: 104857600 bytes or more, above the limit of 16777216 bytes",
+            path.display()
+        )
+    );
+    assert!(took < Duration::from_secs(1), "{took:?}");
+}

@@ -78,14 +78,19 @@ pub fn read_file(path: &Path, limits: &Limits) -> Result<String, YamlError> {
             max: limits.max_bytes,
         });
     }
-    read(file, limits)
+    // A file that grows while it is read still stops at the limit.
+    read_into(file, limits, size as usize + 1)
 }
 
 /// Reads a whole stream (standard input, a file), stopping one byte past the size limit.
 pub fn read(reader: impl Read, limits: &Limits) -> Result<String, YamlError> {
     // Room for the whole limit at once: growing by doubling would copy, and hold twice the limit
     // at the moment of the last copy. Pages never written cost no memory.
-    let mut bytes = Vec::with_capacity(limits.max_bytes + 1);
+    read_into(reader, limits, limits.max_bytes + 1)
+}
+
+fn read_into(reader: impl Read, limits: &Limits, capacity: usize) -> Result<String, YamlError> {
+    let mut bytes = Vec::with_capacity(capacity.min(limits.max_bytes + 1));
     reader
         .take(limits.max_bytes as u64 + 1)
         .read_to_end(&mut bytes)?;

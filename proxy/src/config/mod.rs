@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use resource_server::settings::{self, SettingError};
+use resource_server::yaml;
 use resource_server::{
     AnswerPolicy, CacheSettings, ClientAuth, IntrospectionSettings, JwtSettings, JwtValidator,
     RawJwt, Rules, RulesError, TokenSource, TokenSourceKind,
@@ -279,9 +280,15 @@ pub fn load_config_with_env(
 ) -> Result<ProxyConfig, ConfigError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let src = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
-        file: file.clone(),
-        error,
+    let src = yaml::read_file(path, &yaml::Limits::DEFAULT).map_err(|e| match e {
+        yaml::YamlError::Read(error) => ConfigError::Read {
+            file: file.clone(),
+            error,
+        },
+        other => ConfigError::Syntax {
+            file: file.clone(),
+            message: other.to_string(),
+        },
     })?;
     let mut config = parse_config(&src, &file, env)?;
     config.source = Some(path.to_path_buf());
@@ -294,7 +301,7 @@ pub fn parse_config(
     file: &str,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<ProxyConfig, ConfigError> {
-    let raw: RawConfig = resource_server::yaml::from_str(src).map_err(|e| ConfigError::Syntax {
+    let raw: RawConfig = yaml::from_str(src).map_err(|e| ConfigError::Syntax {
         file: file.to_owned(),
         message: e.to_string(),
     })?;
