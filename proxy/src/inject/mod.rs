@@ -689,6 +689,12 @@ impl Workload<'_> {
             .get_mut("spec")
             .and_then(Value::as_mapping_mut)
             .ok_or_else(|| self.fail("no pod spec".into()))?;
+        if spec.get("hostNetwork").and_then(Value::as_bool) == Some(true) {
+            self.notes.push(format!(
+                "{what}: hostNetwork: the pod shares the node's network, so its loopback is the \
+                 node's and NetworkPolicies do not apply: the proxy cannot fence the application"
+            ));
+        }
         let containers = spec
             .get_mut("containers")
             .and_then(Value::as_sequence_mut)
@@ -1126,6 +1132,17 @@ spec:
             serde_yaml_ng::from_str(docs[1]["data"]["proxy.yaml"].as_str().unwrap()).unwrap();
         assert_eq!(rules["listen"], "0.0.0.0:8000");
         assert_eq!(rules["routes"][0]["scopes"][0], "read\nlisten: 0.0.0.0:1");
+    }
+
+    #[test]
+    fn host_network_pods_get_a_warning() {
+        let host = DEPLOYMENT.replace(
+            "    spec:\n      containers:",
+            "    spec:\n      hostNetwork: true\n      containers:",
+        );
+        let notes = inject(&host, &InjectOptions::default()).unwrap().notes;
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(notes[0].contains("hostNetwork"), "{notes:?}");
     }
 
     #[test]
