@@ -6,8 +6,9 @@ pub mod bootstrap;
 use anyhow::{Context, bail};
 use authserver::config::Settings;
 use authserver::store::Store;
-use proxy::config::{IntrospectionAuth, Routing, UpstreamAddr};
+use proxy::config::UpstreamAddr;
 use proxy::{ProxyConfig, ProxyHandle};
+use resource_server::ClientAuth;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -83,9 +84,9 @@ pub const PROXY_SECRET_FILE: &str = "proxy-client.secret";
 /// Starts the authorization server and the example API on their listen addresses (port 0 = any
 /// free port), then the proxy in front of both.
 pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
-    if config.api.mode != example_api::config::Mode::BehindProxy {
+    if config.api.gate.token_source != resource_server::TokenSource::BehindProxy {
         bail!(
-            "{}: the stack runs the example API behind the proxy: set mode: behind-proxy",
+            "{}: the stack runs the example API behind the proxy: set token_source: behind_proxy",
             config.api.file
         );
     }
@@ -97,6 +98,18 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
                 authserver::config::redact_url(&config.authserver.database_url)
             )
         })?;
+    // The example API believes the proxy's identity headers, and the authorization server its
+    // X-Forwarded-For, only with this per-start secret, which the proxy adds and strips from
+    // clients: not from any other process that reaches their loopback ports.
+    let proxy_proof = resource_server::ProxySecret::new(&authserver::secrets::random_token())
+        .map_err(anyhow::Error::msg)?;
+    config.api.gate.proxy_secret = Some(proxy_proof.clone());
+    if config.authserver.trusted_proxies.is_empty() {
+        // The proxy reaches the authorization server over loopback (the authserver's own
+        // default trusts nobody).
+        config.authserver.trusted_proxies = authserver::client_ip::IpRange::loopback();
+    }
+    config.authserver.proxy_secret = Some(proxy_proof.clone());
     if let Some(issuer) = front_door_issuer(&config.authserver.issuer, config.proxy.listen) {
         tracing::info!(%issuer, "the issuer follows the front door's address");
         config.authserver.issuer = issuer;
@@ -140,11 +153,17 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
     // The proxy introspects at the authserver upstream; keep it there when that moves.
     let file_authserver = point_upstream(&mut config.proxy, "authserver", authserver_addr)?;
     point_upstream(&mut config.proxy, "api", api_addr)?;
-    let introspection = &mut config.proxy.introspection.url;
-    if let Some(path) = introspection.strip_prefix(&format!("http://{file_authserver}/")) {
-        *introspection = format!("http://{authserver_addr}/{path}");
+    for upstream in ["api", "authserver"] {
+        prove_to_upstream(&mut config.proxy, upstream, &proxy_proof)?;
     }
-    config.proxy.introspection.auth = IntrospectionAuth::ClientSecret {
+    let Some(introspection) = config.proxy.gate.introspection.as_mut() else {
+        bail!("proxy configuration: the stack's proxy introspects at the authserver");
+    };
+    let url = &mut introspection.settings.url;
+    if let Some(path) = url.strip_prefix(&format!("http://{file_authserver}/")) {
+        *url = format!("http://{authserver_addr}/{path}");
+    }
+    introspection.settings.auth = ClientAuth::ClientSecret {
         client_id: PROXY_CLIENT_ID.into(),
         client_secret: proxy_secret,
     };
@@ -189,25 +208,44 @@ fn point_upstream(
     name: &str,
     addr: SocketAddr,
 ) -> anyhow::Result<UpstreamAddr> {
-    let Some(current) = config.routing.upstreams.get(name) else {
+    let var = proxy::config::upstream_address_var(name);
+    override_upstream(config, name, var, addr.to_string(), |u| {
+        std::mem::replace(&mut u.address, UpstreamAddr::Socket(addr))
+    })
+}
+
+/// Has the proxy prove itself to upstream `name` with `secret`, now and on every rule reload (as
+/// a `PROXY_UPSTREAM_<NAME>_PROXY_SECRET` override).
+fn prove_to_upstream(
+    config: &mut ProxyConfig,
+    name: &str,
+    secret: &resource_server::ProxySecret,
+) -> anyhow::Result<()> {
+    let var = proxy::config::upstream_secret_var(name);
+    let mut value = http::HeaderValue::from_str(secret.expose())?;
+    value.set_sensitive(true);
+    override_upstream(config, name, var, secret.expose().to_owned(), |u| {
+        u.proxy_secret = Some(value);
+    })
+}
+
+/// Sets the in-process override `var` of upstream `name` and `apply`s it to the upstream in
+/// force; `apply`'s result is returned.
+fn override_upstream<T>(
+    config: &mut ProxyConfig,
+    name: &str,
+    var: String,
+    value: String,
+    apply: impl FnOnce(&mut proxy::Upstream) -> T,
+) -> anyhow::Result<T> {
+    let Some(current) = config.upstreams.get(name) else {
         bail!("proxy configuration: the stack needs an upstream named \"{name}\"");
     };
-    let from_file = current.address.clone();
-    config
-        .upstream_overrides
-        .insert(proxy::config::upstream_address_var(name), addr.to_string());
-    if from_file == UpstreamAddr::Socket(addr) {
-        return Ok(from_file);
-    }
     let mut upstream = (**current).clone();
-    upstream.address = UpstreamAddr::Socket(addr);
-    let mut upstreams = config.routing.upstreams.clone();
-    upstreams.insert(name.to_owned(), Arc::new(upstream));
-    config.routing = Arc::new(Routing {
-        rules: config.routing.rules.clone(),
-        upstreams,
-    });
-    Ok(from_file)
+    let out = apply(&mut upstream);
+    config.upstreams.insert(name.to_owned(), Arc::new(upstream));
+    config.upstream_overrides.0.insert(var, value);
+    Ok(out)
 }
 
 /// The issuer the stack advertises: a loopback `http://` issuer (the shipped default) follows the

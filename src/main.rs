@@ -29,18 +29,15 @@ Environment:
                            override the proxy's file
   TOKENGATE_DATA_DIR       where the proxy's introspection secret is kept (default: the SQLite
                            database's directory, or ./data)
-  RUST_LOG                 log filter (default: info)";
+  RUST_LOG                 log filter (default: info; Pingora, hyper and reqwest stay at info)
+  TOKENGATE_UNSAFE_LOG_SECRETS=1
+                           lets those log at debug and trace too, secrets included";
 
 #[tokio::main]
 async fn main() -> ExitCode {
     // Arguments first: `--help`, `--version` or a typo never start anything.
     let Args {} = clap::Parser::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    resource_server::logging::init();
     let stack = match tokengate::StackConfig::load() {
         Ok(config) => tokengate::start(config).await,
         Err(error) => Err(error),

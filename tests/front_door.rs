@@ -102,10 +102,13 @@ async fn front_door() -> FrontDoor {
     .await;
 
     let api_text = std::fs::read_to_string("config/example-api.yaml").unwrap();
+    // What the proxy proves itself to the API with.
+    let api_secret = authserver::secrets::random_token();
+    let proof = api_secret.clone();
     let api_config = example_api::config::Config::from_yaml_with_env(
         &api_text,
         "config/example-api.yaml",
-        |_| None,
+        move |key| (key == "EXAMPLE_API_PROXY_SECRET").then(|| proof.clone()),
     )
     .unwrap();
     let api_state = example_api::AppState::new(
@@ -144,7 +147,13 @@ async fn front_door() -> FrontDoor {
         "PROXY_CLIENT_SECRET" => Some(proxy_secret.clone()),
         _ => None,
     };
-    let config = proxy::load_config_with_env(&config_file, env).unwrap();
+    let secret_var = proxy::config::upstream_secret_var("api");
+    let mut config = proxy::load_config_with_env(&config_file, |key| {
+        env(key).or_else(|| (key == secret_var).then(|| api_secret.clone()))
+    })
+    .unwrap();
+    // Reloads read the same secret.
+    config.upstream_overrides.0.insert(secret_var, api_secret);
     let proxy = tokio::task::spawn_blocking(move || proxy::spawn(config))
         .await
         .unwrap()

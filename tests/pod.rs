@@ -319,6 +319,8 @@ fn the_sidecar_pod_in_network_namespaces() {
         )
     };
     let auth_pid = start_auth(&mut pod);
+    // The secret by which the proxy proves itself to the app (a Secret mounted in both).
+    let proof = "pod-test-proxy-secret-0123456789abcdef";
     let start_api = |pod: &mut Pod| {
         pod.spawn(
             'p',
@@ -327,6 +329,7 @@ fn the_sidecar_pod_in_network_namespaces() {
             &[
                 ("EXAMPLE_API_LISTEN", "127.0.0.1:8002"),
                 ("EXAMPLE_API_DATABASE_URL", &db),
+                ("EXAMPLE_API_PROXY_SECRET", proof),
             ],
         )
     };
@@ -357,7 +360,10 @@ routes:
         'p',
         proxy,
         &["--config", config.to_str().unwrap()],
-        &[("PROXY_APP_PROBES", &probes)],
+        &[
+            ("PROXY_UPSTREAM_API_PROXY_SECRET", proof),
+            ("PROXY_APP_PROBES", &probes),
+        ],
     );
     let readyz = format!("http://{pod_ip}:8003/readyz");
     pod.wait_for('c', &readyz, "200", Duration::from_secs(15));

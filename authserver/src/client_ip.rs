@@ -1,5 +1,6 @@
-//! The client's address: the socket peer, or, when the peer is a trusted proxy, the right-most
-//! `X-Forwarded-For` entry that is not a trusted proxy itself.
+//! The client's address: the socket peer, or, when the peer is a trusted proxy (and proves it
+//! with the shared proxy secret, when one is set), the right-most `X-Forwarded-For` entry that
+//! is not a trusted proxy itself.
 
 use crate::AppState;
 use axum::extract::{ConnectInfo, FromRequestParts};
@@ -19,7 +20,8 @@ pub struct IpRange {
 }
 
 impl IpRange {
-    /// Loopback only: `127.0.0.0/8` and `::1`, the default `trusted_proxies`.
+    /// Loopback only: `127.0.0.0/8` and `::1` (what the one-process stack trusts: its proxy
+    /// reaches the authorization server over loopback).
     pub fn loopback() -> Vec<IpRange> {
         vec![
             IpRange::new(IpAddr::from([127, 0, 0, 0]), 8),
@@ -134,6 +136,22 @@ fn parse_entry(entry: &str) -> Option<IpAddr> {
     Some(ip.to_canonical())
 }
 
+/// The header a proxy in front proves itself with, and its shared secret (one type for every
+/// binary).
+pub use resource_server::{PROXY_SECRET_HEADER, ProxySecret};
+
+/// The ranges whose `X-Forwarded-For` this request may be believed from: `trusted_proxies`,
+/// unless a `proxy_secret` is set and the request does not carry it (then none).
+pub fn trusted_for<'a>(
+    settings: &'a crate::config::Settings,
+    headers: &HeaderMap,
+) -> &'a [IpRange] {
+    match &settings.proxy_secret {
+        Some(secret) if !secret.proven_by(headers) => &[],
+        _ => &settings.trusted_proxies,
+    }
+}
+
 /// The client's address as [`client_ip`] finds it; `None` when the server runs without connect
 /// info (the router driven directly, as in router tests).
 #[derive(Debug, Clone, Copy)]
@@ -148,7 +166,11 @@ impl FromRequestParts<AppState> for ClientAddress {
             .ok()
             .map(|ConnectInfo(peer)| peer.ip());
         Ok(ClientAddress(peer.map(|peer| {
-            client_ip(peer, &parts.headers, &state.settings.trusted_proxies)
+            client_ip(
+                peer,
+                &parts.headers,
+                trusted_for(&state.settings, &parts.headers),
+            )
         })))
     }
 }

@@ -1,6 +1,6 @@
 //! Settings: `config/authserver.yaml` mirrored by serde, then validated, with `AUTHSERVER_*` overrides.
 
-use crate::client_ip::IpRange;
+use crate::client_ip::{IpRange, ProxySecret};
 use crate::oauth::INTROSPECTION_SCOPE;
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -19,6 +19,8 @@ struct RawSettings {
     access_token_lifetime: Option<RawDuration>,
     refresh_token_lifetime: Option<RawDuration>,
     trusted_proxies: Option<Vec<String>>,
+    proxy_secret: Option<String>,
+    proxy_secret_file: Option<String>,
     access_token_format: Option<String>,
     access_token_audience: Option<String>,
     jwks_max_age: Option<RawDuration>,
@@ -70,7 +72,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 15] = [
     "listen",
     "issuer",
     "database_url",
@@ -79,6 +81,8 @@ const KEYS: [&str; 13] = [
     "access_token_lifetime",
     "refresh_token_lifetime",
     "trusted_proxies",
+    "proxy_secret",
+    "proxy_secret_file",
     "access_token_format",
     "access_token_audience",
     "jwks_max_age",
@@ -134,8 +138,11 @@ pub struct Settings {
     pub default_scopes: Vec<String>,
     pub access_token_lifetime: i64,
     pub refresh_token_lifetime: i64,
-    /// Peers whose `X-Forwarded-For` is believed (see [`crate::client_ip`]).
+    /// Peers whose `X-Forwarded-For` is believed (see [`crate::client_ip`]); none by default.
     pub trusted_proxies: Vec<IpRange>,
+    /// When set, a trusted peer's `X-Forwarded-For` is believed only if the request also
+    /// carries this secret in [`crate::client_ip::PROXY_SECRET_HEADER`].
+    pub proxy_secret: Option<ProxySecret>,
     /// The access-token format of applications registered without a format of their own:
     /// opaque random strings (the default) or RFC 9068 JWTs. An application's own format
     /// (`--token-format`, the views) wins; refresh tokens are always opaque.
@@ -371,7 +378,7 @@ impl Settings {
 
         let (origin, proxies) = pick("trusted_proxies", raw.trusted_proxies.map(|v| v.join(",")));
         let trusted_proxies = match proxies {
-            None => IpRange::loopback(),
+            None => Vec::new(),
             Some(text) => list_items(&text)
                 .map(|entry| {
                     entry.parse::<IpRange>().map_err(|()| {
@@ -385,6 +392,11 @@ impl Settings {
                 })
                 .collect::<Result<_, _>>()?,
         };
+
+        let proxy_secret = read_proxy_secret(
+            pick("proxy_secret", raw.proxy_secret),
+            pick("proxy_secret_file", raw.proxy_secret_file),
+        )?;
 
         let (origin, format) = pick("access_token_format", raw.access_token_format);
         let access_token_format = match format.as_deref().map(str::trim) {
@@ -438,6 +450,7 @@ impl Settings {
             access_token_lifetime,
             refresh_token_lifetime,
             trusted_proxies,
+            proxy_secret,
             access_token_format,
             access_token_audience,
             jwks_max_age,
@@ -457,6 +470,7 @@ impl Settings {
             access_token_lifetime: DEFAULT_ACCESS_TOKEN_LIFETIME,
             refresh_token_lifetime: DEFAULT_REFRESH_TOKEN_LIFETIME,
             trusted_proxies: IpRange::loopback(),
+            proxy_secret: None,
             access_token_format: AccessTokenFormat::Opaque,
             access_token_audience: "http://127.0.0.1:8000".into(),
             jwks_max_age: DEFAULT_JWKS_MAX_AGE,
@@ -464,6 +478,36 @@ impl Settings {
             purge_interval: DEFAULT_PURGE_INTERVAL,
         }
     }
+}
+
+/// The proxy secret, given as text (`proxy_secret`) or as a file holding it (`proxy_secret_file`,
+/// trailing whitespace dropped), each with where it came from. Errors name the key or variable
+/// (and the file), never the secret.
+fn read_proxy_secret(
+    (text_origin, text): (String, Option<String>),
+    (file_origin, file): (String, Option<String>),
+) -> Result<Option<ProxySecret>, ConfigError> {
+    let (origin, secret) = match (text, file) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::new(
+                file_origin,
+                format!(
+                    "{text_origin} is set too: give the proxy secret once, as text or as a file"
+                ),
+            ));
+        }
+        (Some(text), None) => (text_origin, text),
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(&path).map_err(|error| {
+                ConfigError::new(&file_origin, format!("cannot read {path}: {error}"))
+            })?;
+            (format!("{file_origin} ({path})"), text)
+        }
+    };
+    ProxySecret::new(secret.trim_end())
+        .map(Some)
+        .map_err(|problem| ConfigError::new(origin, problem))
 }
 
 /// The scopes of the seed's example configuration.
@@ -618,9 +662,10 @@ mod tests {
     }
 
     #[test]
-    fn trusted_proxies_default_to_loopback_and_are_validated() {
+    fn trusted_proxies_default_to_none_and_are_validated() {
         let s = Settings::from_yaml("", "x.yaml").unwrap();
-        assert_eq!(s.trusted_proxies, IpRange::loopback());
+        assert!(s.trusted_proxies.is_empty());
+        assert!(s.proxy_secret.is_none());
         let s = Settings::from_yaml(
             "trusted_proxies: [10.0.0.0/8, 'fd00::/8', 192.0.2.1]",
             "x.yaml",
@@ -664,7 +709,8 @@ mod tests {
     fn the_shipped_file_is_valid() {
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/authserver.yaml");
         let s = Settings::load_with_env(Some(&file), |_| None).unwrap();
-        assert_eq!(s.trusted_proxies, IpRange::loopback());
+        assert!(s.trusted_proxies.is_empty());
+        assert!(s.proxy_secret.is_none());
         assert_eq!(s.default_scopes, ["read", "write", "groups"]);
     }
 
@@ -799,6 +845,86 @@ mod tests {
             err,
             "environment variable AUTHSERVER_SCOPES: scopes are a map of name to description: declare them under \"scopes\" in the settings file"
         );
+    }
+
+    #[test]
+    fn the_proxy_secret_comes_from_the_file_the_environment_or_a_file_and_is_never_shown() {
+        let secret = "s3cret-0123456789-abcdef";
+        let s = Settings::from_yaml(&format!("proxy_secret: {secret}"), "c.yaml").unwrap();
+        let mut headers = axum::http::HeaderMap::new();
+        assert!(!s.proxy_secret.as_ref().unwrap().proven_by(&headers));
+        headers.insert(
+            crate::client_ip::PROXY_SECRET_HEADER,
+            secret.parse().unwrap(),
+        );
+        assert!(s.proxy_secret.as_ref().unwrap().proven_by(&headers));
+        assert!(!format!("{s:?}").contains(secret), "Debug shows no secret");
+
+        let dir = std::env::temp_dir().join(format!("tg-proxy-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("proxy.secret");
+        std::fs::write(&file, format!("{secret}\n")).unwrap();
+        let path = file.display().to_string();
+        let env = |key: &str| (key == "AUTHSERVER_PROXY_SECRET_FILE").then(|| path.clone());
+        let s = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap();
+        assert!(
+            s.proxy_secret.unwrap().proven_by(&headers),
+            "newline dropped"
+        );
+        let env = |key: &str| (key == "AUTHSERVER_PROXY_SECRET").then(|| secret.to_owned());
+        let s = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap();
+        assert!(s.proxy_secret.unwrap().proven_by(&headers));
+        assert!(
+            check_environment(["AUTHSERVER_PROXY_SECRET", "AUTHSERVER_PROXY_SECRET_FILE"]).is_ok()
+        );
+
+        let short = "short-secret";
+        let err = Settings::from_yaml(&format!("proxy_secret: {short}"), "c.yaml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "c.yaml: key \"proxy_secret\": the proxy secret must be at least 16 characters long (it has 12)"
+        );
+        let env = |key: &str| {
+            (key == "AUTHSERVER_PROXY_SECRET").then(|| "with a space 0123456789".to_owned())
+        };
+        let err = Settings::load_with_env(Some(Path::new("/dev/null")), env)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("environment variable AUTHSERVER_PROXY_SECRET: the proxy secret must be visible ASCII"), "{err}");
+        assert!(!err.contains("with a space"), "{err}");
+        let env = |key: &str| {
+            (key == "AUTHSERVER_PROXY_SECRET_FILE").then(|| "/nonexistent/p".to_owned())
+        };
+        let err = Settings::load_with_env(Some(Path::new("/dev/null")), env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "environment variable AUTHSERVER_PROXY_SECRET_FILE: cannot read /nonexistent/p"
+            ),
+            "{err}"
+        );
+        let both = format!("proxy_secret: {secret}\nproxy_secret_file: {path}");
+        let err = Settings::from_yaml(&both, "c.yaml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "c.yaml: key \"proxy_secret_file\": c.yaml: key \"proxy_secret\" is set too: give the proxy secret once, as text or as a file"
+        );
+        std::fs::write(&file, "short\n").unwrap();
+        let err = Settings::from_yaml(&format!("proxy_secret_file: {path}"), "c.yaml")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "c.yaml: key \"proxy_secret_file\" ({path}): the proxy secret must be at least 16 characters long (it has 5)"
+            )
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

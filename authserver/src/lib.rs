@@ -31,6 +31,8 @@ pub struct AppState {
     pub store: Store,
     /// This replica's copy of the JWT signing keys.
     pub keys: Arc<jwt::KeyRing>,
+    /// This replica's copy of the key CSRF tokens are signed with.
+    pub(crate) csrf_key: Arc<web::CsrfKey>,
 }
 
 impl AppState {
@@ -39,6 +41,7 @@ impl AppState {
             settings: Arc::new(settings),
             store,
             keys: Arc::new(jwt::KeyRing::new()),
+            csrf_key: Arc::default(),
         }
     }
 }

@@ -104,6 +104,22 @@ pub async fn all_replica_pairs() -> Vec<(Store, Store)> {
     pairs
 }
 
+/// Waits until `store` hears other processes' changes to applications and caches them
+/// (PostgreSQL; at most 5 s); returns at once on SQLite, which caches none.
+pub async fn client_cache_ready(store: &Store) {
+    if store.backend() != crate::store::Backend::Postgres {
+        return;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !store.client_cache_active() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store does not listen for application changes"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// The store tests should use by default: PostgreSQL when `DATABASE_URL` names one, else SQLite.
 pub async fn store() -> Store {
     match postgres_store().await {

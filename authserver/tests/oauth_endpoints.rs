@@ -558,7 +558,7 @@ async fn introspection_with_a_bearer_token_carrying_the_introspection_scope() {
     let exp = claims["exp"].as_i64().unwrap();
     assert!((exp - claims["iat"].as_i64().unwrap() - 36000).abs() <= 1);
 
-    // GET ?token= is accepted as in the reference.
+    // GET ?token= is refused (RFC 7662 §2.1: POST); review_round3 covers every method.
     let get = send(
         &f.state,
         "GET",
@@ -567,7 +567,7 @@ async fn introspection_with_a_bearer_token_carrying_the_introspection_scope() {
         "",
     )
     .await;
-    assert_eq!(get.json["active"], true);
+    assert_eq!(get.status, StatusCode::METHOD_NOT_ALLOWED);
 
     // Unknown and revoked tokens: {"active": false} and nothing else.
     assert_eq!(

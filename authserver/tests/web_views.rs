@@ -137,8 +137,10 @@ impl Browser {
 async fn submit_login(state: &AppState, username: &str, password: &str, next: &str) -> Page {
     let page = get(state, "/accounts/login/", None).await;
     assert_eq!(page.status, StatusCode::OK);
+    // `__Host-` prefixed on an https issuer.
     let csrf_cookie = page
         .cookie("tokengate_csrf")
+        .or_else(|| page.cookie("__Host-tokengate_csrf"))
         .expect("the sign-in page sets its CSRF cookie");
     let token = page.csrf();
     post(

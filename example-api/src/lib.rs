@@ -96,13 +96,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|error| anyhow::anyhow!("cannot listen on {}: {error}", config.listen))?;
     tracing::info!(
-        mode = config.mode.as_str(),
+        token_source = config.gate.token_source.as_str(),
         listen = %listener.local_addr()?,
-        routes = config.rules.routes().len(),
+        routes = config.gate.rules.routes().len(),
         "example API listening"
     );
-    if config.mode == config::Mode::None {
-        tracing::warn!("mode none: NO authentication or scope checks (benchmarks only)");
+    if config.gate.token_source == resource_server::TokenSource::Unchecked {
+        tracing::warn!("token_source none: NO authentication or scope checks (benchmarks only)");
     }
     serve(listener, state, authserver::shutdown_signal()).await?;
     Ok(())

@@ -33,11 +33,11 @@ async fn main() -> ExitCode {
         return match Guard::from_config(&config) {
             Ok(_) => {
                 println!(
-                    "{}: OK (mode {}, listen {}, {} routes)",
+                    "{}: OK (token_source {}, listen {}, {} routes)",
                     config.file,
-                    config.mode.as_str(),
+                    config.gate.token_source.as_str(),
                     config.listen,
-                    config.rules.routes().len()
+                    config.gate.rules.routes().len()
                 );
                 ExitCode::SUCCESS
             }
@@ -47,12 +47,7 @@ async fn main() -> ExitCode {
             }
         };
     }
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    resource_server::logging::init();
     match example_api::run(config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -7,7 +7,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use reqwest::header::{HeaderMap, HeaderValue};
 use resource_server::Identity;
-use support::{sqlite_url, start_api_behind_proxy};
+use resource_server::PROXY_SECRET_HEADER;
+use support::{PROXY_SECRET, sqlite_url, start_api_behind_proxy};
 
 fn exp() -> i64 {
     SystemTime::now()
@@ -15,6 +16,13 @@ fn exp() -> i64 {
         .unwrap()
         .as_secs() as i64
         + 3600
+}
+
+/// Headers carrying the proxy's secret.
+fn proven() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert(PROXY_SECRET_HEADER, HeaderValue::from_static(PROXY_SECRET));
+    headers
 }
 
 async fn status(http: &reqwest::Client, url: &str, headers: HeaderMap) -> (u16, String) {
@@ -37,7 +45,7 @@ async fn non_ascii_identities_from_the_proxy_are_accepted() {
             scope: "read write groups".into(),
             exp: Some(exp()),
         };
-        let mut headers = HeaderMap::new();
+        let mut headers = proven();
         for (k, v) in identity.headers() {
             headers.append(k, HeaderValue::from_str(&v).unwrap());
         }
@@ -46,7 +54,7 @@ async fn non_ascii_identities_from_the_proxy_are_accepted() {
     }
     // What the proxy used to send (raw UTF-8), and broken encodings: refused, never guessed at.
     for value in [&b"jos\xc3\xa9"[..], b"jos%C3", b"jos%"] {
-        let mut headers = HeaderMap::new();
+        let mut headers = proven();
         headers.insert("x-auth-username", HeaderValue::from_bytes(value).unwrap());
         headers.insert("x-auth-scope", HeaderValue::from_static("read"));
         let (status, body) = status(&http, &url, headers).await;
@@ -59,5 +67,48 @@ async fn non_ascii_identities_from_the_proxy_are_accepted() {
             "{value:?}"
         );
     }
+    api.stop().await;
+}
+
+/// Issue 21: a local process that reaches the API's port directly is not believed, whatever
+/// identity it claims, without the proxy's secret (or with a wrong one, or two of them).
+#[tokio::test]
+async fn identity_headers_without_the_proxy_secret_are_not_believed() {
+    let api = start_api_behind_proxy(&sqlite_url()).await;
+    let http = reqwest::Client::new();
+    let claim = |secret: Option<&[&str]>| {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-auth-username", HeaderValue::from_static("admin"));
+        headers.insert(
+            "x-auth-scope",
+            HeaderValue::from_static("read write groups"),
+        );
+        for s in secret.unwrap_or_default() {
+            headers.append(PROXY_SECRET_HEADER, HeaderValue::from_str(s).unwrap());
+        }
+        headers
+    };
+    let wrong = "x".repeat(PROXY_SECRET.len());
+    for secret in [
+        None,
+        Some(&[wrong.as_str()][..]),
+        Some(&[&PROXY_SECRET[..PROXY_SECRET.len() - 1]][..]),
+        Some(&[PROXY_SECRET, PROXY_SECRET][..]),
+    ] {
+        for path in ["/users/", "/groups/"] {
+            let (status, body) = status(&http, &api.url(path), claim(secret)).await;
+            assert_eq!(status, 401, "{secret:?} {path}: {body}");
+        }
+        let created = http
+            .post(api.url("/users/"))
+            .headers(claim(secret))
+            .json(&serde_json::json!({"username": "intruder", "password": "long-enough-1"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), 401, "{secret:?}");
+    }
+    let (status, _) = status(&http, &api.url("/users/"), claim(Some(&[PROXY_SECRET]))).await;
+    assert_eq!(status, 200);
     api.stop().await;
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_example-api");
 const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/example-api.yaml");
+const PROXY_SECRET: &str = "binary-test-proxy-secret-0123456789";
 
 fn run(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
     let mut command = Command::new(BIN);
@@ -34,10 +35,18 @@ fn temp_file(name: &str, text: &str) -> std::path::PathBuf {
 
 #[test]
 fn check_config_accepts_the_shipped_file() {
-    let (ok, stdout, stderr) = run(&["--check-config", "--config", SHIPPED], &[]);
+    let (ok, _, stderr) = run(&["--check-config", "--config", SHIPPED], &[]);
+    assert!(
+        !ok && stderr.contains("proxy_secret"),
+        "behind_proxy without the proxy's secret: {stderr}"
+    );
+    let (ok, stdout, stderr) = run(
+        &["--check-config", "--config", SHIPPED],
+        &[("EXAMPLE_API_PROXY_SECRET", PROXY_SECRET)],
+    );
     assert!(ok, "{stderr}");
     assert!(
-        stdout.contains("OK (mode behind-proxy, listen 127.0.0.1:8002, 6 routes)"),
+        stdout.contains("OK (token_source behind_proxy, listen 127.0.0.1:8002, 6 routes)"),
         "{stdout}"
     );
 }
@@ -46,7 +55,10 @@ fn check_config_accepts_the_shipped_file() {
 fn config_errors_name_file_key_and_value_and_exit_non_zero() {
     let (ok, _, stderr) = run(
         &["--check-config", "--config", SHIPPED],
-        &[("EXAMPLE_API_LISTEN", "0.0.0.0:8002")],
+        &[
+            ("EXAMPLE_API_LISTEN", "0.0.0.0:8002"),
+            ("EXAMPLE_API_PROXY_SECRET", PROXY_SECRET),
+        ],
     );
     assert!(!ok);
     assert!(
@@ -66,7 +78,7 @@ fn config_errors_name_file_key_and_value_and_exit_non_zero() {
     assert!(!ok);
     assert!(
         stderr.contains(&format!(
-            "{}: key \"introspection.auth_token\"",
+            "{}: key \"introspection\": \"(no credentials)\"",
             bad.display()
         )),
         "{stderr}"
@@ -95,6 +107,7 @@ fn starts_and_serves_behind_the_proxy() {
         .args(["--config", SHIPPED])
         .env("EXAMPLE_API_LISTEN", &listen)
         .env("EXAMPLE_API_DATABASE_URL", &db)
+        .env("EXAMPLE_API_PROXY_SECRET", PROXY_SECRET)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -108,7 +121,12 @@ fn starts_and_serves_behind_the_proxy() {
         let url = format!("http://{listen}/groups/");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
-            let sent = http.get(&url).header("x-auth-scope", "groups").send().await;
+            let sent = http
+                .get(&url)
+                .header("x-auth-scope", "groups")
+                .header("x-tokengate-proxy-secret", PROXY_SECRET)
+                .send()
+                .await;
             if let Ok(response) = sent {
                 let status = response.status().as_u16();
                 let anonymous = http.get(&url).send().await.unwrap().status().as_u16();

@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use http::{Method, Response, StatusCode, header};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
+use resource_server::CheckerMetrics;
 
 use crate::app_probes;
 use crate::state::SharedState;
@@ -49,11 +50,16 @@ impl ServeHttp for Admin {
                 ),
             },
             "/metrics" => {
-                let routes = self.shared.routing().rules.routes().len();
-                let text = self
-                    .shared
-                    .metrics
-                    .render(self.shared.checker.metrics(), routes);
+                let routing = self.shared.routing();
+                let none = CheckerMetrics::default();
+                let checker = routing
+                    .gate
+                    .check()
+                    .introspection()
+                    .map_or(&none, |c| c.metrics());
+                let routes = routing.gate.rules().routes().len();
+                let mut text = self.shared.metrics.render(checker, routes);
+                text.push_str(&crate::metrics::render_listeners(&self.shared.listeners));
                 reply(
                     StatusCode::OK,
                     "text/plain; version=0.0.4; charset=utf-8",

@@ -71,16 +71,14 @@ impl Maintenance {
             // The JWKS is fetched at start (and for a validator a reload brought), not at the
             // first request: readiness waits for its keys. Idempotent once started.
             let routing = self.shared.routing();
-            if let Some(jwt) = routing.rules.token_source().jwt() {
+            if let Some(jwt) = routing.gate.check().jwt() {
                 jwt.start().await;
             }
-            if !self.shared.introspects() {
+            let Some(checker) = routing.gate.check().introspection() else {
                 continue; // JWTs only: readiness is the JWKS's, kept fresh by the validator
-            }
+            };
             let now = unix_now();
-            let fresh = self
-                .shared
-                .checker
+            let fresh = checker
                 .metrics()
                 .last_success()
                 .is_some_and(|t| now.saturating_sub(t) < stale_after.as_secs() as i64);
@@ -91,7 +89,7 @@ impl Maintenance {
             }
             let n = self.probes.fetch_add(1, Relaxed);
             let token = format!("tokengate-readiness-probe-{now}-{n}");
-            let reached = self.shared.checker.check(&token).await.is_ok();
+            let reached = checker.check(&token).await.is_ok();
             match (log.changed(reached), reached) {
                 (true, false) => {
                     let why = self.shared.readiness().err().unwrap_or("no answer");

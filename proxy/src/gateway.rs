@@ -1,7 +1,6 @@
-//! The Pingora `ProxyHttp` glue: `request_filter` finds the route and asks
-//! `resource_server::Gate::authorize` with the deployment's token source (introspection, local
-//! JWT validation, or both), writing refusals there; then the route's upstream, and identity and
-//! `Authorization` headers rewritten on the way up.
+//! The Pingora `ProxyHttp` glue: `request_filter` asks the gate in force
+//! (`resource_server::Gate::authorize`) and writes its refusals; then the route's upstream, and
+//! identity and `Authorization` headers rewritten on the way up.
 
 use std::io::Write as _;
 use std::net::IpAddr;
@@ -15,7 +14,7 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Session};
 use pingora::proxy::ProxyHttp;
 use pingora::{Error, ErrorSource, ErrorType, Result};
-use resource_server::{Gate, Identity, JwtOrIntrospection, Refusal, TokenSource};
+use resource_server::{Identity, Refusal};
 
 use crate::config::{Upstream, UpstreamAddr};
 use crate::drain::InFlight;
@@ -52,25 +51,13 @@ impl ProxyHttp for Gateway {
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let routing = self.shared.routing();
         let req = session.req_header();
-        let route = routing.rules.find(&req.method, req.uri.path());
-        let (headers, query) = (&req.headers, req.uri.query());
-        let introspection = &self.shared.checker;
-        let verdict = match routing.rules.token_source() {
-            TokenSource::Introspection => {
-                Gate::new(introspection)
-                    .authorize(route, headers, query)
-                    .await
-            }
-            TokenSource::Jwt(jwt) => Gate::new(jwt).authorize(route, headers, query).await,
-            TokenSource::JwtOrIntrospection(jwt) => {
-                Gate::new(JwtOrIntrospection { jwt, introspection })
-                    .authorize(route, headers, query)
-                    .await
-            }
-        };
-        let label = route.map_or(UNMATCHED, |r| r.name.as_str());
+        let verdict = routing
+            .gate
+            .authorize(&req.method, &req.uri, &req.headers)
+            .await;
         match verdict {
             Ok(allow) => {
+                let label = allow.route.name.as_str();
                 self.shared.metrics.request(label, Outcome::Allow);
                 ctx.identity = allow.identity;
                 ctx.upstream = allow
@@ -82,6 +69,15 @@ impl ProxyHttp for Gateway {
                 Ok(false)
             }
             Err(denial) => {
+                // A denial on a matched route names it; only a 404 has no route.
+                let label = match denial.outcome {
+                    Outcome::NoRoute => UNMATCHED,
+                    _ => routing
+                        .gate
+                        .rules()
+                        .find(&req.method, req.uri.path())
+                        .map_or(UNMATCHED, |r| r.name.as_str()),
+                };
                 self.shared.metrics.request(label, denial.outcome);
                 self.refuse(session, label, denial.refusal).await
             }
@@ -131,6 +127,9 @@ impl ProxyHttp for Gateway {
             for (name, value) in identity.headers() {
                 upstream_request.insert_header(name, value)?;
             }
+        }
+        if let Some(secret) = up.and_then(|u| u.proxy_secret.clone()) {
+            upstream_request.insert_header(resource_server::PROXY_SECRET_HEADER, secret)?;
         }
         match up.and_then(|u| u.host.clone()) {
             Some(host) => upstream_request.insert_header(http::header::HOST, host)?,

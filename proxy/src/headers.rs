@@ -1,15 +1,17 @@
-//! Which client-sent headers may never reach an upstream: the identity headers the proxy sets.
+//! Which client-sent headers may never reach an upstream: the identity headers the proxy sets,
+//! and the `X-Tokengate-*` namespace (the proxy's secret, by which upstreams tell it apart).
 
 use http::{HeaderMap, HeaderName};
 use resource_server::IDENTITY_HEADERS;
 
 /// Whether `name` is (or could be read by an upstream as) one of the proxy's identity headers:
-/// any of [`IDENTITY_HEADERS`] or anything in the `X-Auth-` namespace, in any case, with `_` in
-/// place of `-` too (CGI-style servers map both to the same variable).
+/// any of [`IDENTITY_HEADERS`] or anything in the `X-Auth-` or `X-Tokengate-` namespaces, in any
+/// case, with `_` in place of `-` too (CGI-style servers map both to the same variable).
 /// (Asked for every header of every request: compares in place, no allocation.)
 pub fn is_identity_header(name: &str) -> bool {
     let name = name.as_bytes();
     starts_with_normalized(name, b"x-auth-")
+        || starts_with_normalized(name, b"x-tokengate-")
         || IDENTITY_HEADERS
             .iter()
             .any(|h| h.len() == name.len() && starts_with_normalized(name, h.as_bytes()))

@@ -15,6 +15,7 @@ pub mod admin;
 pub mod app_probes;
 pub mod background;
 pub mod config;
+pub mod downstream;
 pub mod drain;
 pub mod gateway;
 pub mod headers;
@@ -24,6 +25,7 @@ pub mod server;
 pub mod state;
 
 pub use config::{
-    ConfigError, ProxyConfig, Routing, Upstream, load_config, load_config_with_env, parse_config,
+    ConfigError, ProxyConfig, Upstream, load_config, load_config_with_env, parse_config,
 };
 pub use server::{ProxyHandle, Signals, StartError, spawn, spawn_with};
+pub use state::Routing;

@@ -2,17 +2,22 @@
 //! validates a configuration and exits; `proxy inject` adds the sidecar to Kubernetes workloads.
 #![forbid(unsafe_code)]
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of glibc's malloc: fewer cycles per request in malloc/free, which a
 /// profile of the proxy under load puts at ~12 % with glibc (issue 14, bench/proxy.sh).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// mimalloc 3 gives freed memory back to the system 1 s after it is freed, and only when its
+/// arena is used again: the memory of 2,000 slow connections stayed after they closed (issue 21,
+/// proxy/tests/slow_clients.rs). 10 ms (mimalloc 2's default) gives it back within a moment.
+/// mimalloc reads its options from the environment before `main` runs, so [`main`] re-executes
+/// the binary with this set when the operator has not set it.
+const PURGE_DELAY: (&str, &str) = ("MIMALLOC_PURGE_DELAY", "10");
 
 #[derive(Parser)]
 #[command(
@@ -44,12 +49,12 @@ fn main() -> ExitCode {
     if let Some(Command::Inject(inject)) = args.command {
         return proxy::inject::run(inject);
     }
-    init_logging();
+    resource_server::logging::init();
     if let Some(path) = args.check_config {
         return match proxy::load_config(&path) {
             Ok(config) => {
-                let routes = config.routing.rules.routes().len();
-                let upstreams = config.routing.upstreams.len();
+                let routes = config.gate.rules.routes().len();
+                let upstreams = config.upstreams.len();
                 println!(
                     "{}: OK ({routes} routes, {upstreams} upstreams)",
                     path.display()
@@ -62,6 +67,7 @@ fn main() -> ExitCode {
             }
         };
     }
+    purge_freed_memory_promptly();
     let config =
         match proxy::config::load_named_or_default(args.config.as_deref(), "--config/PROXY_CONFIG")
         {
@@ -84,18 +90,22 @@ fn main() -> ExitCode {
     }
 }
 
-/// `RUST_LOG`-filtered `tracing` output; Pingora's `log` records are bridged into it. Pingora is
-/// capped at `info`: its debug lines print whole request headers, `Authorization` included.
-fn init_logging() {
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    for cap in ["pingora_core=info", "pingora_proxy=info"] {
-        if let Ok(d) = cap.parse() {
-            filter = filter.add_directive(d);
-        }
+/// Re-executes this binary with [`PURGE_DELAY`] set, unless it is set already (by the operator,
+/// or by this re-execution). Returns only if that is so or the re-execution failed.
+fn purge_freed_memory_promptly() {
+    use std::os::unix::process::CommandExt;
+    let (var, value) = PURGE_DELAY;
+    if std::env::var_os(var).is_some() {
+        return;
     }
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .try_init();
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let mut argv = std::env::args_os();
+    let mut command = std::process::Command::new(exe);
+    if let Some(arg0) = argv.next() {
+        command.arg0(arg0);
+    }
+    let error = command.args(argv).env(var, value).exec();
+    tracing::warn!(%error, "cannot re-execute with {var}={value}: memory freed after a burst of connections may not be given back");
 }

@@ -10,6 +10,8 @@ use std::sync::{Arc, RwLock};
 use resource_server::CheckerMetrics;
 use resource_server::jwt::JwtMetrics;
 
+use crate::downstream::ListenerGate;
+
 /// The outcome of one request, as a metrics label (each [`resource_server::Denial`] carries its
 /// own).
 pub use resource_server::Outcome;
@@ -154,6 +156,46 @@ impl ProxyMetrics {
         }
         out
     }
+}
+
+/// The connection counts of the listeners: open, the cap, refused at the cap, and closed for a
+/// request head that did not arrive in time.
+pub fn render_listeners(gates: &[Arc<ListenerGate>]) -> String {
+    let mut out = String::with_capacity(1024);
+    type Read = fn(&ListenerGate) -> u64;
+    let series: [(&str, &str, &str, Read); 4] = [
+        (
+            "tokengate_proxy_connections",
+            "gauge",
+            "Client connections open, by listener.",
+            |g| g.open() as u64,
+        ),
+        (
+            "tokengate_proxy_connections_max",
+            "gauge",
+            "The cap on client connections open at once, by listener.",
+            |g| g.max as u64,
+        ),
+        (
+            "tokengate_proxy_connections_refused_total",
+            "counter",
+            "Connections refused (503, closed) because the listener was at its cap.",
+            ListenerGate::refused,
+        ),
+        (
+            "tokengate_proxy_head_timeouts_total",
+            "counter",
+            "Connections closed because a request head did not arrive within connections.head_timeout.",
+            ListenerGate::head_timeouts,
+        ),
+    ];
+    for (name, kind, help, read) in series {
+        header(&mut out, name, kind, help);
+        for gate in gates {
+            let _ = writeln!(out, "{name}{{listener=\"{}\"}} {}", gate.name, read(gate));
+        }
+    }
+    out
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {

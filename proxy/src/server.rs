@@ -11,13 +11,13 @@ use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 use pingora::services::background::background_service;
 use pingora::services::listening::Service;
-use resource_server::{CheckerError, TokenChecker};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use crate::admin::Admin;
 use crate::background::Maintenance;
 use crate::config::{ConfigError, ProxyConfig};
+use crate::downstream::{self, Guarded};
 use crate::gateway::Gateway;
 use crate::state::{Shared, SharedState};
 
@@ -33,8 +33,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    #[error("introspection client: {0}")]
-    Checker(#[from] CheckerError),
+    #[error("{0}")]
+    Gate(String),
     #[error("cannot start the proxy thread: {0}")]
     Thread(std::io::Error),
     #[error("the proxy did not start listening on {0} within {START_TIMEOUT:?}")]
@@ -131,9 +131,7 @@ pub fn spawn(config: ProxyConfig) -> Result<ProxyHandle, StartError> {
 pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHandle, StartError> {
     config.listen = claim_port(config.listen)?;
     config.admin_listen = claim_port(config.admin_listen)?;
-    let (introspection, cache) = config.introspection.settings();
-    let checker = TokenChecker::new(introspection, cache)?;
-    let shared: SharedState = Arc::new(Shared::new(config.clone(), checker));
+    let shared: SharedState = Arc::new(Shared::new(config.clone()).map_err(StartError::Gate)?);
 
     let mut server_conf = ServerConf {
         version: 1,
@@ -151,19 +149,27 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     let gateway = Gateway {
         shared: shared.clone(),
     };
-    let mut proxy = pingora::proxy::http_proxy_service_with_name(
-        &server.configuration,
-        gateway,
-        "tokengate proxy",
+    let [proxy_gate, admin_gate] = shared.listeners.clone();
+    let mut proxy = Service::new(
+        "tokengate proxy".to_owned(),
+        Guarded::new(
+            pingora::proxy::http_proxy(&server.configuration, gateway),
+            config.connections,
+            proxy_gate,
+        ),
     );
-    proxy.add_tcp(&config.listen.to_string());
+    proxy.add_listener(downstream::endpoint(&config.listen.to_string()));
     let mut admin = Service::new(
         "tokengate admin".to_owned(),
-        Admin {
-            shared: shared.clone(),
-        },
+        Guarded::new(
+            Admin {
+                shared: shared.clone(),
+            },
+            config.connections,
+            admin_gate,
+        ),
     );
-    admin.add_tcp(&config.admin_listen.to_string());
+    admin.add_listener(downstream::endpoint(&config.admin_listen.to_string()));
     admin.threads = Some(1);
     server.add_service(proxy);
     server.add_service(admin);

@@ -1,40 +1,68 @@
-//! State shared by the proxy, the admin listener and the reloader: the rules in force (swapped
-//! atomically on reload), the token checker and the metrics.
+//! State shared by the proxy, the admin listener and the reloader: the gate and the upstreams in
+//! force (swapped as one on reload) and the metrics.
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use resource_server::TokenChecker;
+use std::collections::HashMap;
+
+use resource_server::Gate;
 
 use crate::app_probes::AppProbes;
-use crate::config::{ConfigError, ProxyConfig, Routing, load_config_with_env};
+use crate::config::{ConfigError, ProxyConfig, Upstream, load_config_with_env};
+use crate::downstream::ListenerGate;
 use crate::drain::Drain;
 use crate::metrics::ProxyMetrics;
 
 /// How recently the authorization server must have answered for `/readyz` to say 200.
 pub const READY_WINDOW: Duration = Duration::from_secs(30);
 
+/// The gate and the upstreams its routes name: replaced as one on reload.
+#[derive(Debug)]
+pub struct Routing {
+    pub gate: Gate,
+    pub upstreams: HashMap<String, Arc<Upstream>>,
+}
+
+impl Routing {
+    /// Builds the gate of `config`, keeping `previous`'s introspection client (see
+    /// [`Gate::build`]).
+    fn build(config: &ProxyConfig, previous: Option<&Routing>) -> Result<Routing, String> {
+        Ok(Routing {
+            gate: Gate::build(config.gate.clone(), previous.map(|r| &r.gate))?,
+            upstreams: config.upstreams.clone(),
+        })
+    }
+}
+
 pub struct Shared {
     routing: RwLock<Arc<Routing>>,
-    pub checker: TokenChecker,
     pub metrics: ProxyMetrics,
     pub drain: Arc<Drain>,
+    /// The connection caps and counts of the proxy and admin listeners.
+    pub listeners: [Arc<ListenerGate>; 2],
     /// The configuration the process started with (parts other than routing need a restart).
     started_with: ProxyConfig,
 }
 
 impl Shared {
-    pub fn new(config: ProxyConfig, checker: TokenChecker) -> Shared {
+    /// The state `config` describes, its gate built (the introspection client, the JWT
+    /// validator): an error names what could not be built.
+    pub fn new(config: ProxyConfig) -> Result<Shared, String> {
         let metrics = ProxyMetrics::default();
-        track_jwt(&metrics, &config.routing);
-        Shared {
-            routing: RwLock::new(config.routing.clone()),
-            checker,
+        let routing = Routing::build(&config, None)?;
+        track_jwt(&metrics, &routing);
+        Ok(Shared {
+            routing: RwLock::new(Arc::new(routing)),
             metrics,
             drain: Arc::default(),
+            listeners: [
+                ListenerGate::new("proxy", config.connections.max),
+                ListenerGate::new("admin", config.connections.admin_max),
+            ],
             started_with: config,
-        }
+        })
     }
 
     /// The routes and upstreams in force (a cheap `Arc` clone).
@@ -59,11 +87,12 @@ impl Shared {
     /// to load or validate is refused and the rules in force stay.
     pub fn reload(&self) -> Result<usize, ConfigError> {
         let Some(path) = self.source() else {
-            return Ok(self.routing().rules.routes().len());
+            return Ok(self.routing().gate.rules().routes().len());
         };
         let overrides = &self.started_with.upstream_overrides;
         let result = load_config_with_env(path, |key| {
             overrides
+                .0
                 .get(key)
                 .cloned()
                 .or_else(|| std::env::var(key).ok())
@@ -73,7 +102,7 @@ impl Shared {
             new
         });
         let result = result.and_then(|new| {
-            if new.routing.rules.routes().is_empty() {
+            if new.gate.rules.routes().is_empty() {
                 Err(ConfigError::Invalid {
                     file: path.display().to_string(),
                     field: "routes".into(),
@@ -84,8 +113,19 @@ impl Shared {
                 Ok(new)
             }
         });
+        let current = self.routing();
+        let result = result.and_then(|new| {
+            let routing =
+                Routing::build(&new, Some(&current)).map_err(|message| ConfigError::Invalid {
+                    file: path.display().to_string(),
+                    field: "token_source".into(),
+                    value: format!("{:?}", new.gate.token_source.as_str()),
+                    message,
+                })?;
+            Ok((new, routing))
+        });
         self.metrics.reload(result.is_ok());
-        let new = match result {
+        let (new, routing) = match result {
             Ok(c) => c,
             Err(error) => {
                 tracing::error!(%error, "configuration reload refused; the rules in force stay");
@@ -95,19 +135,21 @@ impl Shared {
         let old = &self.started_with;
         if new.listen != old.listen
             || new.admin_listen != old.admin_listen
+            || new.connections != old.connections
             || new.threads != old.threads
             || new.work_stealing != old.work_stealing
-            || new.introspection != old.introspection
+            || new.gate.introspection != old.gate.introspection
         {
             tracing::warn!(
-                "listen addresses, threads and introspection settings change only on restart"
+                "listen addresses, connection limits, threads and introspection settings change only on restart"
             );
         }
-        let routes = new.routing.rules.routes().len();
-        track_jwt(&self.metrics, &new.routing);
+        let routes = routing.gate.rules().routes().len();
+        track_jwt(&self.metrics, &routing);
+        let routing = Arc::new(routing);
         match self.routing.write() {
-            Ok(mut r) => *r = new.routing,
-            Err(poisoned) => *poisoned.into_inner() = new.routing,
+            Ok(mut r) => *r = routing,
+            Err(poisoned) => *poisoned.into_inner() = routing,
         }
         tracing::info!(routes, file = %path.display(), "rules reloaded");
         Ok(routes)
@@ -121,21 +163,21 @@ impl Shared {
             return Err("shutting down");
         }
         let routing = self.routing();
-        if routing.rules.routes().is_empty() {
+        if routing.gate.rules().routes().is_empty() {
             return Err("no routes loaded");
         }
-        let source = routing.rules.token_source();
-        if source.jwt().is_some_and(|jwt| jwt.key_count() == 0) {
+        let check = routing.gate.check();
+        if check.jwt().is_some_and(|jwt| jwt.key_count() == 0) {
             return Err("no JWT signing key known (JWKS not fetched)");
         }
-        if !uses_introspection(source) {
+        let Some(checker) = check.introspection() else {
             return Ok(());
-        }
+        };
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs() as i64)
             .unwrap_or(0);
-        let metrics = self.checker.metrics();
+        let metrics = checker.metrics();
         if metrics.last_call_refused() {
             return Err("the authorization server refused the proxy's introspection credentials");
         }
@@ -149,23 +191,14 @@ impl Shared {
             _ => Err("no recent answer from the authorization server"),
         }
     }
-
-    /// Whether tokens reach the introspection endpoint (so its readiness matters).
-    pub fn introspects(&self) -> bool {
-        uses_introspection(self.routing().rules.token_source())
-    }
 }
 
 /// `/metrics` reports the JWT validator of these rules, if any (set when the rules come in, not
 /// per request).
 fn track_jwt(metrics: &ProxyMetrics, routing: &Routing) {
-    if let Some(jwt) = routing.rules.token_source().jwt() {
+    if let Some(jwt) = routing.gate.check().jwt() {
         metrics.track_jwt(jwt.metrics());
     }
-}
-
-fn uses_introspection(source: &resource_server::gate::TokenSource) -> bool {
-    !matches!(source, resource_server::gate::TokenSource::Jwt(_))
 }
 
 /// Shared state behind an `Arc`.

@@ -558,13 +558,13 @@ async fn upstream_address_overrides_hold_across_reloads() {
     let mut config =
         proxy::load_config_with_env(&path, |k| overrides.get(k).cloned()).expect("valid");
     assert!(
-        config.routing.upstreams["open"]
+        config.upstreams["open"]
             .address
             .to_string()
             .contains(&closed.to_string()),
         "only the named upstream moves"
     );
-    config.upstream_overrides = overrides;
+    config.upstream_overrides = proxy::config::Overrides(overrides);
     let handle = tokio::task::spawn_blocking(move || proxy::spawn(config))
         .await
         .unwrap()

@@ -212,10 +212,10 @@ fn lists_ports_by_name_and_the_starter_config() {
         .unwrap();
     let config = proxy::parse_config(rules, "starter", |_| None).unwrap();
     assert_eq!(
-        config.routing.upstreams["app"].address.to_string(),
+        config.upstreams["app"].address.to_string(),
         "127.0.0.1:3000"
     );
-    assert_eq!(config.token_source.as_str(), "jwt");
+    assert_eq!(config.gate.token_source.as_str(), "jwt");
     let sidecar =
         &doc(items, "Deployment", "shop")["spec"]["template"]["spec"]["initContainers"][0];
     assert!(
@@ -231,7 +231,7 @@ fn lists_ports_by_name_and_the_starter_config() {
         .unwrap();
     let env = |k: &str| (k == "PROXY_CLIENT_SECRET").then(|| "from-the-secret".to_owned());
     let config = proxy::parse_config(rules, "starter", env).unwrap();
-    let route = &config.routing.rules.routes()[0];
+    let route = &config.gate.rules.routes()[0];
     assert_eq!(
         route.access,
         resource_server::Access::Authenticated {

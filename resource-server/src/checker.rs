@@ -11,7 +11,8 @@ use moka::Expiry;
 use moka::future::Cache;
 
 use crate::claims::Claims;
-use crate::gate::{Credential, TokenCheck};
+use crate::decision::Credential;
+pub use crate::introspection::CheckerError;
 use crate::introspection::{IntrospectionError, IntrospectionSettings, Introspector};
 use crate::outage::{FAILURE_LOG_INTERVAL, LogLimiter, PROBE_BACKOFF, ProbeGate, Summary};
 use crate::policy::AnswerPolicy;
@@ -51,15 +52,6 @@ impl Default for CacheSettings {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("authorization server unavailable")]
 pub struct Unavailable;
-
-/// Invalid settings for a [`TokenChecker`].
-#[derive(Debug, thiserror::Error)]
-pub enum CheckerError {
-    #[error("{0}")]
-    Settings(String),
-    #[error("cannot build the HTTP client: {0}")]
-    Client(#[source] reqwest::Error),
-}
 
 /// Upper bounds (seconds) of the introspection latency histogram; `+Inf` is implied.
 pub const LATENCY_BUCKETS: [f64; 12] = [
@@ -616,21 +608,6 @@ impl TokenChecker {
             return Ok(entry.claims);
         }
         Err(Unavailable)
-    }
-}
-
-/// Introspection of the request's bearer token, through the cache.
-impl TokenCheck for TokenChecker {
-    async fn credential(&self, headers: &http::HeaderMap, query: Option<&str>) -> Credential {
-        match crate::bearer_token(headers, query) {
-            crate::Bearer::Missing => Credential::Missing,
-            crate::Bearer::Malformed(why) => Credential::Malformed(why),
-            crate::Bearer::Token(t) => self.introspect_credential(&t).await,
-        }
-    }
-
-    fn leeway(&self) -> Duration {
-        TokenChecker::leeway(self)
     }
 }
 

@@ -1,26 +1,28 @@
 //! The allow/deny decision: a pure function of the matched route and the token's state, and the
 //! refusal (status, `WWW-Authenticate`, JSON body) each denial is answered with.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claims::Claims;
-use crate::gate::{Denial, Outcome};
 use crate::identity::Identity;
 use crate::rules::{Access, Route};
 
-/// The state of the request's token, as far as it is known when deciding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TokenState<'a> {
-    /// No bearer credential.
+/// What the deployment's check found out about a request's credentials: the one input of the
+/// decision besides the route.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Credential {
+    /// No credentials.
     Missing,
-    /// A bearer credential that cannot be used (see [`crate::bearer::Bearer::Malformed`]).
+    /// Credentials that cannot be used (400; see [`crate::bearer::Bearer::Malformed`]); the text
+    /// is safe to show.
     Malformed(&'static str),
-    /// The introspection answer (active or not).
-    Checked(&'a Claims),
+    /// The token's claims (an inactive answer too: [`decide`] refuses it).
+    Checked(Arc<Claims>),
     /// A token found invalid before any claims could be trusted (e.g. a JWT whose signature or
     /// issuer does not hold); the text becomes `error_description`.
     Invalid(&'static str),
-    /// The authorization server (or the keys) could not be asked.
+    /// The check could not be made (503, fail closed): authorization server or keys unreachable.
     Unavailable,
 }
 
@@ -41,6 +43,64 @@ pub enum Decision {
     Unavailable,
     /// 404: no route matched (denied by default, without saying why).
     NoRoute,
+}
+
+/// The request is refused: the response to write and the outcome to count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub refusal: Refusal,
+    pub outcome: Outcome,
+}
+
+/// The outcome of one request, as a metrics label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    Allow,
+    Unauthenticated,
+    BadRequest,
+    InvalidToken,
+    InsufficientScope,
+    Unavailable,
+    NoRoute,
+}
+
+impl Outcome {
+    /// Every outcome, in label order.
+    pub const ALL: [Outcome; 7] = [
+        Outcome::Allow,
+        Outcome::Unauthenticated,
+        Outcome::BadRequest,
+        Outcome::InvalidToken,
+        Outcome::InsufficientScope,
+        Outcome::Unavailable,
+        Outcome::NoRoute,
+    ];
+
+    /// The outcome of a decision.
+    pub fn of(decision: &Decision) -> Outcome {
+        match decision {
+            Decision::Allow(_) => Outcome::Allow,
+            Decision::Unauthenticated => Outcome::Unauthenticated,
+            Decision::BadRequest(_) => Outcome::BadRequest,
+            Decision::InvalidToken(_) => Outcome::InvalidToken,
+            Decision::InsufficientScope(_) => Outcome::InsufficientScope,
+            Decision::Unavailable => Outcome::Unavailable,
+            Decision::NoRoute => Outcome::NoRoute,
+        }
+    }
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allow => "allow",
+            Outcome::Unauthenticated => "unauthenticated",
+            Outcome::BadRequest => "bad_request",
+            Outcome::InvalidToken => "invalid_token",
+            Outcome::InsufficientScope => "insufficient_scope",
+            Outcome::Unavailable => "unavailable",
+            Outcome::NoRoute => "no_route",
+        }
+    }
 }
 
 /// `error_description` for a token the authorization server calls inactive.
@@ -155,7 +215,7 @@ fn quote(s: &str) -> String {
 }
 
 /// Decides with the current time; see [`decide_at`].
-pub fn decide(route: Option<&Route>, token: TokenState<'_>, leeway: Duration) -> Decision {
+pub fn decide(route: Option<&Route>, token: &Credential, leeway: Duration) -> Decision {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
@@ -172,7 +232,7 @@ pub fn decide(route: Option<&Route>, token: TokenState<'_>, leeway: Duration) ->
 /// `Allow(Some(identity))`.
 pub fn decide_at(
     route: Option<&Route>,
-    token: TokenState<'_>,
+    token: &Credential,
     now: i64,
     leeway: Duration,
 ) -> Decision {
@@ -184,11 +244,11 @@ pub fn decide_at(
         Access::Authenticated { all_of, any_of } => (all_of, any_of),
     };
     let claims = match token {
-        TokenState::Missing => return Decision::Unauthenticated,
-        TokenState::Malformed(reason) => return Decision::BadRequest(reason),
-        TokenState::Unavailable => return Decision::Unavailable,
-        TokenState::Invalid(reason) => return Decision::InvalidToken(reason),
-        TokenState::Checked(c) => c,
+        Credential::Missing => return Decision::Unauthenticated,
+        Credential::Malformed(reason) => return Decision::BadRequest(reason),
+        Credential::Unavailable => return Decision::Unavailable,
+        Credential::Invalid(reason) => return Decision::InvalidToken(reason),
+        Credential::Checked(c) => c,
     };
     if !claims.active {
         return Decision::InvalidToken(INACTIVE_TOKEN);
@@ -215,6 +275,10 @@ mod tests {
     use crate::rules::Rules;
 
     const NOW: i64 = 1_700_000_000;
+
+    fn checked(c: &Claims) -> Credential {
+        Credential::Checked(Arc::new(c.clone()))
+    }
 
     fn rules() -> Rules {
         Rules::from_yaml(
@@ -259,10 +323,10 @@ routes:
     fn no_route_is_denied_whatever_the_token() {
         let c = active("read");
         for t in [
-            TokenState::Missing,
-            TokenState::Malformed("x"),
-            TokenState::Checked(&c),
-            TokenState::Unavailable,
+            &Credential::Missing,
+            &Credential::Malformed("x"),
+            &checked(&c),
+            &Credential::Unavailable,
         ] {
             assert_eq!(decide_at(None, t, NOW, Duration::ZERO), Decision::NoRoute);
         }
@@ -274,11 +338,11 @@ routes:
         let good = active("read");
         let bad = Claims::inactive();
         for t in [
-            TokenState::Missing,
-            TokenState::Malformed("x"),
-            TokenState::Checked(&good),
-            TokenState::Checked(&bad),
-            TokenState::Unavailable,
+            &Credential::Missing,
+            &Credential::Malformed("x"),
+            &checked(&good),
+            &checked(&bad),
+            &Credential::Unavailable,
         ] {
             assert_eq!(
                 decide_at(Some(route(&r, "public")), t, NOW, Duration::ZERO),
@@ -296,35 +360,35 @@ routes:
         for name in ["any-token", "all", "any", "both"] {
             let rt = Some(route(&r, name));
             assert_eq!(
-                decide_at(rt, TokenState::Missing, NOW, Duration::ZERO),
+                decide_at(rt, &Credential::Missing, NOW, Duration::ZERO),
                 Decision::Unauthenticated
             );
             assert_eq!(
                 decide_at(
                     rt,
-                    TokenState::Malformed("Empty bearer token."),
+                    &Credential::Malformed("Empty bearer token."),
                     NOW,
                     Duration::ZERO
                 ),
                 Decision::BadRequest("Empty bearer token.")
             );
             assert_eq!(
-                decide_at(rt, TokenState::Unavailable, NOW, Duration::ZERO),
+                decide_at(rt, &Credential::Unavailable, NOW, Duration::ZERO),
                 Decision::Unavailable
             );
             assert_eq!(
-                decide_at(rt, TokenState::Checked(&inactive), NOW, Duration::ZERO),
+                decide_at(rt, &checked(&inactive), NOW, Duration::ZERO),
                 Decision::InvalidToken(INACTIVE_TOKEN)
             );
             assert_eq!(
-                decide_at(rt, TokenState::Checked(&expired), NOW, Duration::ZERO),
+                decide_at(rt, &checked(&expired), NOW, Duration::ZERO),
                 Decision::InvalidToken(EXPIRED_TOKEN)
             );
             // An inactive answer stays inactive even with scopes and a future exp.
             let mut revoked = active("read write groups admin");
             revoked.active = false;
             assert_eq!(
-                decide_at(rt, TokenState::Checked(&revoked), NOW, Duration::ZERO),
+                decide_at(rt, &checked(&revoked), NOW, Duration::ZERO),
                 Decision::InvalidToken(INACTIVE_TOKEN)
             );
         }
@@ -356,12 +420,7 @@ routes:
         ];
         for (name, granted, refused) in cases {
             let c = active(granted);
-            let got = decide_at(
-                Some(route(&r, name)),
-                TokenState::Checked(&c),
-                NOW,
-                Duration::ZERO,
-            );
+            let got = decide_at(Some(route(&r, name)), &checked(&c), NOW, Duration::ZERO);
             let want = match refused {
                 None => allow(&granted.split_whitespace().collect::<Vec<_>>().join(" ")),
                 Some(req) => Decision::InsufficientScope((*req).to_owned()),
@@ -380,7 +439,7 @@ routes:
         assert_eq!(
             decide_at(
                 Some(route(&r, "any-token")),
-                TokenState::Checked(&c),
+                &checked(&c),
                 NOW,
                 Duration::ZERO
             ),
@@ -389,21 +448,10 @@ routes:
         // `decide` uses the real clock: an exp far in the future is fine.
         let mut c = active("read write");
         c.exp = Some(i64::MAX);
-        assert!(
-            decide(
-                Some(route(&r, "all")),
-                TokenState::Checked(&c),
-                Duration::ZERO
-            )
-            .is_allow()
-        );
+        assert!(decide(Some(route(&r, "all")), &checked(&c), Duration::ZERO).is_allow());
         c.exp = Some(1);
         assert_eq!(
-            decide(
-                Some(route(&r, "all")),
-                TokenState::Checked(&c),
-                Duration::ZERO
-            ),
+            decide(Some(route(&r, "all")), &checked(&c), Duration::ZERO),
             Decision::InvalidToken(EXPIRED_TOKEN)
         );
     }
@@ -491,7 +539,7 @@ routes:
         let r = rules();
         let rt = Some(route(&r, "any-token"));
         let five = Duration::from_secs(5);
-        let at = |c: &Claims, leeway| decide_at(rt, TokenState::Checked(c), NOW, leeway);
+        let at = |c: &Claims, leeway| decide_at(rt, &checked(c), NOW, leeway);
         let with = |exp: Option<i64>, nbf: Option<i64>| Claims {
             exp,
             nbf,
@@ -529,20 +577,12 @@ routes:
             Decision::InvalidToken(EXPIRED_TOKEN)
         );
         assert!(at(&with(Some(0), Some(NOW)), Duration::MAX).is_allow());
-        assert!(
-            decide_at(
-                rt,
-                TokenState::Checked(&with(Some(1), None)),
-                i64::MIN,
-                five
-            )
-            .is_allow()
-        );
+        assert!(decide_at(rt, &checked(&with(Some(1), None)), i64::MIN, five).is_allow());
         // Public routes never look at the token's times.
         assert_eq!(
             decide_at(
                 Some(route(&r, "public")),
-                TokenState::Checked(&with(Some(0), Some(crate::claims::MAX_TIME))),
+                &checked(&with(Some(0), Some(crate::claims::MAX_TIME))),
                 NOW,
                 Duration::ZERO
             ),

@@ -1,62 +1,103 @@
-//! The one entry point of the data path: [`Gate::authorize`] takes the matched route and the
-//! request's headers, asks the deployment's [`TokenCheck`] (introspection, local JWT validation,
-//! or the proxy's forwarded identity) only when the route needs a token, and answers
-//! `Ok(`[`Allow`]`)` or `Err(`[`Denial`]`)`: a denial always carries its response and its
-//! metrics label.
+//! The one entry point of the data path. A [`Gate`] owns a deployment's route rules and its
+//! token [`Check`], is built once from [`crate::GateSettings`] and replaced as a unit on reload;
+//! [`Gate::authorize`] answers one request: `Ok(`[`Allow`]`)` or `Err(`[`Denial`]`)`, a denial
+//! always carrying its response and its metrics label.
 
-use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use http::HeaderMap;
+use http::{HeaderMap, Method, Uri};
 
-use crate::claims::Claims;
-use crate::decision::{Decision, Refusal, TokenState, decide};
+use crate::bearer::{Bearer, bearer_token};
+use crate::checker::TokenChecker;
+use crate::decision::decide;
+use crate::forwarded::ForwardedIdentity;
+use crate::gate_config::{GateSettings, TokenSource};
 use crate::identity::Identity;
-use crate::rules::{Access, Route};
+use crate::jwt::JwtValidator;
+use crate::rules::{Access, Route, Rules};
 
-/// What a [`TokenCheck`] found out about a request's credentials.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Credential {
-    /// No credentials.
-    Missing,
-    /// Credentials that cannot be used (400); the text is safe to show.
-    Malformed(&'static str),
-    /// The token's claims (an inactive answer too: [`decide`] refuses it).
-    Checked(Arc<Claims>),
-    /// A token that is not valid (401 `invalid_token`); the text becomes `error_description`.
-    Invalid(&'static str),
-    /// The check could not be made (503, fail closed): authorization server or keys unreachable.
-    Unavailable,
+pub use crate::decision::{Credential, Denial, Outcome};
+
+/// How a deployment establishes who is calling: the `token_source` setting, built.
+#[derive(Clone, Debug)]
+pub enum Check {
+    /// Every token introspected, through the cache.
+    Introspection(TokenChecker),
+    /// Every token validated locally as a JWT.
+    Jwt(JwtValidator),
+    /// JWT-shaped tokens validated locally, any other token introspected. A token shaped like a
+    /// JWT that fails validation is refused: it is never sent to introspection instead.
+    JwtOrIntrospection {
+        jwt: JwtValidator,
+        introspection: TokenChecker,
+    },
+    /// The proxy's `X-Auth-*` identity headers, believed (behind-proxy mode).
+    Forwarded(ForwardedIdentity),
+    /// **Unsafe, benchmarks only**: nothing is checked.
+    Unchecked,
 }
 
-/// How a deployment establishes who is calling. Three implementations: introspection
-/// ([`crate::TokenChecker`], cached), local JWT validation ([`crate::jwt::JwtValidator`]) and the
-/// sidecar's identity headers ([`crate::forwarded::ForwardedIdentity`]); [`JwtOrIntrospection`]
-/// combines the first two.
-pub trait TokenCheck: Send + Sync {
-    /// Reads the request's credentials (`query`: the raw query string, without `?`).
-    fn credential(
-        &self,
-        headers: &HeaderMap,
-        query: Option<&str>,
-    ) -> impl Future<Output = Credential> + Send;
-
-    /// How far past `exp`, or before `nbf`, a token is still accepted.
-    fn leeway(&self) -> Duration;
-}
-
-impl<T: TokenCheck> TokenCheck for &T {
-    fn credential(
-        &self,
-        headers: &HeaderMap,
-        query: Option<&str>,
-    ) -> impl Future<Output = Credential> + Send {
-        (**self).credential(headers, query)
+impl Check {
+    /// What the request's credentials are worth. The bearer token is parsed here, once.
+    pub async fn credential(&self, headers: &HeaderMap, query: Option<&str>) -> Credential {
+        let token = match self {
+            Check::Forwarded(forwarded) => return forwarded.credential(headers),
+            Check::Unchecked => return Credential::Unavailable,
+            _ => bearer_token(headers, query),
+        };
+        match token {
+            Bearer::Missing => Credential::Missing,
+            Bearer::Malformed(why) => Credential::Malformed(why),
+            Bearer::Token(t) => self.token(&t).await,
+        }
     }
 
-    fn leeway(&self) -> Duration {
-        (**self).leeway()
+    /// What one bearer token is worth.
+    pub async fn token(&self, token: &str) -> Credential {
+        match self {
+            Check::Introspection(c) => c.introspect_credential(token).await,
+            Check::Jwt(v) => v.validate(token).await,
+            Check::JwtOrIntrospection { jwt, .. } if looks_like_jwt(token) => {
+                jwt.validate(token).await
+            }
+            Check::JwtOrIntrospection { introspection, .. } => {
+                introspection.introspect_credential(token).await
+            }
+            Check::Forwarded(_) | Check::Unchecked => Credential::Missing,
+        }
+    }
+
+    /// How far past `exp`, or before `nbf`, a token is still accepted. With both checks, the
+    /// larger leeway is the one in force (both against the same clock).
+    pub fn leeway(&self) -> Duration {
+        match self {
+            Check::Introspection(c) => c.leeway(),
+            Check::Jwt(v) => v.leeway(),
+            Check::JwtOrIntrospection { jwt, introspection } => {
+                jwt.leeway().max(introspection.leeway())
+            }
+            Check::Forwarded(f) => f.leeway,
+            Check::Unchecked => Duration::ZERO,
+        }
+    }
+
+    /// The JWT validator, when tokens are validated locally.
+    pub fn jwt(&self) -> Option<&JwtValidator> {
+        match self {
+            Check::Jwt(v) | Check::JwtOrIntrospection { jwt: v, .. } => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The introspection client, when tokens are introspected.
+    pub fn introspection(&self) -> Option<&TokenChecker> {
+        match self {
+            Check::Introspection(c)
+            | Check::JwtOrIntrospection {
+                introspection: c, ..
+            } => Some(c),
+            _ => None,
+        }
     }
 }
 
@@ -72,166 +113,104 @@ pub fn looks_like_jwt(token: &str) -> bool {
     )
 }
 
-/// Local JWT validation for tokens shaped like JWTs, introspection for the others (opaque tokens
-/// of the same authorization server). A token shaped like a JWT that fails validation is
-/// refused: it is never sent to introspection instead.
-#[derive(Clone, Copy, Debug)]
-pub struct JwtOrIntrospection<J, I> {
-    pub jwt: J,
-    pub introspection: I,
-}
-
-impl<J, I> TokenCheck for JwtOrIntrospection<J, I>
-where
-    J: std::ops::Deref<Target = crate::jwt::JwtValidator> + Send + Sync,
-    I: std::ops::Deref<Target = crate::checker::TokenChecker> + Send + Sync,
-{
-    async fn credential(&self, headers: &HeaderMap, query: Option<&str>) -> Credential {
-        match crate::bearer::bearer_token(headers, query) {
-            crate::Bearer::Missing => Credential::Missing,
-            crate::Bearer::Malformed(why) => Credential::Malformed(why),
-            crate::Bearer::Token(t) if looks_like_jwt(&t) => self.jwt.validate(&t).await,
-            crate::Bearer::Token(t) => self.introspection.introspect_credential(&t).await,
-        }
-    }
-
-    fn leeway(&self) -> Duration {
-        // Both are checked against the same clock; the larger leeway is the one in force.
-        self.jwt.leeway().max(self.introspection.leeway())
-    }
-}
-
-/// Which token check a deployment uses (the `token_source` setting, with its validator).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum TokenSource {
-    /// Introspection of every token (cached).
-    #[default]
-    Introspection,
-    /// Local validation of JWTs only.
-    Jwt(crate::jwt::JwtValidator),
-    /// JWTs validated locally, other tokens introspected.
-    JwtOrIntrospection(crate::jwt::JwtValidator),
-}
-
-impl TokenSource {
-    /// The JWT validator, when tokens are validated locally.
-    pub fn jwt(&self) -> Option<&crate::jwt::JwtValidator> {
-        match self {
-            TokenSource::Introspection => None,
-            TokenSource::Jwt(v) | TokenSource::JwtOrIntrospection(v) => Some(v),
-        }
-    }
-}
-
 /// The request may go on, on this route.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Allow<'r> {
     pub route: &'r Route,
-    /// The caller, on an authenticated route; `None` on a public one.
+    /// The caller, on an authenticated route; `None` on a public one (and with
+    /// [`Check::Unchecked`]).
     pub identity: Option<Identity>,
 }
 
-/// The request is refused: the response to write and the outcome to count.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Denial {
-    pub refusal: Refusal,
-    pub outcome: Outcome,
-}
-
-/// The outcome of one request, as a metrics label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Outcome {
-    Allow,
-    Unauthenticated,
-    BadRequest,
-    InvalidToken,
-    InsufficientScope,
-    Unavailable,
-    NoRoute,
-}
-
-impl Outcome {
-    /// Every outcome, in label order.
-    pub const ALL: [Outcome; 7] = [
-        Outcome::Allow,
-        Outcome::Unauthenticated,
-        Outcome::BadRequest,
-        Outcome::InvalidToken,
-        Outcome::InsufficientScope,
-        Outcome::Unavailable,
-        Outcome::NoRoute,
-    ];
-
-    /// The outcome of a decision.
-    pub fn of(decision: &Decision) -> Outcome {
-        match decision {
-            Decision::Allow(_) => Outcome::Allow,
-            Decision::Unauthenticated => Outcome::Unauthenticated,
-            Decision::BadRequest(_) => Outcome::BadRequest,
-            Decision::InvalidToken(_) => Outcome::InvalidToken,
-            Decision::InsufficientScope(_) => Outcome::InsufficientScope,
-            Decision::Unavailable => Outcome::Unavailable,
-            Decision::NoRoute => Outcome::NoRoute,
-        }
-    }
-
-    /// The label value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Allow => "allow",
-            Outcome::Unauthenticated => "unauthenticated",
-            Outcome::BadRequest => "bad_request",
-            Outcome::InvalidToken => "invalid_token",
-            Outcome::InsufficientScope => "insufficient_scope",
-            Outcome::Unavailable => "unavailable",
-            Outcome::NoRoute => "no_route",
-        }
-    }
-}
-
-/// The access check of one deployment: a [`TokenCheck`] asked only for routes that need a token.
+/// A deployment's access check: its route rules and its token check, replaced as one.
 #[derive(Clone, Debug)]
-pub struct Gate<C> {
-    check: C,
+pub struct Gate {
+    rules: Rules,
+    check: Check,
 }
 
-impl<C: TokenCheck> Gate<C> {
-    pub fn new(check: C) -> Self {
-        Gate { check }
+impl Gate {
+    pub fn new(rules: Rules, check: Check) -> Gate {
+        Gate { rules, check }
+    }
+
+    /// The gate `settings` describe. `previous` is the gate this one replaces on a reload: its
+    /// introspection client (cache, metrics, outage state) is kept, since introspection settings
+    /// change only on restart. JWT validators are shared by settings
+    /// ([`JwtValidator::shared`]): a reload that keeps them keeps the keys and the cache. Inside
+    /// a tokio runtime, a new validator's JWKS is fetched in the background at once.
+    pub fn build(settings: GateSettings, previous: Option<&Gate>) -> Result<Gate, String> {
+        let introspection = || -> Result<TokenChecker, String> {
+            if let Some(kept) = previous.and_then(|g| g.check.introspection()) {
+                return Ok(kept.clone());
+            }
+            let config = settings
+                .introspection
+                .as_ref()
+                .ok_or("introspection: this token source needs the introspection settings")?;
+            TokenChecker::new(config.settings.clone(), config.cache)
+                .map_err(|e| format!("introspection: {e}"))
+        };
+        let jwt = || -> Result<JwtValidator, String> {
+            let config = settings
+                .jwt
+                .as_ref()
+                .ok_or("jwt: this token source needs the jwt settings")?;
+            let validator =
+                JwtValidator::shared(config.clone()).map_err(|e| format!("jwt: {e}"))?;
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let started = validator.clone();
+                runtime.spawn(async move { started.start().await });
+            }
+            Ok(validator)
+        };
+        let check = match settings.token_source {
+            TokenSource::Introspection => Check::Introspection(introspection()?),
+            TokenSource::Jwt => Check::Jwt(jwt()?),
+            TokenSource::JwtOrIntrospection => Check::JwtOrIntrospection {
+                jwt: jwt()?,
+                introspection: introspection()?,
+            },
+            TokenSource::BehindProxy => Check::Forwarded(ForwardedIdentity {
+                leeway: settings.leeway,
+                secret: settings.proxy_secret.clone().ok_or(
+                    "proxy_secret: behind_proxy believes the X-Auth-* headers only from requests \
+                     that carry the proxy's secret; give it",
+                )?,
+            }),
+            TokenSource::Unchecked => Check::Unchecked,
+        };
+        Ok(Gate::new(settings.rules, check))
+    }
+
+    /// The route rules.
+    pub fn rules(&self) -> &Rules {
+        &self.rules
     }
 
     /// The token check.
-    pub fn token_check(&self) -> &C {
+    pub fn check(&self) -> &Check {
         &self.check
     }
 
-    /// The decision for one request whose route (if any) the caller's rules found. No route: 404.
-    /// Public route: allowed, the credentials not looked at. Otherwise the token is checked and
-    /// the route's scopes required (see [`crate::decision::decide_at`]).
-    pub async fn authorize<'r>(
+    /// The decision for one request. No route: 404. Public route: allowed, the credentials not
+    /// looked at. Otherwise the token is checked and the route's scopes required (see
+    /// [`crate::decision::decide_at`]). With [`Check::Unchecked`] every routed request passes.
+    pub async fn authorize(
         &self,
-        route: Option<&'r Route>,
+        method: &Method,
+        uri: &Uri,
         headers: &HeaderMap,
-        query: Option<&str>,
-    ) -> Result<Allow<'r>, Denial> {
-        let Some(route) = route else {
+    ) -> Result<Allow<'_>, Denial> {
+        let Some(route) = self.rules.find(method, uri.path()) else {
             return Err(Denial::no_route());
         };
         let allow = |identity| Allow { route, identity };
-        if route.access == Access::Public {
-            return decide(Some(route), TokenState::Missing, Duration::ZERO)
-                .into_result()
-                .map(allow);
+        if route.access == Access::Public || matches!(self.check, Check::Unchecked) {
+            return Ok(allow(None));
         }
-        let credential = self.check.credential(headers, query).await;
-        let state = match &credential {
-            Credential::Missing => TokenState::Missing,
-            Credential::Malformed(why) => TokenState::Malformed(why),
-            Credential::Checked(claims) => TokenState::Checked(claims),
-            Credential::Invalid(why) => TokenState::Invalid(why),
-            Credential::Unavailable => TokenState::Unavailable,
-        };
-        decide(Some(route), state, self.check.leeway())
+        let credential = self.check.credential(headers, uri.query()).await;
+        decide(Some(route), &credential, self.check.leeway())
             .into_result()
             .map(allow)
     }
@@ -240,30 +219,10 @@ impl<C: TokenCheck> Gate<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    use crate::claims::Claims;
     use crate::rules::Rules;
-
-    struct Fixed(Credential);
-
-    impl TokenCheck for Fixed {
-        async fn credential(&self, _: &HeaderMap, _: Option<&str>) -> Credential {
-            self.0.clone()
-        }
-        fn leeway(&self) -> Duration {
-            Duration::ZERO
-        }
-    }
-
-    /// Panics when asked: public and unmatched routes never look at the token.
-    struct Untouchable;
-
-    impl TokenCheck for Untouchable {
-        async fn credential(&self, _: &HeaderMap, _: Option<&str>) -> Credential {
-            panic!("the token was checked")
-        }
-        fn leeway(&self) -> Duration {
-            Duration::ZERO
-        }
-    }
 
     fn rules() -> Rules {
         Rules::from_yaml(
@@ -282,13 +241,17 @@ mod tests {
         }))
     }
 
-    async fn run<C: TokenCheck>(c: C, path: &str) -> Result<Allow<'static>, Denial> {
-        let r: &'static Rules = Box::leak(Box::new(rules()));
-        let route = r.find(&http::Method::GET, path);
-        Gate::new(c).authorize(route, &HeaderMap::new(), None).await
+    /// The gate's decision for `credential` on the route of `path`, as the checks would give it.
+    fn decide_path(credential: &Credential, path: &str) -> Result<Option<Identity>, Denial> {
+        let r = rules();
+        let route = r.find(&Method::GET, path);
+        if route.is_none() {
+            return Err(Denial::no_route());
+        }
+        decide(route, credential, Duration::ZERO).into_result()
     }
 
-    fn block_on<F: Future>(f: F) -> F::Output {
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap()
@@ -297,58 +260,98 @@ mod tests {
 
     #[test]
     fn public_and_unmatched_routes_never_check_the_token() {
+        // A forwarded-identity gate with headers that would be refused as malformed: a public
+        // route never looks at them, an unmatched one is 404 before they are read.
+        let gate = Gate::new(
+            rules(),
+            Check::Forwarded(ForwardedIdentity {
+                leeway: Duration::ZERO,
+                secret: crate::ProxySecret::new(&"s".repeat(32)).unwrap(),
+            }),
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert("x-auth-username", "a b".parse().unwrap());
+        headers.insert(
+            crate::forwarded::PROXY_SECRET_HEADER,
+            "s".repeat(32).parse().unwrap(),
+        );
         block_on(async {
-            let allow = run(Untouchable, "/p").await.unwrap();
+            let allow = gate
+                .authorize(&Method::GET, &"/p".parse().unwrap(), &headers)
+                .await
+                .unwrap();
             assert_eq!((allow.route.name.as_str(), allow.identity), ("pub", None));
-            let denial = run(Untouchable, "/nowhere").await.unwrap_err();
+            let denial = gate
+                .authorize(&Method::GET, &"/nowhere".parse().unwrap(), &headers)
+                .await
+                .unwrap_err();
             assert_eq!(
                 (denial.refusal.status, denial.outcome),
                 (404, Outcome::NoRoute)
             );
+            let denial = gate
+                .authorize(&Method::GET, &"/r".parse().unwrap(), &headers)
+                .await
+                .unwrap_err();
+            assert_eq!(denial.outcome, Outcome::BadRequest);
+        });
+    }
+
+    #[test]
+    fn an_unchecked_gate_lets_routed_requests_through_and_still_answers_404() {
+        let gate = Gate::new(rules(), Check::Unchecked);
+        block_on(async {
+            let allow = gate
+                .authorize(&Method::GET, &"/r".parse().unwrap(), &HeaderMap::new())
+                .await
+                .unwrap();
+            assert_eq!(allow.identity, None);
+            let denial = gate
+                .authorize(&Method::GET, &"/x".parse().unwrap(), &HeaderMap::new())
+                .await
+                .unwrap_err();
+            assert_eq!(denial.outcome, Outcome::NoRoute);
         });
     }
 
     #[test]
     fn every_denial_has_its_refusal_and_label() {
-        block_on(async {
-            let cases = [
-                (Credential::Missing, 401, Outcome::Unauthenticated),
-                (Credential::Malformed("x"), 400, Outcome::BadRequest),
-                (Credential::Invalid("bad"), 401, Outcome::InvalidToken),
-                (Credential::Unavailable, 503, Outcome::Unavailable),
-                (claims("write"), 403, Outcome::InsufficientScope),
-                (
-                    Credential::Checked(Arc::new(Claims::inactive())),
-                    401,
-                    Outcome::InvalidToken,
-                ),
-            ];
-            for (credential, status, outcome) in cases {
-                let denial = run(Fixed(credential.clone()), "/r").await.unwrap_err();
-                assert_eq!(
-                    (denial.refusal.status, denial.outcome),
-                    (status, outcome),
-                    "{credential:?}"
-                );
-            }
-            let denial = run(
-                Fixed(Credential::Invalid("The token's issuer is not trusted.")),
-                "/r",
-            )
-            .await
-            .unwrap_err();
-            assert!(
-                denial
-                    .refusal
-                    .www_authenticate
-                    .as_deref()
-                    .unwrap()
-                    .contains("error=\"invalid_token\", error_description=\"The token's issuer is not trusted.\""),
-                "{denial:?}"
+        let cases = [
+            (Credential::Missing, 401, Outcome::Unauthenticated),
+            (Credential::Malformed("x"), 400, Outcome::BadRequest),
+            (Credential::Invalid("bad"), 401, Outcome::InvalidToken),
+            (Credential::Unavailable, 503, Outcome::Unavailable),
+            (claims("write"), 403, Outcome::InsufficientScope),
+            (
+                Credential::Checked(Arc::new(Claims::inactive())),
+                401,
+                Outcome::InvalidToken,
+            ),
+        ];
+        for (credential, status, outcome) in cases {
+            let denial = decide_path(&credential, "/r").unwrap_err();
+            assert_eq!(
+                (denial.refusal.status, denial.outcome),
+                (status, outcome),
+                "{credential:?}"
             );
-            let allow = run(Fixed(claims("read")), "/r").await.unwrap();
-            assert_eq!(allow.identity.unwrap().username.as_deref(), Some("alice"));
-        });
+        }
+        let denial = decide_path(
+            &Credential::Invalid("The token's issuer is not trusted."),
+            "/r",
+        )
+        .unwrap_err();
+        assert!(
+            denial
+                .refusal
+                .www_authenticate
+                .as_deref()
+                .unwrap()
+                .contains("error=\"invalid_token\", error_description=\"The token's issuer is not trusted.\""),
+            "{denial:?}"
+        );
+        let identity = decide_path(&claims("read"), "/r").unwrap().unwrap();
+        assert_eq!(identity.username.as_deref(), Some("alice"));
     }
 
     #[test]

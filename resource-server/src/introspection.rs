@@ -6,9 +6,17 @@ use std::time::Duration;
 use http::HeaderValue;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 
-use crate::checker::CheckerError;
 use crate::claims::{Claims, Malformed};
 use crate::policy::AnswerPolicy;
+
+/// Invalid settings for a [`crate::TokenChecker`] (its HTTP client).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckerError {
+    #[error("{0}")]
+    Settings(String),
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+}
 
 /// How the resource server authenticates to the introspection endpoint.
 #[derive(Clone, PartialEq, Eq)]

@@ -2,18 +2,21 @@
 //! allow/deny decision, an RFC 7662 introspection client and its moka cache, and local
 //! validation of JWT access tokens (RFC 9068). No web framework.
 //!
-//! The data path of one request: the caller's [`rules::Rules::find`] → [`gate::Gate::authorize`],
-//! which asks the deployment's [`gate::TokenCheck`] only for routes that need a token:
-//! introspection ([`checker::TokenChecker`]: a strict [`claims::Claims`] read, refusals by
-//! [`policy::AnswerPolicy`]), local JWT validation ([`jwt::JwtValidator`]), both
-//! ([`gate::JwtOrIntrospection`]), or the proxy's identity headers
-//! ([`forwarded::ForwardedIdentity`]) → [`decision::decide`] (with the check's leeway) →
+//! The data path of one request: a binary's YAML holds a [`GateConfig`] (`token_source`,
+//! `introspection`, `jwt`, `routes`), resolved once with the binary's environment into
+//! [`GateSettings`], from which [`Gate::build`] makes the [`Gate`]: the route [`rules::Rules`]
+//! and the token [`gate::Check`] (introspection by [`checker::TokenChecker`] with a strict
+//! [`claims::Claims`] read and refusals by [`policy::AnswerPolicy`]; local JWT validation by
+//! [`jwt::JwtValidator`]; both; or the proxy's identity headers, [`forwarded::ForwardedIdentity`]).
+//! Per request, [`Gate::authorize`] finds the route, parses the bearer once, asks the check only
+//! when the route needs a token, and [`decision::decide`] (with the check's leeway) gives
 //! `Ok(Allow)` with the caller's [`identity::Identity`], or `Err(Denial)` with its refusal and
-//! metrics label. While the authorization server is failing, [`outage`] keeps the checker to one
-//! probe at a time and its failure logs to one line per interval.
+//! metrics label; each binary only writes the refusal. While the authorization server is failing,
+//! [`outage`] keeps the checker to one probe at a time and its failure logs to one line per
+//! interval.
 //!
-//! [`settings`] is the `introspection:` section of the binaries' YAML files, [`jwt::raw`] the
-//! `jwt:` section and the `token_source` setting.
+//! [`settings`] is the `introspection:` section as written and its durations, [`jwt::raw`] the
+//! `jwt:` section, [`gate_config`] the four keys together.
 
 pub mod bearer;
 pub mod checker;
@@ -21,9 +24,11 @@ pub mod claims;
 pub mod decision;
 pub mod forwarded;
 pub mod gate;
+pub mod gate_config;
 pub mod identity;
 pub mod introspection;
 pub mod jwt;
+pub mod logging;
 pub mod outage;
 pub mod policy;
 pub mod rules;
@@ -33,14 +38,15 @@ pub mod yaml;
 pub use bearer::{Bearer, bearer_token};
 pub use checker::{CacheSettings, CheckerError, CheckerMetrics, TokenChecker, Unavailable};
 pub use claims::Claims;
-pub use decision::{Decision, Refusal, TokenState, decide};
-pub use forwarded::ForwardedIdentity;
-pub use gate::{
-    Allow, Credential, Denial, Gate, JwtOrIntrospection, Outcome, TokenCheck, TokenSource,
+pub use decision::{Credential, Decision, Denial, Outcome, Refusal, decide};
+pub use forwarded::{ForwardedIdentity, PROXY_SECRET_HEADER, ProxySecret};
+pub use gate::{Allow, Check, Gate};
+pub use gate_config::{
+    GateConfig, GateEnv, GateError, GateSettings, IntrospectionConfig, TokenSource,
 };
 pub use identity::{IDENTITY_HEADERS, Identity};
 pub use introspection::{ClientAuth, IntrospectionSettings};
-pub use jwt::raw::{RawJwt, TokenSourceKind};
+pub use jwt::raw::RawJwt;
 pub use jwt::{JwtSettings, JwtValidator};
 pub use policy::AnswerPolicy;
 pub use rules::{Access, Route, RouteSpec, Rules, RulesError};

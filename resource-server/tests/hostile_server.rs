@@ -14,8 +14,8 @@ use http::Method;
 use resource_server::decision::{EXPIRED_TOKEN, INACTIVE_TOKEN, NOT_YET_VALID_TOKEN};
 use resource_server::outage::PROBE_BACKOFF;
 use resource_server::{
-    AnswerPolicy, CacheSettings, ClientAuth, Decision, IntrospectionSettings, Rules, TokenChecker,
-    TokenState, Unavailable, decide,
+    AnswerPolicy, CacheSettings, ClientAuth, Credential, Decision, IntrospectionSettings, Rules,
+    TokenChecker, Unavailable, decide,
 };
 use serde_json::{Value, json as j};
 
@@ -103,8 +103,8 @@ async fn outcome(checker: &TokenChecker, rules: &Rules, token: &str) -> Decision
     let route = rules.find(&Method::GET, "/api/x");
     assert!(route.is_some());
     match checker.check(token).await {
-        Ok(claims) => decide(route, TokenState::Checked(&claims), checker.leeway()),
-        Err(Unavailable) => decide(route, TokenState::Unavailable, checker.leeway()),
+        Ok(claims) => decide(route, &Credential::Checked(claims), checker.leeway()),
+        Err(Unavailable) => decide(route, &Credential::Unavailable, checker.leeway()),
     }
 }
 

@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderValue, Method};
 use jwks::{Corpus, JwksServer};
 use resource_server::jwt::{JwksSettings, JwksSource, Validation};
 use resource_server::{
-    Credential, Denial, Gate, Identity, JwtSettings, JwtValidator, Outcome, Rules,
+    Check, Credential, Denial, Gate, Identity, JwtSettings, JwtValidator, Outcome, Rules,
 };
 
 const ISSUER: &str = "https://idp.test/realms/demo";
@@ -71,9 +71,8 @@ fn bearer(token: &str) -> HeaderMap {
 }
 
 async fn authorize(v: &JwtValidator, path: &str, token: &str) -> Result<Option<Identity>, Denial> {
-    let r = rules();
-    Gate::new(v)
-        .authorize(r.find(&Method::GET, path), &bearer(token), None)
+    let gate = Gate::new(rules(), Check::Jwt(v.clone()));
+    gate.authorize(&Method::GET, &path.parse().unwrap(), &bearer(token))
         .await
         .map(|allow| allow.identity)
 }

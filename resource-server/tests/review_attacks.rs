@@ -13,7 +13,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ed25519_dalek::{Signer, SigningKey};
 use http::{HeaderMap, HeaderValue, Method};
 use resource_server::jwt::{JwksSettings, JwksSource};
-use resource_server::{Credential, Gate, JwtSettings, JwtValidator, Outcome, Rules};
+use resource_server::{Check, Credential, Gate, JwtSettings, JwtValidator, Outcome, Rules};
 use serde_json::{Value, json};
 
 const ISSUER: &str = "https://idp.review";
@@ -270,12 +270,12 @@ async fn claim_confusions_grant_nothing() {
     let k = key(10);
     let file = JwksFile::new(&[jwk(&k, Some("k"))]);
     let v = JwtValidator::new(file.settings()).unwrap();
-    let r = rules();
-    let route = r.find(&Method::GET, "/admin");
+    let gate = Gate::new(rules(), Check::Jwt(v.clone()));
     let outcome = |token: String| {
-        let (v, route) = (v.clone(), route);
+        let gate = &gate;
         async move {
-            match Gate::new(&v).authorize(route, &bearer(&token), None).await {
+            let uri = "/admin".parse().unwrap();
+            match gate.authorize(&Method::GET, &uri, &bearer(&token)).await {
                 Ok(_) => Outcome::Allow,
                 Err(d) => d.outcome,
             }
@@ -349,4 +349,60 @@ async fn duplicate_kids_never_accept_a_stranger() {
         v.validate(&sign(&stranger, None, &p)).await,
         Credential::Invalid(_)
     ));
+}
+
+/// RFC 9068 §2.2 requires `sub`. A token without one, or with a null, was accepted: the routes'
+/// scopes were all that was checked (round 3, item 12).
+#[tokio::test]
+async fn a_token_about_nobody_is_refused() {
+    let k = key(14);
+    let file = JwksFile::new(&[jwk(&k, Some("k"))]);
+    let v = JwtValidator::new(file.settings()).unwrap();
+    for sub in [None, Some(Value::Null)] {
+        let mut p = claims("admin");
+        match sub {
+            None => drop(p.as_object_mut().unwrap().remove("sub")),
+            Some(null) => p["sub"] = null,
+        }
+        assert!(
+            matches!(
+                v.validate(&sign(&k, Some("k"), &p)).await,
+                Credential::Invalid(_)
+            ),
+            "{p}"
+        );
+    }
+    assert!(is_checked(
+        &v.validate(&sign(&k, Some("k"), &claims("admin"))).await
+    ));
+}
+
+/// Our authorization server's JWT of a user: `sub` is the user's numeric id, `username` the
+/// name. With the default settings `X-Auth-Username` was the id, so an API keyed on names saw
+/// "7" (a user who might be named "7" by someone else); it is now the `username` claim, as
+/// introspection answers give it (round 3, item 12).
+#[tokio::test]
+async fn the_username_header_is_the_username_not_the_numeric_sub() {
+    let k = key(15);
+    let file = JwksFile::new(&[jwk(&k, Some("k"))]);
+    let v = JwtValidator::new(file.settings()).unwrap();
+    let gate = Gate::new(rules(), Check::Jwt(v));
+    let uri = "/admin".parse().unwrap();
+    let mut p = claims("admin");
+    p["sub"] = json!("7");
+    p["username"] = json!("alice");
+    let allow = gate
+        .authorize(&Method::GET, &uri, &bearer(&sign(&k, Some("k"), &p)))
+        .await
+        .unwrap();
+    let identity = allow.identity.unwrap();
+    assert_eq!(identity.username.as_deref(), Some("alice"));
+    // A client's own token (client_credentials) has no username: no header, not the client id.
+    p.as_object_mut().unwrap().remove("username");
+    p["sub"] = json!("app");
+    let allow = gate
+        .authorize(&Method::GET, &uri, &bearer(&sign(&k, Some("k"), &p)))
+        .await
+        .unwrap();
+    assert_eq!(allow.identity.unwrap().username, None);
 }

@@ -18,6 +18,7 @@ impl Status for OAuthError {
             OAuthError::InvalidClient | OAuthError::Unauthenticated => StatusCode::UNAUTHORIZED,
             OAuthError::Forbidden => StatusCode::FORBIDDEN,
             OAuthError::Throttled => StatusCode::TOO_MANY_REQUESTS,
+            OAuthError::PostOnly => StatusCode::METHOD_NOT_ALLOWED,
             OAuthError::Server(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
         }
@@ -76,6 +77,9 @@ impl IntoResponse for OAuthError {
                     header::RETRY_AFTER,
                     HeaderValue::from(crate::throttle::FAILURE_WINDOW),
                 );
+            }
+            OAuthError::PostOnly => {
+                headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
             }
             _ => {}
         }

@@ -1,4 +1,4 @@
-//! `GET|POST /o/introspect/` (RFC 7662): what a token is, for callers allowed to ask.
+//! `POST /o/introspect/` (RFC 7662): what a token is, for callers allowed to ask.
 
 use super::access_jwt::find_presented;
 use super::params::{Params, authenticate_client_if_presented};
@@ -7,8 +7,8 @@ use crate::AppState;
 use crate::store::{Application, ClientType, TokenKind, TokenRecord};
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, Method, header};
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -16,16 +16,10 @@ pub use crate::protocol::scope::INTROSPECTION_SCOPE;
 
 pub async fn introspect(
     State(state): State<AppState>,
-    method: Method,
-    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, OAuthError> {
-    let params = if method == Method::GET {
-        Params::parse(query.unwrap_or_default().as_bytes())?
-    } else {
-        Params::from_form(&headers, &body)?
-    };
+    let params = Params::from_form(&headers, &body)?;
     authorize_caller(&state, &headers, &params).await?;
     let token = params.require("token")?;
     let want_refresh = params.get("token_type_hint") == Some("refresh_token");

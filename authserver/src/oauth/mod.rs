@@ -18,21 +18,24 @@ use crate::AppState;
 use axum::Router;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 
 pub fn router() -> Router<AppState> {
     Router::new()
-        .route("/o/token/", post(token::token))
-        .route(
-            "/o/introspect/",
-            get(introspect::introspect).post(introspect::introspect),
-        )
-        .route("/o/revoke_token/", post(revoke::revoke))
+        .route("/o/token/", post_only(post(token::token)))
+        .route("/o/introspect/", post_only(post(introspect::introspect)))
+        .route("/o/revoke_token/", post_only(post(revoke::revoke)))
         .route(
             "/.well-known/oauth-authorization-server",
             get(metadata::metadata),
         )
         .route(JWKS_PATH, get(jwks::jwks))
+}
+
+/// Every method but POST answered `405` with `Allow: POST` and an RFC 6749 error body, before
+/// anything of the request is read.
+fn post_only(route: MethodRouter<AppState>) -> MethodRouter<AppState> {
+    route.fallback(|| async { OAuthError::PostOnly })
 }
 
 /// Where the JWKS is served (under the issuer), announced as `jwks_uri`.

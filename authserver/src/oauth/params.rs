@@ -75,7 +75,10 @@ struct Presented {
 }
 
 /// HTTP Basic (values form-URL-decoded, RFC 6749 §2.3.1) or `client_id`/`client_secret` in the form.
-/// Using both at once is `invalid_request`. None when the request carries neither.
+/// None when the request carries neither. Beside Basic, a `client_id` in the form naming the
+/// same client is allowed (RFC 6749 §3.2.1; django-oauth-toolkit, Keycloak and requests-oauthlib's
+/// `include_client_id` send it); one naming another client is `invalid_client`; a
+/// `client_secret` in the form beside Basic is two methods at once, `invalid_request`.
 fn presented(headers: &HeaderMap, params: &Params) -> Result<Option<Presented>, OAuthError> {
     let basic = match headers
         .get(header::AUTHORIZATION)
@@ -99,9 +102,16 @@ fn presented(headers: &HeaderMap, params: &Params) -> Result<Option<Presented>, 
         client_secret: params.get("client_secret").map(str::to_owned),
     });
     match (basic, posted) {
-        (Some(_), Some(_)) => Err(OAuthError::InvalidRequest(
-            "Use one client authentication method, not two.".into(),
-        )),
+        (Some(basic), Some(posted)) if posted.client_id != basic.client_id => {
+            tracing::info!(
+                client_id = %basic.client_id,
+                "client authentication failed: client_id in the body names another client"
+            );
+            Err(OAuthError::InvalidClient)
+        }
+        (Some(_), Some(posted)) if posted.client_secret.is_some() => Err(
+            OAuthError::InvalidRequest("Use one client authentication method, not two.".into()),
+        ),
         (basic, posted) => Ok(basic.or(posted)),
     }
 }
@@ -178,9 +188,17 @@ mod tests {
         let p = presented(&headers, &Params::default()).unwrap().unwrap();
         assert_eq!(p.client_id, "my id");
         assert_eq!(p.client_secret.as_deref(), Some("p:ss word"));
-        let both = Params::parse(b"client_id=x").unwrap();
+        let same = Params::parse(b"client_id=my+id").unwrap();
+        let p = presented(&headers, &same).unwrap().unwrap();
+        assert_eq!(p.client_secret.as_deref(), Some("p:ss word"));
+        let other = Params::parse(b"client_id=x").unwrap();
         assert!(matches!(
-            presented(&headers, &both),
+            presented(&headers, &other),
+            Err(OAuthError::InvalidClient)
+        ));
+        let two_methods = Params::parse(b"client_id=my+id&client_secret=p%3Ass+word").unwrap();
+        assert!(matches!(
+            presented(&headers, &two_methods),
             Err(OAuthError::InvalidRequest(_))
         ));
     }

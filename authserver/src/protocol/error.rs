@@ -17,13 +17,17 @@ pub enum OAuthError {
     Forbidden,
     /// Too many failed password attempts from this address (429, `Retry-After`, `invalid_grant`).
     Throttled,
+    /// A method other than POST at an endpoint that takes only POST (405, `Allow: POST`,
+    /// `invalid_request`): RFC 7662 §2.1 and RFC 7009 §2.1 say POST, and a token in a query
+    /// string ends up in access logs.
+    PostOnly,
     Server(anyhow::Error),
 }
 
 impl OAuthError {
     pub fn as_str(&self) -> &'static str {
         match self {
-            OAuthError::InvalidRequest(_) => "invalid_request",
+            OAuthError::InvalidRequest(_) | OAuthError::PostOnly => "invalid_request",
             OAuthError::InvalidClient => "invalid_client",
             OAuthError::InvalidGrant(_) | OAuthError::Throttled => "invalid_grant",
             OAuthError::UnauthorizedClient(_) => "unauthorized_client",
@@ -51,6 +55,9 @@ impl OAuthError {
             }
             OAuthError::Forbidden => Some("This caller may not use this endpoint.".into()),
             OAuthError::Throttled => Some("Too many failed attempts; try again later.".into()),
+            OAuthError::PostOnly => {
+                Some("Use POST with an application/x-www-form-urlencoded body.".into())
+            }
             OAuthError::Server(_) => None,
         }
     }

@@ -236,7 +236,8 @@ impl Store {
         columns.map(hot::ApplicationColumns::parse).transpose()
     }
 
-    /// The application with this client id, from the short client cache when it is there.
+    /// The application with this client id, from the client cache when it is there
+    /// ([`super::client_cache`]: a change made anywhere counts at once).
     pub async fn find_application_by_client_id(
         &self,
         client_id: &str,
@@ -244,6 +245,7 @@ impl Store {
         if let Some(app) = self.clients.get(client_id).await {
             return Ok(Some(app));
         }
+        let generation = self.clients.generation();
         let columns = match &self.hot {
             Hot::Sqlite(local) => {
                 local.read(|conn| hot::sqlite::application_by_client_id(conn, client_id))?
@@ -252,28 +254,24 @@ impl Store {
         };
         let app = columns.map(hot::ApplicationColumns::parse).transpose()?;
         if let Some(app) = &app {
-            self.clients
-                .insert(app.client_id.clone(), app.clone())
-                .await;
+            self.clients.keep(generation, app).await;
         }
         Ok(app)
     }
 
+    /// Whether application lookups may be answered from this store's client cache now: on
+    /// PostgreSQL once it listens for other processes' changes, never on SQLite.
+    pub fn client_cache_active(&self) -> bool {
+        self.clients.active()
+    }
+
     /// After a write naming application `id` failed on a foreign key: whether the application is
-    /// gone (deleted, perhaps by another replica). If so, its stale client-cache entry is dropped.
+    /// gone (deleted, perhaps by another replica). If so, the client cache is emptied.
     pub(super) async fn forget_deleted_application(&self, id: i64) -> StoreResult<bool> {
         if self.get_application(id).await?.is_some() {
             return Ok(false);
         }
-        let stale: Vec<_> = self
-            .clients
-            .iter()
-            .filter(|(_, app)| app.id == id)
-            .map(|(client_id, _)| client_id)
-            .collect();
-        for client_id in stale {
-            self.clients.invalidate(client_id.as_str()).await;
-        }
+        self.clients.forget_all();
         Ok(true)
     }
 
@@ -303,6 +301,7 @@ impl Store {
         input: &ApplicationInput,
     ) -> StoreResult<Option<Application>> {
         let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
         let row = sqlx::query(&format!(
             "UPDATE applications SET name = $1, client_type = $2, grant_type = $3, redirect_uris = $4, allowed_scopes = $5, may_introspect = $6, pkce_required = $7, token_format = $8
              WHERE id = $9 RETURNING {COLUMNS}"
@@ -316,9 +315,9 @@ impl Store {
         .bind(i64::from(input.pkce_required))
         .bind(input.token_format.map(AccessTokenFormat::as_str))
         .bind(id)
-        .fetch_optional(&self.writer)
+        .fetch_optional(&mut *tx)
         .await?;
-        self.clients.invalidate_all();
+        self.announce_application_change(tx).await?;
         row.as_ref().map(from_row).transpose()
     }
 
@@ -326,12 +325,13 @@ impl Store {
     pub async fn regenerate_secret(&self, id: i64) -> StoreResult<Option<String>> {
         let secret = secrets::random_token();
         let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
         let done = sqlx::query("UPDATE applications SET client_secret_digest = $1 WHERE id = $2")
             .bind(secrets::digest(&secret))
             .bind(id)
-            .execute(&self.writer)
+            .execute(&mut *tx)
             .await?;
-        self.clients.invalidate_all();
+        self.announce_application_change(tx).await?;
         Ok((done.rows_affected() == 1).then_some(secret))
     }
 
@@ -361,8 +361,21 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        tx.commit().await?;
-        self.clients.invalidate_all();
+        self.announce_application_change(tx).await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// Commits a change to the applications, announcing it to every other process on PostgreSQL
+    /// (delivered with the commit), and empties this process's client cache.
+    async fn announce_application_change(
+        &self,
+        mut tx: sqlx::Transaction<'_, sqlx::Any>,
+    ) -> StoreResult<()> {
+        if self.backend == super::Backend::Postgres {
+            super::client_cache::announce(&mut tx).await?;
+        }
+        tx.commit().await?;
+        self.clients.forget_all();
+        Ok(())
     }
 }

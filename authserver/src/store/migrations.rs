@@ -217,6 +217,19 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "CREATE INDEX IF NOT EXISTS tokens_expires ON tokens(expires_at);
     CREATE INDEX IF NOT EXISTS authorization_codes_family ON authorization_codes(family);",
     ),
+    (
+        7,
+        // Secrets of the server itself that every replica shares and that outlive a restart
+        // (the key CSRF tokens are signed with), by name, created on first use.
+        "CREATE TABLE IF NOT EXISTS server_keys (
+        name TEXT PRIMARY KEY,
+        secret TEXT NOT NULL,
+        created_at INTEGER NOT NULL);",
+        "CREATE TABLE IF NOT EXISTS server_keys (
+        name TEXT PRIMARY KEY,
+        secret TEXT NOT NULL,
+        created_at BIGINT NOT NULL);",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
@@ -327,7 +340,7 @@ mod tests {
                     .fetch_all(store.pool())
                     .await
                     .unwrap();
-            assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
+            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
         }
     }
 }

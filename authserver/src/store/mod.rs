@@ -10,12 +10,14 @@ macro_rules! application_columns {
 }
 
 mod applications;
+mod client_cache;
 mod codes;
 mod consents;
 mod groups;
 mod hot;
 mod migrations;
 pub mod purge;
+mod server_keys;
 mod sessions;
 pub mod signing_keys;
 mod sqlite_local;
@@ -23,6 +25,7 @@ mod tokens;
 mod users;
 
 pub use applications::{Application, ApplicationInput, ClientType, GrantType};
+pub use client_cache::CLIENT_CACHE_TTL;
 pub use codes::{CodeOutcome, CodeRecord, NewCode};
 pub use consents::AuthorizedApplication;
 pub use groups::Group;
@@ -94,14 +97,20 @@ pub struct Shared {
     backend: Backend,
     /// The hot requests' statements: rusqlite on SQLite, sqlx's native driver on PostgreSQL.
     hot: Hot,
-    /// Applications by client id, for a few seconds: every token and introspection request
-    /// authenticates a client. Emptied on any change made through this store; another replica's
-    /// change is seen within `CLIENT_CACHE_TTL`.
-    clients: moka::future::Cache<String, Application>,
+    /// Applications by client id (PostgreSQL only): every token and introspection request
+    /// authenticates a client. Emptied at once by a change made anywhere ([`client_cache`]).
+    clients: Arc<client_cache::ClientCache>,
+    /// The task that listens for other processes' changes to applications (PostgreSQL).
+    listener: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// How long an application record is reused without reading the database again.
-pub const CLIENT_CACHE_TTL: Duration = Duration::from_secs(5);
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(listener) = &self.listener {
+            listener.abort();
+        }
+    }
+}
 
 impl std::ops::Deref for Store {
     type Target = Shared;
@@ -187,10 +196,9 @@ impl Store {
                 Hot::Postgres(pool)
             }
         };
-        let clients = moka::future::Cache::builder()
-            .max_capacity(10_000)
-            .time_to_live(CLIENT_CACHE_TTL)
-            .build();
+        let clients = Arc::new(client_cache::ClientCache::new());
+        let listener = (backend == Backend::Postgres)
+            .then(|| client_cache::listen(url.clone(), clients.clone()));
         let store = Store {
             shared: Arc::new(Shared {
                 pool,
@@ -198,6 +206,7 @@ impl Store {
                 backend,
                 hot,
                 clients,
+                listener,
             }),
         };
         migrations::run(&store).await?;

@@ -15,7 +15,7 @@ use crate::throttle::{FAILURE_WINDOW, Throttle};
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
 
@@ -65,7 +65,10 @@ async fn login_form(
     next: String,
     error: Option<&str>,
 ) -> Response {
-    let (csrf_token, set) = csrf::login_token(state, headers);
+    let (csrf_token, set) = match csrf::login_token(state, headers).await {
+        Ok(token) => token,
+        Err(error) => return error.into_response(),
+    };
     let form_action = super::authorize::form_action_for_next(state, &next).await;
     let page = LoginPage {
         nav: Nav::anonymous(),
@@ -90,7 +93,7 @@ async fn login(
     headers: HeaderMap,
     form: FormData,
 ) -> WebResult {
-    csrf::verify_login(&headers, &form)?;
+    csrf::verify_login(&state, &headers, &form).await?;
     let username = form.text("username");
     let password = form.get("password").unwrap_or_default();
     let next = form
@@ -167,7 +170,7 @@ async fn logout(
     headers: HeaderMap,
     form: FormData,
 ) -> WebResult {
-    csrf::verify_token(&operator.csrf_token, &form)?;
+    csrf::verify_token(&operator.form_token, &form)?;
     if let Some(session_id) = cookie(&headers, SESSION_COOKIE) {
         state.store.delete_session(session_id).await?;
     }

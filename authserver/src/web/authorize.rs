@@ -144,8 +144,9 @@ async fn authorize_page(
             description: state.settings.scopes.get(name).cloned().unwrap_or_default(),
         })
         .collect();
+    let form_token = csrf::session_token(&state, &session.csrf_token).await?;
     let page = ConsentPage {
-        nav: Nav::signed_in(&session.user, &session.csrf_token),
+        nav: Nav::signed_in(&session.user, &form_token),
         application: app.name.clone(),
         scopes,
         fields: authorization
@@ -153,7 +154,7 @@ async fn authorize_page(
             .into_iter()
             .map(|(name, value)| (name.to_owned(), value))
             .collect(),
-        csrf_token: session.csrf_token.clone(),
+        csrf_token: form_token,
     };
     let mut response = render(StatusCode::OK, &page);
     if let Some(origin) = origin(&authorization.redirect_uri) {
@@ -164,7 +165,7 @@ async fn authorize_page(
 
 /// `POST /o/authorize/`: the consent form's answer (CSRF-checked), checked again in full.
 async fn decide(State(state): State<AppState>, signed_in: SignedIn, form: FormData) -> WebResult {
-    csrf::verify_token(&signed_in.csrf_token, &form)?;
+    csrf::verify_token(&signed_in.form_token, &form)?;
     let (app, authorization) = match check(&state, &form).await? {
         Checked::Answer(response) => return Ok(response),
         Checked::Valid(valid) => *valid,

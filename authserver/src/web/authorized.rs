@@ -34,7 +34,7 @@ async fn list(State(state): State<AppState>, signed_in: SignedIn) -> WebResult {
     Ok(render(
         StatusCode::OK,
         &AuthorizedList {
-            nav: Nav::signed_in(&signed_in.user, &signed_in.csrf_token),
+            nav: Nav::signed_in(&signed_in.user, &signed_in.form_token),
             applications,
         },
     ))
@@ -48,7 +48,7 @@ async fn revoke(
     Path(id): Path<String>,
     form: FormData,
 ) -> WebResult {
-    csrf::verify_token(&signed_in.csrf_token, &form)?;
+    csrf::verify_token(&signed_in.form_token, &form)?;
     let application_id = parse_id(&id)?;
     let had = state
         .store

@@ -12,6 +12,7 @@ mod forms;
 mod session;
 mod templates;
 
+pub use csrf::CsrfKey;
 pub use session::{SESSION_COOKIE, safe_next};
 
 use crate::AppState;

@@ -105,17 +105,24 @@ pub(crate) fn home_of(user: &User) -> &'static str {
 /// The page listing the applications a user has authorized.
 pub(crate) const AUTHORIZED_HOME: &str = "/o/authorized-tokens/";
 
-/// A signed-in user, staff or not, and the CSRF token of their session (no `Debug`).
+/// A signed-in user, staff or not, their session's secret and the CSRF token their forms carry
+/// (no `Debug`).
 pub(crate) struct SignedIn {
     pub user: User,
+    /// The random value the session's row holds: names this session among the user's.
     pub csrf_token: String,
+    /// The token this session's forms carry ([`super::csrf::session_token`]).
+    pub form_token: String,
 }
 
-/// A signed-in operator (see [`is_operator`]) and the CSRF token of their session (no
-/// `Debug`: keep it out of logs).
+/// A signed-in operator (see [`is_operator`]), their session's secret and the CSRF token their
+/// forms carry (no `Debug`: keep them out of logs).
 pub(crate) struct Operator {
     pub user: User,
+    /// The random value the session's row holds: names this session among the user's.
     pub csrf_token: String,
+    /// The token this session's forms carry ([`super::csrf::session_token`]).
+    pub form_token: String,
 }
 
 impl Operator {
@@ -143,6 +150,9 @@ impl FromRequestParts<AppState> for SignedIn {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         match current_session(state, &parts.headers).await {
             Ok(Some(session)) => Ok(SignedIn {
+                form_token: super::csrf::session_token(state, &session.csrf_token)
+                    .await
+                    .map_err(IntoResponse::into_response)?,
                 user: session.user,
                 csrf_token: session.csrf_token,
             }),
@@ -168,9 +178,17 @@ impl FromRequestParts<AppState> for Operator {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let SignedIn { user, csrf_token } = SignedIn::from_request_parts(parts, state).await?;
+        let SignedIn {
+            user,
+            csrf_token,
+            form_token,
+        } = SignedIn::from_request_parts(parts, state).await?;
         if is_operator(&user) {
-            Ok(Operator { user, csrf_token })
+            Ok(Operator {
+                user,
+                csrf_token,
+                form_token,
+            })
         } else {
             tracing::info!(
                 user_id = user.id,

@@ -24,7 +24,7 @@ impl Nav {
     }
 
     pub fn of(operator: &Operator) -> Nav {
-        Nav::signed_in(&operator.user, &operator.csrf_token)
+        Nav::signed_in(&operator.user, &operator.form_token)
     }
 
     /// The header of a page for any signed-in user.

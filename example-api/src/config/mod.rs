@@ -5,14 +5,13 @@ pub mod raw;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use resource_server::settings::SettingError;
 use resource_server::{
-    CacheSettings, ClientAuth, IntrospectionSettings, JwtSettings, RawJwt, Rules, RulesError,
+    GateConfig, GateEnv, GateError, GateSettings, ProxySecret, RulesError, TokenSource,
 };
 
-use raw::{RawConfig, RawIntrospection};
+use raw::RawConfig;
 
 /// Where the settings are read from unless `EXAMPLE_API_CONFIG` or `--config` says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "config/example-api.yaml";
@@ -44,64 +43,16 @@ pub enum ConfigError {
     Rules(#[from] RulesError),
 }
 
-/// How requests are authenticated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Every token is checked by introspection at the authorization server (cached).
-    Introspect,
-    /// Every token is a JWT validated locally with the issuer's JWKS (the `jwt:` section).
-    Jwt,
-    /// JWTs validated locally, any other (opaque) token introspected.
-    JwtOrIntrospect,
-    /// The sidecar proxy checked the token; its `X-Auth-*` headers are trusted. Loopback only.
-    BehindProxy,
-    /// **Unsafe, benchmarks only**: no checks at all; every request is let through.
-    None,
-}
-
-impl Mode {
-    /// Whether the API checks tokens itself (and so may listen on any address).
-    pub fn checks_tokens(self) -> bool {
-        matches!(self, Mode::Introspect | Mode::Jwt | Mode::JwtOrIntrospect)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Introspect => "introspect",
-            Mode::Jwt => "jwt",
-            Mode::JwtOrIntrospect => "jwt-or-introspect",
-            Mode::BehindProxy => "behind-proxy",
-            Mode::None => "none",
-        }
-    }
-}
-
-/// The introspection client and its cache (`introspect` mode).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IntrospectConfig {
-    pub settings: IntrospectionSettings,
-    pub cache: CacheSettings,
-}
-
 /// Validated settings.
 #[derive(Clone, Debug)]
 pub struct Config {
     /// The file they came from (for messages).
     pub file: String,
-    pub mode: Mode,
     pub listen: SocketAddr,
     pub database_url: String,
     pub allow_non_loopback: bool,
-    /// `Some` exactly in `introspect` and `jwt-or-introspect` modes.
-    pub introspect: Option<IntrospectConfig>,
-    /// `Some` exactly in `jwt` and `jwt-or-introspect` modes.
-    pub jwt: Option<JwtSettings>,
-    /// `introspection.leeway` (default 5 s, as the proxy's): how far past `exp`, or before `nbf`,
-    /// a token is still accepted. In `introspect` mode the checker's; in `behind-proxy` mode the
-    /// one applied to `X-Auth-Expires`, so that a token the proxy let in within the same leeway is
-    /// not refused here.
-    pub leeway: Duration,
-    pub rules: Rules,
+    /// How callers are authenticated, and the access rules.
+    pub gate: GateSettings,
 }
 
 impl Config {
@@ -165,7 +116,6 @@ struct Validator<'a> {
 struct Picked {
     origin: String,
     value: Option<String>,
-    from_env: bool,
 }
 
 impl Validator<'_> {
@@ -177,13 +127,11 @@ impl Validator<'_> {
             return Picked {
                 origin: format!("environment variable {var}"),
                 value: Some(value),
-                from_env: true,
             };
         }
         Picked {
             origin: self.key(key),
             value: from_file,
-            from_env: false,
         }
     }
 
@@ -208,22 +156,92 @@ impl Validator<'_> {
         Self::invalid(self.key(&e.field), e.value, e.problem)
     }
 
-    fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
-        let picked = self.pick("mode", Some("EXAMPLE_API_MODE"), raw.mode);
-        let mode = match picked.value.as_deref().unwrap_or("behind-proxy") {
-            "introspect" => Mode::Introspect,
-            "jwt" => Mode::Jwt,
-            "jwt-or-introspect" => Mode::JwtOrIntrospect,
-            "behind-proxy" => Mode::BehindProxy,
-            "none" => Mode::None,
-            other => {
-                return Err(Self::invalid(
-                    picked.origin,
-                    other,
-                    "expected introspect, jwt, jwt-or-introspect, behind-proxy or none",
-                ));
+    /// The gate's error, with the environment variable the value came from.
+    fn gate(&self, e: GateError) -> ConfigError {
+        match e {
+            GateError::Setting { error, env: None } => self.setting(error),
+            GateError::Setting {
+                error,
+                env: Some(var),
+            } => Self::invalid(
+                format!("environment variable {var}"),
+                error.value,
+                error.problem,
+            ),
+            GateError::Rules(e) => ConfigError::Rules(e),
+        }
+    }
+
+    /// The proxy's secret: `EXAMPLE_API_PROXY_SECRET`, else the file `EXAMPLE_API_PROXY_SECRET_FILE`
+    /// or `proxy_secret_file` names.
+    fn proxy_secret(&self, file: Option<String>) -> Result<Option<ProxySecret>, ConfigError> {
+        let picked = self.pick("proxy_secret", Some("EXAMPLE_API_PROXY_SECRET"), None);
+        let (origin, text) = match picked.value {
+            Some(text) => (picked.origin, text),
+            None => {
+                let picked = self.pick(
+                    "proxy_secret_file",
+                    Some("EXAMPLE_API_PROXY_SECRET_FILE"),
+                    file,
+                );
+                let Some(path) = picked.value else {
+                    return Ok(None);
+                };
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    Self::invalid(&picked.origin, &path, format!("cannot read: {e}"))
+                })?;
+                (picked.origin, text)
             }
         };
+        ProxySecret::new(&text)
+            .map(Some)
+            .map_err(|message| Self::invalid(origin, "<redacted>", message))
+    }
+
+    fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        if let Some(mode) = &raw.mode
+            && let Err(message) = mode.parse::<TokenSource>()
+        {
+            return Err(Self::invalid(self.key("mode"), mode, message));
+        }
+        if raw.mode.is_some() && raw.token_source.is_some() {
+            return Err(Self::invalid(
+                self.key("mode"),
+                raw.mode.unwrap_or_default(),
+                "mode is the old name of token_source: keep only token_source",
+            ));
+        }
+        let routes_missing = raw.routes.is_none();
+        // EXAMPLE_API_MODE, the old name of EXAMPLE_API_TOKEN_SOURCE, is still read.
+        let env = |key: &str| match key {
+            "EXAMPLE_API_TOKEN_SOURCE" => {
+                (self.env)(key).or_else(|| (self.env)("EXAMPLE_API_MODE"))
+            }
+            _ => (self.env)(key),
+        };
+        let mut gate = GateConfig {
+            token_source: raw.token_source.or(raw.mode),
+            introspection: raw.introspection,
+            jwt: raw.jwt,
+            routes: raw.routes.unwrap_or_default(),
+        }
+        .resolve(
+            self.file,
+            TokenSource::BehindProxy,
+            &GateEnv {
+                prefix: "EXAMPLE_API",
+                get: &env,
+            },
+        )
+        .map_err(|e| self.gate(e))?;
+        gate.proxy_secret = self.proxy_secret(raw.proxy_secret_file)?;
+        if routes_missing {
+            return Err(ConfigError::Invalid {
+                origin: self.key("routes"),
+                value: "(missing)".into(),
+                message: "the access rules are required (see config/example-api.yaml)".into(),
+            });
+        }
 
         let picked = self.pick("listen", Some("EXAMPLE_API_LISTEN"), raw.listen);
         let text = picked.value.unwrap_or_else(|| DEFAULT_LISTEN.into());
@@ -231,15 +249,15 @@ impl Validator<'_> {
             Self::invalid(&picked.origin, &text, "not an address like 127.0.0.1:8002")
         })?;
         let allow_non_loopback = raw.allow_non_loopback.unwrap_or(false);
-        if !mode.checks_tokens() && !allow_non_loopback && !listen.ip().is_loopback() {
+        let source = gate.token_source;
+        if !source.checks_tokens() && !allow_non_loopback && !listen.ip().is_loopback() {
             return Err(Self::invalid(
                 picked.origin,
                 listen,
                 format!(
-                    "not a loopback address: in {} mode anyone who can reach the API could claim any \
-                     identity, so it listens on loopback only (set allow_non_loopback: true only if \
-                     nothing but the proxy can reach this address)",
-                    mode.as_str()
+                    "not a loopback address: with token_source {source} anyone who can reach the \
+                     API could claim any identity, so it listens on loopback only (set \
+                     allow_non_loopback: true only if nothing but the proxy can reach this address)"
                 ),
             ));
         }
@@ -261,151 +279,13 @@ impl Validator<'_> {
             ));
         }
 
-        let raw_introspection = raw.introspection.unwrap_or_default();
-        let leeway = raw_introspection
-            .policy()
-            .map_err(|e| self.setting(e))?
-            .leeway;
-        let introspect = match mode {
-            Mode::Introspect | Mode::JwtOrIntrospect => {
-                Some(self.introspection(raw_introspection, mode)?)
-            }
-            _ => None,
-        };
-        let jwt = match (mode, raw.jwt) {
-            (Mode::Jwt | Mode::JwtOrIntrospect, Some(raw)) => Some(self.jwt(&raw)?),
-            (Mode::Jwt | Mode::JwtOrIntrospect, None) => {
-                return Err(Self::invalid(
-                    self.key("jwt"),
-                    "(missing)",
-                    format!(
-                        "{} mode needs the jwt section (jwks_url, issuer, audience)",
-                        mode.as_str()
-                    ),
-                ));
-            }
-            // Checked even when unused, so that a mode switch finds no surprise.
-            (_, Some(raw)) => {
-                self.jwt(&raw)?;
-                None
-            }
-            (_, None) => None,
-        };
-
-        let Some(routes) = raw.routes else {
-            return Err(ConfigError::Invalid {
-                origin: self.key("routes"),
-                value: "(missing)".into(),
-                message: "the access rules are required (see config/example-api.yaml)".into(),
-            });
-        };
-        let rules = Rules::from_routes(routes, self.file)?;
-
         Ok(Config {
             file: self.file.to_owned(),
-            mode,
             listen,
             database_url,
             allow_non_loopback,
-            introspect,
-            jwt,
-            leeway,
-            rules,
+            gate,
         })
-    }
-
-    fn jwt(&self, raw: &RawJwt) -> Result<JwtSettings, ConfigError> {
-        raw.settings().map_err(|e| self.setting(e))
-    }
-
-    fn introspection(
-        &self,
-        raw: RawIntrospection,
-        mode: Mode,
-    ) -> Result<IntrospectConfig, ConfigError> {
-        let picked = self.pick(
-            "introspection.url",
-            Some("EXAMPLE_API_INTROSPECTION_URL"),
-            raw.url.clone(),
-        );
-        let Some(url) = picked.value else {
-            return Err(Self::invalid(
-                picked.origin,
-                "(missing)",
-                format!(
-                    "{} mode needs the introspection endpoint's URL",
-                    mode.as_str()
-                ),
-            ));
-        };
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(Self::invalid(picked.origin, url, "not an http(s) URL"));
-        }
-
-        let token = self.pick(
-            "introspection.auth_token",
-            Some("EXAMPLE_API_AUTH_TOKEN"),
-            raw.auth_token.clone(),
-        );
-        let mut id = self.pick(
-            "introspection.client_id",
-            Some("EXAMPLE_API_CLIENT_ID"),
-            raw.client_id.clone(),
-        );
-        let mut secret = self.pick(
-            "introspection.client_secret",
-            Some("EXAMPLE_API_CLIENT_SECRET"),
-            raw.client_secret.clone(),
-        );
-        // EXAMPLE_API_AUTH_TOKEN replaces client credentials written in the file.
-        if token.from_env {
-            for p in [&mut id, &mut secret] {
-                if !p.from_env {
-                    p.value = None;
-                }
-            }
-        }
-        let auth = match (token.value, id.value, secret.value) {
-            (Some(token), None, None) => ClientAuth::Bearer(token),
-            (None, Some(client_id), Some(client_secret)) => ClientAuth::ClientSecret {
-                client_id,
-                client_secret,
-            },
-            (Some(_), _, _) => {
-                return Err(Self::invalid(
-                    token.origin,
-                    "<redacted>",
-                    "set auth_token or client_id/client_secret, not both",
-                ));
-            }
-            (None, Some(client_id), None) => {
-                return Err(Self::invalid(
-                    secret.origin,
-                    "(missing)",
-                    format!("client_id \"{client_id}\" needs a client_secret"),
-                ));
-            }
-            (None, None, Some(_)) => {
-                return Err(Self::invalid(
-                    id.origin,
-                    "(missing)",
-                    "client_secret is set without a client_id",
-                ));
-            }
-            (None, None, None) => {
-                return Err(Self::invalid(
-                    token.origin,
-                    "(missing)",
-                    format!(
-                        "{} mode needs auth_token (a token with the introspection scope) or client_id and client_secret",
-                        mode.as_str()
-                    ),
-                ));
-            }
-        };
-
-        let (settings, cache) = raw.resolve(url, auth).map_err(|e| self.setting(e))?;
-        Ok(IntrospectConfig { settings, cache })
     }
 }
 

@@ -9,8 +9,12 @@ use serde::Deserialize;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
-    /// `introspect`, `jwt`, `jwt-or-introspect`, `behind-proxy` or `none` (benchmarks only;
-    /// unsafe). Default `behind-proxy`.
+    /// `behind_proxy` (the default), `introspection`, `jwt`, `jwt_or_introspection` or `none`
+    /// (benchmarks only; unsafe): the proxy's `token_source`, and the same names.
+    #[serde(default)]
+    pub token_source: Option<String>,
+    /// The old name of `token_source` (`behind-proxy`, `introspect`, `jwt`, `jwt-or-introspect`,
+    /// `none`): still read, with a deprecation warning.
     #[serde(default)]
     pub mode: Option<String>,
     /// `host:port`, default `127.0.0.1:8002`.
@@ -29,6 +33,10 @@ pub struct RawConfig {
     /// Local JWT validation (`jwt` and `jwt-or-introspect` modes), see `resource_server::jwt::raw`.
     #[serde(default)]
     pub jwt: Option<RawJwt>,
+    /// `behind_proxy`: a file holding the secret the proxy sends in `X-Tokengate-Proxy-Secret`
+    /// (or env `EXAMPLE_API_PROXY_SECRET`, `EXAMPLE_API_PROXY_SECRET_FILE`).
+    #[serde(default)]
+    pub proxy_secret_file: Option<String>,
     /// Access rules in the resource-server route format (`upstream` omitted).
     #[serde(default)]
     pub routes: Option<Vec<RouteSpec>>,

@@ -2,7 +2,9 @@
 //! name the file, the key and the value.
 
 use super::*;
-use resource_server::Access;
+use std::time::Duration;
+
+use resource_server::{Access, ClientAuth, TokenSource};
 
 const MINIMAL_ROUTES: &str = "routes:\n  - { name: users, path: /users/, scopes: [read] }\n";
 
@@ -17,10 +19,11 @@ fn err(text: &str) -> String {
 #[test]
 fn the_shipped_file_is_valid_and_matches_spec_3() {
     let c = Config::from_yaml(EXAMPLE_CONFIG, "config/example-api.yaml").unwrap();
-    assert_eq!(c.mode, Mode::BehindProxy);
+    assert_eq!(c.gate.token_source, TokenSource::BehindProxy);
     assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
     assert_eq!(c.database_url, DEFAULT_DATABASE_URL);
     let needs = |method: &str, path: &str| match &c
+        .gate
         .rules
         .find(&method.parse().unwrap(), path)
         .unwrap()
@@ -43,22 +46,26 @@ fn the_shipped_file_is_valid_and_matches_spec_3() {
     ] {
         assert_eq!(needs(method, path), scope, "{method} {path}");
     }
-    assert!(c.rules.routes().iter().all(|r| r.upstream.is_none()));
+    assert!(c.gate.rules.routes().iter().all(|r| r.upstream.is_none()));
 }
 
 #[test]
 fn defaults_and_introspect_mode() {
     let c = Config::from_yaml(&yaml(""), "c.yaml").unwrap();
     assert_eq!(
-        (c.mode, c.allow_non_loopback, c.introspect),
-        (Mode::BehindProxy, false, None)
+        (
+            c.gate.token_source,
+            c.allow_non_loopback,
+            c.gate.introspection
+        ),
+        (TokenSource::BehindProxy, false, None)
     );
     let c = Config::from_yaml(
         &yaml("mode: introspect\nintrospection: { url: 'http://a:1/o/introspect/', client_id: id, client_secret: s, cache: { max_ttl: 1s, negative_ttl: 0 } }"),
         "c.yaml",
     )
     .unwrap();
-    let i = c.introspect.unwrap();
+    let i = c.gate.introspection.unwrap();
     assert_eq!(
         i.settings.auth,
         ClientAuth::ClientSecret {
@@ -79,7 +86,7 @@ fn defaults_and_introspect_mode() {
     )
     .unwrap();
     assert_eq!(
-        c.introspect.unwrap().settings.auth,
+        c.gate.introspection.unwrap().settings.auth,
         ClientAuth::Bearer("t".into())
     );
 }
@@ -88,16 +95,16 @@ fn defaults_and_introspect_mode() {
 fn errors_name_file_key_and_value() {
     assert_eq!(
         err(&yaml("mode: sidecar")),
-        r#"c.yaml: key "mode": "sidecar": expected introspect, jwt, jwt-or-introspect, behind-proxy or none"#
+        r#"c.yaml: key "mode": "sidecar": expected introspection, jwt, jwt_or_introspection, behind_proxy or none"#
     );
     assert_eq!(
         err(&yaml("listen: here")),
         r#"c.yaml: key "listen": "here": not an address like 127.0.0.1:8002"#
     );
     assert!(err(&yaml("listen: 0.0.0.0:8002")).starts_with(
-        r#"c.yaml: key "listen": "0.0.0.0:8002": not a loopback address: in behind-proxy mode"#
+        r#"c.yaml: key "listen": "0.0.0.0:8002": not a loopback address: with token_source behind_proxy"#
     ));
-    assert!(err(&yaml("mode: none\nlisten: 10.0.0.1:80")).contains("in none mode"));
+    assert!(err(&yaml("mode: none\nlisten: 10.0.0.1:80")).contains("with token_source none"));
     assert!(
         Config::from_yaml(
             &yaml("listen: 0.0.0.0:8002\nallow_non_loopback: true"),
@@ -118,13 +125,13 @@ fn errors_name_file_key_and_value() {
     );
     assert_eq!(
         err("mode: introspect"),
-        r#"c.yaml: key "introspection.url": "(missing)": introspect mode needs the introspection endpoint's URL"#
+        r#"c.yaml: key "introspection": "(missing)": required with token_source introspection (only token_source jwt does without)"#
     );
     assert_eq!(
         err(&yaml("mode: introspect\nintrospection: { url: 'ftp://x' }")),
-        r#"c.yaml: key "introspection.url": "ftp://x": not an http(s) URL"#
+        r#"c.yaml: key "introspection.url": "ftp://x": expected an http:// or https:// URL"#
     );
-    assert!(err(&yaml("mode: introspect\nintrospection: { url: 'http://x/' }")).starts_with(r#"c.yaml: key "introspection.auth_token": "(missing)": introspect mode needs auth_token"#));
+    assert!(err(&yaml("mode: introspect\nintrospection: { url: 'http://x/' }")).starts_with(r#"c.yaml: key "introspection": "(no credentials)": set auth_token (env EXAMPLE_API_AUTH_TOKEN)"#));
     let both = err(&yaml(
         "mode: introspect\nintrospection: { url: 'http://x/', auth_token: sekrit, client_id: a, client_secret: b }",
     ));
@@ -187,11 +194,15 @@ fn environment_overrides_name_the_variable() {
     )
     .unwrap();
     assert_eq!(
-        (c.mode, c.listen.port(), c.database_url.as_str()),
-        (Mode::Introspect, 9999, "sqlite::memory:")
+        (
+            c.gate.token_source,
+            c.listen.port(),
+            c.database_url.as_str()
+        ),
+        (TokenSource::Introspection, 9999, "sqlite::memory:")
     );
     assert_eq!(
-        c.introspect.unwrap().settings.auth,
+        c.gate.introspection.unwrap().settings.auth,
         ClientAuth::Bearer("tok".into())
     );
     let e = Config::from_yaml_with_env(&text, "c.yaml", env(&[("EXAMPLE_API_LISTEN", "nowhere")]))
@@ -204,10 +215,11 @@ fn environment_overrides_name_the_variable() {
     let c = Config::from_yaml_with_env(&text, "c.yaml", env(&[("EXAMPLE_API_AUTH_TOKEN", "tok")]))
         .unwrap();
     assert_eq!(
-        c.introspect.unwrap().settings.auth,
+        c.gate.introspection.unwrap().settings.auth,
         ClientAuth::Bearer("tok".into())
     );
-    let e = Config::from_yaml_with_env(
+    // ... and any client credentials of the environment too, as the proxy's does.
+    let c = Config::from_yaml_with_env(
         &text,
         "c.yaml",
         env(&[
@@ -215,10 +227,21 @@ fn environment_overrides_name_the_variable() {
             ("EXAMPLE_API_CLIENT_ID", "x"),
         ]),
     )
+    .unwrap();
+    assert_eq!(
+        c.gate.introspection.unwrap().settings.auth,
+        ClientAuth::Bearer("tok".into())
+    );
+    let e = Config::from_yaml_with_env(
+        &text,
+        "c.yaml",
+        env(&[("EXAMPLE_API_INTROSPECTION_URL", "gopher://x")]),
+    )
     .unwrap_err();
     assert!(
-        e.to_string()
-            .starts_with("environment variable EXAMPLE_API_AUTH_TOKEN: \"<redacted>\""),
+        e.to_string().starts_with(
+            "environment variable EXAMPLE_API_INTROSPECTION_URL: \"gopher://x\": expected"
+        ),
         "{e}"
     );
 }
@@ -261,7 +284,7 @@ fn introspection_leeway_issuer_and_audience() {
     };
     let c = Config::from_yaml(&introspect(""), "c.yaml").unwrap();
     assert_eq!(
-        c.introspect.unwrap().settings.policy,
+        c.gate.introspection.unwrap().settings.policy,
         resource_server::AnswerPolicy::default()
     );
     let c = Config::from_yaml(
@@ -270,7 +293,7 @@ fn introspection_leeway_issuer_and_audience() {
     )
     .unwrap();
     assert_eq!(
-        c.introspect.unwrap().settings.policy,
+        c.gate.introspection.unwrap().settings.policy,
         resource_server::AnswerPolicy {
             issuer: Some("https://auth.example".into()),
             audience: Some("api".into()),
@@ -291,11 +314,11 @@ fn introspection_leeway_issuer_and_audience() {
 #[test]
 fn behind_proxy_mode_reads_the_leeway_too() {
     let c = Config::from_yaml(EXAMPLE_CONFIG, "config/example-api.yaml").unwrap();
-    assert_eq!(c.leeway, resource_server::AnswerPolicy::DEFAULT_LEEWAY);
+    assert_eq!(c.gate.leeway, resource_server::AnswerPolicy::DEFAULT_LEEWAY);
     let c = Config::from_yaml(&yaml("introspection: { leeway: 30s }"), "c.yaml").unwrap();
     assert_eq!(
-        (c.mode, c.leeway, c.introspect),
-        (Mode::BehindProxy, Duration::from_secs(30), None)
+        (c.gate.token_source, c.gate.leeway, c.gate.introspection),
+        (TokenSource::BehindProxy, Duration::from_secs(30), None)
     );
     assert_eq!(
         err(&yaml("introspection: { leeway: 6m }")),
@@ -315,19 +338,22 @@ listen: 0.0.0.0:9
         "c.yaml",
     )
     .unwrap();
-    assert_eq!((c.mode, c.introspect.is_none()), (Mode::Jwt, true));
-    let jwt = c.jwt.unwrap();
+    assert_eq!(
+        (c.gate.token_source, c.gate.introspection.is_none()),
+        (TokenSource::Jwt, true)
+    );
+    let jwt = c.gate.jwt.unwrap();
     assert_eq!(jwt.claims.issuer, "https://idp");
     assert_eq!(jwt.claims.audience, Some(vec!["api".to_owned()]));
     assert!(
-        err(&yaml("mode: jwt")).starts_with(r#"c.yaml: key "jwt": "(missing)": jwt mode needs"#),
+        err(&yaml("mode: jwt"))
+            .starts_with(r#"c.yaml: key "jwt": "(missing)": token_source jwt needs"#),
         "{}",
         err(&yaml("mode: jwt"))
     );
     // Both: the introspection endpoint is needed too.
     assert!(
-        err(&yaml(&format!("mode: jwt-or-introspect\n{JWT}")))
-            .contains(r#"key "introspection.url""#)
+        err(&yaml(&format!("mode: jwt-or-introspect\n{JWT}"))).contains(r#"key "introspection""#)
     );
     let c = Config::from_yaml(
         &yaml(&format!(
@@ -336,7 +362,7 @@ listen: 0.0.0.0:9
         "c.yaml",
     )
     .unwrap();
-    assert!(c.introspect.is_some() && c.jwt.is_some());
+    assert!(c.gate.introspection.is_some() && c.gate.jwt.is_some());
     // The section is checked in every mode; HMAC is never accepted.
     let e = err(&yaml(
         "jwt: { jwks_url: 'https://idp/jwks', issuer: i, audience: a, algorithms: [HS256] }",

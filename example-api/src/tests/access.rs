@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
 use resource_server::{
-    AnswerPolicy, CacheSettings, Claims, ClientAuth, IntrospectionSettings, TokenChecker,
-    TokenState,
+    AnswerPolicy, CacheSettings, Check, Claims, ClientAuth, Credential, Gate,
+    IntrospectionSettings, TokenChecker,
 };
 use serde_json::json;
 
@@ -151,7 +151,7 @@ async fn expired_identity_is_401_invalid_token() {
 #[tokio::test]
 async fn the_proxys_leeway_is_honoured_behind_it() {
     let app = app_on_sqlite().await;
-    let rules = shipped().rules;
+    let rules = shipped().gate.rules;
     let route = rules.find(&Method::GET, "/users/");
     let now = authserver::store::now();
     let leeway = AnswerPolicy::DEFAULT_LEEWAY.as_secs() as i64;
@@ -172,7 +172,7 @@ async fn the_proxys_leeway_is_honoured_behind_it() {
         };
         let proxy = resource_server::decision::decide_at(
             route,
-            TokenState::Checked(&claims),
+            &Credential::Checked(std::sync::Arc::new(claims)),
             now,
             AnswerPolicy::DEFAULT_LEEWAY,
         );
@@ -265,7 +265,10 @@ async fn introspect_mode_fails_closed_with_503() {
     let checker = TokenChecker::new(settings, CacheSettings::default()).unwrap();
     let app = app(AppState::new(
         sqlite_store().await,
-        Guard::new(shipped().rules, Checks::Introspect(checker)),
+        Guard::new(Gate::new(
+            shipped().gate.rules,
+            Check::Introspection(checker),
+        )),
     ));
     let a = send(
         &app,
@@ -312,7 +315,7 @@ async fn introspect_mode_fails_closed_with_503() {
 async fn none_mode_checks_nothing() {
     let app = app(AppState::new(
         sqlite_store().await,
-        Guard::new(shipped().rules, Checks::None),
+        Guard::new(Gate::new(shipped().gate.rules, Check::Unchecked)),
     ));
     let a = send(&app, Method::GET, "/groups/", &[], None).await;
     assert_eq!((a.status, a.json), (StatusCode::OK, json!([])));

@@ -15,7 +15,7 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 use crate::config::{Config, EXAMPLE_CONFIG};
-use crate::guard::{Checks, Guard};
+use crate::guard::Guard;
 use crate::{AppState, app};
 
 /// A name no other test (or earlier run) uses.
@@ -23,10 +23,15 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}{}", authserver::secrets::random_client_id())
 }
 
-/// The shipped configuration's rules.
+/// The secret the tests' proxy proves itself with.
+pub const PROXY_SECRET: &str = "test-proxy-secret-0123456789abcdef";
+
+/// The shipped configuration, with [`PROXY_SECRET`] as the proxy's secret.
 pub fn shipped() -> Config {
-    Config::from_yaml(EXAMPLE_CONFIG, "config/example-api.yaml")
-        .expect("the shipped config is valid")
+    let mut config = Config::from_yaml(EXAMPLE_CONFIG, "config/example-api.yaml")
+        .expect("the shipped config is valid");
+    config.gate.proxy_secret = Some(resource_server::ProxySecret::new(PROXY_SECRET).unwrap());
+    config
 }
 
 /// The guard of the shipped configuration: `behind-proxy` mode, the default leeway.
@@ -44,7 +49,7 @@ pub async fn app_on_sqlite() -> Router {
     proxied(sqlite_store().await)
 }
 
-/// The proxy's identity headers for a token with `scope`, valid for an hour.
+/// The proxy's identity headers for a token with `scope`, valid for an hour, with its secret.
 pub fn identity(scope: &str) -> Vec<(&'static str, String)> {
     let exp = authserver::store::now() + 3600;
     vec![
@@ -52,6 +57,7 @@ pub fn identity(scope: &str) -> Vec<(&'static str, String)> {
         ("x-auth-client-id", "app".into()),
         ("x-auth-scope", scope.into()),
         ("x-auth-expires", exp.to_string()),
+        (resource_server::PROXY_SECRET_HEADER, PROXY_SECRET.into()),
     ]
 }
 

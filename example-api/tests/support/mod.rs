@@ -224,24 +224,30 @@ impl Client {
 /// The example API in `introspect` mode, configured through its YAML like the binary.
 pub async fn start_api(database_url: &str, introspection_yaml: &str) -> Running {
     start_with(&format!(
-        "mode: introspect\nlisten: 127.0.0.1:0\ndatabase_url: '{database_url}'\nintrospection:\n{introspection_yaml}\n{}",
+        "token_source: introspection\nlisten: 127.0.0.1:0\ndatabase_url: '{database_url}'\nintrospection:\n{introspection_yaml}\n{}",
         routes_of_shipped_config()
     ))
     .await
 }
 
-/// The example API in `behind-proxy` mode (trusting the `X-Auth-*` headers), on loopback.
+/// The secret the tests' proxy proves itself with (`X-Tokengate-Proxy-Secret`).
+pub const PROXY_SECRET: &str = "test-proxy-secret-0123456789abcdef";
+
+/// The example API in `behind_proxy` mode (believing the `X-Auth-*` headers of requests that
+/// carry [`PROXY_SECRET`]), on loopback.
 pub async fn start_api_behind_proxy(database_url: &str) -> Running {
     start_with(&format!(
-        "mode: behind-proxy\nlisten: 127.0.0.1:0\ndatabase_url: '{database_url}'\n{}",
+        "token_source: behind_proxy\nlisten: 127.0.0.1:0\ndatabase_url: '{database_url}'\n{}",
         routes_of_shipped_config()
     ))
     .await
 }
 
-/// The example API as this YAML configures it.
+/// The example API as this YAML configures it (with [`PROXY_SECRET`] as the proxy's secret).
 async fn start_with(yaml: &str) -> Running {
-    let config = Config::from_yaml(yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    let env = |key: &str| (key == "EXAMPLE_API_PROXY_SECRET").then(|| PROXY_SECRET.to_owned());
+    let config = Config::from_yaml_with_env(yaml, "test.yaml", env)
+        .unwrap_or_else(|e| panic!("{e}\n{yaml}"));
     let store = Store::connect(&config.database_url)
         .await
         .expect("api store");

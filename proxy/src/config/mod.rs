@@ -16,17 +16,18 @@ use http::HeaderValue;
 use resource_server::settings::{self, SettingError};
 use resource_server::yaml;
 use resource_server::{
-    AnswerPolicy, CacheSettings, ClientAuth, IntrospectionSettings, JwtSettings, JwtValidator,
-    RawJwt, Rules, RulesError, TokenSource, TokenSourceKind,
+    GateConfig, GateEnv, GateError, GateSettings, ProxySecret, RulesError, TokenSource,
 };
 
 use crate::app_probes::{self, AppProbes};
-use raw::{RawConfig, RawDuration, RawIntrospection, RawUpstream};
+use crate::downstream::ConnectionLimits;
+use raw::{RawConfig, RawConnections, RawDuration, RawUpstream};
 
 /// Environment variables that override the file (empty values are ignored).
-pub const ENV_OVERRIDES: [&str; 6] = [
+pub const ENV_OVERRIDES: [&str; 7] = [
     "PROXY_LISTEN",
     "PROXY_ADMIN_LISTEN",
+    "PROXY_TOKEN_SOURCE",
     "PROXY_INTROSPECTION_URL",
     "PROXY_AUTH_TOKEN",
     "PROXY_CLIENT_ID",
@@ -78,42 +79,55 @@ pub struct ProxyConfig {
     pub source: Option<PathBuf>,
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
+    /// The `connections:` section: head deadline, idle timeouts and caps of both listeners.
+    pub connections: ConnectionLimits,
     pub threads: usize,
     /// Whether the proxy's threads share one work-stealing runtime (default) or each run a
     /// single-threaded one (`false`: one proxy per process only, see `config/proxy.yaml`).
     pub work_stealing: bool,
     pub grace_period: Duration,
     pub shutdown_timeout: Duration,
-    pub introspection: IntrospectionConfig,
-    /// `token_source`: introspection, local JWT validation, or both.
-    pub token_source: TokenSourceKind,
-    /// The `jwt:` section; `Some` whenever the file has one (required by the JWT token sources).
-    pub jwt: Option<JwtSettings>,
-    /// Routes and upstreams: the part swapped on reload.
-    pub routing: Arc<Routing>,
-    /// Upstream addresses given by whoever started the proxy in process (the one-command stack),
-    /// as `PROXY_UPSTREAM_<NAME>_ADDRESS` settings that win over the environment on every
-    /// reload too. Empty when the proxy runs as its own binary.
-    pub upstream_overrides: BTreeMap<String, String>,
+    /// The gate: token source, introspection, JWT and routes. Swapped on reload together with
+    /// the upstreams (introspection settings only on restart).
+    pub gate: GateSettings,
+    /// The upstreams the routes name.
+    pub upstreams: HashMap<String, Arc<Upstream>>,
+    /// Upstream settings given by whoever started the proxy in process (the one-command stack),
+    /// as `PROXY_UPSTREAM_<NAME>_*` variables that win over the environment on every reload
+    /// too. Empty when the proxy runs as its own binary.
+    pub upstream_overrides: Overrides,
     /// The application's probes the admin listener answers (`PROXY_APP_PROBES`, written by
     /// `proxy inject`); empty unless set.
     pub app_probes: Arc<AppProbes>,
 }
 
+/// Environment variables set in process; `Debug` shows their names only (some are secrets).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Overrides(pub BTreeMap<String, String>);
+
+impl fmt::Debug for Overrides {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
 /// The environment variable that overrides upstream `name`'s address:
 /// `PROXY_UPSTREAM_<NAME>_ADDRESS`, the name upper-cased with `-` and `.` as `_`.
 pub fn upstream_address_var(name: &str) -> String {
-    format!(
-        "PROXY_UPSTREAM_{}_ADDRESS",
-        name.to_uppercase().replace(['-', '.'], "_")
-    )
+    upstream_var(name, "ADDRESS")
 }
 
-/// Routes and the upstreams they name; replaced as one on reload.
-#[derive(Debug)]
-pub struct Routing {
-    pub rules: Rules,
-    pub upstreams: HashMap<String, Arc<Upstream>>,
+/// The environment variable that gives upstream `name`'s `proxy_secret`:
+/// `PROXY_UPSTREAM_<NAME>_PROXY_SECRET`.
+pub fn upstream_secret_var(name: &str) -> String {
+    upstream_var(name, "PROXY_SECRET")
+}
+
+fn upstream_var(name: &str, setting: &str) -> String {
+    format!(
+        "PROXY_UPSTREAM_{}_{setting}",
+        name.to_uppercase().replace(['-', '.'], "_")
+    )
 }
 
 /// One named upstream.
@@ -125,6 +139,9 @@ pub struct Upstream {
     pub host: Option<HeaderValue>,
     pub connect_timeout: Duration,
     pub read_timeout: Option<Duration>,
+    /// Sent in `X-Tokengate-Proxy-Secret` on every request to this upstream (a sensitive
+    /// header value: `Debug` does not show it).
+    pub proxy_secret: Option<HeaderValue>,
 }
 
 /// Where an upstream listens.
@@ -142,96 +159,6 @@ impl fmt::Display for UpstreamAddr {
             UpstreamAddr::Socket(a) => write!(f, "{a}"),
             UpstreamAddr::Name { host, port } => write!(f, "{host}:{port}"),
         }
-    }
-}
-
-/// How the proxy authenticates to the introspection endpoint. `Debug` hides the secrets.
-#[derive(Clone, PartialEq, Eq)]
-pub enum IntrospectionAuth {
-    Bearer(String),
-    ClientSecret {
-        client_id: String,
-        client_secret: String,
-    },
-}
-
-impl fmt::Debug for IntrospectionAuth {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IntrospectionAuth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
-            IntrospectionAuth::ClientSecret { client_id, .. } => {
-                write!(
-                    f,
-                    "ClientSecret {{ client_id: {client_id:?}, client_secret: <redacted> }}"
-                )
-            }
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IntrospectionConfig {
-    pub url: String,
-    pub auth: IntrospectionAuth,
-    pub connect_timeout: Duration,
-    pub request_timeout: Duration,
-    pub max_ttl: Duration,
-    pub negative_ttl: Duration,
-    pub capacity: u64,
-    pub stale_grace: Duration,
-    /// `leeway`, `issuer`, `audience`.
-    pub policy: AnswerPolicy,
-}
-
-impl IntrospectionConfig {
-    /// No `introspection:` section (`token_source: jwt`): a placeholder the JWT-only gate and the
-    /// readiness probe never call.
-    fn unused() -> IntrospectionConfig {
-        IntrospectionConfig {
-            url: "http://127.0.0.1:9/no-introspection-configured".into(),
-            auth: IntrospectionAuth::Bearer(String::new()),
-            connect_timeout: Duration::from_secs(1),
-            request_timeout: Duration::from_secs(1),
-            max_ttl: Duration::ZERO,
-            negative_ttl: Duration::ZERO,
-            capacity: 1,
-            stale_grace: Duration::ZERO,
-            policy: AnswerPolicy::default(),
-        }
-    }
-
-    /// The `resource-server` settings for [`resource_server::TokenChecker::new`].
-    pub fn settings(&self) -> (IntrospectionSettings, CacheSettings) {
-        let auth = client_auth(&self.auth);
-        (
-            IntrospectionSettings {
-                url: self.url.clone(),
-                auth,
-                connect_timeout: self.connect_timeout,
-                request_timeout: self.request_timeout,
-                policy: self.policy.clone(),
-            },
-            CacheSettings {
-                max_ttl: self.max_ttl,
-                negative_ttl: self.negative_ttl,
-                capacity: self.capacity,
-                stale_grace: self.stale_grace,
-            },
-        )
-    }
-}
-
-/// The resource-server form of the proxy's credentials.
-fn client_auth(auth: &IntrospectionAuth) -> ClientAuth {
-    match auth {
-        IntrospectionAuth::Bearer(t) => ClientAuth::Bearer(t.clone()),
-        IntrospectionAuth::ClientSecret {
-            client_id,
-            client_secret,
-        } => ClientAuth::ClientSecret {
-            client_id: client_id.clone(),
-            client_secret: client_secret.clone(),
-        },
     }
 }
 
@@ -328,9 +255,26 @@ impl Validator<'_> {
         }
     }
 
-    /// The shared checks' error, worded like the others (value quoted).
+    /// The shared checks' error, worded like the others (value quoted, a placeholder such as
+    /// `(missing)` not).
     fn setting(&self, e: SettingError) -> ConfigError {
-        self.invalid(e.field, format!("{:?}", e.value), e.problem)
+        self.invalid(e.field, quoted(&e.value), e.problem)
+    }
+
+    /// The gate's error, with the environment variable the value came from.
+    fn gate(&self, e: GateError) -> ConfigError {
+        match e {
+            GateError::Setting { error, env: None } => self.setting(error),
+            GateError::Setting {
+                error,
+                env: Some(var),
+            } => self.invalid(
+                format!("{} (from {var})", error.field),
+                quoted(&error.value),
+                error.problem,
+            ),
+            GateError::Rules(e) => ConfigError::Rules(e),
+        }
     }
 
     fn config(
@@ -344,27 +288,35 @@ impl Validator<'_> {
         if listen == admin_listen && listen.port() != 0 {
             return Err(self.invalid("admin_listen", admin_listen, "must differ from listen"));
         }
+        let connections = self.connections(raw.connections.unwrap_or_default())?;
         let threads = raw.threads.unwrap_or(DEFAULT_THREADS);
         if !(1..=256).contains(&threads) {
             return Err(self.invalid("threads", threads, "expected 1 to 256"));
         }
         let grace_period = self.duration("grace_period", raw.grace_period, 5)?;
         let shutdown_timeout = self.duration("shutdown_timeout", raw.shutdown_timeout, 5)?;
-        let (token_source, jwt, source) = self.token_source(raw.token_source, raw.jwt)?;
-        let introspection = match raw.introspection {
-            Some(section) => self.introspection(section, env)?,
-            None if !token_source.uses_introspection() => IntrospectionConfig::unused(),
-            None => {
-                return Err(self.invalid(
-                    "introspection",
-                    "(missing)",
-                    format!(
-                        "required with token_source {} (only token_source jwt does without)",
-                        token_source.as_str()
-                    ),
-                ));
-            }
-        };
+        let gate = GateConfig {
+            token_source: raw.token_source,
+            introspection: raw.introspection,
+            jwt: raw.jwt,
+            routes: raw.routes,
+        }
+        .resolve(
+            self.file,
+            TokenSource::Introspection,
+            &GateEnv {
+                prefix: "PROXY",
+                get: env,
+            },
+        )
+        .map_err(|e| self.gate(e))?;
+        if !gate.token_source.checks_tokens() {
+            return Err(self.invalid(
+                "token_source",
+                format!("{:?}", gate.token_source.as_str()),
+                "the proxy checks tokens itself: use introspection, jwt or jwt_or_introspection",
+            ));
+        }
 
         if raw.upstreams.is_empty() {
             return Err(self.invalid("upstreams", "{}", "declare at least one upstream"));
@@ -374,7 +326,7 @@ impl Validator<'_> {
             let upstream = self.upstream(&name, u, env)?;
             upstreams.insert(name, Arc::new(upstream));
         }
-        let rules = Rules::from_routes(raw.routes, self.file)?.with_token_source(source);
+        let rules = &gate.rules;
         if rules.routes().is_empty() && !raw.allow_empty_routes {
             return Err(self.invalid(
                 "routes",
@@ -419,15 +371,14 @@ impl Validator<'_> {
             source: None,
             listen,
             admin_listen,
+            connections,
             threads,
             work_stealing: raw.work_stealing.unwrap_or(true),
             grace_period,
             shutdown_timeout,
-            introspection,
-            token_source,
-            jwt,
-            routing: Arc::new(Routing { rules, upstreams }),
-            upstream_overrides: BTreeMap::new(),
+            gate,
+            upstreams,
+            upstream_overrides: Overrides::default(),
             app_probes: Arc::new(app_probes),
         })
     }
@@ -460,6 +411,39 @@ impl Validator<'_> {
     ) -> Result<Duration, ConfigError> {
         settings::duration(field, value.as_ref(), Duration::from_secs(default_secs))
             .map_err(|e| self.setting(e))
+    }
+
+    fn connections(&self, raw: RawConnections) -> Result<ConnectionLimits, ConfigError> {
+        let defaults = ConnectionLimits::default();
+        let positive = |key: &str, value: Option<RawDuration>, default: Duration| {
+            let field = format!("connections.{key}");
+            let d =
+                settings::duration(&field, value.as_ref(), default).map_err(|e| self.setting(e))?;
+            if d.is_zero() {
+                return Err(self.invalid(field, "0", "must be positive"));
+            }
+            Ok(d)
+        };
+        let count = |key: &str, value: Option<usize>, default: usize| match value {
+            None => Ok(default),
+            Some(n) if (1..=1_000_000).contains(&n) => Ok(n),
+            Some(n) => Err(self.invalid(format!("connections.{key}"), n, "expected 1 to 1000000")),
+        };
+        Ok(ConnectionLimits {
+            head_timeout: positive("head_timeout", raw.head_timeout, defaults.head_timeout)?,
+            body_idle_timeout: positive(
+                "body_idle_timeout",
+                raw.body_idle_timeout,
+                defaults.body_idle_timeout,
+            )?,
+            keepalive_timeout: positive(
+                "keepalive_timeout",
+                raw.keepalive_timeout,
+                defaults.keepalive_timeout,
+            )?,
+            max: count("max", raw.max, defaults.max)?,
+            admin_max: count("admin_max", raw.admin_max, defaults.admin_max)?,
+        })
     }
 
     fn upstream(
@@ -503,6 +487,7 @@ impl Validator<'_> {
         if connect_timeout.is_zero() {
             return Err(self.invalid(format!("{prefix}.connect_timeout"), "0", "must be positive"));
         }
+        let proxy_secret = self.proxy_secret(&prefix, name, u.proxy_secret_file, env)?;
         Ok(Upstream {
             name: name.to_owned(),
             address,
@@ -510,142 +495,44 @@ impl Validator<'_> {
             host,
             connect_timeout,
             read_timeout: read_timeout.filter(|d| !d.is_zero()),
+            proxy_secret,
         })
     }
 
-    fn introspection(
+    /// The upstream's `proxy_secret`: env `PROXY_UPSTREAM_<NAME>_PROXY_SECRET`, else the file.
+    fn proxy_secret(
         &self,
-        raw: RawIntrospection,
+        prefix: &str,
+        name: &str,
+        file: Option<String>,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<IntrospectionConfig, ConfigError> {
-        raw.policy().map_err(|e| self.setting(e))?;
-        let (url_field, url) = match env("PROXY_INTROSPECTION_URL") {
-            Some(v) => (
-                "introspection.url (from PROXY_INTROSPECTION_URL)".to_owned(),
-                v,
-            ),
-            None => ("introspection.url".to_owned(), raw.url.clone()),
-        };
-        let url_ok = (url.starts_with("http://") || url.starts_with("https://"))
-            && url.len() > "https://".len()
-            && !url.contains(char::is_whitespace);
-        if !url_ok {
-            return Err(self.invalid(
-                url_field,
-                format!("{url:?}"),
-                "expected an http:// or https:// URL",
-            ));
-        }
-        let auth = self.auth(
-            raw.auth_token.clone(),
-            raw.client_id.clone(),
-            raw.client_secret.clone(),
-            env,
-        )?;
-        // Timeouts, cache and policy: resolved where the example API resolves its own, with the
-        // same defaults.
-        let (settings, cache) = raw
-            .resolve(url.clone(), client_auth(&auth))
-            .map_err(|e| self.setting(e))?;
-        Ok(IntrospectionConfig {
-            url,
-            auth,
-            connect_timeout: settings.connect_timeout,
-            request_timeout: settings.request_timeout,
-            max_ttl: cache.max_ttl,
-            negative_ttl: cache.negative_ttl,
-            capacity: cache.capacity,
-            stale_grace: cache.stale_grace,
-            policy: settings.policy,
-        })
-    }
-
-    /// `token_source` and the `jwt:` section (checked whenever present). A JWT token source gets
-    /// the process's validator for these settings ([`JwtValidator::shared`]): a reload that keeps
-    /// them keeps its keys and cache.
-    fn token_source(
-        &self,
-        kind: Option<String>,
-        raw: Option<RawJwt>,
-    ) -> Result<(TokenSourceKind, Option<JwtSettings>, TokenSource), ConfigError> {
-        let kind = match kind {
-            None => TokenSourceKind::default(),
-            Some(k) => k
-                .parse()
-                .map_err(|m: String| self.invalid("token_source", format!("{k:?}"), m))?,
-        };
-        let jwt = raw
-            .map(|r| r.settings().map_err(|e| self.setting(e)))
-            .transpose()?;
-        let source = match (kind, &jwt) {
-            (TokenSourceKind::Introspection, _) => TokenSource::Introspection,
-            (_, None) => {
-                return Err(self.invalid(
-                    "jwt",
-                    "(missing)",
-                    format!(
-                        "token_source {} needs the jwt section (jwks_url, issuer, audience)",
-                        kind.as_str()
-                    ),
-                ));
+    ) -> Result<Option<HeaderValue>, ConfigError> {
+        let var = upstream_secret_var(name);
+        let (field, text) = match (env(&var), file) {
+            (Some(text), _) => (format!("{prefix}.proxy_secret (from {var})"), text),
+            (None, Some(path)) => {
+                let field = format!("{prefix}.proxy_secret_file");
+                let text = std::fs::read_to_string(&path).map_err(|e| {
+                    self.invalid(&field, format!("{path:?}"), format!("cannot read: {e}"))
+                })?;
+                (field, text)
             }
-            (kind, Some(settings)) => {
-                let v = JwtValidator::shared(settings.clone())
-                    .map_err(|m| self.invalid("jwt", "(section)", m))?;
-                match kind {
-                    TokenSourceKind::Jwt => TokenSource::Jwt(v),
-                    _ => TokenSource::JwtOrIntrospection(v),
-                }
-            }
+            (None, None) => return Ok(None),
         };
-        Ok((kind, jwt, source))
+        let secret = ProxySecret::new(&text).map_err(|m| self.invalid(field, "(hidden)", m))?;
+        let mut value = HeaderValue::from_str(secret.expose())
+            .map_err(|_| self.invalid(prefix, "(hidden)", "not a header value"))?;
+        value.set_sensitive(true);
+        Ok(Some(value))
     }
+}
 
-    fn auth(
-        &self,
-        token: Option<String>,
-        client_id: Option<String>,
-        client_secret: Option<String>,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<IntrospectionAuth, ConfigError> {
-        // PROXY_AUTH_TOKEN is the deployment's final word: it replaces whatever the file says.
-        if let Some(t) = env("PROXY_AUTH_TOKEN") {
-            return Ok(IntrospectionAuth::Bearer(t));
-        }
-        let client_id = env("PROXY_CLIENT_ID")
-            .or(client_id)
-            .filter(|s| !s.is_empty());
-        let client_secret = env("PROXY_CLIENT_SECRET")
-            .or(client_secret)
-            .filter(|s| !s.is_empty());
-        let token = token.filter(|s| !s.is_empty());
-        match (token, client_id, client_secret) {
-            (Some(t), None, None) => Ok(IntrospectionAuth::Bearer(t)),
-            (None, Some(client_id), Some(client_secret)) => Ok(IntrospectionAuth::ClientSecret {
-                client_id,
-                client_secret,
-            }),
-            (Some(_), _, _) => Err(self.invalid(
-                "introspection.auth_token",
-                "(hidden)",
-                "set either auth_token or client_id + client_secret, not both",
-            )),
-            (None, Some(_), None) => Err(self.invalid(
-                "introspection.client_secret",
-                "(missing)",
-                "client_id needs client_secret (or env PROXY_CLIENT_SECRET)",
-            )),
-            (None, None, Some(_)) => Err(self.invalid(
-                "introspection.client_id",
-                "(missing)",
-                "client_secret needs client_id (or env PROXY_CLIENT_ID)",
-            )),
-            (None, None, None) => Err(self.invalid(
-                "introspection",
-                "(no credentials)",
-                "set auth_token (env PROXY_AUTH_TOKEN) or client_id + client_secret (env PROXY_CLIENT_SECRET)",
-            )),
-        }
+/// A value as messages show it: quoted, unless it is a placeholder such as `(missing)`.
+fn quoted(value: &str) -> String {
+    if value.starts_with('(') && value.ends_with(')') {
+        value.to_owned()
+    } else {
+        format!("{value:?}")
     }
 }
 

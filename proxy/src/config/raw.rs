@@ -15,6 +15,9 @@ pub struct RawConfig {
     pub listen: String,
     /// Address of the admin listener (`/healthz`, `/readyz`, `/metrics`), `host:port`.
     pub admin_listen: String,
+    /// Limits on client connections, for each listener (see [`RawConnections`]).
+    #[serde(default)]
+    pub connections: Option<RawConnections>,
     /// Worker threads of the proxy service (default 1).
     #[serde(default)]
     pub threads: Option<usize>,
@@ -41,11 +44,34 @@ pub struct RawConfig {
     /// Local JWT validation (see `resource_server::jwt::raw`).
     #[serde(default)]
     pub jwt: Option<RawJwt>,
+    #[serde(default)]
     pub routes: Vec<RouteSpec>,
     /// Start with no routes at all (every request answered 404). Off by default: an empty rule
     /// set is almost always a truncated file. A reload never swaps in an empty rule set.
     #[serde(default)]
     pub allow_empty_routes: bool,
+}
+
+/// The `connections:` section: how long and how many clients may hold a connection open.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConnections {
+    /// Time to send a whole request head (request line and headers), from the connection's
+    /// start or a later request's first byte (default `10s`).
+    #[serde(default)]
+    pub head_timeout: Option<RawDuration>,
+    /// Longest silence while a request body is read or the response written (default `10s`).
+    #[serde(default)]
+    pub body_idle_timeout: Option<RawDuration>,
+    /// Longest wait for the next request on a kept-alive connection (default `60s`).
+    #[serde(default)]
+    pub keepalive_timeout: Option<RawDuration>,
+    /// Most connections open at once on the proxy listener (default 1024).
+    #[serde(default)]
+    pub max: Option<usize>,
+    /// Most connections open at once on the admin listener (default 64).
+    #[serde(default)]
+    pub admin_max: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -65,7 +91,11 @@ pub struct RawUpstream {
     /// Longest wait for the upstream to send data (default: none).
     #[serde(default)]
     pub read_timeout: Option<RawDuration>,
+    /// A file holding the secret sent to this upstream in `X-Tokengate-Proxy-Secret`, by which
+    /// it tells the proxy from any other local process (or env
+    /// `PROXY_UPSTREAM_<NAME>_PROXY_SECRET`). Default: none sent.
+    #[serde(default)]
+    pub proxy_secret_file: Option<String>,
 }
 
-/// The `introspection:` section; its `url` is required.
-pub type RawIntrospection = resource_server::settings::RawIntrospection<String>;
+pub use resource_server::settings::RawIntrospection;

@@ -1,6 +1,7 @@
 //! Unit tests of configuration parsing, validation and environment overrides.
 
 use super::*;
+use resource_server::{AnswerPolicy, ClientAuth};
 
 const GOOD: &str = r#"
 listen: 127.0.0.1:8000
@@ -30,6 +31,20 @@ fn error(src: &str) -> String {
     parse(src).expect_err("should be refused").to_string()
 }
 
+fn auth(c: &ProxyConfig) -> ClientAuth {
+    c.gate.introspection.as_ref().unwrap().settings.auth.clone()
+}
+
+fn policy(c: &ProxyConfig) -> AnswerPolicy {
+    c.gate
+        .introspection
+        .as_ref()
+        .unwrap()
+        .settings
+        .policy
+        .clone()
+}
+
 #[test]
 fn good_file() {
     let c = parse(GOOD).unwrap();
@@ -37,11 +52,12 @@ fn good_file() {
     assert_eq!(c.threads, 1, "a sidecar defaults to one thread");
     assert!(c.work_stealing, "on Pingora's work-stealing runtime");
     assert_eq!(c.grace_period, Duration::from_secs(5));
-    assert_eq!(c.introspection.max_ttl, Duration::from_secs(30));
-    assert_eq!(c.introspection.negative_ttl, Duration::from_millis(500));
-    assert_eq!(c.introspection.capacity, 100_000);
-    assert_eq!(c.routing.rules.routes().len(), 2);
-    let auth = &c.routing.upstreams["auth"];
+    let cache = c.gate.introspection.as_ref().unwrap().cache;
+    assert_eq!(cache.max_ttl, Duration::from_secs(30));
+    assert_eq!(cache.negative_ttl, Duration::from_millis(500));
+    assert_eq!(cache.capacity, 100_000);
+    assert_eq!(c.gate.rules.routes().len(), 2);
+    let auth = &c.upstreams["auth"];
     assert!(auth.pass_authorization);
     assert_eq!(
         auth.address,
@@ -51,7 +67,7 @@ fn good_file() {
         }
     );
     assert_eq!(auth.host.as_ref().unwrap(), "auth.internal");
-    assert!(!c.routing.upstreams["api"].pass_authorization);
+    assert!(!c.upstreams["api"].pass_authorization);
     // Debug never shows the secret.
     assert!(!format!("{c:?}").contains("s3cret"));
 }
@@ -158,18 +174,15 @@ fn environment_overrides() {
     assert_eq!(c.listen.port(), 9000);
     assert_eq!(c.admin_listen.port(), 8003);
     assert_eq!(
-        c.introspection.auth,
-        IntrospectionAuth::ClientSecret {
+        auth(&c),
+        ClientAuth::ClientSecret {
             client_id: "proxy".into(),
             client_secret: "from-env".into()
         }
     );
     let token_env = |k: &str| (k == "PROXY_AUTH_TOKEN").then(|| "tok".to_owned());
     let c = parse_config(GOOD, "f", token_env).unwrap();
-    assert_eq!(
-        c.introspection.auth,
-        IntrospectionAuth::Bearer("tok".into())
-    );
+    assert_eq!(auth(&c), ClientAuth::Bearer("tok".into()));
     let bad_env = |k: &str| (k == "PROXY_LISTEN").then(|| "nope".to_owned());
     let e = parse_config(GOOD, "f", bad_env).unwrap_err().to_string();
     assert!(e.contains("listen (from PROXY_LISTEN)"), "{e}");
@@ -178,8 +191,8 @@ fn environment_overrides() {
 #[test]
 fn answer_policy_leeway_issuer_audience() {
     let c = parse(GOOD).unwrap();
-    assert_eq!(c.introspection.policy, AnswerPolicy::default());
-    assert_eq!(c.introspection.policy.leeway, Duration::from_secs(5));
+    assert_eq!(policy(&c), AnswerPolicy::default());
+    assert_eq!(policy(&c).leeway, Duration::from_secs(5));
     let with = |extra: &str| {
         GOOD.replace(
             "  cache: { max_ttl: 30s",
@@ -195,9 +208,8 @@ fn answer_policy_leeway_issuer_audience() {
         audience: Some("api".into()),
         leeway: Duration::from_secs(2),
     };
-    assert_eq!(c.introspection.policy, expected);
     // What the checker is built with.
-    assert_eq!(c.introspection.settings().0.policy, expected);
+    assert_eq!(policy(&c), expected);
     let e = error(&with("  leeway: 10m"));
     assert_eq!(
         e,
@@ -223,17 +235,16 @@ fn an_empty_rule_set_is_refused_unless_allowed() {
         );
     }
     let c = parse(&format!("{head}routes: []\nallow_empty_routes: true\n")).unwrap();
-    assert!(c.routing.rules.routes().is_empty());
+    assert!(c.gate.rules.routes().is_empty());
 }
 
 #[test]
 fn token_source_defaults_to_introspection() {
     let c = parse(GOOD).unwrap();
     assert_eq!(
-        (c.token_source, c.jwt.is_none()),
-        (TokenSourceKind::Introspection, true)
+        (c.gate.token_source, c.gate.jwt.is_none()),
+        (TokenSource::Introspection, true)
     );
-    assert_eq!(c.routing.rules.token_source(), &TokenSource::Introspection);
 }
 
 #[test]
@@ -249,25 +260,18 @@ fn the_shipped_jwt_example_is_valid_once_uncommented() {
         .join("\n");
     let src = format!("{}{uncommented}{}", &text[..start], &text[end..]);
     let c = parse(&src).unwrap();
-    assert_eq!(c.token_source, TokenSourceKind::Jwt);
-    let jwt = c.jwt.unwrap();
+    assert_eq!(c.gate.token_source, TokenSource::Jwt);
+    let jwt = c.gate.jwt.unwrap();
     assert_eq!(jwt.claims.issuer, "http://127.0.0.1:8001");
     assert_eq!(jwt.claims.audience, Some(vec!["my-api".to_owned()]));
     assert_eq!(jwt.typ, ["at+jwt"]);
-    assert!(matches!(
-        c.routing.rules.token_source(),
-        TokenSource::Jwt(_)
-    ));
 }
 
 #[test]
 fn jwt_section_errors_name_the_field() {
     let jwt = "jwt: { jwks_url: 'http://127.0.0.1:9/', issuer: 'https://i', audience: a }\n";
     let c = parse(&format!("token_source: jwt_or_introspection\n{jwt}{GOOD}")).unwrap();
-    assert!(matches!(
-        c.routing.rules.token_source(),
-        TokenSource::JwtOrIntrospection(_)
-    ));
+    assert_eq!(c.gate.token_source, TokenSource::JwtOrIntrospection);
     let e = error(&format!("token_source: jwt\n{GOOD}"));
     assert!(
         e.starts_with("proxy.yaml: field \"jwt\" = (missing)"),
@@ -283,6 +287,55 @@ fn jwt_section_errors_name_the_field() {
         "jwt: {{ jwks_url: 'http://x/', issuer: i }}\n{GOOD}"
     ));
     assert!(e.contains("field \"jwt.audience\""), "{e}");
+}
+
+#[test]
+fn connection_limits_default_and_are_read() {
+    assert_eq!(
+        parse(GOOD).unwrap().connections,
+        ConnectionLimits::default()
+    );
+    let d = ConnectionLimits::default();
+    assert_eq!(
+        (d.head_timeout, d.body_idle_timeout, d.keepalive_timeout),
+        (
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+            Duration::from_secs(60)
+        )
+    );
+    let c = parse(&format!(
+        "{GOOD}connections:\n  head_timeout: 1500ms\n  body_idle_timeout: 3s\n  keepalive_timeout: 5s\n  max: 100\n  admin_max: 8\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.connections,
+        ConnectionLimits {
+            head_timeout: Duration::from_millis(1500),
+            body_idle_timeout: Duration::from_secs(3),
+            keepalive_timeout: Duration::from_secs(5),
+            max: 100,
+            admin_max: 8,
+        }
+    );
+    for (line, message) in [
+        (
+            "head_timeout: 0s",
+            "field \"connections.head_timeout\" = 0: must be positive",
+        ),
+        (
+            "body_idle_timeout: soon",
+            "field \"connections.body_idle_timeout\" = \"soon\"",
+        ),
+        (
+            "max: 0",
+            "field \"connections.max\" = 0: expected 1 to 1000000",
+        ),
+        ("maximum: 5", "unknown field `maximum`"),
+    ] {
+        let e = error(&format!("{GOOD}connections:\n  {line}\n"));
+        assert!(e.contains(message), "{line}: {e}");
+    }
 }
 
 #[test]

@@ -26,7 +26,9 @@ pub struct ClaimRules {
     pub audience: Option<Vec<String>>,
     /// The claim holding the scopes: a space-separated string or an array of strings.
     pub scope_claim: String,
-    /// The claim that becomes `X-Auth-Username` (optional in the token).
+    /// The claim that becomes `X-Auth-Username` (optional in the token; `username` by default:
+    /// the RFC 7662 name, which our authorization server's JWTs carry for a user, where `sub` is
+    /// the user's numeric id).
     pub username_claim: String,
     /// The claim that becomes `X-Auth-Client-Id` (required, RFC 9068 §2.2).
     pub client_id_claim: String,
@@ -37,6 +39,10 @@ pub struct ClaimRules {
 }
 
 impl ClaimRules {
+    /// The default `username_claim`: RFC 7662's name for it, carried by our authorization
+    /// server's JWTs (its `sub` is a numeric id); Keycloak and Entra ID: `preferred_username`.
+    pub const DEFAULT_USERNAME_CLAIM: &'static str = "username";
+
     /// The claims of a payload whose signature verified, checked at `now` (unix seconds).
     pub fn read(&self, payload: Value, now: i64) -> Result<Claims, &'static str> {
         let Value::Object(map) = payload else {
@@ -47,7 +53,8 @@ impl ClaimRules {
         let iat = time(&map, "iat")?.ok_or(MALFORMED_CLAIMS)?;
         let nbf = time(&map, "nbf")?;
         let aud = strings(&map, "aud")?.unwrap_or_default();
-        let sub = string(&map, "sub")?;
+        // Required by RFC 9068 §2.2: a token about nobody is not an access token.
+        let sub = string(&map, "sub")?.ok_or(MALFORMED_CLAIMS)?;
         let jti = string(&map, "jti")?;
         // Claims are read, not taken: a configured claim may be one of the above, or the same
         // for two roles (`username_claim: sub`, `client_id_claim: azp` twice...).
@@ -82,7 +89,7 @@ impl ClaimRules {
             exp: Some(exp),
             iat: Some(iat),
             nbf,
-            sub,
+            sub: Some(sub),
             token_type: Some("Bearer".into()),
             iss: Some(iss),
             aud,
@@ -189,7 +196,7 @@ mod tests {
 
     #[test]
     fn required_claims_and_types() {
-        for field in ["iss", "exp", "iat", "client_id", "jti"] {
+        for field in ["iss", "exp", "iat", "sub", "client_id", "jti"] {
             assert_eq!(
                 rules().read(without(field), NOW),
                 Err(MALFORMED_CLAIMS),
@@ -268,7 +275,7 @@ mod tests {
             ..rules()
         };
         let payload = json!({"iss":"https://idp","aud":"api","exp":NOW+60,"iat":NOW,
-            "azp":"app-guid","preferred_username":"alice@example.com","scp":["read","groups"]});
+            "sub":"f81d4fae","azp":"app-guid","preferred_username":"alice@example.com","scp":["read","groups"]});
         let c = entra.read(payload, NOW).unwrap();
         assert_eq!(c.scope.as_deref(), Some("read groups"));
         assert_eq!(c.client_id.as_deref(), Some("app-guid"));

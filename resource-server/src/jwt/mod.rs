@@ -24,16 +24,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use http::HeaderMap;
 use jsonwebtoken::Algorithm;
 use moka::Expiry;
 use moka::future::Cache;
 use serde_json::Value;
 
 use crate::claims::Claims;
+use crate::decision::Credential;
 use crate::decision::{EXPIRED_TOKEN, NOT_YET_VALID_TOKEN};
-use crate::gate::{Credential, TokenCheck};
-use crate::{Bearer, bearer_token, token_digest, token_log_id};
+use crate::{token_digest, token_log_id};
 pub use claims::ClaimRules;
 use header::{Header, HeaderError};
 use jwks::KeyStore;
@@ -92,7 +91,7 @@ impl JwtSettings {
                 issuer: issuer.to_owned(),
                 audience: audience.map(|a| vec![a.to_owned()]),
                 scope_claim: "scope".into(),
-                username_claim: "sub".into(),
+                username_claim: ClaimRules::DEFAULT_USERNAME_CLAIM.into(),
                 client_id_claim: "client_id".into(),
                 require_jti: true,
                 leeway_secs: crate::AnswerPolicy::DEFAULT_LEEWAY.as_secs() as i64,
@@ -373,20 +372,6 @@ impl JwtValidator {
             }
             Err(why) => refuse(Validation::BadClaims, why),
         }
-    }
-}
-
-impl TokenCheck for JwtValidator {
-    async fn credential(&self, headers: &HeaderMap, query: Option<&str>) -> Credential {
-        match bearer_token(headers, query) {
-            Bearer::Missing => Credential::Missing,
-            Bearer::Malformed(why) => Credential::Malformed(why),
-            Bearer::Token(t) => self.validate(&t).await,
-        }
-    }
-
-    fn leeway(&self) -> Duration {
-        JwtValidator::leeway(self)
     }
 }
 

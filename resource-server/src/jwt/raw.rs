@@ -12,7 +12,7 @@
 //!   typ: [at+jwt]               # default; Keycloak and Entra ID send JWT
 //!   leeway: 5s
 //!   scope_claim: scope          # scope (space-separated) or scp (array), or any claim name
-//!   username_claim: sub         # becomes X-Auth-Username
+//!   username_claim: username    # becomes X-Auth-Username (preferred_username: Keycloak, Entra)
 //!   client_id_claim: client_id  # becomes X-Auth-Client-Id (azp for Keycloak and Entra ID)
 //!   require_jti: true           # Entra ID sends none
 //!   jwks_refresh_min: 30s       # floor of max-age; at most one unknown-kid refetch per this
@@ -29,52 +29,6 @@ use serde::Deserialize;
 
 use super::{ClaimRules, JwksSettings, JwksSource, JwtSettings};
 use crate::settings::{RawDuration, SettingError, duration};
-
-/// How a deployment checks tokens.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum TokenSourceKind {
-    /// RFC 7662 introspection (cached): revocation seen within the cache's `max_ttl`.
-    #[default]
-    Introspection,
-    /// Local JWT validation only: no call per token; revocation not seen before `exp`.
-    Jwt,
-    /// JWT-shaped tokens validated locally, any other token introspected.
-    JwtOrIntrospection,
-}
-
-impl TokenSourceKind {
-    pub const NAMES: &'static str = "introspection, jwt or jwt_or_introspection";
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TokenSourceKind::Introspection => "introspection",
-            TokenSourceKind::Jwt => "jwt",
-            TokenSourceKind::JwtOrIntrospection => "jwt_or_introspection",
-        }
-    }
-
-    /// Whether tokens are validated locally (a `jwt:` section is needed).
-    pub fn uses_jwt(self) -> bool {
-        self != TokenSourceKind::Introspection
-    }
-
-    /// Whether some tokens are introspected (an `introspection:` section is needed).
-    pub fn uses_introspection(self) -> bool {
-        self != TokenSourceKind::Jwt
-    }
-}
-
-impl FromStr for TokenSourceKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "introspection" => Ok(TokenSourceKind::Introspection),
-            "jwt" => Ok(TokenSourceKind::Jwt),
-            "jwt_or_introspection" => Ok(TokenSourceKind::JwtOrIntrospection),
-            _ => Err(format!("expected {}", TokenSourceKind::NAMES)),
-        }
-    }
-}
 
 /// `audience:` — one audience, a list (any of them), or `{disabled: true}`.
 #[derive(Clone, Debug, Deserialize)]
@@ -248,7 +202,7 @@ impl RawJwt {
                 issuer,
                 audience,
                 scope_claim: name(&self.scope_claim, "scope"),
-                username_claim: name(&self.username_claim, "sub"),
+                username_claim: name(&self.username_claim, ClaimRules::DEFAULT_USERNAME_CLAIM),
                 client_id_claim: name(&self.client_id_claim, "client_id"),
                 require_jti: self.require_jti.unwrap_or(true),
                 leeway_secs: i64::try_from(leeway.as_secs()).unwrap_or(i64::MAX),
@@ -384,17 +338,5 @@ mod tests {
         assert_eq!(s.typ, ["JWT"]);
         assert_eq!(s.claims.scope_claim, "scp");
         assert!(!s.claims.require_jti);
-    }
-
-    #[test]
-    fn token_source_names() {
-        for k in [
-            TokenSourceKind::Introspection,
-            TokenSourceKind::Jwt,
-            TokenSourceKind::JwtOrIntrospection,
-        ] {
-            assert_eq!(k.as_str().parse(), Ok(k));
-        }
-        assert!("JWT".parse::<TokenSourceKind>().is_err());
     }
 }

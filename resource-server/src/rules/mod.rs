@@ -15,7 +15,6 @@ use std::path::Path;
 
 use http::Method;
 
-use crate::gate::TokenSource;
 use matcher::{Matcher, has_dot_segment};
 use schema::RulesFile;
 pub use schema::{RouteSpec, ScopesSpec};
@@ -94,7 +93,6 @@ pub enum RulesError {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rules {
     routes: Vec<Route>,
-    token_source: TokenSource,
 }
 
 impl Rules {
@@ -144,10 +142,7 @@ impl Rules {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Rules {
-            routes,
-            token_source: TokenSource::default(),
-        })
+        Ok(Rules { routes })
     }
 
     /// The first route matching `method` and `path`, or `None` (deny).
@@ -166,18 +161,6 @@ impl Rules {
     /// All routes, in file order.
     pub fn routes(&self) -> &[Route] {
         &self.routes
-    }
-
-    /// These rules, with tokens checked by `source`.
-    pub fn with_token_source(mut self, source: TokenSource) -> Rules {
-        self.token_source = source;
-        self
-    }
-
-    /// How the tokens these rules require are checked (introspection unless set). The proxy
-    /// keeps it here, with the routes its request path reads on every request.
-    pub fn token_source(&self) -> &TokenSource {
-        &self.token_source
     }
 }
 

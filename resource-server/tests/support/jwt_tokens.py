@@ -79,7 +79,8 @@ def main() -> None:
         return jwt.encode(header, claims, pem(key)).decode()
 
     def rfc9068(**overrides) -> dict:
-        claims = {"iss": issuer, "aud": audience, "sub": "alice", "client_id": "app-1",
+        claims = {"iss": issuer, "aud": audience, "sub": "alice", "username": "alice",
+                  "client_id": "app-1",
                   "exp": now + 600, "iat": now, "jti": str(uuid.uuid4()), "scope": "read write"}
         claims.update(overrides)
         return {k: v for k, v in claims.items() if v is not None}

@@ -1,0 +1,153 @@
+//! The short cache of applications by client id, on PostgreSQL only, emptied at once by any
+//! change to an application wherever it is made: by this process itself, and by every other
+//! process when PostgreSQL delivers the notification the change's transaction sends (channel
+//! [`CHANNEL`]). The cache is used only while this process is listening; a listening connection
+//! that breaks empties it and turns it off until it listens again. What remains is a connection
+//! that died without either side noticing: then an entry lives at most [`CLIENT_CACHE_TTL`].
+//!
+//! On SQLite every lookup reads the row (a local indexed read, microseconds), so a change made
+//! by another process (the CLI) counts at once with nothing to deliver.
+
+use super::Application;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The longest an entry is reused without reading the database again.
+pub const CLIENT_CACHE_TTL: Duration = Duration::from_secs(5);
+
+macro_rules! channel {
+    () => {
+        "tokengate_applications"
+    };
+}
+/// The notification channel every change to an application is announced on.
+pub(super) const CHANNEL: &str = channel!();
+const NOTIFY: &str = concat!("NOTIFY ", channel!());
+
+/// Applications by client id, for this process.
+pub(super) struct ClientCache {
+    entries: moka::future::Cache<String, Application>,
+    /// Bumped by every emptying, so a lookup that read the database before a change does not
+    /// keep what it read once the change has emptied the cache.
+    generation: AtomicU64,
+    /// Whether this process hears the changes of the others (the cache is used only then).
+    listening: AtomicBool,
+}
+
+impl ClientCache {
+    pub(super) fn new() -> ClientCache {
+        ClientCache {
+            entries: moka::future::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(CLIENT_CACHE_TTL)
+                .build(),
+            generation: AtomicU64::new(0),
+            listening: AtomicBool::new(false),
+        }
+    }
+
+    /// The cached application, when the cache is in use and holds it.
+    pub(super) async fn get(&self, client_id: &str) -> Option<Application> {
+        if !self.active() {
+            return None;
+        }
+        self.entries.get(client_id).await
+    }
+
+    /// Whether lookups may be answered from the cache now.
+    pub(super) fn active(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    /// Where the cache stands before a lookup reads the database (for [`Self::keep`]).
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Keeps what a lookup read, unless the cache was emptied since `generation` (the read
+    /// may predate the change that emptied it).
+    pub(super) async fn keep(&self, generation: u64, app: &Application) {
+        if !self.active() || self.generation() != generation {
+            return;
+        }
+        self.entries
+            .insert(app.client_id.clone(), app.clone())
+            .await;
+        // An emptying that raced the insert: drop the entry ourselves.
+        if self.generation() != generation {
+            self.entries.invalidate(&app.client_id).await;
+        }
+    }
+
+    /// Forgets every entry (an application changed, here or elsewhere).
+    pub(super) fn forget_all(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.entries.invalidate_all();
+    }
+
+    fn set_listening(&self, listening: bool) {
+        self.forget_all();
+        self.listening.store(listening, Ordering::Release);
+    }
+}
+
+/// Listens for [`CHANNEL`] on a connection of its own and empties `cache` on every
+/// notification; turns the cache off while it cannot listen. Ends when the task is aborted.
+pub(super) fn listen(url: String, cache: Arc<ClientCache>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        // However the task ends (its runtime shut down under it included), the cache is off.
+        let _off = Off(cache.clone());
+        let mut listener = None;
+        loop {
+            let Some(active) = listener.as_mut() else {
+                match connect(&url).await {
+                    Ok(connected) => {
+                        listener = Some(connected);
+                        cache.set_listening(true);
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot listen for application changes; reading applications from the database on every request until it can");
+                        tokio::time::sleep(RETRY).await;
+                    }
+                }
+                continue;
+            };
+            match active.try_recv().await {
+                Ok(Some(_)) => cache.forget_all(),
+                // The connection broke and was opened again: what was said meanwhile is lost.
+                Ok(None) => cache.forget_all(),
+                Err(error) => {
+                    cache.set_listening(false);
+                    tracing::warn!(%error, "lost the connection that listens for application changes");
+                    listener = None;
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    })
+}
+
+/// Turns the cache off when dropped: nobody listens any more.
+struct Off(Arc<ClientCache>);
+
+impl Drop for Off {
+    fn drop(&mut self) {
+        self.0.set_listening(false);
+    }
+}
+
+/// How long to wait before listening again after a failure.
+const RETRY: Duration = Duration::from_secs(1);
+
+async fn connect(url: &str) -> sqlx::Result<sqlx::postgres::PgListener> {
+    let mut listener = sqlx::postgres::PgListener::connect(url).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Announces a change to the applications in the transaction that makes it (PostgreSQL delivers
+/// it when that transaction commits, and never if it does not).
+pub(super) async fn announce(connection: &mut sqlx::AnyConnection) -> sqlx::Result<()> {
+    sqlx::Executor::execute(connection, NOTIFY).await.map(drop)
+}

@@ -1,0 +1,395 @@
+//! Limits on client connections that Pingora 0.9 lacks: a deadline for the whole request head, a
+//! body idle timeout, and a cap on the connections open at once on each listener.
+//!
+//! Pingora reads a request head with a timeout per read (60 s) and none for the whole head, so a
+//! client sending a header byte every few seconds holds its connection for ever. [`Guarded`]
+//! wraps a Pingora HTTP app (the proxy, the admin endpoints): it reads each request head itself
+//! under the deadline, then hands the bytes to Pingora as a pipelined prefix, which Pingora parses
+//! before it reads the socket again. Plain HTTP/1.x only, as the listeners serve (no TLS, no h2c).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::{BufMut, BytesMut};
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
+use pingora::protocols::Stream;
+use pingora::protocols::http::ServerSession;
+use pingora::server::ShutdownWatch;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Largest request head read (request line and headers): `431` beyond it. Browsers' cookie
+/// limits stay well under it; nginx's default is 32 KiB too.
+pub const MAX_HEAD: usize = 32 * 1024;
+/// How often a refused connection may be logged.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a refusal or timeout reply may take to send before the connection is just closed.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long, and how much, a closing reply reads of what the client still sends.
+const LINGER: Duration = Duration::from_millis(200);
+const LINGER_BYTES: usize = 64 * 1024;
+/// The head buffer's first allocation and growth step: most request heads fit in one.
+const HEAD_CHUNK: usize = 2048;
+/// Pingora's socket buffers: no read buffer (64 KiB by default, allocated for every connection
+/// at accept: most of what a connection cost); request heads are read into a buffer of their
+/// own and bodies into Pingora's. The write buffer stays at Pingora's default (one MSS).
+const SOCKET_BUFFERS: L4BufferSettings = L4BufferSettings {
+    read: Some(0),
+    write: None,
+};
+
+/// The `connections:` section, validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Time to send a whole request head, from the connection's start (or a later request's
+    /// first byte); the connection is closed after it (`408` if part of a head came).
+    pub head_timeout: Duration,
+    /// Longest silence while a request body is read or the response written.
+    pub body_idle_timeout: Duration,
+    /// Longest wait for the next request on a kept-alive connection.
+    pub keepalive_timeout: Duration,
+    /// Connections open at once on the proxy listener; more are answered `503` and closed.
+    pub max: usize,
+    /// The same for the admin listener.
+    pub admin_max: usize,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            head_timeout: Duration::from_secs(10),
+            body_idle_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(60),
+            max: 1024,
+            admin_max: 64,
+        }
+    }
+}
+
+/// A listener endpoint with [`SOCKET_BUFFERS`].
+pub fn endpoint(addr: &str) -> ListenerConfig {
+    ListenerConfig::tcp(addr).l4_buffer(SOCKET_BUFFERS)
+}
+
+/// One listener's connection count and cap, and what it refused or timed out (for `/metrics`).
+#[derive(Debug)]
+pub struct ListenerGate {
+    /// The `listener` label: `proxy` or `admin`.
+    pub name: &'static str,
+    pub max: usize,
+    open: AtomicUsize,
+    refused: AtomicU64,
+    head_timeouts: AtomicU64,
+    /// Refusals counted in the last log line, and when the next may be written (ms since epoch).
+    refused_logged: AtomicU64,
+    next_log_ms: AtomicU64,
+    epoch: Instant,
+}
+
+/// A connection counted against its listener's cap until dropped.
+struct Slot(Arc<ListenerGate>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl ListenerGate {
+    pub fn new(name: &'static str, max: usize) -> Arc<ListenerGate> {
+        Arc::new(ListenerGate {
+            name,
+            max,
+            open: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
+            head_timeouts: AtomicU64::new(0),
+            refused_logged: AtomicU64::new(0),
+            next_log_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        })
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Connections refused at the cap so far.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed because their request head did not arrive in time.
+    pub fn head_timeouts(&self) -> u64 {
+        self.head_timeouts.load(Ordering::Relaxed)
+    }
+
+    fn enter(self: &Arc<Self>) -> Option<Slot> {
+        let mut open = self.open.load(Ordering::Acquire);
+        loop {
+            if open >= self.max {
+                self.refuse();
+                return None;
+            }
+            match self.open.compare_exchange_weak(
+                open,
+                open + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(Slot(self.clone())),
+                Err(now) => open = now,
+            }
+        }
+    }
+
+    /// Counts a refusal; logs the refusals since the last line, at most once per
+    /// [`REFUSAL_LOG_INTERVAL`].
+    fn refuse(&self) {
+        let total = self.refused.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let next = self.next_log_ms.load(Ordering::Acquire);
+        let interval = REFUSAL_LOG_INTERVAL.as_millis() as u64;
+        if now >= next
+            && self
+                .next_log_ms
+                .compare_exchange(next, now + interval, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            let since = total - self.refused_logged.swap(total, Ordering::AcqRel);
+            tracing::warn!(
+                listener = self.name,
+                max = self.max,
+                refused = since,
+                "connection limit reached: new connections answered 503 and closed (connections.max / connections.admin_max)"
+            );
+        }
+    }
+}
+
+/// A Pingora HTTP app behind the [`ConnectionLimits`] of one listener.
+pub struct Guarded<A> {
+    app: Arc<A>,
+    limits: ConnectionLimits,
+    gate: Arc<ListenerGate>,
+}
+
+impl<A> Guarded<A> {
+    pub fn new(app: A, limits: ConnectionLimits, gate: Arc<ListenerGate>) -> Self {
+        Guarded {
+            app: Arc::new(app),
+            limits,
+            gate,
+        }
+    }
+}
+
+/// How reading one request head ended.
+enum Head {
+    /// A complete head (perhaps malformed: Pingora judges), with any bytes after it.
+    Complete(BytesMut),
+    /// The client closed, went idle between requests, or the server is stopping.
+    Gone,
+    /// The deadline passed; `partial`: part of a head had come.
+    TimedOut {
+        partial: bool,
+    },
+    TooLarge,
+}
+
+#[async_trait]
+impl<A> ServerApp for Guarded<A>
+where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    async fn process_new(
+        self: &Arc<Self>,
+        mut stream: Stream,
+        shutdown: &ShutdownWatch,
+    ) -> Option<Stream> {
+        let Some(_slot) = self.gate.enter() else {
+            reply(&mut stream, "503 Service Unavailable", "Retry-After: 1\r\n").await;
+            return None;
+        };
+        let mut persistent: Option<HttpPersistentSettings> = None;
+        let mut first = true;
+        loop {
+            let head = match self.read_head(&mut stream, first, shutdown).await {
+                Head::Complete(head) => head,
+                Head::Gone => return None,
+                Head::TimedOut { partial } => {
+                    self.gate.head_timeouts.fetch_add(1, Ordering::Relaxed);
+                    if partial {
+                        reply(&mut stream, "408 Request Timeout", "").await;
+                    }
+                    return None;
+                }
+                Head::TooLarge => {
+                    reply(&mut stream, "431 Request Header Fields Too Large", "").await;
+                    return None;
+                }
+            };
+            let mut session = ServerSession::new_http1(stream);
+            match persistent.take() {
+                Some(settings) => settings.apply_to_session(&mut session),
+                None => {
+                    // What Pingora sets on a new connection, with our keep-alive timeout.
+                    let keepalive = (!*shutdown.borrow())
+                        .then(|| self.limits.keepalive_timeout.as_secs().max(1));
+                    session.set_keepalive(keepalive);
+                    session.set_keepalive_reuses_remaining(
+                        self.app
+                            .server_options()
+                            .and_then(|o| o.keepalive_request_limit),
+                    );
+                }
+            }
+            session.set_pipelined_prefix(head);
+            session.set_read_timeout(Some(self.limits.body_idle_timeout));
+            session.set_write_timeout(Some(self.limits.body_idle_timeout));
+            let reused = self.app.process_new_http(session, shutdown).await?;
+            (stream, persistent) = reused.consume();
+            first = false;
+        }
+    }
+
+    async fn cleanup(&self) {
+        self.app.http_cleanup().await;
+    }
+}
+
+impl<A> Guarded<A> {
+    /// Reads one request head within `head_timeout`: counted from now on a new connection, from
+    /// the first byte on a kept-alive one (which may first sit idle for `keepalive_timeout`).
+    async fn read_head(&self, stream: &mut Stream, first: bool, shutdown: &ShutdownWatch) -> Head {
+        let mut stopping = shutdown.clone();
+        let stopping = stopping.wait_for(|stop| *stop);
+        tokio::pin!(stopping);
+        let mut head = BytesMut::new();
+        if !first {
+            head.reserve(HEAD_CHUNK);
+            tokio::select! {
+                biased;
+                read = tokio::time::timeout(self.limits.keepalive_timeout, stream.read_buf(&mut head)) => {
+                    match read {
+                        Ok(Ok(n)) if n > 0 => {}
+                        _ => return Head::Gone,
+                    }
+                }
+                _ = &mut stopping => return Head::Gone,
+            }
+        }
+        let deadline = tokio::time::Instant::now() + self.limits.head_timeout;
+        let mut scanned = 0;
+        loop {
+            if head_end(&head, &mut scanned) {
+                return Head::Complete(head);
+            }
+            if head.len() > MAX_HEAD {
+                return Head::TooLarge;
+            }
+            // Never more than one byte past the limit: what follows a head stays in the socket
+            // for Pingora (a body), and a head over the limit is found whatever the reads' sizes.
+            let room = MAX_HEAD + 1 - head.len();
+            if head.capacity() == head.len() {
+                head.reserve(HEAD_CHUNK.min(room));
+            }
+            let mut window = (&mut head).limit(room);
+            tokio::select! {
+                biased;
+                read = tokio::time::timeout_at(deadline, stream.read_buf(&mut window)) => {
+                    match read {
+                        Ok(Ok(n)) if n > 0 => {}
+                        Ok(_) => return Head::Gone,
+                        Err(_) => return Head::TimedOut { partial: !head.is_empty() },
+                    }
+                }
+                _ = &mut stopping => return Head::Gone,
+            }
+        }
+    }
+}
+
+/// Whether `buf` holds a whole request head: an empty line after the first non-empty one (a
+/// request may be preceded by empty lines, RFC 9112 §2.2; lines may end in a bare LF, as
+/// Pingora's parser accepts). `scanned`: how far earlier calls looked.
+fn head_end(buf: &[u8], scanned: &mut usize) -> bool {
+    let Some(start) = buf.iter().position(|b| *b != b'\r' && *b != b'\n') else {
+        return false;
+    };
+    let from = (*scanned).saturating_sub(2).max(start);
+    *scanned = buf.len();
+    let rest = &buf[from..];
+    rest.windows(2).any(|w| w == b"\n\n") || rest.windows(3).any(|w| w == b"\n\r\n")
+}
+
+/// Best effort: a short response that closes the connection. What the client sent meanwhile is
+/// read and dropped for a moment (a lingering close, as nginx does): closing a socket with unread
+/// data resets the connection, and the client may then lose the response.
+async fn reply(stream: &mut Stream, status: &str, extra_headers: &str) {
+    let text = format!(
+        "HTTP/1.1 {status}\r\nContent-Length: 0\r\n{extra_headers}Connection: close\r\n\r\n"
+    );
+    let _ = tokio::time::timeout(REPLY_TIMEOUT, async {
+        stream.write_all(text.as_bytes()).await?;
+        stream.flush().await?;
+        stream.shutdown().await
+    })
+    .await;
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut sink = [0u8; 1024];
+        let mut left = LINGER_BYTES;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ends(chunks: &[&[u8]]) -> Vec<bool> {
+        let mut buf = Vec::new();
+        let mut scanned = 0;
+        chunks
+            .iter()
+            .map(|c| {
+                buf.extend_from_slice(c);
+                head_end(&buf, &mut scanned)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_end_of_a_head_is_found_across_reads() {
+        assert_eq!(
+            ends(&[b"GET / HTTP/1.1\r\nHost: a\r", b"\n\r", b"\n"]),
+            [false, false, true]
+        );
+        assert_eq!(ends(&[b"GET / HTTP/1.1\nHost: a\n", b"\n"]), [false, true]);
+        assert_eq!(
+            ends(&[b"\r\n\r\n", b"GET / HTTP/1.1\r\n\r\n"]),
+            [false, true]
+        );
+        assert_eq!(ends(&[b"GET / HTTP/1.1\r\nX: y\r\n"]), [false]);
+    }
+
+    #[test]
+    fn the_gate_counts_refuses_and_frees() {
+        let gate = ListenerGate::new("proxy", 2);
+        let a = gate.enter().unwrap();
+        let _b = gate.enter().unwrap();
+        assert!(gate.enter().is_none());
+        assert_eq!((gate.open(), gate.refused()), (2, 1));
+        drop(a);
+        assert!(gate.enter().is_some());
+        assert_eq!(gate.open(), 1, "the new slot was dropped at once");
+    }
+}

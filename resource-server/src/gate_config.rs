@@ -1,0 +1,476 @@
+//! The gate's part of a binary's YAML, the same in the proxy and the example API:
+//! `token_source`, `introspection`, `jwt` and `routes` ([`GateConfig`]), resolved in one place,
+//! with the binary's environment variables, into [`GateSettings`]: plain data, from which
+//! [`crate::Gate::build`] makes the gate.
+//!
+//! The variables, for a binary whose prefix is `PROXY` or `EXAMPLE_API`:
+//! `<PREFIX>_TOKEN_SOURCE`, `<PREFIX>_INTROSPECTION_URL`, `<PREFIX>_AUTH_TOKEN` (replaces any
+//! client credentials of the file), `<PREFIX>_CLIENT_ID`, `<PREFIX>_CLIENT_SECRET`. Empty values
+//! are ignored.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::checker::CacheSettings;
+use crate::forwarded::ProxySecret;
+use crate::introspection::{ClientAuth, IntrospectionSettings};
+use crate::jwt::JwtSettings;
+use crate::jwt::raw::RawJwt;
+use crate::rules::{RouteSpec, Rules, RulesError};
+use crate::settings::{RawIntrospection, SettingError};
+
+/// How a deployment establishes who is calling (`token_source`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TokenSource {
+    /// RFC 7662 introspection (cached): revocation seen within the cache's `max_ttl`.
+    #[default]
+    Introspection,
+    /// Local JWT validation only: no call per token; revocation not seen before `exp`.
+    Jwt,
+    /// JWT-shaped tokens validated locally, any other token introspected.
+    JwtOrIntrospection,
+    /// The sidecar proxy checked the token; its `X-Auth-*` headers are believed (the example API
+    /// behind the proxy; never the proxy itself).
+    BehindProxy,
+    /// **Unsafe, benchmarks only**: nothing is checked (the example API only).
+    Unchecked,
+}
+
+impl TokenSource {
+    pub const NAMES: &'static str =
+        "introspection, jwt, jwt_or_introspection, behind_proxy or none";
+
+    /// The name written in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenSource::Introspection => "introspection",
+            TokenSource::Jwt => "jwt",
+            TokenSource::JwtOrIntrospection => "jwt_or_introspection",
+            TokenSource::BehindProxy => "behind_proxy",
+            TokenSource::Unchecked => "none",
+        }
+    }
+
+    /// The old spelling of the example API's `mode` setting this name is, if any: accepted,
+    /// with a deprecation warning.
+    fn alias(name: &str) -> Option<TokenSource> {
+        match name {
+            "introspect" => Some(TokenSource::Introspection),
+            "jwt-or-introspect" => Some(TokenSource::JwtOrIntrospection),
+            "behind-proxy" => Some(TokenSource::BehindProxy),
+            _ => None,
+        }
+    }
+
+    /// Whether tokens are validated locally (a `jwt:` section is needed).
+    pub fn uses_jwt(self) -> bool {
+        matches!(self, TokenSource::Jwt | TokenSource::JwtOrIntrospection)
+    }
+
+    /// Whether some tokens are introspected (an `introspection:` section is needed).
+    pub fn uses_introspection(self) -> bool {
+        matches!(
+            self,
+            TokenSource::Introspection | TokenSource::JwtOrIntrospection
+        )
+    }
+
+    /// Whether the bearer token itself is checked (so the process may listen on any address).
+    pub fn checks_tokens(self) -> bool {
+        self.uses_jwt() || self.uses_introspection()
+    }
+}
+
+impl fmt::Display for TokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TokenSource {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let all = [
+            TokenSource::Introspection,
+            TokenSource::Jwt,
+            TokenSource::JwtOrIntrospection,
+            TokenSource::BehindProxy,
+            TokenSource::Unchecked,
+        ];
+        if let Some(source) = all.into_iter().find(|k| k.as_str() == s) {
+            return Ok(source);
+        }
+        if let Some(source) = TokenSource::alias(s) {
+            tracing::warn!(
+                "token source {s:?} is the old spelling of {:?}: it still works, but write the \
+                 new one",
+                source.as_str()
+            );
+            return Ok(source);
+        }
+        Err(format!("expected {}", TokenSource::NAMES))
+    }
+}
+
+/// The gate's keys of a binary's YAML file as written. Each binary's file declares these four
+/// keys beside its own (serde cannot flatten them and still refuse unknown keys) and hands them
+/// over in this struct.
+#[derive(Debug, Default)]
+pub struct GateConfig {
+    pub token_source: Option<String>,
+    pub introspection: Option<RawIntrospection>,
+    pub jwt: Option<RawJwt>,
+    pub routes: Vec<RouteSpec>,
+}
+
+/// Where the gate's environment variables come from: the binary's prefix and a lookup (the
+/// process environment, or a map in tests).
+pub struct GateEnv<'a> {
+    pub prefix: &'a str,
+    pub get: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl GateEnv<'_> {
+    /// `<PREFIX>_<name>`, when set and not empty, with the variable's name.
+    fn var(&self, name: &str) -> Option<(String, String)> {
+        let var = format!("{}_{name}", self.prefix);
+        (self.get)(&var)
+            .filter(|v| !v.is_empty())
+            .map(|value| (var, value))
+    }
+}
+
+/// A gate setting that does not do: the shared error (dotted key, value, problem) and the
+/// environment variable the value came from, if it did. Each binary words it in its own error.
+#[derive(Debug)]
+pub enum GateError {
+    Setting {
+        error: SettingError,
+        env: Option<String>,
+    },
+    Rules(RulesError),
+}
+
+impl From<SettingError> for GateError {
+    fn from(error: SettingError) -> GateError {
+        GateError::Setting { error, env: None }
+    }
+}
+
+fn invalid(
+    field: &str,
+    env: Option<String>,
+    value: impl Into<String>,
+    problem: impl Into<String>,
+) -> GateError {
+    GateError::Setting {
+        error: SettingError {
+            field: field.to_owned(),
+            value: value.into(),
+            problem: problem.into(),
+        },
+        env,
+    }
+}
+
+/// The introspection client's settings and its cache's, resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IntrospectionConfig {
+    pub settings: IntrospectionSettings,
+    pub cache: CacheSettings,
+}
+
+/// The gate, validated and resolved, before anything is built (no I/O).
+#[derive(Clone, Debug)]
+pub struct GateSettings {
+    pub token_source: TokenSource,
+    /// `Some` exactly when the token source introspects.
+    pub introspection: Option<IntrospectionConfig>,
+    /// `Some` whenever the file has a `jwt:` section (checked even when unused, so that a switch
+    /// of token source finds no surprise).
+    pub jwt: Option<JwtSettings>,
+    /// `introspection.leeway` (default 5 s): the checker's, and in behind-proxy mode the one
+    /// applied to `X-Auth-Expires`.
+    pub leeway: Duration,
+    /// In behind-proxy mode, the secret by which the proxy proves itself (required to build the
+    /// gate). Each binary reads it its own way.
+    pub proxy_secret: Option<ProxySecret>,
+    pub rules: Rules,
+}
+
+impl GateConfig {
+    /// Validates the section and resolves it with the environment; `file` names it in messages,
+    /// `default_source` is the binary's token source when neither file nor environment give one.
+    pub fn resolve(
+        self,
+        file: &str,
+        default_source: TokenSource,
+        env: &GateEnv<'_>,
+    ) -> Result<GateSettings, GateError> {
+        let token_source = match env.var("TOKEN_SOURCE") {
+            Some((var, value)) => value
+                .parse()
+                .map_err(|m: String| invalid("token_source", Some(var), value, m))?,
+            None => match &self.token_source {
+                Some(value) => value
+                    .parse()
+                    .map_err(|m: String| invalid("token_source", None, value, m))?,
+                None => default_source,
+            },
+        };
+        let jwt = self.jwt.map(|raw| raw.settings()).transpose()?;
+        if token_source.uses_jwt() && jwt.is_none() {
+            return Err(invalid(
+                "jwt",
+                None,
+                "(missing)",
+                format!(
+                    "token_source {token_source} needs the jwt section (jwks_url, issuer, audience)"
+                ),
+            ));
+        }
+        let leeway = match &self.introspection {
+            Some(raw) => raw.policy()?.leeway,
+            None => crate::AnswerPolicy::DEFAULT_LEEWAY,
+        };
+        let introspection = match (token_source.uses_introspection(), self.introspection) {
+            (false, _) => None,
+            (true, Some(raw)) => Some(introspection(raw, env)?),
+            (true, None) => {
+                return Err(invalid(
+                    "introspection",
+                    None,
+                    "(missing)",
+                    format!(
+                        "required with token_source {token_source} (only token_source jwt does \
+                         without)"
+                    ),
+                ));
+            }
+        };
+        let rules = Rules::from_routes(self.routes, file).map_err(GateError::Rules)?;
+        Ok(GateSettings {
+            token_source,
+            introspection,
+            jwt,
+            leeway,
+            proxy_secret: None,
+            rules,
+        })
+    }
+}
+
+/// The `introspection:` section with its environment variables: endpoint, credentials, then the
+/// timeouts, cache and policy with the one set of defaults ([`RawIntrospection::resolve`]).
+fn introspection(
+    raw: RawIntrospection,
+    env: &GateEnv<'_>,
+) -> Result<IntrospectionConfig, GateError> {
+    let (url_env, url) = match env.var("INTROSPECTION_URL") {
+        Some((var, value)) => (Some(var), Some(value)),
+        None => (None, raw.url.clone()),
+    };
+    let Some(url) = url else {
+        return Err(invalid(
+            "introspection.url",
+            url_env,
+            "(missing)",
+            "the introspection endpoint's URL is required",
+        ));
+    };
+    let url_ok = (url.starts_with("http://") || url.starts_with("https://"))
+        && url.len() > "https://".len()
+        && !url.contains(char::is_whitespace);
+    if !url_ok {
+        return Err(invalid(
+            "introspection.url",
+            url_env,
+            url,
+            "expected an http:// or https:// URL",
+        ));
+    }
+    let auth = credentials(&raw, env)?;
+    let (settings, cache) = raw.resolve(url, auth)?;
+    Ok(IntrospectionConfig { settings, cache })
+}
+
+/// How the gate authenticates to the introspection endpoint. `<PREFIX>_AUTH_TOKEN` is the
+/// deployment's final word: it replaces whatever credentials the file gives.
+fn credentials(raw: &RawIntrospection, env: &GateEnv<'_>) -> Result<ClientAuth, GateError> {
+    if let Some((_, token)) = env.var("AUTH_TOKEN") {
+        return Ok(ClientAuth::Bearer(token));
+    }
+    let pick = |name: &str, from_file: &Option<String>| match env.var(name) {
+        Some((var, value)) => Some((Some(var), value)),
+        None => from_file
+            .clone()
+            .filter(|v| !v.is_empty())
+            .map(|v| (None, v)),
+    };
+    let token = raw.auth_token.clone().filter(|t| !t.is_empty());
+    let id = pick("CLIENT_ID", &raw.client_id);
+    let secret = pick("CLIENT_SECRET", &raw.client_secret);
+    let prefix = env.prefix;
+    match (token, id, secret) {
+        (Some(t), None, None) => Ok(ClientAuth::Bearer(t)),
+        (None, Some((_, client_id)), Some((_, client_secret))) => Ok(ClientAuth::ClientSecret {
+            client_id,
+            client_secret,
+        }),
+        (Some(_), _, _) => Err(invalid(
+            "introspection.auth_token",
+            None,
+            "(hidden)",
+            "set either auth_token or client_id + client_secret, not both",
+        )),
+        (None, Some((var, client_id)), None) => Err(invalid(
+            "introspection.client_secret",
+            None,
+            "(missing)",
+            format!(
+                "client_id {client_id:?}{} needs client_secret (or env {prefix}_CLIENT_SECRET)",
+                var.map(|v| format!(" (from {v})")).unwrap_or_default()
+            ),
+        )),
+        (None, None, Some((var, _))) => Err(invalid(
+            "introspection.client_id",
+            var,
+            "(missing)",
+            format!("client_secret needs client_id (or env {prefix}_CLIENT_ID)"),
+        )),
+        (None, None, None) => Err(invalid(
+            "introspection",
+            None,
+            "(no credentials)",
+            format!(
+                "set auth_token (env {prefix}_AUTH_TOKEN) or client_id + client_secret (env \
+                 {prefix}_CLIENT_SECRET)"
+            ),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn config(yaml: &str) -> GateConfig {
+        #[derive(serde::Deserialize)]
+        struct File {
+            token_source: Option<String>,
+            introspection: Option<RawIntrospection>,
+            jwt: Option<RawJwt>,
+            #[serde(default)]
+            routes: Vec<RouteSpec>,
+        }
+        let f: File = serde_yaml_ng::from_str(yaml).unwrap();
+        GateConfig {
+            token_source: f.token_source,
+            introspection: f.introspection,
+            jwt: f.jwt,
+            routes: f.routes,
+        }
+    }
+
+    fn resolve(yaml: &str, vars: &[(&str, &str)]) -> Result<GateSettings, GateError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let get = move |k: &str| vars.get(k).cloned();
+        config(yaml).resolve(
+            "g.yaml",
+            TokenSource::Introspection,
+            &GateEnv {
+                prefix: "PROXY",
+                get: &get,
+            },
+        )
+    }
+
+    fn field(e: GateError) -> (String, Option<String>) {
+        match e {
+            GateError::Setting { error, env } => (error.field, env),
+            GateError::Rules(r) => panic!("{r}"),
+        }
+    }
+
+    const URL: &str = "introspection: {url: 'http://a/i/', client_id: c, client_secret: s}\n";
+
+    #[test]
+    fn one_enum_with_the_old_spellings_as_aliases() {
+        for (name, source) in [
+            ("introspection", TokenSource::Introspection),
+            ("introspect", TokenSource::Introspection),
+            ("jwt", TokenSource::Jwt),
+            ("jwt_or_introspection", TokenSource::JwtOrIntrospection),
+            ("jwt-or-introspect", TokenSource::JwtOrIntrospection),
+            ("behind_proxy", TokenSource::BehindProxy),
+            ("behind-proxy", TokenSource::BehindProxy),
+            ("none", TokenSource::Unchecked),
+        ] {
+            assert_eq!(name.parse(), Ok(source), "{name}");
+            assert_eq!(source.as_str().parse(), Ok(source));
+        }
+        assert!("JWT".parse::<TokenSource>().is_err());
+    }
+
+    #[test]
+    fn credentials_and_endpoint_come_from_the_environment_first() {
+        let s = resolve(
+            URL,
+            &[
+                ("PROXY_INTROSPECTION_URL", "http://b/i/"),
+                ("PROXY_CLIENT_SECRET", "env-secret"),
+            ],
+        )
+        .unwrap();
+        let i = s.introspection.unwrap().settings;
+        assert_eq!(i.url, "http://b/i/");
+        assert_eq!(
+            i.auth,
+            ClientAuth::ClientSecret {
+                client_id: "c".into(),
+                client_secret: "env-secret".into()
+            }
+        );
+        let s = resolve(URL, &[("PROXY_AUTH_TOKEN", "t")]).unwrap();
+        assert_eq!(
+            s.introspection.unwrap().settings.auth,
+            ClientAuth::Bearer("t".into())
+        );
+        let e = resolve(URL, &[("PROXY_INTROSPECTION_URL", "ftp://x")]).unwrap_err();
+        assert_eq!(
+            field(e),
+            (
+                "introspection.url".into(),
+                Some("PROXY_INTROSPECTION_URL".into())
+            )
+        );
+    }
+
+    #[test]
+    fn each_source_requires_its_sections() {
+        assert_eq!(field(resolve("{}", &[]).unwrap_err()).0, "introspection");
+        assert_eq!(
+            field(resolve("token_source: jwt", &[]).unwrap_err()).0,
+            "jwt"
+        );
+        let s = resolve("token_source: behind_proxy", &[]).unwrap();
+        assert_eq!(
+            (s.token_source, s.introspection, s.leeway),
+            (TokenSource::BehindProxy, None, Duration::from_secs(5))
+        );
+        let e = resolve(URL, &[("PROXY_TOKEN_SOURCE", "jwt-only")]).unwrap_err();
+        assert_eq!(
+            field(e),
+            ("token_source".into(), Some("PROXY_TOKEN_SOURCE".into()))
+        );
+        let e = resolve("introspection: {client_id: c, client_secret: s}", &[]).unwrap_err();
+        assert_eq!(field(e).0, "introspection.url");
+        let e = resolve("introspection: {url: 'http://a/i/', client_id: c}", &[]).unwrap_err();
+        assert_eq!(field(e).0, "introspection.client_secret");
+    }
+}
