@@ -19,7 +19,7 @@ ROOT = pathlib.Path(os.environ.get("MODULE_GRAPH_ROOT") or pathlib.Path(__file__
 # layers below it, never one above. `lib.rs`/`main.rs` stand above everything.
 LAYERS = {
     "resource-server": [
-        ["bearer", "claims", "identity", "policy", "introspection", "outage"],
+        ["bearer", "claims", "identity", "policy", "introspection", "outage", "yaml"],
         ["rules"],
         ["decision", "checker", "forwarded"],
         ["jwt", "settings"],
@@ -33,7 +33,7 @@ LAYERS = {
         ["routes"],
     ],
     "proxy": [
-        ["headers", "drain", "metrics"],
+        ["headers", "drain", "metrics", "app_probes", "downstream"],
         ["config", "inject"],
         ["state"],
         ["gateway", "admin", "background"],
