@@ -6,7 +6,13 @@
 #     a random secret when missing, mode 0600); an existing client whose secret differs gets
 #     this one (`app delete` + `app create`), so the proxy and the database always agree;
 #   - an administrator `admin` when there is no user yet, with ADMIN_PASSWORD or a random
-#     password printed once to the log.
+#     password printed once to the log;
+#   - when AUTHSERVER_SECRETS_SYSTEM_FILE names a missing file: a random secret there (0600),
+#     which the JWT signing keys are encrypted with (before any authserver command reads it);
+#   - on PostgreSQL, when API_DATABASE_PASSWORD or API_DATABASE_PASSWORD_FILE is set (the file
+#     created with a random password when missing, 0600): the example API's login role
+#     API_DATABASE_ROLE (default tokengate_api), limited to the user and group tables
+#     (`authserver api-role`; the authserver's database user needs CREATEROLE).
 # The authserver settings (AUTHSERVER_DATABASE_URL, ...) come from the environment as usual.
 set -euo pipefail
 AUTHSERVER=${AUTHSERVER:-authserver}
@@ -14,13 +20,24 @@ CLIENT_ID=tokengate-proxy
 
 random_secret() { head -c 32 /dev/urandom | base64 | tr -d '\n=' | tr '+/' '-_'; }
 
+# A new file of a random name (mktemp: created exclusively, 0600), never one planted there.
+new_secret_file() {
+  local tmp
+  tmp=$(mktemp "$1.XXXXXX")
+  random_secret > "$tmp" && mv "$tmp" "$1"
+}
+
+kek_file=${AUTHSERVER_SECRETS_SYSTEM_FILE:-}
+if [ -n "$kek_file" ] && [ ! -s "$kek_file" ]; then
+  new_secret_file "$kek_file"
+  echo "bootstrap: new key-encryption secret in $kek_file"
+fi
+
 secret=${PROXY_CLIENT_SECRET:-}
 if [ -z "$secret" ]; then
   file=${PROXY_CLIENT_SECRET_FILE:?set PROXY_CLIENT_SECRET or PROXY_CLIENT_SECRET_FILE}
   if [ ! -s "$file" ]; then
-    # A new file of a random name (mktemp: created exclusively, 0600), never one planted there.
-    tmp=$(mktemp "$file.XXXXXX")
-    random_secret > "$tmp" && mv "$tmp" "$file"
+    new_secret_file "$file"
     echo "bootstrap: new proxy client secret in $file"
   fi
   secret=$(cat "$file")
@@ -43,6 +60,19 @@ else
   "$AUTHSERVER" app delete "$CLIENT_ID" >/dev/null
   register
   echo "bootstrap: $CLIENT_ID registered again with the given secret"
+fi
+
+api_password=${API_DATABASE_PASSWORD:-}
+api_file=${API_DATABASE_PASSWORD_FILE:-}
+if [ -z "$api_password" ] && [ -n "$api_file" ]; then
+  if [ ! -s "$api_file" ]; then
+    new_secret_file "$api_file"
+    echo "bootstrap: new example API database password in $api_file"
+  fi
+  api_password=$(cat "$api_file")
+fi
+if [ -n "$api_password" ]; then
+  "$AUTHSERVER" api-role "${API_DATABASE_ROLE:-tokengate_api}" <<<"$api_password"
 fi
 
 if [ "$("$AUTHSERVER" user list --json)" = "[]" ]; then

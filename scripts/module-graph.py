@@ -33,7 +33,8 @@ LAYERS = {
         ["routes"],
     ],
     "proxy": [
-        ["headers", "drain", "metrics", "app_probes", "downstream"],
+        ["downstream"],
+        ["headers", "drain", "metrics", "app_probes"],
         ["config", "inject"],
         ["state"],
         ["gateway", "admin", "background"],

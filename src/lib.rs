@@ -75,11 +75,17 @@ pub struct Stack {
     tasks: Vec<JoinHandle<std::io::Result<()>>>,
 }
 
-/// The application the proxy introspects with; its secret is kept in [`PROXY_SECRET_FILE`] in
-/// the data directory.
+/// The application the proxy introspects with: `tokengate-proxy-<random>`, one per data
+/// directory, its id kept in [`PROXY_CLIENT_ID_FILE`] and its secret in [`PROXY_SECRET_FILE`]
+/// there (a data directory from before keeps plain `tokengate-proxy`).
 pub const PROXY_CLIENT_ID: &str = "tokengate-proxy";
+/// The file in the data directory holding the proxy's introspection client id (mode 0600).
+pub const PROXY_CLIENT_ID_FILE: &str = "proxy-client.id";
 /// The file in the data directory holding the proxy's introspection secret (mode 0600).
 pub const PROXY_SECRET_FILE: &str = "proxy-client.secret";
+/// The file in the data directory holding the secret the signing keys are encrypted with when
+/// neither `AUTHSERVER_SECRETS_SYSTEM` nor `AUTHSERVER_SECRETS_SYSTEM_FILE` is set (mode 0600).
+pub const SECRETS_SYSTEM_FILE: &str = "secrets-system";
 
 /// Starts the authorization server and the example API on their listen addresses (port 0 = any
 /// free port), then the proxy in front of both.
@@ -100,9 +106,13 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         })?;
     // The example API believes the proxy's identity headers, and the authorization server its
     // X-Forwarded-For, only with this per-start secret, which the proxy adds and strips from
-    // clients: not from any other process that reaches their loopback ports.
-    let proxy_proof = resource_server::ProxySecret::new(&authserver::secrets::random_token())
-        .map_err(anyhow::Error::msg)?;
+    // clients: not from any other process that reaches their loopback ports. One the operator
+    // gave the example API (EXAMPLE_API_PROXY_SECRET) is kept.
+    let proxy_proof = match config.api.gate.proxy_secret.clone() {
+        Some(given) => given,
+        None => resource_server::ProxySecret::new(&authserver::secrets::random_token())
+            .map_err(anyhow::Error::msg)?,
+    };
     config.api.gate.proxy_secret = Some(proxy_proof.clone());
     if config.authserver.trusted_proxies.is_empty() {
         // The proxy reaches the authorization server over loopback (the authserver's own
@@ -111,16 +121,25 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
     }
     config.authserver.proxy_secret = Some(proxy_proof.clone());
     if let Some(issuer) = front_door_issuer(&config.authserver.issuer, config.proxy.listen) {
-        tracing::info!(%issuer, "the issuer follows the front door's address");
-        config.authserver.issuer = issuer;
+        tracing::info!(%issuer, "the issuer (and a defaulted JWT audience) follows the front door's address");
+        config.authserver.set_issuer(issuer);
     }
+    let key_encryption = match config.authserver.key_encryption.clone() {
+        Some(kek) => kek,
+        None => bootstrap::key_encryption(&config.data_dir.join(SECRETS_SYSTEM_FILE))?,
+    };
+    config.authserver.key_encryption = Some(key_encryption.clone());
+    store.use_key_encryption(key_encryption).await?;
     let first_run = bootstrap::first_run(&store).await?;
-    let proxy_secret = bootstrap::proxy_secret(
+    let secret_file = config.data_dir.join(PROXY_SECRET_FILE);
+    let proxy_client_id = bootstrap::proxy_client_id(
         &store,
+        &config.data_dir.join(PROXY_CLIENT_ID_FILE),
+        &secret_file,
         PROXY_CLIENT_ID,
-        &config.data_dir.join(PROXY_SECRET_FILE),
     )
     .await?;
+    let proxy_secret = bootstrap::proxy_secret(&store, &proxy_client_id, &secret_file).await?;
 
     let mut stops = Vec::new();
     let mut tasks = Vec::new();
@@ -164,7 +183,7 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         *url = format!("http://{authserver_addr}/{path}");
     }
     introspection.settings.auth = ClientAuth::ClientSecret {
-        client_id: PROXY_CLIENT_ID.into(),
+        client_id: proxy_client_id,
         client_secret: proxy_secret,
     };
     let proxy = tokio::task::spawn_blocking(move || proxy::spawn(config.proxy)).await??;

@@ -252,3 +252,73 @@ async fn the_bootstrap_script_registers_the_proxy_client_once_and_keeps_it_in_st
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// On PostgreSQL (`DATABASE_URL`), as compose runs it: the bootstrap script makes the signing
+/// keys' encryption secret and the example API's database password (both 0600), and the role
+/// it creates lists users but cannot read the signing keys. Run twice, it changes nothing.
+#[tokio::test]
+async fn the_bootstrap_script_gives_the_example_api_a_role_of_its_own() {
+    let (Some(authserver), Some(db)) = (
+        authserver_binary(),
+        authserver::testing::postgres_schema_url().await,
+    ) else {
+        eprintln!("skipped: needs the authserver binary and DATABASE_URL=postgres://…");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "tg-bootstrap-{}",
+        authserver::secrets::random_client_id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let role = format!(
+        "tg_api_{}",
+        authserver::secrets::random_client_id()
+            .to_lowercase()
+            .replace('-', "_")
+    );
+    let (kek, password_file) = (
+        dir.join("secrets-system"),
+        dir.join("api-database.password"),
+    );
+    for _ in 0..2 {
+        let out = Command::new("bash")
+            .arg("deploy/bootstrap.sh")
+            .env("AUTHSERVER", &authserver)
+            .env("AUTHSERVER_DATABASE_URL", &db)
+            .env("AUTHSERVER_SECRETS_SYSTEM_FILE", &kek)
+            .env("PROXY_CLIENT_SECRET_FILE", dir.join("proxy-client.secret"))
+            .env("API_DATABASE_PASSWORD_FILE", &password_file)
+            .env("API_DATABASE_ROLE", &role)
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for file in [&kek, &password_file] {
+            let mode = std::fs::metadata(file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "{} is the owner's only", file.display());
+        }
+    }
+    let password = std::fs::read_to_string(&password_file).unwrap();
+    let (scheme, rest) = db.split_once("://").unwrap();
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    let api_url = format!("{scheme}://{role}:{}@{host}", password.trim());
+    let api = authserver::store::Store::connect(&api_url).await.unwrap();
+    assert_eq!(api.list_users().await.unwrap()[0].username, "admin");
+    let refused = sqlx::query("SELECT private_key FROM signing_keys")
+        .execute(api.pool())
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("permission denied"),
+        "{refused}"
+    );
+    api.pool().close().await;
+    let admin = authserver::store::Store::connect(&db).await.unwrap();
+    for cleanup in [format!("DROP OWNED BY {role}"), format!("DROP ROLE {role}")] {
+        let _ = sqlx::query(&cleanup).execute(admin.pool()).await;
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

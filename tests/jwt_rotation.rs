@@ -19,15 +19,50 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Part `index` of a JWT (0 the header, 1 the claims), decoded.
+fn part(token: &str, index: usize) -> serde_json::Value {
+    use base64::Engine;
+    let part = token.split('.').nth(index).unwrap();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(part)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
 /// The `kid` of a JWT's header.
 fn kid(token: &str) -> String {
-    use base64::Engine;
-    let header = token.split('.').next().unwrap();
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(header)
-        .unwrap();
-    let header: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-    header["kid"].as_str().unwrap().to_owned()
+    part(token, 0)["kid"].as_str().unwrap().to_owned()
+}
+
+/// With the front door on a fixed port, the issuer moves there, and a defaulted audience with
+/// it: a token's `aud` names the stack that issued it (it named the shipped 127.0.0.1:8000).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_audience_follows_the_front_doors_issuer() {
+    let dir = std::env::temp_dir().join(format!(
+        "tg-aud-{}",
+        authserver::secrets::random_client_id()
+    ));
+    let database_url = format!("sqlite://{}/authserver.db", dir.display());
+    let mut config = stack_config(&database_url, &[("AUTHSERVER_ACCESS_TOKEN_FORMAT", "jwt")]);
+    let front_door = format!("127.0.0.1:{}", free_port());
+    config.proxy.listen = front_door.parse().unwrap();
+    let stack = tokengate::start(config).await.unwrap();
+    let first = stack.first_run.clone().unwrap();
+    let base = format!("http://{front_door}");
+    let (status, body) = password_grant(
+        &reqwest::Client::new(),
+        &base,
+        (&first.client_id, &first.client_secret),
+        (&first.admin_username, &first.admin_password),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let claims = part(body["access_token"].as_str().unwrap(), 1);
+    assert_eq!(claims["iss"], base.as_str(), "{claims}");
+    assert_eq!(claims["aud"], base.as_str(), "{claims}");
+    stack.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

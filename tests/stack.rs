@@ -5,9 +5,11 @@
 
 mod common;
 
+use authserver::store::CLIENT_CACHE_TTL;
 use common::{client_credentials_token, password_grant, stack_config as config};
 use reqwest::StatusCode;
 use serde_json::Value;
+use std::time::Duration;
 
 async fn token(
     http: &reqwest::Client,
@@ -142,6 +144,14 @@ async fn a_second_stack_on_the_same_data_leaves_the_first_serving() {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600, "the secret file is the owner's only");
+        // So is the secret the signing keys are encrypted with, made on the first start.
+        let kek = dir.join(tokengate::SECRETS_SYSTEM_FILE);
+        let mode = std::fs::metadata(&kek).unwrap().permissions().mode();
+        assert_eq!(
+            mode & 0o777,
+            0o600,
+            "the key-encryption secret is the owner's only"
+        );
     }
 
     let second = tokengate::start(config(&database_url, &[])).await.unwrap();
@@ -163,6 +173,92 @@ async fn a_second_stack_on_the_same_data_leaves_the_first_serving() {
     }
     second.shutdown().await;
     first.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A fresh token through each stack's front door works: each proxy introspects with credentials
+/// that still open its client.
+async fn each_serves(stacks: &[&tokengate::Stack], run: &tokengate::FirstRun) {
+    let http = reqwest::Client::new();
+    let client = (run.client_id.as_str(), run.client_secret.as_str());
+    let admin = (run.admin_username.as_str(), run.admin_password.as_str());
+    for stack in stacks {
+        let base = format!("http://{}", stack.front_door);
+        let fresh = token(&http, &base, client, admin, None).await;
+        let response = http
+            .get(format!("{base}/users/"))
+            .bearer_auth(&fresh)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "stack at {base}");
+    }
+}
+
+/// Two stacks on one database, each with a data directory of its own, each register their own
+/// proxy client: neither rotates the other's secret, also when one restarts (the second used to
+/// re-register the one `tokengate-proxy`, and the first's front door answered 503 to every new
+/// token).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stacks_with_data_directories_of_their_own_on_one_database_both_serve() {
+    for database_url in authserver::testing::all_database_urls().await {
+        let scratch = std::env::temp_dir().join(format!(
+            "tg-stacks-{}",
+            authserver::secrets::random_client_id()
+        ));
+        let with_dir = |name: &str| {
+            let mut config = config(&database_url, &[]);
+            config.data_dir = scratch.join(name);
+            config
+        };
+        let first = tokengate::start(with_dir("a")).await.unwrap();
+        let run = first.first_run.clone().unwrap();
+        let second = tokengate::start(with_dir("b")).await.unwrap();
+        assert!(second.first_run.is_none());
+        // Past the client cache, each authorization server reads the proxy clients afresh.
+        tokio::time::sleep(CLIENT_CACHE_TTL + Duration::from_secs(1)).await;
+        each_serves(&[&first, &second], &run).await;
+        let id = |name: &str| {
+            std::fs::read_to_string(scratch.join(name).join(tokengate::PROXY_CLIENT_ID_FILE))
+                .unwrap()
+        };
+        assert_ne!(id("a"), id("b"));
+        assert!(id("a").starts_with("tokengate-proxy-"), "{}", id("a"));
+        // Restarting the first leaves the second serving, and the first keeps its client.
+        let kept = id("a");
+        first.shutdown().await;
+        let first = tokengate::start(with_dir("a")).await.unwrap();
+        assert_eq!(id("a"), kept);
+        tokio::time::sleep(CLIENT_CACHE_TTL + Duration::from_secs(1)).await;
+        each_serves(&[&first, &second], &run).await;
+        first.shutdown().await;
+        second.shutdown().await;
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
+}
+
+/// A data directory from before one client per directory (its secret kept, no id file) keeps the
+/// client `tokengate-proxy` its secret opens, and serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_from_before_keeps_its_proxy_client() {
+    let dir = std::env::temp_dir().join(format!(
+        "tg-stack-{}",
+        authserver::secrets::random_client_id()
+    ));
+    let database_url = format!("sqlite://{}/authserver.db", dir.display());
+    let store = authserver::testing::connect(&database_url).await;
+    tokengate::bootstrap::proxy_secret(
+        &store,
+        tokengate::PROXY_CLIENT_ID,
+        &dir.join(tokengate::PROXY_SECRET_FILE),
+    )
+    .await
+    .unwrap();
+    let stack = tokengate::start(config(&database_url, &[])).await.unwrap();
+    let id = std::fs::read_to_string(dir.join(tokengate::PROXY_CLIENT_ID_FILE)).unwrap();
+    assert_eq!(id, tokengate::PROXY_CLIENT_ID);
+    each_serves(&[&stack], &stack.first_run.clone().unwrap()).await;
+    stack.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 

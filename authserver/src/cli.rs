@@ -63,6 +63,14 @@ pub enum Command {
     /// The keys that sign JWT access tokens.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// PostgreSQL: create the example API's login role (or give it a new password), limited to
+    /// the user and group tables; the password is read from stdin (at least 32 characters).
+    /// Run by the bootstrap step as the authorization server's database user (needs CREATEROLE).
+    ApiRole {
+        /// The role's name (lower-case letters, digits and _).
+        #[arg(default_value = "tokengate_api")]
+        name: String,
+    },
     /// Delete expired tokens, authorization codes past their reuse window, revoked families
     /// with nothing left, expired browser sessions and signing keys no longer published (what
     /// `serve` does every purge_interval), and print how many of each.
@@ -89,6 +97,9 @@ pub enum KeysCommand {
         #[arg(long)]
         delay: Option<i64>,
     },
+    /// Encrypt every signing key with the first secret of AUTHSERVER_SECRETS_SYSTEM (or its
+    /// file): after putting a new secret first, before removing the old one from the list.
+    Reencrypt,
     /// Delete a key that no longer signs (a compromised one, after `keys rotate --delay 0`):
     /// it leaves the JWKS, and its tokens stop introspecting, within 10 s on every replica.
     Delete {
@@ -310,7 +321,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 redact_url(&settings.database_url)
             )
         })?;
-    match cli.command.unwrap_or(Command::Serve) {
+    let command = cli.command.unwrap_or(Command::Serve);
+    match &settings.key_encryption {
+        Some(kek) => {
+            let sealed = store.use_key_encryption(kek.clone()).await?;
+            if sealed > 0 {
+                tracing::info!(
+                    sealed,
+                    kek = kek.current_id(),
+                    "encrypted the signing keys stored in the clear"
+                );
+            }
+        }
+        None if matches!(command, Command::Serve) && store.has_signing_keys().await? => bail!(
+            "the database holds JWT signing keys, kept encrypted at rest: set {} or {} (Kubernetes: the Secret key secrets-system)",
+            crate::key_encryption::SECRETS_VAR,
+            crate::key_encryption::SECRETS_FILE_VAR
+        ),
+        None => {}
+    }
+    match command {
         Command::Serve => {
             let listener = tokio::net::TcpListener::bind(settings.listen)
                 .await
@@ -333,6 +363,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Group(command) => operators::group(&store, command).await?,
         Command::App(command) => operators::app(&store, &settings, command).await?,
         Command::Keys(command) => keys_command(&store, &settings, command).await?,
+        Command::ApiRole { name } => {
+            crate::store::api_role::check_role_name(&name)
+                .map_err(|problem| anyhow::anyhow!("role name: {problem}"))?;
+            let password = prompt::read_secret("role password", false).await?;
+            if password.chars().count() < 32 || password.chars().any(char::is_control) {
+                bail!("role password (stdin): at least 32 characters, no control characters");
+            }
+            store.grant_api_role(&name, &password).await?;
+            println!("role {name}: may log in, read and write the user and group tables only");
+        }
         Command::Cleartokens { json } => {
             let purged = crate::purge::run(&store, &settings).await?;
             if json {
@@ -419,6 +459,16 @@ async fn keys_command(
             for kid in rotated.pruned {
                 println!("deleted signing key {kid}: every token it signed has expired");
             }
+        }
+        KeysCommand::Reencrypt => {
+            let changed = store.reencrypt_signing_keys().await?;
+            let kek = settings
+                .key_encryption
+                .as_ref()
+                .map_or("", |kek| kek.current_id());
+            println!(
+                "re-encrypted {changed} signing keys under key-encryption key {kek}; every key now opens with the first secret alone"
+            );
         }
         KeysCommand::Delete { kid } => {
             let at = now();

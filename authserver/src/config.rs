@@ -1,11 +1,13 @@
 //! Settings: `config/authserver.yaml` mirrored by serde, then validated, with `AUTHSERVER_*` overrides.
 
 use crate::client_ip::{IpRange, ProxySecret};
+use crate::key_encryption::{KeyEncryption, SECRETS_VAR};
 use crate::oauth::INTROSPECTION_SCOPE;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The config file as written (mirror of the YAML; every key optional with a named default).
 #[derive(Debug, Default, Deserialize)]
@@ -26,6 +28,7 @@ struct RawSettings {
     jwks_max_age: Option<RawDuration>,
     authorization_code_lifetime: Option<RawDuration>,
     purge_interval: Option<RawDuration>,
+    secrets_system_file: Option<String>,
 }
 
 /// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
@@ -72,7 +75,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 15] = [
+const KEYS: [&str; 16] = [
     "listen",
     "issuer",
     "database_url",
@@ -88,11 +91,17 @@ const KEYS: [&str; 15] = [
     "jwks_max_age",
     "authorization_code_lifetime",
     "purge_interval",
+    "secrets_system_file",
 ];
 
 /// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
-/// settings file's path and the CLI's password input.
-pub const OTHER_VARIABLES: [&str; 2] = ["AUTHSERVER_CONFIG", "AUTHSERVER_PASSWORD"];
+/// settings file's path, the CLI's password input, and the secrets that encrypt the signing
+/// keys (never in the settings file).
+pub const OTHER_VARIABLES: [&str; 3] = [
+    "AUTHSERVER_CONFIG",
+    "AUTHSERVER_PASSWORD",
+    crate::key_encryption::SECRETS_VAR,
+];
 
 /// Refuses `AUTHSERVER_*` variables that nothing reads (a typo would otherwise be silently
 /// ignored) and `AUTHSERVER_SCOPES` (a map: declare scopes in the file).
@@ -149,6 +158,9 @@ pub struct Settings {
     pub access_token_format: AccessTokenFormat,
     /// The `aud` claim of JWT access tokens (default: the issuer).
     pub access_token_audience: String,
+    /// Whether `access_token_audience` was left to default, so that it follows the issuer when
+    /// [`Settings::set_issuer`] moves it (the stack's front door).
+    pub access_token_audience_is_issuer: bool,
     /// The `Cache-Control: max-age` of the JWKS, seconds; `keys rotate` waits longer than this
     /// before a new key signs.
     pub jwks_max_age: i64,
@@ -157,6 +169,10 @@ pub struct Settings {
     /// How often `serve` deletes expired tokens, codes, sessions, revoked families and signing
     /// keys (see [`crate::purge`]), seconds, each wait jittered; 0 = never (default 3600).
     pub purge_interval: i64,
+    /// The key-encryption keys of the JWT signing keys, from `AUTHSERVER_SECRETS_SYSTEM` or the
+    /// file of `secrets_system_file` (`AUTHSERVER_SECRETS_SYSTEM_FILE`); none configured: no
+    /// signing key can be stored or read.
+    pub key_encryption: Option<Arc<KeyEncryption>>,
 }
 
 /// What an access token is.
@@ -410,6 +426,7 @@ impl Settings {
         };
 
         let (origin, audience) = pick("access_token_audience", raw.access_token_audience);
+        let access_token_audience_is_issuer = audience.is_none();
         let access_token_audience = match audience {
             None => issuer.clone(),
             Some(text) if !text.trim().is_empty() => text.trim().to_owned(),
@@ -441,6 +458,30 @@ impl Settings {
             })?,
         };
 
+        let (file_origin, secrets_file) = pick("secrets_system_file", raw.secrets_system_file);
+        let key_encryption = match (env(SECRETS_VAR), secrets_file) {
+            (Some(_), Some(path)) => {
+                return Err(fail(
+                    &format!("environment variable {SECRETS_VAR}"),
+                    format!("set either it or {file_origin} (\"{path}\"), not both"),
+                ));
+            }
+            (Some(text), None) => {
+                let origin = format!("environment variable {SECRETS_VAR}");
+                let secrets: Vec<&str> = list_items(&text).collect();
+                let kek = KeyEncryption::from_secrets(&secrets, &origin)
+                    .map_err(|problem| fail(&origin, problem))?;
+                Some(Arc::new(kek))
+            }
+            (None, Some(path)) => {
+                let origin = format!("{file_origin}: file {path}");
+                let kek = KeyEncryption::from_file(Path::new(&path), &origin)
+                    .map_err(|problem| fail(&origin, problem))?;
+                Some(Arc::new(kek))
+            }
+            (None, None) => None,
+        };
+
         Ok(Settings {
             listen,
             issuer,
@@ -453,10 +494,20 @@ impl Settings {
             proxy_secret,
             access_token_format,
             access_token_audience,
+            access_token_audience_is_issuer,
             jwks_max_age,
             authorization_code_lifetime,
             purge_interval,
+            key_encryption,
         })
+    }
+
+    /// Moves the issuer; the audience follows it when it was left to default.
+    pub fn set_issuer(&mut self, issuer: String) {
+        if self.access_token_audience_is_issuer {
+            self.access_token_audience = issuer.clone();
+        }
+        self.issuer = issuer;
     }
 
     /// Settings for tests: the example scopes, an in-memory database unless one is given.
@@ -473,9 +524,11 @@ impl Settings {
             proxy_secret: None,
             access_token_format: AccessTokenFormat::Opaque,
             access_token_audience: "http://127.0.0.1:8000".into(),
+            access_token_audience_is_issuer: true,
             jwks_max_age: DEFAULT_JWKS_MAX_AGE,
             authorization_code_lifetime: DEFAULT_AUTHORIZATION_CODE_LIFETIME,
             purge_interval: DEFAULT_PURGE_INTERVAL,
+            key_encryption: None,
         }
     }
 }
@@ -728,6 +781,14 @@ mod tests {
         assert_eq!(s.access_token_format, AccessTokenFormat::Jwt);
         assert_eq!(s.access_token_audience, "https://api.example");
         assert_eq!(s.jwks_max_age, 60);
+        // A moved issuer takes a defaulted audience along, never a configured one.
+        let mut moved = s.clone();
+        moved.set_issuer("http://127.0.0.1:9100".into());
+        assert_eq!(moved.access_token_audience, "https://api.example");
+        let mut moved = Settings::from_yaml("", "x.yaml").unwrap();
+        moved.set_issuer("http://127.0.0.1:9100".into());
+        assert_eq!(moved.issuer, "http://127.0.0.1:9100");
+        assert_eq!(moved.access_token_audience, "http://127.0.0.1:9100");
         let err = Settings::from_yaml("access_token_format: JWT", "c.yaml").unwrap_err();
         assert_eq!(
             err.to_string(),

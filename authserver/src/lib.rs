@@ -6,6 +6,7 @@ pub mod client_ip;
 pub mod config;
 pub mod http_server;
 pub mod jwt;
+pub mod key_encryption;
 pub mod oauth;
 pub mod private_files;
 pub mod protocol;

@@ -2,15 +2,35 @@
 //! names one, on PostgreSQL (each in a schema of its own), and a server on a loopback port.
 
 use crate::config::Settings;
+use crate::key_encryption::KeyEncryption;
 use crate::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
 use crate::{AppState, serve};
 use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The secret tests encrypt signing keys with (what `AUTHSERVER_SECRETS_SYSTEM` gives a server).
+pub const TEST_SECRET: &str = "tokengate-tests-key-encryption-secret-0001";
+
+/// The key-encryption keys of [`TEST_SECRET`].
+pub fn key_encryption() -> Arc<KeyEncryption> {
+    Arc::new(
+        KeyEncryption::from_secrets(&[TEST_SECRET], "the tests' secret").expect("a long secret"),
+    )
+}
+
+/// The store at `url`, its signing keys encrypted with [`key_encryption`], as `serve` opens it.
+pub async fn connect(url: &str) -> Store {
+    let store = Store::connect(url).await.expect("open the database");
+    store
+        .use_key_encryption(key_encryption())
+        .await
+        .expect("the tests' key-encryption key");
+    store
+}
 
 /// A fresh SQLite database in a new temporary file.
 pub async fn sqlite_store() -> Store {
-    Store::connect(&sqlite_url())
-        .await
-        .expect("open a temporary SQLite database")
+    connect(&sqlite_url()).await
 }
 
 /// The URL of a new temporary SQLite file (created on first connect).
@@ -32,11 +52,7 @@ pub fn postgres_url() -> Option<String> {
 /// A fresh, empty schema on the PostgreSQL server of `DATABASE_URL`, if set.
 pub async fn postgres_store() -> Option<Store> {
     let scoped = postgres_schema_url().await?;
-    Some(
-        Store::connect(&scoped)
-            .await
-            .expect("open the PostgreSQL test schema"),
-    )
+    Some(connect(&scoped).await)
 }
 
 /// The URL of a new, empty schema on the PostgreSQL server of `DATABASE_URL`, if set.
@@ -97,8 +113,8 @@ pub async fn all_database_urls() -> Vec<String> {
 pub async fn all_replica_pairs() -> Vec<(Store, Store)> {
     let mut pairs = Vec::new();
     for url in all_database_urls().await {
-        let first = Store::connect(&url).await.expect("open the first replica");
-        let second = Store::connect(&url).await.expect("open the second replica");
+        let first = connect(&url).await;
+        let second = connect(&url).await;
         pairs.push((first, second));
     }
     pairs

@@ -181,7 +181,7 @@ async fn operations(db: &str) {
         &db,
         "new-bob-password\n",
     ));
-    let store = authserver::store::Store::connect(&db).await.unwrap();
+    let store = authserver::testing::connect(&db).await;
     assert!(
         store
             .authenticate_user("bob", "new-bob-password")
@@ -580,7 +580,7 @@ async fn token_pair(store: &Store, app: i64, user: i64) -> [String; 2] {
 async fn rotate_secret_and_user_delete_touch_only_what_they_name() {
     const OTHER_SECRET: &str = "Kd8-wQ2_mX7zN4pR9tV3yC6bF1gH5jL0aS";
     for db in testing::all_database_urls().await {
-        let store = Store::connect(&db).await.unwrap();
+        let store = authserver::testing::connect(&db).await;
         let mut users = Vec::new();
         for username in ["bob", "carol"] {
             let new = NewUser {

@@ -538,7 +538,7 @@ async fn replicas_agree_on_the_keys_and_accept_each_others_tokens() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switching_formats_keeps_earlier_tokens_working() {
     for url in testing::all_database_urls().await {
-        let store = Store::connect(&url).await.unwrap();
+        let store = authserver::testing::connect(&url).await;
         let clients = clients(&store).await;
         let opaque = Server::start(store.clone(), AccessTokenFormat::Opaque).await;
         // An opaque deployment announces the JWKS but creates no key.
@@ -554,7 +554,11 @@ async fn switching_formats_keeps_earlier_tokens_working() {
         assert!(!old.contains('.'));
         assert!(store.signing_keys().await.unwrap().is_empty());
 
-        let jwt = Server::start(Store::connect(&url).await.unwrap(), AccessTokenFormat::Jwt).await;
+        let jwt = Server::start(
+            authserver::testing::connect(&url).await,
+            AccessTokenFormat::Jwt,
+        )
+        .await;
         let (new, _) = jwt.password_grant(&clients.password).await;
         assert_eq!(segment(&new, 0)["typ"], "at+jwt");
         for server in [&opaque, &jwt] {
@@ -570,6 +574,7 @@ fn the_keys_commands_list_and_rotate() {
     let db = testing::sqlite_url();
     let keys = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_authserver"))
+            .env("AUTHSERVER_SECRETS_SYSTEM", testing::TEST_SECRET)
             .arg("keys")
             .args(args)
             .arg("--database-url")
@@ -622,6 +627,7 @@ fn the_keys_commands_list_and_rotate() {
     // The key that signs cannot be deleted; a pending (or retired) one can.
     let kid_of = |i: usize| listed[i]["kid"].as_str().unwrap().to_owned();
     let refused = std::process::Command::new(env!("CARGO_BIN_EXE_authserver"))
+        .env("AUTHSERVER_SECRETS_SYSTEM", testing::TEST_SECRET)
         .args(["keys", "delete", &kid_of(0), "--database-url", &db])
         .output()
         .unwrap();
@@ -635,6 +641,7 @@ fn the_keys_commands_list_and_rotate() {
     assert_eq!(left.as_array().unwrap().len(), 2);
     // A kid is base64url and may begin with `-`: still the argument, not an option.
     let dashed = std::process::Command::new(env!("CARGO_BIN_EXE_authserver"))
+        .env("AUTHSERVER_SECRETS_SYSTEM", testing::TEST_SECRET)
         .args(["keys", "delete", "-no-such-kid", "--database-url", &db])
         .output()
         .unwrap();
@@ -657,6 +664,7 @@ fn the_keys_commands_list_and_rotate() {
     // A delay that would overflow unix time (and so retire, then delete, the signing key) is
     // refused before anything is written.
     let huge = std::process::Command::new(env!("CARGO_BIN_EXE_authserver"))
+        .env("AUTHSERVER_SECRETS_SYSTEM", testing::TEST_SECRET)
         .args([
             "keys",
             "rotate",

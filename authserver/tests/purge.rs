@@ -361,7 +361,7 @@ fn cleartokens(db: &str, json: bool) -> String {
 #[tokio::test]
 async fn cleartokens_purges_and_prints_the_counts() {
     for db in testing::all_database_urls().await {
-        let store = Store::connect(&db).await.unwrap();
+        let store = authserver::testing::connect(&db).await;
         let backend = store.backend();
         let (user, app) = user_and_application(&store, "cli").await;
         let live = issue(&store, app, user, 3600, None).await;

@@ -37,7 +37,7 @@ fn ok(out: &Output) -> String {
 }
 
 async fn server(db: &str) -> (Store, testing::RunningServer) {
-    let store = Store::connect(db).await.unwrap();
+    let store = authserver::testing::connect(db).await;
     let settings = Settings::for_tests(db);
     let running =
         testing::spawn_server(store.clone(), settings, "127.0.0.1:0".parse().unwrap()).await;

@@ -11,7 +11,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// Forged identity headers, as a smuggled request would carry them.
-const FORGED: &str = "X-Auth-Username: admin\r\nX-Auth-Client-Id: x\r\nX-Auth-Scope: read write groups\r\nX-Auth-Expires: 99999999999\r\n";
+/// The secret by which the stack's proxy proves itself to the example API: the harness gives it,
+/// and every forged request carries it, as if the attacker knew it (the worst case), so that the
+/// corpus tests the proxy's framing, not the secret.
+pub const PROXY_SECRET: &str = "adversarial-proxy-secret-0123456789";
+const FORGED: &str = "X-Auth-Username: admin\r\nX-Auth-Client-Id: x\r\nX-Auth-Scope: read write groups\r\nX-Auth-Expires: 99999999999\r\nX-Tokengate-Proxy-Secret: adversarial-proxy-secret-0123456789\r\n";
 
 /// Requests for protected resources that must never be answered with a success without a token.
 fn path_tricks() -> Vec<String> {
@@ -222,12 +226,14 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// The premise of the corpus: the example API, reached without the proxy, honours forged
-/// identity headers (only the proxy stands in front of it), so a smuggled request would be a
-/// `200` (and a created user) there.
+/// identity headers that carry the proxy's secret, so a smuggled request would be a `200` (and a
+/// created user) there. Without the secret it honours nothing.
 async fn forged_identity_is_honoured_behind_the_proxy(h: &Harness) {
     let api = h.stack.api;
     let groups = format!("GET /groups/ HTTP/1.1\r\nHost: x\r\n{FORGED}Connection: close\r\n\r\n");
     assert_eq!(statuses(api, &groups).await, [200]);
+    let unproven = groups.replace(&format!("X-Tokengate-Proxy-Secret: {PROXY_SECRET}\r\n"), "");
+    assert_eq!(statuses(api, &unproven).await, [401]);
     let create = hidden("control").replacen("Host: x\r\n", "Host: x\r\nConnection: close\r\n", 1);
     assert_eq!(statuses(api, &create).await, [201]);
     let control = h

@@ -32,7 +32,10 @@ impl Harness {
         let database_url = format!("sqlite://{}/authserver.db", dir.display());
         let config = common::stack_config(
             &database_url,
-            &[("AUTHSERVER_TRUSTED_PROXIES", "127.0.0.1/32")],
+            &[
+                ("AUTHSERVER_TRUSTED_PROXIES", "127.0.0.1/32"),
+                ("EXAMPLE_API_PROXY_SECRET", framing::PROXY_SECRET),
+            ],
         );
         let stack = tokengate::start(config).await.unwrap();
         let first = stack.first_run.clone().expect("a fresh database");

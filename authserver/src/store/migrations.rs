@@ -230,6 +230,14 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         secret TEXT NOT NULL,
         created_at BIGINT NOT NULL);",
     ),
+    (
+        8,
+        // Signing keys encrypted at rest (issue 21): the id of the key-encryption key a private
+        // key is sealed with; NULL for a key stored in the clear before, which the first start
+        // with a key-encryption key seals ([`super::Store::use_key_encryption`]).
+        "ALTER TABLE signing_keys ADD COLUMN kek_id TEXT",
+        "ALTER TABLE signing_keys ADD COLUMN IF NOT EXISTS kek_id TEXT",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
@@ -251,6 +259,15 @@ pub(super) async fn run(store: &Store) -> StoreResult<()> {
 }
 
 async fn apply(conn: &mut sqlx::AnyConnection, backend: Backend) -> StoreResult<()> {
+    // Nothing to do, nothing written: a role without the right to create tables (the example
+    // API's, see `authserver api-role`) opens a database the authorization server migrated.
+    let applied: Option<Vec<i64>> = sqlx::query_scalar("SELECT version FROM schema_migrations")
+        .fetch_all(&mut *conn)
+        .await
+        .ok();
+    if applied.is_some_and(|applied| MIGRATIONS.iter().all(|(v, _, _)| applied.contains(v))) {
+        return Ok(());
+    }
     sqlx::query("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)")
         .execute(&mut *conn)
         .await?;

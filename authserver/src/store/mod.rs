@@ -9,6 +9,7 @@ macro_rules! application_columns {
     };
 }
 
+pub mod api_role;
 mod applications;
 mod client_cache;
 mod codes;
@@ -73,7 +74,7 @@ pub enum StoreError {
     UnstorableText,
     #[error("database error: {0}")]
     Database(sqlx::Error),
-    #[error("{0}")]
+    #[error(transparent)]
     Other(#[from] anyhow::Error),
 }
 
@@ -102,6 +103,9 @@ pub struct Shared {
     clients: Arc<client_cache::ClientCache>,
     /// The task that listens for other processes' changes to applications (PostgreSQL).
     listener: Option<tokio::task::JoinHandle<()>>,
+    /// The key-encryption keys of the signing keys, once given
+    /// ([`Store::use_key_encryption`]); without them no signing key is stored or read.
+    key_encryption: std::sync::OnceLock<Arc<crate::key_encryption::KeyEncryption>>,
 }
 
 impl Drop for Shared {
@@ -207,6 +211,7 @@ impl Store {
                 hot,
                 clients,
                 listener,
+                key_encryption: std::sync::OnceLock::new(),
             }),
         };
         migrations::run(&store).await?;

@@ -1,10 +1,16 @@
 //! The keys that sign JWT access tokens, shared by every replica (cold path: read through
-//! [`crate::jwt::KeyRing`]'s cache).
+//! [`crate::jwt::KeyRing`]'s cache), their private halves encrypted at rest under the
+//! key-encryption keys of [`crate::key_encryption`]: sealed here on the way in, opened on the
+//! way out, so nothing above this module sees a sealed key and the database never holds one in
+//! the clear.
 
-use super::{Store, StoreResult};
+use super::{Store, StoreError, StoreResult};
+use crate::key_encryption::{KeyEncryption, OpenError, SECRETS_FILE_VAR, SECRETS_VAR};
 use sqlx::Row;
+use std::sync::Arc;
 
-/// One row of `signing_keys`. The private key is PKCS#8 DER, base64; never shown or logged.
+/// One signing key. The private key is PKCS#8 DER, base64 (in memory only: the row holds it
+/// sealed); never shown or logged.
 #[derive(Clone)]
 pub struct StoredSigningKey {
     /// RFC 7638 thumbprint of the public key: the `kid` of the JWKS and of token headers.
@@ -33,45 +39,198 @@ impl std::fmt::Debug for StoredSigningKey {
     }
 }
 
-fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<StoredSigningKey> {
-    Ok(StoredSigningKey {
-        kid: row.try_get("kid")?,
-        generation: row.try_get("generation")?,
-        algorithm: row.try_get("algorithm")?,
-        private_key: row.try_get("private_key")?,
-        public_key: row.try_get("public_key")?,
-        created_at: row.try_get("created_at")?,
-        signs_from: row.try_get("signs_from")?,
+/// What the database holds of a key: its columns, the private key as stored.
+struct SealedRow {
+    key: StoredSigningKey,
+    /// The key-encryption key the private key is sealed with; `None` when stored in the clear
+    /// (before encryption at rest).
+    kek_id: Option<String>,
+}
+
+fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<SealedRow> {
+    Ok(SealedRow {
+        key: StoredSigningKey {
+            kid: row.try_get("kid")?,
+            generation: row.try_get("generation")?,
+            algorithm: row.try_get("algorithm")?,
+            private_key: row.try_get("private_key")?,
+            public_key: row.try_get("public_key")?,
+            created_at: row.try_get("created_at")?,
+            signs_from: row.try_get("signs_from")?,
+        },
+        kek_id: row.try_get("kek_id")?,
     })
 }
 
+/// The error of a store that has no key-encryption key when a signing key is stored or read.
+fn no_key_encryption(doing: &str) -> StoreError {
+    StoreError::Other(anyhow::anyhow!(
+        "cannot {doing} the JWT signing keys: they are encrypted at rest with a key-encryption key, and none is set (set {SECRETS_VAR} or {SECRETS_FILE_VAR})"
+    ))
+}
+
+impl SealedRow {
+    /// The key with its private half opened with `kek`.
+    fn open(self, kek: &KeyEncryption) -> StoreResult<StoredSigningKey> {
+        let SealedRow { mut key, kek_id } = self;
+        let kid = &key.kid;
+        let Some(kek_id) = kek_id else {
+            return Err(anyhow::anyhow!(
+                "signing key {kid} is stored unencrypted: restart the authorization server with {} to encrypt it",
+                kek.origin()
+            )
+            .into());
+        };
+        let pkcs8 = kek
+            .open(kid, &kek_id, &key.private_key)
+            .map_err(|error| match error {
+                OpenError::UnknownKek => anyhow::anyhow!(
+                    "signing key {kid} is encrypted with key-encryption key {kek_id}, which no secret of {} gives (they give {}): a wrong secret, or the one it was encrypted with is missing from the list",
+                    kek.origin(),
+                    kek.ids().join(", ")
+                ),
+                OpenError::Altered => anyhow::anyhow!(
+                    "signing key {kid} does not decrypt with key-encryption key {kek_id} of {}: the row was altered",
+                    kek.origin()
+                ),
+            })?;
+        use base64::Engine;
+        key.private_key = base64::engine::general_purpose::STANDARD.encode(pkcs8);
+        Ok(key)
+    }
+}
+
+const COLUMNS: &str =
+    "kid, generation, algorithm, private_key, public_key, created_at, signs_from, kek_id";
+
 impl Store {
-    /// Every signing key, oldest generation first.
+    /// Every signing key, oldest generation first, opened with the key-encryption key.
     pub async fn signing_keys(&self) -> StoreResult<Vec<StoredSigningKey>> {
-        let rows = sqlx::query(
-            "SELECT kid, generation, algorithm, private_key, public_key, created_at, signs_from
-             FROM signing_keys ORDER BY generation",
-        )
+        let rows = self.signing_key_rows().await?;
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let kek = self
+            .key_encryption
+            .get()
+            .ok_or_else(|| no_key_encryption("read"))?;
+        rows.into_iter().map(|row| row.open(kek)).collect()
+    }
+
+    async fn signing_key_rows(&self) -> StoreResult<Vec<SealedRow>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM signing_keys ORDER BY generation"
+        ))
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(from_row).collect()
     }
 
-    /// Adds a key; false when its generation (or kid) is taken already, by another replica or
-    /// another rotation that got there first.
-    pub async fn add_signing_key(&self, key: &StoredSigningKey) -> StoreResult<bool> {
+    /// Whether any signing key is stored (readable or not).
+    pub async fn has_signing_keys(&self) -> StoreResult<bool> {
+        Ok(!self.signing_key_rows().await?.is_empty())
+    }
+
+    /// Gives the store the key-encryption keys (once; `serve` and every command do it at start
+    /// when they are configured), seals the keys stored in the clear before encryption at rest
+    /// under the current one, and checks that every key opens: a wrong or missing secret is an
+    /// error here, not at the first token. Returns how many keys were sealed.
+    pub async fn use_key_encryption(&self, kek: Arc<KeyEncryption>) -> StoreResult<u64> {
+        if self.key_encryption.set(kek.clone()).is_err()
+            && self.key_encryption.get().map(|k| k.ids()) != Some(kek.ids())
+        {
+            return Err(anyhow::anyhow!("the store has other key-encryption keys already").into());
+        }
+        let mut sealed = 0;
+        for row in self.signing_key_rows().await? {
+            if row.kek_id.is_some() {
+                continue;
+            }
+            let kid = &row.key.kid;
+            if self
+                .seal_row(&kek, kid, &row.key.private_key, &row.key.private_key)
+                .await?
+            {
+                tracing::warn!(%kid, "encrypted a signing key stored in the clear (rotate the keys if the database may have been read)");
+                sealed += 1;
+            }
+        }
+        self.signing_keys().await?;
+        Ok(sealed)
+    }
+
+    /// Seals every signing key under the current key-encryption key (after a new secret was put
+    /// first in the list); returns how many keys changed.
+    pub async fn reencrypt_signing_keys(&self) -> StoreResult<u64> {
+        let kek = self
+            .key_encryption
+            .get()
+            .ok_or_else(|| no_key_encryption("re-encrypt"))?
+            .clone();
+        let mut changed = 0;
+        for row in self.signing_key_rows().await? {
+            if row.kek_id.as_deref() == Some(kek.current_id()) {
+                continue;
+            }
+            let stored = row.key.private_key.clone();
+            let opened = row.open(&kek)?;
+            if self
+                .seal_row(&kek, &opened.kid, &stored, &opened.private_key)
+                .await?
+            {
+                changed += 1;
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Replaces the private key of `kid`, stored as `stored`, by `private_key` (base64 PKCS#8)
+    /// sealed under the current key-encryption key, unless another process changed the row
+    /// meanwhile.
+    async fn seal_row(
+        &self,
+        kek: &KeyEncryption,
+        kid: &str,
+        stored: &str,
+        private_key: &str,
+    ) -> StoreResult<bool> {
+        let (kek_id, sealed) = seal(kek, kid, private_key)?;
         let _exclusive = self.exclusive().await?;
         let done = sqlx::query(
-            "INSERT INTO signing_keys (kid, generation, algorithm, private_key, public_key, created_at, signs_from)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+            "UPDATE signing_keys SET private_key = $1, kek_id = $2
+             WHERE kid = $3 AND private_key = $4",
         )
+        .bind(&sealed)
+        .bind(&kek_id)
+        .bind(kid)
+        .bind(stored)
+        .execute(&self.writer)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Adds a key; false when its generation (or kid) is taken already, by another replica or
+    /// another rotation that got there first.
+    /// The private key is sealed under the current key-encryption key.
+    pub async fn add_signing_key(&self, key: &StoredSigningKey) -> StoreResult<bool> {
+        let kek = self
+            .key_encryption
+            .get()
+            .ok_or_else(|| no_key_encryption("store"))?;
+        let (kek_id, sealed) = seal(kek, &key.kid, &key.private_key)?;
+        let _exclusive = self.exclusive().await?;
+        let done = sqlx::query(&format!(
+            "INSERT INTO signing_keys ({COLUMNS})
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"
+        ))
         .bind(&key.kid)
         .bind(key.generation)
         .bind(&key.algorithm)
-        .bind(&key.private_key)
+        .bind(&sealed)
         .bind(&key.public_key)
         .bind(key.created_at)
         .bind(key.signs_from)
+        .bind(&kek_id)
         .execute(&self.writer)
         .await?;
         Ok(done.rows_affected() == 1)
@@ -86,4 +245,13 @@ impl Store {
             .await?;
         Ok(done.rows_affected() == 1)
     }
+}
+
+/// `private_key` (base64 PKCS#8) sealed for the row `kid`: (KEK id, sealed text).
+fn seal(kek: &KeyEncryption, kid: &str, private_key: &str) -> StoreResult<(String, String)> {
+    use base64::Engine;
+    let pkcs8 = base64::engine::general_purpose::STANDARD
+        .decode(private_key)
+        .map_err(|_| anyhow::anyhow!("signing key {kid}: the private key is not base64"))?;
+    Ok(kek.seal(kid, &pkcs8)?)
 }

@@ -98,23 +98,41 @@ impl Store {
             Some(password) => Some(secrets::hash_password(password.clone()).await?),
             None => None,
         };
+        // The flags are written only when set (the columns default to ordinary): the example
+        // API's database role may not write is_staff or is_superuser at all.
+        let mut columns = vec![
+            "username",
+            "email",
+            "first_name",
+            "last_name",
+            "password_hash",
+            "is_active",
+            "date_joined",
+        ];
+        columns.extend(new.is_staff.then_some("is_staff"));
+        columns.extend(new.is_superuser.then_some("is_superuser"));
+        let placeholders: Vec<String> = (1..=columns.len()).map(|n| format!("${n}")).collect();
+        let sql = format!(
+            "INSERT INTO users ({}) VALUES ({}) RETURNING {COLUMNS}",
+            columns.join(", "),
+            placeholders.join(", ")
+        );
+        let mut query = sqlx::query(&sql)
+            .bind(&new.username)
+            .bind(&new.email)
+            .bind(&new.first_name)
+            .bind(&new.last_name)
+            .bind(hash)
+            .bind(i64::from(new.is_active))
+            .bind(now());
+        for _ in 7..columns.len() {
+            query = query.bind(1_i64);
+        }
         let _exclusive = self.exclusive().await?;
-        let row = sqlx::query(&format!(
-            "INSERT INTO users (username, email, first_name, last_name, password_hash, is_active, is_staff, is_superuser, date_joined)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {COLUMNS}"
-        ))
-        .bind(&new.username)
-        .bind(&new.email)
-        .bind(&new.first_name)
-        .bind(&new.last_name)
-        .bind(hash)
-        .bind(i64::from(new.is_active))
-        .bind(i64::from(new.is_staff))
-        .bind(i64::from(new.is_superuser))
-        .bind(now())
-        .fetch_one(&self.writer)
-        .await
-        .map_err(conflict("a user with that username"))?;
+        let row = query
+            .fetch_one(&self.writer)
+            .await
+            .map_err(conflict("a user with that username"))?;
         from_row(&row)
     }
 
@@ -207,24 +225,56 @@ impl Store {
         // writes back a value read before the other committed.
         let exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
-        let row = sqlx::query(&format!(
-            "UPDATE users SET username = COALESCE($1, username), email = COALESCE($2, email),
-             first_name = COALESCE($3, first_name), last_name = COALESCE($4, last_name),
-             is_active = COALESCE($5, is_active), is_staff = COALESCE($6, is_staff),
-             is_superuser = COALESCE($7, is_superuser) WHERE id = $8 AND {} RETURNING {COLUMNS}",
-            reach.condition()
-        ))
-        .bind(update.username.as_deref())
-        .bind(update.email.as_deref())
-        .bind(update.first_name.as_deref())
-        .bind(update.last_name.as_deref())
-        .bind(update.is_active.map(i64::from))
-        .bind(update.is_staff.map(i64::from))
-        .bind(update.is_superuser.map(i64::from))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(conflict("a user with that username"))?;
+        // Only the columns given are in the statement: the example API's database role may
+        // update the names and the email, never the flags.
+        let texts = [
+            ("username", update.username.as_deref()),
+            ("email", update.email.as_deref()),
+            ("first_name", update.first_name.as_deref()),
+            ("last_name", update.last_name.as_deref()),
+        ];
+        let flags = [
+            ("is_active", update.is_active),
+            ("is_staff", update.is_staff),
+            ("is_superuser", update.is_superuser),
+        ];
+        let set: Vec<&str> = texts
+            .iter()
+            .filter_map(|(column, value)| value.map(|_| *column))
+            .chain(
+                flags
+                    .iter()
+                    .filter_map(|(column, value)| value.map(|_| *column)),
+            )
+            .collect();
+        let sql = if set.is_empty() {
+            format!(
+                "SELECT {COLUMNS} FROM users WHERE id = $1 AND {}",
+                reach.condition()
+            )
+        } else {
+            let assignments: Vec<String> = set
+                .iter()
+                .enumerate()
+                .map(|(at, column)| format!("{column} = ${}", at + 2))
+                .collect();
+            format!(
+                "UPDATE users SET {} WHERE id = $1 AND {} RETURNING {COLUMNS}",
+                assignments.join(", "),
+                reach.condition()
+            )
+        };
+        let mut query = sqlx::query(&sql).bind(id);
+        for value in texts.iter().filter_map(|(_, value)| *value) {
+            query = query.bind(value);
+        }
+        for value in flags.iter().filter_map(|(_, value)| *value) {
+            query = query.bind(i64::from(value));
+        }
+        let row = query
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(conflict("a user with that username"))?;
         // A deactivated account's tokens are refused while it is inactive; they are revoked
         // too, so that reactivating it does not bring them back.
         if row.is_some() && update.is_active == Some(false) {
@@ -279,36 +329,20 @@ impl Store {
         }
     }
 
-    /// Deletes the user and what hangs on it in one transaction, undone if the user row itself
-    /// is out of `reach`.
+    /// Deletes the user if within `reach`; what hangs on it goes with it by the foreign keys
+    /// (memberships, tokens, codes, consents and sessions deleted, applications left without an
+    /// owner), which PostgreSQL runs as the tables' owner: the example API's database role
+    /// deletes users without any right on the tokens or applications tables.
     async fn delete_user_where(&self, id: i64, reach: Reach) -> StoreResult<bool> {
         let _exclusive = self.exclusive().await?;
-        let mut tx = self.writer.begin().await?;
-        sqlx::query("DELETE FROM user_groups WHERE user_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM tokens WHERE user_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("UPDATE applications SET owner_id = NULL WHERE owner_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
         let done = sqlx::query(&format!(
             "DELETE FROM users WHERE id = $1 AND {}",
             reach.condition()
         ))
         .bind(id)
-        .execute(&mut *tx)
+        .execute(&self.writer)
         .await?;
-        if done.rows_affected() != 1 {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-        tx.commit().await?;
-        Ok(true)
+        Ok(done.rows_affected() == 1)
     }
 
     pub async fn count_users(&self) -> StoreResult<i64> {

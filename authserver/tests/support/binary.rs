@@ -6,8 +6,19 @@ use std::process::{Command, Output, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_authserver");
 
-/// The command with no `AUTHSERVER_*` variable inherited.
+/// The command with no `AUTHSERVER_*` variable inherited but the secret the signing keys are
+/// encrypted with, as a deployment sets it (the tests' own, as `authserver::testing::connect`).
 pub fn command(args: &[&str]) -> Command {
+    let mut command = bare_command(args);
+    command.env(
+        "AUTHSERVER_SECRETS_SYSTEM",
+        authserver::testing::TEST_SECRET,
+    );
+    command
+}
+
+/// The command with no `AUTHSERVER_*` variable at all.
+pub fn bare_command(args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
     command.args(args);
     for (name, _) in std::env::vars_os() {

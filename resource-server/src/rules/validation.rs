@@ -22,6 +22,9 @@ pub const KNOWN_METHODS: [Method; 9] = [
     Method::CONNECT,
 ];
 
+/// A field and what is wrong with it.
+type Problem = (&'static str, String);
+
 /// Validates the spec at `index`.
 pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> {
     let RouteSpec {
@@ -35,136 +38,134 @@ pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> 
         authenticated,
         scopes,
     } = spec;
-    let err = |field: &'static str, message: String| Err((name.clone(), field, message));
-
-    if name.trim().is_empty() {
-        return err("name", "empty name".into());
+    let checked = (|| -> Result<_, Problem> {
+        if name.trim().is_empty() {
+            return Err(("name", "empty name".into()));
+        }
+        let matcher = matcher(path, prefix, pattern)?;
+        let methods = methods.map(known_methods).transpose()?;
+        if let Some(u) = &upstream
+            && u.trim().is_empty()
+        {
+            return Err(("upstream", format!("{u:?}: empty upstream name")));
+        }
+        Ok((matcher, methods, access(public, authenticated, scopes)?))
+    })();
+    match checked {
+        Ok((matcher, methods, access)) => Ok(Route {
+            name,
+            upstream,
+            access,
+            matcher,
+            methods,
+            index,
+        }),
+        Err((field, message)) => Err((name, field, message)),
     }
+}
 
-    // Path: exactly one kind.
-    let given: Vec<(&'static str, &String)> =
-        [("path", &path), ("prefix", &prefix), ("pattern", &pattern)]
+/// Exactly one kind of path: `path` (exact), `prefix` or `pattern`.
+fn matcher(
+    path: Option<String>,
+    prefix: Option<String>,
+    pattern: Option<String>,
+) -> Result<Matcher, Problem> {
+    let given: Vec<(&'static str, String)> =
+        [("path", path), ("prefix", prefix), ("pattern", pattern)]
             .into_iter()
-            .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
+            .filter_map(|(k, v)| v.map(|v| (k, v)))
             .collect();
-    let matcher = match given.as_slice() {
+    let (kind, value) = match given.as_slice() {
         [] => {
-            return err(
+            return Err((
                 "path",
                 "no path given: set one of path, prefix or pattern".into(),
-            );
+            ));
         }
-        [(kind, value)] => {
-            if !value.starts_with('/') {
-                return err(kind, format!("{value:?} does not start with \"/\""));
-            }
-            if value.contains(['?', '#'])
-                || value.chars().any(|c| c.is_whitespace() || c.is_control())
-            {
-                return err(
-                    kind,
-                    format!("{value:?}: a path has no query, fragment or spaces"),
-                );
-            }
-            match *kind {
-                "path" => Matcher::Exact((*value).clone()),
-                "prefix" => Matcher::Prefix((*value).clone()),
-                _ => match parse_pattern(value) {
-                    Ok(segs) => Matcher::Pattern(segs),
-                    Err(message) => return err("pattern", message),
-                },
-            }
-        }
+        [(kind, value)] => (*kind, value.clone()),
         [(first, _), (second, value), ..] => {
-            return err(
+            return Err((
                 second,
                 format!(
                     "{value:?}: only one of path, prefix and pattern may be set (also {first})"
                 ),
-            );
+            ));
         }
     };
-
-    let methods = match methods {
-        None => None,
-        Some(list) if list.is_empty() => {
-            return err(
-                "methods",
-                "empty list (omit methods to allow every method)".into(),
-            );
-        }
-        Some(list) => {
-            let mut out = Vec::with_capacity(list.len());
-            for m in &list {
-                let upper = m.to_ascii_uppercase();
-                match KNOWN_METHODS.iter().find(|k| k.as_str() == upper) {
-                    Some(k) if !out.contains(k) => out.push(k.clone()),
-                    Some(_) => {}
-                    None => return err("methods", format!("unknown method {m:?}")),
-                }
-            }
-            Some(out)
-        }
-    };
-
-    if let Some(u) = &upstream
-        && u.trim().is_empty()
-    {
-        return err("upstream", format!("{u:?}: empty upstream name"));
+    if !value.starts_with('/') {
+        return Err((kind, format!("{value:?} does not start with \"/\"")));
     }
+    if value.contains(['?', '#']) || value.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err((
+            kind,
+            format!("{value:?}: a path has no query, fragment or spaces"),
+        ));
+    }
+    match kind {
+        "path" => Ok(Matcher::Exact(value)),
+        "prefix" => Ok(Matcher::Prefix(value)),
+        _ => parse_pattern(&value)
+            .map(Matcher::Pattern)
+            .map_err(|m| ("pattern", m)),
+    }
+}
 
-    let access = match (public, authenticated) {
+/// `methods:`, each known (any case), duplicates dropped; never an empty list.
+fn known_methods(list: Vec<String>) -> Result<Vec<Method>, Problem> {
+    if list.is_empty() {
+        return Err((
+            "methods",
+            "empty list (omit methods to allow every method)".into(),
+        ));
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for m in &list {
+        let upper = m.to_ascii_uppercase();
+        match KNOWN_METHODS.iter().find(|k| k.as_str() == upper) {
+            Some(k) if !out.contains(k) => out.push(k.clone()),
+            Some(_) => {}
+            None => return Err(("methods", format!("unknown method {m:?}"))),
+        }
+    }
+    Ok(out)
+}
+
+/// `public`, `authenticated` and `scopes` together: a public route takes no scopes.
+fn access(
+    public: Option<bool>,
+    authenticated: Option<bool>,
+    scopes: Option<ScopesSpec>,
+) -> Result<Access, Problem> {
+    match (public, authenticated) {
         (Some(true), Some(true)) => {
-            return err("authenticated", "true together with public: true".into());
+            Err(("authenticated", "true together with public: true".into()))
         }
-        (Some(true), _) => {
-            if let Some(s) = &scopes {
-                return err(
-                    "scopes",
-                    format!("{}: a public route takes no scopes", describe_scopes(s)),
-                );
-            }
-            Access::Public
-        }
-        (_, Some(false)) => {
-            return err(
-                "authenticated",
-                "false is not allowed: write public: true for a route without a token".into(),
-            );
-        }
+        (Some(true), _) => match &scopes {
+            Some(s) => Err((
+                "scopes",
+                format!("{}: a public route takes no scopes", describe_scopes(s)),
+            )),
+            None => Ok(Access::Public),
+        },
+        (_, Some(false)) => Err((
+            "authenticated",
+            "false is not allowed: write public: true for a route without a token".into(),
+        )),
         _ => {
             let (all_of, any_of) = match scopes {
                 None => (Vec::new(), Vec::new()),
                 Some(ScopesSpec {
                     all_of: None,
                     any_of: None,
-                }) => {
-                    return err("scopes", "{}: set all_of or any_of, or omit scopes".into());
-                }
-                Some(ScopesSpec { all_of, any_of }) => {
-                    let all_of = match check_scopes(all_of) {
-                        Ok(v) => v,
-                        Err(m) => return err("scopes.all_of", m),
-                    };
-                    let any_of = match check_scopes(any_of) {
-                        Ok(v) => v,
-                        Err(m) => return err("scopes.any_of", m),
-                    };
-                    (all_of, any_of)
-                }
+                }) => return Err(("scopes", "{}: set all_of or any_of, or omit scopes".into())),
+                Some(ScopesSpec { all_of, any_of }) => (
+                    check_scopes(all_of).map_err(|m| ("scopes.all_of", m))?,
+                    check_scopes(any_of).map_err(|m| ("scopes.any_of", m))?,
+                ),
             };
-            Access::Authenticated { all_of, any_of }
+            Ok(Access::Authenticated { all_of, any_of })
         }
-    };
-
-    Ok(Route {
-        name,
-        upstream,
-        access,
-        matcher,
-        methods,
-        index,
-    })
+    }
 }
 
 fn describe_scopes(s: &ScopesSpec) -> String {

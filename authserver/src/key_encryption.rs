@@ -1,0 +1,224 @@
+//! The key-encryption keys (KEKs) that keep the JWT signing keys encrypted at rest, derived from
+//! the secrets of `AUTHSERVER_SECRETS_SYSTEM` or `AUTHSERVER_SECRETS_SYSTEM_FILE` (as Ory
+//! Hydra's `SECRETS_SYSTEM`: a list whose first secret encrypts and whose every secret decrypts,
+//! so a new secret goes first and `keys reencrypt` moves every key under it).
+//!
+//! Each secret gives, by HKDF-SHA256, an AES-256-GCM key and a public key id stored beside each
+//! ciphertext. A sealed key is base64 of a random 96-bit nonce followed by the ciphertext and its
+//! tag, with the key's row id (its `kid`) as associated data, so a ciphertext moved to another
+//! row does not open.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::hkdf::{HKDF_SHA256, KeyType, Salt};
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// The environment variable holding the secrets (separated by commas or whitespace).
+pub const SECRETS_VAR: &str = "AUTHSERVER_SECRETS_SYSTEM";
+/// The environment variable naming a file of secrets, one a line (or the settings key
+/// `secrets_system_file`).
+pub const SECRETS_FILE_VAR: &str = "AUTHSERVER_SECRETS_SYSTEM_FILE";
+/// The shortest secret accepted (characters): `openssl rand -hex 16` gives 32.
+pub const MIN_SECRET_LEN: usize = 32;
+
+/// The KEKs of the configured secrets, the first one encrypting.
+pub struct KeyEncryption {
+    keks: Vec<Kek>,
+    /// Where the secrets came from, for messages (never the secrets).
+    origin: String,
+}
+
+struct Kek {
+    id: String,
+    key: LessSafeKey,
+}
+
+impl std::fmt::Debug for KeyEncryption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyEncryption")
+            .field("ids", &self.ids())
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+/// A length for HKDF output.
+struct Len(usize);
+
+impl KeyType for Len {
+    fn len(&self) -> usize {
+        self.0
+    }
+}
+
+/// Why a sealed key did not open.
+#[derive(Debug, PartialEq, Eq)]
+pub enum OpenError {
+    /// No configured secret derives the KEK it was sealed with.
+    UnknownKek,
+    /// The KEK is known but the ciphertext, its tag or its row id does not match.
+    Altered,
+}
+
+impl KeyEncryption {
+    /// The KEKs of `secrets` (first encrypts), read from `origin` (named in messages); refuses
+    /// an empty list and secrets shorter than [`MIN_SECRET_LEN`], naming their position only.
+    pub fn from_secrets(secrets: &[&str], origin: &str) -> Result<KeyEncryption, String> {
+        if secrets.is_empty() {
+            return Err("holds no secret".into());
+        }
+        let keks = secrets
+            .iter()
+            .enumerate()
+            .map(|(at, secret)| {
+                if secret.chars().count() < MIN_SECRET_LEN {
+                    return Err(format!(
+                        "secret {} of {} is shorter than {MIN_SECRET_LEN} characters (make one with `openssl rand -hex 32`)",
+                        at + 1,
+                        secrets.len()
+                    ));
+                }
+                Ok(Kek::derive(secret))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(KeyEncryption {
+            keks,
+            origin: origin.to_owned(),
+        })
+    }
+
+    /// The KEKs of the secrets in the file at `path`, one a line (blank lines skipped).
+    pub fn from_file(path: &std::path::Path, origin: &str) -> Result<KeyEncryption, String> {
+        let text =
+            std::fs::read_to_string(path).map_err(|error| format!("cannot read: {error}"))?;
+        let secrets: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .collect();
+        KeyEncryption::from_secrets(&secrets, origin)
+    }
+
+    /// The id of the KEK that encrypts (the first secret's).
+    pub fn current_id(&self) -> &str {
+        &self.keks[0].id
+    }
+
+    /// The ids of every KEK, the encrypting one first.
+    pub fn ids(&self) -> Vec<&str> {
+        self.keks.iter().map(|k| k.id.as_str()).collect()
+    }
+
+    /// Where the secrets came from (the variable or file), for messages.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// `plaintext` sealed under the current KEK for the row `row_id`: (KEK id, base64 text).
+    pub fn seal(&self, row_id: &str, plaintext: &[u8]) -> anyhow::Result<(String, String)> {
+        let kek = &self.keks[0];
+        let mut nonce = [0u8; NONCE_LEN];
+        SystemRandom::new()
+            .fill(&mut nonce)
+            .map_err(|_| anyhow::anyhow!("no randomness for a key-encryption nonce"))?;
+        let mut sealed = plaintext.to_vec();
+        kek.key
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key(nonce),
+                Aad::from(aad(row_id)),
+                &mut sealed,
+            )
+            .map_err(|_| anyhow::anyhow!("cannot encrypt a signing key"))?;
+        let mut out = nonce.to_vec();
+        out.extend_from_slice(&sealed);
+        Ok((kek.id.clone(), STANDARD.encode(out)))
+    }
+
+    /// What [`KeyEncryption::seal`] sealed for `row_id` under the KEK `kek_id`.
+    pub fn open(&self, row_id: &str, kek_id: &str, sealed: &str) -> Result<Vec<u8>, OpenError> {
+        let kek = self
+            .keks
+            .iter()
+            .find(|k| k.id == kek_id)
+            .ok_or(OpenError::UnknownKek)?;
+        let bytes = STANDARD.decode(sealed).map_err(|_| OpenError::Altered)?;
+        if bytes.len() <= NONCE_LEN {
+            return Err(OpenError::Altered);
+        }
+        let (nonce, sealed) = bytes.split_at(NONCE_LEN);
+        let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| OpenError::Altered)?;
+        let mut sealed = sealed.to_vec();
+        let plaintext = kek
+            .key
+            .open_in_place(nonce, Aad::from(aad(row_id)), &mut sealed)
+            .map_err(|_| OpenError::Altered)?;
+        Ok(plaintext.to_vec())
+    }
+}
+
+/// The associated data of a sealed signing key: its row.
+fn aad(row_id: &str) -> Vec<u8> {
+    format!("tokengate signing_keys kid={row_id}").into_bytes()
+}
+
+impl Kek {
+    fn derive(secret: &str) -> Kek {
+        let prk = Salt::new(HKDF_SHA256, b"tokengate secrets_system v1").extract(secret.as_bytes());
+        let key = prk
+            .expand(&[b"signing-key encryption".as_slice()], &AES_256_GCM)
+            .map(UnboundKey::from)
+            .expect("HKDF-SHA256 yields an AES-256 key");
+        let mut id = [0u8; 8];
+        prk.expand(&[b"key id".as_slice()], Len(id.len()))
+            .and_then(|okm| okm.fill(&mut id))
+            .expect("HKDF-SHA256 yields 8 bytes");
+        Kek {
+            id: hex::encode(id),
+            key: LessSafeKey::new(key),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "a-secret-of-at-least-thirty-two-characters";
+    const B: &str = "another-secret-of-thirty-two-characters-or-more";
+
+    #[test]
+    fn sealed_keys_open_under_any_listed_secret_for_their_row_only() {
+        let old = KeyEncryption::from_secrets(&[A], "test").unwrap();
+        let (id, sealed) = old.seal("kid-1", b"pkcs8 bytes").unwrap();
+        assert_eq!(id, old.current_id());
+        assert!(!sealed.contains("pkcs8"));
+        assert_eq!(old.open("kid-1", &id, &sealed).unwrap(), b"pkcs8 bytes");
+        assert_eq!(old.open("kid-2", &id, &sealed), Err(OpenError::Altered));
+        // A rotated list: the new secret encrypts, the old still decrypts.
+        let rotated = KeyEncryption::from_secrets(&[B, A], "test").unwrap();
+        assert_ne!(rotated.current_id(), id);
+        assert_eq!(rotated.open("kid-1", &id, &sealed).unwrap(), b"pkcs8 bytes");
+        let wrong = KeyEncryption::from_secrets(&[B], "test").unwrap();
+        assert_eq!(
+            wrong.open("kid-1", &id, &sealed),
+            Err(OpenError::UnknownKek)
+        );
+        let mut altered = STANDARD.decode(&sealed).unwrap();
+        altered[NONCE_LEN] ^= 1;
+        assert_eq!(
+            old.open("kid-1", &id, &STANDARD.encode(altered)),
+            Err(OpenError::Altered)
+        );
+    }
+
+    #[test]
+    fn short_or_missing_secrets_are_refused_without_showing_them() {
+        let err = KeyEncryption::from_secrets(&[A, "short-secret"], "test").unwrap_err();
+        assert!(err.starts_with("secret 2 of 2 is shorter than 32"), "{err}");
+        assert!(!err.contains("short-secret"));
+        assert!(KeyEncryption::from_secrets(&[], "test").is_err());
+        let shown = format!("{:?}", KeyEncryption::from_secrets(&[A], "test").unwrap());
+        assert!(!shown.contains(A), "{shown}");
+    }
+}
