@@ -19,7 +19,7 @@ ROOT = pathlib.Path(os.environ.get("MODULE_GRAPH_ROOT") or pathlib.Path(__file__
 # layers below it, never one above. `lib.rs`/`main.rs` stand above everything.
 LAYERS = {
     "resource-server": [
-        ["bearer", "claims", "identity", "policy", "introspection", "outage"],
+        ["bearer", "claims", "identity", "policy", "introspection", "outage", "yaml"],
         ["rules"],
         ["decision", "checker", "forwarded"],
         ["jwt", "settings"],
@@ -42,7 +42,7 @@ LAYERS = {
     ],
     "proxy": [
         ["downstream"],
-        ["headers", "drain", "metrics"],
+        ["headers", "drain", "metrics", "app_probes"],
         ["config", "inject"],
         ["state"],
         ["gateway", "admin", "background"],

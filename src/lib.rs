@@ -44,9 +44,9 @@ impl StackConfig {
     pub fn load() -> anyhow::Result<StackConfig> {
         let authserver = Settings::load(None)?;
         let api = example_api::config::Config::load(None)?;
-        let proxy_path =
-            std::env::var("PROXY_CONFIG").unwrap_or_else(|_| "config/proxy.yaml".into());
-        let proxy = proxy::load_config(&proxy_path)?;
+        let named = std::env::var_os("PROXY_CONFIG").filter(|p| !p.is_empty());
+        let proxy =
+            proxy::config::load_named_or_default(named.as_deref().map(Path::new), "PROXY_CONFIG")?;
         let data_dir = std::env::var_os("TOKENGATE_DATA_DIR")
             .filter(|dir| !dir.is_empty())
             .map(PathBuf::from)

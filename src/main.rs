@@ -8,8 +8,30 @@ use std::process::ExitCode;
 /// proxy's introspection secret is kept in TOKENGATE_DATA_DIR (default: the SQLite file's
 /// directory, or ./data).
 #[derive(clap::Parser)]
-#[command(version, about)]
+#[command(version, about, after_help = FILES_AND_ENVIRONMENT)]
 struct Args {}
+
+/// What `tokengate --help` says it reads, besides the arguments.
+const FILES_AND_ENVIRONMENT: &str = "\
+Files (relative to the working directory; each missing one is replaced by the shipped
+configuration compiled into the binary, so tokengate runs from any directory):
+  config/authserver.yaml   the authorization server (AUTHSERVER_CONFIG names another file)
+  config/example-api.yaml  the example API (EXAMPLE_API_CONFIG names another file)
+  config/proxy.yaml        the proxy, the front door (PROXY_CONFIG names another file)
+  A file named by one of those variables must exist: tokengate exits 1 naming the variable.
+
+Environment:
+  AUTHSERVER_<KEY>         overrides a key of the authserver's file (AUTHSERVER_LISTEN,
+                           AUTHSERVER_ISSUER, AUTHSERVER_DATABASE_URL, ...; README: Settings)
+  EXAMPLE_API_<KEY>        overrides a key of the example API's file (EXAMPLE_API_LISTEN, ...)
+  PROXY_LISTEN, PROXY_ADMIN_LISTEN, PROXY_INTROSPECTION_URL, PROXY_AUTH_TOKEN,
+  PROXY_CLIENT_ID, PROXY_CLIENT_SECRET, PROXY_UPSTREAM_<NAME>_ADDRESS
+                           override the proxy's file
+  TOKENGATE_DATA_DIR       where the proxy's introspection secret is kept (default: the SQLite
+                           database's directory, or ./data)
+  RUST_LOG                 log filter (default: info; Pingora, hyper and reqwest stay at info)
+  TOKENGATE_UNSAFE_LOG_SECRETS=1
+                           lets those log at debug and trace too, secrets included";
 
 #[tokio::main]
 async fn main() -> ExitCode {

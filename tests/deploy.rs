@@ -1,8 +1,10 @@
 //! The deployment files, checked with real validators from PyPI (`.ci/run` installs them):
-//! `kubernetes-validate --strict` on `deploy/kubernetes/` and on what `proxy inject` writes, and
-//! the compose file against the Compose Specification schema (`check-jsonschema`); and the
-//! containers' bootstrap script (`deploy/bootstrap.sh`) run twice against a real database. Without
-//! the tools the tests print a skip notice, and fail when `CI` is set.
+//! `kubernetes-validate --strict` on `deploy/kubernetes/` and on what `proxy inject` writes (the
+//! golden outputs, against Kubernetes 1.29 and the newest schema), and the compose file against
+//! the Compose Specification schema (`check-jsonschema`); the image named in one place
+//! (`deploy/kubernetes/kustomization.yaml`, rendered by `kubectl kustomize`) with the README's
+//! install steps; and the containers' bootstrap script (`deploy/bootstrap.sh`) run twice against
+//! a real database. Without the tools the tests print a skip notice, and fail when `CI` is set.
 
 use std::process::Command;
 
@@ -34,7 +36,7 @@ fn kubernetes_manifests_and_injected_workloads_validate_strictly() {
     let mut files: Vec<String> = std::fs::read_dir("deploy/kubernetes")
         .unwrap()
         .map(|e| e.unwrap().path().display().to_string())
-        .filter(|p| p.ends_with(".yaml"))
+        .filter(|p| p.ends_with(".yaml") && !p.ends_with("kustomization.yaml"))
         .collect();
     files.extend(
         std::fs::read_dir("proxy/tests/inject")
@@ -43,11 +45,116 @@ fn kubernetes_manifests_and_injected_workloads_validate_strictly() {
             .filter(|p| p.ends_with(".out.yaml")),
     );
     files.sort();
-    let mut args = vec!["--strict"];
-    args.extend(files.iter().map(String::as_str));
-    if let Some(output) = validate("kubernetes-validate", &args) {
-        assert_valid(output, &files.join(", "));
+    // The validator has no schema for `kind: List`: its items are validated one by one.
+    let scratch = std::env::temp_dir().join(format!("tokengate-list-items-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).unwrap();
+    for file in files.clone() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let docs = resource_server::yaml::documents(&text, &Default::default()).unwrap();
+        let items: Vec<String> = docs
+            .iter()
+            .filter(|d| d["kind"] == "List")
+            .flat_map(|d| d["items"].as_sequence().cloned().unwrap_or_default())
+            .map(|item| serde_json::to_string(&item).unwrap())
+            .collect();
+        if !items.is_empty() {
+            let name = std::path::Path::new(&file).file_name().unwrap();
+            let path = scratch.join(name);
+            std::fs::write(&path, items.join("\n---\n")).unwrap();
+            files.push(path.display().to_string());
+        }
     }
+    // 1.29: the first release with native sidecars on by default (what inject writes); and the
+    // tool's newest.
+    for version in ["1.29.0", "1.37.0"] {
+        let mut args = vec!["--strict", "--kubernetes-version", version];
+        args.extend(files.iter().map(String::as_str));
+        if let Some(output) = validate("kubernetes-validate", &args) {
+            assert_valid(
+                output,
+                &format!("{} (Kubernetes {version})", files.join(", ")),
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// The README's "Install on Kubernetes" steps, as far as they go without a cluster or a
+/// registry: the image named in one place (the kustomization) reaches every container, the
+/// kustomization lists every manifest, and the rendered manifests validate.
+#[test]
+fn the_image_is_named_in_one_place_and_the_install_steps_render() {
+    let readme = std::fs::read_to_string("README.md").unwrap();
+    let section = readme
+        .split("## Install on Kubernetes")
+        .nth(1)
+        .expect("README has an Install on Kubernetes section");
+    for step in [
+        "docker build -f deploy/Dockerfile -t \"$IMAGE\" .",
+        "docker push \"$IMAGE\"",
+        "kustomize edit set image tokengate=\"$IMAGE\"",
+        "kubectl apply -k deploy/kubernetes",
+        "proxy inject --image \"$IMAGE\"",
+        "kubectl rollout status",
+    ] {
+        assert!(section.contains(step), "the install section lacks {step:?}");
+    }
+    let dir = std::env::temp_dir().join(format!("tokengate-kustomize-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut listed = Vec::new();
+    for entry in std::fs::read_dir("deploy/kubernetes").unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let text = if name == "kustomization.yaml" {
+            text.replace(
+                "newName: tokengate",
+                "newName: registry.example.com/team/tokengate",
+            )
+            .replace("newTag: latest", "newTag: \"0.1.0\"")
+        } else {
+            listed.push(name.clone());
+            text
+        };
+        std::fs::write(dir.join(&name), text).unwrap();
+    }
+    let kustomization = std::fs::read_to_string("deploy/kubernetes/kustomization.yaml").unwrap();
+    for name in &listed {
+        assert!(
+            kustomization.contains(&format!("- {name}")),
+            "kustomization lacks {name}"
+        );
+    }
+    let Some(rendered) = validate("kubectl", &["kustomize", dir.to_str().unwrap()]) else {
+        return;
+    };
+    assert_valid(rendered.clone(), "kubectl kustomize");
+    let text = String::from_utf8(rendered.stdout).unwrap();
+    let images: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("image: "))
+        .collect();
+    assert!(images.len() >= 4, "{text}");
+    assert!(
+        images
+            .iter()
+            .all(|i| *i == "registry.example.com/team/tokengate:0.1.0"),
+        "{images:?}"
+    );
+    let out = dir.join("rendered.yaml");
+    std::fs::write(&out, &text).unwrap();
+    if let Some(output) = validate(
+        "kubernetes-validate",
+        &[
+            "--strict",
+            "--kubernetes-version",
+            "1.29.0",
+            out.to_str().unwrap(),
+        ],
+    ) {
+        assert_valid(output, "the rendered manifests");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -1,9 +1,11 @@
 //! The Kubernetes sidecar topology, simulated with network namespaces (`ip netns`, veth pairs on a
 //! bridge): a client namespace, a "pod" namespace where the example API listens on loopback and
 //! the proxy on the pod address, and an authorization-server namespace. Shows that the client
-//! reaches the API only through the proxy, that readiness follows the authorization server, and
-//! that SIGTERM drains in-flight requests. Needs root, `ip` and the workspace's debug binaries
-//! (`cargo test --workspace` builds them); skips with a notice otherwise, and fails when `CI` is set.
+//! reaches the API only through the proxy, that the application's probes as `proxy inject` rewrote
+//! them answer from outside the pod through the admin listener (and open nothing else), that
+//! readiness follows the authorization server, and that SIGTERM drains in-flight requests. Needs
+//! root, `ip` and the workspace's debug binaries (`cargo test --workspace` builds them); skips
+//! with a notice otherwise, and fails when `CI` is set.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -205,6 +207,51 @@ threads = [threading.Thread(target=client) for _ in range(4)]
 print(*counts)
 "#;
 
+/// `PROXY_APP_PROBES` as `proxy inject` writes it for the example API's Deployment: a tcpSocket
+/// liveness probe and an httpGet readiness probe on a protected path, both on the named port.
+fn injected_probes(proxy: &Path) -> String {
+    use std::io::Write;
+    let deployment = "apiVersion: apps/v1
+kind: Deployment
+metadata: { name: api }
+spec:
+  selector: { matchLabels: { app: api } }
+  template:
+    metadata: { labels: { app: api } }
+    spec:
+      containers:
+        - name: api
+          image: example-api
+          ports: [{ name: http, containerPort: 8002 }]
+          livenessProbe: { tcpSocket: { port: http } }
+          readinessProbe: { httpGet: { path: /users/, port: http } }
+";
+    let mut child = Command::new(proxy)
+        .args(["inject", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(deployment.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs = resource_server::yaml::documents(&text, &Default::default()).unwrap();
+    let env = docs[0]["spec"]["template"]["spec"]["initContainers"][0]["env"]
+        .as_sequence()
+        .unwrap();
+    let probes = env
+        .iter()
+        .find(|e| e["name"] == "PROXY_APP_PROBES")
+        .unwrap();
+    probes["value"].as_str().unwrap().to_owned()
+}
+
 #[test]
 fn the_sidecar_pod_in_network_namespaces() {
     let binaries: Option<Vec<PathBuf>> = ["authserver", "example-api", "proxy"]
@@ -274,16 +321,19 @@ fn the_sidecar_pod_in_network_namespaces() {
     let auth_pid = start_auth(&mut pod);
     // The secret by which the proxy proves itself to the app (a Secret mounted in both).
     let proof = "pod-test-proxy-secret-0123456789abcdef";
-    pod.spawn(
-        'p',
-        api,
-        &[],
-        &[
-            ("EXAMPLE_API_LISTEN", "127.0.0.1:8002"),
-            ("EXAMPLE_API_DATABASE_URL", &db),
-            ("EXAMPLE_API_PROXY_SECRET", proof),
-        ],
-    );
+    let start_api = |pod: &mut Pod| {
+        pod.spawn(
+            'p',
+            api,
+            &[],
+            &[
+                ("EXAMPLE_API_LISTEN", "127.0.0.1:8002"),
+                ("EXAMPLE_API_DATABASE_URL", &db),
+                ("EXAMPLE_API_PROXY_SECRET", proof),
+            ],
+        )
+    };
+    let api_pid = start_api(&mut pod);
     let config = dir.join("proxy.yaml");
     std::fs::write(
         &config,
@@ -305,11 +355,15 @@ routes:
         ),
     )
     .unwrap();
+    let probes = injected_probes(proxy);
     let proxy_pid = pod.spawn(
         'p',
         proxy,
         &["--config", config.to_str().unwrap()],
-        &[("PROXY_UPSTREAM_API_PROXY_SECRET", proof)],
+        &[
+            ("PROXY_UPSTREAM_API_PROXY_SECRET", proof),
+            ("PROXY_APP_PROBES", &probes),
+        ],
     );
     let readyz = format!("http://{pod_ip}:8003/readyz");
     pod.wait_for('c', &readyz, "200", Duration::from_secs(15));
@@ -354,6 +408,33 @@ routes:
         "the API answered the client directly"
     );
     assert_eq!(pod.curl('a', &["-H", &bearer, &direct]).0, "curl:7");
+
+    // The application's probes, as inject rewrote them, from outside the pod (where the kubelet
+    // is): the tcpSocket probe follows the API, the httpGet one on a protected path gets the
+    // API's own 401 (no identity reaches it that way, the prober's token neither), and no
+    // other path under /app-health/ reaches the API.
+    let probe = |path: &str| format!("http://{pod_ip}:8003/app-health/api/{path}");
+    assert_eq!(pod.curl('c', &[&probe("livez")]).0, "200");
+    let (status, body) = pod.curl('c', &["-H", &bearer, &probe("readyz")]);
+    assert_eq!(status, "401", "{body}");
+    assert!(!body.contains("alice"), "{body}");
+    for path in [
+        "readyz/../../../users/",
+        "readyz/",
+        "readyz?x",
+        "../../users/",
+        "users/",
+    ] {
+        let (status, body) = pod.curl('c', &["--path-as-is", "-H", &bearer, &probe(path)]);
+        assert_eq!(status, "404", "{path}: {body}");
+    }
+    must(&["kill", "-KILL", &api_pid.to_string()]);
+    let failing = pod.wait_for('c', &probe("livez"), "503", Duration::from_secs(5));
+    start_api(&mut pod);
+    let healthy = pod.wait_for('c', &probe("livez"), "200", Duration::from_secs(15));
+    eprintln!(
+        "application probe: 503 {failing:?} after the API died, 200 {healthy:?} after its restart"
+    );
 
     // Readiness follows the authorization server.
     must(&["kill", "-KILL", &auth_pid.to_string()]);

@@ -1,4 +1,5 @@
-//! The admin listener: `/healthz`, `/readyz` and Prometheus `/metrics`, on its own address.
+//! The admin listener: `/healthz`, `/readyz`, Prometheus `/metrics` and the application's
+//! probes (`/app-health/…`, see [`crate::app_probes`]), on its own address.
 
 use async_trait::async_trait;
 use http::{Method, Response, StatusCode, header};
@@ -6,6 +7,7 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use resource_server::CheckerMetrics;
 
+use crate::app_probes;
 use crate::state::SharedState;
 
 /// The admin endpoints (a Pingora `ServeHttp` app).
@@ -24,7 +26,20 @@ impl ServeHttp for Admin {
                 b"method not allowed\n".to_vec(),
             );
         }
-        match req.uri.path() {
+        let path = req.uri.path();
+        if path.starts_with(app_probes::PREFIX) {
+            let probes = self.shared.app_probes();
+            return match probes.get(path) {
+                // The configured probe as it was written: this request's query and headers are
+                // not forwarded.
+                Some(probe) if req.uri.query().is_none() => {
+                    let (status, text) = probes.run(probe).await;
+                    reply(status, "text/plain", text.into_bytes())
+                }
+                _ => reply(StatusCode::NOT_FOUND, "text/plain", b"not found\n".to_vec()),
+            };
+        }
+        match path {
             "/healthz" => reply(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
             "/readyz" => match self.shared.readiness() {
                 Ok(()) => reply(StatusCode::OK, "text/plain", b"ready\n".to_vec()),

@@ -12,6 +12,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod app_probes;
 pub mod background;
 pub mod config;
 pub mod downstream;

@@ -26,9 +26,10 @@ const PURGE_DELAY: (&str, &str) = ("MIMALLOC_PURGE_DELAY", "10");
     about = "Bearer-token checking reverse proxy (Pingora)"
 )]
 struct Args {
-    /// Configuration file.
-    #[arg(short, long, env = "PROXY_CONFIG", default_value = "config/proxy.yaml")]
-    config: PathBuf,
+    /// Configuration file (default: config/proxy.yaml when the working directory has one, else
+    /// the shipped configuration compiled in).
+    #[arg(short, long, env = "PROXY_CONFIG")]
+    config: Option<PathBuf>,
     /// Validate this configuration file and exit (0 = valid).
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check_config: Option<PathBuf>,
@@ -67,13 +68,15 @@ fn main() -> ExitCode {
         };
     }
     purge_freed_memory_promptly();
-    let config = match proxy::load_config(&args.config) {
-        Ok(c) => c,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let config =
+        match proxy::config::load_named_or_default(args.config.as_deref(), "--config/PROXY_CONFIG")
+        {
+            Ok(c) => c,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::FAILURE;
+            }
+        };
     match proxy::spawn_with(config, proxy::Signals::Handle) {
         Ok(handle) => {
             handle.wait();

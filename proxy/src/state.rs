@@ -9,6 +9,7 @@ use std::collections::HashMap;
 
 use resource_server::Gate;
 
+use crate::app_probes::AppProbes;
 use crate::config::{ConfigError, ProxyConfig, Upstream, load_config_with_env};
 use crate::downstream::ListenerGate;
 use crate::drain::Drain;
@@ -70,6 +71,11 @@ impl Shared {
             Ok(r) => r.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
+    }
+
+    /// The application's probes the admin listener answers (fixed at start).
+    pub fn app_probes(&self) -> &AppProbes {
+        &self.started_with.app_probes
     }
 
     /// The file the configuration came from, if any.

@@ -139,3 +139,102 @@ async fn sigterm_drains_an_in_flight_request_and_exits_zero() {
     let _ = std::fs::remove_file(&path);
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+fn outside_the_repository_the_shipped_configuration_is_compiled_in() {
+    let empty = std::env::temp_dir().join(format!("tokengate-empty-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    // A file named explicitly must exist: one line naming the setting, exit 1.
+    for (flag, env) in [
+        (Some("/nonexistent/proxy.yaml"), None),
+        (None, Some("/nonexistent/p.yaml")),
+    ] {
+        let mut cmd = Command::new(BIN);
+        cmd.current_dir(&empty).env_remove("PROXY_CONFIG");
+        if let Some(file) = flag {
+            cmd.args(["--config", file]);
+        }
+        if let Some(file) = env {
+            cmd.env("PROXY_CONFIG", file);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let file = flag.or(env).unwrap();
+        assert_eq!(
+            stderr.trim(),
+            format!(
+                "error: --config/PROXY_CONFIG={file}: cannot read: No such file or directory (os error 2)"
+            )
+        );
+    }
+    let missing = Command::new(BIN)
+        .current_dir(&empty)
+        .args(["--check-config", "proxy.yaml"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        missing.status.code(),
+        Some(1),
+        "--check-config on a missing file"
+    );
+    // Nothing named, no config/proxy.yaml here: the shipped one, on free ports.
+    let mut child = Command::new(BIN)
+        .current_dir(&empty)
+        .env_remove("PROXY_CONFIG")
+        .env("PROXY_LISTEN", "127.0.0.1:0")
+        .env("PROXY_ADMIN_LISTEN", "127.0.0.1:0")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut seen = String::new();
+        for line in std::io::BufReader::new(stderr).lines() {
+            let line = line.unwrap_or_default();
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("proxy listening") {
+                break;
+            }
+        }
+        seen
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !lines.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let seen = lines.join().unwrap();
+    let _ = std::fs::remove_dir_all(&empty);
+    assert!(seen.contains("the shipped configuration"), "{seen}");
+    assert!(seen.contains("proxy listening"), "{seen}");
+}
+
+#[test]
+fn check_config_refuses_an_oversized_file_unread() {
+    let path = temp_path("huge");
+    let file = std::fs::File::create(&path).unwrap();
+    file.set_len(100 << 20).unwrap();
+    let started = Instant::now();
+    let out = Command::new(BIN)
+        .arg("--check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "error: {}: 104857600 bytes or more, above the limit of 16777216 bytes",
+            path.display()
+        )
+    );
+    assert!(took < Duration::from_secs(1), "{took:?}");
+}

@@ -33,6 +33,7 @@ pub mod outage;
 pub mod policy;
 pub mod rules;
 pub mod settings;
+pub mod yaml;
 
 pub use bearer::{Bearer, bearer_token};
 pub use checker::{CacheSettings, CheckerError, CheckerMetrics, TokenChecker, Unavailable};

@@ -96,7 +96,7 @@ impl Config {
         file: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let raw = serde_yaml_ng::from_str::<Option<RawConfig>>(text)
+        let raw = resource_server::yaml::from_str::<Option<RawConfig>>(text)
             .map_err(|e| ConfigError::Syntax {
                 file: file.to_owned(),
                 message: e.to_string(),

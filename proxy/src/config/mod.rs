@@ -14,10 +14,12 @@ use std::time::Duration;
 
 use http::HeaderValue;
 use resource_server::settings::{self, SettingError};
+use resource_server::yaml;
 use resource_server::{
     GateConfig, GateEnv, GateError, GateSettings, ProxySecret, RulesError, TokenSource,
 };
 
+use crate::app_probes::{self, AppProbes};
 use crate::downstream::ConnectionLimits;
 use raw::{RawConfig, RawConnections, RawDuration, RawUpstream};
 
@@ -43,12 +45,10 @@ const NO_ROUTES_HINT: &str =
 /// A configuration that failed to load. `Display` is the message for the operator.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{file}: cannot read: {source}")]
-    Read {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// The cause is in the message, not a `source()`, so that a chain printer (anyhow's `{:#}`)
+    /// does not say it twice.
+    #[error("{file}: cannot read: {error}")]
+    Read { file: String, error: std::io::Error },
     #[error("{file}: {message}")]
     Syntax { file: String, message: String },
     #[error("{file}: field \"{field}\" = {value}: {message}")]
@@ -96,6 +96,9 @@ pub struct ProxyConfig {
     /// as `PROXY_UPSTREAM_<NAME>_*` variables that win over the environment on every reload
     /// too. Empty when the proxy runs as its own binary.
     pub upstream_overrides: Overrides,
+    /// The application's probes the admin listener answers (`PROXY_APP_PROBES`, written by
+    /// `proxy inject`); empty unless set.
+    pub app_probes: Arc<AppProbes>,
 }
 
 /// Environment variables set in process; `Debug` shows their names only (some are secrets).
@@ -159,6 +162,39 @@ impl fmt::Display for UpstreamAddr {
     }
 }
 
+/// Where the configuration is read from unless `--config` or `PROXY_CONFIG` names a file.
+pub const DEFAULT_CONFIG_PATH: &str = "config/proxy.yaml";
+/// The shipped `config/proxy.yaml`, compiled in: the configuration when no file is named and the
+/// working directory has no `config/proxy.yaml` (a binary run outside the repository).
+pub const SHIPPED_CONFIG: &str = include_str!("../../../config/proxy.yaml");
+
+/// The configuration `named` by `setting` (`PROXY_CONFIG`, `--config`), which must exist; else
+/// [`DEFAULT_CONFIG_PATH`] when the working directory has it; else [`SHIPPED_CONFIG`] (no file to
+/// reload). A named file that cannot be read is refused with the setting in the message.
+pub fn load_named_or_default(
+    named: Option<&Path>,
+    setting: &str,
+) -> Result<ProxyConfig, ConfigError> {
+    match named {
+        Some(path) => load_config(path).map_err(|e| match e {
+            ConfigError::Read { error, .. } => ConfigError::Read {
+                file: format!("{setting}={}", path.display()),
+                error,
+            },
+            other => other,
+        }),
+        None if Path::new(DEFAULT_CONFIG_PATH).exists() => load_config(DEFAULT_CONFIG_PATH),
+        None => {
+            tracing::info!(
+                "no {DEFAULT_CONFIG_PATH} here and no PROXY_CONFIG: the shipped configuration"
+            );
+            parse_config(SHIPPED_CONFIG, "(shipped config/proxy.yaml)", |k| {
+                std::env::var(k).ok()
+            })
+        }
+    }
+}
+
 /// Reads, overrides from the process environment, and validates a configuration file.
 pub fn load_config(path: impl AsRef<Path>) -> Result<ProxyConfig, ConfigError> {
     load_config_with_env(path, |k| std::env::var(k).ok())
@@ -171,9 +207,15 @@ pub fn load_config_with_env(
 ) -> Result<ProxyConfig, ConfigError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let src = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        file: file.clone(),
-        source,
+    let src = yaml::read_file(path, &yaml::Limits::DEFAULT).map_err(|e| match e {
+        yaml::YamlError::Read(error) => ConfigError::Read {
+            file: file.clone(),
+            error,
+        },
+        other => ConfigError::Syntax {
+            file: file.clone(),
+            message: other.to_string(),
+        },
     })?;
     let mut config = parse_config(&src, &file, env)?;
     config.source = Some(path.to_path_buf());
@@ -186,7 +228,7 @@ pub fn parse_config(
     file: &str,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<ProxyConfig, ConfigError> {
-    let raw: RawConfig = serde_yaml_ng::from_str(src).map_err(|e| ConfigError::Syntax {
+    let raw: RawConfig = yaml::from_str(src).map_err(|e| ConfigError::Syntax {
         file: file.to_owned(),
         message: e.to_string(),
     })?;
@@ -319,6 +361,12 @@ impl Validator<'_> {
                 Some(_) => {}
             }
         }
+        let app_probes = match env(app_probes::ENV) {
+            Some(json) => AppProbes::parse(&json).map_err(|message| {
+                self.invalid(app_probes::ENV, "(from the environment)", message)
+            })?,
+            None => AppProbes::default(),
+        };
         Ok(ProxyConfig {
             source: None,
             listen,
@@ -331,6 +379,7 @@ impl Validator<'_> {
             gate,
             upstreams,
             upstream_overrides: Overrides::default(),
+            app_probes: Arc::new(app_probes),
         })
     }
 

@@ -337,3 +337,36 @@ fn connection_limits_default_and_are_read() {
         assert!(e.contains(message), "{line}: {e}");
     }
 }
+
+#[test]
+fn application_probes_come_from_the_environment_and_are_checked() {
+    assert!(parse(GOOD).unwrap().app_probes.is_empty());
+    let probes = r#"{"/app-health/api/readyz": {"httpGet": {"path": "/ready", "port": 8080}}}"#;
+    let env = |k: &str| (k == "PROXY_APP_PROBES").then(|| probes.to_owned());
+    let c = parse_config(GOOD, "proxy.yaml", env).unwrap();
+    assert!(c.app_probes.get("/app-health/api/readyz").is_some());
+    let bad = |k: &str| (k == "PROXY_APP_PROBES").then(|| r#"{"/users/": {}}"#.to_owned());
+    let error = parse_config(GOOD, "proxy.yaml", bad)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with(
+            "proxy.yaml: field \"PROXY_APP_PROBES\" = (from the environment): \"/users/\": a probe path is"
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn hostile_yaml_is_refused_before_libyaml_reads_it() {
+    // 100,000 levels took 34 s in `proxy --check-config` (issue 21, item 7).
+    let deep = format!("routes: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let started = std::time::Instant::now();
+    let message = error(&deep);
+    assert!(
+        message.starts_with("proxy.yaml: line 1 column ")
+            && message.ends_with(": nested deeper than 128 levels"),
+        "{message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+}

@@ -151,7 +151,7 @@ async fn write_json(
 }
 
 /// Serves `handler` on a fresh loopback port (keep-alive connections).
-async fn serve<F, Fut>(handler: F) -> SocketAddr
+pub async fn serve<F, Fut>(handler: F) -> SocketAddr
 where
     F: Fn(Request) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = (u16, Value)> + Send,

@@ -108,7 +108,7 @@ impl Rules {
 
     /// Parses and validates YAML text; `file` is used only in messages.
     pub fn from_yaml(src: &str, file: &str) -> Result<Rules, RulesError> {
-        let parsed: RulesFile = serde_yaml_ng::from_str(src).map_err(|e| RulesError::Syntax {
+        let parsed: RulesFile = crate::yaml::from_str(src).map_err(|e| RulesError::Syntax {
             file: file.to_owned(),
             message: e.to_string(),
         })?;

@@ -381,3 +381,16 @@ fn from_routes_embedding() {
         Some("a")
     );
 }
+
+#[test]
+fn hostile_yaml_is_refused_before_it_is_parsed() {
+    let deep = format!("routes: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let error = Rules::from_yaml(&deep, "rules.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.starts_with("rules.yaml: line 1 column ")
+            && error.ends_with(": nested deeper than 128 levels"),
+        "{error}"
+    );
+}
