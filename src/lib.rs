@@ -114,11 +114,6 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
             .map_err(anyhow::Error::msg)?,
     };
     config.api.gate.proxy_secret = Some(proxy_proof.clone());
-    if config.authserver.trusted_proxies.is_empty() {
-        // The proxy reaches the authorization server over loopback (the authserver's own
-        // default trusts nobody).
-        config.authserver.trusted_proxies = authserver::client_ip::IpRange::loopback();
-    }
     config.authserver.proxy_secret = Some(proxy_proof.clone());
     if let Some(issuer) = front_door_issuer(&config.authserver.issuer, config.proxy.listen) {
         tracing::info!(%issuer, "the issuer (and a defaulted JWT audience) follows the front door's address");

@@ -10,7 +10,7 @@ use crate::{AppState, serve, shutdown_signal};
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -299,14 +299,22 @@ fn bare_check_config(args: &[OsString]) -> Option<usize> {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let settings = cli.settings()?;
     if cli.check_config.is_some() {
-        let file = cli
+        let named = cli
             .config_file()
             .map(std::path::Path::to_path_buf)
-            .or_else(|| std::env::var_os("AUTHSERVER_CONFIG").map(PathBuf::from))
-            .unwrap_or_else(|| PathBuf::from(crate::config::DEFAULT_CONFIG_PATH));
+            .or_else(|| std::env::var_os("AUTHSERVER_CONFIG").map(PathBuf::from));
+        let file = match named {
+            Some(file) => file.display().to_string(),
+            None if Path::new(crate::config::DEFAULT_CONFIG_PATH).exists() => {
+                crate::config::DEFAULT_CONFIG_PATH.to_owned()
+            }
+            None => format!(
+                "{} not found here; the shipped settings, built in,",
+                crate::config::DEFAULT_CONFIG_PATH
+            ),
+        };
         println!(
-            "{}: OK (listen {}, issuer {}, database {})",
-            file.display(),
+            "{file}: OK (listen {}, issuer {}, database {})",
             settings.listen,
             settings.issuer,
             redact_url(&settings.database_url)

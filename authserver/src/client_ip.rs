@@ -96,25 +96,28 @@ impl fmt::Display for IpRange {
     }
 }
 
-/// The client behind `peer`: the peer itself unless it is trusted; then the `X-Forwarded-For`
+/// The client behind `peer`: the peer itself unless it is trusted (a `proven` peer, one that
+/// carried the proxy's secret, is trusted whatever its address); then the `X-Forwarded-For`
 /// entries (every header line, in order) from right to left, skipping trusted proxies. An entry
 /// that is not an address stops the walk at the last trusted hop.
-pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpRange]) -> IpAddr {
+pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpRange], proven: bool) -> IpAddr {
     let is_trusted = |ip: IpAddr| trusted.iter().any(|range| range.contains(ip));
     let mut client = peer.to_canonical();
+    let mut hop_trusted = proven || is_trusted(client);
     for line in headers.get_all("x-forwarded-for").iter().rev() {
         let Ok(text) = line.to_str() else {
             return client;
         };
         for entry in text.rsplit(',') {
             // `client` is the hop that wrote this entry: believed only if trusted.
-            if !is_trusted(client) {
+            if !hop_trusted {
                 return client;
             }
             let Some(ip) = parse_entry(entry) else {
                 return client;
             };
             client = ip;
+            hop_trusted = is_trusted(client);
         }
     }
     client
@@ -140,16 +143,19 @@ fn parse_entry(entry: &str) -> Option<IpAddr> {
 /// binary).
 pub use resource_server::{PROXY_SECRET_HEADER, ProxySecret};
 
-/// The ranges whose `X-Forwarded-For` this request may be believed from: `trusted`, unless a
-/// proxy `secret` is set and the request does not carry it (then none).
+/// Who this request's `X-Forwarded-For` may be believed from: the ranges `trusted`, and
+/// whether the peer proved itself the proxy. With a proxy `secret` set, a request without it is
+/// believed from nobody, and one with it from its peer whatever the peer's address: an address
+/// proves little (every process on a host shares loopback), the secret is the proof.
 pub fn trusted_for<'a>(
     trusted: &'a [IpRange],
     secret: Option<&ProxySecret>,
     headers: &HeaderMap,
-) -> &'a [IpRange] {
+) -> (&'a [IpRange], bool) {
     match secret {
-        Some(secret) if !secret.proven_by(headers) => &[],
-        _ => trusted,
+        Some(secret) if !secret.proven_by(headers) => (&[], false),
+        Some(_) => (trusted, true),
+        None => (trusted, false),
     }
 }
 
@@ -166,16 +172,13 @@ impl FromRequestParts<AppState> for ClientAddress {
             .await
             .ok()
             .map(|ConnectInfo(peer)| peer.ip());
+        let (trusted, proven) = trusted_for(
+            &state.settings.trusted_proxies,
+            state.settings.proxy_secret.as_ref(),
+            &parts.headers,
+        );
         Ok(ClientAddress(peer.map(|peer| {
-            client_ip(
-                peer,
-                &parts.headers,
-                trusted_for(
-                    &state.settings.trusted_proxies,
-                    state.settings.proxy_secret.as_ref(),
-                    &parts.headers,
-                ),
-            )
+            client_ip(peer, &parts.headers, trusted, proven)
         })))
     }
 }
@@ -248,11 +251,11 @@ mod tests {
         let trusted = IpRange::loopback();
         let headers = forwarded(&["198.51.100.1"]);
         assert_eq!(
-            client_ip(ip("203.0.113.9"), &headers, &trusted),
+            client_ip(ip("203.0.113.9"), &headers, &trusted, false),
             ip("203.0.113.9")
         );
         assert_eq!(
-            client_ip(ip("127.0.0.1"), &headers, &[]),
+            client_ip(ip("127.0.0.1"), &headers, &[], false),
             ip("127.0.0.1"),
             "nothing trusted: the peer"
         );
@@ -287,7 +290,7 @@ mod tests {
         ];
         for (lines, expected) in cases {
             assert_eq!(
-                client_ip(peer, &forwarded(lines), &trusted),
+                client_ip(peer, &forwarded(lines), &trusted, false),
                 ip(expected),
                 "{lines:?}"
             );
@@ -297,15 +300,49 @@ mod tests {
             "x-forwarded-for",
             HeaderValue::from_bytes(b"10.0.0.2, \xff").unwrap(),
         );
-        assert_eq!(client_ip(peer, &headers, &trusted), peer, "non-UTF-8 line");
+        assert_eq!(
+            client_ip(peer, &headers, &trusted, false),
+            peer,
+            "non-UTF-8 line"
+        );
         assert_eq!(
             client_ip(
                 ip("::ffff:127.0.0.1"),
                 &forwarded(&["203.0.113.5"]),
-                &trusted
+                &trusted,
+                false
             ),
             ip("203.0.113.5"),
             "a v4-mapped loopback peer is trusted"
         );
+    }
+
+    /// A peer that proved itself the proxy is believed whatever its address (a container
+    /// network's, which no range names); the entry it wrote is the client unless that is a
+    /// trusted hop too. Proof never makes the client's own entries believed.
+    #[test]
+    fn a_proven_peer_is_believed_for_its_own_entry_only() {
+        let peer = ip("172.18.0.5");
+        let headers = forwarded(&["1.1.1.1, 203.0.113.5"]);
+        assert_eq!(client_ip(peer, &headers, &[], true), ip("203.0.113.5"));
+        assert_eq!(client_ip(peer, &headers, &[], false), peer);
+        let ingress = ranges(&["203.0.113.0/24"]);
+        assert_eq!(client_ip(peer, &headers, &ingress, true), ip("1.1.1.1"));
+        let secret = ProxySecret::new("proxy-secret-0123456789abcdef").unwrap();
+        let mut proven = headers.clone();
+        proven.insert(
+            PROXY_SECRET_HEADER,
+            HeaderValue::from_static("proxy-secret-0123456789abcdef"),
+        );
+        assert_eq!(
+            trusted_for(&ingress, Some(&secret), &proven),
+            (&ingress[..], true)
+        );
+        let none: &[IpRange] = &[];
+        assert_eq!(
+            trusted_for(&ingress, Some(&secret), &headers),
+            (none, false)
+        );
+        assert_eq!(trusted_for(&ingress, None, &proven), (&ingress[..], false));
     }
 }

@@ -178,6 +178,9 @@ pub struct Settings {
 pub use crate::domain::AccessTokenFormat;
 
 pub const DEFAULT_CONFIG_PATH: &str = "config/authserver.yaml";
+/// The shipped settings, used when no file is named and the default path has none (the binary
+/// run from another directory).
+pub const SHIPPED_CONFIG: &str = include_str!("../../config/authserver.yaml");
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://data/authserver.db";
 const DEFAULT_LISTEN: &str = "127.0.0.1:8001";
 const DEFAULT_ACCESS_TOKEN_LIFETIME: i64 = 36_000;
@@ -219,22 +222,29 @@ impl Settings {
         path: Option<&Path>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
-        let explicit = path
-            .map(Path::to_path_buf)
-            .or_else(|| env("AUTHSERVER_CONFIG").map(PathBuf::from));
+        // A file named by the variable is named by it in a message about it.
+        let (explicit, named) = match (path, env("AUTHSERVER_CONFIG")) {
+            (Some(path), _) => (Some(path.to_path_buf()), path.display().to_string()),
+            (None, Some(var)) => (
+                Some(PathBuf::from(&var)),
+                format!("AUTHSERVER_CONFIG={var}"),
+            ),
+            (None, None) => (None, DEFAULT_CONFIG_PATH.to_owned()),
+        };
         let path = explicit
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
         let file = path.display().to_string();
-        let raw = match std::fs::read_to_string(&path) {
-            Ok(text) => serde_yaml_ng::from_str::<Option<RawSettings>>(&text)
-                .map_err(|error| ConfigError::new(&file, error.to_string()))?
-                .unwrap_or_default(),
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
             Err(error) if explicit.is_none() && error.kind() == std::io::ErrorKind::NotFound => {
-                RawSettings::default()
+                SHIPPED_CONFIG.to_owned()
             }
-            Err(error) => return Err(ConfigError::new(&file, format!("cannot read: {error}"))),
+            Err(error) => return Err(ConfigError::new(&named, format!("cannot read: {error}"))),
         };
+        let raw = serde_yaml_ng::from_str::<Option<RawSettings>>(&text)
+            .map_err(|error| ConfigError::new(&file, error.to_string()))?
+            .unwrap_or_default();
         Self::from_raw(raw, &file, env)
     }
 

@@ -220,3 +220,37 @@ async fn the_server_works_over_a_real_socket_with_a_third_party_client() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+/// Issue 22: run from a directory without `config/`, the shipped settings are built in and
+/// `--check-config` says so; a file named by `AUTHSERVER_CONFIG` that is missing is one line
+/// naming the variable, and exit 1.
+#[test]
+fn outside_the_repository_the_shipped_settings_are_built_in_and_a_named_file_must_exist() {
+    let empty = std::env::temp_dir().join(format!("as-outside-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = support::binary::bare_command(&["--check-config"])
+        .current_dir(&empty)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout.starts_with(
+            "config/authserver.yaml not found here; the shipped settings, built in,: OK"
+        ),
+        "{stdout}"
+    );
+    let out = support::binary::bare_command(&["--check-config"])
+        .current_dir(&empty)
+        .env("AUTHSERVER_CONFIG", "/nonexistent/a.yaml")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&empty);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("AUTHSERVER_CONFIG=/nonexistent/a.yaml: cannot read")
+            && stderr.trim().lines().count() == 1,
+        "{stderr}"
+    );
+}

@@ -68,6 +68,7 @@ impl Config {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
         let env = |key: &str| env(key).filter(|v| !v.is_empty());
+        let from_arg = path.is_some();
         let explicit = path
             .map(Path::to_path_buf)
             .or_else(|| env("EXAMPLE_API_CONFIG").map(PathBuf::from));
@@ -80,7 +81,14 @@ impl Config {
             Err(e) if explicit.is_none() && e.kind() == std::io::ErrorKind::NotFound => {
                 EXAMPLE_CONFIG.to_owned()
             }
-            Err(source) => return Err(ConfigError::Read { file, source }),
+            Err(source) => {
+                // A file named by the variable is named by it.
+                let file = match (&explicit, from_arg) {
+                    (Some(_), false) => format!("EXAMPLE_API_CONFIG={file}"),
+                    _ => file,
+                };
+                return Err(ConfigError::Read { file, source });
+            }
         };
         Self::from_yaml_with_env(&text, &file, env)
     }

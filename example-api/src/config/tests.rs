@@ -261,7 +261,7 @@ fn files_missing_or_present() {
     .unwrap_err();
     assert!(
         e.to_string()
-            .starts_with("/nonexistent/f.yaml: cannot read"),
+            .starts_with("EXAMPLE_API_CONFIG=/nonexistent/f.yaml: cannot read"),
         "{e}"
     );
     let dir = std::env::temp_dir().join(format!("example-api-config-{}", std::process::id()));
