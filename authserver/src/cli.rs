@@ -163,44 +163,7 @@ pub enum GroupCommand {
 #[derive(Debug, Subcommand)]
 pub enum AppCommand {
     /// Register an application and print its client id and secret (the only time it is shown).
-    Create {
-        #[arg(long)]
-        name: String,
-        /// confidential or public.
-        #[arg(long, default_value = "confidential")]
-        client_type: String,
-        /// password, client-credentials or authorization-code.
-        #[arg(long, default_value = "password")]
-        grant_type: String,
-        #[arg(long)]
-        client_id: Option<String>,
-        /// Read the client secret from stdin instead of generating one (at least 32 characters).
-        #[arg(long)]
-        client_secret_stdin: bool,
-        /// Allow this application to call the introspection endpoint.
-        #[arg(long)]
-        introspect: bool,
-        /// Scopes it may ask for, space-separated (default: every declared scope).
-        #[arg(long, default_value = "")]
-        scopes: String,
-        /// A redirect URI of the authorization code grant (repeatable): an absolute https URL,
-        /// or http to 127.0.0.1, [::1] or localhost; matched exactly.
-        #[arg(long = "redirect-uri", value_name = "URI")]
-        redirect_uri: Vec<String>,
-        /// Redirect URIs, space-separated (the older form of --redirect-uri).
-        #[arg(long, default_value = "")]
-        redirect_uris: String,
-        /// Let this confidential client leave PKCE out of the authorization code grant (public
-        /// clients always need it).
-        #[arg(long)]
-        pkce_optional: bool,
-        /// Access-token format: opaque or jwt (default: the server's access_token_format).
-        #[arg(long, value_name = "opaque|jwt")]
-        token_format: Option<String>,
-        /// Print JSON instead of lines.
-        #[arg(long)]
-        json: bool,
-    },
+    Create(CreateApp),
     /// List the applications (never their secrets: only fingerprints).
     List {
         /// Print JSON instead of lines.
@@ -221,6 +184,47 @@ pub enum AppCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `app create`: the application to register.
+#[derive(Debug, Args)]
+pub struct CreateApp {
+    #[arg(long)]
+    name: String,
+    /// confidential or public.
+    #[arg(long, default_value = "confidential")]
+    client_type: String,
+    /// password, client-credentials or authorization-code.
+    #[arg(long, default_value = "password")]
+    grant_type: String,
+    #[arg(long)]
+    client_id: Option<String>,
+    /// Read the client secret from stdin instead of generating one (at least 32 characters).
+    #[arg(long)]
+    client_secret_stdin: bool,
+    /// Allow this application to call the introspection endpoint.
+    #[arg(long)]
+    introspect: bool,
+    /// Scopes it may ask for, space-separated (default: every declared scope).
+    #[arg(long, default_value = "")]
+    scopes: String,
+    /// A redirect URI of the authorization code grant (repeatable): an absolute https URL,
+    /// or http to 127.0.0.1, [::1] or localhost; matched exactly.
+    #[arg(long = "redirect-uri", value_name = "URI")]
+    redirect_uri: Vec<String>,
+    /// Redirect URIs, space-separated (the older form of --redirect-uri).
+    #[arg(long, default_value = "")]
+    redirect_uris: String,
+    /// Let this confidential client leave PKCE out of the authorization code grant (public
+    /// clients always need it).
+    #[arg(long)]
+    pkce_optional: bool,
+    /// Access-token format: opaque or jwt (default: the server's access_token_format).
+    #[arg(long, value_name = "opaque|jwt")]
+    token_format: Option<String>,
+    /// Print JSON instead of lines.
+    #[arg(long)]
+    json: bool,
 }
 
 impl Cli {

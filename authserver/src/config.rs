@@ -261,202 +261,38 @@ impl Settings {
         file: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
-        // Each value remembers where it came from, so an error names the file key or the variable.
-        let pick = |key: &str, from_file: Option<String>| -> (String, Option<String>) {
-            let var = format!("AUTHSERVER_{}", key.to_uppercase());
-            match env(&var) {
-                Some(value) => (format!("environment variable {var}"), Some(value)),
-                None => (format!("{file}: key \"{key}\""), from_file),
-            }
-        };
-        let fail = |origin: &str, message: String| ConfigError::new(origin, message);
-
-        let (origin, listen) = pick("listen", raw.listen);
-        let listen_text = listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
-        let listen = listen_text.parse::<SocketAddr>().map_err(|_| {
-            fail(
-                &origin,
-                format!("\"{listen_text}\" is not an address like 127.0.0.1:8001"),
-            )
-        })?;
-
-        let (origin, issuer) = pick("issuer", raw.issuer);
-        let issuer = issuer.unwrap_or_else(|| format!("http://{listen}"));
-        if !(issuer.starts_with("http://") || issuer.starts_with("https://")) {
-            return Err(fail(&origin, format!("\"{issuer}\" is not an http(s) URL")));
-        }
-        let issuer = issuer.trim_end_matches('/').to_owned();
-
-        let (origin, database_url) = pick("database_url", raw.database_url);
-        let database_url = database_url.unwrap_or_else(|| DEFAULT_DATABASE_URL.into());
-        if !["sqlite:", "postgres://", "postgresql://"]
-            .iter()
-            .any(|p| database_url.starts_with(p))
-        {
-            return Err(fail(
-                &origin,
-                format!(
-                    "\"{}\" must start with sqlite: or postgres://",
-                    redact_url(&database_url)
-                ),
-            ));
-        }
-
-        let scopes = raw.scopes.unwrap_or_else(example_scopes);
-        for name in scopes.keys() {
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_graphic() && c != '"' && c != '\\')
-            {
-                return Err(fail(
-                    &format!("{file}: key \"scopes\""),
-                    format!("\"{name}\" is not a valid scope name"),
-                ));
-            }
-        }
-
-        // Lists: a YAML list in the file; commas and/or spaces in the environment.
-        let (origin, defaults) = pick("default_scopes", raw.default_scopes.map(|v| v.join(" ")));
-        let default_scopes: Vec<String> = match defaults {
-            Some(text) => list_items(&text).map(str::to_owned).collect(),
-            None => ["read", "write", "groups"]
-                .iter()
-                .filter(|s| scopes.contains_key(**s))
-                .map(|s| s.to_string())
-                .collect(),
-        };
-        if let Some(unknown) = default_scopes.iter().find(|s| !scopes.contains_key(*s)) {
-            return Err(fail(
-                &origin,
-                format!("scope \"{unknown}\" is not declared in scopes"),
-            ));
-        }
-        if default_scopes.iter().any(|s| s == INTROSPECTION_SCOPE) {
-            return Err(fail(
-                &origin,
-                format!(
-                    "scope \"{INTROSPECTION_SCOPE}\" cannot be a default: it is granted only when asked for, to applications allowed to introspect"
-                ),
-            ));
-        }
-
-        let lifetime = |key: &str,
-                        from_file: Option<RawDuration>,
-                        default: i64|
-         -> Result<i64, ConfigError> {
-            let (origin, value) = pick(key, from_file.map(|v| v.to_string()));
-            let Some(text) = value else {
-                return Ok(default);
-            };
-            positive_seconds(&text).map_err(|problem| {
-                fail(
-                    &origin,
-                    format!("\"{text}\" is not a positive duration ({problem}; like 36000, 90s, 15m or 10h)"),
-                )
-            })
-        };
-        let access_token_lifetime = lifetime(
+        let source = Source { file, env: &env };
+        let (listen, issuer) = source.listen_and_issuer(raw.listen, raw.issuer)?;
+        let database_url = source.database_url(raw.database_url)?;
+        let scopes = declared_scopes(raw.scopes, file)?;
+        let default_scopes = source.default_scopes(raw.default_scopes, &scopes)?;
+        let access_token_lifetime = source.lifetime(
             "access_token_lifetime",
             raw.access_token_lifetime,
             DEFAULT_ACCESS_TOKEN_LIFETIME,
         )?;
-        let refresh_token_lifetime = lifetime(
+        let refresh_token_lifetime = source.lifetime(
             "refresh_token_lifetime",
             raw.refresh_token_lifetime,
             DEFAULT_REFRESH_TOKEN_LIFETIME,
         )?;
-
-        let (origin, proxies) = pick("trusted_proxies", raw.trusted_proxies.map(|v| v.join(",")));
-        let trusted_proxies = match proxies {
-            None => Vec::new(),
-            Some(text) => list_items(&text)
-                .map(|entry| {
-                    entry.parse::<IpRange>().map_err(|()| {
-                        fail(
-                            &origin,
-                            format!(
-                                "\"{entry}\" is not an IP address or CIDR range (like 10.0.0.0/8 or ::1)"
-                            ),
-                        )
-                    })
-                })
-                .collect::<Result<_, _>>()?,
-        };
-
+        let trusted_proxies = source.trusted_proxies(raw.trusted_proxies)?;
         let proxy_secret = read_proxy_secret(
-            pick("proxy_secret", raw.proxy_secret),
-            pick("proxy_secret_file", raw.proxy_secret_file),
+            source.pick("proxy_secret", raw.proxy_secret),
+            source.pick("proxy_secret_file", raw.proxy_secret_file),
         )?;
-
-        let (origin, format) = pick("access_token_format", raw.access_token_format);
-        let access_token_format = match format.as_deref().map(str::trim) {
-            None => AccessTokenFormat::Opaque,
-            Some(name) => AccessTokenFormat::parse(name).ok_or_else(|| {
-                fail(
-                    &origin,
-                    format!("\"{name}\" is not a token format (opaque or jwt)"),
-                )
-            })?,
-        };
-
-        let (origin, audience) = pick("access_token_audience", raw.access_token_audience);
-        let access_token_audience_is_issuer = audience.is_none();
-        let access_token_audience = match audience {
-            None => issuer.clone(),
-            Some(text) if !text.trim().is_empty() => text.trim().to_owned(),
-            Some(_) => return Err(fail(&origin, "the audience cannot be empty".into())),
-        };
-
-        let jwks_max_age = lifetime("jwks_max_age", raw.jwks_max_age, DEFAULT_JWKS_MAX_AGE)?;
-        let authorization_code_lifetime = lifetime(
+        let access_token_format = source.access_token_format(raw.access_token_format)?;
+        let (access_token_audience, access_token_audience_is_issuer) =
+            source.audience(raw.access_token_audience, &issuer)?;
+        let jwks_max_age =
+            source.lifetime("jwks_max_age", raw.jwks_max_age, DEFAULT_JWKS_MAX_AGE)?;
+        let authorization_code_lifetime = source.lifetime(
             "authorization_code_lifetime",
             raw.authorization_code_lifetime,
             DEFAULT_AUTHORIZATION_CODE_LIFETIME,
         )?;
-
-        let (origin, purge) = pick("purge_interval", raw.purge_interval.map(|v| v.to_string()));
-        let purge_interval = match purge {
-            None => DEFAULT_PURGE_INTERVAL,
-            // Zero in any unit (0, 0s, 0h) turns it off.
-            Some(text)
-                if resource_server::settings::parse_duration(&text)
-                    .is_ok_and(|d| d.is_zero()) =>
-            {
-                0
-            }
-            Some(text) => positive_seconds(&text).map_err(|problem| {
-                fail(
-                    &origin,
-                    format!("\"{text}\" is not a duration ({problem}; like 3600, 15m or 1h; 0 turns the purge off)"),
-                )
-            })?,
-        };
-
-        let (file_origin, secrets_file) = pick("secrets_system_file", raw.secrets_system_file);
-        let key_encryption = match (env(SECRETS_VAR), secrets_file) {
-            (Some(_), Some(path)) => {
-                return Err(fail(
-                    &format!("environment variable {SECRETS_VAR}"),
-                    format!("set either it or {file_origin} (\"{path}\"), not both"),
-                ));
-            }
-            (Some(text), None) => {
-                let origin = format!("environment variable {SECRETS_VAR}");
-                let secrets: Vec<&str> = list_items(&text).collect();
-                let kek = KeyEncryption::from_secrets(&secrets, &origin)
-                    .map_err(|problem| fail(&origin, problem))?;
-                Some(Arc::new(kek))
-            }
-            (None, Some(path)) => {
-                let origin = format!("{file_origin}: file {path}");
-                let kek = KeyEncryption::from_file(Path::new(&path), &origin)
-                    .map_err(|problem| fail(&origin, problem))?;
-                Some(Arc::new(kek))
-            }
-            (None, None) => None,
-        };
-
+        let purge_interval = source.purge_interval(raw.purge_interval)?;
+        let key_encryption = source.key_encryption(raw.secrets_system_file)?;
         Ok(Settings {
             listen,
             issuer,
@@ -506,6 +342,241 @@ impl Settings {
             key_encryption: None,
         }
     }
+}
+
+/// Where each setting comes from: `AUTHSERVER_<KEY>` when set, else the file's key. Each value
+/// remembers its origin, so that an error names the file key or the variable.
+struct Source<'a> {
+    file: &'a str,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+fn fail(origin: &str, message: String) -> ConfigError {
+    ConfigError::new(origin, message)
+}
+
+impl Source<'_> {
+    /// The value of `key` and where it came from.
+    fn pick(&self, key: &str, from_file: Option<String>) -> (String, Option<String>) {
+        let var = format!("AUTHSERVER_{}", key.to_uppercase());
+        match (self.env)(&var) {
+            Some(value) => (format!("environment variable {var}"), Some(value)),
+            None => (format!("{}: key \"{key}\"", self.file), from_file),
+        }
+    }
+
+    /// `listen`, and `issuer` (default: `http://` and the listen address, no trailing `/`).
+    fn listen_and_issuer(
+        &self,
+        listen: Option<String>,
+        issuer: Option<String>,
+    ) -> Result<(SocketAddr, String), ConfigError> {
+        let (origin, listen) = self.pick("listen", listen);
+        let listen_text = listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
+        let listen = listen_text.parse::<SocketAddr>().map_err(|_| {
+            fail(
+                &origin,
+                format!("\"{listen_text}\" is not an address like 127.0.0.1:8001"),
+            )
+        })?;
+        let (origin, issuer) = self.pick("issuer", issuer);
+        let issuer = issuer.unwrap_or_else(|| format!("http://{listen}"));
+        if !(issuer.starts_with("http://") || issuer.starts_with("https://")) {
+            return Err(fail(&origin, format!("\"{issuer}\" is not an http(s) URL")));
+        }
+        Ok((listen, issuer.trim_end_matches('/').to_owned()))
+    }
+
+    fn database_url(&self, from_file: Option<String>) -> Result<String, ConfigError> {
+        let (origin, database_url) = self.pick("database_url", from_file);
+        let database_url = database_url.unwrap_or_else(|| DEFAULT_DATABASE_URL.into());
+        if !["sqlite:", "postgres://", "postgresql://"]
+            .iter()
+            .any(|p| database_url.starts_with(p))
+        {
+            return Err(fail(
+                &origin,
+                format!(
+                    "\"{}\" must start with sqlite: or postgres://",
+                    redact_url(&database_url)
+                ),
+            ));
+        }
+        Ok(database_url)
+    }
+
+    /// `default_scopes` (a YAML list in the file; commas and/or spaces in the environment), each
+    /// declared, never `introspection`.
+    fn default_scopes(
+        &self,
+        from_file: Option<Vec<String>>,
+        scopes: &BTreeMap<String, String>,
+    ) -> Result<Vec<String>, ConfigError> {
+        let (origin, defaults) = self.pick("default_scopes", from_file.map(|v| v.join(" ")));
+        let default_scopes: Vec<String> = match defaults {
+            Some(text) => list_items(&text).map(str::to_owned).collect(),
+            None => ["read", "write", "groups"]
+                .iter()
+                .filter(|s| scopes.contains_key(**s))
+                .map(|s| s.to_string())
+                .collect(),
+        };
+        if let Some(unknown) = default_scopes.iter().find(|s| !scopes.contains_key(*s)) {
+            return Err(fail(
+                &origin,
+                format!("scope \"{unknown}\" is not declared in scopes"),
+            ));
+        }
+        if default_scopes.iter().any(|s| s == INTROSPECTION_SCOPE) {
+            return Err(fail(
+                &origin,
+                format!(
+                    "scope \"{INTROSPECTION_SCOPE}\" cannot be a default: it is granted only when asked for, to applications allowed to introspect"
+                ),
+            ));
+        }
+        Ok(default_scopes)
+    }
+
+    /// A positive duration in seconds; `default` when absent.
+    fn lifetime(
+        &self,
+        key: &str,
+        from_file: Option<RawDuration>,
+        default: i64,
+    ) -> Result<i64, ConfigError> {
+        let (origin, value) = self.pick(key, from_file.map(|v| v.to_string()));
+        let Some(text) = value else {
+            return Ok(default);
+        };
+        positive_seconds(&text).map_err(|problem| {
+            fail(
+                &origin,
+                format!(
+                    "\"{text}\" is not a positive duration ({problem}; like 36000, 90s, 15m or 10h)"
+                ),
+            )
+        })
+    }
+
+    fn trusted_proxies(&self, from_file: Option<Vec<String>>) -> Result<Vec<IpRange>, ConfigError> {
+        let (origin, proxies) = self.pick("trusted_proxies", from_file.map(|v| v.join(",")));
+        let Some(text) = proxies else {
+            return Ok(Vec::new());
+        };
+        list_items(&text)
+            .map(|entry| {
+                entry.parse::<IpRange>().map_err(|()| {
+                    fail(
+                        &origin,
+                        format!(
+                            "\"{entry}\" is not an IP address or CIDR range (like 10.0.0.0/8 or ::1)"
+                        ),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn access_token_format(
+        &self,
+        from_file: Option<String>,
+    ) -> Result<AccessTokenFormat, ConfigError> {
+        let (origin, format) = self.pick("access_token_format", from_file);
+        match format.as_deref().map(str::trim) {
+            None => Ok(AccessTokenFormat::Opaque),
+            Some(name) => AccessTokenFormat::parse(name).ok_or_else(|| {
+                fail(
+                    &origin,
+                    format!("\"{name}\" is not a token format (opaque or jwt)"),
+                )
+            }),
+        }
+    }
+
+    /// `access_token_audience`, and whether it was left to default (the issuer).
+    fn audience(
+        &self,
+        from_file: Option<String>,
+        issuer: &str,
+    ) -> Result<(String, bool), ConfigError> {
+        let (origin, audience) = self.pick("access_token_audience", from_file);
+        match audience {
+            None => Ok((issuer.to_owned(), true)),
+            Some(text) if !text.trim().is_empty() => Ok((text.trim().to_owned(), false)),
+            Some(_) => Err(fail(&origin, "the audience cannot be empty".into())),
+        }
+    }
+
+    /// `purge_interval` in seconds; zero in any unit (0, 0s, 0h) turns the purge off.
+    fn purge_interval(&self, from_file: Option<RawDuration>) -> Result<i64, ConfigError> {
+        let (origin, purge) = self.pick("purge_interval", from_file.map(|v| v.to_string()));
+        match purge {
+            None => Ok(DEFAULT_PURGE_INTERVAL),
+            Some(text)
+                if resource_server::settings::parse_duration(&text)
+                    .is_ok_and(|d| d.is_zero()) =>
+            {
+                Ok(0)
+            }
+            Some(text) => positive_seconds(&text).map_err(|problem| {
+                fail(
+                    &origin,
+                    format!("\"{text}\" is not a duration ({problem}; like 3600, 15m or 1h; 0 turns the purge off)"),
+                )
+            }),
+        }
+    }
+
+    /// The key-encryption keys: `AUTHSERVER_SECRETS_SYSTEM`, or the file of
+    /// `secrets_system_file`, not both.
+    fn key_encryption(
+        &self,
+        from_file: Option<String>,
+    ) -> Result<Option<Arc<KeyEncryption>>, ConfigError> {
+        let (file_origin, secrets_file) = self.pick("secrets_system_file", from_file);
+        match ((self.env)(SECRETS_VAR), secrets_file) {
+            (Some(_), Some(path)) => Err(fail(
+                &format!("environment variable {SECRETS_VAR}"),
+                format!("set either it or {file_origin} (\"{path}\"), not both"),
+            )),
+            (Some(text), None) => {
+                let origin = format!("environment variable {SECRETS_VAR}");
+                let secrets: Vec<&str> = list_items(&text).collect();
+                let kek = KeyEncryption::from_secrets(&secrets, &origin)
+                    .map_err(|problem| fail(&origin, problem))?;
+                Ok(Some(Arc::new(kek)))
+            }
+            (None, Some(path)) => {
+                let origin = format!("{file_origin}: file {path}");
+                let kek = KeyEncryption::from_file(Path::new(&path), &origin)
+                    .map_err(|problem| fail(&origin, problem))?;
+                Ok(Some(Arc::new(kek)))
+            }
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+/// `scopes` (the example scopes when absent), each name a valid RFC 6749 scope-token.
+fn declared_scopes(
+    scopes: Option<BTreeMap<String, String>>,
+    file: &str,
+) -> Result<BTreeMap<String, String>, ConfigError> {
+    let scopes = scopes.unwrap_or_else(example_scopes);
+    for name in scopes.keys() {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_graphic() && c != '"' && c != '\\')
+        {
+            return Err(fail(
+                &format!("{file}: key \"scopes\""),
+                format!("\"{name}\" is not a valid scope name"),
+            ));
+        }
+    }
+    Ok(scopes)
 }
 
 /// The proxy secret, given as text (`proxy_secret`) or as a file holding it (`proxy_secret_file`,

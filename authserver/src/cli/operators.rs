@@ -2,7 +2,7 @@
 //! rules as the views' forms ([`crate::validation`]), and a refusal carries the form's message.
 
 use super::prompt;
-use super::{AppCommand, GroupCommand, UserCommand};
+use super::{AppCommand, CreateApp, GroupCommand, UserCommand};
 use crate::config::{AccessTokenFormat, Settings};
 use crate::store::{ClientType, NewUser, Store, StoreError};
 use crate::validation::{self, ApplicationDraft};
@@ -238,105 +238,110 @@ fn app_field(
     }
 }
 
+/// `app create`: checks the draft as the registration form does, then registers it.
+async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> anyhow::Result<()> {
+    let CreateApp {
+        name,
+        client_type,
+        grant_type,
+        client_id,
+        client_secret_stdin,
+        introspect,
+        scopes,
+        redirect_uri,
+        redirect_uris,
+        pkce_optional,
+        token_format,
+        json,
+    } = create;
+    let mut scope_list: Vec<String> = Vec::new();
+    for scope in scopes.split_whitespace() {
+        if !scope_list.iter().any(|s| s == scope) {
+            scope_list.push(scope.to_owned());
+        }
+    }
+    let uri_flag = if redirect_uri.is_empty() {
+        "--redirect-uris"
+    } else {
+        "--redirect-uri"
+    };
+    let draft = ApplicationDraft {
+        name: name.trim().to_owned(),
+        client_type: client_type.trim().to_owned(),
+        grant_type: grant_type.trim().to_owned(),
+        redirect_uris: redirect_uri
+            .iter()
+            .map(String::as_str)
+            .chain(redirect_uris.split_whitespace())
+            .collect::<Vec<_>>()
+            .join(" "),
+        scopes: scope_list,
+        may_introspect: introspect,
+        pkce_optional,
+        token_format: token_format.unwrap_or_default().trim().to_owned(),
+    };
+
+    let input = validation::application(settings, &draft).map_err(|refusals| {
+        let lines: Vec<String> = refusals
+            .iter()
+            .map(|(field, message)| {
+                let (flag, value) = app_field(&draft, field, uri_flag);
+                format!("{flag} {value:?}: {message}")
+            })
+            .collect();
+        anyhow::anyhow!("{}", lines.join("\n"))
+    })?;
+    if let Some(id) = &client_id {
+        checked(
+            "--client-id",
+            validation::length(id, "The client id", true, 100),
+        )?;
+        // A client's tokens carry its client id as `sub`, a user's tokens the user's
+        // numeric id: an all-digit client id could pass for a user (RFC 9068 §5).
+        if id.bytes().all(|b| b.is_ascii_digit()) {
+            bail!("--client-id {id:?}: may not be all digits (users' ids are)");
+        }
+        if store.find_application_by_client_id(id).await?.is_some() {
+            bail!("--client-id: an application with client id {id:?} already exists");
+        }
+    }
+    let secret = match (client_secret_stdin, input.client_type) {
+        (false, _) => None,
+        (true, ClientType::Public) => {
+            bail!("--client-secret-stdin: a public client has no secret")
+        }
+        (true, ClientType::Confidential) => {
+            let secret = prompt::read_secret("client secret", false).await?;
+            checked("--client-secret-stdin", validation::client_secret(&secret))?;
+            Some(secret)
+        }
+    };
+    let (app, secret) = store
+        .create_application(&input, None, client_id, secret)
+        .await
+        .map_err(|e| conflict(e, "--client-id: that client id is taken"))?;
+    if app.access_token_format(settings.access_token_format) == AccessTokenFormat::Jwt {
+        // Its tokens are verifiable from the first one: the JWKS has a key already.
+        crate::jwt::KeyRing::new().keys_with_signer(store).await?;
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "id": app.id, "client_id": app.client_id, "client_secret": secret })
+        );
+    } else {
+        println!("client_id: {}", app.client_id);
+        if let Some(secret) = secret {
+            println!("client_secret: {secret}");
+            println!("(the secret is shown only now; store it safely)");
+        }
+    }
+    Ok(())
+}
+
 pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> anyhow::Result<()> {
     match command {
-        AppCommand::Create {
-            name,
-            client_type,
-            grant_type,
-            client_id,
-            client_secret_stdin,
-            introspect,
-            scopes,
-            redirect_uri,
-            redirect_uris,
-            pkce_optional,
-            token_format,
-            json,
-        } => {
-            let mut scope_list: Vec<String> = Vec::new();
-            for scope in scopes.split_whitespace() {
-                if !scope_list.iter().any(|s| s == scope) {
-                    scope_list.push(scope.to_owned());
-                }
-            }
-            let uri_flag = if redirect_uri.is_empty() {
-                "--redirect-uris"
-            } else {
-                "--redirect-uri"
-            };
-            let draft = ApplicationDraft {
-                name: name.trim().to_owned(),
-                client_type: client_type.trim().to_owned(),
-                grant_type: grant_type.trim().to_owned(),
-                redirect_uris: redirect_uri
-                    .iter()
-                    .map(String::as_str)
-                    .chain(redirect_uris.split_whitespace())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                scopes: scope_list,
-                may_introspect: introspect,
-                pkce_optional,
-                token_format: token_format.unwrap_or_default().trim().to_owned(),
-            };
-
-            let input = validation::application(settings, &draft).map_err(|refusals| {
-                let lines: Vec<String> = refusals
-                    .iter()
-                    .map(|(field, message)| {
-                        let (flag, value) = app_field(&draft, field, uri_flag);
-                        format!("{flag} {value:?}: {message}")
-                    })
-                    .collect();
-                anyhow::anyhow!("{}", lines.join("\n"))
-            })?;
-            if let Some(id) = &client_id {
-                checked(
-                    "--client-id",
-                    validation::length(id, "The client id", true, 100),
-                )?;
-                // A client's tokens carry its client id as `sub`, a user's tokens the user's
-                // numeric id: an all-digit client id could pass for a user (RFC 9068 §5).
-                if id.bytes().all(|b| b.is_ascii_digit()) {
-                    bail!("--client-id {id:?}: may not be all digits (users' ids are)");
-                }
-                if store.find_application_by_client_id(id).await?.is_some() {
-                    bail!("--client-id: an application with client id {id:?} already exists");
-                }
-            }
-            let secret = match (client_secret_stdin, input.client_type) {
-                (false, _) => None,
-                (true, ClientType::Public) => {
-                    bail!("--client-secret-stdin: a public client has no secret")
-                }
-                (true, ClientType::Confidential) => {
-                    let secret = prompt::read_secret("client secret", false).await?;
-                    checked("--client-secret-stdin", validation::client_secret(&secret))?;
-                    Some(secret)
-                }
-            };
-            let (app, secret) = store
-                .create_application(&input, None, client_id, secret)
-                .await
-                .map_err(|e| conflict(e, "--client-id: that client id is taken"))?;
-            if app.access_token_format(settings.access_token_format) == AccessTokenFormat::Jwt {
-                // Its tokens are verifiable from the first one: the JWKS has a key already.
-                crate::jwt::KeyRing::new().keys_with_signer(store).await?;
-            }
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({ "id": app.id, "client_id": app.client_id, "client_secret": secret })
-                );
-            } else {
-                println!("client_id: {}", app.client_id);
-                if let Some(secret) = secret {
-                    println!("client_secret: {secret}");
-                    println!("(the secret is shown only now; store it safely)");
-                }
-            }
-        }
+        AppCommand::Create(create) => create_app(store, settings, create).await?,
         AppCommand::List { json } => {
             let apps = store.list_applications(None).await?;
             if json {
