@@ -23,7 +23,7 @@ LAYERS = {
         ["rules"],
         ["decision", "checker", "forwarded"],
         ["jwt", "settings"],
-        ["gate_config"],
+        ["gate_config", "access_log"],
         ["gate"],
     ],
     "example-api": [

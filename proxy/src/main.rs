@@ -68,7 +68,12 @@ fn main() -> ExitCode {
     }
     purge_freed_memory_promptly();
     let config = match proxy::load_config(&args.config) {
-        Ok(c) => c,
+        Ok(c) => {
+            if let Some(format) = c.log_format {
+                resource_server::logging::set_format(format);
+            }
+            c
+        }
         Err(error) => {
             eprintln!("error: {error}");
             return ExitCode::FAILURE;

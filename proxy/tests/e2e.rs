@@ -455,7 +455,7 @@ async fn admin_endpoints() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn upstream_down_is_502_and_counted() {
+async fn upstream_down_is_a_json_502_and_counted() {
     let introspector = Introspector::start().await;
     let url = introspector.url();
     let f = Fixture::start_with(introspector, &url, common::ROUTES).await;
@@ -468,7 +468,15 @@ async fn upstream_down_is_502_and_counted() {
     )
     .unwrap();
     f.proxy.reload().unwrap();
-    assert_eq!(f.get("/read", Some("read")).await.status(), 502);
+    let resp = f.get("/read", Some("read")).await;
+    assert_eq!(resp.status(), 502);
+    // JSON like every refusal, and no `Server: Pingora` (issue 27, item 3).
+    assert_eq!(resp.headers().get("server"), None, "{:?}", resp.headers());
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    assert_eq!(
+        resp.text().await.unwrap(),
+        r#"{"detail":"The upstream service is unavailable."}"#
+    );
     // Counted in Pingora's logging phase, which may run just after the client has its answer:
     // polled, not read once.
     let counted = "tokengate_proxy_upstream_errors_total{upstream=\"api\"} 1";
@@ -481,6 +489,15 @@ async fn upstream_down_is_502_and_counted() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     };
     assert!(m.contains(counted), "{m}");
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_upstreams_server_header_is_not_passed_on() {
+    let f = Fixture::start().await;
+    let resp = f.get("/read", Some("read")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers().get("server"), None, "{:?}", resp.headers());
     f.stop().await;
 }
 
