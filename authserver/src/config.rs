@@ -2,6 +2,8 @@
 
 use crate::client_ip::{IpRange, ProxySecret};
 use crate::oauth::INTROSPECTION_SCOPE;
+use resource_server::access_log::{AccessLogSettings, RawAccessLog};
+use resource_server::logging::LogFormat;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,6 +28,8 @@ struct RawSettings {
     jwks_max_age: Option<RawDuration>,
     authorization_code_lifetime: Option<RawDuration>,
     purge_interval: Option<RawDuration>,
+    access_log: Option<RawAccessLog>,
+    log_format: Option<LogFormat>,
 }
 
 /// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
@@ -72,7 +76,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 15] = [
+const KEYS: [&str; 16] = [
     "listen",
     "issuer",
     "database_url",
@@ -88,11 +92,16 @@ const KEYS: [&str; 15] = [
     "jwks_max_age",
     "authorization_code_lifetime",
     "purge_interval",
+    "access_log",
 ];
 
 /// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
 /// settings file's path and the CLI's password input.
-pub const OTHER_VARIABLES: [&str; 2] = ["AUTHSERVER_CONFIG", "AUTHSERVER_PASSWORD"];
+pub const OTHER_VARIABLES: [&str; 3] = [
+    "AUTHSERVER_CONFIG",
+    "AUTHSERVER_PASSWORD",
+    "AUTHSERVER_ACCESS_LOG_SAMPLE",
+];
 
 /// Refuses `AUTHSERVER_*` variables that nothing reads (a typo would otherwise be silently
 /// ignored) and `AUTHSERVER_SCOPES` (a map: declare scopes in the file).
@@ -157,6 +166,10 @@ pub struct Settings {
     /// How often `serve` deletes expired tokens, codes, sessions, revoked families and signing
     /// keys (see [`crate::purge`]), seconds, each wait jittered; 0 = never (default 3600).
     pub purge_interval: i64,
+    /// The `access_log:` section (`AUTHSERVER_ACCESS_LOG`, `AUTHSERVER_ACCESS_LOG_SAMPLE`).
+    pub access_log: AccessLogSettings,
+    /// `log_format:`, applied by the binary once the file is read (`LOG_FORMAT` wins).
+    pub log_format: Option<LogFormat>,
 }
 
 /// What an access token is.
@@ -441,6 +454,18 @@ impl Settings {
             })?,
         };
 
+        let access_log = raw
+            .access_log
+            .unwrap_or_default()
+            .resolve("AUTHSERVER", &env)
+            .map_err(|e| {
+                let origin = match e.field.split_once(" (from ") {
+                    Some((_, var)) => format!("environment variable {}", var.trim_end_matches(')')),
+                    None => format!("{file}: key \"{}\"", e.field),
+                };
+                fail(&origin, format!("\"{}\": {}", e.value, e.problem))
+            })?;
+
         Ok(Settings {
             listen,
             issuer,
@@ -456,6 +481,8 @@ impl Settings {
             jwks_max_age,
             authorization_code_lifetime,
             purge_interval,
+            access_log,
+            log_format: raw.log_format,
         })
     }
 
@@ -476,6 +503,8 @@ impl Settings {
             jwks_max_age: DEFAULT_JWKS_MAX_AGE,
             authorization_code_lifetime: DEFAULT_AUTHORIZATION_CODE_LIFETIME,
             purge_interval: DEFAULT_PURGE_INTERVAL,
+            access_log: AccessLogSettings::default(),
+            log_format: None,
         }
     }
 }
