@@ -25,6 +25,7 @@ pub struct Outcome(pub &'static str);
 #[derive(Clone, Debug, Default)]
 pub struct Caller {
     pub client_id: Option<String>,
+    /// The user's id (never a username: one typed into the wrong field may be a password).
     pub user: Option<String>,
 }
 
@@ -36,7 +37,7 @@ pub fn with_error(mut response: Response, error: impl Display) -> Response {
     response
 }
 
-/// `response`, naming its caller for the access line.
+/// `response`, naming its caller for the access line: the client id and the user's id.
 pub fn with_caller(mut response: Response, client_id: &str, user: Option<&str>) -> Response {
     response.extensions_mut().insert(Caller {
         client_id: Some(client_id.to_owned()),
@@ -148,7 +149,7 @@ mod tests {
             )
             .route(
                 "/ok",
-                get(|| async { with_caller("fine".into_response(), "app-1", Some("alice")) }),
+                get(|| async { with_caller("fine".into_response(), "app-1", Some("7")) }),
             )
             .layer(axum::middleware::from_fn_with_state(
                 RequestLog(Some(Arc::new(AccessLog::new(Default::default())))),
@@ -200,7 +201,7 @@ mod tests {
         ] {
             assert!(access[0].contains(field), "{field} in {}", access[0]);
         }
-        for field in ["client_id=\"app-1\"", "user=\"alice\"", "status=200"] {
+        for field in ["client_id=\"app-1\"", "user=\"7\"", "status=200"] {
             assert!(access[1].contains(field), "{field} in {}", access[1]);
         }
         assert!(

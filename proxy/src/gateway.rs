@@ -224,12 +224,22 @@ impl ProxyHttp for Gateway {
             self.shared.metrics.upstream_error(&up.name);
         }
         let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        let took = ctx.start.elapsed();
+        let route = ctx.route.zip(ctx.routing.as_ref()).and_then(|(i, r)| {
+            // Routes are kept in file order: the position is the index.
+            let routes = r.gate.rules().routes();
+            let at = routes.get(i).filter(|route| route.index() == i);
+            at.or_else(|| routes.iter().find(|route| route.index() == i))
+        });
+        let metrics = &self.shared.metrics;
+        if let Some(decision) = ctx.decision {
+            metrics.observe(route.map_or(UNMATCHED, |r| r.name.as_str()), decision, took);
+        }
+        if let (Some(up), Some(status)) = (ctx.upstream.as_ref(), ctx.upstream_status) {
+            metrics.upstream_status(&up.name, status);
+        }
         if self.shared.access_log.wants(status) {
             let req = session.req_header();
-            let route = ctx.route.zip(ctx.routing.as_ref()).and_then(|(i, r)| {
-                let routes = r.gate.rules().routes();
-                routes.iter().find(|route| route.index() == i)
-            });
             let identity = ctx.identity.as_ref();
             AccessLine {
                 method: req.method.as_str(),
@@ -240,7 +250,7 @@ impl ProxyHttp for Gateway {
                 user: identity.and_then(|i| i.username.as_deref()),
                 status,
                 upstream_status: ctx.upstream_status,
-                latency: ctx.start.elapsed(),
+                latency: took,
             }
             .emit();
         }

@@ -47,7 +47,13 @@ pub async fn token(
     if let Some(refresh) = issued.refresh_token {
         body["refresh_token"] = refresh.into();
     }
-    let username = user.as_ref().map(|(_, name)| name.as_str());
-    let response = with_caller(Json(body).into_response(), &app.client_id, username);
+    // The user by id: this server's logs never name a username (one typed into the wrong
+    // field may be a password).
+    let user_id = user.as_ref().map(|(id, _)| id.to_string());
+    let response = with_caller(
+        Json(body).into_response(),
+        &app.client_id,
+        user_id.as_deref(),
+    );
     Ok(no_store(response))
 }
