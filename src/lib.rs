@@ -48,7 +48,11 @@ impl StackConfig {
             std::env::var("PROXY_CONFIG").unwrap_or_else(|_| "config/proxy.yaml".into());
         let proxy = proxy::load_config(&proxy_path)?;
         // The first file that names a log format picks it (`LOG_FORMAT` wins over both).
-        if let Some(format) = authserver.log_format.or(proxy.log_format) {
+        if let Some(format) = authserver
+            .log_format
+            .or(proxy.log_format)
+            .or(api.log_format)
+        {
             resource_server::logging::set_format(format);
         }
         let data_dir = std::env::var_os("TOKENGATE_DATA_DIR")
