@@ -396,6 +396,7 @@ async fn access_lines_name_the_request_and_never_its_token() {
     let stack = Stack::start(false);
     let admin = stack.admin.0.clone();
     let client_id = stack.client.0.clone();
+    let rs_id = stack.resource_server.0.clone();
     let secrets = flow(&stack).await;
     let log = stack.stop();
     let access: Vec<&str> = log
@@ -432,6 +433,19 @@ async fn access_lines_name_the_request_and_never_its_token() {
     ] {
         assert!(token.contains(&field), "{field} missing in {token}");
     }
+    // The views name the signed-in user, introspection its caller.
+    let admin_page = access
+        .iter()
+        .find(|l| l.contains("path=\"/admin/\"") && !l.contains("upstream_status"))
+        .unwrap_or_else(|| panic!("no authorization server line of /admin/ in {access:#?}"));
+    assert!(admin_page.contains("user=\"1\""), "{admin_page}");
+    let rs_id = format!("client_id=\"{rs_id}\"");
+    assert!(
+        access
+            .iter()
+            .any(|l| l.contains("route=\"/o/introspect/\"") && l.contains(&rs_id)),
+        "no introspection line naming its caller in {access:#?}"
+    );
     assert!(!log.contains("access_token="), "a query string was logged");
     assert_eq!(leaked(&log, &secrets), Vec::<&str>::new());
 }

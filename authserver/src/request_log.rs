@@ -4,10 +4,11 @@
 //! writes the request's access line (`resource_server::access_log`).
 
 use std::fmt::Display;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Extensions;
 use axum::middleware::Next;
 use axum::response::Response;
 use resource_server::access_log::{AccessLine, AccessLog};
@@ -46,6 +47,18 @@ pub fn with_caller(mut response: Response, client_id: &str, user: Option<&str>) 
     response
 }
 
+/// Where an extractor that signs the visitor in notes who it is ([`note_user`]), for a response
+/// that names no [`Caller`] itself (the views).
+#[derive(Clone, Default)]
+struct CallerSlot(Arc<OnceLock<String>>);
+
+/// Notes the signed-in user (by id) of the request whose extensions these are.
+pub fn note_user(request: &Extensions, user_id: i64) {
+    if let Some(slot) = request.get::<CallerSlot>() {
+        let _ = slot.0.set(user_id.to_string());
+    }
+}
+
 /// What [`log_requests`] writes: the access log of the authorization server; `None` for errors
 /// only (the example API, whose requests the proxy in front logs).
 #[derive(Clone)]
@@ -53,7 +66,13 @@ pub struct RequestLog(pub Option<Arc<AccessLog>>);
 
 /// The middleware: logs the error a response carries at error level, and writes the access line
 /// if the access log wants this request.
-pub async fn log_requests(State(log): State<RequestLog>, request: Request, next: Next) -> Response {
+pub async fn log_requests(
+    State(log): State<RequestLog>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let slot = CallerSlot::default();
+    request.extensions_mut().insert(slot.clone());
     let start = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -76,7 +95,9 @@ pub async fn log_requests(State(log): State<RequestLog>, request: Request, next:
             route: route.as_deref(),
             decision: response.extensions().get::<Outcome>().map(|o| o.0),
             client_id: caller.and_then(|c| c.client_id.as_deref()),
-            user: caller.and_then(|c| c.user.as_deref()),
+            user: caller
+                .and_then(|c| c.user.as_deref())
+                .or_else(|| slot.0.get().map(String::as_str)),
             status,
             upstream_status: None,
             latency: start.elapsed(),
