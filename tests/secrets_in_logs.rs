@@ -408,6 +408,7 @@ async fn access_lines_name_the_request_and_never_its_token() {
         .find(|l| l.contains("path=\"/users/\"") && l.contains("upstream_status"))
         .unwrap_or_else(|| panic!("no access line of GET /users/ in {access:#?}"));
     for field in [
+        "server=\"proxy\"".to_owned(),
         "method=\"GET\"".to_owned(),
         "route=\"users-read\"".to_owned(),
         "decision=\"allow\"".to_owned(),
@@ -425,6 +426,7 @@ async fn access_lines_name_the_request_and_never_its_token() {
         .unwrap_or_else(|| panic!("no authorization server line of /o/token/ in {access:#?}"));
     // The authorization server names the user by id, never by name.
     for field in [
+        "server=\"authserver\"".to_owned(),
         "method=\"POST\"".to_owned(),
         "path=\"/o/token/\"".to_owned(),
         format!("client_id=\"{client_id}\""),
@@ -478,6 +480,7 @@ async fn json_logs_hold_their_fields_and_no_secret() {
         .iter()
         .find(|l| l["path"] == "/users/" && l.get("upstream_status").is_some())
         .unwrap_or_else(|| panic!("no access line of GET /users/ in {access:#?}"));
+    assert_eq!(proxied["server"], "proxy");
     assert_eq!(proxied["method"], "GET");
     assert_eq!(proxied["route"], "users-read");
     assert_eq!(proxied["decision"], "allow");
@@ -489,6 +492,7 @@ async fn json_logs_hold_their_fields_and_no_secret() {
         .iter()
         .find(|l| l["route"] == "/o/token/" && l.get("upstream_status").is_none())
         .unwrap_or_else(|| panic!("no authorization server line of /o/token/ in {access:#?}"));
+    assert_eq!(token["server"], "authserver");
     assert_eq!(token["client_id"], client_id.as_str());
     assert_eq!(token["status"], 200);
     assert_eq!(leaked(&log, &secrets), Vec::<&str>::new());

@@ -90,6 +90,7 @@ pub async fn log_requests(
     {
         let caller = response.extensions().get::<Caller>();
         AccessLine {
+            server: "authserver",
             method: method.as_str(),
             path: &path,
             route: route.as_deref(),

@@ -242,6 +242,7 @@ impl ProxyHttp for Gateway {
             let req = session.req_header();
             let identity = ctx.identity.as_ref();
             AccessLine {
+                server: "proxy",
                 method: req.method.as_str(),
                 path: req.uri.path(),
                 route: route.map(|r| r.name.as_str()),

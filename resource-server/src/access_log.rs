@@ -129,6 +129,8 @@ impl AccessLog {
 /// One request, as logged.
 #[derive(Debug, Default)]
 pub struct AccessLine<'a> {
+    /// Which server answered (`proxy`, `authserver`): one process may run several.
+    pub server: &'static str,
     pub method: &'a str,
     /// Without the query string.
     pub path: &'a str,
@@ -148,6 +150,7 @@ impl AccessLine<'_> {
     pub fn emit(&self) {
         tracing::info!(
             target: TARGET,
+            server = self.server,
             method = self.method,
             path = self.path,
             route = self.route,
