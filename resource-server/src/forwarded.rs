@@ -45,11 +45,9 @@ impl ProxySecret {
             ));
         }
         if !secret.bytes().all(|b| b.is_ascii_graphic()) {
-            return Err(
-                "the proxy secret must be visible ASCII characters only (it travels as \
+            return Err("the proxy secret must be visible ASCII characters only (it travels as \
                         an HTTP header value)"
-                    .into(),
-            );
+                .into());
         }
         Ok(ProxySecret(secret.into()))
     }
