@@ -23,11 +23,11 @@ LAYERS = {
         ["rules"],
         ["decision", "checker", "forwarded"],
         ["jwt", "settings"],
-        ["gate_config"],
+        ["gate_config", "access_log"],
         ["gate"],
     ],
     "authserver": [
-        ["secrets", "private_files", "key_encryption", "client_ip", "http_server"],
+        ["secrets", "private_files", "key_encryption", "client_ip", "http_server", "request_log"],
         ["domain"],
         ["config", "protocol", "store"],
         ["jwt", "throttle", "validation", "purge", "testing"],

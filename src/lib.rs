@@ -47,6 +47,14 @@ impl StackConfig {
         let named = std::env::var_os("PROXY_CONFIG").filter(|p| !p.is_empty());
         let proxy =
             proxy::config::load_named_or_default(named.as_deref().map(Path::new), "PROXY_CONFIG")?;
+        // The first file that names a log format picks it (`LOG_FORMAT` wins over both).
+        if let Some(format) = authserver
+            .log_format
+            .or(proxy.log_format)
+            .or(api.log_format)
+        {
+            resource_server::logging::set_format(format);
+        }
         let data_dir = std::env::var_os("TOKENGATE_DATA_DIR")
             .filter(|dir| !dir.is_empty())
             .map(PathBuf::from)

@@ -264,6 +264,9 @@ impl Cli {
 
     pub fn settings(&self) -> Result<Settings, crate::config::ConfigError> {
         let mut settings = Settings::load(self.config_file())?;
+        if let Some(format) = settings.log_format {
+            resource_server::logging::set_format(format);
+        }
         if let Some(url) = &self.common.database_url {
             settings.database_url = url.clone();
         }

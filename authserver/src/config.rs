@@ -3,6 +3,8 @@
 use crate::client_ip::{IpRange, ProxySecret};
 use crate::domain::INTROSPECTION_SCOPE;
 use crate::key_encryption::{KeyEncryption, SECRETS_VAR};
+use resource_server::access_log::{AccessLogSettings, RawAccessLog};
+use resource_server::logging::LogFormat;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -29,6 +31,8 @@ struct RawSettings {
     authorization_code_lifetime: Option<RawDuration>,
     purge_interval: Option<RawDuration>,
     secrets_system_file: Option<String>,
+    access_log: Option<RawAccessLog>,
+    log_format: Option<LogFormat>,
 }
 
 /// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
@@ -75,7 +79,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 16] = [
+const KEYS: [&str; 17] = [
     "listen",
     "issuer",
     "database_url",
@@ -92,15 +96,17 @@ const KEYS: [&str; 16] = [
     "authorization_code_lifetime",
     "purge_interval",
     "secrets_system_file",
+    "access_log",
 ];
 
 /// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
-/// settings file's path, the CLI's password input, and the secrets that encrypt the signing
-/// keys (never in the settings file).
-pub const OTHER_VARIABLES: [&str; 3] = [
+/// settings file's path, the CLI's password input, the secrets that encrypt the signing keys
+/// (never in the settings file), and the access log's sample rate.
+pub const OTHER_VARIABLES: [&str; 4] = [
     "AUTHSERVER_CONFIG",
     "AUTHSERVER_PASSWORD",
     crate::key_encryption::SECRETS_VAR,
+    "AUTHSERVER_ACCESS_LOG_SAMPLE",
 ];
 
 /// Refuses `AUTHSERVER_*` variables that nothing reads (a typo would otherwise be silently
@@ -173,6 +179,10 @@ pub struct Settings {
     /// file of `secrets_system_file` (`AUTHSERVER_SECRETS_SYSTEM_FILE`); none configured: no
     /// signing key can be stored or read.
     pub key_encryption: Option<Arc<KeyEncryption>>,
+    /// The `access_log:` section (`AUTHSERVER_ACCESS_LOG`, `AUTHSERVER_ACCESS_LOG_SAMPLE`).
+    pub access_log: AccessLogSettings,
+    /// `log_format:`, applied by the binary once the file is read (`LOG_FORMAT` wins).
+    pub log_format: Option<LogFormat>,
 }
 
 pub use crate::domain::AccessTokenFormat;
@@ -293,6 +303,17 @@ impl Settings {
         )?;
         let purge_interval = source.purge_interval(raw.purge_interval)?;
         let key_encryption = source.key_encryption(raw.secrets_system_file)?;
+        let access_log = raw
+            .access_log
+            .unwrap_or_default()
+            .resolve("AUTHSERVER", &env)
+            .map_err(|e| {
+                let origin = match e.field.split_once(" (from ") {
+                    Some((_, var)) => format!("environment variable {}", var.trim_end_matches(')')),
+                    None => format!("{file}: key \"{}\"", e.field),
+                };
+                fail(&origin, format!("\"{}\": {}", e.value, e.problem))
+            })?;
         Ok(Settings {
             listen,
             issuer,
@@ -310,6 +331,8 @@ impl Settings {
             authorization_code_lifetime,
             purge_interval,
             key_encryption,
+            access_log,
+            log_format: raw.log_format,
         })
     }
 
@@ -340,6 +363,8 @@ impl Settings {
             authorization_code_lifetime: DEFAULT_AUTHORIZATION_CODE_LIFETIME,
             purge_interval: DEFAULT_PURGE_INTERVAL,
             key_encryption: None,
+            access_log: AccessLogSettings::default(),
+            log_format: None,
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod oauth;
 pub mod private_files;
 pub mod protocol;
 pub mod purge;
+pub mod request_log;
 pub mod secrets;
 pub mod store;
 pub mod testing;
@@ -50,10 +51,17 @@ impl AppState {
 
 /// The whole HTTP surface of the authorization server.
 pub fn app(state: AppState) -> Router {
+    let log = request_log::RequestLog(Some(Arc::new(resource_server::access_log::AccessLog::new(
+        state.settings.access_log,
+    ))));
     Router::new()
         .merge(oauth::router())
         .merge(web::router())
         .route("/healthz", get(|| async { "ok" }))
+        .layer(axum::middleware::from_fn_with_state(
+            log,
+            request_log::log_requests,
+        ))
         .with_state(state)
 }
 

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use authserver::request_log::with_error;
 use authserver::store::StoreError;
 use axum::Json;
 use axum::http::{HeaderValue, Method, StatusCode, header};
@@ -30,8 +31,8 @@ pub enum ApiError {
     TooLarge,
     /// 415 `{"detail": "Unsupported media type \"x\" in request."}`.
     UnsupportedMediaType(String),
-    /// 500; the cause is logged, never sent.
-    Internal,
+    /// 500; the cause is logged (by `authserver::request_log`), never sent.
+    Internal(String),
 }
 
 impl ApiError {
@@ -43,8 +44,7 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> ApiError {
-        tracing::error!(%error, "storage failed");
-        ApiError::Internal
+        ApiError::Internal(format!("storage failed: {error}"))
     }
 }
 
@@ -76,9 +76,12 @@ impl IntoResponse for ApiError {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 format!("Unsupported media type \"{media}\" in request."),
             ),
-            ApiError::Internal => detail(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "A server error occurred.".into(),
+            ApiError::Internal(cause) => with_error(
+                detail(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "A server error occurred.".into(),
+                ),
+                cause,
             ),
         }
     }

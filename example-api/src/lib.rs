@@ -61,6 +61,10 @@ pub fn app(state: AppState) -> Router {
             state.clone(),
             guard::check,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            authserver::request_log::RequestLog(None),
+            authserver::request_log::log_requests,
+        ))
         .with_state(state)
 }
 

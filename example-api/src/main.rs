@@ -48,6 +48,9 @@ async fn main() -> ExitCode {
         };
     }
     resource_server::logging::init();
+    if let Some(format) = config.log_format {
+        resource_server::logging::set_format(format);
+    }
     match example_api::run(config).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {

@@ -1,10 +1,12 @@
 //! The Pingora `ProxyHttp` glue: `request_filter` asks the gate in force
 //! (`resource_server::Gate::authorize`) and writes its refusals; then the route's upstream, and
-//! identity and `Authorization` headers rewritten on the way up.
+//! identity and `Authorization` headers rewritten on the way up; the access line and the
+//! JSON answer for an upstream that fails.
 
 use std::io::Write as _;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -12,15 +14,16 @@ use http::HeaderValue;
 use http::header::GetAll;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Session};
-use pingora::proxy::ProxyHttp;
+use pingora::proxy::{FailToProxy, ProxyHttp};
 use pingora::{Error, ErrorSource, ErrorType, Result};
+use resource_server::access_log::AccessLine;
 use resource_server::{Identity, Refusal};
 
 use crate::config::{Upstream, UpstreamAddr};
 use crate::drain::InFlight;
 use crate::headers::{is_identity_header, names_to_strip};
 use crate::metrics::{Outcome, UNMATCHED};
-use crate::state::SharedState;
+use crate::state::{Routing, SharedState};
 
 /// The proxy's `ProxyHttp` implementation.
 pub struct Gateway {
@@ -31,6 +34,16 @@ pub struct Gateway {
 pub struct RequestCtx {
     upstream: Option<Arc<Upstream>>,
     identity: Option<Identity>,
+    /// When the request head was read.
+    start: Instant,
+    /// The rules the request was decided by (moved here, no extra reference), for the access
+    /// line's route name.
+    routing: Option<Arc<Routing>>,
+    /// The matched route's position in its file.
+    route: Option<usize>,
+    decision: Option<Outcome>,
+    /// The upstream's status, once its response head arrived.
+    upstream_status: Option<u16>,
     /// Counts the request as in flight for the drain until the context is dropped (Pingora
     /// makes the context once the request head is read, and drops it once the answer is sent).
     _in_flight: InFlight,
@@ -44,6 +57,11 @@ impl ProxyHttp for Gateway {
         RequestCtx {
             upstream: None,
             identity: None,
+            start: Instant::now(),
+            routing: None,
+            route: None,
+            decision: None,
+            upstream_status: None,
             _in_flight: self.shared.drain.enter(),
         }
     }
@@ -59,6 +77,8 @@ impl ProxyHttp for Gateway {
             Ok(allow) => {
                 let label = allow.route.name.as_str();
                 self.shared.metrics.request(label, Outcome::Allow);
+                ctx.route = Some(allow.route.index());
+                ctx.decision = Some(Outcome::Allow);
                 ctx.identity = allow.identity;
                 ctx.upstream = allow
                     .route
@@ -66,20 +86,22 @@ impl ProxyHttp for Gateway {
                     .as_ref()
                     .and_then(|u| routing.upstreams.get(u))
                     .cloned();
+                ctx.routing = Some(routing);
                 Ok(false)
             }
             Err(denial) => {
                 // A denial on a matched route names it; only a 404 has no route.
-                let label = match denial.outcome {
-                    Outcome::NoRoute => UNMATCHED,
-                    _ => routing
-                        .gate
-                        .rules()
-                        .find(&req.method, req.uri.path())
-                        .map_or(UNMATCHED, |r| r.name.as_str()),
+                let route = match denial.outcome {
+                    Outcome::NoRoute => None,
+                    _ => routing.gate.rules().find(&req.method, req.uri.path()),
                 };
+                let label = route.map_or(UNMATCHED, |r| r.name.as_str());
                 self.shared.metrics.request(label, denial.outcome);
-                self.refuse(session, label, denial.refusal).await
+                ctx.route = route.map(|r| r.index());
+                ctx.decision = Some(denial.outcome);
+                let answered = self.refuse(session, label, denial.refusal).await;
+                ctx.routing = Some(routing);
+                answered
             }
         }
     }
@@ -153,9 +175,12 @@ impl ProxyHttp for Gateway {
     async fn response_filter(
         &self,
         session: &mut Session,
-        _upstream_response: &mut ResponseHeader,
-        _ctx: &mut RequestCtx,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut RequestCtx,
     ) -> Result<()> {
+        ctx.upstream_status = Some(upstream_response.status.as_u16());
+        // What runs behind the proxy is not announced.
+        upstream_response.remove_header(&http::header::SERVER);
         self.close_if_draining(session);
         Ok(())
     }
@@ -166,11 +191,69 @@ impl ProxyHttp for Gateway {
         error.esource() == &ErrorSource::Downstream
     }
 
-    async fn logging(&self, _session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
+    /// Pingora's own answer is an empty 502 with `Server: Pingora`: this one is JSON, like
+    /// every refusal, and names no software.
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &Error,
+        _ctx: &mut RequestCtx,
+    ) -> FailToProxy {
+        let (code, detail) = failure_answer(e);
+        if code > 0 {
+            self.close_if_draining(session);
+            let refusal = Refusal {
+                status: code,
+                www_authenticate: None,
+                body: format!("{{\"detail\":\"{detail}\"}}"),
+            };
+            if let Err(e) = write_refusal(session, refusal).await {
+                tracing::debug!(error = %e, "cannot send the error answer");
+            }
+        }
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
+    }
+
+    async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
         if let (Some(e), Some(up)) = (e, ctx.upstream.as_ref())
             && e.esource() == &ErrorSource::Upstream
         {
             self.shared.metrics.upstream_error(&up.name);
+        }
+        let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        let took = ctx.start.elapsed();
+        let route = ctx.route.zip(ctx.routing.as_ref()).and_then(|(i, r)| {
+            // Routes are kept in file order: the position is the index.
+            let routes = r.gate.rules().routes();
+            let at = routes.get(i).filter(|route| route.index() == i);
+            at.or_else(|| routes.iter().find(|route| route.index() == i))
+        });
+        let metrics = &self.shared.metrics;
+        if let Some(decision) = ctx.decision {
+            metrics.observe(route.map_or(UNMATCHED, |r| r.name.as_str()), decision, took);
+        }
+        if let (Some(up), Some(status)) = (ctx.upstream.as_ref(), ctx.upstream_status) {
+            metrics.upstream_status(&up.name, status);
+        }
+        if self.shared.access_log.wants(status) {
+            let req = session.req_header();
+            let identity = ctx.identity.as_ref();
+            AccessLine {
+                server: "proxy",
+                method: req.method.as_str(),
+                path: req.uri.path(),
+                route: route.map(|r| r.name.as_str()),
+                decision: ctx.decision.map(Outcome::as_str),
+                client_id: identity.and_then(|i| i.client_id.as_deref()),
+                user: identity.and_then(|i| i.username.as_deref()),
+                status,
+                upstream_status: ctx.upstream_status,
+                latency: took,
+            }
+            .emit();
         }
     }
 }
@@ -190,6 +273,25 @@ impl Gateway {
         if self.shared.drain.is_draining() {
             session.set_keepalive(None);
         }
+    }
+}
+
+/// The status and `detail` of the answer to a request that could not be proxied (status 0: the
+/// client is gone, nothing to write): Pingora's choice of status, 504 for an upstream that timed
+/// out.
+fn failure_answer(e: &Error) -> (u16, &'static str) {
+    match (e.esource(), e.etype()) {
+        (_, ErrorType::HTTPStatus(code)) => (*code, "The request could not be proxied."),
+        (ErrorSource::Upstream, ErrorType::ConnectTimedout | ErrorType::ReadTimedout) => {
+            (504, "The upstream service did not answer in time.")
+        }
+        (ErrorSource::Upstream, _) => (502, "The upstream service is unavailable."),
+        (
+            ErrorSource::Downstream,
+            ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed,
+        ) => (0, ""),
+        (ErrorSource::Downstream, _) => (400, "Bad request."),
+        _ => (500, "Internal error."),
     }
 }
 

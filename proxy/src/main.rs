@@ -77,6 +77,9 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+    if let Some(format) = config.log_format {
+        resource_server::logging::set_format(format);
+    }
     match proxy::spawn_with(config, proxy::Signals::Handle) {
         Ok(handle) => {
             handle.wait();

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use std::collections::HashMap;
 
 use resource_server::Gate;
+use resource_server::access_log::AccessLog;
 
 use crate::app_probes::AppProbes;
 use crate::config::{ConfigError, ProxyConfig, Upstream, load_config_with_env};
@@ -39,6 +40,8 @@ impl Routing {
 pub struct Shared {
     routing: RwLock<Arc<Routing>>,
     pub metrics: ProxyMetrics,
+    /// Which requests get an access line (settings from the start; a restart changes them).
+    pub access_log: AccessLog,
     pub drain: Arc<Drain>,
     /// The connection caps and counts of the proxy and admin listeners.
     pub listeners: [Arc<ListenerGate>; 2],
@@ -56,6 +59,7 @@ impl Shared {
         Ok(Shared {
             routing: RwLock::new(Arc::new(routing)),
             metrics,
+            access_log: AccessLog::new(config.access_log),
             drain: Arc::default(),
             listeners: [
                 ListenerGate::new("proxy", config.connections.max),

@@ -455,7 +455,7 @@ async fn admin_endpoints() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn upstream_down_is_502_and_counted() {
+async fn upstream_down_is_a_json_502_and_counted() {
     let introspector = Introspector::start().await;
     let url = introspector.url();
     let f = Fixture::start_with(introspector, &url, common::ROUTES).await;
@@ -468,7 +468,15 @@ async fn upstream_down_is_502_and_counted() {
     )
     .unwrap();
     f.proxy.reload().unwrap();
-    assert_eq!(f.get("/read", Some("read")).await.status(), 502);
+    let resp = f.get("/read", Some("read")).await;
+    assert_eq!(resp.status(), 502);
+    // JSON like every refusal, and no `Server: Pingora` (issue 27, item 3).
+    assert_eq!(resp.headers().get("server"), None, "{:?}", resp.headers());
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    assert_eq!(
+        resp.text().await.unwrap(),
+        r#"{"detail":"The upstream service is unavailable."}"#
+    );
     // Counted in Pingora's logging phase, which may run just after the client has its answer:
     // polled, not read once.
     let counted = "tokengate_proxy_upstream_errors_total{upstream=\"api\"} 1";
@@ -481,6 +489,15 @@ async fn upstream_down_is_502_and_counted() {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     };
     assert!(m.contains(counted), "{m}");
+    f.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_upstreams_server_header_is_not_passed_on() {
+    let f = Fixture::start().await;
+    let resp = f.get("/read", Some("read")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers().get("server"), None, "{:?}", resp.headers());
     f.stop().await;
 }
 
@@ -598,4 +615,106 @@ async fn upstream_address_overrides_hold_across_reloads() {
         .await
         .unwrap();
     let _ = std::fs::remove_file(path);
+}
+
+/// `/metrics` read by the Prometheus project's own Python parser (`prometheus_client`): the
+/// request duration histogram by route and decision, upstream answers by status class and
+/// build info are well-formed families with the values the requests made. Skipped (with a
+/// notice) without `prometheus_client`, except under CI.
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_parse_with_the_prometheus_parser() {
+    use std::io::Write as _;
+    let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+    let found = std::process::Command::new(&python)
+        .args(["-c", "import prometheus_client"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(
+            std::env::var("CI").map_or(true, |v| v.is_empty()),
+            "CI must install prometheus-client (pip install prometheus-client)"
+        );
+        eprintln!("SKIPPED: pip install prometheus-client");
+        return;
+    }
+    let f = Fixture::start().await;
+    assert_eq!(f.get("/read", Some("read")).await.status(), 200);
+    assert_eq!(f.get("/read", Some("read")).await.status(), 200);
+    assert_eq!(f.get("/read", None).await.status(), 401);
+    // Observed in Pingora's logging phase, just after the client has its answer: polled.
+    let wanted = "tokengate_proxy_request_duration_seconds_count{route=\"read\",decision=\"unauthenticated\"} 1";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let text = f.metrics().await;
+        if text.contains(wanted) && text.contains("class=\"2xx\"} 2") || Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    f.stop().await;
+
+    let script = r#"
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+out = {}
+for family in text_string_to_metric_families(sys.stdin.read()):
+    out[family.name] = {"type": family.type, "samples": [[s.name, s.labels, s.value] for s in family.samples]}
+print(json.dumps(out))
+"#;
+    let mut child = std::process::Command::new(&python)
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "the parser refused /metrics: {}\n{text}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let families: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let sample = |family: &str, name: &str, labels: &[(&str, &str)]| -> f64 {
+        let f = &families[family];
+        f["samples"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no family {family} in {families}"))
+            .iter()
+            .find(|s| s[0] == name && labels.iter().all(|(k, v)| s[1][k] == *v))
+            .unwrap_or_else(|| panic!("no {name}{labels:?} in {f}"))[2]
+            .as_f64()
+            .unwrap()
+    };
+    let duration = "tokengate_proxy_request_duration_seconds";
+    assert_eq!(families[duration]["type"], "histogram");
+    let allow = [("route", "read"), ("decision", "allow")];
+    assert_eq!(sample(duration, &format!("{duration}_count"), &allow), 2.0);
+    let inf = [("route", "read"), ("decision", "allow"), ("le", "+Inf")];
+    assert_eq!(sample(duration, &format!("{duration}_bucket"), &inf), 2.0);
+    assert!(sample(duration, &format!("{duration}_sum"), &allow) > 0.0);
+    let refused = [("route", "read"), ("decision", "unauthenticated")];
+    assert_eq!(
+        sample(duration, &format!("{duration}_count"), &refused),
+        1.0
+    );
+    let responses = "tokengate_proxy_upstream_responses";
+    assert_eq!(families[responses]["type"], "counter");
+    let ok = [("upstream", "api"), ("class", "2xx")];
+    assert_eq!(sample(responses, &format!("{responses}_total"), &ok), 2.0);
+    let server_errors = [("upstream", "api"), ("class", "5xx")];
+    assert_eq!(
+        sample(responses, &format!("{responses}_total"), &server_errors),
+        0.0
+    );
+    let version = [("version", env!("CARGO_PKG_VERSION"))];
+    let build = "tokengate_proxy_build_info";
+    assert_eq!(families[build]["type"], "gauge");
+    assert_eq!(sample(build, build, &version), 1.0);
 }

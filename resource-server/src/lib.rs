@@ -18,6 +18,7 @@
 //! [`settings`] is the `introspection:` section as written and its durations, [`jwt::raw`] the
 //! `jwt:` section, [`gate_config`] the four keys together.
 
+pub mod access_log;
 pub mod bearer;
 pub mod checker;
 pub mod claims;

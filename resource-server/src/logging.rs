@@ -1,6 +1,8 @@
-//! The log setup of every tokengate binary: `RUST_LOG` (default `info`) to stderr, with the
-//! crates that print requests and responses (headers, bodies) capped at `info` whatever
-//! `RUST_LOG` says, unless [`UNSAFE_LOG_SECRETS`] is `1`.
+//! The log setup of every tokengate binary: `RUST_LOG` (default `info`) to stderr, as text
+//! (colour only on a terminal) or one JSON object a line (`LOG_FORMAT=json`, or a binary's
+//! `log_format:` key through [`set_format`]), with the crates that print requests and responses
+//! (headers, bodies) capped at `info` whatever `RUST_LOG` says, unless [`UNSAFE_LOG_SECRETS`] is
+//! `1`.
 //!
 //! Pingora's debug lines print whole request and response headers (`Authorization: Basic …`,
 //! `Set-Cookie`), its trace lines bodies (token responses); hyper's, h2's and reqwest's trace
@@ -8,6 +10,8 @@
 //! more specific one (`pingora_core::protocols=trace`), so the cap is a filter of its own.
 
 use std::io::IsTerminal;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use tracing::{Level, Metadata};
 use tracing_subscriber::filter::{EnvFilter, FilterExt, filter_fn};
@@ -18,6 +22,71 @@ use tracing_subscriber::{Layer, fmt};
 /// Set to `1` to lift the cap: the logs then carry tokens, client secrets, passwords and session
 /// cookies. For debugging on a machine of one's own only.
 pub const UNSAFE_LOG_SECRETS: &str = "TOKENGATE_UNSAFE_LOG_SECRETS";
+
+/// The environment variable that picks the log format: `text` (default) or `json`. It wins over
+/// a configuration file's `log_format:`.
+pub const LOG_FORMAT: &str = "LOG_FORMAT";
+
+/// How log lines are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// `2026-11-24T02:00:00Z  INFO target: message key=value`, coloured on a terminal only.
+    #[default]
+    Text,
+    /// One JSON object a line: `timestamp`, `level`, `target`, `message` and the event's fields
+    /// at the top level.
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("\"{other}\": expected text or json")),
+        }
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for LogFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The format in force (a [`LogFormat`] as `u8`): both layers are installed, each writes only
+/// while it is the one, so a configuration file read after [`init`] can still choose.
+static FORMAT: AtomicU8 = AtomicU8::new(LogFormat::Text as u8);
+
+/// The format `LOG_FORMAT` asks for, if it is set; an unknown value is an error naming it.
+pub fn env_format() -> Result<Option<LogFormat>, String> {
+    match std::env::var(LOG_FORMAT) {
+        Ok(v) if !v.is_empty() => v
+            .parse()
+            .map(Some)
+            .map_err(|e| format!("environment variable {LOG_FORMAT}: {e}")),
+        _ => Ok(None),
+    }
+}
+
+/// Switches to `format` (a configuration file's `log_format:`), unless `LOG_FORMAT` is set.
+pub fn set_format(format: LogFormat) {
+    if !matches!(env_format(), Ok(Some(_))) {
+        FORMAT.store(format as u8, Relaxed);
+    }
+}
+
+/// The format in force.
+pub fn format() -> LogFormat {
+    if FORMAT.load(Relaxed) == LogFormat::Json as u8 {
+        LogFormat::Json
+    } else {
+        LogFormat::Text
+    }
+}
 
 /// Targets (prefixes) whose debug and trace events may carry secrets.
 pub const CAPPED_TARGETS: [&str; 5] = ["pingora", "hyper", "h2", "reqwest", "tower_http"];
@@ -38,22 +107,45 @@ pub fn cap_lifted() -> bool {
 
 /// Installs the process's log subscriber (once; later calls do nothing). `log` records (Pingora's)
 /// are bridged into it.
+/// `LOG_FORMAT` is read here; an unknown value is reported (in text) and text is kept.
 pub fn init() {
-    let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let env_format = env_format();
+    if let Ok(Some(format)) = env_format {
+        FORMAT.store(format as u8, Relaxed);
+    }
     let lifted = cap_lifted();
-    let layer = fmt::layer()
+    let filter = |format: LogFormat| {
+        let env = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+        env.and(filter_fn(move |meta| {
+            FORMAT.load(Relaxed) == format as u8 && (lifted || within_cap(meta))
+        }))
+    };
+    let text = fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_filter(env.and(filter_fn(move |meta| lifted || within_cap(meta))));
+        .with_filter(filter(LogFormat::Text))
+        .boxed();
+    let json = fmt::layer()
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .with_span_list(false)
+        .with_writer(std::io::stderr)
+        .with_filter(filter(LogFormat::Json))
+        .boxed();
     if tracing_subscriber::registry()
-        .with(layer)
+        .with(vec![text, json])
         .try_init()
         .is_ok()
-        && lifted
     {
-        tracing::warn!(
-            "{UNSAFE_LOG_SECRETS}=1: debug logs of Pingora, hyper, h2 and reqwest are on and carry tokens, secrets and cookies"
-        );
+        if let Err(e) = env_format {
+            tracing::error!("{e}; logging as text");
+        }
+        if lifted {
+            tracing::warn!(
+                "{UNSAFE_LOG_SECRETS}=1: debug logs of Pingora, hyper, h2 and reqwest are on and carry tokens, secrets and cookies"
+            );
+        }
     }
 }
 
@@ -77,5 +169,13 @@ mod tests {
         }
         assert!(allowed("authserver::oauth::token", Level::TRACE));
         assert!(allowed("proxy::gateway", Level::DEBUG));
+    }
+
+    #[test]
+    fn formats_parse_by_name() {
+        assert_eq!("json".parse(), Ok(LogFormat::Json));
+        assert_eq!("text".parse(), Ok(LogFormat::Text));
+        let e = "JSON".parse::<LogFormat>().unwrap_err();
+        assert!(e.contains("expected text or json"), "{e}");
     }
 }

@@ -1,7 +1,9 @@
 //! The OAuth 2.0 errors of [`crate::protocol`] (RFC 6749 §5.2, RFC 7662, RFC 7009), turned into
-//! a response in one place.
+//! a response in one place; a server error's cause rides in the response for
+//! [`crate::request_log`] to log.
 
 pub use crate::protocol::OAuthError;
+use crate::request_log::{Outcome, with_error};
 use crate::store::StoreError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -44,14 +46,12 @@ impl From<StoreError> for OAuthError {
 
 impl IntoResponse for OAuthError {
     fn into_response(self) -> Response {
-        if let OAuthError::Server(error) = &self {
-            tracing::error!(%error, "oauth endpoint failed");
-        }
         let mut body = json!({ "error": self.as_str() });
         if let Some(description) = self.description() {
             body["error_description"] = description.into();
         }
         let mut response = (self.status(), axum::Json(body)).into_response();
+        response.extensions_mut().insert(Outcome(self.as_str()));
         let headers = response.headers_mut();
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         headers.insert(header::PRAGMA, HeaderValue::from_static("no-cache"));
@@ -81,6 +81,7 @@ impl IntoResponse for OAuthError {
             OAuthError::PostOnly => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
             }
+            OAuthError::Server(error) => return with_error(response, error),
             _ => {}
         }
         response

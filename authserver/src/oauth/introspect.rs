@@ -4,6 +4,7 @@ use super::access_jwt::find_presented;
 use super::params::{Params, authenticate_client_if_presented};
 use super::{OAuthError, no_store};
 use crate::AppState;
+use crate::request_log::with_caller;
 use crate::store::{Application, ClientType, TokenKind, TokenRecord};
 use axum::Json;
 use axum::body::Bytes;
@@ -20,7 +21,7 @@ pub async fn introspect(
     body: Bytes,
 ) -> Result<Response, OAuthError> {
     let params = Params::from_form(&headers, &body)?;
-    authorize_caller(&state, &headers, &params).await?;
+    let caller = authorize_caller(&state, &headers, &params).await?;
     let token = params.require("token")?;
     let want_refresh = params.get("token_type_hint") == Some("refresh_token");
     let record = find_presented(&state, token).await?;
@@ -36,16 +37,20 @@ pub async fn introspect(
         }
         _ => json!({ "active": false }),
     };
-    Ok(no_store(Json(body).into_response()))
+    Ok(no_store(with_caller(
+        Json(body).into_response(),
+        &caller,
+        None,
+    )))
 }
 
 /// A bearer token carrying the `introspection` scope of an application (still) allowed to
-/// introspect, or the client credentials of such an application.
+/// introspect, or the client credentials of such an application; its client id.
 async fn authorize_caller(
     state: &AppState,
     headers: &HeaderMap,
     params: &Params,
-) -> Result<(), OAuthError> {
+) -> Result<String, OAuthError> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -70,12 +75,12 @@ async fn authorize_caller(
             .find_application_by_client_id(&caller.client_id)
             .await?;
         return match app {
-            Some(app) if may_introspect(&app) => Ok(()),
+            Some(app) if may_introspect(&app) => Ok(app.client_id),
             _ => Err(OAuthError::Forbidden),
         };
     }
     match authenticate_client_if_presented(&state.store, headers, params).await {
-        Ok(Some(app)) if may_introspect(&app) => Ok(()),
+        Ok(Some(app)) if may_introspect(&app) => Ok(app.client_id),
         Ok(Some(_)) => Err(OAuthError::Forbidden),
         Ok(None) | Err(OAuthError::InvalidClient) => Err(OAuthError::Unauthenticated),
         Err(other) => Err(other),

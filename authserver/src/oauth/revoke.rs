@@ -4,6 +4,7 @@ use super::access_jwt::find_presented;
 use super::params::{Params, authenticate_client};
 use super::{OAuthError, no_store};
 use crate::AppState;
+use crate::request_log::with_caller;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -29,5 +30,9 @@ pub async fn revoke(
         _ => false,
     };
     tracing::info!(client_id = %app.client_id, revoked, "revocation request");
-    Ok(no_store(StatusCode::OK.into_response()))
+    Ok(no_store(with_caller(
+        StatusCode::OK.into_response(),
+        &app.client_id,
+        None,
+    )))
 }

@@ -9,6 +9,7 @@ use crate::AppState;
 use crate::client_ip::ClientAddress;
 use crate::config::AccessTokenFormat;
 use crate::protocol::{GrantKind, GrantRequest};
+use crate::request_log::with_caller;
 use crate::store::now;
 use axum::Json;
 use axum::body::Bytes;
@@ -46,5 +47,13 @@ pub async fn token(
     if let Some(refresh) = issued.refresh_token {
         body["refresh_token"] = refresh.into();
     }
-    Ok(no_store(Json(body).into_response()))
+    // The user by id: this server's logs never name a username (one typed into the wrong
+    // field may be a password).
+    let user_id = user.as_ref().map(|(id, _)| id.to_string());
+    let response = with_caller(
+        Json(body).into_response(),
+        &app.client_id,
+        user_id.as_deref(),
+    );
+    Ok(no_store(response))
 }

@@ -16,6 +16,7 @@ pub use csrf::CsrfKey;
 pub use session::{SESSION_COOKIE, safe_next};
 
 use crate::AppState;
+use crate::request_log::with_error;
 use crate::store::StoreError;
 use askama::Template;
 use axum::Router;
@@ -99,14 +100,15 @@ async fn security_headers(mut response: Response) -> Response {
     response
 }
 
-/// Renders a template with a status; a template failure is logged and becomes a plain 500.
+/// Renders a template with a status; a template failure becomes a plain 500 carrying its cause
+/// (logged by [`crate::request_log`]).
 pub(crate) fn render<T: Template>(status: StatusCode, template: &T) -> Response {
     match template.render() {
         Ok(html) => (status, Html(html)).into_response(),
-        Err(error) => {
-            tracing::error!(%error, "template rendering failed");
-            (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response()
-        }
+        Err(error) => with_error(
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal error").into_response(),
+            format_args!("template rendering failed: {error}"),
+        ),
     }
 }
 
@@ -137,6 +139,7 @@ impl From<StoreError> for WebError {
 
 impl IntoResponse for WebError {
     fn into_response(self) -> Response {
+        let mut cause = None;
         let (status, title, message) = match self {
             WebError::BadRequest => (
                 StatusCode::BAD_REQUEST,
@@ -155,7 +158,7 @@ impl IntoResponse for WebError {
                 "CSRF verification failed: the form was stale or did not come from this site. Reload the page and try again.",
             ),
             WebError::Internal(error) => {
-                tracing::error!(%error, "browser view failed");
+                cause = Some(error);
                 (
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "Server error",
@@ -163,14 +166,18 @@ impl IntoResponse for WebError {
                 )
             }
         };
-        render(
+        let response = render(
             status,
             &templates::ErrorPage {
                 nav: templates::Nav::anonymous(),
                 title,
                 message,
             },
-        )
+        );
+        match cause {
+            Some(error) => with_error(response, error),
+            None => response,
+        }
     }
 }
 

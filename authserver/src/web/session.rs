@@ -150,10 +150,13 @@ impl FromRequestParts<AppState> for SignedIn {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
         match current_session(state, &parts.headers).await {
             Ok(Some(session)) => Ok(SignedIn {
+                user: {
+                    crate::request_log::note_user(&parts.extensions, session.user.id);
+                    session.user
+                },
                 form_token: super::csrf::session_token(state, &session.csrf_token)
                     .await
                     .map_err(IntoResponse::into_response)?,
-                user: session.user,
                 csrf_token: session.csrf_token,
             }),
             Ok(None) => {

@@ -53,6 +53,8 @@ pub struct Config {
     pub allow_non_loopback: bool,
     /// How callers are authenticated, and the access rules.
     pub gate: GateSettings,
+    /// `log_format:`, applied by the binary (`LOG_FORMAT` wins).
+    pub log_format: Option<resource_server::logging::LogFormat>,
 }
 
 impl Config {
@@ -293,6 +295,7 @@ impl Validator<'_> {
             database_url,
             allow_non_loopback,
             gate,
+            log_format: raw.log_format,
         })
     }
 }

@@ -40,4 +40,7 @@ pub struct RawConfig {
     /// Access rules in the resource-server route format (`upstream` omitted).
     #[serde(default)]
     pub routes: Option<Vec<RouteSpec>>,
+    /// `text` (default) or `json`; the `LOG_FORMAT` environment variable wins.
+    #[serde(default)]
+    pub log_format: Option<resource_server::logging::LogFormat>,
 }

@@ -13,6 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderValue;
+use resource_server::access_log::AccessLogSettings;
+use resource_server::logging::LogFormat;
 use resource_server::settings::{self, SettingError};
 use resource_server::yaml;
 use resource_server::{
@@ -99,6 +101,10 @@ pub struct ProxyConfig {
     /// The application's probes the admin listener answers (`PROXY_APP_PROBES`, written by
     /// `proxy inject`); empty unless set.
     pub app_probes: Arc<AppProbes>,
+    /// The `access_log:` section (`PROXY_ACCESS_LOG`, `PROXY_ACCESS_LOG_SAMPLE`); on by default.
+    pub access_log: AccessLogSettings,
+    /// `log_format:`, applied by the binary once the file is read (`LOG_FORMAT` wins).
+    pub log_format: Option<LogFormat>,
 }
 
 /// Environment variables set in process; `Debug` shows their names only (some are secrets).
@@ -289,6 +295,11 @@ impl Validator<'_> {
             return Err(self.invalid("admin_listen", admin_listen, "must differ from listen"));
         }
         let connections = self.connections(raw.connections.unwrap_or_default())?;
+        let access_log = raw
+            .access_log
+            .unwrap_or_default()
+            .resolve("PROXY", env)
+            .map_err(|e| self.setting(e))?;
         let threads = raw.threads.unwrap_or(DEFAULT_THREADS);
         if !(1..=256).contains(&threads) {
             return Err(self.invalid("threads", threads, "expected 1 to 256"));
@@ -380,6 +391,8 @@ impl Validator<'_> {
             upstreams,
             upstream_overrides: Overrides::default(),
             app_probes: Arc::new(app_probes),
+            access_log,
+            log_format: raw.log_format,
         })
     }
 

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 pub use resource_server::RawJwt;
 use resource_server::RouteSpec;
+pub use resource_server::access_log::RawAccessLog;
+pub use resource_server::logging::LogFormat;
 pub use resource_server::settings::{RawCache, RawDuration};
 use serde::Deserialize;
 
@@ -50,6 +52,12 @@ pub struct RawConfig {
     /// set is almost always a truncated file. A reload never swaps in an empty rule set.
     #[serde(default)]
     pub allow_empty_routes: bool,
+    /// One line per request at info, target `access` (see `resource_server::access_log`).
+    #[serde(default)]
+    pub access_log: Option<RawAccessLog>,
+    /// `text` (default) or `json`; the `LOG_FORMAT` environment variable wins.
+    #[serde(default)]
+    pub log_format: Option<LogFormat>,
 }
 
 /// The `connections:` section: how long and how many clients may hold a connection open.

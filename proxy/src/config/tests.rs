@@ -370,3 +370,21 @@ fn hostile_yaml_is_refused_before_libyaml_reads_it() {
     );
     assert!(started.elapsed() < Duration::from_secs(1));
 }
+
+#[test]
+fn access_log_and_log_format_keys() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.access_log, Default::default(), "on, every request");
+    assert_eq!(c.log_format, None);
+    let src = format!("{GOOD}access_log: {{ enabled: true, sample: 0.25 }}\nlog_format: json\n");
+    let c = parse(&src).unwrap();
+    assert_eq!((c.access_log.enabled, c.access_log.sample), (true, 0.25));
+    assert_eq!(c.log_format, Some(LogFormat::Json));
+    let e = error(&format!("{GOOD}access_log: {{ sample: 1.5 }}\n"));
+    assert!(e.contains("access_log.sample") && e.contains("1.5"), "{e}");
+    let e = error(&format!("{GOOD}log_format: yaml\n"));
+    assert!(e.contains("\"yaml\": expected text or json"), "{e}");
+    let env = |k: &str| (k == "PROXY_ACCESS_LOG").then(|| "off".to_owned());
+    let c = parse_config(GOOD, "proxy.yaml", env).unwrap();
+    assert!(!c.access_log.enabled);
+}

@@ -141,7 +141,7 @@ async fn write_json(
 ) -> std::io::Result<()> {
     let body = body.to_string();
     let head = format!(
-        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "HTTP/1.1 {status} X\r\nServer: stand-in/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     let s = w.get_mut();

@@ -1,0 +1,234 @@
+//! Errors logged in one place, and the access line: a response carries the error behind it in
+//! its extensions ([`with_error`], where the response is made; nothing is logged there), and the
+//! one middleware [`log_requests`] of the authorization server and the example API logs it, then
+//! writes the request's access line (`resource_server::access_log`).
+
+use std::fmt::Display;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::Extensions;
+use axum::middleware::Next;
+use axum::response::Response;
+use resource_server::access_log::{AccessLine, AccessLog};
+
+/// The cause of a failed response, for the log only (never sent).
+#[derive(Clone, Debug)]
+pub struct ResponseError(pub Arc<str>);
+
+/// The outcome of a refused request, as the access line's `decision` (an OAuth error code such
+/// as `invalid_grant`).
+#[derive(Clone, Copy, Debug)]
+pub struct Outcome(pub &'static str);
+
+/// Who made the request, as far as the handler learned: for the access line (never a secret).
+#[derive(Clone, Debug, Default)]
+pub struct Caller {
+    pub client_id: Option<String>,
+    /// The user's id (never a username: one typed into the wrong field may be a password).
+    pub user: Option<String>,
+}
+
+/// `response`, carrying `error` for [`log_requests`] to log.
+pub fn with_error(mut response: Response, error: impl Display) -> Response {
+    response
+        .extensions_mut()
+        .insert(ResponseError(error.to_string().into()));
+    response
+}
+
+/// `response`, naming its caller for the access line: the client id and the user's id.
+pub fn with_caller(mut response: Response, client_id: &str, user: Option<&str>) -> Response {
+    response.extensions_mut().insert(Caller {
+        client_id: Some(client_id.to_owned()),
+        user: user.map(str::to_owned),
+    });
+    response
+}
+
+/// Where an extractor that signs the visitor in notes who it is ([`note_user`]), for a response
+/// that names no [`Caller`] itself (the views).
+#[derive(Clone, Default)]
+struct CallerSlot(Arc<OnceLock<String>>);
+
+/// Notes the signed-in user (by id) of the request whose extensions these are.
+pub fn note_user(request: &Extensions, user_id: i64) {
+    if let Some(slot) = request.get::<CallerSlot>() {
+        let _ = slot.0.set(user_id.to_string());
+    }
+}
+
+/// What [`log_requests`] writes: the access log of the authorization server; `None` for errors
+/// only (the example API, whose requests the proxy in front logs).
+#[derive(Clone)]
+pub struct RequestLog(pub Option<Arc<AccessLog>>);
+
+/// The middleware: logs the error a response carries at error level, and writes the access line
+/// if the access log wants this request.
+pub async fn log_requests(
+    State(log): State<RequestLog>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let slot = CallerSlot::default();
+    request.extensions_mut().insert(slot.clone());
+    let start = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned());
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    if let Some(ResponseError(error)) = response.extensions().get() {
+        tracing::error!(%error, %method, path, route, status, "request failed");
+    }
+    if let Some(access) = &log.0
+        && access.wants(status)
+    {
+        let caller = response.extensions().get::<Caller>();
+        AccessLine {
+            server: "authserver",
+            method: method.as_str(),
+            path: &path,
+            route: route.as_deref(),
+            decision: response.extensions().get::<Outcome>().map(|o| o.0),
+            client_id: caller.and_then(|c| c.client_id.as_deref()),
+            user: caller
+                .and_then(|c| c.user.as_deref())
+                .or_else(|| slot.0.get().map(String::as_str)),
+            status,
+            upstream_status: None,
+            latency: start.elapsed(),
+        }
+        .emit();
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oauth::OAuthError;
+    use crate::web::WebError;
+    use axum::Router;
+    use axum::body::Body;
+    use axum::response::IntoResponse;
+    use axum::routing::get;
+    use std::sync::Mutex;
+    use tower::ServiceExt;
+
+    /// What the subscriber of [`captured`] wrote.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn captured() -> (Captured, tracing::subscriber::DefaultGuard) {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(move || writer.clone())
+            .finish();
+        (out, tracing::subscriber::set_default(subscriber))
+    }
+
+    impl Captured {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    #[test]
+    fn conversions_log_nothing() {
+        let (out, _guard) = captured();
+        let response = OAuthError::Server(anyhow::anyhow!("disk on fire")).into_response();
+        assert_eq!(response.status(), 500);
+        let response = WebError::Internal("disk on fire".into()).into_response();
+        assert_eq!(response.status(), 500);
+        assert_eq!(out.text(), "", "a conversion logged");
+    }
+
+    #[tokio::test]
+    async fn the_middleware_logs_a_carried_error_once_with_the_access_line() {
+        let (out, _guard) = captured();
+        let app = Router::new()
+            .route(
+                "/o/token/{x}",
+                get(|| async { OAuthError::Server(anyhow::anyhow!("disk on fire")) }),
+            )
+            .route(
+                "/ok",
+                get(|| async { with_caller("fine".into_response(), "app-1", Some("7")) }),
+            )
+            .layer(axum::middleware::from_fn_with_state(
+                RequestLog(Some(Arc::new(AccessLog::new(Default::default())))),
+                log_requests,
+            ));
+        let request = |uri: &str| {
+            axum::http::Request::builder()
+                .uri(uri)
+                .body(Body::empty())
+                .unwrap()
+        };
+        let failed = app
+            .clone()
+            .oneshot(request("/o/token/7?code=s3cret"))
+            .await
+            .unwrap();
+        assert_eq!(failed.status(), 500);
+        let body = axum::body::to_bytes(failed.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(
+            &body[..],
+            br#"{"error":"server_error"}"#,
+            "the body is unchanged"
+        );
+        let ok = app.oneshot(request("/ok")).await.unwrap();
+        assert_eq!(ok.status(), 200);
+
+        let text = out.text();
+        let failures: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("request failed"))
+            .collect();
+        assert_eq!(failures.len(), 1, "{text}");
+        for field in ["disk on fire", "route=\"/o/token/{x}\"", "status=500"] {
+            assert!(failures[0].contains(field), "{field} in {}", failures[0]);
+        }
+        let access: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("access: request"))
+            .collect();
+        assert_eq!(access.len(), 2, "{text}");
+        for field in [
+            "method=\"GET\"",
+            "path=\"/o/token/7\"",
+            "decision=\"server_error\"",
+            "status=500",
+            "latency_ms=",
+        ] {
+            assert!(access[0].contains(field), "{field} in {}", access[0]);
+        }
+        for field in ["client_id=\"app-1\"", "user=\"7\"", "status=200"] {
+            assert!(access[1].contains(field), "{field} in {}", access[1]);
+        }
+        assert!(
+            !text.contains("s3cret"),
+            "the query string was logged: {text}"
+        );
+    }
+}
