@@ -33,7 +33,7 @@ LAYERS = {
         ["routes"],
     ],
     "proxy": [
-        ["headers", "drain", "metrics"],
+        ["headers", "drain", "metrics", "downstream", "tls"],
         ["config", "inject"],
         ["state"],
         ["gateway", "admin", "background"],

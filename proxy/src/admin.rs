@@ -45,6 +45,9 @@ impl ServeHttp for Admin {
                 let routes = routing.gate.rules().routes().len();
                 let mut text = self.shared.metrics.render(checker, routes);
                 text.push_str(&crate::metrics::render_listeners(&self.shared.listeners));
+                if let Some(tls) = &self.shared.tls {
+                    tls.render_metrics("proxy", &mut text);
+                }
                 reply(
                     StatusCode::OK,
                     "text/plain; version=0.0.4; charset=utf-8",

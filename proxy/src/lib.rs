@@ -22,6 +22,7 @@ pub mod inject;
 pub mod metrics;
 pub mod server;
 pub mod state;
+pub mod tls;
 
 pub use config::{
     ConfigError, ProxyConfig, Upstream, load_config, load_config_with_env, parse_config,

@@ -150,15 +150,18 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
         shared: shared.clone(),
     };
     let [proxy_gate, admin_gate] = shared.listeners.clone();
+    let mut http = pingora::proxy::http_proxy(&server.configuration, gateway);
+    http.server_options = Some(downstream::server_options(config.h2c, &config.connections));
+    http.h2_options = Some(downstream::h2_options());
     let mut proxy = Service::new(
         "tokengate proxy".to_owned(),
-        Guarded::new(
-            pingora::proxy::http_proxy(&server.configuration, gateway),
-            config.connections,
-            proxy_gate,
-        ),
+        Guarded::new(http, config.connections, proxy_gate),
     );
-    proxy.add_listener(downstream::endpoint(&config.listen.to_string()));
+    let mut endpoint = downstream::endpoint(&config.listen.to_string());
+    if let Some(tls) = &shared.tls {
+        endpoint = endpoint.tls(tls.settings());
+    }
+    proxy.add_listener(endpoint);
     let mut admin = Service::new(
         "tokengate admin".to_owned(),
         Guarded::new(

@@ -19,7 +19,8 @@ use resource_server::{
 };
 
 use crate::downstream::ConnectionLimits;
-use raw::{RawConfig, RawConnections, RawDuration, RawUpstream};
+use crate::tls::{self, TlsFiles};
+use raw::{RawConfig, RawConnections, RawDuration, RawTls, RawUpstream};
 
 /// Environment variables that override the file (empty values are ignored).
 pub const ENV_OVERRIDES: [&str; 7] = [
@@ -79,6 +80,11 @@ pub struct ProxyConfig {
     pub source: Option<PathBuf>,
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
+    /// TLS on `listen` (checked when the file is loaded; the files are re-read when they change
+    /// or on SIGHUP). `None`: cleartext.
+    pub tls: Option<TlsFiles>,
+    /// HTTP/2 with prior knowledge on a cleartext `listen` (opt-in).
+    pub h2c: bool,
     /// The `connections:` section: head deadline, idle timeouts and caps of both listeners.
     pub connections: ConnectionLimits,
     pub threads: usize,
@@ -246,6 +252,14 @@ impl Validator<'_> {
         if listen == admin_listen && listen.port() != 0 {
             return Err(self.invalid("admin_listen", admin_listen, "must differ from listen"));
         }
+        let tls = raw.tls.map(|t| self.tls(t)).transpose()?;
+        if raw.h2c && tls.is_some() {
+            return Err(self.invalid(
+                "h2c",
+                "true",
+                "h2c is for a cleartext listener; over TLS, clients get HTTP/2 by ALPN",
+            ));
+        }
         let connections = self.connections(raw.connections.unwrap_or_default())?;
         let threads = raw.threads.unwrap_or(DEFAULT_THREADS);
         if !(1..=256).contains(&threads) {
@@ -323,6 +337,8 @@ impl Validator<'_> {
             source: None,
             listen,
             admin_listen,
+            tls,
+            h2c: raw.h2c,
             connections,
             threads,
             work_stealing: raw.work_stealing.unwrap_or(true),
@@ -332,6 +348,22 @@ impl Validator<'_> {
             upstreams,
             upstream_overrides: Overrides::default(),
         })
+    }
+
+    /// The `tls:` section, its files loaded and checked now (see [`tls::load`]).
+    fn tls(&self, raw: RawTls) -> Result<TlsFiles, ConfigError> {
+        let files = TlsFiles {
+            cert_file: raw.cert_file.into(),
+            key_file: raw.key_file.into(),
+        };
+        tls::load(&files, tls::unix_now()).map_err(|e| {
+            self.invalid(
+                format!("tls.{}", e.field),
+                quoted(&e.file.display().to_string()),
+                e.message,
+            )
+        })?;
+        Ok(files)
     }
 
     fn listen(

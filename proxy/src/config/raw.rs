@@ -15,6 +15,13 @@ pub struct RawConfig {
     pub listen: String,
     /// Address of the admin listener (`/healthz`, `/readyz`, `/metrics`), `host:port`.
     pub admin_listen: String,
+    /// TLS on the proxy listener (`listen`): certificate and key PEM files. Default: cleartext.
+    #[serde(default)]
+    pub tls: Option<RawTls>,
+    /// HTTP/2 in cleartext with prior knowledge (h2c) on the proxy listener, besides HTTP/1.1
+    /// (default false). With `tls`, HTTP/2 is negotiated by ALPN instead.
+    #[serde(default)]
+    pub h2c: bool,
     /// Limits on client connections, for each listener (see [`RawConnections`]).
     #[serde(default)]
     pub connections: Option<RawConnections>,
@@ -50,6 +57,16 @@ pub struct RawConfig {
     /// set is almost always a truncated file. A reload never swaps in an empty rule set.
     #[serde(default)]
     pub allow_empty_routes: bool,
+}
+
+/// The `tls:` section of the proxy listener.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    /// The certificate chain, leaf first (PEM).
+    pub cert_file: String,
+    /// Its private key (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC, unencrypted).
+    pub key_file: String,
 }
 
 /// The `connections:` section: how long and how many clients may hold a connection open.
