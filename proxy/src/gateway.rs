@@ -104,6 +104,11 @@ impl ProxyHttp for Gateway {
                 })?,
         };
         let mut peer = HttpPeer::new(addr, false, String::new());
+        if up.h2c {
+            // HTTP/2 with prior knowledge (gRPC servers), streams multiplexed on a connection.
+            peer.options.set_http_version(2, 2);
+            peer.options.max_h2_streams = H2C_UPSTREAM_STREAMS;
+        }
         peer.options.connection_timeout = Some(up.connect_timeout);
         peer.options.read_timeout = up.read_timeout;
         Ok(Box::new(peer))
@@ -180,7 +185,8 @@ impl Gateway {
     async fn refuse(&self, session: &mut Session, label: &str, refusal: Refusal) -> Result<bool> {
         tracing::debug!(route = label, status = refusal.status, "request refused");
         self.close_if_draining(session);
-        write_refusal(session, refusal).await?;
+        let grpc = is_grpc(session.req_header());
+        write_refusal(session, refusal, grpc).await?;
         Ok(true)
     }
 
@@ -192,6 +198,9 @@ impl Gateway {
         }
     }
 }
+
+/// Streams the proxy opens at once on one h2c connection to an upstream.
+const H2C_UPSTREAM_STREAMS: usize = 100;
 
 const X_FORWARDED_FOR: &str = "X-Forwarded-For";
 /// For lookups: parsed once, not on every request.
@@ -229,8 +238,41 @@ fn forwarded_for(lines: GetAll<'_, HeaderValue>, peer: IpAddr) -> Vec<u8> {
     forwarded
 }
 
-/// Writes the refusal's status, `WWW-Authenticate`, `Content-Type` and JSON body.
-async fn write_refusal(session: &mut Session, refusal: Refusal) -> Result<()> {
+/// Whether the request is a gRPC call (`content-type: application/grpc`, `+proto`, ...).
+fn is_grpc(req: &RequestHeader) -> bool {
+    req.headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Writes the refusal's status, `WWW-Authenticate`, `Content-Type` and JSON body; to a gRPC call,
+/// HTTP 200 with `grpc-status` and `grpc-message` (see [`Refusal::grpc`]) in trailers over HTTP/2
+/// (in the headers over HTTP/1.1) and no message, which gRPC libraries report as that code.
+async fn write_refusal(session: &mut Session, refusal: Refusal, grpc: bool) -> Result<()> {
+    if grpc {
+        let (code, message) = refusal.grpc();
+        let mut status = http::HeaderMap::new();
+        status.insert("grpc-status", HeaderValue::from(u16::from(code)));
+        status.insert(
+            "grpc-message",
+            HeaderValue::from_str(&message).map_err(|_| Error::new(ErrorType::InternalError))?,
+        );
+        let mut resp = ResponseHeader::build(200, Some(5))?;
+        resp.insert_header("Content-Type", "application/grpc")?;
+        if let Some(w) = refusal.www_authenticate {
+            resp.insert_header("WWW-Authenticate", w)?;
+        }
+        if !session.is_http2() {
+            for (name, value) in &status {
+                resp.insert_header(name.clone(), value.clone())?;
+            }
+            resp.insert_header("Content-Length", "0")?;
+            session.write_response_header(Box::new(resp), false).await?;
+            return session.write_response_body(None, true).await;
+        }
+        session.write_response_header(Box::new(resp), false).await?;
+        return session.write_response_trailers(status).await;
+    }
     let body = Bytes::from(refusal.body);
     let mut resp = ResponseHeader::build(refusal.status, Some(5))?;
     resp.insert_header("Content-Type", Refusal::CONTENT_TYPE)?;

@@ -139,6 +139,8 @@ pub struct Upstream {
     pub name: String,
     pub address: UpstreamAddr,
     pub pass_authorization: bool,
+    /// HTTP/2 with prior knowledge to this upstream (gRPC servers); else HTTP/1.1.
+    pub h2c: bool,
     pub host: Option<HeaderValue>,
     pub connect_timeout: Duration,
     pub read_timeout: Option<Duration>,
@@ -475,6 +477,7 @@ impl Validator<'_> {
             name: name.to_owned(),
             address,
             pass_authorization: u.pass_authorization,
+            h2c: u.h2c,
             host,
             connect_timeout,
             read_timeout: read_timeout.filter(|d| !d.is_zero()),

@@ -113,6 +113,10 @@ pub struct RawUpstream {
     /// `PROXY_UPSTREAM_<NAME>_PROXY_SECRET`). Default: none sent.
     #[serde(default)]
     pub proxy_secret_file: Option<String>,
+    /// Speak HTTP/2 with prior knowledge (h2c) to this upstream, as gRPC servers expect
+    /// (default false: HTTP/1.1).
+    #[serde(default)]
+    pub h2c: bool,
 }
 
 pub use resource_server::settings::RawIntrospection;
