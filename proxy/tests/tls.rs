@@ -539,3 +539,41 @@ async fn h2c_with_prior_knowledge_only_where_enabled() {
         .await
         .unwrap();
 }
+
+/// h2load (nghttp2) over TLS: 2,000 requests as 100 concurrent streams on one connection, all
+/// answered; and a header list over the 32 KiB limit is refused, not passed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2load_many_streams_on_one_tls_connection() {
+    let pki = Pki::new();
+    let (cert, key) = pki.server("a");
+    let (yaml, listen, _) = yaml_with(&tls_section(&cert, &key)).await;
+    let (proxy, config) = start_proxy("h2load", &yaml).await;
+    let url = format!("https://127.0.0.1:{listen}/public/x");
+    let out = {
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            Command::new("h2load")
+                .args(["-n", "2000", "-c", "1", "-m", "100", &url])
+                .output()
+                .expect("h2load runs (apt-get install nghttp2-client)")
+        })
+        .await
+        .unwrap()
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("2000 succeeded, 0 failed, 0 errored"),
+        "h2load: {text}"
+    );
+    assert!(text.contains("Application protocol: h2"), "h2load: {text}");
+
+    let ca = pki.ca().display().to_string();
+    let big = format!("X-Big: {}", "a".repeat(40 * 1024));
+    let (code, _) = curl_async(&["--cacert", &ca, "--http2", "-H", &big], &url).await;
+    assert_ne!(code, "200", "a 40 KiB header list went through");
+
+    let _ = std::fs::remove_file(config);
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
+}
