@@ -103,7 +103,20 @@ impl ProxyHttp for Gateway {
                         .into_up()
                 })?,
         };
-        let mut peer = HttpPeer::new(addr, false, String::new());
+        let mut peer = match &up.tls {
+            Some(tls) => {
+                let mut peer = HttpPeer::new(addr, true, tls.sni.clone());
+                peer.options.verify_cert = tls.verify;
+                peer.options.verify_hostname = tls.verify;
+                peer.options.ca = tls.ca.clone();
+                peer.group_key = tls.pool_key();
+                // ALPN h2 then http/1.1: gRPC servers get HTTP/2, the others what they speak.
+                peer.options.set_http_version(2, 1);
+                peer.options.max_h2_streams = H2C_UPSTREAM_STREAMS;
+                peer
+            }
+            None => HttpPeer::new(addr, false, String::new()),
+        };
         if up.h2c {
             // HTTP/2 with prior knowledge (gRPC servers), streams multiplexed on a connection.
             peer.options.set_http_version(2, 2);
@@ -199,7 +212,7 @@ impl Gateway {
     }
 }
 
-/// Streams the proxy opens at once on one h2c connection to an upstream.
+/// Streams the proxy opens at once on one HTTP/2 connection to an upstream.
 const H2C_UPSTREAM_STREAMS: usize = 100;
 
 const X_FORWARDED_FOR: &str = "X-Forwarded-For";

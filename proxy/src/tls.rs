@@ -1,7 +1,8 @@
-//! TLS on the proxy listener (rustls, through Pingora): the certificate and key PEM files,
+//! TLS (rustls, through Pingora). On the proxy listener: the certificate and key PEM files,
 //! checked whenever they are loaded (readable, matching, valid now), and served through a
 //! resolver whose certificate is replaced in place on reload: connections already open keep the
-//! certificate they were accepted with, new handshakes get the new one, none is dropped.
+//! certificate they were accepted with, new handshakes get the new one, none is dropped. To
+//! upstreams: the name to send and verify, and the CA bundle to verify against.
 
 use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use pingora::tls::sign::CertifiedKey;
 use pingora::tls::{
     CertificateDer, ClientHello, CryptoProvider, PrivateKeyDer, ResolvesServerCert,
 };
+use pingora::utils::tls::{WrappedX509, parse_x509};
 use x509_parser::pem::Pem;
 
 /// A certificate this close to its expiry is logged as a warning whenever it is loaded.
@@ -120,6 +122,104 @@ pub fn load(files: &TlsFiles, now: i64) -> Result<ServerCert, CertError> {
         not_after,
         subject,
     })
+}
+
+/// TLS to one upstream.
+#[derive(Clone)]
+pub struct UpstreamTls {
+    /// Sent as SNI (unless an IP address) and verified against the certificate's names.
+    pub sni: String,
+    /// The CA bundle the upstream's certificate must chain to; `None`: the system's roots.
+    pub ca_file: Option<PathBuf>,
+    pub ca: Option<Arc<[WrappedX509]>>,
+    /// `false` only when the file says `insecure_skip_verify: true`.
+    pub verify: bool,
+    /// See [`UpstreamTls::pool_key`]; computed once.
+    pool_key: u64,
+}
+
+impl UpstreamTls {
+    pub fn new(
+        sni: String,
+        ca_file: Option<PathBuf>,
+        ca: Option<Arc<[WrappedX509]>>,
+        verify: bool,
+    ) -> UpstreamTls {
+        let mut tls = UpstreamTls {
+            sni,
+            ca_file,
+            ca,
+            verify,
+            pool_key: 0,
+        };
+        tls.pool_key = tls.roots_hash();
+        tls
+    }
+
+    /// Keeps this upstream's pooled connections apart from those of another upstream at the same
+    /// address and name but with other roots: Pingora 0.9's connection pool key (`HttpPeer`'s
+    /// hash) has the SNI and whether to verify, not the CA, so a connection verified against one
+    /// bundle would otherwise be reused for an upstream that trusts another (or the system's).
+    pub fn pool_key(&self) -> u64 {
+        self.pool_key
+    }
+
+    fn roots_hash(&self) -> u64 {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut h = DefaultHasher::new();
+        self.ca_file.hash(&mut h);
+        for cert in self.ca.iter().flat_map(|c| c.iter()) {
+            cert.borrow_raw_cert().hash(&mut h);
+        }
+        self.ca.is_some().hash(&mut h);
+        h.finish()
+    }
+}
+
+impl PartialEq for UpstreamTls {
+    fn eq(&self, other: &Self) -> bool {
+        let der = |ca: &Option<Arc<[WrappedX509]>>| {
+            ca.as_ref().map(|c| {
+                c.iter()
+                    .map(|x| x.borrow_raw_cert().clone())
+                    .collect::<Vec<_>>()
+            })
+        };
+        self.sni == other.sni
+            && self.ca_file == other.ca_file
+            && self.verify == other.verify
+            && der(&self.ca) == der(&other.ca)
+    }
+}
+
+impl Eq for UpstreamTls {}
+
+impl fmt::Debug for UpstreamTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamTls")
+            .field("sni", &self.sni)
+            .field("ca_file", &self.ca_file)
+            .field("verify", &self.verify)
+            .finish()
+    }
+}
+
+/// The certificates of a CA bundle (PEM), each parsed.
+pub fn load_ca(path: &Path) -> Result<Arc<[WrappedX509]>, String> {
+    let mut certs = Vec::new();
+    for block in pem_blocks(path)? {
+        if block.label != "CERTIFICATE" {
+            continue;
+        }
+        if let Err(e) = x509_parser::parse_x509_certificate(&block.contents) {
+            return Err(format!("a certificate cannot be parsed: {e}"));
+        }
+        certs.push(WrappedX509::new(block.contents, parse_x509));
+    }
+    if certs.is_empty() {
+        return Err("no CERTIFICATE block (PEM) in the file".into());
+    }
+    Ok(certs.into())
 }
 
 /// The process-wide rustls crypto provider (ring, installed if none was).

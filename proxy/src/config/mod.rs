@@ -19,8 +19,8 @@ use resource_server::{
 };
 
 use crate::downstream::ConnectionLimits;
-use crate::tls::{self, TlsFiles};
-use raw::{RawConfig, RawConnections, RawDuration, RawTls, RawUpstream};
+use crate::tls::{self, TlsFiles, UpstreamTls};
+use raw::{RawConfig, RawConnections, RawDuration, RawTls, RawUpstream, RawUpstreamTls};
 
 /// Environment variables that override the file (empty values are ignored).
 pub const ENV_OVERRIDES: [&str; 7] = [
@@ -141,6 +141,8 @@ pub struct Upstream {
     pub pass_authorization: bool,
     /// HTTP/2 with prior knowledge to this upstream (gRPC servers); else HTTP/1.1.
     pub h2c: bool,
+    /// TLS to this upstream (ALPN h2 and http/1.1); `None`: cleartext.
+    pub tls: Option<UpstreamTls>,
     pub host: Option<HeaderValue>,
     pub connect_timeout: Duration,
     pub read_timeout: Option<Duration>,
@@ -368,6 +370,47 @@ impl Validator<'_> {
         Ok(files)
     }
 
+    /// An upstream's `tls:` section: the SNI defaults to the address's host, the CA bundle is
+    /// read now.
+    fn upstream_tls(
+        &self,
+        prefix: &str,
+        raw: RawUpstreamTls,
+        address: &UpstreamAddr,
+    ) -> Result<UpstreamTls, ConfigError> {
+        let sni = match raw.sni {
+            Some(s) if s.trim().is_empty() || s.contains(char::is_whitespace) => {
+                return Err(self.invalid(
+                    format!("{prefix}.tls.sni"),
+                    quoted(&s),
+                    "expected a host name",
+                ));
+            }
+            Some(s) => s,
+            None => match address {
+                UpstreamAddr::Socket(a) => a.ip().to_string(),
+                UpstreamAddr::Name { host, .. } => host.clone(),
+            },
+        };
+        let ca_file = raw.ca_file.map(PathBuf::from);
+        let ca = match &ca_file {
+            None => None,
+            Some(path) => Some(tls::load_ca(path).map_err(|message| {
+                self.invalid(
+                    format!("{prefix}.tls.ca_file"),
+                    quoted(&path.display().to_string()),
+                    message,
+                )
+            })?),
+        };
+        Ok(UpstreamTls::new(
+            sni,
+            ca_file,
+            ca,
+            !raw.insecure_skip_verify,
+        ))
+    }
+
     fn listen(
         &self,
         field: &str,
@@ -473,11 +516,23 @@ impl Validator<'_> {
             return Err(self.invalid(format!("{prefix}.connect_timeout"), "0", "must be positive"));
         }
         let proxy_secret = self.proxy_secret(&prefix, name, u.proxy_secret_file, env)?;
+        let tls = match u.tls {
+            None => None,
+            Some(t) => Some(self.upstream_tls(&prefix, t, &address)?),
+        };
+        if u.h2c && tls.is_some() {
+            return Err(self.invalid(
+                format!("{prefix}.h2c"),
+                "true",
+                "h2c is cleartext HTTP/2; over tls, HTTP/2 is negotiated by ALPN",
+            ));
+        }
         Ok(Upstream {
             name: name.to_owned(),
             address,
             pass_authorization: u.pass_authorization,
             h2c: u.h2c,
+            tls,
             host,
             connect_timeout,
             read_timeout: read_timeout.filter(|d| !d.is_zero()),

@@ -117,6 +117,25 @@ pub struct RawUpstream {
     /// (default false: HTTP/1.1).
     #[serde(default)]
     pub h2c: bool,
+    /// TLS to this upstream (default: cleartext).
+    #[serde(default)]
+    pub tls: Option<RawUpstreamTls>,
+}
+
+/// An upstream's `tls:` section.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstreamTls {
+    /// The name sent as SNI and verified (default: the address's host name or IP).
+    #[serde(default)]
+    pub sni: Option<String>,
+    /// A PEM bundle of the CAs to trust (default: the system's roots).
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// Accept any certificate (default false). For tests only: anyone on the path can then
+    /// read and change the traffic.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
 }
 
 pub use resource_server::settings::RawIntrospection;
