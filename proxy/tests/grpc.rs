@@ -1,5 +1,5 @@
 //! gRPC through the proxy with grpcio (Python) as client and server (`tests/grpc/echo.py`):
-//! h2c downstream and h2 over TLS, an h2c upstream; unary, server, client and bidirectional
+//! h2c downstream and h2 over TLS, an h2c upstream and an h2-over-TLS one; unary, server, client and bidirectional
 //! streaming calls allowed with their trailers, streams passed as they come; refusals seen by
 //! the client library as UNAUTHENTICATED (16), PERMISSION_DENIED (7) and UNIMPLEMENTED (12).
 
@@ -24,12 +24,14 @@ routes:
 struct Server(Child, u16);
 
 impl Server {
-    fn start() -> Server {
-        let mut child = Command::new("python3")
-            .args([SCRIPT, "server"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3 runs");
+    /// Over h2c, or over TLS with `tls`: certificate and key files.
+    fn start(tls: Option<(&std::path::Path, &std::path::Path)>) -> Server {
+        let mut cmd = Command::new("python3");
+        cmd.args([SCRIPT, "server"]);
+        if let Some((cert, key)) = tls {
+            cmd.arg(cert).arg(key);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("python3 runs");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
@@ -97,7 +99,8 @@ fn check(seen: &Value) {
     );
 }
 
-async fn proxy_yaml(extra: &str, grpc_port: u16) -> (String, u16) {
+/// `settings`: the `grpc` upstream's settings after its address.
+async fn proxy_yaml(extra: &str, grpc_port: u16, settings: &str) -> (String, u16) {
     let introspector = Introspector::start().await;
     let upstream = echo_upstream().await;
     let (listen, admin) = two_free_ports();
@@ -105,16 +108,16 @@ async fn proxy_yaml(extra: &str, grpc_port: u16) -> (String, u16) {
     std::mem::forget(introspector);
     let yaml = yaml.replace(
         "upstreams:\n",
-        &format!("upstreams:\n  grpc: {{ address: \"127.0.0.1:{grpc_port}\", h2c: true }}\n"),
+        &format!("upstreams:\n  grpc: {{ address: \"127.0.0.1:{grpc_port}\", {settings} }}\n"),
     );
     (format!("{extra}\n{yaml}"), listen)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_calls_through_h2c_and_tls_listeners() {
-    let server = Server::start();
+    let server = Server::start(None);
 
-    let (yaml, listen) = proxy_yaml("h2c: true", server.1).await;
+    let (yaml, listen) = proxy_yaml("h2c: true", server.1, "h2c: true").await;
     let (proxy, config) = start_proxy("grpc-h2c", &yaml).await;
     check(&client(format!("127.0.0.1:{listen}"), None).await);
     let _ = std::fs::remove_file(config);
@@ -129,10 +132,29 @@ async fn grpc_calls_through_h2c_and_tls_listeners() {
         cert.display(),
         key.display()
     );
-    let (yaml, listen) = proxy_yaml(&tls, server.1).await;
+    let (yaml, listen) = proxy_yaml(&tls, server.1, "h2c: true").await;
     let (proxy, config) = start_proxy("grpc-tls", &yaml).await;
     let ca = pki.ca().display().to_string();
     check(&client(format!("127.0.0.1:{listen}"), Some(ca)).await);
+    let _ = std::fs::remove_file(config);
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
+}
+
+/// gRPC to an upstream over TLS (h2 by ALPN), verified with the test CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_to_a_tls_upstream() {
+    let pki = Pki::new();
+    let (cert, key) = pki.server("grpc-upstream");
+    let server = Server::start(Some((&cert, &key)));
+    let upstream = format!(
+        "tls: {{ ca_file: \"{}\", sni: localhost }}",
+        pki.ca().display()
+    );
+    let (yaml, listen) = proxy_yaml("h2c: true", server.1, &upstream).await;
+    let (proxy, config) = start_proxy("grpc-upstream-tls", &yaml).await;
+    check(&client(format!("127.0.0.1:{listen}"), None).await);
     let _ = std::fs::remove_file(config);
     tokio::task::spawn_blocking(move || proxy.shutdown_now())
         .await

@@ -1,6 +1,7 @@
 """gRPC through the proxy, with grpcio's generic handlers (no generated code).
 
-`echo.py server` serves test.Echo and test.Admin over h2c on a free port and prints the port.
+`echo.py server [CERT KEY]` serves test.Echo and test.Admin over h2c (over TLS with CERT and
+KEY) on a free port and prints the port.
 `echo.py client TARGET [CA]` calls them through the proxy (TLS when CA is given) and prints one
 JSON object with what each call saw.
 """
@@ -15,7 +16,7 @@ from concurrent import futures
 import grpc
 
 
-def serve():
+def serve(tls):
     def unary(request, context):
         context.set_trailing_metadata((("x-trailer", "kept"),))
         user = dict(context.invocation_metadata()).get("x-auth-username", "")
@@ -54,7 +55,12 @@ def serve():
             ),
         )
     )
-    port = server.add_insecure_port("127.0.0.1:0")
+    if tls:
+        cert, key = (open(f, "rb").read() for f in tls)
+        creds = grpc.ssl_server_credentials(((key, cert),))
+        port = server.add_secure_port("127.0.0.1:0", creds)
+    else:
+        port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     print(port, flush=True)
     server.wait_for_termination()
@@ -133,6 +139,6 @@ def client(target, ca):
 
 if __name__ == "__main__":
     if sys.argv[1] == "server":
-        serve()
+        serve(sys.argv[2:4])
     else:
         client(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
