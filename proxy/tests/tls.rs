@@ -577,3 +577,68 @@ async fn h2load_many_streams_on_one_tls_connection() {
         .await
         .unwrap();
 }
+
+/// The `proxy` binary re-reads the certificate on SIGHUP, even when polling cannot see the change
+/// (the new files are given the old ones' modification times and have the same lengths).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_certificate() {
+    let pki = Pki::new();
+    let (cert_a, key_a) = pki.server("a");
+    // ECDSA signatures vary in length by a byte or two: a B as long as A, to hide from the poll.
+    let len = |p: &Path| std::fs::metadata(p).unwrap().len();
+    let (cert_b, key_b) = ('b'..='z')
+        .map(|n| pki.server(&n.to_string()))
+        .find(|(c, k)| len(c) == len(&cert_a) && len(k) == len(&key_a))
+        .expect("a certificate as long as A");
+    let (cert, key) = (pki.path("served.pem"), pki.path("served.key"));
+    std::fs::copy(&cert_a, &cert).unwrap();
+    std::fs::copy(&key_a, &key).unwrap();
+    let (yaml, listen, _) = yaml_with(&tls_section(&cert, &key)).await;
+    let config = common::temp_path("tls-hup");
+    std::fs::write(&config, yaml).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_proxy"))
+        .arg("--config")
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("https://127.0.0.1:{listen}/public/x");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client(&pki.ca()).get(&url).send().await.is_err() {
+        assert!(Instant::now() < deadline, "the proxy did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(served_cert(&client(&pki.ca()), &url).await, der(&cert_a));
+
+    // B in place of A, invisible to the poll: same lengths, A's modification times.
+    for (from, to) in [(&cert_b, &cert), (&key_b, &key)] {
+        let before = std::fs::metadata(to).unwrap();
+        assert_eq!(std::fs::metadata(from).unwrap().len(), before.len());
+        std::fs::write(to, std::fs::read(from).unwrap()).unwrap();
+        let file = std::fs::File::options().write(true).open(to).unwrap();
+        file.set_modified(before.modified().unwrap()).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        served_cert(&client(&pki.ca()), &url).await,
+        der(&cert_a),
+        "the poll saw no change"
+    );
+    let status = Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while served_cert(&client(&pki.ca()), &url).await != der(&cert_b) {
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not reload the certificate"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(config);
+}
