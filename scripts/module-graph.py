@@ -33,10 +33,10 @@ LAYERS = {
         ["routes"],
     ],
     "proxy": [
-        ["headers", "drain", "metrics", "downstream", "tls"],
+        ["headers", "drain", "metrics", "downstream", "tls", "ingress"],
         ["config", "inject"],
         ["state"],
-        ["gateway", "admin", "background"],
+        ["gateway", "admin", "background", "forward_auth"],
         ["server"],
     ],
 }

@@ -42,6 +42,8 @@ pub struct Shared {
     pub drain: Arc<Drain>,
     /// The connection caps and counts of the proxy and admin listeners.
     pub listeners: [Arc<ListenerGate>; 2],
+    /// The forward-auth listener's connection cap and counts, when there is one.
+    pub forward_auth: Option<Arc<ListenerGate>>,
     /// The proxy listener's certificate, when it serves TLS.
     pub tls: Option<Arc<CertStore>>,
     /// The configuration the process started with (parts other than routing need a restart).
@@ -67,6 +69,10 @@ impl Shared {
                 ListenerGate::new("proxy", config.connections.max),
                 ListenerGate::new("admin", config.connections.admin_max),
             ],
+            forward_auth: config
+                .forward_auth
+                .as_ref()
+                .map(|_| ListenerGate::new("forward_auth", config.connections.max)),
             tls,
             started_with: config,
         })
@@ -138,6 +144,7 @@ impl Shared {
         if new.listen != old.listen
             || new.admin_listen != old.admin_listen
             || new.tls != old.tls
+            || new.forward_auth != old.forward_auth
             || new.connections != old.connections
             || new.threads != old.threads
             || new.work_stealing != old.work_stealing

@@ -19,13 +19,17 @@ use resource_server::{
 };
 
 use crate::downstream::ConnectionLimits;
+use crate::ingress::{Cidr, ForwardAuthConfig};
 use crate::tls::{self, TlsFiles, UpstreamTls};
-use raw::{RawConfig, RawConnections, RawDuration, RawTls, RawUpstream, RawUpstreamTls};
+use raw::{
+    RawConfig, RawConnections, RawDuration, RawForwardAuth, RawTls, RawUpstream, RawUpstreamTls,
+};
 
 /// Environment variables that override the file (empty values are ignored).
-pub const ENV_OVERRIDES: [&str; 7] = [
+pub const ENV_OVERRIDES: [&str; 8] = [
     "PROXY_LISTEN",
     "PROXY_ADMIN_LISTEN",
+    "PROXY_FORWARD_AUTH_LISTEN",
     "PROXY_TOKEN_SOURCE",
     "PROXY_INTROSPECTION_URL",
     "PROXY_AUTH_TOKEN",
@@ -85,6 +89,8 @@ pub struct ProxyConfig {
     pub tls: Option<TlsFiles>,
     /// HTTP/2 with prior knowledge on a cleartext `listen` (opt-in).
     pub h2c: bool,
+    /// The forward-auth decision endpoint, if any.
+    pub forward_auth: Option<ForwardAuthConfig>,
     /// The `connections:` section: head deadline, idle timeouts and caps of both listeners.
     pub connections: ConnectionLimits,
     pub threads: usize,
@@ -264,6 +270,20 @@ impl Validator<'_> {
                 "h2c is for a cleartext listener; over TLS, clients get HTTP/2 by ALPN",
             ));
         }
+        let forward_auth = raw
+            .forward_auth
+            .map(|f| self.forward_auth(f, env))
+            .transpose()?;
+        if let Some(f) = &forward_auth
+            && f.listen.port() != 0
+            && (f.listen == listen || f.listen == admin_listen)
+        {
+            return Err(self.invalid(
+                "forward_auth.listen",
+                f.listen,
+                "must differ from listen and admin_listen",
+            ));
+        }
         let connections = self.connections(raw.connections.unwrap_or_default())?;
         let threads = raw.threads.unwrap_or(DEFAULT_THREADS);
         if !(1..=256).contains(&threads) {
@@ -343,6 +363,7 @@ impl Validator<'_> {
             admin_listen,
             tls,
             h2c: raw.h2c,
+            forward_auth,
             connections,
             threads,
             work_stealing: raw.work_stealing.unwrap_or(true),
@@ -351,6 +372,40 @@ impl Validator<'_> {
             gate,
             upstreams,
             upstream_overrides: Overrides::default(),
+        })
+    }
+
+    fn forward_auth(
+        &self,
+        raw: RawForwardAuth,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ForwardAuthConfig, ConfigError> {
+        let listen = self.listen(
+            "forward_auth.listen",
+            "PROXY_FORWARD_AUTH_LISTEN",
+            raw.listen,
+            env,
+        )?;
+        let mut trusted_peers = Vec::new();
+        for (i, p) in raw.trusted_peers.iter().enumerate() {
+            let cidr: Cidr = p.parse().map_err(|m: String| {
+                self.invalid(format!("forward_auth.trusted_peers[{i}]"), quoted(p), m)
+            })?;
+            trusted_peers.push(cidr);
+        }
+        if let Some(p) = &raw.path_prefix
+            && (!p.starts_with('/') || p.ends_with('/'))
+        {
+            return Err(self.invalid(
+                "forward_auth.path_prefix",
+                quoted(p),
+                "expected a path starting with / and not ending with / (e.g. /ext-authz)",
+            ));
+        }
+        Ok(ForwardAuthConfig {
+            listen,
+            trusted_peers,
+            path_prefix: raw.path_prefix,
         })
     }
 

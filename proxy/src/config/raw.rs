@@ -22,6 +22,9 @@ pub struct RawConfig {
     /// (default false). With `tls`, HTTP/2 is negotiated by ALPN instead.
     #[serde(default)]
     pub h2c: bool,
+    /// The forward-auth decision endpoint on a listener of its own (default: none).
+    #[serde(default)]
+    pub forward_auth: Option<RawForwardAuth>,
     /// Limits on client connections, for each listener (see [`RawConnections`]).
     #[serde(default)]
     pub connections: Option<RawConnections>,
@@ -67,6 +70,21 @@ pub struct RawTls {
     pub cert_file: String,
     /// Its private key (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC, unencrypted).
     pub key_file: String,
+}
+
+/// The `forward_auth:` section.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawForwardAuth {
+    /// Address of the decision endpoint, `host:port`.
+    pub listen: String,
+    /// IP addresses or CIDR blocks whose `X-Original-*` (nginx) and `X-Forwarded-*` (Traefik)
+    /// headers are believed (default: none).
+    #[serde(default)]
+    pub trusted_peers: Vec<String>,
+    /// Envoy `ext_authz`: the original path follows this prefix (default: the path as is).
+    #[serde(default)]
+    pub path_prefix: Option<String>,
 }
 
 /// The `connections:` section: how long and how many clients may hold a connection open.
