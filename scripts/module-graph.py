@@ -41,11 +41,11 @@ LAYERS = {
         ["routes"],
     ],
     "proxy": [
-        ["downstream"],
+        ["downstream", "tls", "ingress"],
         ["headers", "drain", "metrics", "app_probes"],
         ["config", "inject"],
         ["state"],
-        ["gateway", "admin", "background"],
+        ["gateway", "admin", "background", "forward_auth"],
         ["server"],
     ],
 }

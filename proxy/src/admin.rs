@@ -59,7 +59,12 @@ impl ServeHttp for Admin {
                     .map_or(&none, |c| c.metrics());
                 let routes = routing.gate.rules().routes().len();
                 let mut text = self.shared.metrics.render(checker, routes);
-                text.push_str(&crate::metrics::render_listeners(&self.shared.listeners));
+                let mut listeners = self.shared.listeners.to_vec();
+                listeners.extend(self.shared.forward_auth.clone());
+                text.push_str(&crate::metrics::render_listeners(&listeners));
+                if let Some(tls) = &self.shared.tls {
+                    tls.render_metrics("proxy", &mut text);
+                }
                 reply(
                     StatusCode::OK,
                     "text/plain; version=0.0.4; charset=utf-8",

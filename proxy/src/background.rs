@@ -1,7 +1,8 @@
-//! Background work: reload the rules when the file changes or on SIGHUP, keep the
-//! authorization server's readiness fresh with an occasional probe, and start JWKS fetching.
+//! Background work: reload the rules and the TLS certificate when their files change or on
+//! SIGHUP, keep the authorization server's readiness fresh with an occasional probe, and start
+//! JWKS fetching.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -31,30 +32,42 @@ impl Maintenance {
         }
     }
 
-    async fn watch_rules(&self) {
-        let Some(path) = self.shared.source().cloned() else {
+    async fn watch_files(&self) {
+        let rules = self.shared.source().cloned();
+        let tls = self.shared.tls.clone();
+        if rules.is_none() && tls.is_none() {
             return std::future::pending().await;
-        };
-        // A change is loaded once the file has stayed the same for one poll (not half-written).
-        let mut loaded = stamp(&path);
-        let mut seen = loaded;
+        }
+        let tls_files = tls
+            .as_ref()
+            .map(|t| vec![t.files().cert_file.clone(), t.files().key_file.clone()]);
+        let mut rules_watch = rules.map(|p| Watch::new(vec![p]));
+        let mut tls_watch = tls_files.map(Watch::new);
+        // SIGHUP only with a file to re-read (the stack's embedded proxy has none).
         let mut hup: Option<Signal> = signal(SignalKind::hangup()).ok();
         let mut tick = tokio::time::interval(POLL_INTERVAL);
         loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    let now = stamp(&path);
-                    if now != loaded && now == seen && now.is_some() {
-                        loaded = now;
+                    if rules_watch.as_mut().is_some_and(Watch::changed) {
                         let _ = self.shared.reload();
                     }
-                    seen = now;
+                    if let (Some(w), Some(t)) = (tls_watch.as_mut(), &tls)
+                        && w.changed()
+                    {
+                        let _ = t.reload();
+                    }
                 }
                 Some(()) = next_hup(&mut hup) => {
-                    tracing::info!("SIGHUP: reloading the rules");
-                    loaded = stamp(&path);
-                    seen = loaded;
-                    let _ = self.shared.reload();
+                    tracing::info!("SIGHUP: reloading the rules and the TLS certificate");
+                    if let Some(w) = rules_watch.as_mut() {
+                        w.reset();
+                        let _ = self.shared.reload();
+                    }
+                    if let (Some(w), Some(t)) = (tls_watch.as_mut(), &tls) {
+                        w.reset();
+                        let _ = t.reload();
+                    }
                 }
             }
         }
@@ -127,7 +140,7 @@ impl ProbeLog {
 impl BackgroundService for Maintenance {
     async fn start(&self, mut shutdown: ShutdownWatch) {
         tokio::select! {
-            _ = self.watch_rules() => {}
+            _ = self.watch_files() => {}
             _ = self.probe() => {}
             _ = shutdown.changed() => {}
         }
@@ -141,7 +154,44 @@ async fn next_hup(hup: &mut Option<Signal>) -> Option<()> {
     }
 }
 
-/// What identifies a version of the file: modification time and length.
+/// Files polled together (a certificate and its key): a change is reported once they have
+/// stayed the same for one poll (not half-written), and every file exists.
+struct Watch {
+    paths: Vec<PathBuf>,
+    loaded: Vec<Option<(SystemTime, u64)>>,
+    seen: Vec<Option<(SystemTime, u64)>>,
+}
+
+impl Watch {
+    fn new(paths: Vec<PathBuf>) -> Watch {
+        let loaded: Vec<_> = paths.iter().map(|p| stamp(p)).collect();
+        Watch {
+            paths,
+            seen: loaded.clone(),
+            loaded,
+        }
+    }
+
+    /// Whether the files changed since the last load (and were stable since the last poll).
+    fn changed(&mut self) -> bool {
+        let now: Vec<_> = self.paths.iter().map(|p| stamp(p)).collect();
+        let changed = now != self.loaded && now == self.seen && now.iter().all(Option::is_some);
+        if changed {
+            self.loaded = now.clone();
+        }
+        self.seen = now;
+        changed
+    }
+
+    /// The files as they are now count as loaded (after a reload for another reason).
+    fn reset(&mut self) {
+        self.loaded = self.paths.iter().map(|p| stamp(p)).collect();
+        self.seen = self.loaded.clone();
+    }
+}
+
+/// What identifies a version of a file: modification time and length. Through symbolic links,
+/// as Kubernetes mounts a Secret (`..data` swapped atomically).
 fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.modified().ok()?, meta.len()))

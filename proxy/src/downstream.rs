@@ -5,7 +5,11 @@
 //! client sending a header byte every few seconds holds its connection for ever. [`Guarded`]
 //! wraps a Pingora HTTP app (the proxy, the admin endpoints): it reads each request head itself
 //! under the deadline, then hands the bytes to Pingora as a pipelined prefix, which Pingora parses
-//! before it reads the socket again. Plain HTTP/1.x only, as the listeners serve (no TLS, no h2c).
+//! before it reads the socket again. That holds for HTTP/1.x in cleartext and over TLS (the head
+//! is read from the decrypted stream; the TLS handshake itself has Pingora's 60 s limit, before
+//! the connection reaches the cap). An HTTP/2 connection (ALPN `h2`, or the h2c preface on a
+//! listener with `h2c: true`) is handed whole to Pingora's own HTTP/2 loop after the cap: no head
+//! deadline there, but the [`h2_options`] limits and an idle timeout between streams.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -13,10 +17,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::{BufMut, BytesMut};
-use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
-use pingora::listeners::{L4BufferSettings, ListenerConfig};
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, HttpServerOptions, ServerApp};
+use pingora::listeners::{ALPN, L4BufferSettings, ListenerConfig};
 use pingora::protocols::Stream;
 use pingora::protocols::http::ServerSession;
+use pingora::protocols::http::v2::server::{H2Options, default_h2_options};
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -39,6 +44,33 @@ const SOCKET_BUFFERS: L4BufferSettings = L4BufferSettings {
     read: Some(0),
     write: None,
 };
+
+/// Streams open at once on one HTTP/2 connection (RFC 9113 §6.5.2 SETTINGS_MAX_CONCURRENT_STREAMS).
+pub const H2_MAX_STREAMS: u32 = 100;
+/// The most a stream's or connection's peer may send before the proxy reads it (flow-control
+/// window): a request body is passed on as it comes, never held whole.
+pub const H2_WINDOW: u32 = 64 * 1024;
+
+/// Pingora's HTTP/2 settings for the proxy listener: at most [`H2_MAX_STREAMS`] streams, header
+/// lists (decoded) up to [`MAX_HEAD`] as for HTTP/1, flow-control windows of [`H2_WINDOW`].
+pub fn h2_options() -> H2Options {
+    let mut options = default_h2_options();
+    options
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .max_header_list_size(MAX_HEAD as u32)
+        .initial_window_size(H2_WINDOW)
+        .initial_connection_window_size(H2_WINDOW);
+    options
+}
+
+/// Pingora's server options: h2c with prior knowledge when `h2c`, and HTTP/2 connections closed
+/// after `keepalive_timeout` without a stream.
+pub fn server_options(h2c: bool, limits: &ConnectionLimits) -> HttpServerOptions {
+    let mut options = HttpServerOptions::default();
+    options.h2c = h2c;
+    options.h2_idle_timeout = Some(limits.keepalive_timeout);
+    options
+}
 
 /// The `connections:` section, validated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,6 +245,10 @@ where
             reply(&mut stream, "503 Service Unavailable", "Retry-After: 1\r\n").await;
             return None;
         };
+        if self.is_h2(&mut stream).await? {
+            // Pingora's HTTP/2 loop, with the app's h2_options and h2_idle_timeout.
+            return ServerApp::process_new(&self.app, stream, shutdown).await;
+        }
         let mut persistent: Option<HttpPersistentSettings> = None;
         let mut first = true;
         loop {
@@ -257,6 +293,27 @@ where
 
     async fn cleanup(&self) {
         self.app.http_cleanup().await;
+    }
+}
+
+impl<A: HttpServerApp> Guarded<A> {
+    /// Whether the connection speaks HTTP/2: ALPN `h2` over TLS, or, on a cleartext listener
+    /// with h2c on, a first request starting `PRI` (the preface; no HTTP/1 method begins so).
+    /// `None`: the client sent nothing within `head_timeout`, or closed.
+    async fn is_h2(&self, stream: &mut Stream) -> Option<bool> {
+        if stream.get_ssl_digest().is_some() {
+            return Some(matches!(stream.selected_alpn_proto(), Some(ALPN::H2)));
+        }
+        if !self.app.server_options().is_some_and(|o| o.h2c) {
+            return Some(false);
+        }
+        // Peeked bytes stay in the stream for whoever reads it next.
+        let mut start = [0u8; 3];
+        match tokio::time::timeout(self.limits.head_timeout, stream.try_peek(&mut start)).await {
+            Ok(Ok(true)) => Some(&start == b"PRI"),
+            Ok(Ok(false)) => Some(false),
+            _ => None,
+        }
     }
 }
 

@@ -125,7 +125,25 @@ impl ProxyHttp for Gateway {
                         .into_up()
                 })?,
         };
-        let mut peer = HttpPeer::new(addr, false, String::new());
+        let mut peer = match &up.tls {
+            Some(tls) => {
+                let mut peer = HttpPeer::new(addr, true, tls.sni.clone());
+                peer.options.verify_cert = tls.verify;
+                peer.options.verify_hostname = tls.verify;
+                peer.options.ca = tls.ca.clone();
+                peer.group_key = tls.pool_key();
+                // ALPN h2 then http/1.1: gRPC servers get HTTP/2, the others what they speak.
+                peer.options.set_http_version(2, 1);
+                peer.options.max_h2_streams = H2C_UPSTREAM_STREAMS;
+                peer
+            }
+            None => HttpPeer::new(addr, false, String::new()),
+        };
+        if up.h2c {
+            // HTTP/2 with prior knowledge (gRPC servers), streams multiplexed on a connection.
+            peer.options.set_http_version(2, 2);
+            peer.options.max_h2_streams = H2C_UPSTREAM_STREAMS;
+        }
         peer.options.connection_timeout = Some(up.connect_timeout);
         peer.options.read_timeout = up.read_timeout;
         Ok(Box::new(peer))
@@ -207,7 +225,9 @@ impl ProxyHttp for Gateway {
                 www_authenticate: None,
                 body: format!("{{\"detail\":\"{detail}\"}}"),
             };
-            if let Err(e) = write_refusal(session, refusal).await {
+            // A gRPC call gets its status in gRPC's terms (502/504: UNAVAILABLE).
+            let grpc = is_grpc(session.req_header());
+            if let Err(e) = write_refusal(session, refusal, grpc).await {
                 tracing::debug!(error = %e, "cannot send the error answer");
             }
         }
@@ -263,7 +283,8 @@ impl Gateway {
     async fn refuse(&self, session: &mut Session, label: &str, refusal: Refusal) -> Result<bool> {
         tracing::debug!(route = label, status = refusal.status, "request refused");
         self.close_if_draining(session);
-        write_refusal(session, refusal).await?;
+        let grpc = is_grpc(session.req_header());
+        write_refusal(session, refusal, grpc).await?;
         Ok(true)
     }
 
@@ -294,6 +315,9 @@ fn failure_answer(e: &Error) -> (u16, &'static str) {
         _ => (500, "Internal error."),
     }
 }
+
+/// Streams the proxy opens at once on one HTTP/2 connection to an upstream.
+const H2C_UPSTREAM_STREAMS: usize = 100;
 
 const X_FORWARDED_FOR: &str = "X-Forwarded-For";
 /// For lookups: parsed once, not on every request.
@@ -331,8 +355,41 @@ fn forwarded_for(lines: GetAll<'_, HeaderValue>, peer: IpAddr) -> Vec<u8> {
     forwarded
 }
 
-/// Writes the refusal's status, `WWW-Authenticate`, `Content-Type` and JSON body.
-async fn write_refusal(session: &mut Session, refusal: Refusal) -> Result<()> {
+/// Whether the request is a gRPC call (`content-type: application/grpc`, `+proto`, ...).
+fn is_grpc(req: &RequestHeader) -> bool {
+    req.headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Writes the refusal's status, `WWW-Authenticate`, `Content-Type` and JSON body; to a gRPC call,
+/// HTTP 200 with `grpc-status` and `grpc-message` (see [`Refusal::grpc`]) in trailers over HTTP/2
+/// (in the headers over HTTP/1.1) and no message, which gRPC libraries report as that code.
+async fn write_refusal(session: &mut Session, refusal: Refusal, grpc: bool) -> Result<()> {
+    if grpc {
+        let (code, message) = refusal.grpc();
+        let mut status = http::HeaderMap::new();
+        status.insert("grpc-status", HeaderValue::from(u16::from(code)));
+        status.insert(
+            "grpc-message",
+            HeaderValue::from_str(&message).map_err(|_| Error::new(ErrorType::InternalError))?,
+        );
+        let mut resp = ResponseHeader::build(200, Some(5))?;
+        resp.insert_header("Content-Type", "application/grpc")?;
+        if let Some(w) = refusal.www_authenticate {
+            resp.insert_header("WWW-Authenticate", w)?;
+        }
+        if !session.is_http2() {
+            for (name, value) in &status {
+                resp.insert_header(name.clone(), value.clone())?;
+            }
+            resp.insert_header("Content-Length", "0")?;
+            session.write_response_header(Box::new(resp), false).await?;
+            return session.write_response_body(None, true).await;
+        }
+        session.write_response_header(Box::new(resp), false).await?;
+        return session.write_response_trailers(status).await;
+    }
     let body = Bytes::from(refusal.body);
     let mut resp = ResponseHeader::build(refusal.status, Some(5))?;
     resp.insert_header("Content-Type", Refusal::CONTENT_TYPE)?;

@@ -17,12 +17,15 @@ pub mod background;
 pub mod config;
 pub mod downstream;
 pub mod drain;
+pub mod forward_auth;
 pub mod gateway;
 pub mod headers;
+pub mod ingress;
 pub mod inject;
 pub mod metrics;
 pub mod server;
 pub mod state;
+pub mod tls;
 
 pub use config::{
     ConfigError, ProxyConfig, Upstream, load_config, load_config_with_env, parse_config,

@@ -18,6 +18,7 @@ use crate::admin::Admin;
 use crate::background::Maintenance;
 use crate::config::{ConfigError, ProxyConfig};
 use crate::downstream::{self, Guarded};
+use crate::forward_auth::ForwardAuth;
 use crate::gateway::Gateway;
 use crate::state::{Shared, SharedState};
 
@@ -61,6 +62,7 @@ pub enum Signals {
 pub struct ProxyHandle {
     listen: SocketAddr,
     admin: SocketAddr,
+    forward_auth: Option<SocketAddr>,
     stop: watch::Sender<Option<Stop>>,
     thread: Option<JoinHandle<()>>,
     shared: SharedState,
@@ -75,6 +77,11 @@ impl ProxyHandle {
     /// The admin listener's address.
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin
+    }
+
+    /// The forward-auth listener's address, if configured.
+    pub fn forward_auth_addr(&self) -> Option<SocketAddr> {
+        self.forward_auth
     }
 
     /// Re-reads the configuration file now (as SIGHUP does) and returns the number of routes in
@@ -131,6 +138,9 @@ pub fn spawn(config: ProxyConfig) -> Result<ProxyHandle, StartError> {
 pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHandle, StartError> {
     config.listen = claim_port(config.listen)?;
     config.admin_listen = claim_port(config.admin_listen)?;
+    if let Some(f) = config.forward_auth.as_mut() {
+        f.listen = claim_port(f.listen)?;
+    }
     let shared: SharedState = Arc::new(Shared::new(config.clone()).map_err(StartError::Gate)?);
 
     let mut server_conf = ServerConf {
@@ -150,15 +160,18 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
         shared: shared.clone(),
     };
     let [proxy_gate, admin_gate] = shared.listeners.clone();
+    let mut http = pingora::proxy::http_proxy(&server.configuration, gateway);
+    http.server_options = Some(downstream::server_options(config.h2c, &config.connections));
+    http.h2_options = Some(downstream::h2_options());
     let mut proxy = Service::new(
         "tokengate proxy".to_owned(),
-        Guarded::new(
-            pingora::proxy::http_proxy(&server.configuration, gateway),
-            config.connections,
-            proxy_gate,
-        ),
+        Guarded::new(http, config.connections, proxy_gate),
     );
-    proxy.add_listener(downstream::endpoint(&config.listen.to_string()));
+    let mut endpoint = downstream::endpoint(&config.listen.to_string());
+    if let Some(tls) = &shared.tls {
+        endpoint = endpoint.tls(tls.settings());
+    }
+    proxy.add_listener(endpoint);
     let mut admin = Service::new(
         "tokengate admin".to_owned(),
         Guarded::new(
@@ -173,6 +186,22 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     admin.threads = Some(1);
     server.add_service(proxy);
     server.add_service(admin);
+    if let (Some(f), Some(gate)) = (&config.forward_auth, shared.forward_auth.clone()) {
+        let mut service = Service::new(
+            "tokengate forward-auth".to_owned(),
+            Guarded::new(
+                ForwardAuth {
+                    shared: shared.clone(),
+                    config: f.clone(),
+                },
+                config.connections,
+                gate,
+            ),
+        );
+        service.add_listener(downstream::endpoint(&f.listen.to_string()));
+        service.threads = Some(1);
+        server.add_service(service);
+    }
     server.add_service(background_service(
         "tokengate maintenance",
         Maintenance::new(shared.clone()),
@@ -197,11 +226,15 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     let handle = ProxyHandle {
         listen: config.listen,
         admin: config.admin_listen,
+        forward_auth: config.forward_auth.as_ref().map(|f| f.listen),
         stop,
         thread: Some(thread),
         shared,
     };
-    for addr in [handle.listen, handle.admin] {
+    for addr in [handle.listen, handle.admin]
+        .into_iter()
+        .chain(handle.forward_auth)
+    {
         wait_listening(addr, &handle)?;
     }
     tracing::info!(listen = %handle.listen, admin = %handle.admin, "proxy listening");

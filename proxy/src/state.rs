@@ -15,6 +15,7 @@ use crate::config::{ConfigError, ProxyConfig, Upstream, load_config_with_env};
 use crate::downstream::ListenerGate;
 use crate::drain::Drain;
 use crate::metrics::ProxyMetrics;
+use crate::tls::CertStore;
 
 /// How recently the authorization server must have answered for `/readyz` to say 200.
 pub const READY_WINDOW: Duration = Duration::from_secs(30);
@@ -45,6 +46,10 @@ pub struct Shared {
     pub drain: Arc<Drain>,
     /// The connection caps and counts of the proxy and admin listeners.
     pub listeners: [Arc<ListenerGate>; 2],
+    /// The forward-auth listener's connection cap and counts, when there is one.
+    pub forward_auth: Option<Arc<ListenerGate>>,
+    /// The proxy listener's certificate, when it serves TLS.
+    pub tls: Option<Arc<CertStore>>,
     /// The configuration the process started with (parts other than routing need a restart).
     started_with: ProxyConfig,
 }
@@ -56,6 +61,10 @@ impl Shared {
         let metrics = ProxyMetrics::default();
         let routing = Routing::build(&config, None)?;
         track_jwt(&metrics, &routing);
+        let tls = match &config.tls {
+            Some(files) => Some(CertStore::open(files.clone()).map_err(|e| e.to_string())?),
+            None => None,
+        };
         Ok(Shared {
             routing: RwLock::new(Arc::new(routing)),
             metrics,
@@ -65,6 +74,11 @@ impl Shared {
                 ListenerGate::new("proxy", config.connections.max),
                 ListenerGate::new("admin", config.connections.admin_max),
             ],
+            forward_auth: config
+                .forward_auth
+                .as_ref()
+                .map(|_| ListenerGate::new("forward_auth", config.connections.max)),
+            tls,
             started_with: config,
         })
     }
@@ -139,13 +153,15 @@ impl Shared {
         let old = &self.started_with;
         if new.listen != old.listen
             || new.admin_listen != old.admin_listen
+            || new.tls != old.tls
+            || new.forward_auth != old.forward_auth
             || new.connections != old.connections
             || new.threads != old.threads
             || new.work_stealing != old.work_stealing
             || new.gate.introspection != old.gate.introspection
         {
             tracing::warn!(
-                "listen addresses, connection limits, threads and introspection settings change only on restart"
+                "listen addresses, tls files, connection limits, threads and introspection settings change only on restart"
             );
         }
         let routes = routing.gate.rules().routes().len();

@@ -123,6 +123,34 @@ pub struct Refusal {
 impl Refusal {
     /// The content type of [`Refusal::body`].
     pub const CONTENT_TYPE: &'static str = "application/json";
+
+    /// The refusal for a gRPC client: its status code (`grpc-status`: 16 UNAUTHENTICATED for
+    /// 401, 7 PERMISSION_DENIED for 403, 14 UNAVAILABLE for 503, 12 UNIMPLEMENTED for 404, 3
+    /// INVALID_ARGUMENT for 400) and the body's detail as `grpc-message`, percent-encoded as
+    /// the gRPC protocol spells it.
+    pub fn grpc(&self) -> (u8, String) {
+        let code = match self.status {
+            400 => 3,
+            401 => 16,
+            403 => 7,
+            404 => 12,
+            503 => 14,
+            _ => 2, // UNKNOWN
+        };
+        let detail = serde_json::from_str::<serde_json::Value>(&self.body)
+            .ok()
+            .and_then(|v| v["detail"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let mut message = String::with_capacity(detail.len());
+        for b in detail.bytes() {
+            if (0x20..=0x7e).contains(&b) && b != b'%' {
+                message.push(b as char);
+            } else {
+                message.push_str(&format!("%{b:02X}"));
+            }
+        }
+        (code, message)
+    }
 }
 
 impl Decision {
@@ -588,5 +616,24 @@ routes:
             ),
             Decision::Allow(None)
         );
+    }
+
+    #[test]
+    fn refusals_map_to_grpc_codes_with_an_encoded_message() {
+        let code = |d: Decision| d.refusal().unwrap().grpc();
+        assert_eq!(
+            code(Decision::Unauthenticated),
+            (16, "Authentication credentials were not provided.".into())
+        );
+        assert_eq!(code(Decision::InvalidToken("expired")).0, 16);
+        assert_eq!(code(Decision::InsufficientScope("write".into())).0, 7);
+        assert_eq!(code(Decision::Unavailable).0, 14);
+        assert_eq!(code(Decision::NoRoute).0, 12);
+        let refusal = Refusal {
+            status: 500,
+            www_authenticate: None,
+            body: r#"{"detail":"100% caf\u00e9"}"#.into(),
+        };
+        assert_eq!(refusal.grpc(), (2, "100%25 caf%C3%A9".into()));
     }
 }

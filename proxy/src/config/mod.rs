@@ -23,12 +23,17 @@ use resource_server::{
 
 use crate::app_probes::{self, AppProbes};
 use crate::downstream::ConnectionLimits;
-use raw::{RawConfig, RawConnections, RawDuration, RawUpstream};
+use crate::ingress::{Cidr, ForwardAuthConfig};
+use crate::tls::{self, TlsFiles, UpstreamTls};
+use raw::{
+    RawConfig, RawConnections, RawDuration, RawForwardAuth, RawTls, RawUpstream, RawUpstreamTls,
+};
 
 /// Environment variables that override the file (empty values are ignored).
-pub const ENV_OVERRIDES: [&str; 7] = [
+pub const ENV_OVERRIDES: [&str; 8] = [
     "PROXY_LISTEN",
     "PROXY_ADMIN_LISTEN",
+    "PROXY_FORWARD_AUTH_LISTEN",
     "PROXY_TOKEN_SOURCE",
     "PROXY_INTROSPECTION_URL",
     "PROXY_AUTH_TOKEN",
@@ -81,6 +86,13 @@ pub struct ProxyConfig {
     pub source: Option<PathBuf>,
     pub listen: SocketAddr,
     pub admin_listen: SocketAddr,
+    /// TLS on `listen` (checked when the file is loaded; the files are re-read when they change
+    /// or on SIGHUP). `None`: cleartext.
+    pub tls: Option<TlsFiles>,
+    /// HTTP/2 with prior knowledge on a cleartext `listen` (opt-in).
+    pub h2c: bool,
+    /// The forward-auth decision endpoint, if any.
+    pub forward_auth: Option<ForwardAuthConfig>,
     /// The `connections:` section: head deadline, idle timeouts and caps of both listeners.
     pub connections: ConnectionLimits,
     pub threads: usize,
@@ -142,6 +154,10 @@ pub struct Upstream {
     pub name: String,
     pub address: UpstreamAddr,
     pub pass_authorization: bool,
+    /// HTTP/2 with prior knowledge to this upstream (gRPC servers); else HTTP/1.1.
+    pub h2c: bool,
+    /// TLS to this upstream (ALPN h2 and http/1.1); `None`: cleartext.
+    pub tls: Option<UpstreamTls>,
     pub host: Option<HeaderValue>,
     pub connect_timeout: Duration,
     pub read_timeout: Option<Duration>,
@@ -294,6 +310,28 @@ impl Validator<'_> {
         if listen == admin_listen && listen.port() != 0 {
             return Err(self.invalid("admin_listen", admin_listen, "must differ from listen"));
         }
+        let tls = raw.tls.map(|t| self.tls(t)).transpose()?;
+        if raw.h2c && tls.is_some() {
+            return Err(self.invalid(
+                "h2c",
+                "true",
+                "h2c is for a cleartext listener; over TLS, clients get HTTP/2 by ALPN",
+            ));
+        }
+        let forward_auth = raw
+            .forward_auth
+            .map(|f| self.forward_auth(f, env))
+            .transpose()?;
+        if let Some(f) = &forward_auth
+            && f.listen.port() != 0
+            && (f.listen == listen || f.listen == admin_listen)
+        {
+            return Err(self.invalid(
+                "forward_auth.listen",
+                f.listen,
+                "must differ from listen and admin_listen",
+            ));
+        }
         let connections = self.connections(raw.connections.unwrap_or_default())?;
         let access_log = raw
             .access_log
@@ -382,6 +420,9 @@ impl Validator<'_> {
             source: None,
             listen,
             admin_listen,
+            tls,
+            h2c: raw.h2c,
+            forward_auth,
             connections,
             threads,
             work_stealing: raw.work_stealing.unwrap_or(true),
@@ -394,6 +435,97 @@ impl Validator<'_> {
             access_log,
             log_format: raw.log_format,
         })
+    }
+
+    fn forward_auth(
+        &self,
+        raw: RawForwardAuth,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<ForwardAuthConfig, ConfigError> {
+        let listen = self.listen(
+            "forward_auth.listen",
+            "PROXY_FORWARD_AUTH_LISTEN",
+            raw.listen,
+            env,
+        )?;
+        let mut trusted_peers = Vec::new();
+        for (i, p) in raw.trusted_peers.iter().enumerate() {
+            let cidr: Cidr = p.parse().map_err(|m: String| {
+                self.invalid(format!("forward_auth.trusted_peers[{i}]"), quoted(p), m)
+            })?;
+            trusted_peers.push(cidr);
+        }
+        if let Some(p) = &raw.path_prefix
+            && (!p.starts_with('/') || p.ends_with('/'))
+        {
+            return Err(self.invalid(
+                "forward_auth.path_prefix",
+                quoted(p),
+                "expected a path starting with / and not ending with / (e.g. /ext-authz)",
+            ));
+        }
+        Ok(ForwardAuthConfig {
+            listen,
+            trusted_peers,
+            path_prefix: raw.path_prefix,
+        })
+    }
+
+    /// The `tls:` section, its files loaded and checked now (see [`tls::load`]).
+    fn tls(&self, raw: RawTls) -> Result<TlsFiles, ConfigError> {
+        let files = TlsFiles {
+            cert_file: raw.cert_file.into(),
+            key_file: raw.key_file.into(),
+        };
+        tls::load(&files, tls::unix_now()).map_err(|e| {
+            self.invalid(
+                format!("tls.{}", e.field),
+                quoted(&e.file.display().to_string()),
+                e.message,
+            )
+        })?;
+        Ok(files)
+    }
+
+    /// An upstream's `tls:` section: the SNI defaults to the address's host, the CA bundle is
+    /// read now.
+    fn upstream_tls(
+        &self,
+        prefix: &str,
+        raw: RawUpstreamTls,
+        address: &UpstreamAddr,
+    ) -> Result<UpstreamTls, ConfigError> {
+        let sni = match raw.sni {
+            Some(s) if s.trim().is_empty() || s.contains(char::is_whitespace) => {
+                return Err(self.invalid(
+                    format!("{prefix}.tls.sni"),
+                    quoted(&s),
+                    "expected a host name",
+                ));
+            }
+            Some(s) => s,
+            None => match address {
+                UpstreamAddr::Socket(a) => a.ip().to_string(),
+                UpstreamAddr::Name { host, .. } => host.clone(),
+            },
+        };
+        let ca_file = raw.ca_file.map(PathBuf::from);
+        let ca = match &ca_file {
+            None => None,
+            Some(path) => Some(tls::load_ca(path).map_err(|message| {
+                self.invalid(
+                    format!("{prefix}.tls.ca_file"),
+                    quoted(&path.display().to_string()),
+                    message,
+                )
+            })?),
+        };
+        Ok(UpstreamTls::new(
+            sni,
+            ca_file,
+            ca,
+            !raw.insecure_skip_verify,
+        ))
     }
 
     fn listen(
@@ -501,10 +633,23 @@ impl Validator<'_> {
             return Err(self.invalid(format!("{prefix}.connect_timeout"), "0", "must be positive"));
         }
         let proxy_secret = self.proxy_secret(&prefix, name, u.proxy_secret_file, env)?;
+        let tls = match u.tls {
+            None => None,
+            Some(t) => Some(self.upstream_tls(&prefix, t, &address)?),
+        };
+        if u.h2c && tls.is_some() {
+            return Err(self.invalid(
+                format!("{prefix}.h2c"),
+                "true",
+                "h2c is cleartext HTTP/2; over tls, HTTP/2 is negotiated by ALPN",
+            ));
+        }
         Ok(Upstream {
             name: name.to_owned(),
             address,
             pass_authorization: u.pass_authorization,
+            h2c: u.h2c,
+            tls,
             host,
             connect_timeout,
             read_timeout: read_timeout.filter(|d| !d.is_zero()),

@@ -17,6 +17,16 @@ pub struct RawConfig {
     pub listen: String,
     /// Address of the admin listener (`/healthz`, `/readyz`, `/metrics`), `host:port`.
     pub admin_listen: String,
+    /// TLS on the proxy listener (`listen`): certificate and key PEM files. Default: cleartext.
+    #[serde(default)]
+    pub tls: Option<RawTls>,
+    /// HTTP/2 in cleartext with prior knowledge (h2c) on the proxy listener, besides HTTP/1.1
+    /// (default false). With `tls`, HTTP/2 is negotiated by ALPN instead.
+    #[serde(default)]
+    pub h2c: bool,
+    /// The forward-auth decision endpoint on a listener of its own (default: none).
+    #[serde(default)]
+    pub forward_auth: Option<RawForwardAuth>,
     /// Limits on client connections, for each listener (see [`RawConnections`]).
     #[serde(default)]
     pub connections: Option<RawConnections>,
@@ -58,6 +68,31 @@ pub struct RawConfig {
     /// `text` (default) or `json`; the `LOG_FORMAT` environment variable wins.
     #[serde(default)]
     pub log_format: Option<LogFormat>,
+}
+
+/// The `tls:` section of the proxy listener.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    /// The certificate chain, leaf first (PEM).
+    pub cert_file: String,
+    /// Its private key (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC, unencrypted).
+    pub key_file: String,
+}
+
+/// The `forward_auth:` section.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawForwardAuth {
+    /// Address of the decision endpoint, `host:port`.
+    pub listen: String,
+    /// IP addresses or CIDR blocks whose `X-Original-*` (nginx) and `X-Forwarded-*` (Traefik)
+    /// headers are believed (default: none).
+    #[serde(default)]
+    pub trusted_peers: Vec<String>,
+    /// Envoy `ext_authz`: the original path follows this prefix (default: the path as is).
+    #[serde(default)]
+    pub path_prefix: Option<String>,
 }
 
 /// The `connections:` section: how long and how many clients may hold a connection open.
@@ -104,6 +139,29 @@ pub struct RawUpstream {
     /// `PROXY_UPSTREAM_<NAME>_PROXY_SECRET`). Default: none sent.
     #[serde(default)]
     pub proxy_secret_file: Option<String>,
+    /// Speak HTTP/2 with prior knowledge (h2c) to this upstream, as gRPC servers expect
+    /// (default false: HTTP/1.1).
+    #[serde(default)]
+    pub h2c: bool,
+    /// TLS to this upstream (default: cleartext).
+    #[serde(default)]
+    pub tls: Option<RawUpstreamTls>,
+}
+
+/// An upstream's `tls:` section.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstreamTls {
+    /// The name sent as SNI and verified (default: the address's host name or IP).
+    #[serde(default)]
+    pub sni: Option<String>,
+    /// A PEM bundle of the CAs to trust (default: the system's roots).
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// Accept any certificate (default false). For tests only: anyone on the path can then
+    /// read and change the traffic.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
 }
 
 pub use resource_server::settings::RawIntrospection;

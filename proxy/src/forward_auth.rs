@@ -1,0 +1,93 @@
+//! Forward-auth mode: a decision endpoint on a listener of its own, for an ingress that proxies
+//! itself (nginx `auth_request`, Traefik `forwardAuth`, Envoy `ext_authz` as an HTTP service).
+//! The same gate and rules as the proxy, no upstream: 200 with the `X-Auth-*` identity headers,
+//! or the 401/403 and `WWW-Authenticate` the proxy would send.
+
+use async_trait::async_trait;
+use http::{Response, StatusCode, header};
+use pingora::apps::http_app::ServeHttp;
+use pingora::protocols::http::ServerSession;
+use resource_server::Refusal;
+
+use crate::ingress::{ForwardAuthConfig, original};
+use crate::state::SharedState;
+
+/// The decision endpoint (a Pingora `ServeHttp` app).
+pub struct ForwardAuth {
+    pub shared: SharedState,
+    pub config: ForwardAuthConfig,
+}
+
+#[async_trait]
+impl ServeHttp for ForwardAuth {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let trusted = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .is_some_and(|a| self.config.trusted_peers.iter().any(|c| c.contains(a.ip())));
+        let req = session.req_header();
+        let (method, uri) = match original(
+            &req.method,
+            &req.uri,
+            &req.headers,
+            trusted,
+            self.config.path_prefix.as_deref(),
+        ) {
+            Ok(o) => o,
+            Err(why) => {
+                let body = serde_json::json!({ "detail": why }).to_string();
+                return reply(StatusCode::BAD_REQUEST, None, body, Vec::new());
+            }
+        };
+        let routing = self.shared.routing();
+        match routing.gate.authorize(&method, &uri, &req.headers).await {
+            Ok(allow) => {
+                let headers = allow.identity.map(|i| i.headers()).unwrap_or_default();
+                reply(StatusCode::OK, None, String::new(), headers)
+            }
+            Err(denial) => {
+                let Refusal {
+                    status,
+                    www_authenticate,
+                    body,
+                } = denial.refusal;
+                // No route: 403, as nginx's auth_request passes on only 401 and 403.
+                let status = if status == 404 { 403 } else { status };
+                let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+                reply(status, www_authenticate, body, Vec::new())
+            }
+        }
+    }
+}
+
+fn reply(
+    status: StatusCode,
+    challenge: Option<String>,
+    body: String,
+    identity: Vec<(&'static str, String)>,
+) -> Response<Vec<u8>> {
+    let mut resp = Response::new(body.into_bytes());
+    *resp.status_mut() = status;
+    let len = resp.body().len();
+    let headers = resp.headers_mut();
+    headers.insert(header::CONTENT_LENGTH, len.into());
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    if len > 0 {
+        headers.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static(Refusal::CONTENT_TYPE),
+        );
+    }
+    if let Some(v) = challenge.and_then(|c| header::HeaderValue::from_str(&c).ok()) {
+        headers.insert(header::WWW_AUTHENTICATE, v);
+    }
+    for (name, value) in identity {
+        if let Ok(v) = header::HeaderValue::from_str(&value) {
+            headers.insert(name, v);
+        }
+    }
+    resp
+}

@@ -1,0 +1,142 @@
+//! Test certificates from the openssl CLI: a CA (ECDSA P-256) and server certificates for
+//! `localhost` and `127.0.0.1` it signed, in a temporary directory removed on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A directory of test certificates: a CA, and server certificates it signed.
+pub struct Pki {
+    dir: PathBuf,
+}
+
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the openssl CLI runs");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Pki {
+    /// A fresh directory with `ca.pem`/`ca.key` (ECDSA P-256, as the benches use).
+    pub fn new() -> Pki {
+        let dir = std::env::temp_dir().join(format!(
+            "tokengate-tls-{}-{}",
+            std::process::id(),
+            DIRS.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        openssl(
+            &dir,
+            &[
+                "ecparam",
+                "-name",
+                "prime256v1",
+                "-genkey",
+                "-noout",
+                "-out",
+                "ca.key",
+            ],
+        );
+        openssl(
+            &dir,
+            &[
+                "req",
+                "-x509",
+                "-new",
+                "-key",
+                "ca.key",
+                "-subj",
+                "/CN=tokengate test CA",
+                "-days",
+                "2",
+                "-out",
+                "ca.pem",
+            ],
+        );
+        std::fs::write(
+            dir.join("san.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        Pki { dir }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// `NAME.pem` and `NAME.key` (PKCS#8): a server certificate for localhost and 127.0.0.1
+    /// with common name `NAME`, signed by the CA.
+    pub fn server(&self, name: &str) -> (PathBuf, PathBuf) {
+        let (key, csr, pem) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+        );
+        openssl(
+            &self.dir,
+            &[
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-out",
+                &key,
+            ],
+        );
+        openssl(
+            &self.dir,
+            &[
+                "req",
+                "-new",
+                "-key",
+                &key,
+                "-subj",
+                &format!("/CN={name}"),
+                "-out",
+                &csr,
+            ],
+        );
+        openssl(
+            &self.dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                "san.ext",
+                "-out",
+                &pem,
+            ],
+        );
+        (self.path(&pem), self.path(&key))
+    }
+
+    pub fn ca(&self) -> PathBuf {
+        self.path("ca.pem")
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
