@@ -753,7 +753,7 @@ mod tests {
         let err = Settings::load_with_env(Some(&file), env).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "environment variable AUTHSERVER_ACCESS_TOKEN_LIFETIME: \"soon\" is not a positive duration (expected a duration such as 500ms, 3s, 5m or 1h; like 36000, 90s, 15m or 10h)"
+            "environment variable AUTHSERVER_ACCESS_TOKEN_LIFETIME: \"soon\" is not a positive duration (expected a duration such as 500ms, 3s, 5m, 1h or 1d; like 36000, 90s, 15m or 10h)"
         );
         let ok = Settings::load_with_env(Some(&file), |k| {
             (k == "AUTHSERVER_LISTEN").then(|| "127.0.0.1:9999".to_owned())
@@ -921,7 +921,7 @@ mod tests {
         ] {
             assert_eq!(positive_seconds(text), Ok(seconds), "{text}");
         }
-        for bad in ["", "s", "3d", "-3s", "1.5s", "0", "0s", "1500ms"] {
+        for bad in ["", "s", "3w", "-3s", "1.5s", "0", "0s", "1500ms"] {
             assert!(positive_seconds(bad).is_err(), "{bad}");
         }
         let err = Settings::from_yaml("jwks_max_age: 1500ms", "c.yaml").unwrap_err();

@@ -14,22 +14,27 @@ struct Args {
     /// Settings file (default: $EXAMPLE_API_CONFIG, else config/example-api.yaml).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Validate the settings and exit.
-    #[arg(long)]
-    check_config: bool,
+    /// Validate the settings and exit (0 = valid): FILE if given, as `proxy --check-config FILE`
+    /// does, else the file `--config` or the default names.
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    check_config: Option<Option<PathBuf>>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    let config = match Config::load(args.config.as_deref()) {
+    let file = match &args.check_config {
+        Some(Some(file)) => Some(file.as_path()),
+        _ => args.config.as_deref(),
+    };
+    let config = match Config::load(file) {
         Ok(config) => config,
         Err(error) => {
             eprintln!("example-api: {error}");
             return ExitCode::FAILURE;
         }
     };
-    if args.check_config {
+    if args.check_config.is_some() {
         return match Guard::from_config(&config) {
             Ok(_) => {
                 println!(

@@ -45,6 +45,16 @@ fn check_config_accepts_the_shipped_file() {
         &[("EXAMPLE_API_PROXY_SECRET", PROXY_SECRET)],
     );
     assert!(ok, "{stderr}");
+    // The file may follow --check-config itself, as with `proxy --check-config FILE`; a file
+    // that does not exist fails.
+    let secret = [("EXAMPLE_API_PROXY_SECRET", PROXY_SECRET)];
+    let (ok, named, stderr) = run(&["--check-config", SHIPPED], &secret);
+    assert!(ok && named == stdout, "{named} {stderr}");
+    let (ok, _, stderr) = run(&["--check-config", "/nonexistent/x.yaml"], &secret);
+    assert!(
+        !ok && stderr.contains("/nonexistent/x.yaml: cannot read"),
+        "{stderr}"
+    );
     assert!(
         stdout.contains("OK (token_source behind_proxy, listen 127.0.0.1:8002, 6 routes)"),
         "{stdout}"

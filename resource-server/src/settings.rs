@@ -198,8 +198,8 @@ impl RawDuration {
     }
 }
 
-/// A duration written the way every tokengate binary reads one: digits then `ms`, `s`, `m` or
-/// `h`, or bare digits for seconds.
+/// A duration written the way every tokengate binary reads one: digits then `ms`, `s`, `m`, `h`
+/// or `d`, or bare digits for seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
@@ -208,13 +208,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let (digits, unit) = text.split_at(split);
     let n: u64 = digits
         .parse()
-        .map_err(|_| "expected a duration such as 500ms, 3s, 5m or 1h".to_owned())?;
+        .map_err(|_| "expected a duration such as 500ms, 3s, 5m, 1h or 1d".to_owned())?;
     match unit.trim() {
         "" | "s" => Ok(Duration::from_secs(n)),
         "ms" => Ok(Duration::from_millis(n)),
         "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
         "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
-        other => Err(format!("unknown unit {other:?}: use ms, s, m or h")),
+        "d" => Ok(Duration::from_secs(n.saturating_mul(86_400))),
+        other => Err(format!("unknown unit {other:?}: use ms, s, m, h or d")),
     }
 }
 
@@ -278,7 +279,8 @@ mod tests {
         assert_eq!(p("2m"), Ok(Duration::from_secs(120)));
         assert_eq!(p("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(RawDuration::Seconds(7).parse(), Ok(Duration::from_secs(7)));
-        for bad in ["", "s", "3d", "-3s", "1.5s"] {
+        assert_eq!(p("1d"), Ok(Duration::from_secs(86_400)));
+        for bad in ["", "s", "3w", "-3s", "1.5s"] {
             assert!(p(bad).is_err(), "{bad}");
         }
     }

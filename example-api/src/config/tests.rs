@@ -155,7 +155,7 @@ fn errors_name_file_key_and_value() {
         err(&yaml(
             "mode: introspect\nintrospection: { url: 'http://x/', auth_token: t, cache: { max_ttl: 5 days } }"
         )),
-        r#"c.yaml: key "introspection.cache.max_ttl": "5 days": unknown unit "days": use ms, s, m or h"#
+        r#"c.yaml: key "introspection.cache.max_ttl": "5 days": unknown unit "days": use ms, s, m, h or d"#
     );
     assert!(err(&yaml("mode: introspect\nintrospection: { url: 'http://x/', auth_token: t, cache: { capacity: 0 } }")).contains(r#"key "introspection.cache.capacity": "0""#));
     assert_eq!(
