@@ -254,3 +254,30 @@ fn outside_the_repository_the_shipped_settings_are_built_in_and_a_named_file_mus
         "{stderr}"
     );
 }
+
+/// Issue 27: a PostgreSQL server that refuses the connection is said within 2 s, with its cause,
+/// and the URL's password never printed (it said "pool timed out" after 10 s).
+#[test]
+fn a_refused_postgresql_is_said_at_once_with_its_cause() {
+    let started = std::time::Instant::now();
+    let out = support::binary::command(&[
+        "user",
+        "list",
+        "--database-url",
+        "postgres://tokengate:pw-not-to-print@127.0.0.1:1/x",
+    ])
+    .output()
+    .unwrap();
+    let elapsed = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        elapsed < Duration::from_secs(3),
+        "took {elapsed:?}: {stderr}"
+    );
+    assert!(
+        stderr.to_lowercase().contains("connection refused"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("pw-not-to-print"), "{stderr}");
+}

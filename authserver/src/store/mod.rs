@@ -180,6 +180,22 @@ impl Store {
                     })
                 })
         };
+        if backend == Backend::Postgres {
+            // A refused or silent server is said at once, with its cause: the pool would keep
+            // retrying until its acquire timeout and then say only "pool timed out".
+            match tokio::time::timeout(FIRST_CONNECT_TIMEOUT, sqlx::PgConnection::connect(&url))
+                .await
+            {
+                Ok(connection) => drop(connection?.close().await),
+                Err(_) => {
+                    return Err(anyhow::anyhow!(
+                        "no answer from the database server within {} s",
+                        FIRST_CONNECT_TIMEOUT.as_secs()
+                    )
+                    .into());
+                }
+            }
+        }
         let pool = options(max_connections).connect(&url).await?;
         let writer = match backend {
             Backend::Sqlite => options(1).connect(&url).await?,
@@ -238,6 +254,8 @@ impl Store {
 }
 
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the first connection to PostgreSQL may take before the server is called silent.
+const FIRST_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A pooled connection idle for longer than this is pinged before use (a busy pool never is).
 const PING_AFTER_IDLE: Duration = Duration::from_secs(30);
