@@ -326,10 +326,11 @@ fn settings_from_the_environment_are_checked_by_name() {
         &out,
         "environment variable AUTHSERVER_SCOPES: scopes are a map",
     );
-    let out = check("AUTHSERVER_REFRESH_TOKEN_LIFETIME", "10d");
+    ok(&check("AUTHSERVER_REFRESH_TOKEN_LIFETIME", "10d"));
+    let out = check("AUTHSERVER_REFRESH_TOKEN_LIFETIME", "10w");
     refused(
         &out,
-        "environment variable AUTHSERVER_REFRESH_TOKEN_LIFETIME: \"10d\" is not a positive duration",
+        "environment variable AUTHSERVER_REFRESH_TOKEN_LIFETIME: \"10w\" is not a positive duration",
     );
 }
 
