@@ -91,10 +91,9 @@ impl ProxyHttp for Gateway {
             }
             Err(denial) => {
                 // A denial on a matched route names it; only a 404 has no route.
-                let route = match denial.outcome {
-                    Outcome::NoRoute => None,
-                    _ => routing.gate.rules().find(&req.method, req.uri.path()),
-                };
+                let route = denial
+                    .route
+                    .and_then(|i| routing.gate.rules().routes().get(i));
                 let label = route.map_or(UNMATCHED, |r| r.name.as_str());
                 self.shared.metrics.request(label, denial.outcome);
                 ctx.route = route.map(|r| r.index());

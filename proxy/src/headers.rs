@@ -54,6 +54,15 @@ mod tests {
             assert!(is_identity_header(&h.replace('-', "_")));
         }
         assert!(is_identity_header("X-Auth-Anything"));
+        // The proxy's secret, in any spelling a client might send it.
+        for h in [
+            "X-Tokengate-Proxy-Secret",
+            "x_tokengate_proxy_secret",
+            "X-TOKENGATE-X",
+        ] {
+            assert!(is_identity_header(h), "{h}");
+        }
+        assert!(!is_identity_header("x-tokengates"));
         assert!(!is_identity_header("x-authorization"));
         assert!(!is_identity_header("authorization"));
         assert!(!is_identity_header("x-request-id"));

@@ -50,6 +50,8 @@ pub enum Decision {
 pub struct Denial {
     pub refusal: Refusal,
     pub outcome: Outcome,
+    /// The position of the route it was decided on (`None`: no route matched).
+    pub route: Option<usize>,
 }
 
 /// The outcome of one request, as a metrics label.
@@ -217,6 +219,15 @@ impl Denial {
                 body: serde_json::json!({ "detail": detail }).to_string(),
             },
             outcome,
+            route: None,
+        }
+    }
+
+    /// This denial, decided on the route at `index` of its rules.
+    pub fn on_route(self, index: usize) -> Denial {
+        Denial {
+            route: Some(index),
+            ..self
         }
     }
 

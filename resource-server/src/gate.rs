@@ -213,6 +213,7 @@ impl Gate {
         decide(Some(route), &credential, self.check.leeway())
             .into_result()
             .map(allow)
+            .map_err(|denial| denial.on_route(route.index()))
     }
 }
 
@@ -289,11 +290,17 @@ mod tests {
                 (denial.refusal.status, denial.outcome),
                 (404, Outcome::NoRoute)
             );
+            assert_eq!(denial.route, None, "a 404 names no route");
             let denial = gate
                 .authorize(&Method::GET, &"/r".parse().unwrap(), &headers)
                 .await
                 .unwrap_err();
             assert_eq!(denial.outcome, Outcome::BadRequest);
+            assert_eq!(
+                denial.route,
+                Some(1),
+                "a refusal names the route it was decided on"
+            );
         });
     }
 

@@ -388,3 +388,35 @@ fn access_log_and_log_format_keys() {
     let c = parse_config(GOOD, "proxy.yaml", env).unwrap();
     assert!(!c.access_log.enabled);
 }
+
+/// The secret the proxy proves itself with to an upstream: from the environment or a file, at
+/// least 16 visible characters, never echoed in an error nor in `Debug`.
+#[test]
+fn an_upstreams_proxy_secret_is_checked_and_never_shown() {
+    let secret = "upstream-proof-0123456789abcdef";
+    let env = |k: &str| (k == "PROXY_UPSTREAM_API_PROXY_SECRET").then(|| secret.to_owned());
+    let c = parse_config(GOOD, "proxy.yaml", env).unwrap();
+    assert_eq!(c.upstreams["api"].proxy_secret.as_ref().unwrap(), secret);
+    assert!(c.upstreams["auth"].proxy_secret.is_none());
+    assert!(!format!("{c:?}").contains(secret), "Debug shows no secret");
+    for bad in ["short-secret", "a secret with spaces in it, long enough"] {
+        let env = |k: &str| (k == "PROXY_UPSTREAM_API_PROXY_SECRET").then(|| bad.to_owned());
+        let e = parse_config(GOOD, "proxy.yaml", env)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("upstreams.api.proxy_secret (from PROXY_UPSTREAM_API_PROXY_SECRET)"),
+            "{e}"
+        );
+        assert!(!e.contains(bad), "the value is never echoed: {e}");
+    }
+    let missing = GOOD.replace(
+        "api: { address: \"127.0.0.1:8002\" }",
+        "api: { address: \"127.0.0.1:8002\", proxy_secret_file: /nonexistent/proof }",
+    );
+    let e = error(&missing);
+    assert!(
+        e.contains("upstreams.api.proxy_secret_file") && e.contains("cannot read"),
+        "{e}"
+    );
+}
