@@ -39,6 +39,7 @@ else
   BACKEND=sqlite
 fi
 
+$BIN migrate --database-url "$DB" >/dev/null
 echo bench-password | $BIN user create --username bench --database-url "$DB" >/dev/null
 PW=$($BIN app create --name pw --database-url "$DB" --json)
 CC=$($BIN app create --name cc --grant-type client-credentials --introspect --database-url "$DB" --json)

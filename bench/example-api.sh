@@ -18,6 +18,7 @@ API=target/release/example-api
 . bench/common.sh
 
 # The directory: one user (id 1), a password-grant client, and the API's introspection client.
+$AUTH migrate --database-url "$DB" >/dev/null
 echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
 PW=$($AUTH app create --name bench-client --database-url "$DB" --json)
 CC=$($AUTH app create --name example-api --grant-type client-credentials --introspect --database-url "$DB" --json)

@@ -97,6 +97,7 @@ class AuthServer:
 
     def __init__(self, db):
         self.db, self.port, self.proc = db, free_port(), None
+        cli("migrate", db=db)
         cli("user", "create", "--username", "alice", stdin="alice-password\n", db=db)
         self.app = json.loads(cli("app", "create", "--name", "faults", "--json", db=db))
         self.cc = json.loads(cli("app", "create", "--name", "faults-cc", "--grant-type",

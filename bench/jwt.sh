@@ -56,6 +56,7 @@ python3 bench/jwt_tokens.py "$ISSUER" "$AUDIENCE" "$WORK" "$ROUNDS" "$PER_ROUND"
 JWT=$(cat "$WORK/hit.txt")
 
 # Authorization server: one user, a password-grant client, and the introspection client.
+$AUTH migrate --database-url "$DB" >/dev/null
 echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
 PW=$($AUTH app create --name bench-client --database-url "$DB" --json)
 CC=$($AUTH app create --name proxy --grant-type client-credentials --introspect --database-url "$DB" --json)

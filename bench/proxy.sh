@@ -9,6 +9,16 @@
 #   off         load -> tokengate proxy, route `public: true` (no token check) -> hello
 #   on          load -> tokengate proxy, route needs scope `read`, token introspected by a real
 #               authorization server, every measured request a cache hit -> hello
+# and over TLS (one ECDSA P-256 certificate made for the run, served by both; TLS 1.3 and each
+# server's default session resumption; cleartext to hello behind them):
+#   njs-tls     load -> nginx + njs as above, terminating TLS, HTTP/1.1 keep-alive
+#   on-ssf      as on, the proxy following the authorization server's revocation stream
+#   on-tls      load -> tokengate checks on, terminating TLS (rustls), HTTP/1.1 keep-alive
+#   njs-tls-new / on-tls-new   the same with a new connection (and handshake) per request:
+#               wrk with `Connection: close`; at the fixed rate h2load --h1 opening $NEW_RATE
+#               connections a second, one request each
+#   njs-h2 / on-h2   HTTP/2 over TLS, many streams on one connection: h2load -c1 -m$STREAMS
+#               (saturation), h2load -c1 -m$STREAMS at $RATE req/s (fixed rate)
 # Two measurements per case and round:
 #   saturation  wrk -t$THREADS -c$CONNS --latency: req/s, p50, p99, CPU µs per request of the box
 #               in the middle, and its RSS (sampled every 0.5 s, max, at $CONNS connections)
@@ -19,8 +29,10 @@
 # process on loopback; every listener is on 127.0.0.1. The middle boxes get the same CPU budget:
 # $WORKERS nginx worker processes, $WORKERS proxy threads (work_stealing: $WORK_STEALING).
 # Usage: bench/proxy.sh [seconds per measurement]   (env: CONNS=64, THREADS=2 (wrk), WORKERS=1,
-#        WORK_STEALING=true, RATE=2000, RATE_CONNS=40, ROUNDS=2, CASES="direct nginx njs bare off
-#        on", NGINX, SKIP_BUILD=1 (use the binaries as built))
+#        WORK_STEALING=true, RATE=2000, RATE_CONNS=40, NEW_RATE=500, STREAMS=100, ROUNDS=2,
+#        CASES="direct nginx njs bare off on on-ssf njs-tls on-tls njs-tls-new on-tls-new njs-h2 on-h2",
+#        NGINX, SKIP_BUILD=1 (use the binaries as built: target/dist/{proxy,examples/bare},
+#        target/release/{authserver,examples/hello}, or the paths in PROXY, BARE, AUTH, HELLO))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-10}
@@ -30,8 +42,10 @@ WORKERS=${WORKERS:-1}
 WORK_STEALING=${WORK_STEALING:-true}
 RATE=${RATE:-2000}
 RATE_CONNS=${RATE_CONNS:-40}
+NEW_RATE=${NEW_RATE:-500}
+STREAMS=${STREAMS:-100}
 ROUNDS=${ROUNDS:-2}
-CASES=${CASES:-direct nginx njs bare off on}
+CASES=${CASES:-direct nginx njs bare off on on-ssf njs-tls on-tls njs-tls-new on-tls-new njs-h2 on-h2}
 NGINX=${NGINX:-/usr/sbin/nginx}
 NJS_MODULE=/usr/lib/nginx/modules/ngx_http_js_module.so
 INSTALL="apt-get install nginx libnginx-mod-http-js wrk nghttp2-client"
@@ -42,16 +56,17 @@ command -v h2load >/dev/null || missing "h2load (nghttp2-client)"
 [ -f "$NJS_MODULE" ] || missing "nginx's njs module ($NJS_MODULE, libnginx-mod-http-js)"
 [ -n "${SKIP_BUILD:-}" ] || { cargo build --release -q -p authserver --bin authserver --example hello
   cargo build --profile dist -q -p proxy --bin proxy --example bare; }   # the proxy as shipped (LTO)
-AUTH=target/release/authserver
+AUTH=${AUTH:-target/release/authserver}
 PROXY=${PROXY:-target/dist/proxy}
 BARE=${BARE:-target/dist/examples/bare}
-HELLO=target/release/examples/hello
+HELLO=${HELLO:-target/release/examples/hello}
 for b in "$AUTH" "$PROXY" "$BARE" "$HELLO"; do [ -x "$b" ] || { echo "missing $b: build it (cargo build, see the top of $0) or run without SKIP_BUILD" >&2; exit 1; }; done
 . bench/common.sh
 LOAD_BEFORE=$(uptime)
 
 # Authorization server: one user, a password-grant client, and the introspection client that
 # both tokengate and nginx use.
+$AUTH migrate --database-url "$DB" >/dev/null
 echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
 PW=$($AUTH app create --name bench-client --database-url "$DB" --json)
 CC=$($AUTH app create --name proxy --grant-type client-credentials --introspect --database-url "$DB" --json)
@@ -68,9 +83,15 @@ HELLO_PORT=$(free_port)
 $HELLO "127.0.0.1:$HELLO_PORT" & HELLO_PID=$!; PIDS+=($HELLO_PID)
 wait_http "http://127.0.0.1:$HELLO_PORT/"
 
-# Two tokengate proxies, same binary: only `public: true` differs. max_ttl covers the whole run.
-start_proxy() { # $1 name, $2 route access (YAML), $3 port, $4 admin port; sets PROXY_PID
-  proxy_yaml "$1" "$2" "$3" "$4"
+# The certificate both TLS terminators serve: ECDSA P-256, for localhost and 127.0.0.1.
+CERT=$WORK/tls.crt; KEY=$WORK/tls.key
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
+  -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout "$KEY" -out "$CERT" 2>/dev/null
+
+# Three tokengate proxies, same binary: only `public: true` and `tls:` differ. max_ttl covers the
+# whole run.
+start_proxy() { # $1 name, $2 route access (YAML), $3 port, $4 admin port, $5 extra YAML; sets PROXY_PID
+  proxy_yaml "$1" "$2" "$3" "$4" "${5:-}"
   RUST_LOG=warn $PROXY --config "$WORK/proxy-$1.yaml" 2>"$WORK/proxy-$1.log" & PROXY_PID=$!
   PIDS+=($PROXY_PID)
   wait_http "http://127.0.0.1:$4/healthz"
@@ -79,6 +100,14 @@ ON_PORT=$(free_port); ON_ADMIN=$(free_port)
 start_proxy on "scopes: [read]" "$ON_PORT" "$ON_ADMIN"; ON_PID=$PROXY_PID
 OFF_PORT=$(free_port); OFF_ADMIN=$(free_port)
 start_proxy off "public: true" "$OFF_PORT" "$OFF_ADMIN"; OFF_PID=$PROXY_PID
+# The same with the revocation stream followed (issue 24: the receiver's cost on the request path).
+SSF_PORT=$(free_port); SSF_ADMIN=$(free_port)
+start_proxy ssf "scopes: [read]" "$SSF_PORT" "$SSF_ADMIN" \
+  "revocation: { configuration_url: http://127.0.0.1:$AUTH_PORT/.well-known/ssf-configuration }"
+SSF_PID=$PROXY_PID
+TLS_PORT=$(free_port); TLS_ADMIN=$(free_port)
+start_proxy tls "scopes: [read]" "$TLS_PORT" "$TLS_ADMIN" "tls: { cert_file: $CERT, key_file: $KEY }"
+TLS_PID=$PROXY_PID
 
 # The bare Pingora proxy, same runtime settings.
 BARE_PORT=$(free_port)
@@ -87,10 +116,11 @@ PIDS+=($BARE_PID)
 wait_http "http://127.0.0.1:$BARE_PORT/"
 
 # nginx: pass-through and njs introspection, foreground, everything in $WORK.
-NGINX_PORT=$(free_port); NJS_PORT=$(free_port)
+NGINX_PORT=$(free_port); NJS_PORT=$(free_port); NJS_TLS_PORT=$(free_port)
 BASIC=$(printf '%s:%s' "$CC_ID" "$CC_SECRET" | base64 -w0)
 sed -e "s|@WORK@|$WORK|g" -e "s|@WORKERS@|$WORKERS|g" -e "s|@USER@|$(id -un)|g" \
     -e "s|@PASS_PORT@|$NGINX_PORT|g" -e "s|@NJS_PORT@|$NJS_PORT|g" -e "s|@HELLO_PORT@|$HELLO_PORT|g" \
+    -e "s|@NJS_TLS_PORT@|$NJS_TLS_PORT|g" -e "s|@CERT@|$CERT|g" -e "s|@KEY@|$KEY|g" \
     -e "s|@AUTH_PORT@|$AUTH_PORT|g" -e "s|@CLIENT_BASIC@|$BASIC|g" -e "s|@JS@|$PWD/bench/nginx/oauth2.js|g" \
     bench/nginx/nginx.conf > "$WORK/nginx.conf"
 $NGINX -p "$WORK" -e "$WORK/nginx-error.log" -c "$WORK/nginx.conf" & NGINX_PID=$!; PIDS+=($NGINX_PID)
@@ -103,6 +133,18 @@ for port in "$HELLO_PORT" "$NGINX_PORT" "$NJS_PORT" "$BARE_PORT" "$OFF_PORT" "$O
   code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$port/")
   [ "$code" = 200 ] || { echo "warm-up on port $port: HTTP $code" >&2; cat "$WORK/nginx-error.log" >&2; exit 1; }
 done
+for port in "$NJS_TLS_PORT" "$TLS_PORT"; do
+  for v in --http1.1 --http2; do
+    got=$(curl -s -o /dev/null -w '%{http_code} %{http_version}' --cacert "$CERT" $v \
+      -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:$port/")
+    want="200 ${v#--http}"
+    [ "$got" = "$want" ] || { echo "warm-up on TLS port $port ($v): $got, expected $want" >&2; exit 1; }
+  done
+done
+# What each TLS terminator negotiates with an OpenSSL client (printed with the results).
+tls_of() { openssl s_client -connect "127.0.0.1:$1" -CAfile "$CERT" -brief </dev/null 2>&1 \
+  | awk -F': ' '/Protocol version|Ciphersuite|Peer signature type/ { printf "%s ", $2 }'; }
+TLS_NGINX=$(tls_of "$NJS_TLS_PORT"); TLS_TOKENGATE=$(tls_of "$TLS_PORT")
 for port in "$ON_PORT" "$NJS_PORT"; do
   code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/")
   [ "$code" = 401 ] || { echo "port $port without a token: HTTP $code, expected 401" >&2; exit 1; }
@@ -128,24 +170,43 @@ rss_sampler() { # $@ pids: max summed VmRSS (kB) every 0.5 s; bash builtins only
   echo "$max"
 }
 # Saturation: "rps p50_ms p99_ms non2xx socket_errors box_us_per_req rss_kb"
-saturate() { # $1 url, $2 pids of the box in the middle (empty for direct)
+saturate() { # $1 url, $2 pids of the box in the middle (empty for direct), $3 mode: keep | new | h2
   local out box0 box1 rps p50 p99 non2xx total errors rss=0 sampler
   if [ -n "$2" ]; then touch "$WORK/sampling"; rss_sampler $2 > "$WORK/rss" & sampler=$!; fi
+  rm -f "$WORK/h2load.log"
   box0=$(cpu_ticks $2)
-  out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -H "Authorization: Bearer $TOKEN" "$1")
+  case $3 in
+    keep) out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -H "Authorization: Bearer $TOKEN" "$1") ;;
+    new) out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -H "Connection: close" \
+           -H "Authorization: Bearer $TOKEN" "$1") ;;
+    h2) out=$(h2load -t1 -c1 -m"$STREAMS" -D"$DURATION" --log-file="$WORK/h2load.log" \
+          -H "Authorization: Bearer $TOKEN" "$1") ;;
+  esac
   box1=$(cpu_ticks $2)
   if [ -n "$2" ]; then rm -f "$WORK/sampling"; wait "$sampler" || true; read -r rss < "$WORK/rss"; fi
-  read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py <<<"$out")
+  if [ "$3" = h2 ]; then
+    read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py --h2load "$WORK/h2load.log" <<<"$out")
+  else
+    read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py <<<"$out")
+  fi
   echo "$rps $p50 $p99 $non2xx $errors $(( (box1 - box0) * 1000000 / (HZ * (total > 0 ? total : 1)) )) $rss"
 }
 # Fixed rate: "rps p50_ms p99_ms non2xx errors box_cpu_ms_per_1000_requests"
 # (CPU seconds per 1000 requests = vCPU per 1000 req/s, printed in thousandths)
-fixed() { # $1 url, $2 pids
-  local out box0 box1 rps p50 p99 non2xx total errors
+fixed() { # $1 url, $2 pids, $3 mode: keep | new | h2
+  local out box0 box1 rps p50 p99 non2xx total errors n
   rm -f "$WORK/h2load.log"
   box0=$(cpu_ticks $2)
-  out=$(h2load --h1 -t1 -c"$RATE_CONNS" --rps="$(python3 -c "print($RATE / $RATE_CONNS)")" \
-    -D"$DURATION" --log-file="$WORK/h2load.log" -H "Authorization: Bearer $TOKEN" "$1")
+  case $3 in
+    keep) out=$(h2load --h1 -t1 -c"$RATE_CONNS" --rps="$(python3 -c "print($RATE / $RATE_CONNS)")" \
+            -D"$DURATION" --log-file="$WORK/h2load.log" -H "Authorization: Bearer $TOKEN" "$1") ;;
+    # $NEW_RATE connections a second, one request on each (h2load's rate mode).
+    new) n=$((NEW_RATE * DURATION))
+         out=$(h2load --h1 -t1 -r"$NEW_RATE" -c"$n" -n"$n" --log-file="$WORK/h2load.log" \
+           -H "Connection: close" -H "Authorization: Bearer $TOKEN" "$1") ;;
+    h2) out=$(h2load -t1 -c1 -m"$STREAMS" --rps="$RATE" -D"$DURATION" --log-file="$WORK/h2load.log" \
+          -H "Authorization: Bearer $TOKEN" "$1") ;;
+  esac
   box1=$(cpu_ticks $2)
   read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py --h2load "$WORK/h2load.log" <<<"$out")
   echo "$rps $p50 $p99 $non2xx $errors $(( (box1 - box0) * 1000 * 1000 / (HZ * (total > 0 ? total : 1)) ))"
@@ -159,7 +220,7 @@ snapshot() { echo "$(metric tokengate_proxy_cache_hits_total) $(metric tokengate
 ROWS=""
 read -r H0 M0 I0 < <(snapshot)
 run_case() { # $1 case, $2 round
-  local url pids
+  local url pids mode=keep
   case $1 in
     direct) url="http://127.0.0.1:$HELLO_PORT/"; pids="" ;;
     nginx) url="http://127.0.0.1:$NGINX_PORT/"; pids="$NGINX_WORKERS" ;;
@@ -167,8 +228,13 @@ run_case() { # $1 case, $2 round
     bare) url="http://127.0.0.1:$BARE_PORT/"; pids="$BARE_PID" ;;
     off) url="http://127.0.0.1:$OFF_PORT/"; pids="$OFF_PID" ;;
     on) url="http://127.0.0.1:$ON_PORT/"; pids="$ON_PID" ;;
+    on-ssf) url="http://127.0.0.1:$SSF_PORT/"; pids="$SSF_PID" ;;
+    njs-tls*|njs-h2) url="https://127.0.0.1:$NJS_TLS_PORT/"; pids="$NGINX_WORKERS" ;;
+    on-tls*|on-h2) url="https://127.0.0.1:$TLS_PORT/"; pids="$TLS_PID" ;;
+    *) echo "unknown case $1" >&2; exit 1 ;;
   esac
-  ROWS+="$1 $2 $(saturate "$url" "$pids") $(fixed "$url" "$pids")"$'\n'
+  case $1 in *-new) mode=new ;; *-h2) mode=h2 ;; esac
+  ROWS+="$1 $2 $(saturate "$url" "$pids" "$mode") $(fixed "$url" "$pids" "$mode")"$'\n'
 }
 REVERSED=$(echo "$CASES" | tr ' ' '\n' | tac | tr '\n' ' ')
 for round in $(seq "$ROUNDS"); do # odd rounds in one order, even rounds in the reverse order
@@ -184,10 +250,16 @@ rows = [l.split() for l in sys.argv[1].strip().splitlines()]
 print(f"cores=$(nproc); saturation: wrk -t$THREADS -c$CONNS -d${DURATION}s --latency; fixed rate:"
       f" h2load --h1 -c$RATE_CONNS at $RATE req/s for ${DURATION}s; x $ROUNDS round(s), GET / with a"
       f" bearer token; nginx worker_processes=$WORKERS, proxies threads=$WORKERS work_stealing=$WORK_STEALING")
+print("TLS (openssl s_client): nginx $TLS_NGINX; tokengate $TLS_TOKENGATE; new connections at the fixed"
+      f" rate: $NEW_RATE/s, one request each; h2: $STREAMS streams on one connection")
 print("load before: $LOAD_BEFORE".replace("  ", " "))
 print("load after:  $LOAD_AFTER".replace("  ", " "))
 label = {"direct": "direct (hello)", "nginx": "nginx pass-through", "njs": "nginx + njs introspection",
-         "bare": "bare Pingora", "off": "tokengate, checks off", "on": "tokengate, checks on"}
+         "bare": "bare Pingora", "off": "tokengate, checks off", "on": "tokengate, checks on",
+         "on-ssf": "tokengate on + revocation",
+         "njs-tls": "TLS nginx + njs", "on-tls": "TLS tokengate on",
+         "njs-tls-new": "TLS new conn nginx + njs", "on-tls-new": "TLS new conn tokengate on",
+         "njs-h2": "h2 nginx + njs", "on-h2": "h2 tokengate on"}
 cases = [c for c in label if any(r[0] == c for r in rows)]
 # columns: case round | sat: rps p50 p99 non2xx errors us/req rss_kb | fixed: rps p50 p99 non2xx errors cpu_ms/1000
 print(f"{'case':<27}{'round':>5}{'sat req/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'us/req':>8}{'RSS MB':>8}"
@@ -218,6 +290,16 @@ if "on" in cases and "njs" in cases:
     print(f"checks on / njs   saturation req/s   = {r:.2f}x  (goal >= 1.00x)  {verdict(r >= 1.0)}")
     r = fp99["on"] / fp99["njs"]
     print(f"checks on / njs   p99 at fixed rate  = {r:.2f}x  (goal <= 1.00x)  {verdict(r <= 1.0)}")
+for on, njs, what in [("on-tls", "njs-tls", "TLS keep-alive"), ("on-tls-new", "njs-tls-new", "TLS new conn"),
+                      ("on-h2", "njs-h2", "h2 many streams")]:
+    if on in cases and njs in cases:
+        r = cpu[on] / cpu[njs]
+        goal = f"(goal <= 1.00x)  {verdict(r <= 1.0)}" if on == "on-tls" else ""
+        print(f"{what:<16} on / njs  CPU per 1000 req/s = {r:.2f}x  {goal}")
+        print(f"{what:<16} on / njs  saturation req/s   = {sat[on] / sat[njs]:.2f}x")
+if "on" in cases and "on-ssf" in cases:
+    r = cpu["on-ssf"] / cpu["on"]
+    print(f"revocation stream on / off  CPU per 1000 req/s = {r:.2f}x  (goal 0.97-1.03x)  {verdict(0.97 <= r <= 1.03)}")
 if "on" in cases and "bare" in cases:
     r = sat["on"] / sat["bare"]
     print(f"checks on / bare  saturation req/s   = {r:.2f}x  (goal >= 0.95x)  {verdict(r >= 0.95)}"

@@ -43,6 +43,9 @@ if [ -z "$secret" ]; then
   secret=$(cat "$file")
 fi
 
+# The schema first: the other commands need an existing database.
+"$AUTHSERVER" migrate >/dev/null
+
 # The client is registered with this secret unless it already has it (the fingerprint `app list`
 # shows is the first 8 hex digits of the secret's SHA-256).
 register() {

@@ -19,18 +19,18 @@ ROOT = pathlib.Path(os.environ.get("MODULE_GRAPH_ROOT") or pathlib.Path(__file__
 # layers below it, never one above. `lib.rs`/`main.rs` stand above everything.
 LAYERS = {
     "resource-server": [
-        ["bearer", "claims", "identity", "policy", "introspection", "outage", "yaml"],
+        ["bearer", "claims", "cors", "identity", "policy", "process", "introspection", "outage", "yaml", "config_error", "revoked"],
         ["rules"],
-        ["decision", "checker", "forwarded"],
-        ["jwt", "settings"],
+        ["decision", "checker", "forwarded", "client_cert"],
+        ["jwt", "settings", "ssf"],
         ["gate_config", "access_log"],
         ["gate"],
     ],
     "authserver": [
-        ["secrets", "private_files", "key_encryption", "client_ip", "http_server", "request_log"],
+        ["secrets", "private_files", "key_encryption", "client_ip", "http_server", "request_log", "mtls"],
         ["domain"],
         ["config", "protocol", "store"],
-        ["jwt", "throttle", "validation", "purge", "testing"],
+        ["jwt", "throttle", "validation", "purge", "testing", "metrics"],
         ["oauth", "cli"],
         ["web"],
     ],
@@ -41,9 +41,10 @@ LAYERS = {
         ["routes"],
     ],
     "proxy": [
-        ["downstream", "tls", "ingress"],
+        ["downstream", "tls", "ingress", "scope_check"],
         ["headers", "drain", "metrics", "app_probes"],
         ["config", "inject"],
+        ["balance"],
         ["state"],
         ["gateway", "admin", "background", "forward_auth"],
         ["server"],

@@ -192,7 +192,12 @@ fn introspection_client(name: &str) -> ApplicationInput {
         client_type: ClientType::Confidential,
         grant_type: GrantType::ClientCredentials,
         redirect_uris: String::new(),
-        allowed_scopes: vec!["introspection".into()],
+        // The revocation stream's scopes too (issue 24): the proxy follows it with this client.
+        allowed_scopes: vec![
+            "introspection".into(),
+            "ssf.read".into(),
+            "ssf.manage".into(),
+        ],
         may_introspect: true,
         pkce_required: true,
         token_format: None,
@@ -234,7 +239,7 @@ fn write_private_tmp(path: &Path, secret: &str) -> std::io::Result<std::path::Pa
 }
 
 /// The text printed at start: where things listen and, on the first start, the credentials and
-/// the seed's walkthrough as commands ready to paste.
+/// the README's walkthrough ("Try the whole stack") as commands ready to paste.
 pub fn banner(
     front_door: SocketAddr,
     authserver: SocketAddr,
@@ -261,7 +266,7 @@ First start: created these; they are shown only now.
     client_id       {rs_id}
     client_secret   {rs_secret}
 
-The seed's walkthrough:
+Try it (README.md: Try the whole stack):
   CLIENT='{id}:{secret}'
   # 1. a token with the password grant (HTTP Basic client authentication)
   curl -s -u "$CLIENT" -d grant_type=password -d username={user} -d password='{pw}' {base}/o/token/

@@ -185,6 +185,27 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
     if let Some(path) = url.strip_prefix(&format!("http://{file_authserver}/")) {
         *url = format!("http://{authserver_addr}/{path}");
     }
+    // The revocation stream comes from the same authserver, with the same client.
+    if let Some(revocation) = config.proxy.gate.revocation.as_mut() {
+        let r = revocation;
+        for url in [
+            Some(&mut r.configuration_url),
+            r.token_url.as_mut(),
+            r.jwks_uri.as_mut(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if let Some(path) = url.strip_prefix(&format!("http://{file_authserver}/")) {
+                *url = format!("http://{authserver_addr}/{path}");
+            }
+        }
+        if r.audience == r.client_id {
+            r.audience = proxy_client_id.clone();
+        }
+        r.client_id = proxy_client_id.clone();
+        r.client_secret = proxy_secret.clone();
+    }
     introspection.settings.auth = ClientAuth::ClientSecret {
         client_id: proxy_client_id,
         client_secret: proxy_secret,
@@ -232,7 +253,10 @@ fn point_upstream(
 ) -> anyhow::Result<UpstreamAddr> {
     let var = proxy::config::upstream_address_var(name);
     override_upstream(config, name, var, addr.to_string(), |u| {
-        std::mem::replace(&mut u.address, UpstreamAddr::Socket(addr))
+        let file = std::mem::replace(&mut u.addresses, vec![UpstreamAddr::Socket(addr)]);
+        file.into_iter()
+            .next()
+            .unwrap_or(UpstreamAddr::Socket(addr))
     })
 }
 

@@ -22,7 +22,7 @@ configuration compiled into the binary, so tokengate runs from any directory):
 
 Environment:
   AUTHSERVER_<KEY>         overrides a key of the authserver's file (AUTHSERVER_LISTEN,
-                           AUTHSERVER_ISSUER, AUTHSERVER_DATABASE_URL, ...; README: Settings)
+                           AUTHSERVER_ISSUER, AUTHSERVER_DATABASE_URL, ...; docs/authorization-server.md)
   EXAMPLE_API_<KEY>        overrides a key of the example API's file (EXAMPLE_API_LISTEN, ...)
   PROXY_LISTEN, PROXY_ADMIN_LISTEN, PROXY_INTROSPECTION_URL, PROXY_AUTH_TOKEN,
   PROXY_CLIENT_ID, PROXY_CLIENT_SECRET, PROXY_UPSTREAM_<NAME>_ADDRESS

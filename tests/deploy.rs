@@ -2,9 +2,10 @@
 //! `kubernetes-validate --strict` on `deploy/kubernetes/` and on what `proxy inject` writes (the
 //! golden outputs, against Kubernetes 1.29 and the newest schema), and the compose file against
 //! the Compose Specification schema (`check-jsonschema`); the image named in one place
-//! (`deploy/kubernetes/kustomization.yaml`, rendered by `kubectl kustomize`) with the README's
-//! install steps; and the containers' bootstrap script (`deploy/bootstrap.sh`) run twice against
-//! a real database. Without the tools the tests print a skip notice, and fail when `CI` is set.
+//! (`deploy/kubernetes/kustomization.yaml`, rendered by `kubectl kustomize`) with the install
+//! steps of `docs/kubernetes.md`; and the containers' bootstrap script (`deploy/bootstrap.sh`)
+//! run twice against a real database. Without the tools the tests print a skip notice, and fail
+//! when `CI` is set.
 
 use std::process::Command;
 
@@ -79,16 +80,17 @@ fn kubernetes_manifests_and_injected_workloads_validate_strictly() {
     let _ = std::fs::remove_dir_all(&scratch);
 }
 
-/// The README's "Install on Kubernetes" steps, as far as they go without a cluster or a
-/// registry: the image named in one place (the kustomization) reaches every container, the
-/// kustomization lists every manifest, and the rendered manifests validate.
+/// The "Install on Kubernetes" steps of `docs/kubernetes.md`, as far as they go without a
+/// cluster or a registry: the image named in one place (the kustomization) reaches every
+/// container, the kustomization lists every manifest, and the rendered manifests validate.
 #[test]
 fn the_image_is_named_in_one_place_and_the_install_steps_render() {
-    let readme = std::fs::read_to_string("README.md").unwrap();
-    let section = readme
+    let guide = std::fs::read_to_string("docs/kubernetes.md").unwrap();
+    let section = guide
         .split("## Install on Kubernetes")
         .nth(1)
-        .expect("README has an Install on Kubernetes section");
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("docs/kubernetes.md has an Install on Kubernetes section");
     for step in [
         "docker build -f deploy/Dockerfile -t \"$IMAGE\" .",
         "docker push \"$IMAGE\"",

@@ -290,6 +290,8 @@ fn the_sidecar_pod_in_network_namespaces() {
         assert!(out.status.success(), "{args:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
+    // Only serve, migrate and createsuperuser make a database.
+    cli(&["migrate"], "");
     cli(
         &["user", "create", "--username", "alice"],
         "alice-password\n",

@@ -1,19 +1,59 @@
-//! The README's walkthrough, run as written: its shell block is extracted, the placeholders the
-//! first-start banner fills in are filled in the same way, and bash runs it against a fresh stack.
+//! The README's shell blocks, run as written. "Try the whole stack": its block is extracted, the
+//! placeholders the first-start banner fills in are filled in the same way, and bash runs it
+//! against a fresh stack. "Put tokengate in front of your service": its `authserver` commands run
+//! as the CLI runs them, its `proxy.yaml` starts a proxy in front of a small service, and its
+//! curl lines run in bash against them.
 
 mod common;
 
 use common::stack_config;
+use std::path::Path;
 
-/// The first ```sh block after the heading `## The seed's walkthrough against the stack`.
-fn walkthrough() -> String {
+/// The text of README.md under `heading`, up to the next `## ` heading.
+fn section(heading: &str) -> String {
     let readme = std::fs::read_to_string("README.md").unwrap();
-    let section = readme
-        .split("## The seed's walkthrough against the stack")
-        .nth(1)
-        .expect("README has the walkthrough section");
-    let block = section.split("```sh\n").nth(1).expect("a sh block");
-    block.split("```").next().unwrap().to_owned()
+    let start = readme
+        .find(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("README has the section {heading:?}"));
+    let rest = &readme[start + heading.len() + 2..];
+    rest.split("\n## ").next().unwrap().to_owned()
+}
+
+/// The fenced blocks of `lang` in `text`, in order.
+fn blocks(text: &str, lang: &str) -> Vec<String> {
+    text.split(&format!("```{lang}\n"))
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().to_owned())
+        .collect()
+}
+
+/// The first ```sh block of `## Try the whole stack`.
+fn walkthrough() -> String {
+    blocks(&section("## Try the whole stack"), "sh").remove(0)
+}
+
+/// Runs a README shell block whose placeholders are all filled in, with `bash -euo pipefail`;
+/// it must succeed. Its standard output.
+async fn run_filled_in(script: String) -> String {
+    assert!(
+        !script.contains('<'),
+        "a placeholder left unfilled:\n{script}"
+    );
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &script])
+            .output()
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout.into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,24 +77,7 @@ async fn the_readme_walkthrough_runs_as_written() {
         .replace("<rs_client_id>", &first.resource_server_id)
         .replace("<rs_client_secret>", &first.resource_server_secret)
         .replace("<password>", &first.admin_password);
-    assert!(
-        !script.contains('<'),
-        "a placeholder left unfilled:\n{script}"
-    );
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("bash")
-            .args(["-euo", "pipefail", "-c", &script])
-            .output()
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = run_filled_in(script).await;
     // 1: a token; 2: the users list; 3: 403 insufficient_scope; 4: introspection, active.
     assert!(stdout.contains("\"refresh_token\""), "{stdout}");
     assert!(stdout.contains("\"username\":\"admin\""), "{stdout}");
@@ -63,4 +86,110 @@ async fn the_readme_walkthrough_runs_as_written() {
     assert!(stdout.contains("\"active\":true"), "{stdout}");
     stack.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quick_start_runs_as_written() {
+    let quick = section("## Put tokengate in front of your service");
+    let sh = blocks(&quick, "sh").join("");
+    let yaml = blocks(&quick, "yaml").remove(0);
+
+    // Our authorization server on a fresh database.
+    let url = authserver::testing::sqlite_url();
+    let store = authserver::testing::connect(&url).await;
+    let settings = authserver::config::Settings::load_with_env(
+        Some(Path::new("config/authserver.yaml")),
+        |_: &str| None,
+    )
+    .unwrap();
+    let auth =
+        authserver::testing::spawn_server(store.clone(), settings, "127.0.0.1:0".parse().unwrap())
+            .await;
+
+    // Every `authserver` line, run as the binary runs it, on that database; the secrets they
+    // printed once are given anew here, as this test cannot read the CLI's output.
+    let commands: Vec<&str> = sh
+        .lines()
+        .filter(|l| l.starts_with("authserver "))
+        .collect();
+    assert_eq!(commands.len(), 2, "{sh}");
+    for line in &commands {
+        assert!(
+            !line.contains(['\'', '"', '\\']),
+            "split by spaces only: {line}"
+        );
+        let mut args: Vec<&str> = line.split_whitespace().collect();
+        args.extend(["--database-url", &url]);
+        let cli = authserver::cli::Cli::try_parse_args(args).unwrap();
+        authserver::cli::run(cli).await.unwrap();
+    }
+    let secret_of = async |client_id: &str| {
+        let app = store
+            .find_application_by_client_id(client_id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("the quick start registers {client_id:?}"));
+        store.regenerate_secret(app.id).await.unwrap().unwrap()
+    };
+    // The client id the YAML names is the one the first command registered, allowed to introspect.
+    let sidecar = secret_of("sidecar").await;
+    let reader = secret_of("reader").await;
+
+    // Your service: answers every request with a line of its own.
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_addr = upstream.local_addr().unwrap();
+    let app = axum::Router::new().fallback(|| async { "hello from your service" });
+    tokio::spawn(async move { axum::serve(upstream, app).await });
+
+    // The proxy from the README's proxy.yaml, on free ports, with PROXY_CLIENT_SECRET set.
+    let yaml = yaml
+        .replace("0.0.0.0:8000", "127.0.0.1:0")
+        .replace("127.0.0.1:8003", "127.0.0.1:0")
+        .replace("127.0.0.1:8080", &upstream_addr.to_string())
+        .replace("http://127.0.0.1:8001", &auth.base_url);
+    let config = proxy::config::parse_config(&yaml, "proxy.yaml", |key| {
+        (key == "PROXY_CLIENT_SECRET").then(|| sidecar.clone())
+    })
+    .unwrap();
+    // What `proxy --check-config proxy.yaml` prints, as the README shows it.
+    let check = format!(
+        "proxy.yaml: OK ({} routes, {} upstreams)",
+        config.gate.rules.routes().len(),
+        config.upstreams.len()
+    );
+    assert!(sh.contains(&check), "the README should show {check:?}");
+    let proxy = tokio::task::spawn_blocking(move || proxy::spawn(config))
+        .await
+        .unwrap()
+        .unwrap();
+
+    // The curl lines, as written, against them.
+    let script: String = sh
+        .lines()
+        .filter(|l| {
+            !["authserver ", "proxy ", "export "]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect::<String>()
+        .replace(
+            "http://127.0.0.1:8000",
+            &format!("http://{}", proxy.listen_addr()),
+        )
+        .replace("http://127.0.0.1:8001", &auth.base_url)
+        .replace("<its client_secret>", &reader);
+    let stdout = run_filled_in(script).await;
+    // Without a token: 401 with the challenge; with the reader's token: the service's answer.
+    let (refused, allowed) = stdout
+        .split_once("hello from your service")
+        .map(|(before, _)| before.rsplit_once("HTTP/1.1 ").unwrap())
+        .unwrap_or_else(|| panic!("the service never answered:\n{stdout}"));
+    assert!(refused.starts_with("HTTP/1.1 401"), "{stdout}");
+    assert!(refused.contains("Bearer realm=\"api\""), "{stdout}");
+    assert!(allowed.starts_with("200"), "{stdout}");
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
+    auth.stop().await;
 }

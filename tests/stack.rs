@@ -1,5 +1,5 @@
 //! The one-command stack (`tokengate::start`, what `cargo run --release` runs): first start on an
-//! empty database prints working credentials, the seed's walkthrough works through the front
+//! empty database prints working credentials, the README's walkthrough works through the front
 //! door, a second start on the same database keeps working, and a second stack started beside a
 //! running one leaves the first serving (the proxy's secret is kept, not rotated).
 

@@ -43,6 +43,9 @@ pub struct Common {
 pub enum Command {
     /// Run the server (the default).
     Serve,
+    /// Create the database if missing and bring its schema up to date, then exit (every other
+    /// command but serve and createsuperuser needs an existing database).
+    Migrate,
     /// Create an administrator (staff and superuser). Password from AUTHSERVER_PASSWORD, piped
     /// stdin, or typed twice without echo at a terminal.
     Createsuperuser {
@@ -141,6 +144,35 @@ pub enum UserCommand {
         #[arg(allow_hyphen_values = true)]
         username: String,
     },
+    /// A user's groups: what their tokens name under the `groups` scope (X-Auth-Groups).
+    #[command(subcommand)]
+    Groups(UserGroupsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UserGroupsCommand {
+    /// Put a user in a group (already in it: no change).
+    Add {
+        #[arg(allow_hyphen_values = true)]
+        username: String,
+        #[arg(allow_hyphen_values = true)]
+        group: String,
+    },
+    /// Take a user out of a group (not in it: no change).
+    Remove {
+        #[arg(allow_hyphen_values = true)]
+        username: String,
+        #[arg(allow_hyphen_values = true)]
+        group: String,
+    },
+    /// List a user's groups, one name a line.
+    List {
+        #[arg(allow_hyphen_values = true)]
+        username: String,
+        /// Print a JSON list instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -163,7 +195,7 @@ pub enum GroupCommand {
 #[derive(Debug, Subcommand)]
 pub enum AppCommand {
     /// Register an application and print its client id and secret (the only time it is shown).
-    Create(CreateApp),
+    Create(Box<CreateApp>),
     /// List the applications (never their secrets: only fingerprints).
     List {
         /// Print JSON instead of lines.
@@ -202,7 +234,8 @@ pub struct CreateApp {
     /// Read the client secret from stdin instead of generating one (at least 32 characters).
     #[arg(long)]
     client_secret_stdin: bool,
-    /// Allow this application to call the introspection endpoint.
+    /// Allow this application to call the introspection endpoint (and to read the revocation
+    /// stream: scopes ssf.read, ssf.manage).
     #[arg(long)]
     introspect: bool,
     /// Scopes it may ask for, space-separated (default: every declared scope).
@@ -222,6 +255,19 @@ pub struct CreateApp {
     /// Access-token format: opaque or jwt (default: the server's access_token_format).
     #[arg(long, value_name = "opaque|jwt")]
     token_format: Option<String>,
+    /// Authenticate with a client certificate instead of a secret (RFC 8705; confidential
+    /// clients): `subject_dn:<DN>` or `san_dns:<name>` (tls_client_auth, a certificate from the
+    /// proxy's client CAs), or `self_signed:<x5t#S256>` (self_signed_tls_client_auth). Its
+    /// tokens are bound to the certificate.
+    #[arg(long, value_name = "KIND:VALUE")]
+    tls_client_auth: Option<String>,
+    /// OpenID Connect: a post-logout redirect URI (repeatable; the redirect URI rules, matched
+    /// exactly).
+    #[arg(long = "post-logout-redirect-uri", value_name = "URI")]
+    post_logout_redirect_uri: Vec<String>,
+    /// OpenID Connect: the ID-token signing algorithm, RS256 (default) or EdDSA.
+    #[arg(long, value_name = "RS256|EdDSA")]
+    id_token_alg: Option<String>,
     /// Print JSON instead of lines.
     #[arg(long)]
     json: bool,
@@ -328,6 +374,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         );
         return Ok(());
     }
+    let command = cli.command.unwrap_or(Command::Serve);
+    // Only these make a database: a typo in a path, or a command run in the wrong directory,
+    // must not leave an empty database (and its folders) behind and report success.
+    let creates = matches!(
+        command,
+        Command::Serve | Command::Migrate | Command::Createsuperuser { .. }
+    );
+    if !creates
+        && let Some(file) = crate::store::sqlite_file(&settings.database_url)
+        && !file.exists()
+    {
+        bail!(
+            "the database {} does not exist: create it with `authserver migrate` (or serve, \
+             createsuperuser), or name another with --database-url or database_url",
+            file.display()
+        );
+    }
     let store = Store::connect(&settings.database_url)
         .await
         .with_context(|| {
@@ -336,7 +399,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 redact_url(&settings.database_url)
             )
         })?;
-    let command = cli.command.unwrap_or(Command::Serve);
     match &settings.key_encryption {
         Some(kek) => {
             let sealed = store.use_key_encryption(kek.clone()).await?;
@@ -363,6 +425,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!(listen = %settings.listen, issuer = %settings.issuer, "authorization server listening");
             serve(listener, AppState::new(settings, store), shutdown_signal()).await?;
         }
+        Command::Migrate => println!(
+            "database {}: schema up to date",
+            redact_url(&settings.database_url)
+        ),
         Command::Createsuperuser { username, email } => {
             let account = operators::NewAccount {
                 username,
@@ -424,7 +490,7 @@ async fn keys_command(
                     .map(|(key, state)| {
                         let (name, until) = describe(*state);
                         serde_json::json!({
-                            "kid": key.kid, "generation": key.generation,
+                            "kid": key.kid, "generation": key.generation, "alg": key.alg.as_str(),
                             "created_at": key.created_at, "signs_from": key.signs_from,
                             "state": name, "until": until,
                         })
@@ -445,7 +511,12 @@ async fn keys_command(
                     }
                     KeyState::Expired => "expired: no longer published".to_owned(),
                 };
-                println!("{}  generation {}  {shown}", key.kid, key.generation);
+                println!(
+                    "{}  generation {}  {shown}  [{}]",
+                    key.kid,
+                    key.generation,
+                    key.alg.as_str()
+                );
             }
         }
         KeysCommand::Rotate { delay } => {
@@ -459,12 +530,19 @@ async fn keys_command(
             }
             let rotated = rotation::rotate(store, delay, lifetime).await?;
             let key = &rotated.key;
-            println!(
-                "added signing key {} (generation {}): published now, signing {}",
-                key.kid,
-                key.generation,
-                relative(key.signs_from - key.created_at)
-            );
+            for new in std::iter::once(&rotated.key).chain(&rotated.rsa) {
+                let alg = if new.algorithm == "EdDSA" {
+                    ""
+                } else {
+                    "RS256 "
+                };
+                println!(
+                    "added {alg}signing key {} (generation {}): published now, signing {}",
+                    new.kid,
+                    new.generation,
+                    relative(new.signs_from - new.created_at)
+                );
+            }
             if key.generation > 1 && delay < rotation::safe_delay(settings.jwks_max_age) {
                 println!(
                     "warning: validators that cached the JWKS in the last {} s do not know this key yet and refuse its tokens until they refetch",
@@ -488,7 +566,10 @@ async fn keys_command(
         KeysCommand::Delete { kid } => {
             let at = now();
             let keys = KeySet::from_stored(&store.signing_keys().await?)?;
-            if keys.signer(at).is_some_and(|k| k.kid == kid) {
+            let signs = crate::jwt::Alg::ALL
+                .into_iter()
+                .any(|alg| keys.signer(alg, at).is_some_and(|k| k.kid == kid));
+            if signs {
                 bail!(
                     "{kid} signs new tokens: run `keys rotate` first (--delay 0 for a compromised key)"
                 );

@@ -30,9 +30,13 @@ struct RawSettings {
     jwks_max_age: Option<RawDuration>,
     authorization_code_lifetime: Option<RawDuration>,
     purge_interval: Option<RawDuration>,
+    ssf_poll_timeout: Option<RawDuration>,
     secrets_system_file: Option<String>,
     access_log: Option<RawAccessLog>,
     log_format: Option<LogFormat>,
+    cors_origins: Option<Vec<String>>,
+    cors_metadata_origins: Option<Vec<String>>,
+    metrics_listen: Option<String>,
 }
 
 /// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
@@ -79,7 +83,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 17] = [
+const KEYS: [&str; 21] = [
     "listen",
     "issuer",
     "database_url",
@@ -95,8 +99,12 @@ const KEYS: [&str; 17] = [
     "jwks_max_age",
     "authorization_code_lifetime",
     "purge_interval",
+    "ssf_poll_timeout",
     "secrets_system_file",
     "access_log",
+    "cors_origins",
+    "cors_metadata_origins",
+    "metrics_listen",
 ];
 
 /// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
@@ -121,7 +129,7 @@ pub fn check_environment<'a>(names: impl IntoIterator<Item = &'a str>) -> Result
         }
         let lower = key.to_ascii_lowercase();
         if lower == "scopes" {
-            return Err(ConfigError::new(
+            return Err(ConfigError::problem(
                 format!("environment variable {name}"),
                 "scopes are a map of name to description: declare them under \"scopes\" in the settings file",
             ));
@@ -133,7 +141,7 @@ pub fn check_environment<'a>(names: impl IntoIterator<Item = &'a str>) -> Result
                 .map(|k| format!("AUTHSERVER_{}", k.to_ascii_uppercase()))
                 .collect();
             known.extend(OTHER_VARIABLES.iter().map(|v| v.to_string()));
-            return Err(ConfigError::new(
+            return Err(ConfigError::problem(
                 format!("environment variable {name}"),
                 format!("not a setting (known: {})", known.join(", ")),
             ));
@@ -175,6 +183,9 @@ pub struct Settings {
     /// How often `serve` deletes expired tokens, codes, sessions, revoked families and signing
     /// keys (see [`crate::purge`]), seconds, each wait jittered; 0 = never (default 3600).
     pub purge_interval: i64,
+    /// How long a poll of the revocation stream (RFC 8936, `returnImmediately: false`) waits
+    /// for an event before answering with none, seconds (default 25).
+    pub ssf_poll_timeout: i64,
     /// The key-encryption keys of the JWT signing keys, from `AUTHSERVER_SECRETS_SYSTEM` or the
     /// file of `secrets_system_file` (`AUTHSERVER_SECRETS_SYSTEM_FILE`); none configured: no
     /// signing key can be stored or read.
@@ -183,7 +194,19 @@ pub struct Settings {
     pub access_log: AccessLogSettings,
     /// `log_format:`, applied by the binary once the file is read (`LOG_FORMAT` wins).
     pub log_format: Option<LogFormat>,
+    /// The origins whose pages may call the token and revocation endpoints (`cors_origins`;
+    /// default none: a browser application on another origin is refused by its browser).
+    pub cors_origins: Vec<String>,
+    /// The origins whose pages may read the metadata and the JWKS (`cors_metadata_origins`;
+    /// default `*`: they are public documents). `None`: no CORS there.
+    pub cors_metadata_origins: Option<CorsOrigins>,
+    /// Where Prometheus `/metrics` is served (`metrics_listen`, an address of its own, never
+    /// the front door); default none.
+    pub metrics_listen: Option<SocketAddr>,
 }
+
+/// Which origins the CORS policy of an endpoint lets in.
+pub use resource_server::cors::Origins as CorsOrigins;
 
 pub use crate::domain::AccessTokenFormat;
 
@@ -198,23 +221,10 @@ const DEFAULT_REFRESH_TOKEN_LIFETIME: i64 = 30 * 24 * 3600;
 const DEFAULT_JWKS_MAX_AGE: i64 = 300;
 const DEFAULT_AUTHORIZATION_CODE_LIFETIME: i64 = 60;
 pub const DEFAULT_PURGE_INTERVAL: i64 = 3600;
+const DEFAULT_SSF_POLL_TIMEOUT: i64 = 25;
 
-/// A configuration problem, naming the file (or variable), the key and the value.
-#[derive(Debug, thiserror::Error)]
-#[error("{source_name}: {message}")]
-pub struct ConfigError {
-    pub source_name: String,
-    pub message: String,
-}
-
-impl ConfigError {
-    fn new(source_name: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            source_name: source_name.into(),
-            message: message.into(),
-        }
-    }
-}
+/// The one configuration error of every binary (`resource_server::config_error`).
+pub use resource_server::ConfigError;
 
 impl Settings {
     /// Reads the file (a missing file at the default path means "all defaults"), applies the
@@ -250,10 +260,13 @@ impl Settings {
             Err(error) if explicit.is_none() && error.kind() == std::io::ErrorKind::NotFound => {
                 SHIPPED_CONFIG.to_owned()
             }
-            Err(error) => return Err(ConfigError::new(&named, format!("cannot read: {error}"))),
+            Err(error) => return Err(ConfigError::Read { file: named, error }),
         };
         let raw = serde_yaml_ng::from_str::<Option<RawSettings>>(&text)
-            .map_err(|error| ConfigError::new(&file, error.to_string()))?
+            .map_err(|error| ConfigError::Syntax {
+                file: file.clone(),
+                message: error.to_string(),
+            })?
             .unwrap_or_default();
         Self::from_raw(raw, &file, env)
     }
@@ -261,7 +274,10 @@ impl Settings {
     /// Parses YAML text (for tests and embedding), with no environment overrides.
     pub fn from_yaml(text: &str, file: &str) -> Result<Settings, ConfigError> {
         let raw = serde_yaml_ng::from_str::<Option<RawSettings>>(text)
-            .map_err(|error| ConfigError::new(file, error.to_string()))?
+            .map_err(|error| ConfigError::Syntax {
+                file: file.to_owned(),
+                message: error.to_string(),
+            })?
             .unwrap_or_default();
         Self::from_raw(raw, file, |_| None)
     }
@@ -302,7 +318,31 @@ impl Settings {
             DEFAULT_AUTHORIZATION_CODE_LIFETIME,
         )?;
         let purge_interval = source.purge_interval(raw.purge_interval)?;
+        let ssf_poll_timeout = source.lifetime(
+            "ssf_poll_timeout",
+            raw.ssf_poll_timeout,
+            DEFAULT_SSF_POLL_TIMEOUT,
+        )?;
+        let cors_origins = match source.cors_origins("cors_origins", raw.cors_origins, false)? {
+            Some(CorsOrigins::List(list)) => list,
+            _ => Vec::new(),
+        };
+        let cors_metadata_origins = source
+            .cors_origins("cors_metadata_origins", raw.cors_metadata_origins, true)?
+            .or(Some(CorsOrigins::Any))
+            .filter(|o| *o != CorsOrigins::List(Vec::new()));
         let key_encryption = source.key_encryption(raw.secrets_system_file)?;
+        let (origin, metrics_listen) = source.pick("metrics_listen", raw.metrics_listen);
+        let metrics_listen = metrics_listen
+            .map(|text| {
+                text.parse::<SocketAddr>().map_err(|_| {
+                    fail(
+                        &origin,
+                        format!("\"{text}\" is not an address like 127.0.0.1:9101"),
+                    )
+                })
+            })
+            .transpose()?;
         let access_log = raw
             .access_log
             .unwrap_or_default()
@@ -330,9 +370,13 @@ impl Settings {
             jwks_max_age,
             authorization_code_lifetime,
             purge_interval,
+            ssf_poll_timeout,
             key_encryption,
             access_log,
             log_format: raw.log_format,
+            cors_origins,
+            cors_metadata_origins,
+            metrics_listen,
         })
     }
 
@@ -362,9 +406,13 @@ impl Settings {
             jwks_max_age: DEFAULT_JWKS_MAX_AGE,
             authorization_code_lifetime: DEFAULT_AUTHORIZATION_CODE_LIFETIME,
             purge_interval: DEFAULT_PURGE_INTERVAL,
+            ssf_poll_timeout: DEFAULT_SSF_POLL_TIMEOUT,
             key_encryption: None,
             access_log: AccessLogSettings::default(),
             log_format: None,
+            cors_origins: Vec::new(),
+            cors_metadata_origins: Some(CorsOrigins::Any),
+            metrics_listen: None,
         }
     }
 }
@@ -377,7 +425,7 @@ struct Source<'a> {
 }
 
 fn fail(origin: &str, message: String) -> ConfigError {
-    ConfigError::new(origin, message)
+    ConfigError::problem(origin, message)
 }
 
 impl Source<'_> {
@@ -482,6 +530,33 @@ impl Source<'_> {
                 ),
             )
         })
+    }
+
+    /// A list of origins (a YAML list; commas and/or spaces in the environment), each exactly
+    /// `scheme://host[:port]`; `*` alone when `any` may be. `None`: not set.
+    fn cors_origins(
+        &self,
+        key: &str,
+        from_file: Option<Vec<String>>,
+        any: bool,
+    ) -> Result<Option<CorsOrigins>, ConfigError> {
+        let (origin, value) = self.pick(key, from_file.map(|v| v.join(",")));
+        let Some(text) = value else {
+            return Ok(None);
+        };
+        let items: Vec<&str> = list_items(&text).collect();
+        if any && items == ["*"] {
+            return Ok(Some(CorsOrigins::Any));
+        }
+        let mut list = Vec::with_capacity(items.len());
+        for item in items {
+            resource_server::cors::check_origin(item).map_err(|problem| {
+                let star = if any { " (or * alone)" } else { "" };
+                fail(&origin, format!("{problem}{star}"))
+            })?;
+            list.push(item.to_owned());
+        }
+        Ok(Some(CorsOrigins::List(list)))
     }
 
     fn trusted_proxies(&self, from_file: Option<Vec<String>>) -> Result<Vec<IpRange>, ConfigError> {
@@ -614,7 +689,7 @@ fn read_proxy_secret(
     let (origin, secret) = match (text, file) {
         (None, None) => return Ok(None),
         (Some(_), Some(_)) => {
-            return Err(ConfigError::new(
+            return Err(ConfigError::problem(
                 file_origin,
                 format!(
                     "{text_origin} is set too: give the proxy secret once, as text or as a file"
@@ -624,14 +699,14 @@ fn read_proxy_secret(
         (Some(text), None) => (text_origin, text),
         (None, Some(path)) => {
             let text = std::fs::read_to_string(&path).map_err(|error| {
-                ConfigError::new(&file_origin, format!("cannot read {path}: {error}"))
+                ConfigError::problem(&file_origin, format!("cannot read {path}: {error}"))
             })?;
             (format!("{file_origin} ({path})"), text)
         }
     };
     ProxySecret::new(secret.trim_end())
         .map(Some)
-        .map_err(|problem| ConfigError::new(origin, problem))
+        .map_err(|problem| ConfigError::problem(origin, problem))
 }
 
 /// The scopes of the seed's example configuration.

@@ -3,6 +3,8 @@
 //! bound to, and the scope rule every grant and every introspection answer applies.
 
 use crate::secrets;
+
+pub use crate::mtls::TlsClientAuth;
 use serde::Serialize;
 use std::fmt;
 use std::str::FromStr;
@@ -11,11 +13,27 @@ use std::str::FromStr;
 /// to applications allowed to introspect.
 pub const INTROSPECTION_SCOPE: &str = "introspection";
 
+/// The scope under which a user's token names the user's groups: `groups` in the introspection
+/// answer and in a JWT access token (group names, in the order they were created).
+pub const GROUPS_SCOPE: &str = "groups";
+
+/// The scopes of the revocation stream (SSF 1.0 transmitter, issue 24): reading and polling a
+/// stream, and creating or deleting one. Built in (declared whatever the settings say), and
+/// granted only when asked for, to applications allowed to introspect: a stream tells less
+/// than introspection does, to the same receivers.
+pub const SSF_READ_SCOPE: &str = "ssf.read";
+pub const SSF_MANAGE_SCOPE: &str = "ssf.manage";
+
+/// Whether `scope` is one only applications allowed to introspect may have.
+pub fn needs_introspection_permission(scope: &str) -> bool {
+    [INTROSPECTION_SCOPE, SSF_READ_SCOPE, SSF_MANAGE_SCOPE].contains(&scope)
+}
+
 /// Whether an application known by its allowed scopes (empty: any declared scope) and its
 /// introspection permission may have `scope`.
 pub fn permits(allowed_scopes: &[String], may_introspect: bool, scope: &str) -> bool {
     (allowed_scopes.is_empty() || allowed_scopes.iter().any(|a| a == scope))
-        && (scope != INTROSPECTION_SCOPE || may_introspect)
+        && (!needs_introspection_permission(scope) || may_introspect)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -119,6 +137,10 @@ pub struct Application {
     pub pkce_required: bool,
     /// Its access-token format; None follows the server's `access_token_format`.
     pub token_format: Option<AccessTokenFormat>,
+    /// Authentication by client certificate (RFC 8705) instead of a secret; None: by secret
+    /// (confidential) or by client id alone (public).
+    #[serde(skip)]
+    pub tls_client_auth: Option<TlsClientAuth>,
     pub owner_id: Option<i64>,
     pub created_at: i64,
 }

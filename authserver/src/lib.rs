@@ -8,6 +8,8 @@ pub mod domain;
 pub mod http_server;
 pub mod jwt;
 pub mod key_encryption;
+pub mod metrics;
+pub mod mtls;
 pub mod oauth;
 pub mod private_files;
 pub mod protocol;
@@ -59,6 +61,10 @@ pub fn app(state: AppState) -> Router {
         .merge(web::router())
         .route("/healthz", get(|| async { "ok" }))
         .layer(axum::middleware::from_fn_with_state(
+            Arc::new(oauth::CorsPolicies::new(&state.settings)),
+            oauth::cors,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
             log,
             request_log::log_requests,
         ))
@@ -88,16 +94,49 @@ pub async fn serve(
     if issues_jwts {
         state
             .keys
-            .keys_with_signer(&state.store)
+            .keys_with_signer(&state.store, crate::jwt::Alg::EdDSA)
             .await
             .map_err(|e| std::io::Error::other(format!("JWT signing keys: {e}")))?;
     }
+    let metrics = match state.settings.metrics_listen {
+        Some(addr) => {
+            let (bound, task) = metrics::spawn(addr)
+                .await
+                .map_err(|e| std::io::Error::other(format!("metrics_listen {addr}: {e}")))?;
+            tracing::info!(listen = %bound, "metrics listening");
+            Some(task)
+        }
+        None => None,
+    };
+    // OpenID Connect: once an application lists `openid`, the RS256 key exists before the first
+    // ID token, so that a relying party's first fetch of the JWKS has it (otherwise it is made
+    // at the first ID token; relying parties fetch the JWKS again for a kid they do not know).
+    let openid = state
+        .store
+        .any_application_allowing(protocol::oidc::OPENID)
+        .await
+        .map_err(|e| std::io::Error::other(format!("reading the applications: {e}")))?;
+    if openid && state.store.has_key_encryption() {
+        state
+            .keys
+            .keys_with_signer(&state.store, jwt::Alg::RS256)
+            .await
+            .map_err(|e| std::io::Error::other(format!("RS256 signing key: {e}")))?;
+    }
     let purge = purge::spawn_periodic(state.store.clone(), state.settings.clone());
+    // Revocation-stream polls held open answer at once when the server stops.
+    let store = state.store.clone();
+    let shutdown = async move {
+        shutdown.await;
+        store.close_polls();
+    };
+    let pusher = oauth::ssf::spawn_pusher(state.clone());
     let served =
         http_server::serve(listener, app(state), http_server::Limits::DEFAULT, shutdown).await;
-    if let Some(purge) = purge {
-        purge.abort();
+    for task in [purge, metrics].into_iter().flatten() {
+        task.abort();
     }
+    pusher.abort();
     served
 }
 

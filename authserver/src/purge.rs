@@ -1,6 +1,7 @@
 //! The purge of expired data, run by `authserver cleartokens` and by `serve` every
 //! `purge_interval`: the store's batched deletes ([`Store::purge_expired`]) and the signing keys
-//! no longer published ([`rotation::prune_expired`], as `keys rotate` does).
+//! no longer published ([`rotation::prune_expired`], as `keys rotate` does), and the OpenID
+//! Connect sign-in times of token families none of whose tokens is left.
 
 use crate::config::Settings;
 use crate::jwt::rotation;
@@ -8,12 +9,27 @@ use crate::store::{Purged, Store};
 use rand::Rng;
 use std::time::Duration;
 
-/// Purges once: tables first, then signing keys.
+/// How long a revocation stream may go unpolled before the purge deletes it (seconds).
+pub const STREAM_IDLE: i64 = 24 * 3600;
+
+/// Purges once: tables first, then signing keys, then the revocation events no token they
+/// could concern outlives (older than the longest token lifetime and its grace) and the streams
+/// not polled for [`STREAM_IDLE`].
 pub async fn run(store: &Store, settings: &Settings) -> anyhow::Result<Purged> {
     let mut purged = store.purge_expired().await?;
     purged.signing_keys = rotation::prune_expired(store, settings.access_token_lifetime)
         .await?
         .len() as u64;
+    purged.oidc_families = store.purge_oidc_families().await?;
+    let longest = settings
+        .access_token_lifetime
+        .max(settings.refresh_token_lifetime)
+        + crate::store::purge::TOKEN_GRACE;
+    let at = crate::store::now();
+    let (events, streams) = store.purge_events(at - longest, at - STREAM_IDLE).await?;
+    if events + streams > 0 {
+        tracing::info!(events, streams, "purged revocation events and idle streams");
+    }
     Ok(purged)
 }
 
@@ -38,6 +54,7 @@ pub fn spawn_periodic(
                     revoked_families = purged.revoked_families,
                     sessions = purged.sessions,
                     signing_keys = purged.signing_keys,
+                    oidc_families = purged.oidc_families,
                     batches = purged.batches,
                     "purged expired data"
                 ),

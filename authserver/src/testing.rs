@@ -42,6 +42,17 @@ pub fn sqlite_url() -> String {
     format!("sqlite://{}/db.sqlite", dir.display())
 }
 
+/// [`sqlite_url`] with its folder and an empty file made: an existing database, which the
+/// operator commands open (an empty file is an empty database, migrated when opened).
+pub fn created_sqlite_url() -> String {
+    let url = sqlite_url();
+    let path = crate::store::sqlite_file(&url).expect("a file URL");
+    crate::private_files::create_folder(path.parent().expect("in a folder"))
+        .expect("make the folder");
+    crate::private_files::create_new_file(&path).expect("make the file");
+    url
+}
+
 /// The PostgreSQL URL from `DATABASE_URL`, when it names one.
 pub fn postgres_url() -> Option<String> {
     std::env::var("DATABASE_URL")
@@ -100,10 +111,11 @@ pub async fn all_stores() -> Vec<Store> {
     stores
 }
 
-/// The URL of a fresh database on every backend this run can test: SQLite always, PostgreSQL
-/// when configured.
+/// The URL of a fresh, migrated database on every backend this run can test: SQLite always,
+/// PostgreSQL when configured. (The operator commands other than serve, migrate and
+/// createsuperuser refuse a SQLite file that does not exist.)
 pub async fn all_database_urls() -> Vec<String> {
-    let mut urls = vec![sqlite_url()];
+    let mut urls = vec![created_sqlite_url()];
     urls.extend(postgres_schema_url().await);
     urls
 }

@@ -2,6 +2,7 @@
 //! secrets and applications — used by the views and the command line alike, with the same words.
 
 use crate::config::{AccessTokenFormat, Settings};
+use crate::mtls::TlsClientAuth;
 use crate::store::{ApplicationInput, ClientType, GrantType};
 
 /// Fewest characters in a password.
@@ -218,11 +219,21 @@ pub struct ApplicationDraft {
     pub pkce_optional: bool,
     /// `opaque`, `jwt`, or empty for the server's default.
     pub token_format: String,
+    /// Authentication by client certificate (RFC 8705) in [`TlsClientAuth::parse`]'s form
+    /// (`subject_dn:…`, `san_dns:…`, `self_signed:…`), or empty: by secret.
+    pub tls_client_auth: String,
+}
+
+impl ApplicationDraft {
+    /// The certificate registration, once [`application`] accepted the draft.
+    pub fn tls_client_auth(&self) -> Option<TlsClientAuth> {
+        TlsClientAuth::parse(self.tls_client_auth.trim()).ok()
+    }
 }
 
 /// Checks an application into an [`ApplicationInput`]; on refusal, the messages per form field
 /// (`name`, `client_type`, `grant_type`, `redirect_uris`, `scope`, `pkce_optional`,
-/// `token_format`).
+/// `token_format`, `tls_client_auth`).
 pub fn application(
     settings: &Settings,
     draft: &ApplicationDraft,
@@ -267,11 +278,9 @@ pub fn application(
             format!("At most {MAX_REDIRECT_URIS} redirect URIs."),
         );
     }
-    if let Some(unknown) = draft
-        .scopes
-        .iter()
-        .find(|s| !settings.scopes.contains_key(*s))
-    {
+    if let Some(unknown) = draft.scopes.iter().find(|s| {
+        !settings.scopes.contains_key(*s) && crate::protocol::oidc::scope_description(s).is_none()
+    }) {
         refusals.add("scope", format!("\"{unknown}\" is not a declared scope."));
     }
     if draft.may_introspect && client_type == Some(ClientType::Public) {
@@ -299,6 +308,17 @@ pub fn application(
             format
         }
     };
+    let tls = draft.tls_client_auth.trim();
+    if !tls.is_empty() {
+        if let Err(problem) = TlsClientAuth::parse(tls) {
+            refusals.add("tls_client_auth", format!("{problem}."));
+        } else if client_type == Some(ClientType::Public) {
+            refusals.add(
+                "tls_client_auth",
+                "Public clients have no credentials: certificate authentication is for confidential clients.",
+            );
+        }
+    }
     match (client_type, grant_type) {
         (Some(client_type), Some(grant_type)) if refusals.is_empty() => Ok(ApplicationInput {
             name: draft.name.clone(),
@@ -314,9 +334,78 @@ pub fn application(
     }
 }
 
+/// An application's OpenID Connect registration as entered: post-logout redirect URIs
+/// (whitespace- or newline-separated) and the ID-token algorithm (empty: RS256).
+#[derive(Debug, Clone, Default)]
+pub struct OidcDraft {
+    pub post_logout_redirect_uris: String,
+    pub id_token_alg: String,
+}
+
+/// Checks an OpenID Connect registration; on refusal, the messages per form field
+/// (`post_logout_redirect_uris`, `id_token_alg`). Post-logout URIs follow the redirect-URI rules.
+pub fn oidc_registration(draft: &OidcDraft) -> Result<crate::store::OidcClient, Refusals> {
+    let mut refusals = Refusals::default();
+    let uris: Vec<&str> = draft.post_logout_redirect_uris.split_whitespace().collect();
+    if let Some((bad, problem)) = uris
+        .iter()
+        .find_map(|uri| redirect_uri_problem(uri).map(|p| (uri, p)))
+    {
+        refusals.add(
+            "post_logout_redirect_uris",
+            format!(
+                "\"{bad}\" {problem}. Post-logout redirect URIs follow the redirect URI rules."
+            ),
+        );
+    } else if uris.len() > MAX_REDIRECT_URIS {
+        refusals.add(
+            "post_logout_redirect_uris",
+            format!("At most {MAX_REDIRECT_URIS} post-logout redirect URIs."),
+        );
+    }
+    let alg = match draft.id_token_alg.as_str() {
+        "" => crate::store::DEFAULT_ID_TOKEN_ALG,
+        name => match crate::jwt::Alg::parse(name) {
+            Some(alg) => alg.as_str(),
+            None => {
+                refusals.add("id_token_alg", "Choose RS256 or EdDSA.");
+                ""
+            }
+        },
+    };
+    if refusals.is_empty() {
+        Ok(crate::store::OidcClient {
+            id_token_alg: alg.to_owned(),
+            post_logout_redirect_uris: uris.join(" "),
+        })
+    } else {
+        Err(refusals)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oidc_registrations() {
+        let ok = oidc_registration(&OidcDraft {
+            post_logout_redirect_uris: "https://rp.example/bye\nhttp://127.0.0.1:9/bye".into(),
+            id_token_alg: String::new(),
+        })
+        .unwrap();
+        assert_eq!(ok.id_token_alg, "RS256");
+        assert_eq!(
+            ok.post_logout_redirect_uris,
+            "https://rp.example/bye http://127.0.0.1:9/bye"
+        );
+        let bad = oidc_registration(&OidcDraft {
+            post_logout_redirect_uris: "https://rp.example/bye#x javascript:alert(1)".into(),
+            id_token_alg: "HS256".into(),
+        })
+        .unwrap_err();
+        assert!(bad.has("post_logout_redirect_uris") && bad.has("id_token_alg"));
+    }
 
     #[test]
     fn users_and_passwords() {
@@ -359,6 +448,7 @@ mod tests {
             may_introspect: true,
             pkce_optional: true,
             token_format: "JWT".into(),
+            tls_client_auth: "san_dns:app.example".into(),
         };
         let refusals = application(&settings, &draft).unwrap_err();
         for field in [
@@ -368,6 +458,7 @@ mod tests {
             "may_introspect",
             "pkce_optional",
             "token_format",
+            "tls_client_auth",
         ] {
             assert!(refusals.get(field).is_some(), "{field}");
         }
@@ -380,6 +471,20 @@ mod tests {
             ..draft
         };
         let input = application(&settings, &ok).unwrap();
+        assert_eq!(
+            ok.tls_client_auth(),
+            Some(TlsClientAuth::SanDns("app.example".into()))
+        );
+        let bad = ApplicationDraft {
+            tls_client_auth: "cn:app".into(),
+            ..ok.clone()
+        };
+        assert!(
+            application(&settings, &bad)
+                .unwrap_err()
+                .get("tls_client_auth")
+                .is_some()
+        );
         assert!(input.may_introspect);
         assert!(!input.pkce_required);
         assert_eq!(input.token_format, Some(AccessTokenFormat::Jwt));

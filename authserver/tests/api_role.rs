@@ -25,7 +25,10 @@ async fn the_example_apis_role_runs_its_queries_and_reads_no_secret() {
     };
     // The authorization server's side: a signing key, an application, a user with a token.
     let admin = testing::connect(&url).await;
-    KeyRing::new().keys_with_signer(&admin).await.unwrap();
+    KeyRing::new()
+        .keys_with_signer(&admin, authserver::jwt::Alg::EdDSA)
+        .await
+        .unwrap();
     let (client_id, _) = testing::application(&admin, GrantType::Password, false).await;
     let holder = testing::user(&admin, "holder", "holder-password").await;
     let app = admin
@@ -35,6 +38,7 @@ async fn the_example_apis_role_runs_its_queries_and_reads_no_secret() {
         .unwrap();
     admin
         .issue_tokens(&authserver::store::NewTokens {
+            cnf_x5t_s256: None,
             application_id: app.id,
             user_id: Some(holder.id),
             scope: "read".into(),

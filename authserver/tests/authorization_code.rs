@@ -768,7 +768,12 @@ async fn revoking_an_authorized_application_kills_its_tokens() {
             )
             .await;
         assert_eq!(reply.status, StatusCode::SEE_OTHER);
-        assert_eq!(reply.location(), "/o/authorized-tokens/");
+        // Back to the list, with the one-time notice that confirms the revoke.
+        assert!(
+            reply.location().starts_with("/o/authorized-tokens/?flash="),
+            "{}",
+            reply.location()
+        );
 
         for token in ["access_token", "refresh_token"] {
             assert!(

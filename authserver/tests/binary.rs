@@ -131,6 +131,8 @@ fn operator_commands_read_secrets_from_stdin_never_argv() {
 #[tokio::test]
 async fn the_server_works_over_a_real_socket_with_a_third_party_client() {
     let db = temp_db();
+    // Only serve, migrate and createsuperuser make a database.
+    assert!(run(&["migrate"], &db, "").status.success());
     assert!(
         run(
             &["user", "create", "--username", "alice"],

@@ -373,3 +373,72 @@ async fn an_ordinary_user_authorizes_denies_and_revokes_a_client_in_a_browser() 
     }
     server.stop().await;
 }
+
+/// OpenID Connect in Chromium (`tests/browser/oidc.mjs`): a relying party signs alice in with
+/// `openid profile email`, the consent page names the claims, its back end verifies the RS256 ID
+/// token against the JWKS and shows UserInfo's name, and RP-initiated logout ends the session
+/// and comes back to the registered post-logout URI with the state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relying_party_signs_a_user_in_and_out_with_openid_connect_in_a_browser() {
+    let test = "a_relying_party_signs_a_user_in_and_out_with_openid_connect_in_a_browser";
+    if !browser_available(test) {
+        return;
+    }
+    // With the tests' key-encryption secret: the RS256 key is made at start.
+    let store = testing::connect(&testing::sqlite_url()).await;
+    let alice = testing::user(&store, "alice", "wonderland").await;
+    let update = authserver::store::UserUpdate {
+        email: Some("alice@wonderland.example".into()),
+        first_name: Some("Alice".into()),
+        last_name: Some("Liddell".into()),
+        ..Default::default()
+    };
+    store.update_user(alice.id, &update).await.unwrap();
+    let client_port = free_port();
+    let input = authserver::store::ApplicationInput {
+        name: "Sign-in site".into(),
+        client_type: authserver::store::ClientType::Confidential,
+        grant_type: GrantType::AuthorizationCode,
+        redirect_uris: format!("http://127.0.0.1:{client_port}/callback"),
+        allowed_scopes: vec!["openid".into(), "profile".into(), "email".into()],
+        may_introspect: false,
+        pkce_required: true,
+        token_format: None,
+    };
+    let (app, secret) = store
+        .create_application(&input, None, None, None)
+        .await
+        .unwrap();
+    let registration = authserver::store::OidcClient {
+        post_logout_redirect_uris: format!("http://127.0.0.1:{client_port}/signed-out"),
+        ..Default::default()
+    };
+    store.set_oidc_client(app.id, &registration).await.unwrap();
+    let server = start(store.clone()).await;
+    let summary = run_script(
+        vec!["oidc.mjs"],
+        server.base_url.clone(),
+        vec![
+            ("ISSUER", "http://127.0.0.1".into()),
+            ("CLIENT_ID", app.client_id.clone()),
+            ("CLIENT_SECRET", secret.unwrap()),
+            ("APP_NAME", "Sign-in site".into()),
+            ("CLIENT_PORT", client_port.to_string()),
+            ("RESOURCE_OWNER", "alice".into()),
+            ("RESOURCE_OWNER_PASSWORD", "wonderland".into()),
+        ],
+    )
+    .await;
+    assert_eq!(summary["sub"], alice.id.to_string().as_str(), "{summary}");
+    for check in ["signature", "nonce", "at_hash"] {
+        assert!(summary["checks"].to_string().contains(check), "{summary}");
+    }
+    for shot in [
+        "oidc-consent.png",
+        "oidc-signed-in.png",
+        "oidc-signed-out.png",
+    ] {
+        assert!(screenshot_dir().join(shot).exists(), "{shot}");
+    }
+    server.stop().await;
+}

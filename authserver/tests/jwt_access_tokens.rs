@@ -247,7 +247,9 @@ async fn every_grant_issues_an_rfc9068_jwt_that_third_party_libraries_verify() {
                 36_000
             );
             // 12-byte nonce, the 43-character stored value sealed, 16-byte tag: base64url.
-            assert_eq!(claims["jti"].as_str().unwrap().len(), 95);
+            assert_eq!(claims["ref"].as_str().unwrap().len(), 95);
+            // The family's public id (issue 24).
+            assert_eq!(claims["jti"].as_str().unwrap().len(), 32);
         }
         for user in &tokens[..2] {
             let claims = &user["claims"];
@@ -256,7 +258,10 @@ async fn every_grant_issues_an_rfc9068_jwt_that_third_party_libraries_verify() {
             assert_eq!(claims["client_id"], clients.password.0.as_str());
             assert_eq!(claims["scope"], "read write groups");
         }
-        assert_ne!(tokens[0]["claims"]["jti"], tokens[1]["claims"]["jti"]);
+        // A refresh continues the family: the same jti (what revocation events name), another ref.
+        assert_eq!(tokens[0]["claims"]["jti"], tokens[1]["claims"]["jti"]);
+        assert_ne!(tokens[0]["claims"]["ref"], tokens[1]["claims"]["ref"]);
+        assert_ne!(tokens[1]["claims"]["jti"], tokens[2]["claims"]["jti"]);
         let service = &tokens[2]["claims"];
         assert_eq!(service["sub"], clients.service.0.as_str());
         assert_eq!(service["client_id"], clients.service.0.as_str());
@@ -360,8 +365,11 @@ async fn tampered_forged_and_bare_jti_tokens_are_inactive() {
         .unwrap();
         assert_eq!(server.introspect(&clients, &forged).await, inactive);
 
-        // The bare jti is not a token: not to introspection, not as a bearer, not to revocation.
-        let jti = segment(&token, 1)["jti"].as_str().unwrap().to_owned();
+        // Neither the bare jti (the family's public id) nor the bare ref (the sealed stored value)
+        // is a token: not to introspection, not as a bearer, not to revocation.
+        let family = segment(&token, 1)["jti"].as_str().unwrap().to_owned();
+        assert_eq!(server.introspect(&clients, &family).await, inactive);
+        let jti = segment(&token, 1)["ref"].as_str().unwrap().to_owned();
         assert_eq!(
             server.introspect(&clients, &jti).await,
             inactive,
@@ -370,7 +378,7 @@ async fn tampered_forged_and_bare_jti_tokens_are_inactive() {
         let service = server
             .client_credentials(&clients.service, "introspection")
             .await;
-        let service_jti = segment(&service, 1)["jti"].as_str().unwrap().to_owned();
+        let service_jti = segment(&service, 1)["ref"].as_str().unwrap().to_owned();
         let (status, body) = server
             .post(
                 "/o/introspect/",
@@ -571,7 +579,7 @@ async fn switching_formats_keeps_earlier_tokens_working() {
 
 #[test]
 fn the_keys_commands_list_and_rotate() {
-    let db = testing::sqlite_url();
+    let db = testing::created_sqlite_url();
     let keys = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_authserver"))
             .env("AUTHSERVER_SECRETS_SYSTEM", testing::TEST_SECRET)

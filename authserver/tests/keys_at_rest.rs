@@ -39,7 +39,10 @@ fn holds(haystack: &[u8], needle: &[u8]) -> bool {
 async fn the_database_row_holds_no_private_key() {
     for store in testing::all_stores().await {
         let backend = store.backend();
-        KeyRing::new().keys_with_signer(&store).await.unwrap();
+        KeyRing::new()
+            .keys_with_signer(&store, authserver::jwt::Alg::EdDSA)
+            .await
+            .unwrap();
         let opened = store.signing_keys().await.unwrap();
         let rows = raw_rows(&store).await;
         assert_eq!(rows.len(), 1, "{backend:?}");

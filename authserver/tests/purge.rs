@@ -46,6 +46,7 @@ async fn issue(
 /// `refresh` seconds when given.
 fn tokens(app: i64, user: i64, access: i64, refresh: Option<i64>) -> NewTokens {
     NewTokens {
+        cnf_x5t_s256: None,
         application_id: app,
         user_id: Some(user),
         scope: "read".into(),
@@ -91,6 +92,8 @@ async fn spent_code(store: &Store, app: i64, user: i64, expires_at: i64) -> Stri
             scope: "read".into(),
             code_challenge: None,
             lifetime: 60,
+            nonce: None,
+            auth_time: None,
         })
         .await
         .unwrap();
@@ -139,6 +142,7 @@ async fn the_purge_deletes_what_expired_and_keeps_what_checks_need() {
         };
         let successor = store
             .issue_tokens(&NewTokens {
+                cnf_x5t_s256: None,
                 family: Some(claimed.family.clone()),
                 ..tokens(app, user, 3600, Some(3600))
             })

@@ -48,7 +48,7 @@ async fn server(db: &str) -> (Store, testing::RunningServer) {
 /// never appear in the JWKS, the metadata, or what `keys rotate` / `keys list` print.
 #[tokio::test]
 async fn no_private_key_material_leaves_through_jwks_metadata_or_the_keys_commands() {
-    let db = testing::sqlite_url();
+    let db = testing::created_sqlite_url();
     let mut shown = String::new();
     shown += &text(&run(&["keys", "rotate"], &db, ""));
     shown += &text(&run(&["keys", "rotate", "--delay", "0"], &db, ""));
@@ -111,7 +111,7 @@ async fn no_private_key_material_leaves_through_jwks_metadata_or_the_keys_comman
 /// name are refused by the CLI (they would forge lines in `user list` / `app list`).
 #[tokio::test]
 async fn the_cli_refuses_newlines_and_escapes_in_names() {
-    let db = testing::sqlite_url();
+    let db = testing::created_sqlite_url();
     for bad in [
         "eve\nadmin  superuser",
         "eve\x1b[2Jx",
@@ -152,7 +152,7 @@ async fn the_cli_refuses_newlines_and_escapes_in_names() {
 /// resource server reading `sub` cannot tell apart. All-digit client ids are now refused.
 #[tokio::test]
 async fn a_client_credentials_jwt_never_shares_its_sub_with_a_user() {
-    let db = testing::sqlite_url();
+    let db = testing::created_sqlite_url();
     ok(&run(
         &["createsuperuser", "--username", "admin"],
         &db,
@@ -193,7 +193,7 @@ async fn a_client_credentials_jwt_never_shares_its_sub_with_a_user() {
 /// consent page and `app list` show: "Trojan Source"-style spoofing of the name a user approves.
 #[tokio::test]
 async fn the_cli_refuses_bidi_overrides_in_application_names() {
-    let db = testing::sqlite_url();
+    let db = testing::created_sqlite_url();
     let out = run(
         &[
             "app",
@@ -219,7 +219,9 @@ async fn the_cli_refuses_bidi_overrides_in_application_names() {
 #[test]
 fn the_sqlite_database_holding_private_keys_is_not_readable_by_others() {
     use std::os::unix::fs::PermissionsExt;
+    // The files and folder as the server makes them (migrate), not as the test would.
     let db = testing::sqlite_url();
+    ok(&run(&["migrate"], &db, ""));
     ok(&run(&["keys", "rotate"], &db, ""));
     let file = std::path::PathBuf::from(db.strip_prefix("sqlite://").unwrap());
     let mut shown = Vec::new();

@@ -115,6 +115,7 @@ async fn secrets_and_tokens_are_stored_as_digests() {
         assert_eq!(app.allowed_scopes, vec!["read"]);
 
         let new = NewTokens {
+            cnf_x5t_s256: None,
             application_id: app.id,
             user_id: Some(user.id),
             scope: "read".into(),
@@ -164,6 +165,7 @@ async fn secrets_and_tokens_are_stored_as_digests() {
         );
         let next = store
             .issue_tokens(&NewTokens {
+                cnf_x5t_s256: None,
                 family: Some(record.family),
                 ..new.clone()
             })

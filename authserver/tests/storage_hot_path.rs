@@ -10,6 +10,7 @@ use std::time::Duration;
 /// `family`.
 fn tokens(application_id: i64, family: Option<String>) -> NewTokens {
     NewTokens {
+        cnf_x5t_s256: None,
         application_id,
         user_id: None,
         scope: "read".into(),

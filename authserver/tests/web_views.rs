@@ -918,6 +918,80 @@ async fn only_superusers_may_let_an_application_introspect() {
 }
 
 #[tokio::test]
+async fn an_application_registered_for_certificate_authentication() {
+    let state = state().await;
+    let olivia = sign_in(&state, "olivia", "operator-pass").await;
+    let mut fields = vec![
+        ("name", "Billing batch"),
+        ("client_type", "confidential"),
+        ("grant_type", "client-credentials"),
+        ("tls_client_auth", "cn:billing"),
+    ];
+    // A registration that is none of the three kinds is refused with the field named.
+    let reply = olivia
+        .post(&state, "/o/applications/register/", &fields)
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+    assert!(
+        reply
+            .body
+            .contains("expected subject_dn, san_dns or self_signed"),
+        "{}",
+        reply.body
+    );
+    fields[3].1 = "san_dns:billing.example.com";
+    let reply = olivia
+        .post(&state, "/o/applications/register/", &fields)
+        .await;
+    let page = olivia.follow(&state, &reply).await;
+    // No secret is shown: the certificate replaces it.
+    assert!(!page.body.contains("id=\"client-secret\""), "{}", page.body);
+    assert!(
+        page.body
+            .contains("none (authenticates with a certificate)"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("tls_client_auth (san_dns:billing.example.com)"),
+        "{}",
+        page.body
+    );
+    let app = application_of(&state, &hidden_input(&page.body, "client-id").unwrap()).await;
+    assert_eq!(
+        app.tls_client_auth,
+        Some(authserver::mtls::TlsClientAuth::SanDns(
+            "billing.example.com".into()
+        ))
+    );
+    // The edit form shows it, and an edit without it goes back to the secret.
+    let update = format!("/o/applications/{}/update/", app.id);
+    assert!(
+        olivia
+            .get(&state, &update)
+            .await
+            .body
+            .contains("value=\"san_dns:billing.example.com\"")
+    );
+    let reply = olivia.post(&state, &update, &fields[..3]).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    let stored = state.store.get_application(app.id).await.unwrap().unwrap();
+    assert_eq!(stored.tls_client_auth, None);
+    // A public client cannot have one.
+    let public = [
+        ("name", "Public"),
+        ("client_type", "public"),
+        ("grant_type", "password"),
+        ("tls_client_auth", "san_dns:x.example"),
+    ];
+    let reply = olivia
+        .post(&state, "/o/applications/register/", &public)
+        .await;
+    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
 async fn csrf_refusals_are_403_and_change_nothing() {
     let state = state().await;
     let browser = sign_in(&state, "olivia", "operator-pass").await;
@@ -1508,4 +1582,163 @@ async fn a_flash_id_opens_nothing_on_another_page() {
     assert!(!other.secret_matches(&secret));
     let page = olivia.get(&state, &shown_at).await;
     assert!(hidden_input(&page.body, "client-secret").is_none());
+}
+
+/// Signs in a user who is not staff: the session cookie, and the CSRF token of their pages.
+async fn sign_in_user(state: &AppState, username: &str, password: &str) -> Browser {
+    let reply = submit_login(state, username, password, "").await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let cookie = reply.cookie("tokengate_session").expect("a session cookie");
+    let page = get(state, "/o/authorized-tokens/", Some(&cookie)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    Browser {
+        cookie,
+        csrf: page.csrf(),
+    }
+}
+
+#[tokio::test]
+async fn a_403_page_keeps_the_header_and_leads_somewhere_the_user_may_go() {
+    let state = state().await;
+    let alice = sign_in_user(&state, "alice", "wonderland").await;
+    let page = alice.get(&state, "/o/applications/").await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    assert!(
+        page.body.contains(r#"<span class="who">alice</span>"#),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("Sign out"),
+        "the header keeps the sign-out button"
+    );
+    assert!(
+        page.body
+            .contains(r#"href="/o/authorized-tokens/" id="error-link""#),
+        "{}",
+        page.body
+    );
+    // An operator who is no superuser, at the administration: back to the applications.
+    let olivia = sign_in(&state, "olivia", "operator-pass").await;
+    let page = olivia.get(&state, "/admin/users/").await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    assert!(page.body.contains(r#"<span class="who">olivia</span>"#));
+    assert!(
+        page.body
+            .contains(r#"href="/o/applications/" id="error-link""#)
+    );
+    // Another operator's application: the same.
+    let oscar = user_named(&state, "oscar").await;
+    let (theirs, _) = state
+        .store
+        .create_application(&app_input("Oscar's"), Some(oscar.id), None, None)
+        .await
+        .unwrap();
+    let page = olivia
+        .get(&state, &format!("/o/applications/{}/", theirs.id))
+        .await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    assert!(page.body.contains(r#"<span class="who">olivia</span>"#));
+}
+
+#[tokio::test]
+async fn the_sign_in_page_of_an_authorization_names_the_application() {
+    let state = state().await;
+    let input = ApplicationInput {
+        grant_type: GrantType::AuthorizationCode,
+        client_type: ClientType::Public,
+        redirect_uris: "https://photos.example/cb".into(),
+        ..app_input("Photo <b>app</b>")
+    };
+    let (photos, _) = state
+        .store
+        .create_application(&input, None, None, None)
+        .await
+        .unwrap();
+    let next = format!(
+        "/o/authorize/?response_type=code&client_id={}&redirect_uri={}&code_challenge={}&code_challenge_method=S256",
+        photos.client_id,
+        encode("https://photos.example/cb"),
+        "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+    );
+    let page = get(
+        &state,
+        &format!("/accounts/login/?next={}", encode(&next)),
+        None,
+    )
+    .await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body
+            .contains("Sign in to continue to <strong>Photo &#60;b&#62;app&#60;/b&#62;</strong>")
+            || page
+                .body
+                .contains("Sign in to continue to <strong>Photo &lt;b&gt;app&lt;/b&gt;</strong>"),
+        "{}",
+        page.body
+    );
+    // Any other sign-in names none; an unknown client none either.
+    let plain = get(&state, "/accounts/login/", None).await;
+    assert!(!plain.body.contains("Sign in to continue to"));
+    let unknown = next.replace(&photos.client_id, "nobody");
+    let page = get(
+        &state,
+        &format!("/accounts/login/?next={}", encode(&unknown)),
+        None,
+    )
+    .await;
+    assert!(!page.body.contains("Sign in to continue to"));
+}
+
+#[tokio::test]
+async fn a_revoke_confirms_with_a_notice_once() {
+    let state = state().await;
+    let alice_user = user_named(&state, "alice").await;
+    let (app, _) = state
+        .store
+        .create_application(&app_input("Calendar"), None, None, None)
+        .await
+        .unwrap();
+    state
+        .store
+        .remember_consent(alice_user.id, app.id, "read")
+        .await
+        .unwrap();
+    let alice = sign_in_user(&state, "alice", "wonderland").await;
+    let reply = alice
+        .post(
+            &state,
+            &format!("/o/authorized-tokens/{}/delete/", app.id),
+            &[],
+        )
+        .await;
+    let page = alice.follow(&state, &reply).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(
+        page.body
+            .contains("Access revoked: Calendar can no longer use your account"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains(r#"role="status""#));
+    // Once: the same address again shows no notice.
+    let again = alice.get(&state, reply.location()).await;
+    assert!(!again.body.contains("Access revoked"));
+}
+
+#[tokio::test]
+async fn the_favicon_is_served_and_named_by_every_page() {
+    let state = state().await;
+    for path in ["/favicon.ico", "/static/favicon.svg"] {
+        let page = get(&state, path, None).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}");
+        assert_eq!(page.headers[header::CONTENT_TYPE], "image/svg+xml");
+        assert!(page.body.starts_with("<svg"), "{path}");
+    }
+    let login = get(&state, "/accounts/login/", None).await;
+    assert!(
+        login
+            .body
+            .contains(r#"<link rel="icon" href="/static/favicon.svg""#)
+    );
 }

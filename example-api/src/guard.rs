@@ -35,11 +35,7 @@ impl Guard {
             let (key, message) = message
                 .split_once(": ")
                 .unwrap_or(("token_source", &message));
-            ConfigError::Invalid {
-                origin: format!("{}: key \"{key}\"", config.file),
-                value: format!("\"{}\"", config.gate.token_source),
-                message: message.to_owned(),
-            }
+            ConfigError::key(&config.file, key, config.gate.token_source, message)
         })?;
         Ok(Guard {
             gate,
@@ -59,12 +55,58 @@ impl Guard {
     }
 }
 
+/// `/readyz`: 200 `ready`, with `(degraded: ...)` while the revocation stream is unhealthy
+/// (cached answers then live at most its fallback TTL: safe, so still ready); 503 while no JWT
+/// signing key is known.
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    let gate = &state.guard.gate;
+    if gate.check().jwt().is_some_and(|jwt| jwt.key_count() == 0) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: no JWT signing key known (JWKS not fetched)\n",
+        )
+            .into_response();
+    }
+    match gate.revocation().map(|r| r.revoked().health()) {
+        Some(Err(why)) => (StatusCode::OK, format!("ready (degraded: {why})\n")).into_response(),
+        _ => (StatusCode::OK, "ready\n").into_response(),
+    }
+}
+
+/// `/metrics`: the introspection client's and the revocation stream's counters (Prometheus).
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let gate = &state.guard.gate;
+    let prefix = "tokengate_example_api";
+    let mut text = gate
+        .check()
+        .introspection()
+        .map(|c| c.render_prometheus(prefix))
+        .unwrap_or_default();
+    if let Some(r) = gate.revocation() {
+        text.push_str(&r.revoked().render_prometheus(prefix));
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
 /// The middleware: refuses with the shared refusal, or runs the handler.
 pub async fn check(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let verdict = state
-        .guard
-        .gate
-        .authorize(request.method(), request.uri(), request.headers())
+    let gate = &state.guard.gate;
+    // Behind the proxy, the client certificate it verified (believed with its secret only).
+    let client_cert = gate.forwarded_client_cert(request.headers());
+    let verdict = gate
+        .authorize(
+            request.method(),
+            request.uri(),
+            request.headers(),
+            client_cert.as_ref(),
+        )
         .await;
     match verdict {
         Ok(_) => next.run(request).await,

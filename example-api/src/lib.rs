@@ -54,13 +54,16 @@ impl AppState {
     }
 }
 
-/// The whole HTTP surface: the resources behind the access check.
+/// The whole HTTP surface: the resources behind the access check, and `/readyz` and `/metrics`
+/// (the gate's health and counters) before it.
 pub fn app(state: AppState) -> Router {
     routes::router()
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             guard::check,
         ))
+        .route("/readyz", axum::routing::get(guard::readyz))
+        .route("/metrics", axum::routing::get(guard::metrics))
         .layer(axum::middleware::from_fn_with_state(
             authserver::request_log::RequestLog(None),
             authserver::request_log::log_requests,

@@ -44,6 +44,7 @@ async fn non_ascii_identities_from_the_proxy_are_accepted() {
             client_id: Some(format!("app {name}")),
             scope: "read write groups".into(),
             exp: Some(exp()),
+            groups: vec![format!("team {name}")],
         };
         let mut headers = proven();
         for (k, v) in identity.headers() {

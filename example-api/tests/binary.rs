@@ -88,7 +88,7 @@ fn config_errors_name_file_key_and_value_and_exit_non_zero() {
     assert!(!ok);
     assert!(
         stderr.contains(&format!(
-            "{}: key \"introspection\": \"(no credentials)\"",
+            "{}: key \"introspection\": (no credentials)",
             bad.display()
         )),
         "{stderr}"

@@ -42,7 +42,14 @@ impl ServeHttp for Admin {
         match path {
             "/healthz" => reply(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
             "/readyz" => match self.shared.readiness() {
-                Ok(()) => reply(StatusCode::OK, "text/plain", b"ready\n".to_vec()),
+                Ok(()) => match self.shared.degraded() {
+                    None => reply(StatusCode::OK, "text/plain", b"ready\n".to_vec()),
+                    Some(why) => reply(
+                        StatusCode::OK,
+                        "text/plain",
+                        format!("ready (degraded: {why})\n").into_bytes(),
+                    ),
+                },
                 Err(why) => reply(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "text/plain",
@@ -62,8 +69,18 @@ impl ServeHttp for Admin {
                 let mut listeners = self.shared.listeners.to_vec();
                 listeners.extend(self.shared.forward_auth.clone());
                 text.push_str(&crate::metrics::render_listeners(&listeners));
+                text.push_str(&crate::balance::render_metrics(
+                    routing.upstreams.values(),
+                    self.shared
+                        .balance_loops
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                ));
+                resource_server::process::render(&mut text);
                 if let Some(tls) = &self.shared.tls {
                     tls.render_metrics("proxy", &mut text);
+                }
+                if let Some(r) = routing.gate.revocation() {
+                    text.push_str(&r.revoked().render_prometheus("tokengate_proxy"));
                 }
                 reply(
                     StatusCode::OK,

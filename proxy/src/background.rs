@@ -1,8 +1,9 @@
 //! Background work: reload the rules and the TLS certificate when their files change or on
-//! SIGHUP, keep the authorization server's readiness fresh with an occasional probe, and start
-//! JWKS fetching.
+//! SIGHUP, keep the authorization server's readiness fresh with an occasional probe, start JWKS
+//! fetching, and run the health checks and DNS re-resolution of the upstream pools in force.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -11,6 +12,7 @@ use pingora::server::ShutdownWatch;
 use pingora::services::background::BackgroundService;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use crate::balance::Pool;
 use crate::state::{READY_WINDOW, SharedState};
 
 /// How often the file's modification time is looked at.
@@ -38,9 +40,7 @@ impl Maintenance {
         if rules.is_none() && tls.is_none() {
             return std::future::pending().await;
         }
-        let tls_files = tls
-            .as_ref()
-            .map(|t| vec![t.files().cert_file.clone(), t.files().key_file.clone()]);
+        let tls_files = tls.as_ref().map(|t| t.watched());
         let mut rules_watch = rules.map(|p| Watch::new(vec![p]));
         let mut tls_watch = tls_files.map(Watch::new);
         // SIGHUP only with a file to re-read (the stack's embedded proxy has none).
@@ -50,7 +50,7 @@ impl Maintenance {
             tokio::select! {
                 _ = tick.tick() => {
                     if rules_watch.as_mut().is_some_and(Watch::changed) {
-                        let _ = self.shared.reload();
+                        self.reload().await;
                     }
                     if let (Some(w), Some(t)) = (tls_watch.as_mut(), &tls)
                         && w.changed()
@@ -62,7 +62,7 @@ impl Maintenance {
                     tracing::info!("SIGHUP: reloading the rules and the TLS certificate");
                     if let Some(w) = rules_watch.as_mut() {
                         w.reset();
-                        let _ = self.shared.reload();
+                        self.reload().await;
                     }
                     if let (Some(w), Some(t)) = (tls_watch.as_mut(), &tls) {
                         w.reset();
@@ -70,6 +70,48 @@ impl Maintenance {
                     }
                 }
             }
+        }
+    }
+
+    /// [`crate::state::Shared::reload`] off the runtime's workers (new upstream names are
+    /// resolved there, blocking).
+    async fn reload(&self) {
+        let shared = self.shared.clone();
+        let _ = tokio::task::spawn_blocking(move || shared.reload()).await;
+    }
+
+    /// Keeps one background loop (health checks, DNS) running per pool of the routing in force:
+    /// a pool that a reload dropped has its loop stopped, a new one gets its loop started.
+    async fn balance(&self) {
+        let mut loops = Loops::default();
+        let mut tick = tokio::time::interval(POLL_INTERVAL);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.shared.routing_changed.notified() => {}
+            }
+            let routing = self.shared.routing();
+            let in_force: Vec<&Arc<Pool>> = routing
+                .upstreams
+                .values()
+                .filter(|p| p.has_background())
+                .collect();
+            loops.0.retain(|(pool, stop)| {
+                let keep = in_force.iter().any(|p| Arc::ptr_eq(p, pool));
+                if !keep {
+                    stop.send_replace(true);
+                }
+                keep
+            });
+            for pool in in_force {
+                if !loops.0.iter().any(|(p, _)| Arc::ptr_eq(p, pool)) {
+                    let (stop, watch) = tokio::sync::watch::channel(false);
+                    let running = pool.clone();
+                    tokio::spawn(async move { running.run(watch).await });
+                    loops.0.push((pool.clone(), stop));
+                }
+            }
+            self.shared.balance_loops.store(loops.0.len(), Relaxed);
         }
     }
 
@@ -86,6 +128,10 @@ impl Maintenance {
             let routing = self.shared.routing();
             if let Some(jwt) = routing.gate.check().jwt() {
                 jwt.start().await;
+            }
+            // The revocation stream too: it is created at start, not at the first request.
+            if let Some(r) = routing.gate.revocation() {
+                r.start();
             }
             let Some(checker) = routing.gate.check().introspection() else {
                 continue; // JWTs only: readiness is the JWKS's, kept fresh by the validator
@@ -142,7 +188,21 @@ impl BackgroundService for Maintenance {
         tokio::select! {
             _ = self.watch_files() => {}
             _ = self.probe() => {}
+            _ = self.balance() => {}
             _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// The pools whose background loop runs, each with the sender that stops it; all are stopped
+/// when this is dropped (Pingora's loop runs on when its stop sender is merely gone).
+#[derive(Default)]
+struct Loops(Vec<(Arc<Pool>, tokio::sync::watch::Sender<bool>)>);
+
+impl Drop for Loops {
+    fn drop(&mut self) {
+        for (_, stop) in &self.0 {
+            stop.send_replace(true);
         }
     }
 }

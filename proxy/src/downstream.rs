@@ -8,8 +8,9 @@
 //! before it reads the socket again. That holds for HTTP/1.x in cleartext and over TLS (the head
 //! is read from the decrypted stream; the TLS handshake itself has Pingora's 60 s limit, before
 //! the connection reaches the cap). An HTTP/2 connection (ALPN `h2`, or the h2c preface on a
-//! listener with `h2c: true`) is handed whole to Pingora's own HTTP/2 loop after the cap: no head
-//! deadline there, but the [`h2_options`] limits and an idle timeout between streams.
+//! listener with `h2c: true`) is handed whole to Pingora's own HTTP/2 loop after the cap, its
+//! client preface due within `head_timeout` ([`FirstBytes`]), then the [`h2_options`] limits and
+//! an idle timeout between streams.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -19,11 +20,13 @@ use async_trait::async_trait;
 use bytes::{BufMut, BytesMut};
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, HttpServerOptions, ServerApp};
 use pingora::listeners::{ALPN, L4BufferSettings, ListenerConfig};
-use pingora::protocols::Stream;
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::http::v2::server::{H2Options, default_h2_options};
+use pingora::protocols::{self, Stream};
 use pingora::server::ShutdownWatch;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 /// Largest request head read (request line and headers): `431` beyond it. Browsers' cookie
 /// limits stay well under it; nginx's default is 32 KiB too.
@@ -246,7 +249,9 @@ where
             return None;
         };
         if self.is_h2(&mut stream).await? {
-            // Pingora's HTTP/2 loop, with the app's h2_options and h2_idle_timeout.
+            // Pingora's HTTP/2 loop, with the app's h2_options and h2_idle_timeout; the client's
+            // preface must come within head_timeout (Pingora waits for it for ever).
+            let stream = FirstBytes::wrap(stream, self.limits.head_timeout, self.gate.clone());
             return ServerApp::process_new(&self.app, stream, shutdown).await;
         }
         let mut persistent: Option<HttpPersistentSettings> = None;
@@ -406,6 +411,167 @@ async fn reply(stream: &mut Stream, status: &str, extra_headers: &str) {
         }
     })
     .await;
+}
+
+/// The HTTP/2 client connection preface (RFC 9113 §3.4): what must arrive within the deadline.
+const H2_PREFACE_LEN: usize = 24;
+
+/// A client stream whose first [`H2_PREFACE_LEN`] bytes must arrive within a deadline: a read
+/// still waiting at the deadline fails with `TimedOut` (counted as a head timeout); once they
+/// have come, it is the stream itself. Everything else is the wrapped stream's.
+#[derive(Debug)]
+struct FirstBytes {
+    inner: Stream,
+    /// `None` once the first bytes came.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    left: usize,
+    gate: Arc<ListenerGate>,
+}
+
+impl FirstBytes {
+    fn wrap(inner: Stream, within: Duration, gate: Arc<ListenerGate>) -> Stream {
+        Box::new(FirstBytes {
+            inner,
+            deadline: Some(Box::pin(tokio::time::sleep(within))),
+            left: H2_PREFACE_LEN,
+            gate,
+        })
+    }
+}
+
+impl AsyncRead for FirstBytes {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let n = buf.filled().len() - before;
+                this.left = this.left.saturating_sub(n);
+                if this.left == 0 || n == 0 {
+                    this.deadline = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => {
+                let expired = this
+                    .deadline
+                    .as_mut()
+                    .is_some_and(|d| d.as_mut().poll(cx).is_ready());
+                if !expired {
+                    return Poll::Pending;
+                }
+                this.deadline = None;
+                this.gate.head_timeouts.fetch_add(1, Ordering::Relaxed);
+                Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no HTTP/2 preface within head_timeout",
+                )))
+            }
+            other => other,
+        }
+    }
+}
+
+impl AsyncWrite for FirstBytes {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[async_trait]
+impl protocols::Shutdown for FirstBytes {
+    async fn shutdown(&mut self) {
+        protocols::Shutdown::shutdown(&mut *self.inner).await
+    }
+}
+
+impl protocols::UniqueID for FirstBytes {
+    fn id(&self) -> protocols::UniqueIDType {
+        self.inner.id()
+    }
+}
+
+impl protocols::Ssl for FirstBytes {
+    fn get_ssl(&self) -> Option<&protocols::tls::TlsRef> {
+        self.inner.get_ssl()
+    }
+
+    fn get_ssl_digest(&self) -> Option<Arc<protocols::tls::SslDigest>> {
+        self.inner.get_ssl_digest()
+    }
+
+    fn selected_alpn_proto(&self) -> Option<ALPN> {
+        self.inner.selected_alpn_proto()
+    }
+}
+
+impl protocols::GetTimingDigest for FirstBytes {
+    fn get_timing_digest(&self) -> Vec<Option<protocols::TimingDigest>> {
+        self.inner.get_timing_digest()
+    }
+
+    fn get_read_pending_time(&self) -> Duration {
+        self.inner.get_read_pending_time()
+    }
+
+    fn get_write_pending_time(&self) -> Duration {
+        self.inner.get_write_pending_time()
+    }
+}
+
+impl protocols::GetProxyDigest for FirstBytes {
+    fn get_proxy_digest(&self) -> Option<Arc<protocols::raw_connect::ProxyDigest>> {
+        self.inner.get_proxy_digest()
+    }
+
+    fn set_proxy_digest(&mut self, digest: protocols::raw_connect::ProxyDigest) {
+        self.inner.set_proxy_digest(digest)
+    }
+}
+
+impl protocols::GetSocketDigest for FirstBytes {
+    fn get_socket_digest(&self) -> Option<Arc<protocols::SocketDigest>> {
+        self.inner.get_socket_digest()
+    }
+
+    fn set_socket_digest(&mut self, digest: protocols::SocketDigest) {
+        self.inner.set_socket_digest(digest)
+    }
+}
+
+#[async_trait]
+impl protocols::Peek for FirstBytes {
+    async fn try_peek(&mut self, buf: &mut [u8]) -> std::io::Result<bool> {
+        self.inner.try_peek(buf).await
+    }
 }
 
 #[cfg(test)]

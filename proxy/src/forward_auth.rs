@@ -7,7 +7,8 @@ use async_trait::async_trait;
 use http::{Response, StatusCode, header};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
-use resource_server::Refusal;
+use resource_server::client_cert::cert_header;
+use resource_server::{CertThumbprint, Refusal};
 
 use crate::ingress::{ForwardAuthConfig, original};
 use crate::state::SharedState;
@@ -39,8 +40,18 @@ impl ServeHttp for ForwardAuth {
                 return reply(StatusCode::BAD_REQUEST, None, body, Vec::new());
             }
         };
+        // The client certificate the ingress verified (its `$ssl_client_escaped_cert` in
+        // `X-Tokengate-Client-Cert`), believed from trusted peers only, as the original URI is.
+        let client_cert = match trusted {
+            true => cert_header(&req.headers).map(|der| CertThumbprint::of_der(&der)),
+            false => None,
+        };
         let routing = self.shared.routing();
-        match routing.gate.authorize(&method, &uri, &req.headers).await {
+        match routing
+            .gate
+            .authorize(&method, &uri, &req.headers, client_cert.as_ref())
+            .await
+        {
             Ok(allow) => {
                 let headers = allow.identity.map(|i| i.headers()).unwrap_or_default();
                 reply(StatusCode::OK, None, String::new(), headers)

@@ -1,29 +1,33 @@
 //! The Pingora `ProxyHttp` glue: `request_filter` asks the gate in force
 //! (`resource_server::Gate::authorize`) and writes its refusals; then the route's upstream, and
 //! identity and `Authorization` headers rewritten on the way up; the access line and the
-//! JSON answer for an upstream that fails.
+//! JSON answer for an upstream that fails. On a route with `cors:`, preflights are answered here
+//! (no token, never forwarded) and every answer gets the route's CORS headers.
 
 use std::io::Write as _;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use http::HeaderValue;
 use http::header::GetAll;
+use http::{HeaderName, HeaderValue};
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Session};
 use pingora::proxy::{FailToProxy, ProxyHttp};
+use pingora::upstreams::peer::Peer as _;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use resource_server::access_log::AccessLine;
+use resource_server::cors::{self, CorsPolicy, Preflight};
 use resource_server::{Identity, Refusal};
 
-use crate::config::{Upstream, UpstreamAddr};
+use crate::balance::{Lease, Pool, http_peer};
 use crate::drain::InFlight;
 use crate::headers::{is_identity_header, names_to_strip};
 use crate::metrics::{Outcome, UNMATCHED};
 use crate::state::{Routing, SharedState};
+use crate::tls::PeerCert;
 
 /// The proxy's `ProxyHttp` implementation.
 pub struct Gateway {
@@ -32,7 +36,11 @@ pub struct Gateway {
 
 /// Per-request state: what `request_filter` decided, for the later phases.
 pub struct RequestCtx {
-    upstream: Option<Arc<Upstream>>,
+    upstream: Option<Arc<Pool>>,
+    /// Addresses whose connection failed for this request (not tried again).
+    tried: Vec<SocketAddr>,
+    /// The address in use, counted in flight.
+    _lease: Option<Lease>,
     identity: Option<Identity>,
     /// When the request head was read.
     start: Instant,
@@ -44,6 +52,10 @@ pub struct RequestCtx {
     decision: Option<Outcome>,
     /// The upstream's status, once its response head arrived.
     upstream_status: Option<u16>,
+    /// The route's CORS policy, once a route is decided on.
+    cors: Option<Arc<CorsPolicy>>,
+    /// The client certificate the connection was verified with (escaped PEM), for upstreams.
+    client_cert: Option<HeaderValue>,
     /// Counts the request as in flight for the drain until the context is dropped (Pingora
     /// makes the context once the request head is read, and drops it once the answer is sent).
     _in_flight: InFlight,
@@ -56,30 +68,59 @@ impl ProxyHttp for Gateway {
     fn new_ctx(&self) -> RequestCtx {
         RequestCtx {
             upstream: None,
+            tried: Vec::new(),
+            _lease: None,
             identity: None,
             start: Instant::now(),
             routing: None,
             route: None,
             decision: None,
             upstream_status: None,
+            cors: None,
+            client_cert: None,
             _in_flight: self.shared.drain.enter(),
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
         let routing = self.shared.routing();
+        let client_cert = PeerCert::of(session.digest());
+        ctx.client_cert = client_cert.map(|c| c.escaped_pem.clone());
+        let thumbprint = client_cert.map(|c| c.thumbprint);
         let req = session.req_header();
+        // A real preflight for a route with `cors:` is the proxy's to answer: no token.
+        if let Some(asked) = cors::preflight_method(&req.method, &req.headers)
+            && let Some(route) = routing.gate.rules().find(&asked, req.uri.path())
+            && let Some(policy) = route.cors.as_ref()
+        {
+            let answer = policy.preflight(&asked, &req.headers);
+            let vary = policy.varies();
+            self.shared.metrics.request(&route.name, Outcome::Preflight);
+            ctx.route = Some(route.index());
+            ctx.decision = Some(Outcome::Preflight);
+            ctx.routing = Some(routing);
+            self.close_if_draining(session);
+            write_preflight(session, answer, vary).await?;
+            return Ok(true);
+        }
         let verdict = routing
             .gate
-            .authorize(&req.method, &req.uri, &req.headers)
+            .authorize(&req.method, &req.uri, &req.headers, thumbprint.as_ref())
             .await;
         match verdict {
             Ok(allow) => {
+                if session.is_upgrade_req() {
+                    // A WebSocket may sit silent for long: once upgraded, the body idle timeout
+                    // would cut it (and Pingora would write an HTTP error into the WebSocket
+                    // stream). Its own ping/pong keeps it honest; the connection cap still holds.
+                    session.set_read_timeout(None);
+                }
                 let label = allow.route.name.as_str();
                 self.shared.metrics.request(label, Outcome::Allow);
                 ctx.route = Some(allow.route.index());
                 ctx.decision = Some(Outcome::Allow);
                 ctx.identity = allow.identity;
+                ctx.cors = allow.route.cors.clone();
                 ctx.upstream = allow
                     .route
                     .upstream
@@ -98,7 +139,9 @@ impl ProxyHttp for Gateway {
                 self.shared.metrics.request(label, denial.outcome);
                 ctx.route = route.map(|r| r.index());
                 ctx.decision = Some(denial.outcome);
-                let answered = self.refuse(session, label, denial.refusal).await;
+                ctx.cors = route.and_then(|r| r.cors.clone());
+                let cors = cors_headers(session, ctx.cors.as_deref());
+                let answered = self.refuse(session, label, denial.refusal, &cors).await;
                 ctx.routing = Some(routing);
                 answered
             }
@@ -113,39 +156,59 @@ impl ProxyHttp for Gateway {
         let Some(up) = ctx.upstream.as_ref() else {
             return Error::e_explain(ErrorType::HTTPStatus(502), "route names no known upstream");
         };
-        let addr = match &up.address {
-            UpstreamAddr::Socket(a) => *a,
-            UpstreamAddr::Name { host, port } => tokio::net::lookup_host((host.as_str(), *port))
-                .await
-                .ok()
-                .and_then(|mut addrs| addrs.next())
-                .ok_or_else(|| {
-                    Error::explain(ErrorType::ConnectNoRoute, format!("cannot resolve {host}"))
-                        .into_up()
-                })?,
+        let Some(backend) = up.select(&ctx.tried) else {
+            return Err(Error::explain(
+                ErrorType::ConnectNoRoute,
+                format!(
+                    "upstream {}: no address (a name that does not resolve?)",
+                    up.name
+                ),
+            )
+            .into_up());
         };
-        let mut peer = match &up.tls {
-            Some(tls) => {
-                let mut peer = HttpPeer::new(addr, true, tls.sni.clone());
-                peer.options.verify_cert = tls.verify;
-                peer.options.verify_hostname = tls.verify;
-                peer.options.ca = tls.ca.clone();
-                peer.group_key = tls.pool_key();
-                // ALPN h2 then http/1.1: gRPC servers get HTTP/2, the others what they speak.
-                peer.options.set_http_version(2, 1);
-                peer.options.max_h2_streams = H2C_UPSTREAM_STREAMS;
-                peer
+        let Some(addr) = backend.addr.as_inet().copied() else {
+            return Error::e_explain(ErrorType::InternalError, "not an IP address");
+        };
+        // A retry's lease replaces the failed attempt's.
+        ctx._lease = up.lease(&backend);
+        Ok(Box::new(http_peer(up, addr)))
+    }
+
+    /// Passive ejection, and a retry on another address: the request was not sent, so any
+    /// method may be retried, each address at most once.
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        peer: &HttpPeer,
+        ctx: &mut RequestCtx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        if let (Some(up), Some(addr)) = (ctx.upstream.as_ref(), peer.address().as_inet()) {
+            up.connect_failed(*addr);
+            ctx.tried.push(*addr);
+            if up.has_untried(&ctx.tried) {
+                e.set_retry(true);
             }
-            None => HttpPeer::new(addr, false, String::new()),
-        };
-        if up.h2c {
-            // HTTP/2 with prior knowledge (gRPC servers), streams multiplexed on a connection.
-            peer.options.set_http_version(2, 2);
-            peer.options.max_h2_streams = H2C_UPSTREAM_STREAMS;
         }
-        peer.options.connection_timeout = Some(up.connect_timeout);
-        peer.options.read_timeout = up.read_timeout;
-        Ok(Box::new(peer))
+        e
+    }
+
+    async fn connected_to_upstream(
+        &self,
+        _session: &mut Session,
+        reused: bool,
+        peer: &HttpPeer,
+        #[cfg(unix)] _fd: std::os::unix::io::RawFd,
+        #[cfg(windows)] _sock: std::os::windows::io::RawSocket,
+        _digest: Option<&pingora::protocols::Digest>,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let (false, Some(up), Some(addr)) =
+            (reused, ctx.upstream.as_ref(), peer.address().as_inet())
+        {
+            up.connected(*addr);
+        }
+        Ok(())
     }
 
     async fn upstream_request_filter(
@@ -169,12 +232,18 @@ impl ProxyHttp for Gateway {
         }
         if let Some(secret) = up.and_then(|u| u.proxy_secret.clone()) {
             upstream_request.insert_header(resource_server::PROXY_SECRET_HEADER, secret)?;
+            // The verified client certificate, for an upstream that believes the proxy: the
+            // authorization server (mTLS client authentication) or a gate behind the proxy.
+            if let Some(cert) = ctx.client_cert.clone() {
+                upstream_request.insert_header(resource_server::CLIENT_CERT_HEADER, cert)?;
+            }
         }
         match up.and_then(|u| u.host.clone()) {
             Some(host) => upstream_request.insert_header(http::header::HOST, host)?,
             None if !upstream_request.headers.contains_key(http::header::HOST) => {
                 if let Some(up) = up {
-                    upstream_request.insert_header(http::header::HOST, up.address.to_string())?;
+                    let first = &up.addresses[0];
+                    upstream_request.insert_header(http::header::HOST, first.to_string())?;
                 }
             }
             None => {}
@@ -198,6 +267,24 @@ impl ProxyHttp for Gateway {
         ctx.upstream_status = Some(upstream_response.status.as_u16());
         // What runs behind the proxy is not announced.
         upstream_response.remove_header(&http::header::SERVER);
+        if let Some(policy) = ctx.cors.as_deref() {
+            // The route's policy decides alone: the upstream's own CORS headers are dropped.
+            let theirs: Vec<_> = upstream_response
+                .headers
+                .keys()
+                .filter(|n| cors::is_cors_response_header(n.as_str()))
+                .cloned()
+                .collect();
+            for name in theirs {
+                upstream_response.remove_header(&name);
+            }
+            for (name, value) in policy.response_headers(&session.req_header().headers) {
+                upstream_response.insert_header(name, value)?;
+            }
+            if policy.varies() {
+                upstream_response.append_header(http::header::VARY, "Origin")?;
+            }
+        }
         self.close_if_draining(session);
         Ok(())
     }
@@ -214,11 +301,13 @@ impl ProxyHttp for Gateway {
         &self,
         session: &mut Session,
         e: &Error,
-        _ctx: &mut RequestCtx,
+        ctx: &mut RequestCtx,
     ) -> FailToProxy {
         let (code, detail) = failure_answer(e);
         if code > 0 {
-            self.close_if_draining(session);
+            // The connection is not reused after this answer: say so (`Connection: close`), or a
+            // client may send its next request on it and see a reset.
+            session.set_keepalive(None);
             let refusal = Refusal {
                 status: code,
                 www_authenticate: None,
@@ -226,7 +315,8 @@ impl ProxyHttp for Gateway {
             };
             // A gRPC call gets its status in gRPC's terms (502/504: UNAVAILABLE).
             let grpc = is_grpc(session.req_header());
-            if let Err(e) = write_refusal(session, refusal, grpc).await {
+            let cors = cors_headers(session, ctx.cors.as_deref());
+            if let Err(e) = write_refusal(session, refusal, grpc, &cors).await {
                 tracing::debug!(error = %e, "cannot send the error answer");
             }
         }
@@ -279,11 +369,17 @@ impl ProxyHttp for Gateway {
 
 impl Gateway {
     /// Writes `refusal` as the whole response; `Ok(true)`: the request is answered.
-    async fn refuse(&self, session: &mut Session, label: &str, refusal: Refusal) -> Result<bool> {
+    async fn refuse(
+        &self,
+        session: &mut Session,
+        label: &str,
+        refusal: Refusal,
+        cors: &[(HeaderName, HeaderValue)],
+    ) -> Result<bool> {
         tracing::debug!(route = label, status = refusal.status, "request refused");
         self.close_if_draining(session);
         let grpc = is_grpc(session.req_header());
-        write_refusal(session, refusal, grpc).await?;
+        write_refusal(session, refusal, grpc, cors).await?;
         Ok(true)
     }
 
@@ -314,9 +410,6 @@ fn failure_answer(e: &Error) -> (u16, &'static str) {
         _ => (500, "Internal error."),
     }
 }
-
-/// Streams the proxy opens at once on one HTTP/2 connection to an upstream.
-const H2C_UPSTREAM_STREAMS: usize = 100;
 
 const X_FORWARDED_FOR: &str = "X-Forwarded-For";
 /// For lookups: parsed once, not on every request.
@@ -361,10 +454,63 @@ fn is_grpc(req: &RequestHeader) -> bool {
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
+/// The CORS headers (with `Vary`) the proxy's own answer to this request carries under `policy`,
+/// so that a page of an allowed origin can read a refusal.
+fn cors_headers(session: &Session, policy: Option<&CorsPolicy>) -> Vec<(HeaderName, HeaderValue)> {
+    let Some(policy) = policy else {
+        return Vec::new();
+    };
+    let mut out = policy.response_headers(&session.req_header().headers);
+    if policy.varies() {
+        out.push((http::header::VARY, HeaderValue::from_static("Origin")));
+    }
+    out
+}
+
+/// The answer to a preflight: `204` with the policy's headers, or `403` without any (the browser
+/// then refuses the request it asked about).
+async fn write_preflight(session: &mut Session, answer: Preflight, vary: bool) -> Result<()> {
+    let (mut resp, body) = match answer {
+        Preflight::Allowed(headers) => {
+            let mut resp = ResponseHeader::build(204, Some(headers.len() + 2))?;
+            for (name, value) in headers {
+                resp.insert_header(name, value)?;
+            }
+            (resp, None)
+        }
+        Preflight::Refused => {
+            let body = Bytes::from_static(
+                br#"{"detail":"CORS preflight refused: origin, method or headers not allowed."}"#,
+            );
+            let mut resp = ResponseHeader::build(403, Some(4))?;
+            resp.insert_header("Content-Type", Refusal::CONTENT_TYPE)?;
+            resp.insert_header("Content-Length", body.len().to_string())?;
+            (resp, Some(body))
+        }
+    };
+    if vary {
+        resp.insert_header(
+            http::header::VARY,
+            "Origin, Access-Control-Request-Method, Access-Control-Request-Headers",
+        )?;
+    }
+    let end = body.is_none();
+    session.write_response_header(Box::new(resp), end).await?;
+    if let Some(body) = body {
+        session.write_response_body(Some(body), true).await?;
+    }
+    Ok(())
+}
+
 /// Writes the refusal's status, `WWW-Authenticate`, `Content-Type` and JSON body; to a gRPC call,
 /// HTTP 200 with `grpc-status` and `grpc-message` (see [`Refusal::grpc`]) in trailers over HTTP/2
 /// (in the headers over HTTP/1.1) and no message, which gRPC libraries report as that code.
-async fn write_refusal(session: &mut Session, refusal: Refusal, grpc: bool) -> Result<()> {
+async fn write_refusal(
+    session: &mut Session,
+    refusal: Refusal,
+    grpc: bool,
+    extra: &[(HeaderName, HeaderValue)],
+) -> Result<()> {
     if grpc {
         let (code, message) = refusal.grpc();
         let mut status = http::HeaderMap::new();
@@ -396,6 +542,9 @@ async fn write_refusal(session: &mut Session, refusal: Refusal, grpc: bool) -> R
     resp.insert_header("Cache-Control", "no-store")?;
     if let Some(w) = refusal.www_authenticate {
         resp.insert_header("WWW-Authenticate", w)?;
+    }
+    for (name, value) in extra {
+        resp.append_header(name.clone(), value.clone())?;
     }
     session.write_response_header(Box::new(resp), false).await?;
     session.write_response_body(Some(body), true).await

@@ -13,6 +13,8 @@ pub struct ForwardAuthConfig {
     pub trusted_peers: Vec<Cidr>,
     /// Envoy: the original path follows this prefix in the check request's path.
     pub path_prefix: Option<String>,
+    /// TLS with the proxy listener's certificate.
+    pub tls: bool,
 }
 
 /// An address block: `10.0.0.0/8`, or one address.

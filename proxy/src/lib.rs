@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod app_probes;
 pub mod background;
+pub mod balance;
 pub mod config;
 pub mod downstream;
 pub mod drain;
@@ -23,6 +24,7 @@ pub mod headers;
 pub mod ingress;
 pub mod inject;
 pub mod metrics;
+pub mod scope_check;
 pub mod server;
 pub mod state;
 pub mod tls;

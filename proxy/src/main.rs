@@ -59,6 +59,7 @@ fn main() -> ExitCode {
                     "{}: OK ({routes} routes, {upstreams} upstreams)",
                     path.display()
                 );
+                warn_about_scopes(&config.gate);
                 ExitCode::SUCCESS
             }
             Err(error) => {
@@ -90,6 +91,29 @@ fn main() -> ExitCode {
             eprintln!("error: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `--check-config`: a warning on stderr for each rule's scope the authorization server does not
+/// list (a note when its metadata cannot be read); never a failure.
+fn warn_about_scopes(gate: &resource_server::GateSettings) {
+    use proxy::scope_check::{Checked, check, metadata_url};
+    let Some(url) = metadata_url(gate) else {
+        return;
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return;
+    };
+    match runtime.block_on(check(&gate.rules, &url)) {
+        Checked::Warnings(warnings) => {
+            for warning in warnings {
+                eprintln!("warning: {warning}");
+            }
+        }
+        Checked::NotChecked(note) => eprintln!("note: {note}"),
     }
 }
 

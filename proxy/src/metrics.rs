@@ -21,7 +21,7 @@ pub use resource_server::Outcome;
 /// Route label of requests that matched no route.
 pub const UNMATCHED: &str = "_unmatched";
 
-type PerOutcome = [AtomicU64; 7];
+type PerOutcome = [AtomicU64; Outcome::ALL.len()];
 
 /// Upper bounds of the duration histogram's buckets, in seconds (`+Inf` is the count).
 pub const DURATION_BUCKETS: [f64; 12] = [
@@ -58,7 +58,7 @@ pub struct ProxyMetrics {
     requests: RwLock<HashMap<String, PerOutcome>>,
     upstream_errors: RwLock<HashMap<String, AtomicU64>>,
     /// Request durations (head read to answer sent) by route, per decision.
-    durations: RwLock<HashMap<String, [Histogram; 7]>>,
+    durations: RwLock<HashMap<String, [Histogram; Outcome::ALL.len()]>>,
     upstream_statuses: RwLock<HashMap<String, PerClass>>,
     reloads_ok: AtomicU64,
     reloads_failed: AtomicU64,

@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use pingora::listeners::{ALPN, ListenerConfig};
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 use pingora::services::background::background_service;
@@ -169,7 +170,7 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     );
     let mut endpoint = downstream::endpoint(&config.listen.to_string());
     if let Some(tls) = &shared.tls {
-        endpoint = endpoint.tls(tls.settings());
+        endpoint = endpoint.tls(tls.settings(true));
     }
     proxy.add_listener(endpoint);
     let mut admin = Service::new(
@@ -182,7 +183,11 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
             admin_gate,
         ),
     );
-    admin.add_listener(downstream::endpoint(&config.admin_listen.to_string()));
+    admin.add_listener(listener_tls(
+        downstream::endpoint(&config.admin_listen.to_string()),
+        config.admin_tls,
+        &shared,
+    ));
     admin.threads = Some(1);
     server.add_service(proxy);
     server.add_service(admin);
@@ -198,7 +203,11 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
                 gate,
             ),
         );
-        service.add_listener(downstream::endpoint(&f.listen.to_string()));
+        service.add_listener(listener_tls(
+            downstream::endpoint(&f.listen.to_string()),
+            f.tls,
+            &shared,
+        ));
         service.threads = Some(1);
         server.add_service(service);
     }
@@ -239,6 +248,19 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     }
     tracing::info!(listen = %handle.listen, admin = %handle.admin, "proxy listening");
     Ok(handle)
+}
+
+/// `endpoint` with TLS when `tls`: the proxy listener's certificate (reloaded with it), ALPN
+/// `http/1.1` only (the admin and forward-auth endpoints speak HTTP/1.1).
+fn listener_tls(endpoint: ListenerConfig, tls: bool, shared: &Shared) -> ListenerConfig {
+    match (&shared.tls, tls) {
+        (Some(store), true) => {
+            let mut settings = store.settings(false);
+            settings.set_alpn(ALPN::H1);
+            endpoint.tls(settings)
+        }
+        _ => endpoint,
+    }
 }
 
 /// Checks that `addr` can be bound (so that a busy port is an error here, not a panic inside

@@ -2,6 +2,7 @@
 //! force (swapped as one on reload) and the metrics.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -9,9 +10,11 @@ use std::collections::HashMap;
 
 use resource_server::Gate;
 use resource_server::access_log::AccessLog;
+use tokio::sync::Notify;
 
 use crate::app_probes::AppProbes;
-use crate::config::{ConfigError, ProxyConfig, Upstream, load_config_with_env};
+use crate::balance::Pool;
+use crate::config::{ConfigError, ProxyConfig, reload_config_with_env};
 use crate::downstream::ListenerGate;
 use crate::drain::Drain;
 use crate::metrics::ProxyMetrics;
@@ -20,21 +23,33 @@ use crate::tls::CertStore;
 /// How recently the authorization server must have answered for `/readyz` to say 200.
 pub const READY_WINDOW: Duration = Duration::from_secs(30);
 
-/// The gate and the upstreams its routes name: replaced as one on reload.
+/// The gate and the upstreams its routes name, each a [`Pool`] of addresses: replaced as one on
+/// reload.
 #[derive(Debug)]
 pub struct Routing {
     pub gate: Gate,
-    pub upstreams: HashMap<String, Arc<Upstream>>,
+    pub upstreams: HashMap<String, Arc<Pool>>,
 }
 
 impl Routing {
     /// Builds the gate of `config`, keeping `previous`'s introspection client (see
-    /// [`Gate::build`]).
+    /// [`Gate::build`]), and `previous`'s pool of each upstream whose settings did not change
+    /// (with its health state); the other pools are new, their names resolved now (blocking).
     fn build(config: &ProxyConfig, previous: Option<&Routing>) -> Result<Routing, String> {
-        Ok(Routing {
-            gate: Gate::build(config.gate.clone(), previous.map(|r| &r.gate))?,
-            upstreams: config.upstreams.clone(),
-        })
+        let gate = Gate::build(config.gate.clone(), previous.map(|r| &r.gate))?;
+        let upstreams = config
+            .upstreams
+            .iter()
+            .map(|(name, upstream)| {
+                let same = previous
+                    .and_then(|r| r.upstreams.get(name))
+                    .filter(|p| *p.upstream == **upstream)
+                    .cloned();
+                let pool = same.unwrap_or_else(|| Arc::new(Pool::new(upstream.clone())));
+                (name.clone(), pool)
+            })
+            .collect();
+        Ok(Routing { gate, upstreams })
     }
 }
 
@@ -50,6 +65,10 @@ pub struct Shared {
     pub forward_auth: Option<Arc<ListenerGate>>,
     /// The proxy listener's certificate, when it serves TLS.
     pub tls: Option<Arc<CertStore>>,
+    /// Woken when new routing is swapped in (the background loops of its pools follow).
+    pub routing_changed: Notify,
+    /// Upstream background loops (health checks, DNS) running now.
+    pub balance_loops: AtomicUsize,
     /// The configuration the process started with (parts other than routing need a restart).
     started_with: ProxyConfig,
 }
@@ -79,6 +98,8 @@ impl Shared {
                 .as_ref()
                 .map(|_| ListenerGate::new("forward_auth", config.connections.max)),
             tls,
+            routing_changed: Notify::new(),
+            balance_loops: AtomicUsize::new(0),
             started_with: config,
         })
     }
@@ -108,7 +129,8 @@ impl Shared {
             return Ok(self.routing().gate.rules().routes().len());
         };
         let overrides = &self.started_with.upstream_overrides;
-        let result = load_config_with_env(path, |key| {
+        // The certificate files are not read here: a bad one holds back its own reload only.
+        let result = reload_config_with_env(path, |key| {
             overrides
                 .0
                 .get(key)
@@ -121,25 +143,22 @@ impl Shared {
         });
         let result = result.and_then(|new| {
             if new.gate.rules.routes().is_empty() {
-                Err(ConfigError::Invalid {
-                    file: path.display().to_string(),
-                    field: "routes".into(),
-                    value: "[]".into(),
-                    message: "a reload never swaps in an empty rule set".into(),
-                })
+                Err(ConfigError::key(
+                    &path.display().to_string(),
+                    "routes",
+                    "[]",
+                    "a reload never swaps in an empty rule set",
+                ))
             } else {
                 Ok(new)
             }
         });
         let current = self.routing();
         let result = result.and_then(|new| {
-            let routing =
-                Routing::build(&new, Some(&current)).map_err(|message| ConfigError::Invalid {
-                    file: path.display().to_string(),
-                    field: "token_source".into(),
-                    value: format!("{:?}", new.gate.token_source.as_str()),
-                    message,
-                })?;
+            let routing = Routing::build(&new, Some(&current)).map_err(|message| {
+                let file = path.display().to_string();
+                ConfigError::key(&file, "token_source", new.gate.token_source, message)
+            })?;
             Ok((new, routing))
         });
         self.metrics.reload(result.is_ok());
@@ -154,14 +173,16 @@ impl Shared {
         if new.listen != old.listen
             || new.admin_listen != old.admin_listen
             || new.tls != old.tls
+            || new.admin_tls != old.admin_tls
             || new.forward_auth != old.forward_auth
             || new.connections != old.connections
             || new.threads != old.threads
             || new.work_stealing != old.work_stealing
             || new.gate.introspection != old.gate.introspection
+            || new.gate.revocation != old.gate.revocation
         {
             tracing::warn!(
-                "listen addresses, tls files, connection limits, threads and introspection settings change only on restart"
+                "listen addresses, tls files, connection limits, threads, introspection and revocation settings change only on restart"
             );
         }
         let routes = routing.gate.rules().routes().len();
@@ -171,8 +192,19 @@ impl Shared {
             Ok(mut r) => *r = routing,
             Err(poisoned) => *poisoned.into_inner() = routing,
         }
+        self.routing_changed.notify_one();
         tracing::info!(routes, file = %path.display(), "rules reloaded");
+        crate::scope_check::spawn_after_reload(&new.gate);
         Ok(routes)
+    }
+
+    /// Why the proxy is degraded though ready: the revocation stream is unhealthy, so cached
+    /// answers live at most its fallback TTL (and JWT revocations wait for the stream).
+    pub fn degraded(&self) -> Option<&'static str> {
+        self.routing()
+            .gate
+            .revocation()
+            .and_then(|r| r.revoked().health().err())
     }
 
     /// Ready, or the first condition that fails: not draining, rules loaded, signing keys known

@@ -1,8 +1,11 @@
 //! TLS (rustls, through Pingora). On the proxy listener: the certificate and key PEM files,
 //! checked whenever they are loaded (readable, matching, valid now), and served through a
 //! resolver whose certificate is replaced in place on reload: connections already open keep the
-//! certificate they were accepted with, new handshakes get the new one, none is dropped. To
-//! upstreams: the name to send and verify, and the CA bundle to verify against.
+//! certificate they were accepted with, new handshakes get the new one, none is dropped. With
+//! `client_ca_file`, the listener asks for client certificates (mTLS), required or optional,
+//! verified against that bundle, which is reloaded with the certificate; the verified
+//! certificate of a connection is kept in Pingora's TLS digest ([`PeerCert`]). To upstreams:
+//! the name to send and verify, the CA bundle to verify against, and a client certificate.
 
 use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
@@ -10,27 +13,46 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use pingora::listeners::ALPN;
+use async_trait::async_trait;
+use http::HeaderValue;
 use pingora::listeners::tls::TlsSettings;
+use pingora::listeners::{ALPN, TlsAccept};
+use pingora::protocols::tls::TlsRef;
 use pingora::tls::sign::CertifiedKey;
 use pingora::tls::{
-    CertificateDer, ClientHello, CryptoProvider, PrivateKeyDer, ResolvesServerCert,
+    CertificateDer, ClientCertVerified, ClientCertVerifier, ClientHello, CryptoProvider,
+    DigitallySignedStruct, HandshakeSignatureValid, PrivateKeyDer, ResolvesServerCert,
+    RootCertStore, SignatureScheme, UnixTime, WebPkiClientVerifier,
 };
-use pingora::utils::tls::{WrappedX509, parse_x509};
+use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
+use resource_server::CertThumbprint;
+use resource_server::client_cert::escaped_pem;
+use rustls::DistinguishedName;
 use x509_parser::pem::Pem;
 
 /// A certificate this close to its expiry is logged as a warning whenever it is loaded.
 pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 24 * 3600);
 
 /// The `tls:` section of a listener: PEM files of the certificate chain (leaf first) and of its
-/// private key (PKCS#8, PKCS#1 RSA or SEC1 EC, unencrypted).
+/// private key (PKCS#8, PKCS#1 RSA or SEC1 EC, unencrypted); client certificates, if asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TlsFiles {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
+    pub client_auth: Option<ClientAuth>,
 }
 
-/// Why a certificate and key cannot be served. `field` is `cert_file` or `key_file`.
+/// Client certificates on a listener (mTLS): the CA bundle (PEM) they must chain to, and
+/// whether a connection without one is refused (`required`) or let through (`optional`: its
+/// requests have no certificate, and certificate-bound tokens are refused on them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientAuth {
+    pub ca_file: PathBuf,
+    pub required: bool,
+}
+
+/// Why a certificate and key cannot be served. `field` is `cert_file`, `key_file` or
+/// `client_ca_file`.
 #[derive(Debug, thiserror::Error)]
 #[error("tls.{field} = {}: {message}", file.display())]
 pub struct CertError {
@@ -47,6 +69,8 @@ pub struct ServerCert {
     pub not_before: i64,
     pub not_after: i64,
     pub subject: String,
+    /// The client-certificate verifier, built from the CA bundle of `client_auth`.
+    pub clients: Option<Arc<dyn ClientCertVerifier>>,
 }
 
 /// Reads and checks `files` as of `now` (unix seconds): both readable PEM, a certificate chain and
@@ -116,12 +140,110 @@ pub fn load(files: &TlsFiles, now: i64) -> Result<ServerCert, CertError> {
             files.cert_file.display()
         ))
     })?;
+    let clients = files
+        .client_auth
+        .as_ref()
+        .map(client_verifier)
+        .transpose()?;
     Ok(ServerCert {
         key: Arc::new(key),
         not_before,
         not_after,
         subject,
+        clients,
     })
+}
+
+/// The verifier of client certificates against `auth`'s CA bundle (each certificate in it a
+/// trust anchor).
+fn client_verifier(auth: &ClientAuth) -> Result<Arc<dyn ClientCertVerifier>, CertError> {
+    let err = |message: String| CertError {
+        field: "client_ca_file",
+        file: auth.ca_file.clone(),
+        message,
+    };
+    let mut roots = RootCertStore::empty();
+    for cert in load_ca(&auth.ca_file).map_err(err)?.iter() {
+        roots
+            .add(CertificateDer::from(cert.borrow_raw_cert().clone()))
+            .map_err(|e| err(format!("not a usable CA certificate: {e}")))?;
+    }
+    provider().ok_or_else(|| err("no rustls crypto provider installed".into()))?;
+    let builder = WebPkiClientVerifier::builder(Arc::new(roots));
+    let builder = if auth.required {
+        builder
+    } else {
+        builder.allow_unauthenticated()
+    };
+    builder.build().map_err(|e| err(format!("{e}")))
+}
+
+/// A client certificate and key for TLS to an upstream, checked as a listener's are ([`load`]).
+pub fn load_client_pair(files: &TlsFiles) -> Result<Arc<CertKey>, CertError> {
+    load(files, unix_now())?;
+    let cert_err = |message: String| CertError {
+        field: "client_cert_file",
+        file: files.cert_file.clone(),
+        message,
+    };
+    let certs: Vec<Vec<u8>> = pem_blocks(&files.cert_file)
+        .map_err(cert_err)?
+        .into_iter()
+        .filter(|p| p.label == "CERTIFICATE")
+        .map(|p| p.contents)
+        .collect();
+    let key = pem_blocks(&files.key_file)
+        .ok()
+        .and_then(|blocks| {
+            blocks
+                .into_iter()
+                .find(|p| p.label.ends_with("PRIVATE KEY"))
+        })
+        .map(|p| p.contents)
+        .unwrap_or_default();
+    // Pingora reads the key back by guessing its DER form: make sure it will.
+    if PrivateKeyDer::try_from(key.clone()).is_err() {
+        return Err(CertError {
+            field: "client_key_file",
+            file: files.key_file.clone(),
+            message: "the private key's DER form is not recognised".into(),
+        });
+    }
+    Ok(Arc::new(CertKey::new(certs, key)))
+}
+
+/// The verified client certificate of a connection, kept in its TLS digest's extension from the
+/// end of the handshake: its thumbprint for the gate, its escaped PEM for upstreams.
+#[derive(Debug)]
+pub struct PeerCert {
+    pub thumbprint: CertThumbprint,
+    /// [`resource_server::CLIENT_CERT_HEADER`]'s value.
+    pub escaped_pem: HeaderValue,
+}
+
+impl PeerCert {
+    /// The client certificate of the connection whose `digest` this is, if it presented one.
+    pub fn of(digest: Option<&pingora::protocols::Digest>) -> Option<&PeerCert> {
+        digest?.ssl_digest.as_ref()?.extension.get::<PeerCert>()
+    }
+}
+
+/// Keeps the client certificate in the digest once the handshake is done.
+struct KeepPeerCert;
+
+#[async_trait]
+impl TlsAccept for KeepPeerCert {
+    async fn handshake_complete_callback(
+        &self,
+        tls: &TlsRef,
+    ) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        let der = tls.peer_certificate_der()?;
+        let escaped_pem = HeaderValue::from_str(&escaped_pem(der)).ok()?;
+        Some(Arc::new(PeerCert {
+            thumbprint: CertThumbprint::of_der(der),
+            escaped_pem,
+        }))
+    }
 }
 
 /// TLS to one upstream.
@@ -134,6 +256,9 @@ pub struct UpstreamTls {
     pub ca: Option<Arc<[WrappedX509]>>,
     /// `false` only when the file says `insecure_skip_verify: true`.
     pub verify: bool,
+    /// The client certificate shown to the upstream (its files, and the pair loaded), if any.
+    /// Pingora keeps connections with different client certificates apart in its pool.
+    pub client: Option<(TlsFiles, Arc<CertKey>)>,
     /// See [`UpstreamTls::pool_key`]; computed once.
     pool_key: u64,
 }
@@ -144,12 +269,14 @@ impl UpstreamTls {
         ca_file: Option<PathBuf>,
         ca: Option<Arc<[WrappedX509]>>,
         verify: bool,
+        client: Option<(TlsFiles, Arc<CertKey>)>,
     ) -> UpstreamTls {
         let mut tls = UpstreamTls {
             sni,
             ca_file,
             ca,
             verify,
+            client,
             pool_key: 0,
         };
         tls.pool_key = tls.roots_hash();
@@ -185,10 +312,15 @@ impl PartialEq for UpstreamTls {
                     .collect::<Vec<_>>()
             })
         };
+        let pair = |c: &Option<(TlsFiles, Arc<CertKey>)>| {
+            c.as_ref()
+                .map(|(files, key)| (files.clone(), key.leaf().borrow_raw_cert().clone()))
+        };
         self.sni == other.sni
             && self.ca_file == other.ca_file
             && self.verify == other.verify
             && der(&self.ca) == der(&other.ca)
+            && pair(&self.client) == pair(&other.client)
     }
 }
 
@@ -200,6 +332,10 @@ impl fmt::Debug for UpstreamTls {
             .field("sni", &self.sni)
             .field("ca_file", &self.ca_file)
             .field("verify", &self.verify)
+            .field(
+                "client_cert_file",
+                &self.client.as_ref().map(|c| &c.0.cert_file),
+            )
             .finish()
     }
 }
@@ -306,13 +442,26 @@ impl CertStore {
     }
 
     /// Pingora's listener settings: TLS 1.2 and 1.3, ALPN `h2` then `http/1.1`, the certificate
-    /// from this store at each handshake.
-    pub fn settings(self: &Arc<Self>) -> TlsSettings {
-        let mut settings = TlsSettings::intermediate("", "")
+    /// from this store at each handshake. With `clients` (the proxy listener) and
+    /// `client_auth`, client certificates are asked for, verified by this store's verifier in
+    /// force and kept in the connection's digest ([`PeerCert`]); the admin and forward-auth
+    /// listeners never ask for one.
+    pub fn settings(self: &Arc<Self>, clients: bool) -> TlsSettings {
+        let mut settings = TlsSettings::with_callbacks(Box::new(KeepPeerCert))
             .unwrap_or_else(|_| unreachable!("rustls settings without files never fail"));
         settings.set_cert_resolver(self.clone());
+        if clients && self.files.client_auth.is_some() {
+            settings.set_client_cert_verifier(Arc::new(ClientCerts(self.clone())));
+        }
         settings.set_alpn(ALPN::H2H1);
         settings
+    }
+
+    /// The files watched for a reload: the certificate, its key, the client CA bundle.
+    pub fn watched(&self) -> Vec<PathBuf> {
+        let mut files = vec![self.files.cert_file.clone(), self.files.key_file.clone()];
+        files.extend(self.files.client_auth.as_ref().map(|c| c.ca_file.clone()));
+        files
     }
 
     /// `/metrics` lines: the served certificate's expiry, and reloads by result.
@@ -337,6 +486,75 @@ impl CertStore {
 impl ResolvesServerCert for CertStore {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current().key.clone())
+    }
+}
+
+/// The client-certificate verifier of a listener: the one loaded with the certificate in force,
+/// so that a reload replaces the CA bundle for new handshakes too.
+#[derive(Debug)]
+struct ClientCerts(Arc<CertStore>);
+
+impl ClientCerts {
+    fn verifier(&self) -> Result<Arc<dyn ClientCertVerifier>, rustls::Error> {
+        self.0
+            .current()
+            .clients
+            .clone()
+            .ok_or_else(|| rustls::Error::General("no client CA bundle loaded".into()))
+    }
+}
+
+impl ClientCertVerifier for ClientCerts {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.0
+            .files
+            .client_auth
+            .as_ref()
+            .is_some_and(|c| c.required)
+    }
+
+    /// No CA names are sent in the certificate request (the bundle may change under a reload,
+    /// and the names cannot be lent out of it): a client offers the certificate it has.
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.verifier()?
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.verifier()?.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.verifier()?.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.verifier()
+            .map(|v| v.supported_verify_schemes())
+            .unwrap_or_default()
     }
 }
 

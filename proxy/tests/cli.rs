@@ -53,7 +53,7 @@ fn check_config_refuses_a_bad_file_with_a_clear_message() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&path.display().to_string()), "{stderr}");
     assert!(
-        stderr.contains("routes[1] (read): field \"upstream\" = \"apx\""),
+        stderr.contains("routes[1] (read): key \"upstream\": \"apx\""),
         "{stderr}"
     );
 }

@@ -575,8 +575,7 @@ async fn upstream_address_overrides_hold_across_reloads() {
     let mut config =
         proxy::load_config_with_env(&path, |k| overrides.get(k).cloned()).expect("valid");
     assert!(
-        config.upstreams["open"]
-            .address
+        config.upstreams["open"].addresses[0]
             .to_string()
             .contains(&closed.to_string()),
         "only the named upstream moves"
@@ -608,7 +607,7 @@ async fn upstream_address_overrides_hold_across_reloads() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("upstreams.api.address (from PROXY_UPSTREAM_API_ADDRESS)"),
+        err.contains("environment variable PROXY_UPSTREAM_API_ADDRESS"),
         "{err}"
     );
     tokio::task::spawn_blocking(move || handle.shutdown())

@@ -212,7 +212,7 @@ fn lists_ports_by_name_and_the_starter_config() {
         .unwrap();
     let config = proxy::parse_config(rules, "starter", |_| None).unwrap();
     assert_eq!(
-        config.upstreams["app"].address.to_string(),
+        config.upstreams["app"].addresses[0].to_string(),
         "127.0.0.1:3000"
     );
     assert_eq!(config.gate.token_source.as_str(), "jwt");

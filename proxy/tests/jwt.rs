@@ -324,7 +324,7 @@ async fn a_jwt_token_source_needs_its_section() {
     let err = proxy::parse_config(&format!("token_source: jwt\n{base}"), "p.yaml", |_| None)
         .unwrap_err()
         .to_string();
-    assert!(err.contains("field \"jwt\""), "{err}");
+    assert!(err.contains("key \"jwt\""), "{err}");
     let err = proxy::parse_config(
         &format!("token_source: jwt\njwt: {{jwks_url: 'http://127.0.0.1:9/', issuer: i, audience: a, algorithms: [HS256]}}\n{base}"),
         "p.yaml",
@@ -412,7 +412,7 @@ async fn a_jwt_only_proxy_needs_no_introspection_endpoint() {
         .unwrap_err()
         .to_string();
         assert!(
-            err.contains("field \"introspection\"") && err.contains(source),
+            err.contains("key \"introspection\"") && err.contains(source),
             "{err}"
         );
     }

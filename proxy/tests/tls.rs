@@ -198,6 +198,190 @@ print(data.split(b"\r\n")[0].decode(), round(time.time() - start, 1))
         .unwrap();
 }
 
+/// A client that finishes the TLS handshake with ALPN h2 and then sends nothing (or half the
+/// HTTP/2 preface) is closed at the head deadline, not held for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_h2_client_is_closed_at_the_head_deadline() {
+    let pki = Pki::new();
+    let (cert, key) = pki.server("a");
+    let extra = format!(
+        "{}connections: {{ head_timeout: 1s }}\n",
+        tls_section(&cert, &key)
+    );
+    let (yaml, listen, admin) = yaml_with(&extra).await;
+    let (proxy, config) = start_proxy("tls-h2-silent", &yaml).await;
+    for send in ["", "PRI * HTTP/2.0\\r\\n"] {
+        let script = format!(
+            r#"
+import socket, ssl, time
+ctx = ssl.create_default_context(cafile="{ca}")
+ctx.set_alpn_protocols(["h2"])
+s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", {listen})), server_hostname="localhost")
+assert s.selected_alpn_protocol() == "h2"
+s.sendall(b"{send}")
+start = time.time()
+s.settimeout(10)
+try:
+    while s.recv(4096):
+        pass
+except (ConnectionResetError, ssl.SSLError):
+    pass
+print(round(time.time() - start, 1))
+"#,
+            ca = pki.ca().display()
+        );
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new("python3")
+                .arg("-c")
+                .arg(script)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let secs: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        assert!(
+            (0.8..3.0).contains(&secs),
+            "sent {send:?}: closed after {secs} s"
+        );
+    }
+    let metrics = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("tokengate_proxy_head_timeouts_total{listener=\"proxy\"} 2"),
+        "{metrics}"
+    );
+
+    let _ = std::fs::remove_file(config);
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
+}
+
+/// `admin_tls` and `forward_auth.tls` serve the listener's certificate (HTTP/1.1); and a
+/// certificate file broken on disk holds back its own reload, not a rules reload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_and_forward_auth_over_tls_and_a_bad_certificate_holds_back_only_itself() {
+    let pki = Pki::new();
+    let (cert, key) = pki.server("a");
+    let fa = common::free_port();
+    let extra = format!(
+        "{}admin_tls: true\nforward_auth: {{ listen: 127.0.0.1:{fa}, tls: true }}\n",
+        tls_section(&cert, &key)
+    );
+    let (yaml, listen, admin) = yaml_with(&extra).await;
+    let (proxy, config) = start_proxy("tls-admin", &yaml).await;
+    let ca = pki.ca().display().to_string();
+    let tls = ["--cacert", ca.as_str()];
+    assert_eq!(
+        curl_async(&tls, &format!("https://localhost:{admin}/healthz")).await,
+        pair("200", "1.1")
+    );
+    // HTTP/1.1 only there, even for a client that offers h2.
+    assert_eq!(
+        curl_async(
+            &["--cacert", &ca, "--http2"],
+            &format!("https://localhost:{admin}/healthz")
+        )
+        .await,
+        pair("200", "1.1")
+    );
+    assert_eq!(
+        curl_async(&[], &format!("http://127.0.0.1:{admin}/healthz"))
+            .await
+            .0,
+        "000",
+        "no cleartext on a TLS listener"
+    );
+    assert_eq!(
+        curl_async(&tls, &format!("https://localhost:{fa}/public/x")).await,
+        pair("200", "1.1")
+    );
+    assert_eq!(
+        curl_async(&tls, &format!("https://localhost:{fa}/read"))
+            .await
+            .0,
+        "401"
+    );
+
+    // The certificate file is broken; the rules change too. The rules reload goes through, the
+    // certificate reload is refused and the old certificate is still served on every listener.
+    std::fs::write(&cert, "not a certificate").unwrap();
+    let routes = "routes:\n  - { name: extra, path: /extra, upstream: open, public: true }\n";
+    let yaml = yaml.replacen("routes:\n", routes, 1);
+    std::fs::write(&config, &yaml).unwrap();
+    let n = tokio::task::block_in_place(|| proxy.reload()).expect("the rules reload");
+    assert!(n > 1);
+    assert_eq!(
+        curl_async(&tls, &format!("https://localhost:{listen}/extra")).await,
+        pair("200", "2")
+    );
+    assert_eq!(
+        curl_async(&tls, &format!("https://localhost:{admin}/healthz")).await,
+        pair("200", "1.1")
+    );
+    let refused =
+        "tokengate_proxy_tls_certificate_reloads_total{listener=\"proxy\",result=\"refused\"} ";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = Command::new("curl")
+            .args(["-s", "--cacert", &ca])
+            .arg(format!("https://localhost:{admin}/metrics"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let n: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(refused))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if n >= 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no refused certificate reload: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let _ = std::fs::remove_file(config);
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
+}
+
+#[test]
+fn tls_on_other_listeners_needs_the_tls_section() {
+    let base = "listen: 127.0.0.1:1\nadmin_listen: 127.0.0.1:2\nupstreams: { api: { address: \"127.0.0.1:3\" } }\nintrospection: { url: \"http://127.0.0.1:4/\", auth_token: t }\nroutes: [ { name: r, prefix: /, upstream: api, public: true } ]\n";
+    for (extra, field) in [
+        ("admin_tls: true\n", "admin_tls"),
+        (
+            "forward_auth: { listen: 127.0.0.1:5, tls: true }\n",
+            "forward_auth.tls",
+        ),
+    ] {
+        let e = proxy::parse_config(&format!("{base}{extra}"), "proxy.yaml", |_| None)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "proxy.yaml: key \"{field}\": true: serves the certificate of the tls: section, which is missing"
+            )
+        );
+    }
+}
+
 #[test]
 fn bad_certificate_files_are_refused_with_the_file_named() {
     let pki = Pki::new();
@@ -214,7 +398,7 @@ fn bad_certificate_files_are_refused_with_the_file_named() {
     let missing = pki.path("missing.pem");
     let err = parse(tls_section(&missing, &key)).unwrap_err();
     assert!(
-        err.starts_with("proxy.yaml: field \"tls.cert_file\""),
+        err.starts_with("proxy.yaml: key \"tls.cert_file\""),
         "{err}"
     );
     assert!(
@@ -240,12 +424,13 @@ fn bad_certificate_files_are_refused_with_the_file_named() {
 
     // h2c is for cleartext listeners.
     let err = parse(format!("h2c: true\n{}", tls_section(&cert, &key))).unwrap_err();
-    assert!(err.contains("field \"h2c\""), "{err}");
+    assert!(err.contains("key \"h2c\""), "{err}");
 
     // Validity is checked against the clock: before notBefore and after notAfter are refused.
     let files = proxy::tls::TlsFiles {
         cert_file: cert.clone(),
         key_file: key.clone(),
+        client_auth: None,
     };
     let now = proxy::tls::unix_now();
     let ok = proxy::tls::load(&files, now).unwrap();

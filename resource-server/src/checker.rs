@@ -1,7 +1,9 @@
 //! [`TokenChecker`]: introspection through a moka cache keyed by the token's SHA-256, with
 //! request coalescing, per-entry lifetimes, a stale grace and one probe at a time during outages
 //! ([`crate::outage`]), rate-limited failure logs, the answer policy applied once per answer,
-//! and metrics.
+//! and metrics. With a revocation stream ([`crate::revoked`]), answers live up to its
+//! `healthy_max_ttl` while it is healthy and are served up to its `fallback_ttl` of age otherwise;
+//! events evict them by `jti`, subject or client, and a flush makes every earlier answer unusable.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -16,6 +18,7 @@ pub use crate::introspection::CheckerError;
 use crate::introspection::{IntrospectionError, IntrospectionSettings, Introspector};
 use crate::outage::{FAILURE_LOG_INTERVAL, LogLimiter, PROBE_BACKOFF, ProbeGate, Summary};
 use crate::policy::AnswerPolicy;
+use crate::revoked::{Revoked, Subject};
 use crate::{token_digest, token_log_id};
 
 type Key = [u8; 32];
@@ -256,12 +259,17 @@ fn metric_prefix(prefix: &str) -> String {
 struct Fresh {
     claims: Arc<Claims>,
     ttl: Duration,
+    /// When the call that fetched it ended, and the revocation flush epoch when it began.
+    fetched: Instant,
+    epoch: u64,
 }
 
 #[derive(Clone)]
 struct Stale {
     claims: Arc<Claims>,
     serve_until: Instant,
+    fetched: Instant,
+    epoch: u64,
 }
 
 /// Each entry lives for the lifetime computed when it was fetched.
@@ -311,6 +319,8 @@ struct Inner {
     /// Failure lines: at most one per [`FAILURE_LOG_INTERVAL`].
     failure_log: LogLimiter,
     metrics: CheckerMetrics,
+    /// The revocation stream's state, when there is one.
+    revoked: Option<Arc<Revoked>>,
 }
 
 /// Why a check got no answer: the call failed, or no call was made (outage, probe not due).
@@ -340,6 +350,16 @@ impl TokenChecker {
     /// cannot be a header, a policy [`AnswerPolicy::check`] refuses, or a zero capacity with
     /// caching on.
     pub fn new(i: IntrospectionSettings, c: CacheSettings) -> Result<Self, CheckerError> {
+        Self::with_revocation(i, c, None)
+    }
+
+    /// [`TokenChecker::new`], its cache governed by a revocation stream's state when given (see
+    /// the module docs): `c.max_ttl` then only says whether there is a cache at all.
+    pub fn with_revocation(
+        i: IntrospectionSettings,
+        c: CacheSettings,
+        revoked: Option<Arc<Revoked>>,
+    ) -> Result<Self, CheckerError> {
         let introspector = Introspector::new(&i)?;
         i.policy.check().map_err(|(key, problem)| {
             CheckerError::Settings(format!("introspection {key}: {problem}"))
@@ -351,19 +371,28 @@ impl TokenChecker {
                     .into(),
             ));
         }
+        let evictable = revoked.is_some();
         let fresh = caching.then(|| {
-            Cache::builder()
+            let b = Cache::builder()
                 .name("token-introspection")
                 .max_capacity(c.capacity)
-                .expire_after(FreshExpiry)
-                .build()
+                .expire_after(FreshExpiry);
+            if evictable {
+                b.support_invalidation_closures().build()
+            } else {
+                b.build()
+            }
         });
         let stale = (caching && !c.stale_grace.is_zero()).then(|| {
-            Cache::builder()
+            let b = Cache::builder()
                 .name("token-introspection-stale")
                 .max_capacity(c.capacity)
-                .expire_after(StaleExpiry)
-                .build()
+                .expire_after(StaleExpiry);
+            if evictable {
+                b.support_invalidation_closures().build()
+            } else {
+                b.build()
+            }
         });
         Ok(TokenChecker {
             inner: Arc::new(Inner {
@@ -375,6 +404,7 @@ impl TokenChecker {
                 gate: ProbeGate::new(PROBE_BACKOFF),
                 failure_log: LogLimiter::new(FAILURE_LOG_INTERVAL),
                 metrics: CheckerMetrics::default(),
+                revoked,
             }),
         })
     }
@@ -397,8 +427,12 @@ impl TokenChecker {
             return result.map(|f| f.claims).map_err(|_| Unavailable);
         };
         if let Some(hit) = cache.get(&key).await {
-            inner.metrics.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(hit.claims);
+            if self.servable(hit.fetched, hit.epoch, Duration::ZERO) {
+                inner.metrics.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(hit.claims);
+            }
+            // Too old for the revocation stream's health, or fetched before a flush.
+            cache.invalidate(&key).await;
         }
         let mut ran = false;
         let result = cache
@@ -473,6 +507,48 @@ impl TokenChecker {
         }
     }
 
+    /// Whether an answer fetched at `fetched`, in flush epoch `epoch`, may be served by the
+    /// revocation stream's rules (always, without a stream), `grace` past its age limit.
+    fn servable(&self, fetched: Instant, epoch: u64, grace: Duration) -> bool {
+        let Some(r) = &self.inner.revoked else {
+            return true;
+        };
+        epoch == r.epoch() && r.may_serve(fetched.elapsed().saturating_sub(grace))
+    }
+
+    /// The revocation stream's state this checker follows, if any.
+    pub fn revoked(&self) -> Option<&Arc<Revoked>> {
+        self.inner.revoked.as_ref()
+    }
+
+    /// Drops every cached answer (fresh and stale) of a token `subject` covers. moka drops them
+    /// lazily, but none is returned once this is done.
+    pub fn evict(&self, subject: &Subject) {
+        let inner = &*self.inner;
+        let s = subject.clone();
+        if let Some(c) = &inner.fresh
+            && c.invalidate_entries_if(move |_, v| s.covers(&v.claims))
+                .is_ok()
+            && let Some(r) = &inner.revoked
+        {
+            r.metrics.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+        let s = subject.clone();
+        if let Some(c) = &inner.stale {
+            let _ = c.invalidate_entries_if(move |_, v| s.covers(&v.claims));
+        }
+    }
+
+    /// Drops every cached answer, fresh and stale.
+    pub fn flush(&self) {
+        if let Some(c) = &self.inner.fresh {
+            c.invalidate_all();
+        }
+        if let Some(c) = &self.inner.stale {
+            c.invalidate_all();
+        }
+    }
+
     /// [`CheckerMetrics::render_prometheus`] plus a gauge of cached entries.
     pub fn render_prometheus(&self, prefix: &str) -> String {
         let mut out = self.metrics().render_prometheus(prefix);
@@ -490,6 +566,7 @@ impl TokenChecker {
     async fn fetch(&self, key: &Key, token: &str) -> Result<Fresh, Miss> {
         let inner = &*self.inner;
         let started = Instant::now();
+        let epoch = inner.revoked.as_ref().map_or(0, |r| r.epoch());
         let Some(permit) = inner.gate.admit(started) else {
             return Err(Miss::Skipped);
         };
@@ -568,6 +645,8 @@ impl TokenChecker {
                         Stale {
                             claims: claims.clone(),
                             serve_until,
+                            fetched: finished,
+                            epoch,
                         },
                     )
                     .await;
@@ -576,22 +655,33 @@ impl TokenChecker {
                 stale.invalidate(key).await;
             }
         }
-        Ok(Fresh { claims, ttl })
+        Ok(Fresh {
+            claims,
+            ttl,
+            fetched: finished,
+            epoch,
+        })
     }
 
-    /// Active: `min(max_ttl, exp - now)` (zero once `exp` has passed); inactive (including
-    /// refused): `negative_ttl`.
+    /// Active: `min(max_ttl, exp - now)` (zero once `exp` has passed), `max_ttl` being the
+    /// revocation stream's `healthy_max_ttl` when there is one; inactive (including refused):
+    /// `negative_ttl`.
     fn ttl_for(&self, c: &Claims, now_ms: i64) -> Duration {
         let s = &self.inner.settings;
         if !c.active {
             return s.negative_ttl;
         }
+        let max_ttl = self
+            .inner
+            .revoked
+            .as_ref()
+            .map_or(s.max_ttl, |r| r.lifetimes.healthy_max_ttl);
         match c.exp {
-            None => s.max_ttl,
+            None => max_ttl,
             Some(exp) => {
                 let left_ms = exp.saturating_mul(1000).saturating_sub(now_ms);
                 let left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
-                left.min(s.max_ttl)
+                left.min(max_ttl)
             }
         }
     }
@@ -601,6 +691,7 @@ impl TokenChecker {
         if let Some(stale) = &inner.stale
             && let Some(entry) = stale.get(key).await
             && Instant::now() < entry.serve_until
+            && self.servable(entry.fetched, entry.epoch, inner.settings.stale_grace)
             && !entry.claims.is_expired_at(unix_millis() / 1000)
         {
             inner.metrics.stale_served.fetch_add(1, Ordering::Relaxed);

@@ -35,9 +35,47 @@ pub struct Claims {
     pub token_type: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iss: Option<String>,
+    /// The token's (family's) identifier: what a revocation event names (`jwt_id` subject).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jti: Option<String>,
     /// The audiences (`aud` as a single string becomes one entry); empty when absent.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub aud: Vec<String>,
+    /// The user's groups (`groups`: an array of names, or one name as a string); empty when
+    /// absent. Our authorization server sends them for tokens granted the `groups` scope.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
+    /// The confirmation of a sender-constrained token (RFC 7800 `cnf`; RFC 8705 §3.1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cnf: Option<Confirmation>,
+}
+
+/// A token's `cnf` (confirmation) claim: to whom the token is bound. Only the certificate
+/// thumbprint is understood; a `cnf` without it (e.g. a DPoP `jkt`) binds the token by a means
+/// the gate cannot check, and the token is refused ([`crate::client_cert::bind`]).
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Confirmation {
+    /// `x5t#S256`: the base64url SHA-256 of the client certificate (DER) the token is bound to.
+    #[serde(rename = "x5t#S256", skip_serializing_if = "Option::is_none")]
+    pub x5t_s256: Option<String>,
+}
+
+impl Confirmation {
+    /// Reads `cnf`: absent or `null` is `None`; an object whose `x5t#S256`, when there, is a
+    /// string. Anything else is an error naming what was expected.
+    pub fn read(value: Option<&Value>) -> Result<Option<Confirmation>, &'static str> {
+        match value {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(map)) => match map.get("x5t#S256") {
+                None => Ok(Some(Confirmation::default())),
+                Some(Value::String(s)) => Ok(Some(Confirmation {
+                    x5t_s256: Some(s.clone()),
+                })),
+                Some(_) => Err(CNF),
+            },
+            Some(_) => Err(CNF),
+        }
+    }
 }
 
 /// Why an answer is not a usable RFC 7662 answer. Names the field, never echoes the answer.
@@ -59,6 +97,7 @@ const BOOLEAN: &str = "a JSON boolean";
 const STRING: &str = "a string";
 const SCOPE: &str = "a string or an array of strings";
 const TIME: &str = "a JSON number of seconds from 0 to 253402300799";
+const CNF: &str = "an object whose x5t#S256 is a string";
 
 impl Claims {
     /// The answer for an unknown, expired or revoked token: `{"active": false}`.
@@ -93,7 +132,13 @@ impl Claims {
             sub: take("sub").string()?,
             token_type: take("token_type").string()?,
             iss: take("iss").string()?,
+            jti: take("jti").string()?,
             aud: take("aud").strings()?,
+            groups: take("groups").strings()?,
+            cnf: {
+                let field = take("cnf");
+                Confirmation::read(Some(&field.value)).map_err(|expected| field.wrong(expected))?
+            },
         })
     }
 
@@ -105,6 +150,11 @@ impl Claims {
     /// Whether `s` is one of the granted scopes (exact, case-sensitive match).
     pub fn has_scope(&self, s: &str) -> bool {
         self.scopes().any(|g| g == s)
+    }
+
+    /// Whether the caller is in one of `groups` (exact, case-sensitive match).
+    pub fn in_any_group(&self, groups: &[String]) -> bool {
+        self.groups.iter().any(|g| groups.contains(g))
     }
 
     /// Whether `exp` is present and not after `now` (unix seconds).
@@ -384,5 +434,26 @@ mod tests {
         assert!(c.is_not_yet_valid_at(49));
         assert!(!c.is_not_yet_valid_at(50));
         assert!(!Claims::default().is_not_yet_valid_at(i64::MIN));
+    }
+
+    #[test]
+    fn the_certificate_binding() {
+        let c = parse(r#"{"active":true,"cnf":{"x5t#S256":"abc","jkt":"x"}}"#);
+        assert_eq!(c.cnf.unwrap().x5t_s256.as_deref(), Some("abc"));
+        assert_eq!(parse(r#"{"active":true,"cnf":null}"#).cnf, None);
+        let other = parse(r#"{"active":true,"cnf":{"jkt":"x"}}"#);
+        assert_eq!(other.cnf, Some(Confirmation::default()));
+        for bad in [
+            r#"{"cnf":"abc"}"#,
+            r#"{"cnf":{"x5t#S256":1}}"#,
+            r#"{"cnf":[]}"#,
+        ] {
+            assert_eq!(field_error(bad), "cnf", "{bad}");
+        }
+        let bound = parse(r#"{"active":true,"cnf":{"x5t#S256":"abc"}}"#);
+        assert_eq!(
+            Claims::from_value(serde_json::to_value(&bound).unwrap()).unwrap(),
+            bound
+        );
     }
 }

@@ -39,6 +39,8 @@ pub enum Decision {
     InvalidToken(&'static str),
     /// 403: the token lacks scopes; the required scopes, space-separated.
     InsufficientScope(String),
+    /// 403: the caller is in none of the route's `groups_any`.
+    NotInGroup,
     /// 503: the authorization server could not be reached (fail closed).
     Unavailable,
     /// 404: no route matched (denied by default, without saying why).
@@ -62,20 +64,25 @@ pub enum Outcome {
     BadRequest,
     InvalidToken,
     InsufficientScope,
+    NotInGroup,
     Unavailable,
     NoRoute,
+    /// A CORS preflight answered by the proxy (no token looked at).
+    Preflight,
 }
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 7] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Allow,
         Outcome::Unauthenticated,
         Outcome::BadRequest,
         Outcome::InvalidToken,
         Outcome::InsufficientScope,
+        Outcome::NotInGroup,
         Outcome::Unavailable,
         Outcome::NoRoute,
+        Outcome::Preflight,
     ];
 
     /// The outcome of a decision.
@@ -86,6 +93,7 @@ impl Outcome {
             Decision::BadRequest(_) => Outcome::BadRequest,
             Decision::InvalidToken(_) => Outcome::InvalidToken,
             Decision::InsufficientScope(_) => Outcome::InsufficientScope,
+            Decision::NotInGroup => Outcome::NotInGroup,
             Decision::Unavailable => Outcome::Unavailable,
             Decision::NoRoute => Outcome::NoRoute,
         }
@@ -99,8 +107,10 @@ impl Outcome {
             Outcome::BadRequest => "bad_request",
             Outcome::InvalidToken => "invalid_token",
             Outcome::InsufficientScope => "insufficient_scope",
+            Outcome::NotInGroup => "not_in_group",
             Outcome::Unavailable => "unavailable",
             Outcome::NoRoute => "no_route",
+            Outcome::Preflight => "preflight",
         }
     }
 }
@@ -111,6 +121,8 @@ pub const INACTIVE_TOKEN: &str = "The access token is invalid, expired or revoke
 pub const EXPIRED_TOKEN: &str = "The access token expired.";
 /// `error_description` for a token reported active but whose `nbf` is still to come.
 pub const NOT_YET_VALID_TOKEN: &str = "The access token is not valid yet.";
+/// `error_description` for a caller in none of a route's `groups_any`.
+pub const NOT_IN_GROUP: &str = "The caller is not in a group this route requires.";
 /// The realm in every `WWW-Authenticate` challenge.
 pub const REALM: &str = "api";
 /// A denial as it is written to the client: `Content-Type: application/json`.
@@ -198,6 +210,15 @@ impl Decision {
                 )),
                 "You do not have permission to perform this action.",
             ),
+            Decision::NotInGroup => (
+                403,
+                Some(format!(
+                    "Bearer realm={}, error=\"insufficient_scope\", error_description={}",
+                    quote(REALM),
+                    quote(NOT_IN_GROUP)
+                )),
+                "You do not have permission to perform this action.",
+            ),
             Decision::Unavailable => (503, None, "Authorization server unavailable."),
             Decision::NoRoute => return Err(Denial::no_route()),
         };
@@ -267,8 +288,8 @@ pub fn decide(route: Option<&Route>, token: &Credential, leeway: Duration) -> De
 /// No route → `NoRoute`. Public route → `Allow(None)` whatever the token. Otherwise: no token →
 /// `Unauthenticated`; malformed → `BadRequest`; server unreachable → `Unavailable`; inactive,
 /// expired (`exp + leeway <= now`) or not yet valid (`nbf - leeway > now`) → `InvalidToken`;
-/// missing scopes → `InsufficientScope` (all required scopes: `all_of` then `any_of`); else
-/// `Allow(Some(identity))`.
+/// missing scopes → `InsufficientScope` (all required scopes: `all_of` then `any_of`); in none of
+/// the route's `groups_any` → `NotInGroup`; else `Allow(Some(identity))`.
 pub fn decide_at(
     route: Option<&Route>,
     token: &Credential,
@@ -304,6 +325,9 @@ pub fn decide_at(
     if !(all_ok && any_ok) {
         let required: Vec<&str> = all_of.iter().chain(any_of).map(String::as_str).collect();
         return Decision::InsufficientScope(required.join(" "));
+    }
+    if !route.groups_any.is_empty() && !claims.in_any_group(&route.groups_any) {
+        return Decision::NotInGroup;
     }
     Decision::Allow(Some(Identity::from_claims(claims)))
 }
@@ -355,7 +379,51 @@ routes:
             client_id: Some("app".into()),
             scope: scope.into(),
             exp: Some(NOW + 60),
+            groups: Vec::new(),
         }))
+    }
+
+    #[test]
+    fn groups_any_needs_one_of_the_groups_after_the_scopes() {
+        let r = Rules::from_yaml(
+            "routes:\n  - { name: admin, path: /admin, scopes: [read], groups_any: [admins, ops team] }\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let route = Some(&r.routes()[0]);
+        let with = |scope: &str, groups: &[&str]| Claims {
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            ..active(scope)
+        };
+        let decide = |c: &Claims| decide_at(route, &checked(c), NOW, Duration::ZERO);
+        for groups in [&["admins"][..], &["x", "ops team"]] {
+            let Decision::Allow(Some(id)) = decide(&with("read", groups)) else {
+                panic!("{groups:?} refused")
+            };
+            assert_eq!(id.groups, groups);
+        }
+        for groups in [&[][..], &["Admins"], &["ops"], &["admins2"]] {
+            assert_eq!(
+                decide(&with("read", groups)),
+                Decision::NotInGroup,
+                "{groups:?}"
+            );
+        }
+        // The scopes are asked first: a member without the scope lacks the scope.
+        assert_eq!(
+            decide(&with("write", &["admins"])),
+            Decision::InsufficientScope("read".into())
+        );
+        let refusal = Decision::NotInGroup.refusal().unwrap();
+        assert_eq!(refusal.status, 403);
+        assert!(refusal.www_authenticate.unwrap().contains("not in a group"));
+        assert_eq!(Outcome::of(&Decision::NotInGroup).as_str(), "not_in_group");
+        // A public route takes no groups.
+        let public = Rules::from_yaml(
+            "routes:\n  - { name: p, path: /p, public: true, groups_any: [admins] }\n",
+            "t.yaml",
+        );
+        assert!(public.unwrap_err().to_string().contains("groups_any"));
     }
 
     #[test]

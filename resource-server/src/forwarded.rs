@@ -87,7 +87,7 @@ pub struct ForwardedIdentity {
 
 /// What the identity headers say.
 pub fn forwarded_credential(headers: &HeaderMap) -> Credential {
-    let mut values: [Option<&[u8]>; 4] = [None; 4];
+    let mut values: [Option<&[u8]>; 5] = [None; 5];
     for (slot, name) in values.iter_mut().zip(IDENTITY_HEADERS) {
         let mut all = headers.get_all(name).iter();
         let Some(first) = all.next() else { continue };
@@ -107,6 +107,7 @@ pub fn forwarded_credential(headers: &HeaderMap) -> Credential {
             client_id: id.client_id,
             username: id.username,
             exp: id.exp,
+            groups: id.groups,
             token_type: Some("Bearer".into()),
             ..Claims::default()
         })),

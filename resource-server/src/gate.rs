@@ -1,7 +1,8 @@
 //! The one entry point of the data path. A [`Gate`] owns a deployment's route rules and its
 //! token [`Check`], is built once from [`crate::GateSettings`] and replaced as a unit on reload;
 //! [`Gate::authorize`] answers one request: `Ok(`[`Allow`]`)` or `Err(`[`Denial`]`)`, a denial
-//! always carrying its response and its metrics label.
+//! always carrying its response and its metrics label. With a revocation stream
+//! ([`crate::ssf::Receiver`]), every checked token is screened against its deny-list.
 
 use std::time::Duration;
 
@@ -9,12 +10,15 @@ use http::{HeaderMap, Method, Uri};
 
 use crate::bearer::{Bearer, bearer_token};
 use crate::checker::TokenChecker;
+use crate::client_cert::{CertThumbprint, bind, forwarded_cert};
 use crate::decision::decide;
-use crate::forwarded::ForwardedIdentity;
+use crate::forwarded::{ForwardedIdentity, ProxySecret};
 use crate::gate_config::{GateSettings, TokenSource};
 use crate::identity::Identity;
 use crate::jwt::JwtValidator;
+use crate::revoked::REVOKED_TOKEN;
 use crate::rules::{Access, Route, Rules};
+use crate::ssf::Receiver;
 
 pub use crate::decision::{Credential, Denial, Outcome};
 
@@ -127,29 +131,53 @@ pub struct Allow<'r> {
 pub struct Gate {
     rules: Rules,
     check: Check,
+    /// The proxy's secret, when what runs this gate stands behind the proxy: the client
+    /// certificate the proxy forwards is believed with it ([`Gate::forwarded_client_cert`]).
+    proxy_secret: Option<ProxySecret>,
+    revocation: Option<Receiver>,
 }
 
 impl Gate {
     pub fn new(rules: Rules, check: Check) -> Gate {
-        Gate { rules, check }
+        Gate {
+            rules,
+            check,
+            proxy_secret: None,
+            revocation: None,
+        }
     }
 
     /// The gate `settings` describe. `previous` is the gate this one replaces on a reload: its
     /// introspection client (cache, metrics, outage state) is kept, since introspection settings
     /// change only on restart. JWT validators are shared by settings
     /// ([`JwtValidator::shared`]): a reload that keeps them keeps the keys and the cache. Inside
-    /// a tokio runtime, a new validator's JWKS is fetched in the background at once.
+    /// a tokio runtime, a new validator's JWKS is fetched in the background at once. The
+    /// revocation stream receiver is kept like the introspection client (its settings change
+    /// only on restart).
     pub fn build(settings: GateSettings, previous: Option<&Gate>) -> Result<Gate, String> {
+        let revocation = match previous {
+            Some(g) => g.revocation.clone(),
+            None => settings.revocation.clone().map(Receiver::new),
+        };
         let introspection = || -> Result<TokenChecker, String> {
-            if let Some(kept) = previous.and_then(|g| g.check.introspection()) {
-                return Ok(kept.clone());
+            let checker = match previous.and_then(|g| g.check.introspection()) {
+                Some(kept) => kept.clone(),
+                None => {
+                    let config = settings.introspection.as_ref().ok_or(
+                        "introspection: this token source needs the introspection settings",
+                    )?;
+                    TokenChecker::with_revocation(
+                        config.settings.clone(),
+                        config.cache,
+                        revocation.as_ref().map(|r| r.revoked().clone()),
+                    )
+                    .map_err(|e| format!("introspection: {e}"))?
+                }
+            };
+            if let Some(r) = &revocation {
+                r.evict_from(&checker);
             }
-            let config = settings
-                .introspection
-                .as_ref()
-                .ok_or("introspection: this token source needs the introspection settings")?;
-            TokenChecker::new(config.settings.clone(), config.cache)
-                .map_err(|e| format!("introspection: {e}"))
+            Ok(checker)
         };
         let jwt = || -> Result<JwtValidator, String> {
             let config = settings
@@ -161,6 +189,9 @@ impl Gate {
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 let started = validator.clone();
                 runtime.spawn(async move { started.start().await });
+            }
+            if let Some(r) = &revocation {
+                r.refresh_keys_of(&validator);
             }
             Ok(validator)
         };
@@ -180,7 +211,17 @@ impl Gate {
             }),
             TokenSource::Unchecked => Check::Unchecked,
         };
-        Ok(Gate::new(settings.rules, check))
+        Ok(Gate {
+            rules: settings.rules,
+            check,
+            proxy_secret: settings.proxy_secret,
+            revocation,
+        })
+    }
+
+    /// The revocation stream receiver, when there is one.
+    pub fn revocation(&self) -> Option<&Receiver> {
+        self.revocation.as_ref()
     }
 
     /// The route rules.
@@ -193,23 +234,43 @@ impl Gate {
         &self.check
     }
 
+    /// The thumbprint of the client certificate the proxy forwarded with this request, believed
+    /// only with the proxy's secret (see [`crate::client_cert`]); `None` without a secret.
+    pub fn forwarded_client_cert(&self, headers: &HeaderMap) -> Option<CertThumbprint> {
+        let secret = self.proxy_secret.as_ref()?;
+        forwarded_cert(headers, secret).map(|der| CertThumbprint::of_der(&der))
+    }
+
     /// The decision for one request. No route: 404. Public route: allowed, the credentials not
-    /// looked at. Otherwise the token is checked and the route's scopes required (see
-    /// [`crate::decision::decide_at`]). With [`Check::Unchecked`] every routed request passes.
+    /// looked at. Otherwise the token is checked, held to its certificate binding (RFC 8705:
+    /// `client_cert` is the thumbprint of the certificate the request came with, see
+    /// [`crate::client_cert::bind`]) and the route's scopes required (see
+    /// [`crate::decision::decide`]). With [`Check::Unchecked`] every routed request passes.
     pub async fn authorize(
         &self,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
+        client_cert: Option<&CertThumbprint>,
     ) -> Result<Allow<'_>, Denial> {
         let Some(route) = self.rules.find(method, uri.path()) else {
             return Err(Denial::no_route());
         };
+        if let Some(r) = &self.revocation {
+            r.start();
+        }
         let allow = |identity| Allow { route, identity };
         if route.access == Access::Public || matches!(self.check, Check::Unchecked) {
             return Ok(allow(None));
         }
-        let credential = self.check.credential(headers, uri.query()).await;
+        let mut credential = self.check.credential(headers, uri.query()).await;
+        if let Some(r) = &self.revocation
+            && let Credential::Checked(claims) = &credential
+            && r.revoked().refuses(claims)
+        {
+            credential = Credential::Invalid(REVOKED_TOKEN);
+        }
+        let credential = bind(credential, client_cert);
         decide(Some(route), &credential, self.check.leeway())
             .into_result()
             .map(allow)
@@ -278,12 +339,12 @@ mod tests {
         );
         block_on(async {
             let allow = gate
-                .authorize(&Method::GET, &"/p".parse().unwrap(), &headers)
+                .authorize(&Method::GET, &"/p".parse().unwrap(), &headers, None)
                 .await
                 .unwrap();
             assert_eq!((allow.route.name.as_str(), allow.identity), ("pub", None));
             let denial = gate
-                .authorize(&Method::GET, &"/nowhere".parse().unwrap(), &headers)
+                .authorize(&Method::GET, &"/nowhere".parse().unwrap(), &headers, None)
                 .await
                 .unwrap_err();
             assert_eq!(
@@ -292,7 +353,7 @@ mod tests {
             );
             assert_eq!(denial.route, None, "a 404 names no route");
             let denial = gate
-                .authorize(&Method::GET, &"/r".parse().unwrap(), &headers)
+                .authorize(&Method::GET, &"/r".parse().unwrap(), &headers, None)
                 .await
                 .unwrap_err();
             assert_eq!(denial.outcome, Outcome::BadRequest);
@@ -305,16 +366,54 @@ mod tests {
     }
 
     #[test]
+    fn the_forwarded_client_certificate_is_believed_with_the_proxy_secret_only() {
+        use crate::client_cert::{CLIENT_CERT_HEADER, escaped_pem};
+        let der = b"a certificate".to_vec();
+        let mut headers = HeaderMap::new();
+        headers.insert(CLIENT_CERT_HEADER, escaped_pem(&der).parse().unwrap());
+        headers.insert(
+            crate::forwarded::PROXY_SECRET_HEADER,
+            "s".repeat(32).parse().unwrap(),
+        );
+        // A gate that stands behind no proxy believes no forwarded certificate.
+        assert_eq!(
+            Gate::new(rules(), Check::Unchecked).forwarded_client_cert(&headers),
+            None
+        );
+        let mut gate = Gate::new(rules(), Check::Unchecked);
+        gate.proxy_secret = Some(ProxySecret::new(&"s".repeat(32)).unwrap());
+        assert_eq!(
+            gate.forwarded_client_cert(&headers),
+            Some(CertThumbprint::of_der(&der))
+        );
+        headers.insert(
+            crate::forwarded::PROXY_SECRET_HEADER,
+            "t".repeat(32).parse().unwrap(),
+        );
+        assert_eq!(gate.forwarded_client_cert(&headers), None);
+    }
+
+    #[test]
     fn an_unchecked_gate_lets_routed_requests_through_and_still_answers_404() {
         let gate = Gate::new(rules(), Check::Unchecked);
         block_on(async {
             let allow = gate
-                .authorize(&Method::GET, &"/r".parse().unwrap(), &HeaderMap::new())
+                .authorize(
+                    &Method::GET,
+                    &"/r".parse().unwrap(),
+                    &HeaderMap::new(),
+                    None,
+                )
                 .await
                 .unwrap();
             assert_eq!(allow.identity, None);
             let denial = gate
-                .authorize(&Method::GET, &"/x".parse().unwrap(), &HeaderMap::new())
+                .authorize(
+                    &Method::GET,
+                    &"/x".parse().unwrap(),
+                    &HeaderMap::new(),
+                    None,
+                )
                 .await
                 .unwrap_err();
             assert_eq!(denial.outcome, Outcome::NoRoute);

@@ -6,19 +6,21 @@
 //! The variables, for a binary whose prefix is `PROXY` or `EXAMPLE_API`:
 //! `<PREFIX>_TOKEN_SOURCE`, `<PREFIX>_INTROSPECTION_URL`, `<PREFIX>_AUTH_TOKEN` (replaces any
 //! client credentials of the file), `<PREFIX>_CLIENT_ID`, `<PREFIX>_CLIENT_SECRET`. Empty values
-//! are ignored.
+//! are ignored. The `revocation:` section's variables are in [`crate::ssf::config`].
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
 use crate::checker::CacheSettings;
+use crate::config_error::ConfigError;
 use crate::forwarded::ProxySecret;
 use crate::introspection::{ClientAuth, IntrospectionSettings};
 use crate::jwt::JwtSettings;
 use crate::jwt::raw::RawJwt;
-use crate::rules::{RouteSpec, Rules, RulesError};
+use crate::rules::{RouteSpec, Rules};
 use crate::settings::{RawIntrospection, SettingError};
+use crate::ssf::{RawRevocation, RevocationSettings};
 
 /// How a deployment establishes who is calling (`token_source`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -122,6 +124,8 @@ pub struct GateConfig {
     pub introspection: Option<RawIntrospection>,
     pub jwt: Option<RawJwt>,
     pub routes: Vec<RouteSpec>,
+    /// The revocation stream (see [`crate::ssf`]).
+    pub revocation: Option<RawRevocation>,
 }
 
 /// Where the gate's environment variables come from: the binary's prefix and a lookup (the
@@ -141,37 +145,20 @@ impl GateEnv<'_> {
     }
 }
 
-/// A gate setting that does not do: the shared error (dotted key, value, problem) and the
-/// environment variable the value came from, if it did. Each binary words it in its own error.
-#[derive(Debug)]
-pub enum GateError {
-    Setting {
-        error: SettingError,
-        env: Option<String>,
-    },
-    Rules(RulesError),
-}
-
-impl From<SettingError> for GateError {
-    fn from(error: SettingError) -> GateError {
-        GateError::Setting { error, env: None }
-    }
-}
-
+/// A bad gate value: the environment variable's when it came from one, else the file's key.
 fn invalid(
+    file: &str,
     field: &str,
     env: Option<String>,
     value: impl Into<String>,
     problem: impl Into<String>,
-) -> GateError {
-    GateError::Setting {
-        error: SettingError {
-            field: field.to_owned(),
-            value: value.into(),
-            problem: problem.into(),
-        },
-        env,
-    }
+) -> ConfigError {
+    let error = SettingError {
+        field: field.to_owned(),
+        value: value.into(),
+        problem: problem.into(),
+    };
+    ConfigError::setting(file, error, env.as_deref())
 }
 
 /// The introspection client's settings and its cache's, resolved.
@@ -197,6 +184,8 @@ pub struct GateSettings {
     /// gate). Each binary reads it its own way.
     pub proxy_secret: Option<ProxySecret>,
     pub rules: Rules,
+    /// The revocation stream receiver's settings, when tokens are checked and it is configured.
+    pub revocation: Option<RevocationSettings>,
 }
 
 impl GateConfig {
@@ -207,21 +196,27 @@ impl GateConfig {
         file: &str,
         default_source: TokenSource,
         env: &GateEnv<'_>,
-    ) -> Result<GateSettings, GateError> {
+    ) -> Result<GateSettings, ConfigError> {
+        let setting = |e: SettingError| ConfigError::setting(file, e, None);
         let token_source = match env.var("TOKEN_SOURCE") {
             Some((var, value)) => value
                 .parse()
-                .map_err(|m: String| invalid("token_source", Some(var), value, m))?,
+                .map_err(|m: String| invalid(file, "token_source", Some(var), value, m))?,
             None => match &self.token_source {
                 Some(value) => value
                     .parse()
-                    .map_err(|m: String| invalid("token_source", None, value, m))?,
+                    .map_err(|m: String| invalid(file, "token_source", None, value, m))?,
                 None => default_source,
             },
         };
-        let jwt = self.jwt.map(|raw| raw.settings()).transpose()?;
+        let jwt = self
+            .jwt
+            .map(|raw| raw.settings())
+            .transpose()
+            .map_err(setting)?;
         if token_source.uses_jwt() && jwt.is_none() {
             return Err(invalid(
+                file,
                 "jwt",
                 None,
                 "(missing)",
@@ -231,14 +226,28 @@ impl GateConfig {
             ));
         }
         let leeway = match &self.introspection {
-            Some(raw) => raw.policy()?.leeway,
+            Some(raw) => raw.policy().map_err(setting)?.leeway,
             None => crate::AnswerPolicy::DEFAULT_LEEWAY,
         };
+        // The revocation stream's credentials default to the introspection client's, even when
+        // <PREFIX>_AUTH_TOKEN replaces them for introspection.
+        let shared = self.introspection.as_ref().and_then(|raw| {
+            let pick = |name: &str, file: &Option<String>| {
+                env.var(name)
+                    .map(|(_, v)| v)
+                    .or_else(|| file.clone().filter(|v| !v.is_empty()))
+            };
+            Some((
+                pick("CLIENT_ID", &raw.client_id)?,
+                pick("CLIENT_SECRET", &raw.client_secret)?,
+            ))
+        });
         let introspection = match (token_source.uses_introspection(), self.introspection) {
             (false, _) => None,
-            (true, Some(raw)) => Some(introspection(raw, env)?),
+            (true, Some(raw)) => Some(introspection(raw, file, env)?),
             (true, None) => {
                 return Err(invalid(
+                    file,
                     "introspection",
                     None,
                     "(missing)",
@@ -249,7 +258,16 @@ impl GateConfig {
                 ));
             }
         };
-        let rules = Rules::from_routes(self.routes, file).map_err(GateError::Rules)?;
+        let revocation = if token_source.checks_tokens() {
+            let shared = shared
+                .as_ref()
+                .map(|(id, secret)| (id.as_str(), secret.as_str()));
+            crate::ssf::config::resolve(self.revocation, &|name| env.var(name), shared)
+                .map_err(|(error, env)| ConfigError::setting(file, error, env.as_deref()))?
+        } else {
+            None
+        };
+        let rules = Rules::from_routes(self.routes, file)?;
         Ok(GateSettings {
             token_source,
             introspection,
@@ -257,6 +275,7 @@ impl GateConfig {
             leeway,
             proxy_secret: None,
             rules,
+            revocation,
         })
     }
 }
@@ -265,14 +284,16 @@ impl GateConfig {
 /// timeouts, cache and policy with the one set of defaults ([`RawIntrospection::resolve`]).
 fn introspection(
     raw: RawIntrospection,
+    file: &str,
     env: &GateEnv<'_>,
-) -> Result<IntrospectionConfig, GateError> {
+) -> Result<IntrospectionConfig, ConfigError> {
     let (url_env, url) = match env.var("INTROSPECTION_URL") {
         Some((var, value)) => (Some(var), Some(value)),
         None => (None, raw.url.clone()),
     };
     let Some(url) = url else {
         return Err(invalid(
+            file,
             "introspection.url",
             url_env,
             "(missing)",
@@ -284,20 +305,27 @@ fn introspection(
         && !url.contains(char::is_whitespace);
     if !url_ok {
         return Err(invalid(
+            file,
             "introspection.url",
             url_env,
             url,
             "expected an http:// or https:// URL",
         ));
     }
-    let auth = credentials(&raw, env)?;
-    let (settings, cache) = raw.resolve(url, auth)?;
+    let auth = credentials(&raw, file, env)?;
+    let (settings, cache) = raw
+        .resolve(url, auth)
+        .map_err(|e| ConfigError::setting(file, e, None))?;
     Ok(IntrospectionConfig { settings, cache })
 }
 
 /// How the gate authenticates to the introspection endpoint. `<PREFIX>_AUTH_TOKEN` is the
 /// deployment's final word: it replaces whatever credentials the file gives.
-fn credentials(raw: &RawIntrospection, env: &GateEnv<'_>) -> Result<ClientAuth, GateError> {
+fn credentials(
+    raw: &RawIntrospection,
+    file: &str,
+    env: &GateEnv<'_>,
+) -> Result<ClientAuth, ConfigError> {
     if let Some((_, token)) = env.var("AUTH_TOKEN") {
         return Ok(ClientAuth::Bearer(token));
     }
@@ -319,12 +347,14 @@ fn credentials(raw: &RawIntrospection, env: &GateEnv<'_>) -> Result<ClientAuth, 
             client_secret,
         }),
         (Some(_), _, _) => Err(invalid(
+            file,
             "introspection.auth_token",
             None,
             "(hidden)",
             "set either auth_token or client_id + client_secret, not both",
         )),
         (None, Some((var, client_id)), None) => Err(invalid(
+            file,
             "introspection.client_secret",
             None,
             "(missing)",
@@ -334,12 +364,14 @@ fn credentials(raw: &RawIntrospection, env: &GateEnv<'_>) -> Result<ClientAuth, 
             ),
         )),
         (None, None, Some((var, _))) => Err(invalid(
+            file,
             "introspection.client_id",
             var,
             "(missing)",
             format!("client_secret needs client_id (or env {prefix}_CLIENT_ID)"),
         )),
         (None, None, None) => Err(invalid(
+            file,
             "introspection",
             None,
             "(no credentials)",
@@ -364,6 +396,7 @@ mod tests {
             jwt: Option<RawJwt>,
             #[serde(default)]
             routes: Vec<RouteSpec>,
+            revocation: Option<RawRevocation>,
         }
         let f: File = serde_yaml_ng::from_str(yaml).unwrap();
         GateConfig {
@@ -371,10 +404,11 @@ mod tests {
             introspection: f.introspection,
             jwt: f.jwt,
             routes: f.routes,
+            revocation: f.revocation,
         }
     }
 
-    fn resolve(yaml: &str, vars: &[(&str, &str)]) -> Result<GateSettings, GateError> {
+    fn resolve(yaml: &str, vars: &[(&str, &str)]) -> Result<GateSettings, ConfigError> {
         let vars: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -390,10 +424,11 @@ mod tests {
         )
     }
 
-    fn field(e: GateError) -> (String, Option<String>) {
+    /// Where the message says the bad value came from.
+    fn origin(e: ConfigError) -> String {
         match e {
-            GateError::Setting { error, env } => (error.field, env),
-            GateError::Rules(r) => panic!("{r}"),
+            ConfigError::Invalid { origin, .. } => origin,
+            other => panic!("{other}"),
         }
     }
 
@@ -442,21 +477,16 @@ mod tests {
             ClientAuth::Bearer("t".into())
         );
         let e = resolve(URL, &[("PROXY_INTROSPECTION_URL", "ftp://x")]).unwrap_err();
-        assert_eq!(
-            field(e),
-            (
-                "introspection.url".into(),
-                Some("PROXY_INTROSPECTION_URL".into())
-            )
-        );
+        assert_eq!(origin(e), "environment variable PROXY_INTROSPECTION_URL");
     }
 
     #[test]
     fn each_source_requires_its_sections() {
-        assert_eq!(field(resolve("{}", &[]).unwrap_err()).0, "introspection");
+        let key = |e| origin(e).trim_start_matches("g.yaml: key ").to_owned();
+        assert_eq!(key(resolve("{}", &[]).unwrap_err()), "\"introspection\"");
         assert_eq!(
-            field(resolve("token_source: jwt", &[]).unwrap_err()).0,
-            "jwt"
+            key(resolve("token_source: jwt", &[]).unwrap_err()),
+            "\"jwt\""
         );
         let s = resolve("token_source: behind_proxy", &[]).unwrap();
         assert_eq!(
@@ -464,13 +494,10 @@ mod tests {
             (TokenSource::BehindProxy, None, Duration::from_secs(5))
         );
         let e = resolve(URL, &[("PROXY_TOKEN_SOURCE", "jwt-only")]).unwrap_err();
-        assert_eq!(
-            field(e),
-            ("token_source".into(), Some("PROXY_TOKEN_SOURCE".into()))
-        );
+        assert_eq!(origin(e), "environment variable PROXY_TOKEN_SOURCE");
         let e = resolve("introspection: {client_id: c, client_secret: s}", &[]).unwrap_err();
-        assert_eq!(field(e).0, "introspection.url");
+        assert_eq!(key(e), "\"introspection.url\"");
         let e = resolve("introspection: {url: 'http://a/i/', client_id: c}", &[]).unwrap_err();
-        assert_eq!(field(e).0, "introspection.client_secret");
+        assert_eq!(key(e), "\"introspection.client_secret\"");
     }
 }

@@ -2,18 +2,20 @@
 //! of its values: UTF-8, percent-encoded ([`encode`]), read back by [`Identity::from_header_values`].
 //!
 //! `X-Auth-Username` and `X-Auth-Client-Id` carry [`encode`]d text; `X-Auth-Scope` the granted
-//! scopes, each [`encode`]d, separated by one space; `X-Auth-Expires` unix seconds in decimal.
+//! scopes, each [`encode`]d, separated by one space; `X-Auth-Expires` unix seconds in decimal;
+//! `X-Auth-Groups` (only when the token names groups) the user's groups as the scopes are.
 //! Plain ASCII names without `%` or spaces are sent as they are.
 
 use crate::claims::{Claims, MAX_TIME};
 
 /// The request headers that carry the caller's identity upstream (lower case). A proxy removes
 /// any the client sent before setting its own.
-pub const IDENTITY_HEADERS: [&str; 4] = [
+pub const IDENTITY_HEADERS: [&str; 5] = [
     "x-auth-username",
     "x-auth-client-id",
     "x-auth-scope",
     "x-auth-expires",
+    "x-auth-groups",
 ];
 
 /// The caller, as forwarded upstream.
@@ -25,6 +27,8 @@ pub struct Identity {
     pub scope: String,
     /// Expiry, unix seconds.
     pub exp: Option<i64>,
+    /// The user's groups (the token's `groups`), in its order; empty: none named.
+    pub groups: Vec<String>,
 }
 
 /// Identity headers that [`Identity::headers`] would never have written.
@@ -44,14 +48,15 @@ impl Identity {
             client_id: c.client_id.clone(),
             scope: join_scopes(c.scopes(), String::push_str),
             exp: c.exp,
+            groups: c.groups.clone(),
         }
     }
 
     /// The `X-Auth-*` pairs (names from [`IDENTITY_HEADERS`]) for the values that are known, each
     /// a valid header value; `x-auth-scope` is always present (possibly empty).
     pub fn headers(&self) -> Vec<(&'static str, String)> {
-        let [username, client_id, scope, expires] = IDENTITY_HEADERS;
-        let mut out = Vec::with_capacity(4);
+        let [username, client_id, scope, expires, groups] = IDENTITY_HEADERS;
+        let mut out = Vec::with_capacity(5);
         out.extend(self.username.as_deref().map(|u| (username, encode(u))));
         out.extend(self.client_id.as_deref().map(|c| (client_id, encode(c))));
         out.push((
@@ -59,19 +64,24 @@ impl Identity {
             join_scopes(self.scope.split_whitespace(), encode_into),
         ));
         out.extend(self.exp.map(|e| (expires, e.to_string())));
+        if !self.groups.is_empty() {
+            let names = self.groups.iter().map(String::as_str);
+            out.push((groups, join_scopes(names, encode_into)));
+        }
         out
     }
 
     /// Reads back what [`Identity::headers`] wrote: `values` in the order of
     /// [`IDENTITY_HEADERS`], `None` for an absent header.
-    pub fn from_header_values(values: [Option<&[u8]>; 4]) -> Result<Identity, IdentityError> {
-        let [username, client_id, scope, expires] = values;
+    pub fn from_header_values(values: [Option<&[u8]>; 5]) -> Result<Identity, IdentityError> {
+        let [username, client_id, scope, expires, groups] = values;
         let text = |v: Option<&[u8]>| v.map(|v| decode(v).ok_or(IdentityError::Encoding));
         Ok(Identity {
             username: text(username).transpose()?,
             client_id: text(client_id).transpose()?,
             scope: scope.map_or(Ok(String::new()), decode_scope)?,
             exp: expires.map(decode_expires).transpose()?,
+            groups: groups.map_or(Ok(Vec::new()), decode_groups)?,
         })
     }
 }
@@ -161,6 +171,19 @@ fn decode_scope(value: &[u8]) -> Result<String, IdentityError> {
     Ok(scopes.join(" "))
 }
 
+/// Group names separated by single spaces, each [`decode`]d into a non-empty name (which may
+/// hold spaces).
+fn decode_groups(value: &[u8]) -> Result<Vec<String>, IdentityError> {
+    value
+        .split(|&b| b == b' ')
+        .map(|part| {
+            decode(part)
+                .filter(|s| !s.is_empty())
+                .ok_or(IdentityError::Encoding)
+        })
+        .collect()
+}
+
 /// Decimal digits only, from 0 to [`MAX_TIME`].
 fn decode_expires(value: &[u8]) -> Result<i64, IdentityError> {
     std::str::from_utf8(value)
@@ -202,6 +225,7 @@ mod tests {
             client_id: Some("app-1_x.y~z".into()),
             scope: "read write".into(),
             exp: Some(NOW),
+            groups: Vec::new(),
         };
         assert_eq!(
             id.headers(),
@@ -250,10 +274,40 @@ mod tests {
                 client_id: Some(format!("client {name}")),
                 scope: "read".into(),
                 exp: Some(NOW),
+                groups: vec![name.to_owned()]
+                    .into_iter()
+                    .filter(|g| !g.is_empty())
+                    .collect(),
             };
             assert_eq!(round_trip(&id), id, "{name:?}");
             assert_eq!(decode(encode(name).as_bytes()).as_deref(), Some(name));
         }
+    }
+
+    #[test]
+    fn groups_are_sent_when_named_and_encoded_one_by_one() {
+        let id = Identity {
+            groups: vec!["admins".into(), "ops team".into(), "é".into()],
+            ..Identity::default()
+        };
+        assert_eq!(
+            id.headers(),
+            vec![
+                ("x-auth-scope", String::new()),
+                ("x-auth-groups", "admins ops%20team %C3%A9".to_owned())
+            ]
+        );
+        assert_eq!(round_trip(&id), id);
+        let read =
+            |groups: &[u8]| Identity::from_header_values([None, None, None, None, Some(groups)]);
+        assert_eq!(read(b"a  b"), Err(IdentityError::Encoding));
+        assert_eq!(
+            read(b"a b c"),
+            Ok(Identity {
+                groups: vec!["a".into(), "b".into(), "c".into()],
+                ..Identity::default()
+            })
+        );
     }
 
     #[test]
@@ -286,7 +340,7 @@ mod tests {
             assert_eq!(decode(bad), None, "{bad:?}");
         }
         let read = |scope: &[u8], exp: &[u8]| {
-            Identity::from_header_values([None, None, Some(scope), Some(exp)])
+            Identity::from_header_values([None, None, Some(scope), Some(exp), None])
         };
         assert_eq!(read(b"a  b", b"1"), Err(IdentityError::Encoding));
         assert_eq!(read(b" a", b"1"), Err(IdentityError::Encoding));

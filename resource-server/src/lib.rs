@@ -15,6 +15,11 @@
 //! [`outage`] keeps the checker to one probe at a time and its failure logs to one line per
 //! interval.
 //!
+//! With a `revocation:` section, [`ssf::Receiver`] follows the authorization server's revocation
+//! stream (OpenID SSF, RFC 8936 poll delivery of RFC 8417 SETs) and writes [`revoked::Revoked`]:
+//! events evict cached answers and fill a deny-list the gate screens every checked token with,
+//! and the stream's health bounds how long cached answers live.
+//!
 //! [`settings`] is the `introspection:` section as written and its durations, [`jwt::raw`] the
 //! `jwt:` section, [`gate_config`] the four keys together.
 
@@ -22,6 +27,9 @@ pub mod access_log;
 pub mod bearer;
 pub mod checker;
 pub mod claims;
+pub mod client_cert;
+pub mod config_error;
+pub mod cors;
 pub mod decision;
 pub mod forwarded;
 pub mod gate;
@@ -32,25 +40,30 @@ pub mod jwt;
 pub mod logging;
 pub mod outage;
 pub mod policy;
+pub mod process;
+pub mod revoked;
 pub mod rules;
 pub mod settings;
+pub mod ssf;
 pub mod yaml;
 
 pub use bearer::{Bearer, bearer_token};
 pub use checker::{CacheSettings, CheckerError, CheckerMetrics, TokenChecker, Unavailable};
 pub use claims::Claims;
+pub use client_cert::{CLIENT_CERT_HEADER, CertThumbprint};
+pub use config_error::ConfigError;
 pub use decision::{Credential, Decision, Denial, Outcome, Refusal, decide};
 pub use forwarded::{ForwardedIdentity, PROXY_SECRET_HEADER, ProxySecret};
 pub use gate::{Allow, Check, Gate};
-pub use gate_config::{
-    GateConfig, GateEnv, GateError, GateSettings, IntrospectionConfig, TokenSource,
-};
+pub use gate_config::{GateConfig, GateEnv, GateSettings, IntrospectionConfig, TokenSource};
 pub use identity::{IDENTITY_HEADERS, Identity};
 pub use introspection::{ClientAuth, IntrospectionSettings};
 pub use jwt::raw::RawJwt;
 pub use jwt::{JwtSettings, JwtValidator};
 pub use policy::AnswerPolicy;
-pub use rules::{Access, Route, RouteSpec, Rules, RulesError};
+pub use revoked::Revoked;
+pub use rules::{Access, Route, RouteSpec, Rules};
+pub use ssf::{RawRevocation, Receiver, RevocationSettings};
 
 use sha2::{Digest, Sha256};
 

@@ -219,15 +219,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// A value the file gives that does not do. Each binary words it in its own error type.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SettingError {
-    /// The dotted key, e.g. `introspection.cache.max_ttl`.
-    pub field: String,
-    /// The value as written, unquoted.
-    pub value: String,
-    pub problem: String,
-}
+pub use crate::config_error::SettingError;
 
 /// `value` parsed, or `default` when the key is absent.
 pub fn duration(

@@ -72,7 +72,7 @@ fn bearer(token: &str) -> HeaderMap {
 
 async fn authorize(v: &JwtValidator, path: &str, token: &str) -> Result<Option<Identity>, Denial> {
     let gate = Gate::new(rules(), Check::Jwt(v.clone()));
-    gate.authorize(&Method::GET, &path.parse().unwrap(), &bearer(token))
+    gate.authorize(&Method::GET, &path.parse().unwrap(), &bearer(token), None)
         .await
         .map(|allow| allow.identity)
 }

@@ -142,8 +142,9 @@ fn identity() -> impl Strategy<Value = Identity> {
         prop::option::of(tricky_string()),
         prop::collection::vec(tricky_string(), 0..4),
         prop::option::of(0..=MAX_TIME),
+        prop::collection::vec(tricky_string(), 0..3),
     )
-        .prop_map(|(username, client_id, scopes, exp)| Identity {
+        .prop_map(|(username, client_id, scopes, exp, groups)| Identity {
             username,
             client_id,
             scope: scopes
@@ -152,6 +153,8 @@ fn identity() -> impl Strategy<Value = Identity> {
                 .collect::<Vec<_>>()
                 .join(" "),
             exp,
+            // Any text but empty: names may hold spaces.
+            groups: groups.into_iter().filter(|g| !g.is_empty()).collect(),
         })
 }
 

@@ -275,7 +275,10 @@ async fn claim_confusions_grant_nothing() {
         let gate = &gate;
         async move {
             let uri = "/admin".parse().unwrap();
-            match gate.authorize(&Method::GET, &uri, &bearer(&token)).await {
+            match gate
+                .authorize(&Method::GET, &uri, &bearer(&token), None)
+                .await
+            {
                 Ok(_) => Outcome::Allow,
                 Err(d) => d.outcome,
             }
@@ -392,7 +395,7 @@ async fn the_username_header_is_the_username_not_the_numeric_sub() {
     p["sub"] = json!("7");
     p["username"] = json!("alice");
     let allow = gate
-        .authorize(&Method::GET, &uri, &bearer(&sign(&k, Some("k"), &p)))
+        .authorize(&Method::GET, &uri, &bearer(&sign(&k, Some("k"), &p)), None)
         .await
         .unwrap();
     let identity = allow.identity.unwrap();
@@ -401,7 +404,7 @@ async fn the_username_header_is_the_username_not_the_numeric_sub() {
     p.as_object_mut().unwrap().remove("username");
     p["sub"] = json!("app");
     let allow = gate
-        .authorize(&Method::GET, &uri, &bearer(&sign(&k, Some("k"), &p)))
+        .authorize(&Method::GET, &uri, &bearer(&sign(&k, Some("k"), &p)), None)
         .await
         .unwrap();
     assert_eq!(allow.identity.unwrap().username, None);

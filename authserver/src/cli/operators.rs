@@ -2,7 +2,7 @@
 //! rules as the views' forms ([`crate::validation`]), and a refusal carries the form's message.
 
 use super::prompt;
-use super::{AppCommand, CreateApp, GroupCommand, UserCommand};
+use super::{AppCommand, CreateApp, GroupCommand, UserCommand, UserGroupsCommand};
 use crate::config::{AccessTokenFormat, Settings};
 use crate::store::{ClientType, NewUser, Store, StoreError};
 use crate::validation::{self, ApplicationDraft};
@@ -163,6 +163,56 @@ pub async fn user(store: &Store, command: UserCommand) -> anyhow::Result<()> {
                 user.username, user.id
             );
         }
+        UserCommand::Groups(command) => user_groups(store, command).await?,
+    }
+    Ok(())
+}
+
+/// `user groups add|remove|list`: a user's memberships, by user and group name.
+async fn user_groups(store: &Store, command: UserGroupsCommand) -> anyhow::Result<()> {
+    let find_user = |username: String| async move {
+        store
+            .find_user_by_username(&username)
+            .await?
+            .with_context(|| format!("no user named {username:?}"))
+    };
+    let find_group = |name: String| async move {
+        store
+            .list_groups()
+            .await?
+            .into_iter()
+            .find(|g| g.name == name)
+            .with_context(|| format!("no group named {name:?} (create it with `group create`)"))
+    };
+    match command {
+        UserGroupsCommand::Add { username, group } => {
+            let user = find_user(username).await?;
+            let group = find_group(group).await?;
+            store.add_member(group.id, user.id).await?;
+            println!("{} is in group {}", user.username, group.name);
+        }
+        UserGroupsCommand::Remove { username, group } => {
+            let user = find_user(username).await?;
+            let group = find_group(group).await?;
+            store.remove_member(group.id, user.id).await?;
+            println!("{} is not in group {}", user.username, group.name);
+        }
+        UserGroupsCommand::List { username, json } => {
+            let user = find_user(username).await?;
+            let names: Vec<String> = store
+                .user_groups(user.id)
+                .await?
+                .into_iter()
+                .map(|g| g.name)
+                .collect();
+            if json {
+                println!("{}", serde_json::Value::from(names));
+            } else {
+                for name in names {
+                    println!("{name}");
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -234,6 +284,7 @@ fn app_field(
         "redirect_uris" => (uri_flag, draft.redirect_uris.clone()),
         "pkce_optional" => ("--pkce-optional", draft.pkce_optional.to_string()),
         "token_format" => ("--token-format", draft.token_format.clone()),
+        "tls_client_auth" => ("--tls-client-auth", draft.tls_client_auth.clone()),
         _ => ("--scopes", draft.scopes.join(" ")),
     }
 }
@@ -252,6 +303,9 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         redirect_uris,
         pkce_optional,
         token_format,
+        tls_client_auth,
+        post_logout_redirect_uri,
+        id_token_alg,
         json,
     } = create;
     let mut scope_list: Vec<String> = Vec::new();
@@ -279,6 +333,7 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         may_introspect: introspect,
         pkce_optional,
         token_format: token_format.unwrap_or_default().trim().to_owned(),
+        tls_client_auth: tls_client_auth.unwrap_or_default().trim().to_owned(),
     };
 
     let input = validation::application(settings, &draft).map_err(|refusals| {
@@ -287,6 +342,23 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
             .map(|(field, message)| {
                 let (flag, value) = app_field(&draft, field, uri_flag);
                 format!("{flag} {value:?}: {message}")
+            })
+            .collect();
+        anyhow::anyhow!("{}", lines.join("\n"))
+    })?;
+    let oidc = validation::OidcDraft {
+        post_logout_redirect_uris: post_logout_redirect_uri.join(" "),
+        id_token_alg: id_token_alg.unwrap_or_default().trim().to_owned(),
+    };
+    let registration = validation::oidc_registration(&oidc).map_err(|refusals| {
+        let lines: Vec<String> = refusals
+            .iter()
+            .map(|(field, message)| match field {
+                "id_token_alg" => format!("--id-token-alg {:?}: {message}", oidc.id_token_alg),
+                _ => format!(
+                    "--post-logout-redirect-uri {:?}: {message}",
+                    oidc.post_logout_redirect_uris
+                ),
             })
             .collect();
         anyhow::anyhow!("{}", lines.join("\n"))
@@ -305,6 +377,10 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
             bail!("--client-id: an application with client id {id:?} already exists");
         }
     }
+    let tls_client_auth = draft.tls_client_auth();
+    if tls_client_auth.is_some() && client_secret_stdin {
+        bail!("--tls-client-auth: a client authenticating with a certificate has no secret");
+    }
     let secret = match (client_secret_stdin, input.client_type) {
         (false, _) => None,
         (true, ClientType::Public) => {
@@ -320,9 +396,32 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         .create_application(&input, None, client_id, secret)
         .await
         .map_err(|e| conflict(e, "--client-id: that client id is taken"))?;
+    // A certificate replaces the secret: the one generated is never shown, nor accepted.
+    let secret = match &tls_client_auth {
+        Some(auth) => {
+            store.set_tls_client_auth(app.id, Some(auth)).await?;
+            None
+        }
+        None => secret,
+    };
+    store.set_oidc_client(app.id, &registration).await?;
     if app.access_token_format(settings.access_token_format) == AccessTokenFormat::Jwt {
         // Its tokens are verifiable from the first one: the JWKS has a key already.
-        crate::jwt::KeyRing::new().keys_with_signer(store).await?;
+        crate::jwt::KeyRing::new()
+            .keys_with_signer(store, crate::jwt::Alg::EdDSA)
+            .await?;
+    }
+    if app
+        .allowed_scopes
+        .iter()
+        .any(|s| s == crate::protocol::oidc::OPENID)
+    {
+        // The same for its ID tokens.
+        let alg =
+            crate::jwt::Alg::parse(&registration.id_token_alg).unwrap_or(crate::jwt::Alg::RS256);
+        crate::jwt::KeyRing::new()
+            .keys_with_signer(store, alg)
+            .await?;
     }
     if json {
         println!(
@@ -341,7 +440,7 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
 
 pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> anyhow::Result<()> {
     match command {
-        AppCommand::Create(create) => create_app(store, settings, create).await?,
+        AppCommand::Create(create) => create_app(store, settings, *create).await?,
         AppCommand::List { json } => {
             let apps = store.list_applications(None).await?;
             if json {

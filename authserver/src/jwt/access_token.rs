@@ -1,6 +1,6 @@
 //! RFC 9068 access tokens: the claims, signing with the current key, and verifying one of ours.
 
-use super::keys::{KeySet, SigningKey};
+use super::keys::{Alg, KeySet, SigningKey};
 use jsonwebtoken::{Algorithm, Header, Validation};
 use serde::{Deserialize, Serialize};
 
@@ -17,12 +17,31 @@ pub struct AccessTokenClaims {
     pub client_id: String,
     pub iat: i64,
     pub exp: i64,
+    /// The public id of the token's rotation family (`crate::store::family_jti`): what its
+    /// introspection answers and its revocation events name (issue 24). Shared by the access
+    /// tokens a refresh rotation issues into one family, which end together.
+    pub jti: String,
     /// The token's stored value sealed by the signing key ([`SigningKey::seal_jti`]): unique,
     /// and its row is found by the digest of what it opens to.
-    pub jti: String,
+    #[serde(rename = "ref")]
+    pub reference: String,
     pub scope: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
+    /// The user's groups when the token has the `groups` scope (at issuance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<String>>,
+    /// The client certificate the token is bound to (RFC 8705 §3.1), if it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cnf: Option<Confirmation>,
+}
+
+/// `cnf` of a certificate-bound token.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Confirmation {
+    /// The base64url SHA-256 of the certificate (DER).
+    #[serde(rename = "x5t#S256")]
+    pub x5t_s256: String,
 }
 
 /// Signs `claims` with `key`: `{"alg":"EdDSA","typ":"at+jwt","kid":…}`.
@@ -42,7 +61,7 @@ pub fn looks_like_jwt(token: &str) -> bool {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Verified {
     /// Signed by one of our published keys, `typ` `at+jwt`, our issuer, not expired: the
-    /// stored value its `jti` opens to.
+    /// stored value its `ref` opens to.
     StoredValue(String),
     /// Well-formed, but its kid is not among the keys given (perhaps one this copy lacks).
     UnknownKid,
@@ -51,8 +70,9 @@ pub enum Verified {
 }
 
 #[derive(Deserialize)]
-struct JtiOnly {
-    jti: String,
+struct ReferenceOnly {
+    #[serde(rename = "ref")]
+    reference: String,
 }
 
 /// Checks `token` against the keys published at `now`.
@@ -69,14 +89,17 @@ pub fn verify(keys: &KeySet, token: &str, issuer: &str, now: i64, token_lifetime
     let Some(key) = keys.find_published(&kid, now, token_lifetime) else {
         return Verified::UnknownKid;
     };
+    if key.alg != Alg::EdDSA {
+        return Verified::Invalid;
+    }
     let mut validation = Validation::new(Algorithm::EdDSA);
     validation.set_issuer(&[issuer]);
     validation.set_required_spec_claims(&["exp", "iss"]);
     validation.validate_aud = false;
     validation.leeway = 0;
-    match jsonwebtoken::decode::<JtiOnly>(token, &key.decoding, &validation) {
+    match jsonwebtoken::decode::<ReferenceOnly>(token, &key.decoding, &validation) {
         Ok(data) => key
-            .open_jti(&data.claims.jti)
+            .open_jti(&data.claims.reference)
             .map_or(Verified::Invalid, Verified::StoredValue),
         Err(_) => Verified::Invalid,
     }
@@ -103,9 +126,12 @@ mod tests {
             client_id: "client".into(),
             iat: 100,
             exp,
-            jti: key.seal_jti("the-value").unwrap(),
+            jti: "family".into(),
+            reference: key.seal_jti("the-value").unwrap(),
             scope: "read".into(),
             username: Some("alice".into()),
+            groups: None,
+            cnf: None,
         }
     }
 
@@ -116,7 +142,7 @@ mod tests {
     #[test]
     fn a_signed_token_verifies_to_its_jti() {
         let keys = keys();
-        let key = keys.signer(0).unwrap();
+        let key = keys.signer(Alg::EdDSA, 0).unwrap();
         let token = sign(key, &claims(key, now() + 60)).unwrap();
         assert!(looks_like_jwt(&token));
         let header = jsonwebtoken::decode_header(&token).unwrap();
@@ -131,7 +157,7 @@ mod tests {
     #[test]
     fn tampered_expired_foreign_and_other_issuers_tokens_are_refused() {
         let keys = keys();
-        let key = keys.signer(0).unwrap();
+        let key = keys.signer(Alg::EdDSA, 0).unwrap();
         let token = sign(key, &claims(key, now() + 60)).unwrap();
         let parts: Vec<&str> = token.split('.').collect();
         let mut forged = claims(key, now() + 60);
@@ -143,9 +169,9 @@ mod tests {
             Verified::Invalid
         );
         let expired = sign(key, &claims(key, now() - 1)).unwrap();
-        // Signed by our key, with a jti it did not seal.
+        // Signed by our key, with a reference it did not seal.
         let mut unsealed = claims(key, now() + 60);
-        unsealed.jti = "the-value".into();
+        unsealed.reference = "the-value".into();
         let unsealed = sign(key, &unsealed).unwrap();
         assert_eq!(
             verify(&keys, &unsealed, ISSUER, now(), 3600),

@@ -1,8 +1,8 @@
 //! Each replica's copy of the signing keys: read from the database at most every
 //! [`KEY_CACHE_TTL`] (and again, at most once a second, when a token names a kid the copy
-//! lacks), and the first key created on first need.
+//! lacks), and the first key of each type created on first need.
 
-use super::keys::{self, KeySet};
+use super::keys::{self, Alg, KeySet};
 use crate::store::{Store, StoreError, StoreResult, now};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -74,28 +74,35 @@ impl KeyRing {
         self.read_after(store, asked).await
     }
 
-    /// The keys, with one that signs now: when there is no key at all, the first is created
-    /// (replicas racing to do so agree on the one that won).
-    pub async fn keys_with_signer(&self, store: &Store) -> StoreResult<Arc<KeySet>> {
-        let keys = self.keys(store).await?;
-        if keys.signer(now()).is_some() {
+    /// The keys, with one of `alg` that signs now: when there is no key of that type at all,
+    /// the first is created (replicas racing to do so agree on the one that won; a race with
+    /// the first key of the other type is tried again with the next generation).
+    pub async fn keys_with_signer(&self, store: &Store, alg: Alg) -> StoreResult<Arc<KeySet>> {
+        let mut keys = self.keys(store).await?;
+        for _ in 0..3 {
+            if keys.signer(alg, now()).is_some() {
+                return Ok(keys);
+            }
+            if keys.has(alg) {
+                // Keys exist, none signs yet (only pending ones): an operator's doing, not
+                // fixed by reading the database again on every request.
+                break;
+            }
+            let at = now();
+            let first = keys::generate_for(alg, keys.next_generation(), at, at)?;
+            if store.add_signing_key(&first).await? {
+                tracing::info!(kid = %first.kid, alg = alg.as_str(), "created the first signing key of its type");
+            }
+            keys = self.read_after(store, Instant::now()).await?;
+        }
+        if keys.signer(alg, now()).is_some() {
             return Ok(keys);
         }
-        if !keys.is_empty() {
-            // Keys exist, none signs yet (only pending ones): an operator's doing, not fixed by
-            // reading the database again on every request.
-            return Err(anyhow::anyhow!("no signing key signs yet (only pending keys)").into());
-        }
-        let at = now();
-        let first = keys::generate(1, at, at)?;
-        if store.add_signing_key(&first).await? {
-            tracing::info!(kid = %first.kid, "created the first JWT signing key");
-        }
-        let keys = self.read_after(store, Instant::now()).await?;
-        if keys.signer(now()).is_none() {
-            return Err(anyhow::anyhow!("no signing key signs yet (only pending keys)").into());
-        }
-        Ok(keys)
+        Err(anyhow::anyhow!(
+            "no {} signing key signs yet (only pending keys)",
+            alg.as_str()
+        )
+        .into())
     }
 
     fn copy_fresher_than(&self, age: Duration) -> Option<Arc<KeySet>> {

@@ -1,9 +1,11 @@
 //! Access tokens handed out as RFC 9068 JWTs, and finding the stored token behind a presented one.
 //!
-//! A JWT access token is an ordinary token row whose random value travels in the JWT's `jti`,
-//! sealed by the signing key: the row is found by the digest of the value the `jti` opens to,
-//! as an opaque token's is by the digest of the token. Only a JWT that verifies against our
-//! keys leads to the row; the `jti` on its own (read from a log of claims, say) is no token.
+//! A JWT access token is an ordinary token row whose random value travels in the JWT's `ref`
+//! claim, sealed by the signing key: the row is found by the digest of the value the `ref` opens
+//! to, as an opaque token's is by the digest of the token. Only a JWT that verifies against our
+//! keys leads to the row; the `ref` on its own (read from a log of claims, say) is no token.
+//! Its `jti` is the public id of its rotation family (`crate::store::family_jti`), the id its
+//! introspection answers and revocation events carry.
 
 use super::OAuthError;
 use crate::AppState;
@@ -26,19 +28,24 @@ pub async fn jwt_for(
     subject: Subject<'_>,
     issued: &IssuedTokens,
     issued_at: i64,
+    cnf_x5t_s256: Option<&str>,
 ) -> Result<String, OAuthError> {
     let settings = &state.settings;
-    let keys = state.keys.keys_with_signer(&state.store).await?;
+    let keys = state
+        .keys
+        .keys_with_signer(&state.store, crate::jwt::Alg::EdDSA)
+        .await?;
     let signer = keys
-        .signer(now())
+        .signer(crate::jwt::Alg::EdDSA, now())
         .ok_or_else(|| OAuthError::Server(anyhow::anyhow!("no signing key")))?;
-    let jti = signer
+    let reference = signer
         .seal_jti(&issued.access_token)
         .map_err(OAuthError::Server)?;
-    let (sub, username) = match subject {
-        Subject::User { id, username } => (id.to_string(), Some(username.to_owned())),
-        Subject::Client => (client_id.to_owned(), None),
+    let (sub, username, user_id) = match subject {
+        Subject::User { id, username } => (id.to_string(), Some(username.to_owned()), Some(id)),
+        Subject::Client => (client_id.to_owned(), None, None),
     };
+    let groups = super::introspect::user_groups(state, user_id, &issued.scope).await?;
     let claims = AccessTokenClaims {
         iss: settings.issuer.clone(),
         sub,
@@ -46,16 +53,21 @@ pub async fn jwt_for(
         client_id: client_id.to_owned(),
         iat: issued_at,
         exp: issued_at + issued.expires_in,
-        jti,
+        jti: crate::store::family_jti(&issued.family),
+        reference,
         scope: issued.scope.clone(),
         username,
+        groups,
+        cnf: cnf_x5t_s256.map(|x5t| access_token::Confirmation {
+            x5t_s256: x5t.to_owned(),
+        }),
     };
     access_token::sign(signer, &claims)
         .map_err(|error| OAuthError::Server(anyhow::anyhow!("signing a JWT failed: {error}")))
 }
 
 /// The stored token a presented one stands for: a JWT that verifies against our published
-/// keys leads to the access token its `jti` opens to; anything else is looked up as it is.
+/// keys leads to the access token its `ref` opens to; anything else is looked up as it is.
 /// `None` for unknown, forged and tampered tokens.
 pub async fn find_presented(
     state: &AppState,

@@ -2,9 +2,11 @@
 //! tokens. No HTTP here: the handler in `token.rs` extracts the request and writes the answer.
 
 use super::OAuthError;
+use super::id_token::OpenIdGrant;
 use crate::AppState;
 use crate::protocol::GrantRequest;
 use crate::protocol::grant::check_exchange;
+use crate::protocol::oidc;
 use crate::protocol::scope::{self, Declared};
 use crate::store::{
     Application, CodeOutcome, IssuedTokens, NewTokens, RefreshOutcome, StoreError, now,
@@ -12,10 +14,12 @@ use crate::store::{
 use crate::throttle::Throttle;
 use std::net::IpAddr;
 
-/// What a grant issued, and to which user (none for client_credentials).
+/// What a grant issued, and to which user (none for client_credentials); with an ID token to
+/// add when the scope holds `openid` (the authorization code grant and its refreshes).
 pub struct Granted {
     pub issued: IssuedTokens,
     pub user: Option<(i64, String)>,
+    pub openid: Option<OpenIdGrant>,
 }
 
 /// The scopes the server declares, for [`scope::resolve`].
@@ -26,10 +30,17 @@ pub fn declared(state: &AppState) -> Declared<'_> {
     }
 }
 
-/// Issues the tokens `request` asks `app` for (its registration already checked).
+/// The client a grant is for: its registration, and the thumbprint of the client certificate
+/// it came with (RFC 8705), to which the tokens are then bound.
+pub struct Client<'a> {
+    pub app: &'a Application,
+    pub cert_x5t_s256: Option<String>,
+}
+
+/// Issues the tokens `request` asks `client` for (its registration already checked).
 pub async fn grant(
     state: &AppState,
-    app: &Application,
+    client: &Client<'_>,
     request: GrantRequest,
     address: Option<IpAddr>,
 ) -> Result<Granted, OAuthError> {
@@ -38,38 +49,59 @@ pub async fn grant(
             code,
             redirect_uri,
             code_verifier,
-        } => authorization_code(state, app, &code, &redirect_uri, code_verifier.as_deref()).await,
+        } => {
+            authorization_code(
+                state,
+                client,
+                &code,
+                &redirect_uri,
+                code_verifier.as_deref(),
+            )
+            .await
+        }
         GrantRequest::Password {
             username,
             password,
             scope,
-        } => password_grant(state, app, &username, &password, scope.as_deref(), address).await,
+        } => {
+            password_grant(
+                state,
+                client,
+                &username,
+                &password,
+                scope.as_deref(),
+                address,
+            )
+            .await
+        }
         GrantRequest::RefreshToken {
             refresh_token,
             scope,
-        } => refresh(state, app, &refresh_token, scope.as_deref()).await,
+        } => refresh(state, client, &refresh_token, scope.as_deref()).await,
         GrantRequest::ClientCredentials { scope } => {
-            client_credentials(state, app, scope.as_deref()).await
+            client_credentials(state, client, scope.as_deref()).await
         }
     }
 }
 
-/// Tokens for `app` into `family` (a new one when None), with a refresh token when asked.
+/// Tokens for `client` into `family` (a new one when None), with a refresh token when asked,
+/// bound to its certificate when it came with one.
 fn new_tokens(
     state: &AppState,
-    app: &Application,
+    client: &Client<'_>,
     user_id: Option<i64>,
     scope: String,
     refresh: bool,
     family: Option<String>,
 ) -> NewTokens {
     NewTokens {
-        application_id: app.id,
+        application_id: client.app.id,
         user_id,
         scope,
         access_lifetime: state.settings.access_token_lifetime,
         refresh_lifetime: refresh.then_some(state.settings.refresh_token_lifetime),
         family,
+        cnf_x5t_s256: client.cert_x5t_s256.clone(),
     }
 }
 
@@ -78,12 +110,13 @@ fn new_tokens(
 /// presentation revokes (also when it races the first).
 async fn authorization_code(
     state: &AppState,
-    app: &Application,
+    client: &Client<'_>,
     code: &str,
     redirect_uri: &str,
     code_verifier: Option<&str>,
 ) -> Result<Granted, OAuthError> {
     const INVALID: OAuthError = OAuthError::InvalidGrant("Invalid authorization code.");
+    let app = client.app;
     let record = match state.store.claim_code(code).await? {
         CodeOutcome::Claimed(record) => record,
         CodeOutcome::Unknown => return Err(INVALID),
@@ -105,31 +138,54 @@ async fn authorization_code(
     };
     // What the application may still have: an operator may have withdrawn a scope since.
     let scope = scope::narrow(&record.scope, app, None)?;
-    let new = new_tokens(state, app, Some(user.id), scope, true, Some(record.family));
+    let openid = oidc::is_openid(&scope).then(|| OpenIdGrant {
+        user_id: user.id,
+        // A code issued before OpenID Connect carries no sign-in time.
+        auth_time: record.auth_time.unwrap_or_else(now),
+        nonce: record.nonce.clone(),
+    });
+    let family = record.family;
+    let new = new_tokens(
+        state,
+        client,
+        Some(user.id),
+        scope,
+        true,
+        Some(family.clone()),
+    );
     let issued = match state.store.issue_tokens(&new).await {
         // Revoked meanwhile: by a second presentation of the code, or by the user.
         Err(StoreError::FamilyRevoked) => return Err(INVALID),
         other => other?,
     };
+    if let Some(grant) = &openid {
+        state
+            .store
+            .remember_auth_time(&family, user.id, grant.auth_time)
+            .await?;
+    }
     Ok(Granted {
         issued,
         user: Some((user.id, user.username)),
+        openid,
     })
 }
 
 /// The throttle of [`crate::throttle`] is asked before the password is hashed.
 async fn password_grant(
     state: &AppState,
-    app: &Application,
+    client: &Client<'_>,
     username: &str,
     password: &str,
     requested: Option<&str>,
     address: Option<IpAddr>,
 ) -> Result<Granted, OAuthError> {
+    let app = client.app;
     let scope = scope::resolve(declared(state), app, requested)?;
     let throttle = Throttle::check(&state.store, username, address).await?;
     if throttle.refused() {
         tracing::warn!(address = %throttle.client, client_id = %app.client_id, "password grant refused: too many failures");
+        crate::metrics::METRICS.throttled(crate::metrics::Throttled::PasswordGrant);
         return Err(OAuthError::Throttled);
     }
     let Some(user) = state.store.authenticate_user(username, password).await? else {
@@ -137,23 +193,25 @@ async fn password_grant(
         return Err(OAuthError::InvalidGrant("Invalid credentials given."));
     };
     throttle.succeeded(&state.store).await?;
-    let new = new_tokens(state, app, Some(user.id), scope, true, None);
+    let new = new_tokens(state, client, Some(user.id), scope, true, None);
     Ok(Granted {
         issued: state.store.issue_tokens(&new).await?,
         user: Some((user.id, user.username)),
+        openid: None,
     })
 }
 
 async fn client_credentials(
     state: &AppState,
-    app: &Application,
+    client: &Client<'_>,
     requested: Option<&str>,
 ) -> Result<Granted, OAuthError> {
-    let scope = scope::resolve(declared(state), app, requested)?;
-    let new = new_tokens(state, app, None, scope, false, None);
+    let scope = scope::resolve(declared(state), client.app, requested)?;
+    let new = new_tokens(state, client, None, scope, false, None);
     Ok(Granted {
         issued: state.store.issue_tokens(&new).await?,
         user: None,
+        openid: None,
     })
 }
 
@@ -161,10 +219,11 @@ async fn client_credentials(
 /// second presentation of a spent token revokes the whole family.
 async fn refresh(
     state: &AppState,
-    app: &Application,
+    client: &Client<'_>,
     presented: &str,
     requested: Option<&str>,
 ) -> Result<Granted, OAuthError> {
+    let app = client.app;
     // Check the scope against the original before spending the token, so a bad request costs nothing.
     let original = match state.store.find_token(presented).await? {
         Some(record) if record.application_id == app.id => record.scope,
@@ -182,11 +241,33 @@ async fn refresh(
             return Err(OAuthError::InvalidGrant("Invalid refresh token."));
         }
     };
-    let new = new_tokens(state, app, record.user_id, scope, true, Some(record.family));
+    // A fresh ID token when the refreshed scope holds `openid` and the grant had one (its
+    // family's sign-in time is kept).
+    let openid = match record.user_id {
+        Some(user_id) if oidc::is_openid(&scope) => state
+            .store
+            .auth_time_of(&record.family)
+            .await?
+            .map(|auth_time| OpenIdGrant {
+                user_id,
+                auth_time,
+                nonce: None,
+            }),
+        _ => None,
+    };
+    let new = new_tokens(
+        state,
+        client,
+        record.user_id,
+        scope,
+        true,
+        Some(record.family),
+    );
     // invalid_grant (`FamilyRevoked`) when a racer presenting the same token revoked the family
     // meanwhile; tokens issued just before that revocation are dead at every lookup anyway.
     Ok(Granted {
         issued: state.store.issue_tokens(&new).await?,
         user: record.user_id.zip(record.username),
+        openid,
     })
 }

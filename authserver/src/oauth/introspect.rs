@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::domain::GROUPS_SCOPE;
 pub use crate::protocol::scope::INTROSPECTION_SCOPE;
 
 pub async fn introspect(
@@ -32,11 +33,15 @@ pub async fn introspect(
         {
             match record.current_scope() {
                 scope if scope.is_empty() => json!({ "active": false }),
-                scope => active_claims(&record, scope),
+                scope => {
+                    let groups = user_groups(&state, record.user_id, &scope).await?;
+                    active_claims(&record, scope, groups)
+                }
             }
         }
         _ => json!({ "active": false }),
     };
+    crate::metrics::METRICS.introspected(body["active"] == true);
     Ok(no_store(with_caller(
         Json(body).into_response(),
         &caller,
@@ -79,7 +84,8 @@ async fn authorize_caller(
             _ => Err(OAuthError::Forbidden),
         };
     }
-    match authenticate_client_if_presented(&state.store, headers, params).await {
+    let cert = crate::mtls::presented(headers, state.settings.proxy_secret.as_ref());
+    match authenticate_client_if_presented(&state.store, headers, params, cert.as_ref()).await {
         Ok(Some(app)) if may_introspect(&app) => Ok(app.client_id),
         Ok(Some(_)) => Err(OAuthError::Forbidden),
         Ok(None) | Err(OAuthError::InvalidClient) => Err(OAuthError::Unauthenticated),
@@ -94,21 +100,49 @@ fn may_introspect(app: &Application) -> bool {
     app.may_introspect && app.client_type == ClientType::Confidential
 }
 
-fn active_claims(record: &TokenRecord, scope: String) -> serde_json::Value {
+/// The names of the groups of the token's user, as they are now, when the token has the
+/// [`GROUPS_SCOPE`]; `None` otherwise (and for a client's own token).
+pub(super) async fn user_groups(
+    state: &AppState,
+    user_id: Option<i64>,
+    scope: &str,
+) -> Result<Option<Vec<String>>, OAuthError> {
+    match user_id {
+        Some(id) if scope.split_whitespace().any(|s| s == GROUPS_SCOPE) => {
+            let groups = state.store.user_groups(id).await?;
+            Ok(Some(groups.into_iter().map(|g| g.name).collect()))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn active_claims(
+    record: &TokenRecord,
+    scope: String,
+    groups: Option<Vec<String>>,
+) -> serde_json::Value {
     let mut claims = json!({
         "active": true,
         "scope": scope,
         "client_id": record.client_id,
         "exp": record.expires_at,
         "iat": record.issued_at,
+        // The family's public id: the `jti` of its JWTs and of its revocation events.
+        "jti": crate::store::family_jti(&record.family),
         "token_type": if record.kind == TokenKind::Access { "Bearer" } else { "refresh_token" },
     });
+    if let Some(x5t) = &record.cnf_x5t_s256 {
+        claims["cnf"] = json!({ "x5t#S256": x5t });
+    }
     match (&record.username, record.user_id) {
         (Some(username), Some(id)) => {
             claims["username"] = username.clone().into();
             claims["sub"] = id.to_string().into();
         }
         _ => claims["sub"] = record.client_id.clone().into(),
+    }
+    if let Some(groups) = groups {
+        claims["groups"] = groups.into();
     }
     claims
 }

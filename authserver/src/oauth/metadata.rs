@@ -5,10 +5,22 @@ use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};
 
+/// Certificate authentication and certificate-bound tokens (RFC 8705 §2.3, §3.3) are announced
+/// when the server can learn client certificates: from the proxy, proven by the proxy secret.
+/// The proxy's TLS listener serves the same URLs with and without a client certificate
+/// (`client_auth: optional`), so no `mtls_endpoint_aliases` are needed.
 pub async fn metadata(State(state): State<AppState>) -> Json<Value> {
     let issuer = &state.settings.issuer;
-    let auth_methods = ["client_secret_basic", "client_secret_post", "none"];
-    Json(json!({
+    let mtls = state.settings.proxy_secret.is_some();
+    let mut auth_methods = vec!["client_secret_basic", "client_secret_post", "none"];
+    if mtls {
+        auth_methods.extend(["tls_client_auth", "self_signed_tls_client_auth"]);
+    }
+    let mut introspection_methods = vec!["client_secret_basic", "client_secret_post", "bearer"];
+    if mtls {
+        introspection_methods.extend(["tls_client_auth", "self_signed_tls_client_auth"]);
+    }
+    let mut metadata = json!({
         "issuer": issuer,
         "authorization_endpoint": format!("{issuer}/o/authorize/"),
         "token_endpoint": format!("{issuer}/o/token/"),
@@ -22,7 +34,11 @@ pub async fn metadata(State(state): State<AppState>) -> Json<Value> {
         "authorization_response_iss_parameter_supported": true,
         "scopes_supported": state.settings.scopes.keys().collect::<Vec<_>>(),
         "token_endpoint_auth_methods_supported": auth_methods,
-        "introspection_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post", "bearer"],
+        "introspection_endpoint_auth_methods_supported": introspection_methods,
         "revocation_endpoint_auth_methods_supported": auth_methods,
-    }))
+    });
+    if mtls {
+        metadata["tls_client_certificate_bound_access_tokens"] = true.into();
+    }
+    Json(metadata)
 }

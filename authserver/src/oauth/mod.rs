@@ -1,17 +1,26 @@
-//! The OAuth 2.0 endpoints under `/o/`, the RFC 8414 metadata and the JWKS.
+//! The OAuth 2.0 endpoints under `/o/`, the RFC 8414 metadata and the JWKS, and OpenID Connect's
+//! discovery document, ID tokens and UserInfo endpoint.
 
 mod access_jwt;
+mod cors;
+mod discovery;
 mod error;
 mod grants;
+mod id_token;
 mod introspect;
 mod jwks;
 mod metadata;
 pub(crate) mod params;
 mod revoke;
+pub mod ssf;
 mod token;
+mod userinfo;
 
+pub use cors::{CorsPolicies, cors};
+pub(crate) use discovery::END_SESSION_PATH;
 pub use error::OAuthError;
 pub(crate) use grants::declared as declared_scopes;
+pub(crate) use id_token::read_id_token_hint;
 pub use introspect::INTROSPECTION_SCOPE;
 
 use crate::AppState;
@@ -25,11 +34,17 @@ pub fn router() -> Router<AppState> {
         .route("/o/token/", post_only(post(token::token)))
         .route("/o/introspect/", post_only(post(introspect::introspect)))
         .route("/o/revoke_token/", post_only(post(revoke::revoke)))
-        .route(
-            "/.well-known/oauth-authorization-server",
-            get(metadata::metadata),
-        )
+        .route(cors::METADATA_PATH, get(metadata::metadata))
         .route(JWKS_PATH, get(jwks::jwks))
+        .route(
+            cors::OIDC_DISCOVERY_PATH,
+            get(discovery::openid_configuration),
+        )
+        .route(
+            discovery::USERINFO_PATH,
+            get(userinfo::userinfo).post(userinfo::userinfo),
+        )
+        .merge(ssf::router())
 }
 
 /// Every method but POST answered `405` with `Allow: POST` and an RFC 6749 error body, before

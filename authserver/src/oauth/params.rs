@@ -1,6 +1,7 @@
 //! Form parameters (each at most once, RFC 6749 §3.2) and client authentication (Basic or post).
 
 use super::OAuthError;
+use crate::mtls::ClientCertificate;
 use crate::store::{Application, ClientType, Store};
 use axum::http::{HeaderMap, header};
 use base64::Engine;
@@ -53,6 +54,11 @@ impl Params {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
             .filter(|v| !v.is_empty())
+    }
+
+    /// Every pair, in the order sent.
+    pub fn pairs(&self) -> &[(String, String)] {
+        &self.0
     }
 
     pub fn require(&self, name: &str) -> Result<&str, OAuthError> {
@@ -129,18 +135,24 @@ pub async fn authenticate_client(
     store: &Store,
     headers: &HeaderMap,
     params: &Params,
+    cert: Option<&ClientCertificate>,
 ) -> Result<Application, OAuthError> {
-    authenticate_client_if_presented(store, headers, params)
+    authenticate_client_if_presented(store, headers, params, cert)
         .await?
         .ok_or(OAuthError::InvalidClient)
 }
 
 /// Like [`authenticate_client`], but `Ok(None)` when the request carries no client credentials
 /// at all (for endpoints that also accept other callers).
+///
+/// An application registered for certificate authentication (RFC 8705 §2) authenticates with
+/// its `client_id` and the client certificate the request came with (`cert`, which the proxy
+/// verified), and with nothing else: a secret it may still have is refused.
 pub async fn authenticate_client_if_presented(
     store: &Store,
     headers: &HeaderMap,
     params: &Params,
+    cert: Option<&ClientCertificate>,
 ) -> Result<Option<Application>, OAuthError> {
     let Some(presented) = presented(headers, params)? else {
         return Ok(None);
@@ -149,6 +161,18 @@ pub async fn authenticate_client_if_presented(
         .find_application_by_client_id(&presented.client_id)
         .await?;
     match (application, presented.client_secret) {
+        (Some(app), None)
+            if app
+                .tls_client_auth
+                .as_ref()
+                .is_some_and(|auth| cert.is_some_and(|c| auth.matches(c))) =>
+        {
+            Ok(Some(app))
+        }
+        (Some(app), _) if app.tls_client_auth.is_some() => {
+            tracing::info!(client_id = %app.client_id, with_certificate = cert.is_some(), "client certificate authentication failed");
+            Err(OAuthError::InvalidClient)
+        }
         (Some(app), Some(secret))
             if app.client_type == ClientType::Confidential && app.secret_matches(&secret) =>
         {

@@ -18,9 +18,10 @@ pub async fn revoke(
     body: Bytes,
 ) -> Result<Response, OAuthError> {
     let params = Params::from_form(&headers, &body)?;
-    let app = authenticate_client(&state.store, &headers, &params).await?;
+    let cert = crate::mtls::presented(&headers, state.settings.proxy_secret.as_ref());
+    let app = authenticate_client(&state.store, &headers, &params, cert.as_ref()).await?;
     let token = params.require("token")?;
-    // A JWT is revoked through the row its jti opens to; forged and tampered JWTs are unknown
+    // A JWT is revoked through the row its `ref` opens to; forged and tampered JWTs are unknown
     // tokens. Another client's token is left alone.
     let revoked = match find_presented(&state, token).await? {
         Some(record) if record.application_id == app.id => {

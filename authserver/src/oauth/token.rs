@@ -2,7 +2,8 @@
 //! [`super::grants`] carry it out, and answers (RFC 6749 §4.1.3, §4.3, §4.4, §5.1, §6).
 
 use super::access_jwt::{Subject, jwt_for};
-use super::grants::{Granted, grant};
+use super::grants::{Client, Granted, grant};
+use super::id_token;
 use super::params::{Params, authenticate_client};
 use super::{OAuthError, no_store};
 use crate::AppState;
@@ -26,17 +27,36 @@ pub async fn token(
 ) -> Result<Response, OAuthError> {
     let params = Params::from_form(&headers, &body)?;
     let kind = GrantKind::parse(params.get("grant_type"))?;
-    let app = authenticate_client(&state.store, &headers, &params).await?;
+    // The certificate the client came with (verified by the proxy): it may authenticate the
+    // client, and the tokens are bound to it (RFC 8705 §3) whoever the client is.
+    let cert = crate::mtls::presented(&headers, state.settings.proxy_secret.as_ref());
+    let app = authenticate_client(&state.store, &headers, &params, cert.as_ref()).await?;
     kind.check_registered(&app)?;
     let request = GrantRequest::parse(kind, &params)?;
     let issued_at = now();
-    let Granted { mut issued, user } = grant(&state, &app, request, address).await?;
+    let client = Client {
+        app: &app,
+        cert_x5t_s256: cert.as_ref().map(|c| c.thumbprint.x5t_s256()),
+    };
+    let Granted {
+        mut issued,
+        user,
+        openid,
+    } = grant(&state, &client, request, address).await?;
     if app.access_token_format(state.settings.access_token_format) == AccessTokenFormat::Jwt {
         let subject = match &user {
             Some((id, username)) => Subject::User { id: *id, username },
             None => Subject::Client,
         };
-        issued.access_token = jwt_for(&state, &app.client_id, subject, &issued, issued_at).await?;
+        issued.access_token = jwt_for(
+            &state,
+            &app.client_id,
+            subject,
+            &issued,
+            issued_at,
+            client.cert_x5t_s256.as_deref(),
+        )
+        .await?;
     }
     let mut body = json!({
         "access_token": issued.access_token,
@@ -46,6 +66,12 @@ pub async fn token(
     });
     if let Some(refresh) = issued.refresh_token {
         body["refresh_token"] = refresh.into();
+    }
+    crate::metrics::METRICS.token_issued(kind);
+    if let Some(openid) = &openid {
+        body["id_token"] = id_token::issue(&state, &app, openid, &issued.access_token)
+            .await?
+            .into();
     }
     // The user by id: this server's logs never name a username (one typed into the wrong
     // field may be a password).

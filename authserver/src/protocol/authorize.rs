@@ -2,6 +2,7 @@
 //! §4.1.2.1: first the client and its redirect URI, whose failures are shown to the user and
 //! never redirected; then everything else, whose failures go back to the client.
 
+use super::oidc::{self, OidcRequest};
 use super::scope::{self, Declared};
 use super::{OAuthError, Parameters, pkce};
 use crate::domain::{Application, ClientType, GrantType};
@@ -74,6 +75,10 @@ pub struct Authorization {
     pub scope: String,
     pub state: Option<String>,
     pub code_challenge: Option<String>,
+    /// OpenID Connect's `nonce` (kept only when the scope holds `openid`).
+    pub nonce: Option<String>,
+    /// OpenID Connect's other parameters: how to sign in, and hints.
+    pub oidc: OidcRequest,
 }
 
 impl Authorization {
@@ -91,6 +96,9 @@ impl Authorization {
         if let Some(challenge) = &self.code_challenge {
             out.push(("code_challenge", challenge.clone()));
             out.push(("code_challenge_method", pkce::S256.to_owned()));
+        }
+        if let Some(nonce) = &self.nonce {
+            out.push(("nonce", nonce.clone()));
         }
         out
     }
@@ -214,12 +222,19 @@ pub fn validate(
             error: "invalid_scope",
             description: error.description().unwrap_or_default(),
         })?;
+    let oidc = oidc::parse(params)?;
+    let nonce = params
+        .get("nonce")
+        .filter(|_| oidc::is_openid(&scope))
+        .map(str::to_owned);
     Ok(Authorization {
         client_id: app.client_id.clone(),
         redirect_uri: back.redirect_uri.clone(),
         scope,
         state: back.state.clone(),
         code_challenge,
+        nonce,
+        oidc,
     })
 }
 
@@ -284,6 +299,7 @@ mod tests {
             may_introspect: false,
             pkce_required,
             token_format: None,
+            tls_client_auth: None,
             owner_id: None,
             created_at: 0,
         }
@@ -479,6 +495,8 @@ mod tests {
             scope: "read".into(),
             state: None,
             code_challenge: None,
+            nonce: None,
+            oidc: OidcRequest::default(),
         };
         assert_eq!(
             code_redirect(&auth, "xyz", "https://as"),

@@ -5,6 +5,7 @@
 pub mod authorize;
 mod error;
 pub mod grant;
+pub mod oidc;
 pub mod pkce;
 pub mod scope;
 

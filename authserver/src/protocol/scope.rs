@@ -6,12 +6,20 @@ use crate::domain::Application;
 use std::collections::BTreeMap;
 
 pub use crate::domain::{INTROSPECTION_SCOPE, permits};
+use crate::domain::{SSF_MANAGE_SCOPE, SSF_READ_SCOPE, needs_introspection_permission};
 
 /// What the server declares: every scope by name, and those granted when none is asked for.
 #[derive(Debug, Clone, Copy)]
 pub struct Declared<'a> {
     pub scopes: &'a BTreeMap<String, String>,
     pub defaults: &'a [String],
+}
+
+impl Declared<'_> {
+    /// Whether `scope` is declared: in the settings, or one of OpenID Connect's.
+    pub fn has(&self, scope: &str) -> bool {
+        self.scopes.contains_key(scope) || super::oidc::scope_description(scope).is_some()
+    }
 }
 
 /// The space-separated scopes of `scope`, each once, in order.
@@ -60,12 +68,16 @@ pub fn resolve(
         None => declared
             .defaults
             .iter()
-            .filter(|s| *s != INTROSPECTION_SCOPE && may_have(app, s))
+            .filter(|s| !needs_introspection_permission(s) && may_have(app, s))
             .cloned()
             .collect(),
         Some(requested) => {
             let requested = dedup(requested);
-            if requested.iter().any(|s| !declared.scopes.contains_key(s)) {
+            let stream_scope = |s: &str| [SSF_READ_SCOPE, SSF_MANAGE_SCOPE].contains(&s);
+            if requested
+                .iter()
+                .any(|s| !declared.has(s) && !stream_scope(s))
+            {
                 return Err(OAuthError::InvalidScope(
                     "A requested scope is not declared.".into(),
                 ));
@@ -139,6 +151,7 @@ mod tests {
             may_introspect,
             pkce_required: true,
             token_format: None,
+            tls_client_auth: None,
             owner_id: None,
             created_at: 0,
         }

@@ -9,16 +9,21 @@ use super::{Backend, Store, StoreResult};
 /// What the role may do, statement by statement (`{role}` replaced by its name). Users: every
 /// column but the password hash is read, and the flags can be neither set nor changed (a user is
 /// created ordinary; deletions take the user's tokens along by the foreign keys, run as the
-/// tables' owner). Groups: everything; memberships: deleted with a user or group only.
+/// tables' owner). Groups: everything; memberships: deleted with a user or group only. The
+/// revocation log: appended to, never read.
 pub const GRANTS: &[&str] = &[
     "GRANT USAGE ON SCHEMA {schema} TO {role}",
     "GRANT SELECT ON schema_migrations TO {role}",
-    "GRANT SELECT (id, username, email, first_name, last_name, is_active, is_staff, is_superuser, date_joined),
+    "GRANT SELECT (id, username, email, first_name, last_name, is_active, is_staff, is_superuser, date_joined, email_verified, updated_at),
        INSERT (username, email, first_name, last_name, password_hash, is_active, date_joined),
-       UPDATE (username, email, first_name, last_name), DELETE ON users TO {role}",
+       UPDATE (username, email, first_name, last_name, updated_at, email_verified), DELETE ON users TO {role}",
     "GRANT SELECT, INSERT, UPDATE (name), DELETE ON groups TO {role}",
     "GRANT SELECT, DELETE ON user_groups TO {role}",
     "GRANT USAGE ON SEQUENCE users_id_seq, groups_id_seq TO {role}",
+    // A user deleted through the API appends its revocation event (issue 24); the log is not
+    // readable to the role.
+    "GRANT INSERT ON ssf_events TO {role}",
+    "GRANT USAGE ON SEQUENCE ssf_events_id_seq TO {role}",
 ];
 
 /// Checks a role name: lower-case letters, digits and `_`, not starting with a digit, at most

@@ -2,7 +2,7 @@
 
 use super::hot::{self, Hot};
 use super::{Store, StoreResult, conflict, now};
-use crate::domain::AccessTokenFormat;
+use crate::domain::{AccessTokenFormat, TlsClientAuth};
 use crate::secrets;
 use sqlx::Row;
 
@@ -37,6 +37,18 @@ pub(super) fn parse_token_format(
         .transpose()
 }
 
+/// A stored certificate registration, or an error naming it.
+pub(super) fn parse_tls_client_auth(
+    stored: Option<String>,
+) -> super::StoreResult<Option<TlsClientAuth>> {
+    stored
+        .map(|text| {
+            TlsClientAuth::parse(&text)
+                .map_err(|e| super::StoreError::Other(anyhow::anyhow!("tls_client_auth: {e}")))
+        })
+        .transpose()
+}
+
 const COLUMNS: &str = application_columns!();
 
 fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
@@ -59,6 +71,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
         may_introspect: row.try_get::<i64, _>("may_introspect")? != 0,
         pkce_required: row.try_get::<i64, _>("pkce_required")? != 0,
         token_format: parse_token_format(row.try_get("token_format")?)?,
+        tls_client_auth: parse_tls_client_auth(row.try_get("tls_client_auth")?)?,
         owner_id: row.try_get("owner_id")?,
         created_at: row.try_get("created_at")?,
     })
@@ -175,6 +188,16 @@ impl Store {
     ) -> StoreResult<Option<Application>> {
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
+        let lock = match self.backend {
+            super::Backend::Postgres => " FOR UPDATE",
+            super::Backend::Sqlite => "",
+        };
+        let before = sqlx::query(&format!(
+            "SELECT allowed_scopes, may_introspect, client_type, client_id FROM applications WHERE id = $1{lock}"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
         let row = sqlx::query(&format!(
             "UPDATE applications SET name = $1, client_type = $2, grant_type = $3, redirect_uris = $4, allowed_scopes = $5, may_introspect = $6, pkce_required = $7, token_format = $8
              WHERE id = $9 RETURNING {COLUMNS}"
@@ -190,8 +213,42 @@ impl Store {
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
+        let mut narrowed = false;
+        if let Some(before) = &before {
+            let scopes: String = before.try_get(0)?;
+            let may_introspect = before.try_get::<i64, _>(1)? != 0
+                && before.try_get::<String, _>(2)? == ClientType::Confidential.as_str();
+            if narrows(&super::split_scopes(&scopes), may_introspect, input) {
+                let event = super::Revocation::Client {
+                    client_id: before.try_get(3)?,
+                };
+                super::events::append(&mut tx, self.backend, &event).await?;
+                narrowed = true;
+            }
+        }
         self.announce_application_change(tx).await?;
+        if narrowed {
+            self.ring_events();
+        }
         row.as_ref().map(from_row).transpose()
+    }
+
+    /// Sets how the application authenticates with a client certificate (RFC 8705); None: by
+    /// its secret again (or, public, by its client id). Whether the application exists.
+    pub async fn set_tls_client_auth(
+        &self,
+        id: i64,
+        auth: Option<&TlsClientAuth>,
+    ) -> StoreResult<bool> {
+        let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
+        let done = sqlx::query("UPDATE applications SET tls_client_auth = $1 WHERE id = $2")
+            .bind(auth.map(ToString::to_string))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        self.announce_application_change(tx).await?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// Replaces the secret with a new random one, returned once; tokens already issued stay valid.
@@ -226,6 +283,17 @@ impl Store {
     pub async fn delete_application(&self, id: i64) -> StoreResult<bool> {
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
+        let client_id: Option<String> =
+            sqlx::query_scalar("SELECT client_id FROM applications WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some(client_id) = &client_id {
+            let event = super::Revocation::Client {
+                client_id: client_id.clone(),
+            };
+            super::events::append(&mut tx, self.backend, &event).await?;
+        }
         sqlx::query("DELETE FROM tokens WHERE application_id = $1")
             .bind(id)
             .execute(&mut *tx)
@@ -235,6 +303,9 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         self.announce_application_change(tx).await?;
+        if client_id.is_some() {
+            self.ring_events();
+        }
         Ok(done.rows_affected() == 1)
     }
 
@@ -251,4 +322,22 @@ impl Store {
         self.clients.forget_all();
         Ok(())
     }
+}
+
+/// Whether `input` takes from an application something its tokens may carry: a scope it was
+/// allowed (empty allowed scopes: every scope), or the introspection permission (effective only
+/// for a confidential client). Its tokens' events are then logged ([`super::Revocation::Client`]).
+fn narrows(
+    allowed_before: &[String],
+    may_introspect_before: bool,
+    input: &ApplicationInput,
+) -> bool {
+    let lost_scope = !input.allowed_scopes.is_empty()
+        && (allowed_before.is_empty()
+            || allowed_before
+                .iter()
+                .any(|scope| !input.allowed_scopes.contains(scope)));
+    let may_introspect_after =
+        input.may_introspect && input.client_type == ClientType::Confidential;
+    lost_scope || (may_introspect_before && !may_introspect_after)
 }

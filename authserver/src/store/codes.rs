@@ -21,6 +21,10 @@ pub struct NewCode {
     pub code_challenge: Option<String>,
     /// Seconds it may be exchanged.
     pub lifetime: i64,
+    /// OpenID Connect: the request's `nonce`, for the ID token.
+    pub nonce: Option<String>,
+    /// OpenID Connect: when the user signed in (the ID token's `auth_time`).
+    pub auth_time: Option<i64>,
 }
 
 /// A code as stored, just claimed.
@@ -34,6 +38,8 @@ pub struct CodeRecord {
     /// The rotation family of the tokens it is exchanged for.
     pub family: String,
     pub expires_at: i64,
+    pub nonce: Option<String>,
+    pub auth_time: Option<i64>,
 }
 
 impl CodeRecord {
@@ -67,8 +73,8 @@ impl Store {
         let at = now();
         let _exclusive = self.exclusive().await?;
         sqlx::query(
-            "INSERT INTO authorization_codes (digest, application_id, user_id, redirect_uri, scope, code_challenge, family, created_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO authorization_codes (digest, application_id, user_id, redirect_uri, scope, code_challenge, family, created_at, expires_at, nonce, auth_time)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         )
         .bind(secrets::digest(&code))
         .bind(new.application_id)
@@ -79,6 +85,8 @@ impl Store {
         .bind(secrets::random_token())
         .bind(at)
         .bind(at + new.lifetime)
+        .bind(new.nonce.as_deref())
+        .bind(new.auth_time)
         .execute(&self.writer)
         .await?;
         Ok(code)
@@ -92,7 +100,7 @@ impl Store {
             let _exclusive = self.exclusive().await?;
             let claimed = sqlx::query(
                 "UPDATE authorization_codes SET used = 1 WHERE digest = $1 AND used = 0
-                 RETURNING application_id, user_id, redirect_uri, scope, code_challenge, family, expires_at",
+                 RETURNING application_id, user_id, redirect_uri, scope, code_challenge, family, expires_at, nonce, auth_time",
             )
             .bind(&digest)
             .fetch_optional(&self.writer)
@@ -119,6 +127,8 @@ impl Store {
                 code_challenge: row.try_get("code_challenge")?,
                 family: row.try_get("family")?,
                 expires_at: row.try_get("expires_at")?,
+                nonce: row.try_get("nonce")?,
+                auth_time: row.try_get("auth_time")?,
             }));
         }
         // After the pause of the hot path's writer ends: the revocation goes through it.

@@ -2,6 +2,7 @@
 //! authorization for the same or fewer scopes skips the consent page; withdrawn from the
 //! "Authorized applications" page, which also revokes the tokens the application holds.
 
+use super::events::{self, Revocation};
 use super::tokens::revoke_user_families;
 use super::{Store, StoreResult, now};
 use sqlx::Row;
@@ -91,7 +92,22 @@ impl Store {
             .bind(application_id)
             .execute(&mut *tx)
             .await?;
+        let client_id: Option<String> =
+            sqlx::query_scalar("SELECT client_id FROM applications WHERE id = $1")
+                .bind(application_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some(client_id) = &client_id {
+            let event = Revocation::Consent {
+                sub: user_id.to_string(),
+                client_id: client_id.clone(),
+            };
+            events::append(&mut tx, self.backend, &event).await?;
+        }
         tx.commit().await?;
+        if client_id.is_some() {
+            self.ring_events();
+        }
         Ok(done.rows_affected() == 1)
     }
 }

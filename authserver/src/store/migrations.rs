@@ -238,6 +238,100 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ALTER TABLE signing_keys ADD COLUMN kek_id TEXT",
         "ALTER TABLE signing_keys ADD COLUMN IF NOT EXISTS kek_id TEXT",
     ),
+    (
+        9,
+        // The revocation stream (issue 24, `super::events`): every change that ends tokens
+        // appends its event to `ssf_events` in its own transaction; an SSF poll stream delivers
+        // the events after `after_event` that it has not acknowledged (`ssf_acks`); a push
+        // stream (RFC 8935) has the receiver's URL and its Authorization header.
+        "CREATE TABLE IF NOT EXISTS ssf_events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        event_type TEXT NOT NULL,
+        subject_format TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        occurred_at INTEGER NOT NULL);
+    CREATE INDEX IF NOT EXISTS ssf_events_occurred ON ssf_events(occurred_at);
+    CREATE TABLE IF NOT EXISTS ssf_streams (
+        stream_id TEXT PRIMARY KEY,
+        client_id TEXT NOT NULL,
+        events_requested TEXT NOT NULL,
+        after_event INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        polled_at INTEGER NOT NULL,
+        push_url TEXT,
+        push_authorization TEXT);
+    CREATE TABLE IF NOT EXISTS ssf_acks (
+        stream_id TEXT NOT NULL REFERENCES ssf_streams(stream_id) ON DELETE CASCADE,
+        event_id INTEGER NOT NULL REFERENCES ssf_events(id) ON DELETE CASCADE,
+        PRIMARY KEY (stream_id, event_id));
+    CREATE INDEX IF NOT EXISTS ssf_acks_event ON ssf_acks(event_id)",
+        "CREATE TABLE IF NOT EXISTS ssf_events (
+        id BIGSERIAL PRIMARY KEY,
+        event_type TEXT NOT NULL,
+        subject_format TEXT NOT NULL,
+        subject TEXT NOT NULL,
+        occurred_at BIGINT NOT NULL);
+    CREATE INDEX IF NOT EXISTS ssf_events_occurred ON ssf_events(occurred_at);
+    CREATE TABLE IF NOT EXISTS ssf_streams (
+        stream_id TEXT PRIMARY KEY,
+        client_id TEXT NOT NULL,
+        events_requested TEXT NOT NULL,
+        after_event BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        polled_at BIGINT NOT NULL,
+        push_url TEXT,
+        push_authorization TEXT);
+    CREATE TABLE IF NOT EXISTS ssf_acks (
+        stream_id TEXT NOT NULL REFERENCES ssf_streams(stream_id) ON DELETE CASCADE,
+        event_id BIGINT NOT NULL REFERENCES ssf_events(id) ON DELETE CASCADE,
+        PRIMARY KEY (stream_id, event_id));
+    CREATE INDEX IF NOT EXISTS ssf_acks_event ON ssf_acks(event_id)",
+    ),
+    (
+        10,
+        // OpenID Connect (issue 26): the directory's `email_verified` and `updated_at` (NULL:
+        // never changed since `date_joined`); the `nonce` and sign-in time an authorization
+        // code carries to its ID token; each application's OIDC registration (ID-token
+        // algorithm, post-logout redirect URIs; no row: RS256 and none); the sign-in time of a
+        // token family, for the ID tokens of its refreshes. Idempotent, as 5.
+        "ALTER TABLE users ADD COLUMN email_verified INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE users ADD COLUMN updated_at INTEGER;
+    ALTER TABLE authorization_codes ADD COLUMN nonce TEXT;
+    ALTER TABLE authorization_codes ADD COLUMN auth_time INTEGER;
+    CREATE TABLE IF NOT EXISTS oidc_clients (
+        application_id INTEGER PRIMARY KEY REFERENCES applications(id) ON DELETE CASCADE,
+        id_token_alg TEXT NOT NULL,
+        post_logout_redirect_uris TEXT NOT NULL DEFAULT '');
+    CREATE TABLE IF NOT EXISTS oidc_families (
+        family TEXT PRIMARY KEY,
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        auth_time INTEGER NOT NULL,
+        created_at INTEGER NOT NULL);",
+        "ALTER TABLE users ADD COLUMN IF NOT EXISTS email_verified BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE users ADD COLUMN IF NOT EXISTS updated_at BIGINT;
+    ALTER TABLE authorization_codes ADD COLUMN IF NOT EXISTS nonce TEXT;
+    ALTER TABLE authorization_codes ADD COLUMN IF NOT EXISTS auth_time BIGINT;
+    CREATE TABLE IF NOT EXISTS oidc_clients (
+        application_id BIGINT PRIMARY KEY REFERENCES applications(id) ON DELETE CASCADE,
+        id_token_alg TEXT NOT NULL,
+        post_logout_redirect_uris TEXT NOT NULL DEFAULT '');
+    CREATE TABLE IF NOT EXISTS oidc_families (
+        family TEXT PRIMARY KEY,
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        auth_time BIGINT NOT NULL,
+        created_at BIGINT NOT NULL);",
+    ),
+    (
+        11,
+        // Certificate-bound tokens (RFC 8705, issue 23): how an application authenticates with a
+        // client certificate (`tls_client_auth` with its subject DN or SAN, or
+        // `self_signed_tls_client_auth` with its certificate's thumbprint; NULL: by secret), and
+        // the thumbprint a token is bound to (`cnf.x5t#S256`; NULL: a bearer token).
+        "ALTER TABLE applications ADD COLUMN tls_client_auth TEXT;
+    ALTER TABLE tokens ADD COLUMN cnf_x5t_s256 TEXT",
+        "ALTER TABLE applications ADD COLUMN IF NOT EXISTS tls_client_auth TEXT;
+    ALTER TABLE tokens ADD COLUMN IF NOT EXISTS cnf_x5t_s256 TEXT",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
@@ -357,7 +451,7 @@ mod tests {
                     .fetch_all(store.pool())
                     .await
                     .unwrap();
-            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8]);
+            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
         }
     }
 }

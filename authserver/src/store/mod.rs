@@ -5,7 +5,7 @@
 /// The `applications` columns every query reads, in the order both backends decode them.
 macro_rules! application_columns {
     () => {
-        "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format"
+        "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, tls_client_auth"
     };
 }
 
@@ -14,9 +14,11 @@ mod applications;
 mod client_cache;
 mod codes;
 mod consents;
+mod events;
 mod groups;
 mod hot;
 mod migrations;
+mod oidc;
 pub mod purge;
 mod server_keys;
 mod sessions;
@@ -29,7 +31,9 @@ pub use applications::{Application, ApplicationInput, ClientType, GrantType};
 pub use client_cache::CLIENT_CACHE_TTL;
 pub use codes::{CodeOutcome, CodeRecord, NewCode};
 pub use consents::AuthorizedApplication;
+pub use events::{LoggedEvent, PushTarget, Revocation, StreamRecord, family_jti};
 pub use groups::Group;
+pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
 pub use purge::Purged;
 pub use sessions::{NewSession, Session};
 pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenKind, TokenRecord};
@@ -106,6 +110,8 @@ pub struct Shared {
     /// The key-encryption keys of the signing keys, once given
     /// ([`Store::use_key_encryption`]); without them no signing key is stored or read.
     key_encryption: std::sync::OnceLock<Arc<crate::key_encryption::KeyEncryption>>,
+    /// Wakes the polls waiting for revocation events ([`events`]).
+    events: events::EventBell,
 }
 
 impl Drop for Shared {
@@ -228,6 +234,7 @@ impl Store {
                 clients,
                 listener,
                 key_encryption: std::sync::OnceLock::new(),
+                events: events::EventBell::new((backend == Backend::Postgres).then(|| url.clone())),
             }),
         };
         migrations::run(&store).await?;
@@ -272,6 +279,19 @@ async fn ping_if_idle<C: Connection>(
     Ok(true)
 }
 
+/// The file of a SQLite database URL (`sqlite://data/x.db`, `sqlite:x.db?mode=rwc`); `None` for
+/// PostgreSQL and for an in-memory database.
+pub fn sqlite_file(url: &str) -> Option<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path.is_empty() || path == ":memory:" || query.contains("mode=memory") {
+        return None;
+    }
+    Some(PathBuf::from(path))
+}
+
 /// Where a SQLite database lives: its sqlx URL and its file.
 struct SqliteFile {
     url: String,
@@ -285,11 +305,7 @@ impl SqliteFile {
     /// `sqlite::memory:` (or `mode=memory`): a file in a new temporary folder, since the hot
     /// path's connections and sqlx's must see one database.
     fn of(url: &str) -> StoreResult<SqliteFile> {
-        let rest = url
-            .trim_start_matches("sqlite://")
-            .trim_start_matches("sqlite:");
-        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-        if path.is_empty() || path == ":memory:" || query.contains("mode=memory") {
+        let Some(path) = sqlite_file(url) else {
             let folder = std::env::temp_dir().join(format!(
                 "tokengate-memory-{}",
                 crate::secrets::random_client_id()
@@ -298,7 +314,8 @@ impl SqliteFile {
             let mut file = SqliteFile::of(&format!("sqlite://{}", path.display()))?;
             file.temporary = Some(folder);
             return Ok(file);
-        }
+        };
+        let path = path.to_str().unwrap_or_default();
         if let Some(parent) = std::path::Path::new(path)
             .parent()
             .filter(|p| !p.as_os_str().is_empty())

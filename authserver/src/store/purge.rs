@@ -34,6 +34,8 @@ pub struct Purged {
     pub sessions: u64,
     /// Signing keys no longer published (filled in by [`crate::purge`], not by the store).
     pub signing_keys: u64,
+    /// Sign-in times of token families with no token left (filled in by [`crate::purge`]).
+    pub oidc_families: u64,
     /// Statements run (each deleting at most one batch).
     pub batches: u64,
 }

@@ -12,6 +12,8 @@ use sqlx::Row;
 pub struct Session {
     pub user: User,
     pub csrf_token: String,
+    /// When the user signed in (OpenID Connect's `auth_time`).
+    pub signed_in_at: i64,
 }
 
 /// What a sign-in hands back once: the cookie value (never stored) and the session's CSRF token.
@@ -47,7 +49,7 @@ impl Store {
     /// The unexpired session whose cookie value is `session_id`, with its user as stored now.
     pub async fn find_session(&self, session_id: &str) -> StoreResult<Option<Session>> {
         let row = sqlx::query(
-            "SELECT user_id, csrf_token FROM sessions WHERE id_digest = $1 AND expires_at > $2",
+            "SELECT user_id, csrf_token, created_at FROM sessions WHERE id_digest = $1 AND expires_at > $2",
         )
         .bind(secrets::digest(session_id))
         .bind(now())
@@ -61,6 +63,7 @@ impl Store {
         Ok(Some(Session {
             user,
             csrf_token: row.try_get("csrf_token")?,
+            signed_in_at: row.try_get("created_at")?,
         }))
     }
 

@@ -126,6 +126,11 @@ impl Store {
         rows.iter().map(from_row).collect()
     }
 
+    /// Whether the store has key-encryption keys, so signing keys can be stored.
+    pub fn has_key_encryption(&self) -> bool {
+        self.key_encryption.get().is_some()
+    }
+
     /// Whether any signing key is stored (readable or not).
     pub async fn has_signing_keys(&self) -> StoreResult<bool> {
         Ok(!self.signing_key_rows().await?.is_empty())
@@ -238,12 +243,25 @@ impl Store {
 
     /// Deletes a key (its private half included); false when there was none.
     pub async fn delete_signing_key(&self, kid: &str) -> StoreResult<bool> {
-        let _exclusive = self.exclusive().await?;
+        let exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
         let done = sqlx::query("DELETE FROM signing_keys WHERE kid = $1")
             .bind(kid)
-            .execute(&self.writer)
+            .execute(&mut *tx)
             .await?;
-        Ok(done.rows_affected() == 1)
+        let deleted = done.rows_affected() == 1;
+        if deleted {
+            let event = super::Revocation::SigningKey {
+                kid: kid.to_owned(),
+            };
+            super::events::append(&mut tx, self.backend, &event).await?;
+        }
+        tx.commit().await?;
+        drop(exclusive);
+        if deleted {
+            self.ring_events();
+        }
+        Ok(deleted)
     }
 }
 

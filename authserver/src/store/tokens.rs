@@ -5,7 +5,7 @@
 //! the revocation (a refresh racing a reuse or an RFC 7009 request) is dead as well.
 
 use super::hot::{self, Hot, NewRow};
-use super::{Store, StoreError, StoreResult, now};
+use super::{Revocation, Store, StoreError, StoreResult, now};
 use crate::secrets;
 
 /// What a stored token is; stored as its name (`access`, `refresh`).
@@ -55,6 +55,9 @@ pub struct TokenRecord {
     /// introspect now: what [`TokenRecord::current_scope`] narrows the token's scope to.
     pub application_scopes: Vec<String>,
     pub application_may_introspect: bool,
+    /// The thumbprint of the client certificate the token is bound to (RFC 8705
+    /// `cnf.x5t#S256`), if it is.
+    pub cnf_x5t_s256: Option<String>,
 }
 
 impl TokenRecord {
@@ -88,6 +91,8 @@ pub struct NewTokens {
     pub refresh_lifetime: Option<i64>,
     /// The rotation family to continue; a new one when None.
     pub family: Option<String>,
+    /// Binds the tokens to this client certificate (RFC 8705 `cnf.x5t#S256`).
+    pub cnf_x5t_s256: Option<String>,
 }
 
 /// The plaintext tokens, handed out once and never stored.
@@ -97,13 +102,15 @@ pub struct IssuedTokens {
     pub refresh_token: Option<String>,
     pub expires_in: i64,
     pub scope: String,
+    /// The rotation family the tokens went into.
+    pub family: String,
 }
 
 /// What presenting a refresh token led to.
 #[derive(Debug)]
 pub enum RefreshOutcome {
     /// The token was valid and is now spent; its access token is revoked.
-    Claimed(TokenRecord),
+    Claimed(Box<TokenRecord>),
     /// Unknown, expired, or issued to another client.
     Invalid,
     /// Already used: this presentation revoked the whole family.
@@ -152,6 +159,7 @@ impl Store {
             access_token_id: None,
             issued_at,
             expires_at: issued_at + new.access_lifetime,
+            cnf_x5t_s256: new.cnf_x5t_s256.clone(),
         };
         let mut rows = vec![access];
         let refresh_token = new.refresh_lifetime.map(|lifetime| {
@@ -164,6 +172,7 @@ impl Store {
             });
             refresh
         });
+        let family = rows[0].family.clone();
         // The pair in one transaction (SQLite: one savepoint; PostgreSQL: one statement).
         match &self.hot {
             Hot::Sqlite(local) => {
@@ -178,6 +187,7 @@ impl Store {
             refresh_token,
             expires_in: new.access_lifetime,
             scope: new.scope.clone(),
+            family,
         })
     }
 
@@ -227,7 +237,7 @@ impl Store {
         if !claimed {
             return self.revoke_reused(&record.family).await;
         }
-        Ok(RefreshOutcome::Claimed(record))
+        Ok(RefreshOutcome::Claimed(Box::new(record)))
     }
 
     /// A spent token was presented: `Reused` if this revoked its family, `Revoked` if an
@@ -242,20 +252,34 @@ impl Store {
 
     /// Revokes every access and refresh token of one rotation family, including any being
     /// issued into it at this moment. Returns false when the family was revoked already.
+    /// The family's event ([`Revocation::Family`]) is appended with the revocation, in its
+    /// transaction.
     pub async fn revoke_family(&self, family: &str) -> StoreResult<bool> {
         let at = now();
-        match &self.hot {
+        let event = Revocation::Family {
+            jti: super::family_jti(family),
+        };
+        let revoked = match &self.hot {
             Hot::Sqlite(local) => {
                 let family = family.to_owned();
                 local
                     .write(move |conn| {
-                        hot::sqlite::revoke_family(conn, &family, at)
-                            .map_err(super::sqlite_local::database)
+                        let database = super::sqlite_local::database;
+                        let revoked =
+                            hot::sqlite::revoke_family(conn, &family, at).map_err(database)?;
+                        if revoked {
+                            super::events::append_sqlite(conn, &event).map_err(database)?;
+                        }
+                        Ok(revoked)
                     })
                     .await
             }
-            Hot::Postgres(pool) => hot::postgres::revoke_family(pool, family, at).await,
+            Hot::Postgres(pool) => hot::postgres::revoke_family(pool, family, at, &event).await,
+        }?;
+        if revoked {
+            self.ring_events();
         }
+        Ok(revoked)
     }
 
     /// RFC 7009: revokes the token and its family if it was issued to `application_id`;

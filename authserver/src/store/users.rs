@@ -1,5 +1,6 @@
 //! Users: the resource owners of the password grant, the operators and the example API's users.
 
+use super::events::{self, Revocation};
 use super::hot::{self, Hot};
 use super::tokens::revoke_user_families;
 use super::{Store, StoreResult, conflict, now};
@@ -253,11 +254,20 @@ impl Store {
                 reach.condition()
             )
         } else {
-            let assignments: Vec<String> = set
+            let mut assignments: Vec<String> = set
                 .iter()
                 .enumerate()
                 .map(|(at, column)| format!("{column} = ${}", at + 2))
                 .collect();
+            // OpenID Connect's `updated_at`; a changed email is no longer verified (the SET
+            // expressions read the row as it was).
+            assignments.push(format!("updated_at = {}", now()));
+            if let Some(at) = set.iter().position(|c| *c == "email") {
+                assignments.push(format!(
+                    "email_verified = CASE WHEN email = ${} THEN email_verified ELSE 0 END",
+                    at + 2
+                ));
+            }
             format!(
                 "UPDATE users SET {} WHERE id = $1 AND {} RETURNING {COLUMNS}",
                 assignments.join(", "),
@@ -277,11 +287,19 @@ impl Store {
             .map_err(conflict("a user with that username"))?;
         // A deactivated account's tokens are refused while it is inactive; they are revoked
         // too, so that reactivating it does not bring them back.
-        if row.is_some() && update.is_active == Some(false) {
+        let deactivated = row.is_some() && update.is_active == Some(false);
+        if deactivated {
             revoke_user_families(&mut tx, id, None).await?;
+            let event = Revocation::User {
+                sub: id.to_string(),
+            };
+            events::append(&mut tx, self.backend, &event).await?;
         }
         tx.commit().await?;
         drop(exclusive);
+        if deactivated {
+            self.ring_events();
+        }
         if row.is_some()
             && let Some(password) = &update.password
         {
@@ -311,8 +329,18 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         revoke_user_families(&mut tx, id, None).await?;
+        let changed = done.rows_affected() == 1;
+        if changed {
+            let event = Revocation::Password {
+                sub: id.to_string(),
+            };
+            events::append(&mut tx, self.backend, &event).await?;
+        }
         tx.commit().await?;
-        Ok(done.rows_affected() == 1)
+        if changed {
+            self.ring_events();
+        }
+        Ok(changed)
     }
 
     /// Deletes any user, for the operators' views and the CLI.
@@ -334,15 +362,28 @@ impl Store {
     /// owner), which PostgreSQL runs as the tables' owner: the example API's database role
     /// deletes users without any right on the tokens or applications tables.
     async fn delete_user_where(&self, id: i64, reach: Reach) -> StoreResult<bool> {
-        let _exclusive = self.exclusive().await?;
+        let exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
         let done = sqlx::query(&format!(
             "DELETE FROM users WHERE id = $1 AND {}",
             reach.condition()
         ))
         .bind(id)
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await?;
-        Ok(done.rows_affected() == 1)
+        let deleted = done.rows_affected() == 1;
+        if deleted {
+            let event = Revocation::User {
+                sub: id.to_string(),
+            };
+            events::append(&mut tx, self.backend, &event).await?;
+        }
+        tx.commit().await?;
+        drop(exclusive);
+        if deleted {
+            self.ring_events();
+        }
+        Ok(deleted)
     }
 
     pub async fn count_users(&self) -> StoreResult<i64> {

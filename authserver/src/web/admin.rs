@@ -49,6 +49,7 @@ fn user_values(form: &FormData) -> UserValues {
     UserValues {
         username: form.text("username"),
         email: form.text("email"),
+        email_verified: form.checked("email_verified"),
         first_name: form.text("first_name"),
         last_name: form.text("last_name"),
         is_active: form.checked("is_active"),
@@ -57,10 +58,11 @@ fn user_values(form: &FormData) -> UserValues {
     }
 }
 
-fn values_of(user: &User) -> UserValues {
+fn values_of(user: &User, email_verified: bool) -> UserValues {
     UserValues {
         username: user.username.clone(),
         email: user.email.clone(),
+        email_verified,
         first_name: user.first_name.clone(),
         last_name: user.last_name.clone(),
         is_active: user.is_active,
@@ -173,6 +175,7 @@ fn user_form(
         values,
         errors,
         groups,
+        updated_at: None,
     }
 }
 
@@ -210,6 +213,9 @@ async fn add_user(
         };
         match state.store.create_user(&new).await {
             Ok(user) => {
+                if values.email_verified {
+                    state.store.set_email_verified(user.id, true).await?;
+                }
                 tracing::info!(by = operator.user.id, user_id = user.id, username = %user.username, "user created");
                 let notice = flash::notice("User created.");
                 return Ok(flash::redirect(&operator, &user_path(user.id), notice).await);
@@ -245,13 +251,19 @@ async fn edit_user_page(
     let user = load_user(&state, &id).await?;
     let groups = state.store.user_groups(user.id).await?;
     let flash = flash::take(&operator, &user_path(user.id), query.flash.as_deref()).await;
+    let profile = state
+        .store
+        .profile(user.id)
+        .await?
+        .ok_or(WebError::NotFound)?;
     let mut page = user_form(
         &operator,
         Some(&user),
-        values_of(&user),
+        values_of(&user, profile.email_verified),
         Refusals::default(),
         groups,
     );
+    page.updated_at = Some(super::templates::utc(profile.updated_at));
     page.nav.show(flash.as_ref());
     Ok(render(StatusCode::OK, &page))
 }
@@ -291,6 +303,11 @@ async fn edit_user(
         };
         match state.store.update_user(user.id, &update).await {
             Ok(Some(updated)) => {
+                // After the update, which unverifies a changed address: the box says last.
+                state
+                    .store
+                    .set_email_verified(updated.id, values.email_verified)
+                    .await?;
                 tracing::info!(by = operator.user.id, user_id = updated.id, "user updated");
                 if !may_sign_in(&updated) {
                     state.store.delete_user_sessions(updated.id).await?;

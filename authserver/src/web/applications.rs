@@ -12,8 +12,12 @@ use super::templates::{
 use super::{WebError, WebResult, csrf, parse_id, render, see_other};
 use crate::AppState;
 use crate::config::{AccessTokenFormat, Settings};
-use crate::store::{Application, ApplicationInput, ClientType, GrantType};
-use crate::validation::{self, Refusals};
+use crate::jwt::Alg;
+use crate::protocol::oidc;
+use crate::store::{
+    Application, ApplicationInput, ClientType, DEFAULT_ID_TOKEN_ALG, GrantType, OidcClient,
+};
+use crate::validation::{self, OidcDraft, Refusals};
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -67,9 +71,54 @@ pub(crate) fn validate(
         may_introspect: form.checked("may_introspect"),
         pkce_optional: form.checked("pkce_optional"),
         token_format: form.text("token_format"),
+        tls_client_auth: form.text("tls_client_auth"),
     };
     let result = validation::application(settings, &values);
     (values, result)
+}
+
+/// The OpenID Connect fields of the form, checked ([`validation::oidc_registration`]).
+fn validate_oidc(form: &FormData) -> (OidcDraft, Result<OidcClient, Refusals>) {
+    let draft = OidcDraft {
+        post_logout_redirect_uris: form
+            .get("post_logout_redirect_uris")
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+        id_token_alg: form.text("id_token_alg"),
+    };
+    let result = validation::oidc_registration(&draft);
+    (draft, result)
+}
+
+/// Both checks of a submitted form: the application and its OIDC registration, or every
+/// message of either.
+fn checked(
+    input: Result<ApplicationInput, Refusals>,
+    oidc: Result<OidcClient, Refusals>,
+) -> Result<(ApplicationInput, OidcClient), Refusals> {
+    match (input, oidc) {
+        (Ok(input), Ok(oidc)) => Ok((input, oidc)),
+        (input, oidc) => {
+            let mut errors = input.err().unwrap_or_default();
+            for (field, message) in oidc.err().unwrap_or_default().iter() {
+                errors.add(field, message.to_owned());
+            }
+            Err(errors)
+        }
+    }
+}
+
+/// The form values of an OIDC registration.
+fn oidc_values(registration: &OidcClient) -> OidcDraft {
+    OidcDraft {
+        post_logout_redirect_uris: registration
+            .post_logout_redirect_uris
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join("\n"),
+        id_token_alg: registration.id_token_alg.clone(),
+    }
 }
 
 /// The registration form (no `app`) or the edit form of `app`.
@@ -78,6 +127,7 @@ fn form_page(
     operator: &Operator,
     app: Option<&Application>,
     values: ApplicationValues,
+    oidc: OidcDraft,
     errors: Refusals,
 ) -> ApplicationForm {
     let (title, action, cancel) = match app {
@@ -115,12 +165,31 @@ fn form_page(
             .settings
             .scopes
             .iter()
+            .map(|(name, description)| (name.clone(), description.clone()))
+            .chain(
+                oidc::SCOPES
+                    .iter()
+                    .filter(|(name, _)| !state.settings.scopes.contains_key(*name))
+                    .map(|(name, description)| (name.to_string(), description.to_string())),
+            )
             .map(|(name, description)| Choice {
-                value: name.clone(),
-                label: description.clone(),
-                selected: values.scopes.contains(name),
+                selected: values.scopes.contains(&name),
+                value: name,
+                label: description,
             })
             .collect(),
+        id_token_algs: Alg::ALL
+            .iter()
+            .map(|alg| {
+                let current = if oidc.id_token_alg.is_empty() {
+                    DEFAULT_ID_TOKEN_ALG
+                } else {
+                    &oidc.id_token_alg
+                };
+                choice(alg.as_str(), alg.as_str(), current)
+            })
+            .collect(),
+        oidc,
         token_formats: std::iter::once(Choice {
             value: String::new(),
             label: format!(
@@ -180,7 +249,7 @@ async fn load_owned(
             application_id = app.id,
             "application refused to a non-owner"
         );
-        Err(WebError::Forbidden)
+        Err(WebError::Forbidden(Box::new(Nav::of(operator))))
     }
 }
 
@@ -207,8 +276,15 @@ async fn detail_page(
     } else {
         app.allowed_scopes.join(" ")
     };
+    let registration = state.store.oidc_client(app.id).await?;
     Ok(ApplicationDetail {
         nav,
+        id_token_alg: registration.id_token_alg,
+        post_logout_redirect_uris: registration
+            .post_logout_redirect_uris
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect(),
         fingerprint: app.secret_fingerprint().map(str::to_owned),
         redirect_uris: app
             .redirect_uris
@@ -223,6 +299,11 @@ async fn detail_page(
             "required (S256)"
         } else {
             "optional (this confidential client opted out)"
+        },
+        client_auth: match &app.tls_client_auth {
+            Some(auth) => format!("{} ({auth})", auth.method()),
+            None if app.client_type == ClientType::Public => "none (public client)".to_owned(),
+            None => "client secret (HTTP Basic or form)".to_owned(),
         },
         token_format: match app.token_format {
             Some(format) => format.label().to_owned(),
@@ -286,17 +367,25 @@ async fn register_page(State(state): State<AppState>, operator: Operator) -> Web
         grant_type: GrantType::Password.as_str().into(),
         ..Default::default()
     };
-    let page = form_page(&state, &operator, None, values, Refusals::default());
+    let page = form_page(
+        &state,
+        &operator,
+        None,
+        values,
+        OidcDraft::default(),
+        Refusals::default(),
+    );
     Ok(render(StatusCode::OK, &page))
 }
 
 async fn register(State(state): State<AppState>, operator: Operator, form: FormData) -> WebResult {
     csrf::verify(&operator, &form)?;
     let (values, input) = validate(&state.settings, &form);
-    let mut input = match input {
-        Ok(input) => input,
+    let (oidc_draft, registration) = validate_oidc(&form);
+    let (mut input, registration) = match checked(input, registration) {
+        Ok(both) => both,
         Err(errors) => {
-            let page = form_page(&state, &operator, None, values, errors);
+            let page = form_page(&state, &operator, None, values, oidc_draft, errors);
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
@@ -305,6 +394,16 @@ async fn register(State(state): State<AppState>, operator: Operator, form: FormD
         .store
         .create_application(&input, Some(operator.user.id), None, None)
         .await?;
+    // A certificate replaces the secret: the one generated is never shown, nor accepted.
+    let tls_client_auth = values.tls_client_auth();
+    let secret = match &tls_client_auth {
+        Some(auth) => {
+            state.store.set_tls_client_auth(app.id, Some(auth)).await?;
+            None
+        }
+        None => secret,
+    };
+    state.store.set_oidc_client(app.id, &registration).await?;
     tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "application registered");
     ensure_signing_key(&state, &app).await?;
     let flash = Flash {
@@ -314,11 +413,20 @@ async fn register(State(state): State<AppState>, operator: Operator, form: FormD
     Ok(flash::redirect(&operator, &detail_path(app.id), flash).await)
 }
 
-/// An application that issues JWTs has a signing key in the JWKS before its first token (made
-/// here, by an operator, rather than by a request from outside).
+/// An application that issues JWTs has a signing key in the JWKS before its first token, and
+/// one that lists `openid` the key of its ID tokens (made here, by an operator, rather than by
+/// a request from outside).
 async fn ensure_signing_key(state: &AppState, app: &Application) -> Result<(), WebError> {
     if app.access_token_format(state.settings.access_token_format) == AccessTokenFormat::Jwt {
-        state.keys.keys_with_signer(&state.store).await?;
+        state
+            .keys
+            .keys_with_signer(&state.store, Alg::EdDSA)
+            .await?;
+    }
+    if app.allowed_scopes.iter().any(|s| s == oidc::OPENID) {
+        let registration = state.store.oidc_client(app.id).await?;
+        let alg = Alg::parse(&registration.id_token_alg).unwrap_or(Alg::RS256);
+        state.keys.keys_with_signer(&state.store, alg).await?;
     }
     Ok(())
 }
@@ -359,6 +467,11 @@ fn values_of(app: &Application) -> ApplicationValues {
             .token_format
             .map(|f| f.as_str().to_owned())
             .unwrap_or_default(),
+        tls_client_auth: app
+            .tls_client_auth
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
     }
 }
 
@@ -368,11 +481,13 @@ async fn update_page(
     Path(id): Path<String>,
 ) -> WebResult {
     let app = load_owned(&state, &operator, &id).await?;
+    let registration = state.store.oidc_client(app.id).await?;
     let page = form_page(
         &state,
         &operator,
         Some(&app),
         values_of(&app),
+        oidc_values(&registration),
         Refusals::default(),
     );
     Ok(render(StatusCode::OK, &page))
@@ -387,23 +502,37 @@ async fn update(
     csrf::verify(&operator, &form)?;
     let app = load_owned(&state, &operator, &id).await?;
     let (values, input) = validate(&state.settings, &form);
-    let mut input = match input {
-        Ok(input) => input,
+    let (oidc_draft, registration) = validate_oidc(&form);
+    let (mut input, registration) = match checked(input, registration) {
+        Ok(both) => both,
         Err(errors) => {
-            let page = form_page(&state, &operator, Some(&app), values, errors);
+            let page = form_page(&state, &operator, Some(&app), values, oidc_draft, errors);
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
     input.may_introspect = introspect_flag(&operator, &input, app.may_introspect);
-    let updated = state
+    let mut updated = state
         .store
         .update_application(app.id, &input)
         .await?
         .ok_or(WebError::NotFound)?;
+    let tls_client_auth = values.tls_client_auth();
+    if tls_client_auth != updated.tls_client_auth {
+        state
+            .store
+            .set_tls_client_auth(updated.id, tls_client_auth.as_ref())
+            .await?;
+        updated.tls_client_auth = tls_client_auth;
+    }
+    state
+        .store
+        .set_oidc_client(updated.id, &registration)
+        .await?;
     tracing::info!(user_id = operator.user.id, client_id = %updated.client_id, "application updated");
     ensure_signing_key(&state, &updated).await?;
     // A public client turned confidential needs its first secret, shown once like any other.
     let flash = if updated.client_type == ClientType::Confidential
+        && updated.tls_client_auth.is_none()
         && updated.client_secret_digest.is_none()
     {
         Flash {

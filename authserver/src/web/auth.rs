@@ -32,6 +32,10 @@ pub(super) fn router() -> Router<AppState> {
 #[derive(Deserialize)]
 struct NextQuery {
     next: Option<String>,
+    /// `login`: show the form to a signed-in user too (OpenID Connect `prompt=login`, `max_age`).
+    prompt: Option<String>,
+    /// Prefills the username (OpenID Connect `login_hint`).
+    login_hint: Option<String>,
 }
 
 async fn login_page(
@@ -45,8 +49,9 @@ async fn login_page(
         .and_then(safe_next)
         .unwrap_or(HOME)
         .to_owned();
-    // Already signed in: straight on.
-    if let Some(session) = current_session(&state, &headers).await? {
+    let forced = query.prompt.as_deref() == Some("login");
+    // Already signed in: straight on (unless a new sign-in is asked for).
+    if !forced && let Some(session) = current_session(&state, &headers).await? {
         let next = if next == HOME {
             home_of(&session.user)
         } else {
@@ -54,7 +59,11 @@ async fn login_page(
         };
         return Ok(see_other(next));
     }
-    Ok(login_form(&state, &headers, StatusCode::OK, String::new(), next, None).await)
+    let username = query
+        .login_hint
+        .filter(|hint| hint.len() <= 150 && !hint.chars().any(char::is_control))
+        .unwrap_or_default();
+    Ok(login_form(&state, &headers, StatusCode::OK, username, next, None).await)
 }
 
 async fn login_form(
@@ -69,13 +78,20 @@ async fn login_form(
         Ok(token) => token,
         Err(error) => return error.into_response(),
     };
-    let form_action = super::authorize::form_action_for_next(state, &next).await;
+    // On the way to an authorization: the application is named, and its origin may receive
+    // the redirect that follows the sign-in.
+    let (application, form_action) =
+        match super::authorize::form_action_for_next(state, &next).await {
+            Some((name, origin)) => (Some(name), origin),
+            None => (None, None),
+        };
     let page = LoginPage {
         nav: Nav::anonymous(),
         csrf_token,
         username,
         next,
         error: error.map(str::to_owned),
+        application,
     };
     let mut response = render(status, &page);
     if let Some(origin) = form_action {
@@ -120,6 +136,7 @@ async fn login(
     let throttle = Throttle::check(&state.store, &username, address).await?;
     if throttle.refused() {
         tracing::warn!(address = %throttle.client, "sign-in refused: too many failures");
+        crate::metrics::METRICS.throttled(crate::metrics::Throttled::SignIn);
         let mut response = refuse(StatusCode::TOO_MANY_REQUESTS, THROTTLED).await;
         response
             .headers_mut()

@@ -1,6 +1,8 @@
 //! `GET|POST /o/authorize/`: the authorization endpoint (RFC 6749 §4.1 with RFC 7636 PKCE and
-//! RFC 9207 `iss`). The checks are [`crate::protocol::authorize`]'s; this module reads the
-//! request, asks who is signed in, shows the consent page, remembers consents and issues codes.
+//! RFC 9207 `iss`, and OpenID Connect Core 1.0 §3.1.2: `prompt`, `max_age`, hints, `nonce`).
+//! The checks are [`crate::protocol::authorize`]'s and [`crate::protocol::oidc`]'s; this module
+//! reads the request, asks who is signed in, shows the consent page, remembers consents and
+//! issues codes.
 
 use super::forms::FormData;
 use super::session::{SignedIn, current_session, login_url};
@@ -13,8 +15,9 @@ use crate::protocol::authorize::{
     self, Authorization, AuthorizeError, Return, Unredirectable, check_client, code_redirect,
     error_redirect,
 };
+use crate::protocol::oidc::{self, SignIn};
 use crate::protocol::scope;
-use crate::store::{Application, NewCode, User};
+use crate::store::{Application, NewCode, User, now};
 use axum::Router;
 use axum::extract::{OriginalUri, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -65,11 +68,13 @@ fn redirect_error(state: &AppState, back: &Return, error: &AuthorizeError) -> Re
     Redirect::to(&error_redirect(back, error, &state.settings.issuer)).into_response()
 }
 
-/// A new code for `authorization`, granted by `user`, and the redirect that carries it.
+/// A new code for `authorization`, granted by `user` signed in at `auth_time`, and the redirect
+/// that carries it.
 async fn grant_code(
     state: &AppState,
     app: &Application,
     user: &User,
+    auth_time: i64,
     authorization: &Authorization,
 ) -> WebResult {
     let code = state
@@ -81,6 +86,8 @@ async fn grant_code(
             scope: authorization.scope.clone(),
             code_challenge: authorization.code_challenge.clone(),
             lifetime: state.settings.authorization_code_lifetime,
+            nonce: authorization.nonce.clone(),
+            auth_time: Some(auth_time),
         })
         .await?;
     tracing::info!(user_id = user.id, client_id = %app.client_id, "authorization code issued");
@@ -123,25 +130,84 @@ async fn authorize_page(
         Checked::Answer(response) => return Ok(response),
         Checked::Valid(valid) => *valid,
     };
-    let Some(session) = current_session(&state, &headers).await? else {
-        let here = uri
-            .path_and_query()
-            .map(|pq| pq.as_str())
-            .unwrap_or("/o/authorize/");
-        return Ok(Redirect::to(&login_url(Some(here))).into_response());
+    let back = Return {
+        redirect_uri: authorization.redirect_uri.clone(),
+        state: authorization.state.clone(),
+    };
+    let refuse = |error: &'static str, description: &str| {
+        tracing::info!(client_id = %app.client_id, error, "authorization request refused");
+        Ok(redirect_error(
+            &state,
+            &back,
+            &AuthorizeError {
+                error,
+                description: description.to_owned(),
+            },
+        ))
+    };
+    let session = current_session(&state, &headers).await?;
+    // An id_token_hint must be an ID token of ours, for this client; it then names a user.
+    let hint_is_user = match &authorization.oidc.id_token_hint {
+        None => None,
+        Some(hint) => match crate::oauth::read_id_token_hint(&state, hint).await? {
+            Some(claims) if claims.aud == app.client_id => {
+                Some(session.as_ref().map(|s| s.user.id.to_string()) == Some(claims.sub))
+            }
+            _ => {
+                return refuse(
+                    "invalid_request",
+                    "id_token_hint is not an ID token this server issued to this client.",
+                );
+            }
+        },
+    };
+    let auth_time = session.as_ref().map(|s| s.signed_in_at);
+    match oidc::sign_in(&authorization.oidc, auth_time, hint_is_user, now()) {
+        SignIn::Current => {}
+        SignIn::LoginRequired => return refuse("login_required", "The user must sign in."),
+        SignIn::Required => {
+            let back_here = format!("/o/authorize/?{}", oidc::after_sign_in(params.pairs()));
+            let forced = session.is_some();
+            let hint = authorization.oidc.login_hint.as_deref();
+            return Ok(Redirect::to(&sign_in_url(&back_here, forced, hint)).into_response());
+        }
+    }
+    let Some(session) = session else {
+        return Ok(Redirect::to(&login_url(None)).into_response());
     };
     let consented = state.store.consent(session.user.id, app.id).await?;
     if consented.is_some_and(|c| scope::covers(&c, &authorization.scope))
         && authorize::remembered_consent_applies(&app, &authorization.redirect_uri)
+        && !authorization.oidc.prompt.consent
     {
-        return grant_code(&state, &app, &session.user, &authorization).await;
+        return grant_code(
+            &state,
+            &app,
+            &session.user,
+            session.signed_in_at,
+            &authorization,
+        )
+        .await;
+    }
+    if authorization.oidc.prompt.none {
+        return refuse(
+            "consent_required",
+            "The user has not consented to this request.",
+        );
     }
     let scopes = authorization
         .scope
         .split_whitespace()
         .map(|name| ConsentScope {
             name: name.to_owned(),
-            description: state.settings.scopes.get(name).cloned().unwrap_or_default(),
+            description: state
+                .settings
+                .scopes
+                .get(name)
+                .cloned()
+                .or_else(|| oidc::scope_description(name).map(str::to_owned))
+                .unwrap_or_default(),
+            claims: oidc::released_claims(name).join(", "),
         })
         .collect();
     let form_token = csrf::session_token(&state, &session.csrf_token).await?;
@@ -192,11 +258,35 @@ async fn decide(State(state): State<AppState>, signed_in: SignedIn, form: FormDa
         .store
         .remember_consent(signed_in.user.id, app.id, &remembered)
         .await?;
-    grant_code(&state, &app, &signed_in.user, &authorization).await
+    grant_code(
+        &state,
+        &app,
+        &signed_in.user,
+        signed_in.signed_in_at,
+        &authorization,
+    )
+    .await
+}
+
+/// The sign-in page, coming back to `next`; `forced` shows the form to a signed-in user too
+/// (`prompt=login`, `max_age`), `login_hint` prefills the username.
+fn sign_in_url(next: &str, forced: bool, login_hint: Option<&str>) -> String {
+    let mut url = login_url(Some(next));
+    let separator = |url: &String| if url.contains('?') { '&' } else { '?' };
+    if forced {
+        url.push(separator(&url));
+        url.push_str("prompt=login");
+    }
+    if let Some(hint) = login_hint {
+        url.push(separator(&url));
+        url.push_str("login_hint=");
+        url.extend(form_urlencoded::byte_serialize(hint.as_bytes()));
+    }
+    url
 }
 
 /// `scheme://host[:port]` of a redirect URI, if it is plain enough to go into a CSP header.
-fn origin(uri: &str) -> Option<String> {
+pub(super) fn origin(uri: &str) -> Option<String> {
     let (scheme, rest) = uri.split_once("://")?;
     let authority = rest.split(['/', '?']).next()?;
     let plain = !authority.is_empty()
@@ -207,13 +297,17 @@ fn origin(uri: &str) -> Option<String> {
 }
 
 /// For a sign-in page whose `next` is an authorization request of a known client with a
-/// registered redirect URI: that URI's origin, for the page's `form-action` (the sign-in may
-/// end, through `/o/authorize/`, in a redirect to the client).
-pub(super) async fn form_action_for_next(state: &AppState, next: &str) -> Option<String> {
+/// registered redirect URI: the application's name, to show, and that URI's origin, for the
+/// page's `form-action` (the sign-in may end, through `/o/authorize/`, in a redirect to the
+/// client).
+pub(super) async fn form_action_for_next(
+    state: &AppState,
+    next: &str,
+) -> Option<(String, Option<String>)> {
     let query = next.strip_prefix("/o/authorize/?")?;
     let params = Params::parse(query.as_bytes()).ok()?;
-    let found = client_of(state, &params).await.ok()?.ok()?;
-    origin(&found.1.redirect_uri)
+    let (app, back) = client_of(state, &params).await.ok()?.ok()?;
+    Some((app.name, origin(&back.redirect_uri)))
 }
 
 #[cfg(test)]

@@ -1,13 +1,14 @@
 //! `/o/authorized-tokens/`: the applications the signed-in user has authorized, each with a
 //! button that withdraws the consent and revokes every token the application holds for them.
 
+use super::flash::{self, FlashQuery};
 use super::forms::FormData;
 use super::session::{AUTHORIZED_HOME, SignedIn};
 use super::templates::{AuthorizedList, AuthorizedRow, Nav, utc};
 use super::{WebResult, csrf, parse_id, render, see_other};
 use crate::AppState;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 
@@ -17,7 +18,14 @@ pub(super) fn router() -> Router<AppState> {
         .route("/o/authorized-tokens/{id}/delete/", post(revoke))
 }
 
-async fn list(State(state): State<AppState>, signed_in: SignedIn) -> WebResult {
+async fn list(
+    State(state): State<AppState>,
+    signed_in: SignedIn,
+    Query(query): Query<FlashQuery>,
+) -> WebResult {
+    let flash = flash::take(&signed_in, AUTHORIZED_HOME, query.flash.as_deref()).await;
+    let mut nav = Nav::signed_in(&signed_in.user, &signed_in.form_token);
+    nav.show(flash.as_ref());
     let applications = state
         .store
         .authorized_applications(signed_in.user.id)
@@ -33,10 +41,7 @@ async fn list(State(state): State<AppState>, signed_in: SignedIn) -> WebResult {
         .collect();
     Ok(render(
         StatusCode::OK,
-        &AuthorizedList {
-            nav: Nav::signed_in(&signed_in.user, &signed_in.form_token),
-            applications,
-        },
+        &AuthorizedList { nav, applications },
     ))
 }
 
@@ -50,6 +55,13 @@ async fn revoke(
 ) -> WebResult {
     csrf::verify_token(&signed_in.form_token, &form)?;
     let application_id = parse_id(&id)?;
+    let name = state
+        .store
+        .authorized_applications(signed_in.user.id)
+        .await?
+        .into_iter()
+        .find(|a| a.application_id == application_id)
+        .map(|a| a.name);
     let had = state
         .store
         .revoke_authorization(signed_in.user.id, application_id)
@@ -60,5 +72,13 @@ async fn revoke(
         had,
         "authorization revoked by the user"
     );
-    Ok(see_other(AUTHORIZED_HOME))
+    Ok(match name {
+        Some(name) => {
+            let notice = flash::notice(format!(
+                "Access revoked: {name} can no longer use your account, and its tokens stopped working."
+            ));
+            flash::redirect(&signed_in, AUTHORIZED_HOME, notice).await
+        }
+        None => see_other(AUTHORIZED_HOME),
+    })
 }

@@ -6,7 +6,7 @@
 //! The slots live in this process for [`SLOT_LIFETIME`]; behind a load balancer without sticky
 //! sessions the GET may reach another replica and show no secret (regenerate it there).
 
-use super::session::Operator;
+use super::session::{Operator, SignedIn};
 use crate::secrets::random_token;
 use axum::response::{IntoResponse, Redirect, Response};
 use moka::future::Cache;
@@ -42,12 +42,37 @@ static SLOTS: LazyLock<Cache<String, Slot>> = LazyLock::new(|| {
         .build()
 });
 
+/// Whose session a slot is for: an operator's, or any signed-in user's.
+pub(crate) trait Session {
+    fn user_id(&self) -> i64;
+    /// The random value naming the session ([`SignedIn::csrf_token`]).
+    fn session(&self) -> &str;
+}
+
+impl Session for Operator {
+    fn user_id(&self) -> i64 {
+        self.user.id
+    }
+    fn session(&self) -> &str {
+        &self.csrf_token
+    }
+}
+
+impl Session for SignedIn {
+    fn user_id(&self) -> i64 {
+        self.user.id
+    }
+    fn session(&self) -> &str {
+        &self.csrf_token
+    }
+}
+
 /// `303 See Other` to `path` (a local path without a query) carrying `flash` to its GET.
-pub(crate) async fn redirect(operator: &Operator, path: &str, flash: Flash) -> Response {
+pub(crate) async fn redirect(operator: &impl Session, path: &str, flash: Flash) -> Response {
     let id = random_token();
     let slot = Slot {
-        user_id: operator.user.id,
-        session: operator.csrf_token.clone(),
+        user_id: operator.user_id(),
+        session: operator.session().to_owned(),
         path: path.to_owned(),
         flash,
     };
@@ -56,11 +81,11 @@ pub(crate) async fn redirect(operator: &Operator, path: &str, flash: Flash) -> R
 }
 
 /// The flash left for this session on `path` under `id`, taken: the next call gets nothing.
-pub(crate) async fn take(operator: &Operator, path: &str, id: Option<&str>) -> Option<Flash> {
+pub(crate) async fn take(operator: &impl Session, path: &str, id: Option<&str>) -> Option<Flash> {
     let id = id?;
     let slot = SLOTS.get(id).await?;
-    let ours = slot.user_id == operator.user.id
-        && slot.session == operator.csrf_token
+    let ours = slot.user_id == operator.user_id()
+        && slot.session == operator.session()
         && slot.path == path;
     if !ours {
         return None;

@@ -9,6 +9,7 @@ mod authorized;
 mod csrf;
 mod flash;
 mod forms;
+mod logout;
 mod session;
 mod templates;
 
@@ -27,6 +28,7 @@ use axum::routing::get;
 
 const STYLESHEET: &str = include_str!("../../static/style.css");
 const SCRIPT: &str = include_str!("../../static/app.js");
+const FAVICON: &str = include_str!("../../static/favicon.svg");
 
 /// Every browser route, with the security headers all of them carry.
 pub fn router() -> Router<AppState> {
@@ -36,6 +38,7 @@ pub fn router() -> Router<AppState> {
         .merge(admin::router())
         .merge(authorize::router())
         .merge(authorized::router())
+        .merge(logout::router())
         .route(
             "/static/style.css",
             get(|| async { asset("text/css; charset=utf-8", STYLESHEET) }),
@@ -43,6 +46,15 @@ pub fn router() -> Router<AppState> {
         .route(
             "/static/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        )
+        // The pages name the icon; /favicon.ico is where browsers look without being told.
+        .route(
+            "/static/favicon.svg",
+            get(|| async { asset("image/svg+xml", FAVICON) }),
+        )
+        .route(
+            "/favicon.ico",
+            get(|| async { asset("image/svg+xml", FAVICON) }),
         )
         .layer(map_response(security_headers))
 }
@@ -123,7 +135,8 @@ pub(crate) enum WebError {
     /// The request holds what no page can take (a NUL character PostgreSQL cannot store).
     BadRequest,
     NotFound,
-    Forbidden,
+    /// 403 for a signed-in user: the page keeps their header.
+    Forbidden(Box<templates::Nav>),
     Csrf,
     Internal(String),
 }
@@ -140,6 +153,7 @@ impl From<StoreError> for WebError {
 impl IntoResponse for WebError {
     fn into_response(self) -> Response {
         let mut cause = None;
+        let mut nav = templates::Nav::anonymous();
         let (status, title, message) = match self {
             WebError::BadRequest => (
                 StatusCode::BAD_REQUEST,
@@ -147,11 +161,14 @@ impl IntoResponse for WebError {
                 "The request holds a character that is not allowed.",
             ),
             WebError::NotFound => (StatusCode::NOT_FOUND, "Not found", "There is nothing here."),
-            WebError::Forbidden => (
-                StatusCode::FORBIDDEN,
-                "Forbidden",
-                "Your account is not allowed to see or change this.",
-            ),
+            WebError::Forbidden(signed_in) => {
+                nav = *signed_in;
+                (
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    "Your account is not allowed to see or change this.",
+                )
+            }
             WebError::Csrf => (
                 StatusCode::FORBIDDEN,
                 "Forbidden",
@@ -169,7 +186,7 @@ impl IntoResponse for WebError {
         let response = render(
             status,
             &templates::ErrorPage {
-                nav: templates::Nav::anonymous(),
+                nav,
                 title,
                 message,
             },

@@ -113,6 +113,8 @@ pub(crate) struct SignedIn {
     pub csrf_token: String,
     /// The token this session's forms carry ([`super::csrf::session_token`]).
     pub form_token: String,
+    /// When the user signed in (OpenID Connect's `auth_time`).
+    pub signed_in_at: i64,
 }
 
 /// A signed-in operator (see [`is_operator`]), their session's secret and the CSRF token their
@@ -158,6 +160,7 @@ impl FromRequestParts<AppState> for SignedIn {
                     .await
                     .map_err(IntoResponse::into_response)?,
                 csrf_token: session.csrf_token,
+                signed_in_at: session.signed_in_at,
             }),
             Ok(None) => {
                 // Only a page can be come back to; after a refused POST the visitor lands home.
@@ -185,6 +188,7 @@ impl FromRequestParts<AppState> for Operator {
             user,
             csrf_token,
             form_token,
+            ..
         } = SignedIn::from_request_parts(parts, state).await?;
         if is_operator(&user) {
             Ok(Operator {
@@ -197,7 +201,8 @@ impl FromRequestParts<AppState> for Operator {
                 user_id = user.id,
                 "operator view refused to a user who is not staff"
             );
-            Err(WebError::Forbidden.into_response())
+            let nav = super::templates::Nav::signed_in(&user, &form_token);
+            Err(WebError::Forbidden(Box::new(nav)).into_response())
         }
     }
 }
@@ -213,7 +218,8 @@ impl FromRequestParts<AppState> for Superuser {
         if operator.user.is_superuser {
             Ok(Superuser(operator))
         } else {
-            Err(WebError::Forbidden.into_response())
+            let nav = super::templates::Nav::of(&operator);
+            Err(WebError::Forbidden(Box::new(nav)).into_response())
         }
     }
 }

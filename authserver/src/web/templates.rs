@@ -14,6 +14,16 @@ pub(crate) struct Nav {
     notice: Option<String>,
 }
 
+/// The CSRF token never reaches a log line through `{:?}`.
+impl std::fmt::Debug for Nav {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nav")
+            .field("user", &self.user.as_ref().map(|u| u.id))
+            .field("csrf_token", &"<redacted>")
+            .finish_non_exhaustive()
+    }
+}
+
 impl Nav {
     pub fn anonymous() -> Nav {
         Nav {
@@ -79,6 +89,23 @@ pub(crate) struct ErrorPage {
     pub message: &'static str,
 }
 
+impl ErrorPage {
+    /// Where the page leads on: an operator to the applications, anyone else signed in to the
+    /// applications they authorized (the only page that is theirs), a visitor to sign in.
+    pub fn link(&self) -> (&'static str, &'static str) {
+        match &self.nav.user {
+            Some(u) if u.is_staff || u.is_superuser => {
+                ("/o/applications/", "Back to the applications")
+            }
+            Some(_) => (
+                "/o/authorized-tokens/",
+                "Go to your authorized applications",
+            ),
+            None => ("/accounts/login/", "Sign in"),
+        }
+    }
+}
+
 #[derive(Template)]
 #[template(path = "login.html")]
 pub(crate) struct LoginPage {
@@ -87,6 +114,8 @@ pub(crate) struct LoginPage {
     pub username: String,
     pub next: String,
     pub error: Option<String>,
+    /// The application an authorization in progress is for, named on the page.
+    pub application: Option<String>,
 }
 
 /// One line of the applications list.
@@ -127,6 +156,10 @@ pub(crate) struct ApplicationForm {
     pub scopes: Vec<Choice>,
     /// Empty (the server's default), `opaque`, `jwt`.
     pub token_formats: Vec<Choice>,
+    /// OpenID Connect: post-logout redirect URIs and the ID-token algorithm, as entered.
+    pub oidc: crate::validation::OidcDraft,
+    /// `RS256`, `EdDSA`.
+    pub id_token_algs: Vec<Choice>,
 }
 
 #[derive(Template)]
@@ -134,6 +167,9 @@ pub(crate) struct ApplicationForm {
 pub(crate) struct ApplicationDetail {
     pub nav: Nav,
     pub app: Application,
+    /// OpenID Connect: `id_token_signed_response_alg`.
+    pub id_token_alg: String,
+    pub post_logout_redirect_uris: Vec<String>,
     /// The secret in full: only right after registration or regeneration.
     pub secret: Option<String>,
     pub fingerprint: Option<String>,
@@ -145,6 +181,8 @@ pub(crate) struct ApplicationDetail {
     pub pkce: &'static str,
     /// Its access-token format, in words (saying when it is the server's default).
     pub token_format: String,
+    /// How it authenticates at the token endpoint, in words (RFC 8705 method and registration).
+    pub client_auth: String,
 }
 
 #[derive(Template)]
@@ -165,6 +203,8 @@ pub(crate) struct ApplicationDelete {
 pub(crate) struct ConsentScope {
     pub name: String,
     pub description: String,
+    /// The OpenID Connect claims the scope releases, comma-separated (empty for others).
+    pub claims: String,
 }
 
 #[derive(Template)]
@@ -183,6 +223,20 @@ pub(crate) struct ConsentPage {
 pub(crate) struct AuthorizeErrorPage {
     pub nav: Nav,
     pub message: &'static str,
+}
+
+#[derive(Template)]
+#[template(path = "oauth/logout.html")]
+pub(crate) struct LogoutPage {
+    pub nav: Nav,
+    /// `confirm`, `done` or `refused`.
+    pub stage: &'static str,
+    pub message: &'static str,
+    /// The request, as the confirmation form's hidden fields.
+    pub fields: Vec<(String, String)>,
+    pub csrf_token: String,
+    /// The relying party's name, when it said who it is.
+    pub application: String,
 }
 
 /// One line of the authorized applications.
@@ -222,6 +276,8 @@ pub(crate) struct UserList {
 pub(crate) struct UserValues {
     pub username: String,
     pub email: String,
+    /// OpenID Connect's `email_verified`: the operator vouches for the address.
+    pub email_verified: bool,
     pub first_name: String,
     pub last_name: String,
     pub is_active: bool,
@@ -241,6 +297,8 @@ pub(crate) struct UserForm {
     pub values: UserValues,
     pub errors: Refusals,
     pub groups: Vec<Group>,
+    /// When the profile last changed (OpenID Connect's `updated_at`), for an existing user.
+    pub updated_at: Option<String>,
 }
 
 #[derive(Template)]

@@ -73,6 +73,7 @@ impl Replica {
 /// An access token for `user_id` of scope `read`, with a refresh token, continuing `family`.
 pub fn new_tokens(app_id: i64, user_id: i64, family: Option<String>) -> NewTokens {
     NewTokens {
+        cnf_x5t_s256: None,
         application_id: app_id,
         user_id: Some(user_id),
         scope: "read".into(),

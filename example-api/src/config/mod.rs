@@ -6,10 +6,9 @@ pub mod raw;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use resource_server::settings::SettingError;
-use resource_server::{
-    GateConfig, GateEnv, GateError, GateSettings, ProxySecret, RulesError, TokenSource,
-};
+pub use resource_server::ConfigError;
+use resource_server::config_error::{env_origin, key_origin};
+use resource_server::{GateConfig, GateEnv, GateSettings, ProxySecret, TokenSource};
 
 use raw::RawConfig;
 
@@ -19,29 +18,6 @@ pub const DEFAULT_CONFIG_PATH: &str = "config/example-api.yaml";
 pub const EXAMPLE_CONFIG: &str = include_str!("../../../config/example-api.yaml");
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8002";
 pub const DEFAULT_DATABASE_URL: &str = authserver::config::DEFAULT_DATABASE_URL;
-
-/// A configuration that failed to load; `Display` is the operator's message.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{file}: cannot read: {source}")]
-    Read {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
-    /// YAML syntax, unknown key or wrong type (serde's message, with the location).
-    #[error("{file}: {message}")]
-    Syntax { file: String, message: String },
-    /// `origin` is `<file>: key "<key>"` or `environment variable <NAME>`.
-    #[error("{origin}: {value}: {message}")]
-    Invalid {
-        origin: String,
-        value: String,
-        message: String,
-    },
-    #[error(transparent)]
-    Rules(#[from] RulesError),
-}
 
 /// Validated settings.
 #[derive(Clone, Debug)]
@@ -89,7 +65,10 @@ impl Config {
                     (Some(_), false) => format!("EXAMPLE_API_CONFIG={file}"),
                     _ => file,
                 };
-                return Err(ConfigError::Read { file, source });
+                return Err(ConfigError::Read {
+                    file,
+                    error: source,
+                });
             }
         };
         Self::from_yaml_with_env(&text, &file, env)
@@ -135,7 +114,7 @@ impl Validator<'_> {
             && let Some(value) = (self.env)(var)
         {
             return Picked {
-                origin: format!("environment variable {var}"),
+                origin: env_origin(var),
                 value: Some(value),
             };
         }
@@ -146,7 +125,7 @@ impl Validator<'_> {
     }
 
     fn key(&self, key: &str) -> String {
-        format!("{}: key \"{key}\"", self.file)
+        key_origin(self.file, key)
     }
 
     fn invalid(
@@ -154,32 +133,7 @@ impl Validator<'_> {
         value: impl std::fmt::Display,
         message: impl Into<String>,
     ) -> ConfigError {
-        ConfigError::Invalid {
-            origin: origin.into(),
-            value: format!("\"{value}\""),
-            message: message.into(),
-        }
-    }
-
-    /// The shared checks' error with this file's origin.
-    fn setting(&self, e: SettingError) -> ConfigError {
-        Self::invalid(self.key(&e.field), e.value, e.problem)
-    }
-
-    /// The gate's error, with the environment variable the value came from.
-    fn gate(&self, e: GateError) -> ConfigError {
-        match e {
-            GateError::Setting { error, env: None } => self.setting(error),
-            GateError::Setting {
-                error,
-                env: Some(var),
-            } => Self::invalid(
-                format!("environment variable {var}"),
-                error.value,
-                error.problem,
-            ),
-            GateError::Rules(e) => ConfigError::Rules(e),
-        }
+        ConfigError::at(origin.into(), value, message)
     }
 
     /// The proxy's secret: `EXAMPLE_API_PROXY_SECRET`, else the file `EXAMPLE_API_PROXY_SECRET_FILE`
@@ -234,6 +188,7 @@ impl Validator<'_> {
             introspection: raw.introspection,
             jwt: raw.jwt,
             routes: raw.routes.unwrap_or_default(),
+            revocation: raw.revocation,
         }
         .resolve(
             self.file,
@@ -242,15 +197,14 @@ impl Validator<'_> {
                 prefix: "EXAMPLE_API",
                 get: &env,
             },
-        )
-        .map_err(|e| self.gate(e))?;
+        )?;
         gate.proxy_secret = self.proxy_secret(raw.proxy_secret_file)?;
         if routes_missing {
-            return Err(ConfigError::Invalid {
-                origin: self.key("routes"),
-                value: "(missing)".into(),
-                message: "the access rules are required (see config/example-api.yaml)".into(),
-            });
+            return Err(Self::invalid(
+                self.key("routes"),
+                "(missing)",
+                "the access rules are required (see config/example-api.yaml)",
+            ));
         }
 
         let picked = self.pick("listen", Some("EXAMPLE_API_LISTEN"), raw.listen);

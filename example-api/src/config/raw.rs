@@ -1,8 +1,8 @@
 //! `config/example-api.yaml` as written: serde mirror structs (`deny_unknown_fields`), no validation.
 
-pub use resource_server::RawJwt;
 use resource_server::RouteSpec;
 pub use resource_server::settings::{RawCache, RawDuration, RawIntrospection};
+pub use resource_server::{RawJwt, RawRevocation};
 use serde::Deserialize;
 
 /// The whole file; every key but `routes` is optional with a named default.
@@ -33,6 +33,9 @@ pub struct RawConfig {
     /// Local JWT validation (`jwt` and `jwt-or-introspect` modes), see `resource_server::jwt::raw`.
     #[serde(default)]
     pub jwt: Option<RawJwt>,
+    /// The authorization server's revocation stream (see `resource_server::ssf`).
+    #[serde(default)]
+    pub revocation: Option<RawRevocation>,
     /// `behind_proxy`: a file holding the secret the proxy sends in `X-Tokengate-Proxy-Secret`
     /// (or env `EXAMPLE_API_PROXY_SECRET`, `EXAMPLE_API_PROXY_SECRET_FILE`).
     #[serde(default)]

@@ -125,13 +125,13 @@ fn errors_name_file_key_and_value() {
     );
     assert_eq!(
         err("mode: introspect"),
-        r#"c.yaml: key "introspection": "(missing)": required with token_source introspection (only token_source jwt does without)"#
+        r#"c.yaml: key "introspection": (missing): required with token_source introspection (only token_source jwt does without)"#
     );
     assert_eq!(
         err(&yaml("mode: introspect\nintrospection: { url: 'ftp://x' }")),
         r#"c.yaml: key "introspection.url": "ftp://x": expected an http:// or https:// URL"#
     );
-    assert!(err(&yaml("mode: introspect\nintrospection: { url: 'http://x/' }")).starts_with(r#"c.yaml: key "introspection": "(no credentials)": set auth_token (env EXAMPLE_API_AUTH_TOKEN)"#));
+    assert!(err(&yaml("mode: introspect\nintrospection: { url: 'http://x/' }")).starts_with(r#"c.yaml: key "introspection": (no credentials): set auth_token (env EXAMPLE_API_AUTH_TOKEN)"#));
     let both = err(&yaml(
         "mode: introspect\nintrospection: { url: 'http://x/', auth_token: sekrit, client_id: a, client_secret: b }",
     ));
@@ -143,7 +143,7 @@ fn errors_name_file_key_and_value() {
         err(&yaml(
             "mode: introspect\nintrospection: { url: 'http://x/', client_id: a }"
         ))
-        .starts_with(r#"c.yaml: key "introspection.client_secret": "(missing)""#)
+        .starts_with(r#"c.yaml: key "introspection.client_secret": (missing)"#)
     );
     assert_eq!(
         err(&yaml(
@@ -164,7 +164,7 @@ fn errors_name_file_key_and_value() {
     );
     let bad_rule = err("routes:\n  - { name: users, path: users/ }");
     assert!(
-        bad_rule.starts_with("c.yaml: routes[0] (users): field \"path\""),
+        bad_rule.starts_with("c.yaml: routes[0] (users): key \"path\""),
         "{bad_rule}"
     );
 }
@@ -347,7 +347,7 @@ listen: 0.0.0.0:9
     assert_eq!(jwt.claims.audience, Some(vec!["api".to_owned()]));
     assert!(
         err(&yaml("mode: jwt"))
-            .starts_with(r#"c.yaml: key "jwt": "(missing)": token_source jwt needs"#),
+            .starts_with(r#"c.yaml: key "jwt": (missing): token_source jwt needs"#),
         "{}",
         err(&yaml("mode: jwt"))
     );

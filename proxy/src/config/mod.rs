@@ -13,20 +13,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderValue;
+pub use resource_server::ConfigError;
 use resource_server::access_log::AccessLogSettings;
+use resource_server::config_error::{env_origin, key_origin, quoted};
 use resource_server::logging::LogFormat;
 use resource_server::settings::{self, SettingError};
 use resource_server::yaml;
-use resource_server::{
-    GateConfig, GateEnv, GateError, GateSettings, ProxySecret, RulesError, TokenSource,
-};
+use resource_server::{GateConfig, GateEnv, GateSettings, ProxySecret, TokenSource};
 
 use crate::app_probes::{self, AppProbes};
 use crate::downstream::ConnectionLimits;
 use crate::ingress::{Cidr, ForwardAuthConfig};
 use crate::tls::{self, TlsFiles, UpstreamTls};
 use raw::{
-    RawConfig, RawConnections, RawDuration, RawForwardAuth, RawTls, RawUpstream, RawUpstreamTls,
+    RawConfig, RawConnections, RawDuration, RawEject, RawForwardAuth, RawHealthCheck, RawTls,
+    RawUpstream, RawUpstreamTls,
 };
 
 /// Environment variables that override the file (empty values are ignored).
@@ -49,35 +50,6 @@ pub const DEFAULT_THREADS: usize = 1;
 const NO_ROUTES_HINT: &str =
     "is the file cut short? add routes, or set allow_empty_routes: true to start without any";
 
-/// A configuration that failed to load. `Display` is the message for the operator.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The cause is in the message, not a `source()`, so that a chain printer (anyhow's `{:#}`)
-    /// does not say it twice.
-    #[error("{file}: cannot read: {error}")]
-    Read { file: String, error: std::io::Error },
-    #[error("{file}: {message}")]
-    Syntax { file: String, message: String },
-    #[error("{file}: field \"{field}\" = {value}: {message}")]
-    Invalid {
-        file: String,
-        field: String,
-        value: String,
-        message: String,
-    },
-    #[error("{file}: routes[{index}] ({name}): field \"{field}\" = {value}: {message}")]
-    Route {
-        file: String,
-        index: usize,
-        name: String,
-        field: &'static str,
-        value: String,
-        message: String,
-    },
-    #[error(transparent)]
-    Rules(#[from] RulesError),
-}
-
 /// The validated configuration.
 #[derive(Clone, Debug)]
 pub struct ProxyConfig {
@@ -89,6 +61,8 @@ pub struct ProxyConfig {
     /// TLS on `listen` (checked when the file is loaded; the files are re-read when they change
     /// or on SIGHUP). `None`: cleartext.
     pub tls: Option<TlsFiles>,
+    /// The admin listener serves TLS with the same certificate.
+    pub admin_tls: bool,
     /// HTTP/2 with prior knowledge on a cleartext `listen` (opt-in).
     pub h2c: bool,
     /// The forward-auth decision endpoint, if any.
@@ -152,7 +126,16 @@ fn upstream_var(name: &str, setting: &str) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Upstream {
     pub name: String,
-    pub address: UpstreamAddr,
+    /// One or more addresses (a DNS name stands for every address it resolves to).
+    pub addresses: Vec<UpstreamAddr>,
+    /// How a request picks one of the addresses.
+    pub balance: Balance,
+    /// Active health checks, if any.
+    pub health_check: Option<HealthCheck>,
+    /// Passive ejection of an address that refuses connections.
+    pub eject: Eject,
+    /// How often DNS names are resolved again.
+    pub resolve_interval: Duration,
     pub pass_authorization: bool,
     /// HTTP/2 with prior knowledge to this upstream (gRPC servers); else HTTP/1.1.
     pub h2c: bool,
@@ -166,12 +149,50 @@ pub struct Upstream {
     pub proxy_secret: Option<HeaderValue>,
 }
 
+/// How a request picks one of an upstream's addresses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Balance {
+    /// In turn (Pingora's `RoundRobin`).
+    #[default]
+    RoundRobin,
+    /// The one with the fewest requests in flight through this proxy (ties in turn).
+    LeastConnections,
+}
+
+/// An upstream's active health check.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// `Some(path)`: an HTTP GET, healthy on 200; `None`: a TCP connect (and TLS handshake).
+    pub path: Option<String>,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub unhealthy_after: usize,
+    pub healthy_after: usize,
+}
+
+/// Passive ejection: after `after_failures` consecutive failed connections an address is left
+/// out for `duration` (or until an active check sees it healthy again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Eject {
+    pub after_failures: u32,
+    pub duration: Duration,
+}
+
+impl Default for Eject {
+    fn default() -> Self {
+        Eject {
+            after_failures: 1,
+            duration: Duration::from_secs(10),
+        }
+    }
+}
+
 /// Where an upstream listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum UpstreamAddr {
     /// An IP literal and port.
     Socket(SocketAddr),
-    /// A host name, resolved on each new connection.
+    /// A host name, resolved at start, on reload and every `resolve_interval`.
     Name { host: String, port: u16 },
 }
 
@@ -229,16 +250,7 @@ pub fn load_config_with_env(
 ) -> Result<ProxyConfig, ConfigError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let src = yaml::read_file(path, &yaml::Limits::DEFAULT).map_err(|e| match e {
-        yaml::YamlError::Read(error) => ConfigError::Read {
-            file: file.clone(),
-            error,
-        },
-        other => ConfigError::Syntax {
-            file: file.clone(),
-            message: other.to_string(),
-        },
-    })?;
+    let src = read_yaml(path, &file)?;
     let mut config = parse_config(&src, &file, env)?;
     config.source = Some(path.to_path_buf());
     Ok(config)
@@ -255,48 +267,92 @@ pub fn parse_config(
         message: e.to_string(),
     })?;
     let env = |k: &str| env(k).filter(|v| !v.is_empty());
-    Validator { file }.config(raw, &env)
+    Validator {
+        file,
+        tls_files: true,
+    }
+    .config(raw, &env)
+}
+
+/// [`load_config_with_env`] for a rules reload: the listener's certificate files are not read
+/// (they have a reload of their own), so a bad certificate on disk holds back only that one.
+pub fn reload_config_with_env(
+    path: impl AsRef<Path>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<ProxyConfig, ConfigError> {
+    let path = path.as_ref();
+    let file = path.display().to_string();
+    let src = read_yaml(path, &file)?;
+    let raw: RawConfig = yaml::from_str(&src).map_err(|e| ConfigError::Syntax {
+        file: file.clone(),
+        message: e.to_string(),
+    })?;
+    let env = |k: &str| env(k).filter(|v| !v.is_empty());
+    let mut config = Validator {
+        file: &file,
+        tls_files: false,
+    }
+    .config(raw, &env)?;
+    config.source = Some(path.to_path_buf());
+    Ok(config)
+}
+
+fn read_yaml(path: &Path, file: &str) -> Result<String, ConfigError> {
+    yaml::read_file(path, &yaml::Limits::DEFAULT).map_err(|e| match e {
+        yaml::YamlError::Read(error) => ConfigError::Read {
+            file: file.to_owned(),
+            error,
+        },
+        other => ConfigError::Syntax {
+            file: file.to_owned(),
+            message: other.to_string(),
+        },
+    })
 }
 
 struct Validator<'a> {
     file: &'a str,
+    /// Whether the listener's certificate and key are read and checked (not on a rules reload).
+    tls_files: bool,
 }
 
 impl Validator<'_> {
+    /// A bad value of `field` (dotted key); `value` is shown as given (quote it with [`quoted`]).
     fn invalid(
         &self,
-        field: impl Into<String>,
+        field: impl AsRef<str>,
         value: impl fmt::Display,
         message: impl Into<String>,
     ) -> ConfigError {
+        Self::at(key_origin(self.file, field.as_ref()), value, message)
+    }
+
+    /// A bad value at `origin`: a file's key or an environment variable.
+    fn at(origin: String, value: impl fmt::Display, message: impl Into<String>) -> ConfigError {
         ConfigError::Invalid {
-            file: self.file.to_owned(),
-            field: field.into(),
-            value: value.to_string(),
-            message: message.into(),
+            origin,
+            value: Some(value.to_string()),
+            problem: message.into(),
         }
     }
 
-    /// The shared checks' error, worded like the others (value quoted, a placeholder such as
-    /// `(missing)` not).
+    /// `field` of the file, or the environment variable `var` when it gives the value.
+    fn pick(
+        &self,
+        field: &str,
+        var: &str,
+        from_file: String,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> (String, String) {
+        match env(var) {
+            Some(value) => (env_origin(var), value),
+            None => (key_origin(self.file, field), from_file),
+        }
+    }
+
+    /// The shared checks' error, worded like the others.
     fn setting(&self, e: SettingError) -> ConfigError {
-        self.invalid(e.field, quoted(&e.value), e.problem)
-    }
-
-    /// The gate's error, with the environment variable the value came from.
-    fn gate(&self, e: GateError) -> ConfigError {
-        match e {
-            GateError::Setting { error, env: None } => self.setting(error),
-            GateError::Setting {
-                error,
-                env: Some(var),
-            } => self.invalid(
-                format!("{} (from {var})", error.field),
-                quoted(&error.value),
-                error.problem,
-            ),
-            GateError::Rules(e) => ConfigError::Rules(e),
-        }
+        ConfigError::setting(self.file, e, None)
     }
 
     fn config(
@@ -322,6 +378,22 @@ impl Validator<'_> {
             .forward_auth
             .map(|f| self.forward_auth(f, env))
             .transpose()?;
+        let tls_elsewhere = [
+            ("admin_tls", raw.admin_tls),
+            (
+                "forward_auth.tls",
+                forward_auth.as_ref().is_some_and(|f| f.tls),
+            ),
+        ];
+        for (field, on) in tls_elsewhere {
+            if on && tls.is_none() {
+                return Err(self.invalid(
+                    field,
+                    "true",
+                    "serves the certificate of the tls: section, which is missing",
+                ));
+            }
+        }
         if let Some(f) = &forward_auth
             && f.listen.port() != 0
             && (f.listen == listen || f.listen == admin_listen)
@@ -349,6 +421,7 @@ impl Validator<'_> {
             introspection: raw.introspection,
             jwt: raw.jwt,
             routes: raw.routes,
+            revocation: raw.revocation,
         }
         .resolve(
             self.file,
@@ -357,8 +430,7 @@ impl Validator<'_> {
                 prefix: "PROXY",
                 get: env,
             },
-        )
-        .map_err(|e| self.gate(e))?;
+        )?;
         if !gate.token_source.checks_tokens() {
             return Err(self.invalid(
                 "token_source",
@@ -384,18 +456,14 @@ impl Validator<'_> {
             ));
         }
         for route in rules.routes() {
-            let error = |value: String, message: String| ConfigError::Route {
-                file: self.file.to_owned(),
-                index: route.index(),
-                name: route.name.clone(),
-                field: "upstream",
-                value,
-                message,
+            let error = |value: &str, message: String| {
+                let (index, name) = (route.index(), &route.name);
+                ConfigError::route(self.file, index, name, "upstream", Some(value), message)
             };
             match &route.upstream {
                 None => {
                     return Err(error(
-                        "(missing)".into(),
+                        "(missing)",
                         "every route must name an upstream".into(),
                     ));
                 }
@@ -403,7 +471,7 @@ impl Validator<'_> {
                     let mut known: Vec<&str> = upstreams.keys().map(String::as_str).collect();
                     known.sort_unstable();
                     return Err(error(
-                        format!("{u:?}"),
+                        u,
                         format!("no such upstream (declared: {})", known.join(", ")),
                     ));
                 }
@@ -411,9 +479,8 @@ impl Validator<'_> {
             }
         }
         let app_probes = match env(app_probes::ENV) {
-            Some(json) => AppProbes::parse(&json).map_err(|message| {
-                self.invalid(app_probes::ENV, "(from the environment)", message)
-            })?,
+            Some(json) => AppProbes::parse(&json)
+                .map_err(|message| ConfigError::problem(env_origin(app_probes::ENV), message))?,
             None => AppProbes::default(),
         };
         Ok(ProxyConfig {
@@ -421,6 +488,7 @@ impl Validator<'_> {
             listen,
             admin_listen,
             tls,
+            admin_tls: raw.admin_tls,
             h2c: raw.h2c,
             forward_auth,
             connections,
@@ -468,22 +536,51 @@ impl Validator<'_> {
             listen,
             trusted_peers,
             path_prefix: raw.path_prefix,
+            tls: raw.tls,
         })
     }
 
     /// The `tls:` section, its files loaded and checked now (see [`tls::load`]).
     fn tls(&self, raw: RawTls) -> Result<TlsFiles, ConfigError> {
+        let required = match raw.client_auth.as_deref() {
+            None | Some("required") => true,
+            Some("optional") => false,
+            Some(other) => {
+                return Err(self.invalid(
+                    "tls.client_auth",
+                    quoted(other),
+                    "expected required or optional",
+                ));
+            }
+        };
+        let client_auth = match raw.client_ca_file {
+            Some(ca_file) => Some(tls::ClientAuth {
+                ca_file: ca_file.into(),
+                required,
+            }),
+            None if raw.client_auth.is_some() => {
+                return Err(self.invalid(
+                    "tls.client_auth",
+                    quoted(raw.client_auth.as_deref().unwrap_or_default()),
+                    "client certificates need tls.client_ca_file, the CA bundle to verify them",
+                ));
+            }
+            None => None,
+        };
         let files = TlsFiles {
             cert_file: raw.cert_file.into(),
             key_file: raw.key_file.into(),
+            client_auth,
         };
-        tls::load(&files, tls::unix_now()).map_err(|e| {
-            self.invalid(
-                format!("tls.{}", e.field),
-                quoted(&e.file.display().to_string()),
-                e.message,
-            )
-        })?;
+        if self.tls_files {
+            tls::load(&files, tls::unix_now()).map_err(|e| {
+                self.invalid(
+                    format!("tls.{}", e.field),
+                    quoted(&e.file.display().to_string()),
+                    e.message,
+                )
+            })?;
+        }
         Ok(files)
     }
 
@@ -493,8 +590,12 @@ impl Validator<'_> {
         &self,
         prefix: &str,
         raw: RawUpstreamTls,
-        address: &UpstreamAddr,
+        addresses: &[UpstreamAddr],
     ) -> Result<UpstreamTls, ConfigError> {
+        let host = |a: &UpstreamAddr| match a {
+            UpstreamAddr::Socket(a) => a.ip().to_string(),
+            UpstreamAddr::Name { host, .. } => host.clone(),
+        };
         let sni = match raw.sni {
             Some(s) if s.trim().is_empty() || s.contains(char::is_whitespace) => {
                 return Err(self.invalid(
@@ -504,10 +605,17 @@ impl Validator<'_> {
                 ));
             }
             Some(s) => s,
-            None => match address {
-                UpstreamAddr::Socket(a) => a.ip().to_string(),
-                UpstreamAddr::Name { host, .. } => host.clone(),
-            },
+            None => {
+                let first = host(&addresses[0]);
+                if addresses.iter().any(|a| host(a) != first) {
+                    return Err(self.invalid(
+                        format!("{prefix}.tls.sni"),
+                        "(missing)",
+                        "the addresses name different hosts: say which name to send and verify",
+                    ));
+                }
+                first
+            }
         };
         let ca_file = raw.ca_file.map(PathBuf::from);
         let ca = match &ca_file {
@@ -520,11 +628,43 @@ impl Validator<'_> {
                 )
             })?),
         };
+        let client = match (raw.client_cert_file, raw.client_key_file) {
+            (None, None) => None,
+            (Some(cert_file), Some(key_file)) => {
+                let files = TlsFiles {
+                    cert_file: cert_file.into(),
+                    key_file: key_file.into(),
+                    client_auth: None,
+                };
+                let pair = tls::load_client_pair(&files).map_err(|e| {
+                    let field = e.field.strip_prefix("client_").unwrap_or(e.field);
+                    self.invalid(
+                        format!("{prefix}.tls.client_{field}"),
+                        quoted(&e.file.display().to_string()),
+                        e.message,
+                    )
+                })?;
+                Some((files, pair))
+            }
+            (cert, _) => {
+                let (field, other) = if cert.is_some() {
+                    ("client_cert_file", "client_key_file")
+                } else {
+                    ("client_key_file", "client_cert_file")
+                };
+                return Err(self.invalid(
+                    format!("{prefix}.tls.{field}"),
+                    "(set)",
+                    format!("needs {prefix}.tls.{other} too"),
+                ));
+            }
+        };
         Ok(UpstreamTls::new(
             sni,
             ca_file,
             ca,
             !raw.insecure_skip_verify,
+            client,
         ))
     }
 
@@ -535,13 +675,10 @@ impl Validator<'_> {
         value: String,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<SocketAddr, ConfigError> {
-        let (field, value) = match env(var) {
-            Some(v) => (format!("{field} (from {var})"), v),
-            None => (field.to_owned(), value),
-        };
+        let (origin, value) = self.pick(field, var, value, env);
         value.trim().parse().map_err(|_| {
-            self.invalid(
-                field,
+            Self::at(
+                origin,
                 format!("{value:?}"),
                 "expected IP:port, e.g. 127.0.0.1:8000",
             )
@@ -601,13 +738,7 @@ impl Validator<'_> {
         if name.trim().is_empty() {
             return Err(self.invalid("upstreams", format!("{name:?}"), "empty upstream name"));
         }
-        let var = upstream_address_var(name);
-        let (field, address) = match env(&var) {
-            Some(v) => (format!("{prefix}.address (from {var})"), v),
-            None => (format!("{prefix}.address"), u.address),
-        };
-        let address = parse_upstream_addr(&address)
-            .map_err(|m| self.invalid(field, format!("{address:?}"), m))?;
+        let addresses = self.addresses(&prefix, name, u.address, u.addresses, env)?;
         let host = match u.host {
             None => None,
             Some(h) => Some(
@@ -635,7 +766,7 @@ impl Validator<'_> {
         let proxy_secret = self.proxy_secret(&prefix, name, u.proxy_secret_file, env)?;
         let tls = match u.tls {
             None => None,
-            Some(t) => Some(self.upstream_tls(&prefix, t, &address)?),
+            Some(t) => Some(self.upstream_tls(&prefix, t, &addresses)?),
         };
         if u.h2c && tls.is_some() {
             return Err(self.invalid(
@@ -644,9 +775,39 @@ impl Validator<'_> {
                 "h2c is cleartext HTTP/2; over tls, HTTP/2 is negotiated by ALPN",
             ));
         }
+        let balance = match u.balance.as_deref() {
+            None | Some("round_robin") => Balance::RoundRobin,
+            Some("least_connections") => Balance::LeastConnections,
+            Some(other) => {
+                return Err(self.invalid(
+                    format!("{prefix}.balance"),
+                    quoted(other),
+                    "expected round_robin or least_connections",
+                ));
+            }
+        };
+        let several = addresses.len() > 1
+            || addresses
+                .iter()
+                .any(|a| matches!(a, UpstreamAddr::Name { .. }));
+        let health_check = self.health_check(&prefix, u.health_check, several)?;
+        let eject = self.eject(&prefix, u.eject.unwrap_or_default())?;
+        let resolve_interval =
+            self.duration(&format!("{prefix}.resolve_interval"), u.resolve_interval, 5)?;
+        if resolve_interval.is_zero() {
+            return Err(self.invalid(
+                format!("{prefix}.resolve_interval"),
+                "0",
+                "must be positive",
+            ));
+        }
         Ok(Upstream {
             name: name.to_owned(),
-            address,
+            addresses,
+            balance,
+            health_check,
+            eject,
+            resolve_interval,
             pass_authorization: u.pass_authorization,
             h2c: u.h2c,
             tls,
@@ -654,6 +815,127 @@ impl Validator<'_> {
             connect_timeout,
             read_timeout: read_timeout.filter(|d| !d.is_zero()),
             proxy_secret,
+        })
+    }
+
+    /// The upstream's addresses: env `PROXY_UPSTREAM_<NAME>_ADDRESS` (one, or several separated
+    /// by commas), else `address` or `addresses` (exactly one of the two).
+    fn addresses(
+        &self,
+        prefix: &str,
+        name: &str,
+        address: Option<String>,
+        addresses: Option<Vec<String>>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Vec<UpstreamAddr>, ConfigError> {
+        let var = upstream_address_var(name);
+        // The key the addresses came from (None: the environment variable).
+        let (key, list): (Option<String>, Vec<String>) = match (env(&var), address, addresses) {
+            (Some(v), _, _) => (None, v.split(',').map(|a| a.trim().to_owned()).collect()),
+            (None, Some(_), Some(_)) => {
+                return Err(self.invalid(
+                    format!("{prefix}.addresses"),
+                    "(both)",
+                    "give address or addresses, not both",
+                ));
+            }
+            (None, Some(a), None) => (Some(format!("{prefix}.address")), vec![a]),
+            (None, None, Some(list)) if !list.is_empty() => {
+                (Some(format!("{prefix}.addresses")), list)
+            }
+            (None, None, _) => {
+                return Err(self.invalid(
+                    format!("{prefix}.address"),
+                    "(missing)",
+                    "every upstream needs an address (or a list under addresses)",
+                ));
+            }
+        };
+        let several = list.len() > 1;
+        let origin = |i: usize| match &key {
+            None => env_origin(&var),
+            Some(k) if several => key_origin(self.file, &format!("{k}[{i}]")),
+            Some(k) => key_origin(self.file, k),
+        };
+        let mut parsed = Vec::with_capacity(list.len());
+        for (i, a) in list.iter().enumerate() {
+            let addr =
+                parse_upstream_addr(a).map_err(|m| Self::at(origin(i), format!("{a:?}"), m))?;
+            if parsed.contains(&addr) {
+                return Err(Self::at(origin(i), format!("{a:?}"), "listed twice"));
+            }
+            parsed.push(addr);
+        }
+        Ok(parsed)
+    }
+
+    /// The `health_check:` section; without one, a TCP check when the upstream can have several
+    /// addresses (`several`), none otherwise.
+    fn health_check(
+        &self,
+        prefix: &str,
+        raw: Option<RawHealthCheck>,
+        several: bool,
+    ) -> Result<Option<HealthCheck>, ConfigError> {
+        let on = match &raw {
+            Some(r) => r.enabled.unwrap_or(true),
+            None => several,
+        };
+        if !on {
+            return Ok(None);
+        }
+        let raw = raw.unwrap_or_default();
+        let field = |key: &str| format!("{prefix}.health_check.{key}");
+        if let Some(p) = &raw.path
+            && (!p.starts_with('/') || p.contains(char::is_whitespace))
+        {
+            return Err(self.invalid(field("path"), quoted(p), "expected a path such as /healthz"));
+        }
+        let positive = |key: &str, v: Option<RawDuration>, default: Duration| {
+            let d = settings::duration(&field(key), v.as_ref(), default)
+                .map_err(|e| self.setting(e))?;
+            if d.is_zero() {
+                return Err(self.invalid(field(key), "0", "must be positive"));
+            }
+            Ok(d)
+        };
+        let count = |key: &str, v: Option<usize>, default: usize| match v {
+            None => Ok(default),
+            Some(n) if (1..=100).contains(&n) => Ok(n),
+            Some(n) => Err(self.invalid(field(key), n, "expected 1 to 100")),
+        };
+        Ok(Some(HealthCheck {
+            path: raw.path,
+            interval: positive("interval", raw.interval, Duration::from_secs(5))?,
+            timeout: positive("timeout", raw.timeout, Duration::from_secs(1))?,
+            unhealthy_after: count("unhealthy_after", raw.unhealthy_after, 2)?,
+            healthy_after: count("healthy_after", raw.healthy_after, 1)?,
+        }))
+    }
+
+    /// The `eject:` section.
+    fn eject(&self, prefix: &str, raw: RawEject) -> Result<Eject, ConfigError> {
+        let defaults = Eject::default();
+        let after_failures = match raw.after_failures {
+            None => defaults.after_failures,
+            Some(n) if (1..=1000).contains(&n) => n,
+            Some(n) => {
+                return Err(self.invalid(
+                    format!("{prefix}.eject.after_failures"),
+                    n,
+                    "expected 1 to 1000",
+                ));
+            }
+        };
+        let field = format!("{prefix}.eject.duration");
+        let duration = settings::duration(&field, raw.duration.as_ref(), defaults.duration)
+            .map_err(|e| self.setting(e))?;
+        if duration.is_zero() {
+            return Err(self.invalid(field, "0", "must be positive"));
+        }
+        Ok(Eject {
+            after_failures,
+            duration,
         })
     }
 
@@ -666,31 +948,27 @@ impl Validator<'_> {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<HeaderValue>, ConfigError> {
         let var = upstream_secret_var(name);
-        let (field, text) = match (env(&var), file) {
-            (Some(text), _) => (format!("{prefix}.proxy_secret (from {var})"), text),
+        let (origin, text) = match (env(&var), file) {
+            (Some(text), _) => (env_origin(&var), text),
             (None, Some(path)) => {
-                let field = format!("{prefix}.proxy_secret_file");
+                let origin = key_origin(self.file, &format!("{prefix}.proxy_secret_file"));
                 let text = std::fs::read_to_string(&path).map_err(|e| {
-                    self.invalid(&field, format!("{path:?}"), format!("cannot read: {e}"))
+                    Self::at(
+                        origin.clone(),
+                        format!("{path:?}"),
+                        format!("cannot read: {e}"),
+                    )
                 })?;
-                (field, text)
+                (origin, text)
             }
             (None, None) => return Ok(None),
         };
-        let secret = ProxySecret::new(&text).map_err(|m| self.invalid(field, "(hidden)", m))?;
+        let secret =
+            ProxySecret::new(&text).map_err(|m| Self::at(origin.clone(), "(hidden)", m))?;
         let mut value = HeaderValue::from_str(secret.expose())
-            .map_err(|_| self.invalid(prefix, "(hidden)", "not a header value"))?;
+            .map_err(|_| Self::at(origin, "(hidden)", "not a header value"))?;
         value.set_sensitive(true);
         Ok(Some(value))
-    }
-}
-
-/// A value as messages show it: quoted, unless it is a placeholder such as `(missing)`.
-fn quoted(value: &str) -> String {
-    if value.starts_with('(') && value.ends_with(')') {
-        value.to_owned()
-    } else {
-        format!("{value:?}")
     }
 }
 

@@ -2,11 +2,11 @@
 
 use std::collections::BTreeMap;
 
-pub use resource_server::RawJwt;
 use resource_server::RouteSpec;
 pub use resource_server::access_log::RawAccessLog;
 pub use resource_server::logging::LogFormat;
 pub use resource_server::settings::{RawCache, RawDuration};
+pub use resource_server::{RawJwt, RawRevocation};
 use serde::Deserialize;
 
 /// The whole file. Durations are strings such as `500ms`, `3s`, `5m` (a bare number = seconds).
@@ -17,6 +17,9 @@ pub struct RawConfig {
     pub listen: String,
     /// Address of the admin listener (`/healthz`, `/readyz`, `/metrics`), `host:port`.
     pub admin_listen: String,
+    /// The admin listener serves TLS too, with the `tls:` certificate (default false).
+    #[serde(default)]
+    pub admin_tls: bool,
     /// TLS on the proxy listener (`listen`): certificate and key PEM files. Default: cleartext.
     #[serde(default)]
     pub tls: Option<RawTls>,
@@ -56,6 +59,9 @@ pub struct RawConfig {
     /// Local JWT validation (see `resource_server::jwt::raw`).
     #[serde(default)]
     pub jwt: Option<RawJwt>,
+    /// The authorization server's revocation stream (see `resource_server::ssf`).
+    #[serde(default)]
+    pub revocation: Option<RawRevocation>,
     #[serde(default)]
     pub routes: Vec<RouteSpec>,
     /// Start with no routes at all (every request answered 404). Off by default: an empty rule
@@ -78,6 +84,15 @@ pub struct RawTls {
     pub cert_file: String,
     /// Its private key (PEM: PKCS#8, PKCS#1 RSA or SEC1 EC, unencrypted).
     pub key_file: String,
+    /// Client certificates (mTLS): the CA bundle (PEM) they must chain to. Default: none asked
+    /// for. Reloaded with the certificate.
+    #[serde(default)]
+    pub client_ca_file: Option<String>,
+    /// With `client_ca_file`: `required` (the default; a connection without a valid client
+    /// certificate fails its handshake) or `optional` (one without is let through, and a
+    /// certificate-bound token is refused on it).
+    #[serde(default)]
+    pub client_auth: Option<String>,
 }
 
 /// The `forward_auth:` section.
@@ -93,6 +108,9 @@ pub struct RawForwardAuth {
     /// Envoy `ext_authz`: the original path follows this prefix (default: the path as is).
     #[serde(default)]
     pub path_prefix: Option<String>,
+    /// Serve TLS with the `tls:` certificate (default false).
+    #[serde(default)]
+    pub tls: bool,
 }
 
 /// The `connections:` section: how long and how many clients may hold a connection open.
@@ -120,8 +138,27 @@ pub struct RawConnections {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawUpstream {
-    /// `host:port`; an IP literal is used as is, a name is resolved on each connection.
-    pub address: String,
+    /// `host:port`; an IP literal is used as is, a name is resolved at start, on reload and
+    /// every `resolve_interval`, every address it has taking traffic. Give this or `addresses`.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// Several `host:port`s, traffic spread over them (see `balance`).
+    #[serde(default)]
+    pub addresses: Option<Vec<String>>,
+    /// `round_robin` (default) or `least_connections` (fewest requests in flight through this
+    /// proxy).
+    #[serde(default)]
+    pub balance: Option<String>,
+    /// Active health checks (default: a TCP connect every 5 s when the upstream can have several
+    /// addresses, none for one IP address).
+    #[serde(default)]
+    pub health_check: Option<RawHealthCheck>,
+    /// Passive ejection: an address that refuses connections is left out for a while.
+    #[serde(default)]
+    pub eject: Option<RawEject>,
+    /// How often DNS names are resolved again (default `5s`).
+    #[serde(default)]
+    pub resolve_interval: Option<RawDuration>,
     /// Whether the client's `Authorization` header is forwarded (default false).
     #[serde(default)]
     pub pass_authorization: bool,
@@ -148,6 +185,43 @@ pub struct RawUpstream {
     pub tls: Option<RawUpstreamTls>,
 }
 
+/// An upstream's `health_check:` section.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealthCheck {
+    /// `false` turns active checks off (default true when the section is given).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// An HTTP GET of this path, healthy on 200 (default: a TCP connect, plus the TLS handshake
+    /// for a TLS upstream).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Time between checks (default `5s`).
+    #[serde(default)]
+    pub interval: Option<RawDuration>,
+    /// Connect (and read) timeout of one check (default `1s`).
+    #[serde(default)]
+    pub timeout: Option<RawDuration>,
+    /// Consecutive failed checks that mark an address down (default 2).
+    #[serde(default)]
+    pub unhealthy_after: Option<usize>,
+    /// Consecutive good checks that bring it back (default 1).
+    #[serde(default)]
+    pub healthy_after: Option<usize>,
+}
+
+/// An upstream's `eject:` section (passive health).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEject {
+    /// Consecutive failed connections that eject an address (default 1).
+    #[serde(default)]
+    pub after_failures: Option<u32>,
+    /// How long it is left out, unless an active check sees it healthy sooner (default `10s`).
+    #[serde(default)]
+    pub duration: Option<RawDuration>,
+}
+
 /// An upstream's `tls:` section.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -162,6 +236,13 @@ pub struct RawUpstreamTls {
     /// read and change the traffic.
     #[serde(default)]
     pub insecure_skip_verify: bool,
+    /// A client certificate chain (PEM, leaf first) shown to an upstream that asks for one
+    /// (mTLS); with `client_key_file`. Read at start and on reload.
+    #[serde(default)]
+    pub client_cert_file: Option<String>,
+    /// The private key of `client_cert_file` (PEM, unencrypted).
+    #[serde(default)]
+    pub client_key_file: Option<String>,
 }
 
 pub use resource_server::settings::RawIntrospection;

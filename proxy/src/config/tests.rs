@@ -60,12 +60,16 @@ fn good_file() {
     let auth = &c.upstreams["auth"];
     assert!(auth.pass_authorization);
     assert_eq!(
-        auth.address,
-        UpstreamAddr::Name {
+        auth.addresses,
+        [UpstreamAddr::Name {
             host: "authserver".into(),
             port: 8001
-        }
+        }]
     );
+    // A name may stand for several addresses: checked by default; one IP address is not.
+    assert_eq!(auth.balance, crate::config::Balance::RoundRobin);
+    assert!(auth.health_check.as_ref().is_some_and(|h| h.path.is_none()));
+    assert!(c.upstreams["api"].health_check.is_none());
     assert_eq!(auth.host.as_ref().unwrap(), "auth.internal");
     assert!(!c.upstreams["api"].pass_authorization);
     // Debug never shows the secret.
@@ -88,10 +92,7 @@ fn threads_and_work_stealing_are_read_and_bounded() {
     let c = parse(&format!("threads: 2\nwork_stealing: false\n{GOOD}")).unwrap();
     assert_eq!((c.threads, c.work_stealing), (2, false));
     let e = error(&format!("threads: 0\n{GOOD}"));
-    assert!(
-        e.contains("field \"threads\" = 0: expected 1 to 256"),
-        "{e}"
-    );
+    assert!(e.contains("key \"threads\": 0: expected 1 to 256"), "{e}");
     let e = error(&format!("work_stealing: sometimes\n{GOOD}"));
     assert!(e.contains("work_stealing"), "{e}");
 }
@@ -100,7 +101,7 @@ fn threads_and_work_stealing_are_read_and_bounded() {
 fn unknown_upstream_names_file_rule_field_and_value() {
     let e = error(&GOOD.replace("upstream: api", "upstream: nope"));
     assert!(
-        e.starts_with("proxy.yaml: routes[1] (users): field \"upstream\" = \"nope\""),
+        e.starts_with("proxy.yaml: routes[1] (users): key \"upstream\": \"nope\""),
         "{e}"
     );
     assert!(e.contains("declared: api, auth"), "{e}");
@@ -109,7 +110,7 @@ fn unknown_upstream_names_file_rule_field_and_value() {
 #[test]
 fn missing_upstream_on_a_route() {
     let e = error(&GOOD.replace(", upstream: api", ""));
-    assert!(e.contains("routes[1] (users): field \"upstream\""), "{e}");
+    assert!(e.contains("routes[1] (users): key \"upstream\""), "{e}");
 }
 
 #[test]
@@ -125,16 +126,16 @@ fn bad_values_name_field_and_value() {
     let e = error(&GOOD.replace("127.0.0.1:8000", "localhost"));
     assert_eq!(
         e,
-        "proxy.yaml: field \"listen\" = \"localhost\": expected IP:port, e.g. 127.0.0.1:8000"
+        "proxy.yaml: key \"listen\": \"localhost\": expected IP:port, e.g. 127.0.0.1:8000"
     );
     let e = error(&GOOD.replace("authserver:8001", "authserver"));
     assert!(
-        e.contains("upstreams.auth.address\" = \"authserver\""),
+        e.contains("upstreams.auth.address\": \"authserver\""),
         "{e}"
     );
     let e = error(&GOOD.replace("500ms", "5 parsecs"));
     assert!(
-        e.contains("introspection.cache.negative_ttl\" = \"5 parsecs\""),
+        e.contains("introspection.cache.negative_ttl\": \"5 parsecs\""),
         "{e}"
     );
     let e = error(&GOOD.replace("http://127.0.0.1:8001", "ftp://x"));
@@ -185,7 +186,7 @@ fn environment_overrides() {
     assert_eq!(auth(&c), ClientAuth::Bearer("tok".into()));
     let bad_env = |k: &str| (k == "PROXY_LISTEN").then(|| "nope".to_owned());
     let e = parse_config(GOOD, "f", bad_env).unwrap_err().to_string();
-    assert!(e.contains("listen (from PROXY_LISTEN)"), "{e}");
+    assert!(e.contains("environment variable PROXY_LISTEN"), "{e}");
 }
 
 #[test]
@@ -213,10 +214,10 @@ fn answer_policy_leeway_issuer_audience() {
     let e = error(&with("  leeway: 10m"));
     assert_eq!(
         e,
-        "proxy.yaml: field \"introspection.leeway\" = \"10m\": at most 300s"
+        "proxy.yaml: key \"introspection.leeway\": \"10m\": at most 300s"
     );
     let e = error(&with("  audience: ''"));
-    assert!(e.contains("field \"introspection.audience\" = \"\""), "{e}");
+    assert!(e.contains("key \"introspection.audience\": \"\""), "{e}");
     let e = error(&with("  leeway: soon"));
     assert!(e.contains("introspection.leeway"), "{e}");
 }
@@ -273,20 +274,17 @@ fn jwt_section_errors_name_the_field() {
     let c = parse(&format!("token_source: jwt_or_introspection\n{jwt}{GOOD}")).unwrap();
     assert_eq!(c.gate.token_source, TokenSource::JwtOrIntrospection);
     let e = error(&format!("token_source: jwt\n{GOOD}"));
-    assert!(
-        e.starts_with("proxy.yaml: field \"jwt\" = (missing)"),
-        "{e}"
-    );
+    assert!(e.starts_with("proxy.yaml: key \"jwt\": (missing)"), "{e}");
     let e = error(&format!("token_source: local\n{GOOD}"));
-    assert!(e.contains("field \"token_source\" = \"local\""), "{e}");
+    assert!(e.contains("key \"token_source\": \"local\""), "{e}");
     let e = error(&format!(
         "jwt: {{ jwks_url: 'http://x/', issuer: i, audience: a, algorithms: [none] }}\n{GOOD}"
     ));
-    assert!(e.contains("field \"jwt.algorithms\" = \"none\""), "{e}");
+    assert!(e.contains("key \"jwt.algorithms\": \"none\""), "{e}");
     let e = error(&format!(
         "jwt: {{ jwks_url: 'http://x/', issuer: i }}\n{GOOD}"
     ));
-    assert!(e.contains("field \"jwt.audience\""), "{e}");
+    assert!(e.contains("key \"jwt.audience\""), "{e}");
 }
 
 #[test]
@@ -321,15 +319,15 @@ fn connection_limits_default_and_are_read() {
     for (line, message) in [
         (
             "head_timeout: 0s",
-            "field \"connections.head_timeout\" = 0: must be positive",
+            "key \"connections.head_timeout\": 0: must be positive",
         ),
         (
             "body_idle_timeout: soon",
-            "field \"connections.body_idle_timeout\" = \"soon\"",
+            "key \"connections.body_idle_timeout\": \"soon\"",
         ),
         (
             "max: 0",
-            "field \"connections.max\" = 0: expected 1 to 1000000",
+            "key \"connections.max\": 0: expected 1 to 1000000",
         ),
         ("maximum: 5", "unknown field `maximum`"),
     ] {
@@ -350,9 +348,7 @@ fn application_probes_come_from_the_environment_and_are_checked() {
         .unwrap_err()
         .to_string();
     assert!(
-        error.starts_with(
-            "proxy.yaml: field \"PROXY_APP_PROBES\" = (from the environment): \"/users/\": a probe path is"
-        ),
+        error.starts_with("environment variable PROXY_APP_PROBES: \"/users/\": a probe path is"),
         "{error}"
     );
 }
@@ -405,7 +401,7 @@ fn an_upstreams_proxy_secret_is_checked_and_never_shown() {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("upstreams.api.proxy_secret (from PROXY_UPSTREAM_API_PROXY_SECRET)"),
+            e.contains("environment variable PROXY_UPSTREAM_API_PROXY_SECRET"),
             "{e}"
         );
         assert!(!e.contains(bad), "the value is never echoed: {e}");
@@ -419,4 +415,86 @@ fn an_upstreams_proxy_secret_is_checked_and_never_shown() {
         e.contains("upstreams.api.proxy_secret_file") && e.contains("cannot read"),
         "{e}"
     );
+}
+
+#[test]
+fn several_addresses_a_policy_and_health_checks() {
+    let c = parse_config(
+        &GOOD.replace(
+            "api: { address: \"127.0.0.1:8002\" }",
+            "api:\n    addresses: [127.0.0.1:8002, \"[::1]:8002\"]\n    balance: least_connections\n    \
+             health_check: { path: /healthz, interval: 2s, unhealthy_after: 3 }\n    \
+             eject: { after_failures: 2, duration: 30s }",
+        ),
+        "proxy.yaml",
+        no_env,
+    )
+    .unwrap();
+    let api = &c.upstreams["api"];
+    assert_eq!(api.addresses.len(), 2);
+    assert_eq!(api.balance, crate::config::Balance::LeastConnections);
+    let hc = api.health_check.as_ref().unwrap();
+    assert_eq!(
+        (
+            hc.path.as_deref(),
+            hc.interval,
+            hc.unhealthy_after,
+            hc.healthy_after
+        ),
+        (Some("/healthz"), Duration::from_secs(2), 3, 1)
+    );
+    assert_eq!(api.eject.after_failures, 2);
+    assert_eq!(api.eject.duration, Duration::from_secs(30));
+    // The environment's list wins, comma-separated.
+    let c = parse_config(GOOD, "proxy.yaml", |k| {
+        (k == "PROXY_UPSTREAM_API_ADDRESS").then(|| "10.0.0.1:80, 10.0.0.2:80".to_owned())
+    })
+    .unwrap();
+    assert_eq!(c.upstreams["api"].addresses.len(), 2);
+}
+
+#[test]
+fn bad_balancing_settings_are_named() {
+    let with = |api: &str| error(&GOOD.replace("api: { address: \"127.0.0.1:8002\" }", api));
+    for (api, says) in [
+        (
+            "api: { address: 127.0.0.1:1, addresses: [127.0.0.1:2] }",
+            "key \"upstreams.api.addresses\": (both): give address or addresses, not both",
+        ),
+        (
+            "api: { addresses: [] }",
+            "key \"upstreams.api.address\": (missing)",
+        ),
+        (
+            "api: { addresses: [127.0.0.1:1, nope] }",
+            "key \"upstreams.api.addresses[1]\": \"nope\"",
+        ),
+        (
+            "api: { addresses: [127.0.0.1:1, 127.0.0.1:1] }",
+            "listed twice",
+        ),
+        (
+            "api: { address: 127.0.0.1:1, balance: fastest }",
+            "key \"upstreams.api.balance\": \"fastest\": expected round_robin or least_connections",
+        ),
+        (
+            "api: { address: 127.0.0.1:1, health_check: { path: healthz } }",
+            "key \"upstreams.api.health_check.path\": \"healthz\"",
+        ),
+        (
+            "api: { address: 127.0.0.1:1, health_check: { interval: 0s } }",
+            "key \"upstreams.api.health_check.interval\": 0: must be positive",
+        ),
+        (
+            "api: { address: 127.0.0.1:1, eject: { after_failures: 0 } }",
+            "key \"upstreams.api.eject.after_failures\": 0",
+        ),
+        (
+            "api: { addresses: [127.0.0.1:1, 127.0.0.2:1], tls: {} }",
+            "key \"upstreams.api.tls.sni\": (missing): the addresses name different hosts",
+        ),
+    ] {
+        let e = with(api);
+        assert!(e.contains(says), "{api}: {e}");
+    }
 }

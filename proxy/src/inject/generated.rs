@@ -143,7 +143,7 @@ pub fn config_map(
     ]);
     let mut text = String::from(
         "# Written by `proxy inject`: every path needs a token with this scope. Add public and\n\
-         # per-path routes (README: Route rules).\n",
+         # per-path routes (docs/proxy.md: Route rules).\n",
     );
     if matches!(options.token_check, TokenCheck::Introspection { .. }) {
         text.push_str(

@@ -77,6 +77,26 @@ impl Pki {
     /// `NAME.pem` and `NAME.key` (PKCS#8): a server certificate for localhost and 127.0.0.1
     /// with common name `NAME`, signed by the CA.
     pub fn server(&self, name: &str) -> (PathBuf, PathBuf) {
+        self.issue(name, "san.ext")
+    }
+
+    /// `NAME.pem` and `NAME.key`: a client certificate (extended key usage `clientAuth`) with
+    /// common name `NAME` and the DNS name `NAME.clients.test`, signed by the CA.
+    #[allow(dead_code)]
+    pub fn client(&self, name: &str) -> (PathBuf, PathBuf) {
+        let ext = format!("{name}.ext");
+        std::fs::write(
+            self.path(&ext),
+            format!(
+                "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n\
+                 subjectAltName=DNS:{name}.clients.test\n"
+            ),
+        )
+        .unwrap();
+        self.issue(name, &ext)
+    }
+
+    fn issue(&self, name: &str, ext: &str) -> (PathBuf, PathBuf) {
         let (key, csr, pem) = (
             format!("{name}.key"),
             format!("{name}.csr"),
@@ -122,7 +142,7 @@ impl Pki {
                 "-days",
                 "2",
                 "-extfile",
-                "san.ext",
+                ext,
                 "-out",
                 &pem,
             ],

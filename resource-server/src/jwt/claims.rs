@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::claims::{Claims, MAX_TIME};
+use crate::claims::{Claims, Confirmation, MAX_TIME};
 use crate::decision::{EXPIRED_TOKEN, NOT_YET_VALID_TOKEN};
 
 /// A claim missing, of the wrong type, or out of range.
@@ -61,6 +61,8 @@ impl ClaimRules {
         let username = string(&map, &self.username_claim)?;
         let client_id = string(&map, &self.client_id_claim)?;
         let scope = strings(&map, &self.scope_claim)?.map(|s| s.join(" "));
+        let groups = group_names(&map)?;
+        let cnf = Confirmation::read(map.get("cnf")).map_err(|_| MALFORMED_CLAIMS)?;
         if client_id.is_none() || (self.require_jti && jti.is_none()) {
             return Err(MALFORMED_CLAIMS);
         }
@@ -93,7 +95,27 @@ impl ClaimRules {
             token_type: Some("Bearer".into()),
             iss: Some(iss),
             aud,
+            cnf,
+            jti,
+            groups,
         })
+    }
+}
+
+/// The `groups` claim: an array of names (or one name as a string), each non-empty; absent or
+/// `null` is none. A name may hold spaces, so a string is one group, never split.
+fn group_names(map: &Map<String, Value>) -> Result<Vec<String>, &'static str> {
+    match map.get("groups") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) if !s.is_empty() => Ok(vec![s.clone()]),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(s) if !s.is_empty() => Ok(s.clone()),
+                _ => Err(MALFORMED_CLAIMS),
+            })
+            .collect(),
+        Some(_) => Err(MALFORMED_CLAIMS),
     }
 }
 

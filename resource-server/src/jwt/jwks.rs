@@ -188,6 +188,12 @@ impl KeyStore {
         self.fetch(&mut state).await;
     }
 
+    /// Fetches now, whenever the last fetch was (a key was withdrawn: its tokens must go at once).
+    pub(crate) async fn refresh(&self) {
+        let mut state = self.state.lock().await;
+        self.fetch(&mut state).await;
+    }
+
     /// One fetch; on success the set is replaced, on failure the old one stays. Sets the next
     /// refresh time either way.
     async fn fetch(&self, state: &mut FetchState) {

@@ -177,6 +177,9 @@ struct Inner {
     keys: Arc<KeyStore>,
     cache: Cache<[u8; 32], Verified>,
     metrics: Arc<JwtMetrics>,
+    /// `kid`s withdrawn by the revocation stream: never accepted again, published or not.
+    withdrawn: std::sync::RwLock<Vec<String>>,
+    any_withdrawn: std::sync::atomic::AtomicBool,
 }
 
 /// Validates JWT access tokens locally. Cheap to clone (one `Arc`).
@@ -223,6 +226,8 @@ impl JwtValidator {
                 keys: Arc::new(keys),
                 cache,
                 metrics,
+                withdrawn: Default::default(),
+                any_withdrawn: Default::default(),
             }),
         })
     }
@@ -251,6 +256,35 @@ impl JwtValidator {
         self.inner.keys.start().await;
     }
 
+    /// The key `kid` was withdrawn: tokens it signs are refused from now on, cached ones
+    /// included, whether the JWKS still publishes it or not; the JWKS is fetched again.
+    pub async fn withdraw_key(&self, kid: &str) {
+        let inner = &*self.inner;
+        if let Ok(mut w) = inner.withdrawn.write()
+            && !w.iter().any(|k| k == kid)
+        {
+            w.push(kid.to_owned());
+        }
+        inner
+            .any_withdrawn
+            .store(true, std::sync::atomic::Ordering::Release);
+        inner.keys.refresh().await;
+    }
+
+    /// Whether a key's published `kid` was withdrawn.
+    fn withdrawn(&self, kid: Option<&str>) -> bool {
+        let inner = &*self.inner;
+        inner
+            .any_withdrawn
+            .load(std::sync::atomic::Ordering::Acquire)
+            && kid.is_some_and(|kid| {
+                inner
+                    .withdrawn
+                    .read()
+                    .is_ok_and(|w| w.iter().any(|k| k == kid))
+            })
+    }
+
     pub fn settings(&self) -> &JwtSettings {
         &self.inner.settings
     }
@@ -274,8 +308,9 @@ impl JwtValidator {
         let inner = &*self.inner;
         let digest = token_digest(token);
         if let Some(hit) = inner.cache.get(&digest).await {
-            let key_still_known = hit.generation == inner.keys.generation()
-                || inner.keys.keys().holds(hit.kid.as_deref(), &hit.key);
+            let key_still_known = (hit.generation == inner.keys.generation()
+                || inner.keys.keys().holds(hit.kid.as_deref(), &hit.key))
+                && !self.withdrawn(hit.kid.as_deref());
             if key_still_known {
                 inner.metrics.record(Validation::Cached);
                 return Credential::Checked(hit.claims);
@@ -330,7 +365,10 @@ impl JwtValidator {
         if keys.is_empty() {
             return (Validation::Unavailable, Err(Credential::Unavailable));
         }
-        let Some(key) = keys.find(kid, alg, &header.alg) else {
+        let Some(key) = keys
+            .find(kid, alg, &header.alg)
+            .filter(|k| !self.withdrawn(k.kid.as_deref()))
+        else {
             return refuse(Validation::UnknownKey, UNKNOWN_KEY);
         };
         // The signature over `header.payload` ([`keys::Key::check_signature`]), then the payload

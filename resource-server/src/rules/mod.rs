@@ -12,14 +12,18 @@ mod validation;
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use http::Method;
 
+use crate::cors::CorsPolicy;
 use matcher::{Matcher, has_dot_segment};
 use schema::RulesFile;
-pub use schema::{RouteSpec, ScopesSpec};
+pub use schema::{CorsSpec, RouteSpec, ScopesSpec};
 pub use validation::KNOWN_METHODS;
 use validation::validate;
+
+use crate::config_error::ConfigError;
 
 /// What a route needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +44,11 @@ pub struct Route {
     pub name: String,
     pub upstream: Option<String>,
     pub access: Access,
+    /// The groups of which the caller must be in one (`groups_any`); empty: no group needed.
+    pub groups_any: Vec<String>,
+    /// How browsers of other origins may call this route (`cors`); `None`: the proxy adds no
+    /// CORS header and forwards preflights as any request.
+    pub cors: Option<Arc<CorsPolicy>>,
     matcher: Matcher,
     methods: Option<Vec<Method>>,
     index: usize,
@@ -67,28 +76,6 @@ impl Route {
     }
 }
 
-/// A rules file that failed to load. `Display` names the file, the rule, the field and the value.
-#[derive(Debug, thiserror::Error)]
-pub enum RulesError {
-    #[error("{file}: cannot read: {source}")]
-    Read {
-        file: String,
-        #[source]
-        source: std::io::Error,
-    },
-    /// YAML syntax, unknown field, wrong type (serde's message, which gives the location).
-    #[error("{file}: {message}")]
-    Syntax { file: String, message: String },
-    #[error("{file}: routes[{index}] ({name}): field \"{field}\": {message}")]
-    Invalid {
-        file: String,
-        index: usize,
-        name: String,
-        field: String,
-        message: String,
-    },
-}
-
 /// Validated route rules, in file order; the first match wins.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Rules {
@@ -97,18 +84,18 @@ pub struct Rules {
 
 impl Rules {
     /// Reads and validates a rules file (`routes:` at the top level).
-    pub fn load(path: &Path) -> Result<Rules, RulesError> {
+    pub fn load(path: &Path) -> Result<Rules, ConfigError> {
         let file = path.display().to_string();
-        let src = std::fs::read_to_string(path).map_err(|source| RulesError::Read {
+        let src = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             file: file.clone(),
-            source,
+            error,
         })?;
         Self::from_yaml(&src, &file)
     }
 
     /// Parses and validates YAML text; `file` is used only in messages.
-    pub fn from_yaml(src: &str, file: &str) -> Result<Rules, RulesError> {
-        let parsed: RulesFile = crate::yaml::from_str(src).map_err(|e| RulesError::Syntax {
+    pub fn from_yaml(src: &str, file: &str) -> Result<Rules, ConfigError> {
+        let parsed: RulesFile = crate::yaml::from_str(src).map_err(|e| ConfigError::Syntax {
             file: file.to_owned(),
             message: e.to_string(),
         })?;
@@ -116,29 +103,26 @@ impl Rules {
     }
 
     /// Validates routes already deserialized (e.g. from a bigger YAML file).
-    pub fn from_routes(routes: Vec<RouteSpec>, file: &str) -> Result<Rules, RulesError> {
+    pub fn from_routes(routes: Vec<RouteSpec>, file: &str) -> Result<Rules, ConfigError> {
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (index, spec) in routes.iter().enumerate() {
             if let Some(first) = seen.insert(spec.name.as_str(), index) {
-                return Err(RulesError::Invalid {
-                    file: file.to_owned(),
+                return Err(ConfigError::route(
+                    file,
                     index,
-                    name: spec.name.clone(),
-                    field: "name".into(),
-                    message: format!("duplicate name {:?} (also routes[{first}])", spec.name),
-                });
+                    &spec.name,
+                    "name",
+                    None,
+                    format!("duplicate name {:?} (also routes[{first}])", spec.name),
+                ));
             }
         }
         let routes = routes
             .into_iter()
             .enumerate()
             .map(|(index, spec)| {
-                validate(index, spec).map_err(|(name, field, message)| RulesError::Invalid {
-                    file: file.to_owned(),
-                    index,
-                    name,
-                    field: field.to_owned(),
-                    message,
+                validate(index, spec).map_err(|(name, field, message)| {
+                    ConfigError::route(file, index, &name, field, None, message)
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -161,6 +145,22 @@ impl Rules {
     /// All routes, in file order.
     pub fn routes(&self) -> &[Route] {
         &self.routes
+    }
+
+    /// Each `(route name, scope)` of a rule needing a scope that is not in `issued` (an
+    /// authorization server's `scopes_supported`): a typo no token can ever satisfy.
+    pub fn scopes_not_in<'a>(&'a self, issued: &[String]) -> Vec<(&'a str, &'a str)> {
+        let mut out = Vec::new();
+        for route in &self.routes {
+            if let Access::Authenticated { all_of, any_of } = &route.access {
+                for scope in all_of.iter().chain(any_of) {
+                    if !issued.contains(scope) {
+                        out.push((route.name.as_str(), scope.as_str()));
+                    }
+                }
+            }
+        }
+        out
     }
 }
 

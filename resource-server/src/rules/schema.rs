@@ -6,6 +6,8 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
+pub use crate::cors::CorsSpec;
+
 /// One route as written in YAML. Exactly one of `path` (exact), `prefix` or `pattern` is set.
 ///
 /// ```yaml
@@ -19,6 +21,8 @@ use serde::{Deserialize, Serialize};
 /// `public: true` needs no token (and takes no scopes); otherwise the route is authenticated and
 /// needs an active token with the scopes given (no `scopes` = any active token).
 /// `authenticated: true` may be written for clarity; it is the default.
+/// `groups_any: [admins]` also requires the caller to be in one of these groups (the token's
+/// `groups` claim). `cors:` answers browsers of other origins ([`CorsSpec`]).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
@@ -39,6 +43,10 @@ pub struct RouteSpec {
     pub authenticated: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scopes: Option<ScopesSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups_any: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<CorsSpec>,
 }
 
 /// `scopes:` as written: `{ all_of: [...], any_of: [...] }` (either or both), or a plain list

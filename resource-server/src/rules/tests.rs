@@ -194,7 +194,7 @@ fn unknown_method_names_file_rule_field_value() {
     );
     assert_eq!(
         e,
-        r#"config/proxy.yaml: routes[2] (users-write): field "methods": unknown method "GTE""#
+        r#"config/proxy.yaml: routes[2] (users-write): key "methods": unknown method "GTE""#
     );
 }
 
@@ -202,40 +202,40 @@ fn unknown_method_names_file_rule_field_value() {
 fn path_kind_errors() {
     let e = one_rule("    methods: [GET]\n");
     assert!(
-        e.starts_with(r#"config/proxy.yaml: routes[1] (bad): field "path": no path given"#),
+        e.starts_with(r#"config/proxy.yaml: routes[1] (bad): key "path": no path given"#),
         "{e}"
     );
     let e = one_rule("    path: /a\n    prefix: /b\n");
     assert!(
-        e.starts_with(r#"config/proxy.yaml: routes[1] (bad): field "prefix": "/b": only one of"#),
+        e.starts_with(r#"config/proxy.yaml: routes[1] (bad): key "prefix": "/b": only one of"#),
         "{e}"
     );
     let e = one_rule("    prefix: /a\n    pattern: /b\n    path: /c\n");
-    assert!(e.contains(r#"routes[1] (bad): field "prefix""#), "{e}");
+    assert!(e.contains(r#"routes[1] (bad): key "prefix""#), "{e}");
     let e = one_rule("    path: users/\n");
     assert!(
-        e.contains(r#"routes[1] (bad): field "path": "users/" does not start with"#),
+        e.contains(r#"routes[1] (bad): key "path": "users/" does not start with"#),
         "{e}"
     );
     let e = one_rule("    prefix: /a?b=1\n");
-    assert!(e.contains(r#"field "prefix": "/a?b=1""#), "{e}");
+    assert!(e.contains(r#"key "prefix": "/a?b=1""#), "{e}");
     let e = one_rule("    pattern: /a/*/b\n");
     assert!(
-        e.contains(r#"routes[1] (bad): field "pattern": "/a/*/b": "*" may only be the last"#),
+        e.contains(r#"routes[1] (bad): key "pattern": "/a/*/b": "*" may only be the last"#),
         "{e}"
     );
     let e = one_rule("    pattern: /a/{}/\n");
     assert!(
-        e.contains(r#"field "pattern": "/a/{}/": bad parameter name "{}""#),
+        e.contains(r#"key "pattern": "/a/{}/": bad parameter name "{}""#),
         "{e}"
     );
     let e = one_rule("    pattern: /a/x{id}/\n");
     assert!(
-        e.contains(r#"field "pattern": "/a/x{id}/": segment "x{id}""#),
+        e.contains(r#"key "pattern": "/a/x{id}/": segment "x{id}""#),
         "{e}"
     );
     let e = one_rule("    pattern: /a/b*\n");
-    assert!(e.contains(r#"field "pattern""#), "{e}");
+    assert!(e.contains(r#"key "pattern""#), "{e}");
 }
 
 #[test]
@@ -243,31 +243,31 @@ fn scope_errors() {
     let e = one_rule("    path: /x\n    scopes: { all_of: [] }\n");
     assert_eq!(
         e,
-        r#"config/proxy.yaml: routes[1] (bad): field "scopes.all_of": []: empty list"#
+        r#"config/proxy.yaml: routes[1] (bad): key "scopes.all_of": []: empty list"#
     );
     let e = one_rule("    path: /x\n    scopes: { any_of: [] }\n");
     assert!(
-        e.contains(r#"routes[1] (bad): field "scopes.any_of": []: empty list"#),
+        e.contains(r#"routes[1] (bad): key "scopes.any_of": []: empty list"#),
         "{e}"
     );
     let e = one_rule("    path: /x\n    scopes: []\n");
     assert!(
-        e.contains(r#"routes[1] (bad): field "scopes.all_of": []: empty list"#),
+        e.contains(r#"routes[1] (bad): key "scopes.all_of": []: empty list"#),
         "{e}"
     );
     let e = one_rule("    path: /x\n    scopes: {}\n");
     assert!(
-        e.contains(r#"routes[1] (bad): field "scopes": {}: set all_of or any_of"#),
+        e.contains(r#"routes[1] (bad): key "scopes": {}: set all_of or any_of"#),
         "{e}"
     );
     let e = one_rule("    path: /x\n    scopes: [\"re ad\"]\n");
     assert!(
-        e.contains(r#"field "scopes.all_of": invalid scope "re ad""#),
+        e.contains(r#"key "scopes.all_of": invalid scope "re ad""#),
         "{e}"
     );
     let e = one_rule("    path: /x\n    scopes: { any_of: [ok, 'a\"b'] }\n");
     assert!(
-        e.contains(r#"field "scopes.any_of": invalid scope "a\"b""#),
+        e.contains(r#"key "scopes.any_of": invalid scope "a\"b""#),
         "{e}"
     );
 }
@@ -277,16 +277,16 @@ fn access_errors() {
     let e = one_rule("    path: /x\n    public: true\n    scopes: [read]\n");
     assert_eq!(
         e,
-        r#"config/proxy.yaml: routes[1] (bad): field "scopes": {"all_of":["read"]}: a public route takes no scopes"#
+        r#"config/proxy.yaml: routes[1] (bad): key "scopes": {"all_of":["read"]}: a public route takes no scopes"#
     );
     let e = one_rule("    path: /x\n    public: true\n    authenticated: true\n");
     assert!(
-        e.contains(r#"routes[1] (bad): field "authenticated": true together with public"#),
+        e.contains(r#"routes[1] (bad): key "authenticated": true together with public"#),
         "{e}"
     );
     let e = one_rule("    path: /x\n    authenticated: false\n");
     assert!(
-        e.contains(r#"routes[1] (bad): field "authenticated": false is not allowed"#),
+        e.contains(r#"routes[1] (bad): key "authenticated": false is not allowed"#),
         "{e}"
     );
     // public: false is simply an authenticated route.
@@ -304,19 +304,16 @@ fn access_errors() {
 fn other_field_errors() {
     let e = one_rule("    path: /x\n    methods: []\n");
     assert!(
-        e.contains(r#"routes[1] (bad): field "methods": empty list"#),
+        e.contains(r#"routes[1] (bad): key "methods": empty list"#),
         "{e}"
     );
     let e = one_rule("    path: /x\n    upstream: ''\n");
     assert!(
-        e.contains(r#"routes[1] (bad): field "upstream": "": empty upstream"#),
+        e.contains(r#"routes[1] (bad): key "upstream": "": empty upstream"#),
         "{e}"
     );
     let e = error("routes:\n  - name: ''\n    path: /x\n");
-    assert!(
-        e.contains(r#"routes[0] (): field "name": empty name"#),
-        "{e}"
-    );
+    assert!(e.contains(r#"routes[0] (): key "name": empty name"#), "{e}");
 }
 
 #[test]
@@ -326,7 +323,7 @@ fn duplicate_names() {
     );
     assert_eq!(
         e,
-        r#"config/proxy.yaml: routes[2] (a): field "name": duplicate name "a" (also routes[0])"#
+        r#"config/proxy.yaml: routes[2] (a): key "name": duplicate name "a" (also routes[0])"#
     );
 }
 

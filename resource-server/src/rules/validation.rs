@@ -1,7 +1,11 @@
 //! From [`RouteSpec`] to [`Route`]: one kind of path, known methods, scopes as RFC 6749 §3.3
 //! scope-tokens, and public routes without scopes. Errors are `(rule name, field, message)`.
 
+use std::sync::Arc;
+
 use http::Method;
+
+use crate::cors::CorsPolicy;
 
 use super::matcher::{Matcher, parse_pattern};
 use super::schema::{RouteSpec, ScopesSpec};
@@ -37,6 +41,8 @@ pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> 
         public,
         authenticated,
         scopes,
+        groups_any,
+        cors,
     } = spec;
     let checked = (|| -> Result<_, Problem> {
         if name.trim().is_empty() {
@@ -49,13 +55,20 @@ pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> 
         {
             return Err(("upstream", format!("{u:?}: empty upstream name")));
         }
-        Ok((matcher, methods, access(public, authenticated, scopes)?))
+        let access = access(public, authenticated, scopes)?;
+        let groups_any = groups(groups_any, &access)?;
+        let cors = cors
+            .map(|c| CorsPolicy::from_spec(c, methods.as_deref()).map(Arc::new))
+            .transpose()?;
+        Ok((matcher, methods, access, groups_any, cors))
     })();
     match checked {
-        Ok((matcher, methods, access)) => Ok(Route {
+        Ok((matcher, methods, access, groups_any, cors)) => Ok(Route {
             name,
             upstream,
             access,
+            groups_any,
+            cors,
             matcher,
             methods,
             index,
@@ -166,6 +179,30 @@ fn access(
             Ok(Access::Authenticated { all_of, any_of })
         }
     }
+}
+
+/// `groups_any`: group names (any text but empty or with a control character), on an
+/// authenticated route only.
+fn groups(list: Option<Vec<String>>, access: &Access) -> Result<Vec<String>, Problem> {
+    let Some(list) = list else {
+        return Ok(Vec::new());
+    };
+    if *access == Access::Public {
+        return Err(("groups_any", "a public route takes no groups".into()));
+    }
+    if list.is_empty() {
+        return Err(("groups_any", "[]: empty list (omit groups_any)".into()));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(list.len());
+    for g in list {
+        if g.trim().is_empty() || g.chars().any(char::is_control) {
+            return Err(("groups_any", format!("invalid group name {g:?}")));
+        }
+        if !out.contains(&g) {
+            out.push(g);
+        }
+    }
+    Ok(out)
 }
 
 fn describe_scopes(s: &ScopesSpec) -> String {

@@ -30,6 +30,8 @@ pub(super) struct NewRow {
     pub access_token_id: Option<i64>,
     pub issued_at: i64,
     pub expires_at: i64,
+    /// The client certificate the tokens are bound to (RFC 8705 `cnf.x5t#S256`).
+    pub cnf_x5t_s256: Option<String>,
 }
 
 const APPLICATION_BY_CLIENT_ID: &str = concat!(
@@ -98,6 +100,7 @@ pub(super) struct ApplicationColumns {
     pub created_at: i64,
     pub pkce_required: i64,
     pub token_format: Option<String>,
+    pub tls_client_auth: Option<String>,
 }
 
 impl ApplicationColumns {
@@ -115,6 +118,7 @@ impl ApplicationColumns {
             may_introspect: self.may_introspect != 0,
             pkce_required: self.pkce_required != 0,
             token_format: super::applications::parse_token_format(self.token_format)?,
+            tls_client_auth: super::applications::parse_tls_client_auth(self.tls_client_auth)?,
             owner_id: self.owner_id,
             created_at: self.created_at,
         })

@@ -14,7 +14,7 @@ use sqlx::{PgPool, Row};
 
 const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
     t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL,
-    a.allowed_scopes, a.may_introspect
+    a.allowed_scopes, a.may_introspect, t.cnf_x5t_s256
     FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
     LEFT JOIN revoked_families f ON f.family = t.family WHERE t.digest = $1";
 
@@ -36,6 +36,7 @@ fn token(row: &PgRow) -> sqlx::Result<TokenRecord> {
         revoked: row.try_get::<i64, _>(12)? != 0 || row.try_get::<bool, _>(13)?,
         application_scopes: split_scopes(row.try_get(14)?),
         application_may_introspect: row.try_get::<i64, _>(15)? != 0,
+        cnf_x5t_s256: row.try_get(16)?,
     })
 }
 
@@ -49,21 +50,21 @@ pub(in crate::store) async fn find_token(
 }
 
 /// One row, unless its family is revoked.
-const INSERT_ONE: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+const INSERT_ONE: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
     WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6) RETURNING id";
 
 /// An access token and the refresh token naming it, in one statement, unless their family is
 /// revoked. Returns the access token's id.
 const INSERT_PAIR: &str = "WITH access AS (
-        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
-        SELECT $1, $2, $3, $4, $5, $6, NULL, $7, $8
+        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
+        SELECT $1, $2, $3, $4, $5, $6, NULL, $7, $8, $12
         FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
         WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6) RETURNING id),
     refresh AS (
-        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
-        SELECT $9, $10, $3, $4, $5, $6, access.id, $7, $11 FROM access RETURNING access_token_id)
+        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
+        SELECT $9, $10, $3, $4, $5, $6, access.id, $7, $11, $12 FROM access RETURNING access_token_id)
     SELECT access_token_id FROM refresh";
 
 /// Inserts one row, or an access token and its refresh token, unless the family is revoked
@@ -81,6 +82,7 @@ pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> S
                 .bind(one.access_token_id)
                 .bind(one.issued_at)
                 .bind(one.expires_at)
+                .bind(&one.cnf_x5t_s256)
                 .fetch_optional(pool)
                 .await?
         }
@@ -97,6 +99,7 @@ pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> S
                 .bind(refresh.kind.as_str())
                 .bind(&refresh.digest)
                 .bind(refresh.expires_at)
+                .bind(&access.cnf_x5t_s256)
                 .fetch_optional(pool)
                 .await?
         }
@@ -123,21 +126,34 @@ pub(in crate::store) async fn claim(pool: &PgPool, id: i64) -> StoreResult<bool>
     Ok(claimed == 1)
 }
 
-/// Records the family as revoked; false when it was already.
+/// Records the family as revoked and appends `event` to the revocation log, announcing it, in
+/// one statement; false (and nothing appended) when it was revoked already.
 pub(in crate::store) async fn revoke_family(
     pool: &PgPool,
     family: &str,
     at: i64,
+    event: &crate::store::Revocation,
 ) -> StoreResult<bool> {
-    let done = sqlx::query(
-        "INSERT INTO revoked_families (family, revoked_at) VALUES ($1, $2)
-         ON CONFLICT (family) DO NOTHING",
+    let (event_type, format, subject) = crate::store::events::columns(event);
+    let revoked: i64 = sqlx::query_scalar(
+        "WITH revoked AS (
+            INSERT INTO revoked_families (family, revoked_at) VALUES ($1, $2)
+            ON CONFLICT (family) DO NOTHING RETURNING family),
+        logged AS (
+            INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at)
+            SELECT $3, $4, $5, $2 FROM revoked RETURNING id)
+        SELECT (SELECT COUNT(*) FROM revoked)
+            + 0 * (SELECT COUNT(pg_notify($6, '')) FROM logged)",
     )
     .bind(family)
     .bind(at)
-    .execute(pool)
+    .bind(event_type)
+    .bind(format)
+    .bind(subject)
+    .bind(crate::store::events::CHANNEL)
+    .fetch_one(pool)
     .await?;
-    Ok(done.rows_affected() == 1)
+    Ok(revoked == 1)
 }
 
 /// The user with this username, with their password hash.
@@ -196,6 +212,7 @@ fn application(row: &PgRow) -> sqlx::Result<ApplicationColumns> {
         created_at: row.try_get(10)?,
         pkce_required: row.try_get(11)?,
         token_format: row.try_get(12)?,
+        tls_client_auth: row.try_get(13)?,
     })
 }
 

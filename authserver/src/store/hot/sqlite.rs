@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
     t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL,
-    a.allowed_scopes, a.may_introspect
+    a.allowed_scopes, a.may_introspect, t.cnf_x5t_s256
     FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
     LEFT JOIN revoked_families f ON f.family = t.family WHERE t.digest = ?1";
 
@@ -34,6 +34,7 @@ fn token(row: &Row) -> rusqlite::Result<TokenRecord> {
         revoked: row.get::<_, i64>(12)? != 0 || row.get::<_, bool>(13)?,
         application_scopes: split_scopes(row.get_ref(14)?.as_str()?),
         application_may_introspect: row.get::<_, i64>(15)? != 0,
+        cnf_x5t_s256: row.get(16)?,
     })
 }
 
@@ -56,8 +57,8 @@ pub(in crate::store) fn insert_tokens(
 ) -> StoreResult<i64> {
     let mut insert = connection
         .prepare_cached(
-            "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
-             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
+            "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10
              WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = ?6) RETURNING id",
         )
         .map_err(crate::store::sqlite_local::database)?;
@@ -74,7 +75,8 @@ pub(in crate::store) fn insert_tokens(
                     row.family,
                     row.access_token_id.or(first),
                     row.issued_at,
-                    row.expires_at
+                    row.expires_at,
+                    row.cnf_x5t_s256
                 ],
                 |r| r.get(0),
             )
@@ -176,6 +178,7 @@ fn application(row: &Row) -> rusqlite::Result<ApplicationColumns> {
         created_at: row.get(10)?,
         pkce_required: row.get(11)?,
         token_format: row.get(12)?,
+        tls_client_auth: row.get(13)?,
     })
 }
 

@@ -1,0 +1,568 @@
+//! The SSF 1.0 transmitter of the revocation stream (issue 24, docs/revocation-stream.md):
+//! `/.well-known/ssf-configuration`, the stream configuration endpoint (create, read, delete;
+//! a stream belongs to the client that created it), its status, and poll delivery (RFC 8936)
+//! with long polling and acknowledgements.
+//!
+//! Every call carries a bearer access token with `ssf.read` (read, status, poll) or `ssf.manage`
+//! (create, delete) of a confidential application allowed to introspect. A poll answers at once
+//! with the stream's oldest unacknowledged SETs; with none pending and `returnImmediately`
+//! false it waits up to `ssf_poll_timeout`, woken by the store's [`EventBell`] when an event is
+//! appended here or (PostgreSQL) on any replica, and reads the log once more at the timeout (a
+//! lost notification is seen then). A SET stays pending until acknowledged: a poll answered
+//! into a dead connection loses nothing, and any replica serves the next one.
+//!
+//! [`EventBell`]: crate::store
+
+use super::OAuthError;
+use super::access_jwt::find_presented;
+use crate::AppState;
+use crate::domain::{SSF_MANAGE_SCOPE, SSF_READ_SCOPE};
+use crate::jwt::set;
+use crate::store::{ClientType, LoggedEvent, PushTarget, StreamRecord, TokenKind, now};
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+pub const CONFIGURATION_PATH: &str = "/.well-known/ssf-configuration";
+pub const STREAM_PATH: &str = "/ssf/stream";
+pub const STATUS_PATH: &str = "/ssf/status";
+pub const POLL_PATH: &str = "/ssf/poll";
+/// RFC 8936 poll delivery.
+pub const POLL_METHOD: &str = "urn:ietf:rfc:8936";
+/// RFC 8935 push delivery.
+pub const PUSH_METHOD: &str = "urn:ietf:rfc:8935";
+/// The most characters of a receiver's `setErrs` entry written to the log.
+const SET_ERROR_LOGGED: usize = 200;
+/// The most SETs one poll answers with, whatever `maxEvents` asks.
+const MAX_EVENTS: i64 = 100;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route(CONFIGURATION_PATH, get(configuration))
+        .route(
+            STREAM_PATH,
+            get(read_stream).post(create_stream).delete(delete_stream),
+        )
+        .route(STATUS_PATH, get(status))
+        .route(&format!("{POLL_PATH}/{{stream_id}}"), post(poll))
+}
+
+/// SSF 1.0 §7.1: the transmitter's configuration metadata.
+async fn configuration(State(state): State<AppState>) -> Json<Value> {
+    let issuer = &state.settings.issuer;
+    Json(json!({
+        "spec_version": "1_0",
+        "issuer": issuer,
+        "jwks_uri": format!("{issuer}{}", super::JWKS_PATH),
+        "delivery_methods_supported": [POLL_METHOD, PUSH_METHOD],
+        "configuration_endpoint": format!("{issuer}{STREAM_PATH}"),
+        "status_endpoint": format!("{issuer}{STATUS_PATH}"),
+        "authorization_schemes": [{"spec_urn": "urn:ietf:rfc:6749"}],
+        "default_subjects": "ALL",
+    }))
+}
+
+/// A refusal of the stream endpoints that is not about the caller: `400`/`404` with a body
+/// like RFC 6749's.
+fn refuse(status: StatusCode, error: &str, description: &str) -> Response {
+    let body = json!({"error": error, "error_description": description});
+    (status, [(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
+}
+
+fn no_stream() -> Response {
+    refuse(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "No stream with this id belongs to this client.",
+    )
+}
+
+/// The client id behind a bearer access token carrying `scope`, of a confidential application
+/// still allowed to introspect: `401` without a usable token, `403` without the scope or the
+/// permission.
+async fn caller(state: &AppState, headers: &HeaderMap, scope: &str) -> Result<String, OAuthError> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.len() > 7 && v[..7].eq_ignore_ascii_case("bearer "))
+        .map(|v| v[7..].trim())
+        .ok_or(OAuthError::Unauthenticated)?;
+    let token = match find_presented(state, bearer).await? {
+        Some(token) if token.kind == TokenKind::Access && token.is_active() => token,
+        _ => return Err(OAuthError::Unauthenticated),
+    };
+    // The scope as the application may still have it (a withdrawn permission takes it away).
+    if !token.current_scope().split_whitespace().any(|s| s == scope) {
+        return Err(OAuthError::Forbidden);
+    }
+    let app = state
+        .store
+        .find_application_by_client_id(&token.client_id)
+        .await?;
+    match app {
+        Some(app) if app.may_introspect && app.client_type == ClientType::Confidential => {
+            Ok(app.client_id)
+        }
+        _ => Err(OAuthError::Forbidden),
+    }
+}
+
+/// The event types a stream delivers: those asked for that are supported (all when none was
+/// asked for).
+fn delivered(stream: &StreamRecord) -> Vec<&'static str> {
+    set::SUPPORTED
+        .into_iter()
+        .filter(|t| {
+            stream.events_requested.is_empty() || stream.events_requested.iter().any(|r| r == t)
+        })
+        .collect()
+}
+
+/// SSF 1.0 §8.1.1: the stream configuration as the transmitter answers it.
+fn stream_configuration(state: &AppState, stream: &StreamRecord) -> Value {
+    let issuer = &state.settings.issuer;
+    // The receiver's Authorization header is never echoed.
+    let delivery = match &stream.push {
+        Some(push) => json!({"method": PUSH_METHOD, "endpoint_url": push.endpoint_url}),
+        None => json!({
+            "method": POLL_METHOD,
+            "endpoint_url": format!("{issuer}{POLL_PATH}/{}", stream.stream_id),
+        }),
+    };
+    json!({
+        "stream_id": stream.stream_id,
+        "iss": issuer,
+        "aud": stream.client_id,
+        "delivery": delivery,
+        "events_supported": set::SUPPORTED,
+        "events_requested": stream.events_requested,
+        "events_delivered": delivered(stream),
+        "min_verification_interval": 0,
+    })
+}
+
+#[derive(Deserialize)]
+struct StreamQuery {
+    stream_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct NewStream {
+    #[serde(default)]
+    delivery: Option<Delivery>,
+    #[serde(default)]
+    events_requested: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+struct Delivery {
+    method: String,
+    endpoint_url: Option<String>,
+    authorization_header: Option<String>,
+}
+
+/// The push target of a requested delivery: None for poll delivery, an error description for
+/// an unsupported method or a push without an http(s) URL.
+fn push_target(delivery: Option<Delivery>) -> Result<Option<PushTarget>, &'static str> {
+    let Some(delivery) = delivery else {
+        return Ok(None);
+    };
+    match delivery.method.as_str() {
+        POLL_METHOD => Ok(None),
+        PUSH_METHOD => {
+            let url = delivery
+                .endpoint_url
+                .filter(|u| {
+                    reqwest::Url::parse(u)
+                        .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
+                })
+                .ok_or("Push delivery needs an http or https endpoint_url.")?;
+            Ok(Some(PushTarget {
+                endpoint_url: url,
+                authorization: delivery.authorization_header,
+            }))
+        }
+        _ => Err("Delivery is by poll (urn:ietf:rfc:8936) or push (urn:ietf:rfc:8935)."),
+    }
+}
+
+/// `POST configuration_endpoint`: a new poll stream of the caller, delivering from now on.
+async fn create_stream(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
+    let client_id = caller(&state, &headers, SSF_MANAGE_SCOPE).await?;
+    let request: NewStream = match serde_json::from_slice(&body) {
+        Ok(request) => request,
+        Err(_) => {
+            return Ok(refuse(
+                StatusCode::BAD_REQUEST,
+                "invalid_request",
+                "The body must be a JSON stream configuration.",
+            ));
+        }
+    };
+    let push = match push_target(request.delivery) {
+        Ok(push) => push,
+        Err(problem) => return Ok(refuse(StatusCode::BAD_REQUEST, "invalid_request", problem)),
+    };
+    let requested = request.events_requested.unwrap_or_default();
+    let stream = state
+        .store
+        .create_stream(&client_id, &requested, push)
+        .await?;
+    if stream.push.is_some() {
+        state.store.ring_push();
+    }
+    tracing::info!(client_id = %client_id, stream_id = %stream.stream_id, "revocation stream created");
+    Ok((
+        StatusCode::CREATED,
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(stream_configuration(&state, &stream)),
+    )
+        .into_response())
+}
+
+/// `GET configuration_endpoint?stream_id=`: one stream of the caller; without `stream_id`, all.
+async fn read_stream(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<StreamQuery>,
+) -> Result<Response, OAuthError> {
+    let client_id = caller(&state, &headers, SSF_READ_SCOPE).await?;
+    let body = match query.stream_id {
+        Some(id) => match state.store.find_stream(&id, &client_id).await? {
+            Some(stream) => stream_configuration(&state, &stream),
+            None => return Ok(no_stream()),
+        },
+        None => Value::Array(
+            state
+                .store
+                .streams_of(&client_id)
+                .await?
+                .iter()
+                .map(|s| stream_configuration(&state, s))
+                .collect(),
+        ),
+    };
+    Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())
+}
+
+/// `DELETE configuration_endpoint?stream_id=`: `204`, or `404` for no stream of the caller.
+async fn delete_stream(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<StreamQuery>,
+) -> Result<Response, OAuthError> {
+    let client_id = caller(&state, &headers, SSF_MANAGE_SCOPE).await?;
+    let Some(id) = query.stream_id else {
+        return Ok(refuse(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "Name the stream: ?stream_id=",
+        ));
+    };
+    Ok(if state.store.delete_stream(&id, &client_id).await? {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        no_stream()
+    })
+}
+
+/// `GET status_endpoint?stream_id=` (SSF 1.0 §8.1.2): a stream is enabled while it exists.
+async fn status(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<StreamQuery>,
+) -> Result<Response, OAuthError> {
+    let client_id = caller(&state, &headers, SSF_READ_SCOPE).await?;
+    let Some(id) = query.stream_id else {
+        return Ok(refuse(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "Name the stream: ?stream_id=",
+        ));
+    };
+    Ok(match state.store.find_stream(&id, &client_id).await? {
+        Some(stream) => {
+            Json(json!({"stream_id": stream.stream_id, "status": "enabled"})).into_response()
+        }
+        None => no_stream(),
+    })
+}
+
+/// An RFC 8936 §2.4 poll request.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct PollRequest {
+    max_events: Option<i64>,
+    #[serde(default)]
+    return_immediately: bool,
+    #[serde(default)]
+    ack: Vec<String>,
+    #[serde(default)]
+    set_errs: serde_json::Map<String, Value>,
+}
+
+/// The SET id of `event` on `stream`: unique per stream and event, and read back on ack.
+fn set_jti(stream: &StreamRecord, event: &LoggedEvent) -> String {
+    format!("{}.{}", event.id, stream.stream_id)
+}
+
+/// The event id a SET id of `stream` names; None for anything else.
+fn acked_event(stream: &StreamRecord, jti: &str) -> Option<i64> {
+    let (id, stream_id) = jti.split_once('.')?;
+    (stream_id == stream.stream_id)
+        .then(|| id.parse().ok())
+        .flatten()
+}
+
+/// `POST endpoint_url` (RFC 8936): acknowledges, then answers the pending SETs, waiting for
+/// one when none is pending and the receiver asked to wait.
+async fn poll(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(stream_id): Path<String>,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
+    let client_id = caller(&state, &headers, SSF_READ_SCOPE).await?;
+    let request: PollRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        PollRequest::default()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(request) => request,
+            Err(_) => {
+                return Ok(refuse(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request",
+                    "The body must be an RFC 8936 poll request.",
+                ));
+            }
+        }
+    };
+    let Some(stream) = state.store.find_stream(&stream_id, &client_id).await? else {
+        return Ok(no_stream());
+    };
+    if stream.push.is_some() {
+        return Ok(refuse(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "This stream pushes its events (RFC 8935).",
+        ));
+    }
+    // Logged only for SETs of this stream, and cut short: the receiver writes this text.
+    for (jti, error) in &request.set_errs {
+        if acked_event(&stream, jti).is_some() {
+            let error: String = error.to_string().chars().take(SET_ERROR_LOGGED).collect();
+            tracing::warn!(stream_id = %stream.stream_id, jti = %jti, error, "the receiver refused a SET");
+        }
+    }
+    // An error reported for a SET acknowledges it too: sending it again would not help.
+    let acked: Vec<i64> = request
+        .ack
+        .iter()
+        .chain(request.set_errs.keys())
+        .filter_map(|jti| acked_event(&stream, jti))
+        .collect();
+    state.store.acknowledge(&stream.stream_id, &acked).await?;
+    let max = request
+        .max_events
+        .unwrap_or(MAX_EVENTS)
+        .clamp(0, MAX_EVENTS);
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_secs(state.settings.ssf_poll_timeout as u64);
+    let bell = state.store.event_bell();
+    let types = delivered(&stream);
+    let events = loop {
+        // Listen before reading, so that an event appended after the read wakes this poll.
+        let rung = bell.notified();
+        tokio::pin!(rung);
+        rung.as_mut().enable();
+        let events = pending(&state, &stream, &types, max).await?;
+        let waited_enough = tokio::time::Instant::now() >= deadline || state.store.polls_closing();
+        if !events.0.is_empty() || request.return_immediately || max == 0 || waited_enough {
+            break events;
+        }
+        tokio::select! {
+            _ = rung => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+    };
+    let (events, more) = events;
+    let sets: serde_json::Map<String, Value> = signed(&state, &stream, &events)
+        .await?
+        .into_iter()
+        .map(|(jti, token)| (jti, token.into()))
+        .collect();
+    Ok((
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(json!({"sets": sets, "moreAvailable": more})),
+    )
+        .into_response())
+}
+
+/// The SETs of `events` for `stream`, signed with the current key: (SET id, SET).
+async fn signed(
+    state: &AppState,
+    stream: &StreamRecord,
+    events: &[LoggedEvent],
+) -> Result<Vec<(String, String)>, OAuthError> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let keys = state
+        .keys
+        .keys_with_signer(&state.store, crate::jwt::Alg::EdDSA)
+        .await?;
+    let signer = keys
+        .signer(crate::jwt::Alg::EdDSA, now())
+        .ok_or_else(|| OAuthError::Server(anyhow::anyhow!("no signing key")))?;
+    let issuer = &state.settings.issuer;
+    events
+        .iter()
+        .map(|event| {
+            let jti = set_jti(stream, event);
+            let claims = set::claims(issuer, &stream.client_id, &jti, now(), event);
+            let token = set::sign(signer, &claims).map_err(|error| {
+                OAuthError::Server(anyhow::anyhow!("signing a SET failed: {error}"))
+            })?;
+            Ok((jti, token))
+        })
+        .collect()
+}
+
+/// At most `max` pending events of the types the stream delivers, and whether more are
+/// pending. Events of other types are acknowledged on the stream's behalf.
+async fn pending(
+    state: &AppState,
+    stream: &StreamRecord,
+    types: &[&str],
+    max: i64,
+) -> Result<(Vec<LoggedEvent>, bool), OAuthError> {
+    if max == 0 {
+        return Ok((Vec::new(), false));
+    }
+    loop {
+        let mut events = state.store.pending_events(stream, max + 1).await?;
+        let (wanted, unwanted): (Vec<LoggedEvent>, Vec<LoggedEvent>) = events
+            .drain(..)
+            .partition(|e| types.contains(&set::event_type(&e.revocation)));
+        if !unwanted.is_empty() {
+            let ids: Vec<i64> = unwanted.iter().map(|e| e.id).collect();
+            state.store.acknowledge(&stream.stream_id, &ids).await?;
+            if wanted.is_empty() {
+                continue;
+            }
+        }
+        let more = wanted.len() as i64 > max;
+        let mut wanted = wanted;
+        wanted.truncate(max as usize);
+        return Ok((wanted, more));
+    }
+}
+
+/// How soon the pusher tries again after a push was not accepted (a receiver that was down).
+const PUSH_RETRY: Duration = Duration::from_secs(5);
+/// How often the pusher reads the log with nothing to wake it (a lost notification).
+const PUSH_RECHECK: Duration = Duration::from_secs(60);
+/// How long one push may take.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// RFC 8935 push delivery: until aborted, pushes every push stream's pending SETs, one request
+/// each (`Content-Type: application/secevent+jwt`), woken by each appended event and by a new
+/// push stream; after [`PUSH_RETRY`] when a push was not accepted, else after [`PUSH_RECHECK`]. `202` acknowledges a SET; `400` (the receiver refused it, logged) too; any
+/// other answer or none leaves it pending for the next round. Every replica pushes, so a
+/// receiver may get a SET twice (same `jti`), never not at all.
+pub fn spawn_pusher(state: AppState) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let http = match reqwest::Client::builder().timeout(PUSH_TIMEOUT).build() {
+            Ok(http) => http,
+            Err(error) => {
+                tracing::error!(%error, "cannot build the push client; push streams get nothing");
+                return;
+            }
+        };
+        let bell = state.store.event_bell();
+        let push_bell = state.store.push_bell();
+        while !state.store.polls_closing() {
+            let rung = bell.notified();
+            let pushed = push_bell.notified();
+            tokio::pin!(rung, pushed);
+            rung.as_mut().enable();
+            pushed.as_mut().enable();
+            let again = match push_all(&state, &http).await {
+                Ok(false) => PUSH_RECHECK,
+                Ok(true) => PUSH_RETRY,
+                Err(error) => {
+                    tracing::warn!(error = %format!("{error:?}"), "pushing revocation events failed");
+                    PUSH_RETRY
+                }
+            };
+            tokio::select! {
+                _ = rung => {}
+                _ = pushed => {}
+                _ = tokio::time::sleep(again) => {}
+            }
+        }
+    })
+}
+
+/// One round: every push stream's pending SETs, oldest first, until one is not accepted.
+/// Whether one was not (to be tried again soon).
+async fn push_all(state: &AppState, http: &reqwest::Client) -> Result<bool, OAuthError> {
+    let mut any_stalled = false;
+    for stream in state.store.push_streams().await? {
+        let Some(target) = &stream.push else {
+            continue;
+        };
+        let types = delivered(&stream);
+        loop {
+            let (events, more) = pending(state, &stream, &types, MAX_EVENTS).await?;
+            let sets = signed(state, &stream, &events).await?;
+            let mut accepted = Vec::new();
+            let mut stalled = false;
+            for (event, (jti, token)) in events.iter().zip(sets) {
+                let mut request = http
+                    .post(&target.endpoint_url)
+                    .header(header::CONTENT_TYPE, "application/secevent+jwt")
+                    .header(header::ACCEPT, "application/json")
+                    .body(token);
+                if let Some(authorization) = &target.authorization {
+                    request = request.header(header::AUTHORIZATION, authorization);
+                }
+                match request.send().await.map(|r| r.status().as_u16()) {
+                    Ok(202) => accepted.push(event.id),
+                    Ok(400) => {
+                        tracing::warn!(stream_id = %stream.stream_id, jti = %jti, "the receiver refused a pushed SET");
+                        accepted.push(event.id);
+                    }
+                    other => {
+                        let answer = other.map_err(|e| e.to_string());
+                        tracing::warn!(stream_id = %stream.stream_id, ?answer, "push not accepted; trying again later");
+                        stalled = true;
+                        break;
+                    }
+                }
+            }
+            if !accepted.is_empty() {
+                state
+                    .store
+                    .acknowledge(&stream.stream_id, &accepted)
+                    .await?;
+            }
+            any_stalled |= stalled;
+            if stalled || !more {
+                break;
+            }
+        }
+    }
+    Ok(any_stalled)
+}

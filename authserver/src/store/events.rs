@@ -1,0 +1,507 @@
+//! The revocation event log (issue 24): every change that ends tokens appends its event here in
+//! the transaction of the change itself, and the SSF poll streams read it (`crate::oauth::ssf`).
+//!
+//! `ssf_events` is ordered by its id. A stream delivers the events after `after_event` (the
+//! newest when it was created) that it has not acknowledged (`ssf_acks`): nothing is dropped by
+//! a poll that never reached its receiver, and an event that commits after a later-numbered one
+//! (two PostgreSQL replicas) is still delivered, since no cursor moves past it.
+//!
+//! Waiting polls are woken by [`EventBell`]: in process by the store that committed the event,
+//! and, on PostgreSQL, by the notification every appending transaction sends on [`CHANNEL`]
+//! (delivered with its commit to every replica's listener). A lost notification delays delivery
+//! until the poll's own timeout, when the log is read again.
+
+use super::{Backend, Store, StoreResult, now};
+use crate::secrets;
+use sqlx::Row;
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// The PostgreSQL channel every appended event is announced on.
+pub(super) const CHANNEL: &str = "tokengate_ssf_events";
+
+/// How long a listener that lost its connection waits before listening again.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What ended, and whose tokens: one logged event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Revocation {
+    /// One token family (RFC 7009 revocation, refresh-token or authorization-code reuse), by the
+    /// `jti` its access tokens and introspection answers carry ([`family_jti`]).
+    Family { jti: String },
+    /// Every token of a user: deactivated or deleted. `sub` as tokens carry it.
+    User { sub: String },
+    /// Every token of a user, because their password changed.
+    Password { sub: String },
+    /// Every token of an application: deleted, or it lost a scope or the introspection
+    /// permission.
+    Client { client_id: String },
+    /// A user's tokens of one application: the user withdrew their consent.
+    Consent { sub: String, client_id: String },
+    /// A JWT signing key withdrawn: tokens it signed are no longer good.
+    SigningKey { kid: String },
+}
+
+impl Revocation {
+    /// The stored (event type, subject format, subject).
+    fn columns(&self) -> (&'static str, &'static str, String) {
+        match self {
+            Revocation::Family { jti } => ("session-revoked", "jwt_id", jti.clone()),
+            Revocation::User { sub } => ("session-revoked", "iss_sub", sub.clone()),
+            Revocation::Password { sub } => ("credential-change", "iss_sub", sub.clone()),
+            Revocation::Client { client_id } => ("session-revoked", "opaque", client_id.clone()),
+            Revocation::Consent { sub, client_id } => {
+                ("session-revoked", "complex", format!("{sub} {client_id}"))
+            }
+            Revocation::SigningKey { kid } => ("signing-key-withdrawn", "kid", kid.clone()),
+        }
+    }
+
+    fn from_columns(event_type: &str, format: &str, subject: String) -> Option<Revocation> {
+        Some(match (event_type, format) {
+            ("session-revoked", "jwt_id") => Revocation::Family { jti: subject },
+            ("session-revoked", "iss_sub") => Revocation::User { sub: subject },
+            ("credential-change", "iss_sub") => Revocation::Password { sub: subject },
+            ("session-revoked", "opaque") => Revocation::Client { client_id: subject },
+            ("session-revoked", "complex") => {
+                let (sub, client_id) = subject.split_once(' ')?;
+                Revocation::Consent {
+                    sub: sub.to_owned(),
+                    client_id: client_id.to_owned(),
+                }
+            }
+            ("signing-key-withdrawn", "kid") => Revocation::SigningKey { kid: subject },
+            _ => return None,
+        })
+    }
+}
+
+/// An event as logged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedEvent {
+    pub id: i64,
+    pub revocation: Revocation,
+    /// When the change was made (seconds).
+    pub occurred_at: i64,
+}
+
+/// Where a push stream (RFC 8935) delivers.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PushTarget {
+    pub endpoint_url: String,
+    /// The `Authorization` header value the receiver asked for (a secret of theirs).
+    pub authorization: Option<String>,
+}
+
+impl std::fmt::Debug for PushTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushTarget")
+            .field("endpoint_url", &self.endpoint_url)
+            .field("authorization", &self.authorization.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+/// A stream (SSF 1.0 §8.1) as stored: polled (RFC 8936) unless it has a push target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRecord {
+    pub stream_id: String,
+    /// The client that created it and alone may read, poll or delete it.
+    pub client_id: String,
+    /// The event type URIs asked for at creation.
+    pub events_requested: Vec<String>,
+    /// It delivers the events after this one.
+    pub after_event: i64,
+    pub created_at: i64,
+    /// RFC 8935 push delivery; None for a poll stream.
+    pub push: Option<PushTarget>,
+}
+
+/// The public id of a token family: the `jti` of its JWT access tokens, of its introspection
+/// answers and of its events. Derived from the stored family, which never leaves the server.
+pub fn family_jti(family: &str) -> String {
+    secrets::digest(&format!("tokengate-family:{family}"))[..32].to_owned()
+}
+
+const INSERT: &str = "INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at) VALUES ($1, $2, $3, $4)";
+const NOTIFY: &str = "NOTIFY tokengate_ssf_events";
+
+/// Appends `event` in the transaction `tx` (announced on PostgreSQL when it commits); the
+/// caller rings [`Store::ring_events`] after the commit.
+pub(super) async fn append(
+    tx: &mut sqlx::AnyConnection,
+    backend: Backend,
+    event: &Revocation,
+) -> StoreResult<()> {
+    let (event_type, format, subject) = event.columns();
+    sqlx::query(INSERT)
+        .bind(event_type)
+        .bind(format)
+        .bind(subject)
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+    if backend == Backend::Postgres {
+        sqlx::query(NOTIFY).execute(&mut *tx).await?;
+    }
+    Ok(())
+}
+
+/// [`append`] on the SQLite hot path's writer connection, in the job's savepoint.
+pub(super) fn append_sqlite(
+    connection: &rusqlite::Connection,
+    event: &Revocation,
+) -> rusqlite::Result<()> {
+    let (event_type, format, subject) = event.columns();
+    connection
+        .prepare_cached(
+            "INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at) VALUES (?1, ?2, ?3, ?4)",
+        )?
+        .execute(rusqlite::params![event_type, format, subject, now()])
+        .map(drop)
+}
+
+/// The columns of [`append`] for a statement of the PostgreSQL hot path that appends itself.
+pub(super) fn columns(event: &Revocation) -> (&'static str, &'static str, String) {
+    event.columns()
+}
+
+/// Wakes the polls waiting for events.
+pub(super) struct EventBell {
+    notify: Arc<Notify>,
+    /// Rung when a push stream is created.
+    push: Arc<Notify>,
+    /// Set when the server stops: waiting polls answer at once.
+    closing: std::sync::atomic::AtomicBool,
+    /// PostgreSQL: the task listening on [`CHANNEL`].
+    listener: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl EventBell {
+    pub(super) fn new(postgres_url: Option<String>) -> EventBell {
+        let notify = Arc::new(Notify::new());
+        let listener = postgres_url.map(|url| listen(url, notify.clone()));
+        EventBell {
+            notify,
+            push: Arc::new(Notify::new()),
+            closing: std::sync::atomic::AtomicBool::new(false),
+            listener,
+        }
+    }
+}
+
+impl Drop for EventBell {
+    fn drop(&mut self) {
+        if let Some(listener) = &self.listener {
+            listener.abort();
+        }
+    }
+}
+
+/// Listens on [`CHANNEL`] and wakes every waiting poll on each notification, and on every
+/// reconnection (what was said meanwhile is lost; the polls read the log again).
+fn listen(url: String, notify: Arc<Notify>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut listener: Option<sqlx::postgres::PgListener> = None;
+        loop {
+            let Some(active) = listener.as_mut() else {
+                let connected = async {
+                    let mut l = sqlx::postgres::PgListener::connect(&url).await?;
+                    l.listen(CHANNEL).await?;
+                    Ok::<_, sqlx::Error>(l)
+                }
+                .await;
+                match connected {
+                    Ok(connected) => {
+                        listener = Some(connected);
+                        notify.notify_waiters();
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot listen for revocation events; waiting polls see them at their timeout");
+                        tokio::time::sleep(RETRY).await;
+                    }
+                }
+                continue;
+            };
+            match active.try_recv().await {
+                Ok(_) => notify.notify_waiters(),
+                Err(error) => {
+                    tracing::warn!(%error, "lost the connection that listens for revocation events");
+                    listener = None;
+                    notify.notify_waiters();
+                    tokio::time::sleep(RETRY).await;
+                }
+            }
+        }
+    })
+}
+
+const STREAM_COLUMNS: &str =
+    "stream_id, client_id, events_requested, after_event, created_at, push_url, push_authorization";
+
+fn stream_from_row(row: &sqlx::any::AnyRow) -> StoreResult<StreamRecord> {
+    Ok(StreamRecord {
+        stream_id: row.try_get(0)?,
+        client_id: row.try_get(1)?,
+        events_requested: super::split_scopes(row.try_get(2)?),
+        after_event: row.try_get(3)?,
+        created_at: row.try_get(4)?,
+        push: row
+            .try_get::<Option<String>, _>(5)?
+            .map(|endpoint_url| -> StoreResult<PushTarget> {
+                Ok(PushTarget {
+                    endpoint_url,
+                    authorization: row.try_get(6)?,
+                })
+            })
+            .transpose()?,
+    })
+}
+
+impl Store {
+    /// Wakes this process's waiting polls: after a commit that appended an event.
+    pub(super) fn ring_events(&self) {
+        self.events.notify.notify_waiters();
+    }
+
+    /// What waiting polls wait on: create its `notified()` future before reading the log.
+    pub fn event_bell(&self) -> Arc<Notify> {
+        self.events.notify.clone()
+    }
+
+    /// What the pusher waits on besides events: a new push stream.
+    pub fn push_bell(&self) -> Arc<Notify> {
+        self.events.push.clone()
+    }
+
+    /// A push stream was created: the pusher looks at once.
+    pub fn ring_push(&self) {
+        self.events.push.notify_waiters();
+    }
+
+    /// The server is stopping: waiting polls answer now, so that draining does not wait for
+    /// their timeout (their receivers poll again, elsewhere).
+    pub fn close_polls(&self) {
+        use std::sync::atomic::Ordering;
+        self.events.closing.store(true, Ordering::Release);
+        self.events.notify.notify_waiters();
+        self.events.push.notify_waiters();
+    }
+
+    /// Whether [`Store::close_polls`] was called.
+    pub fn polls_closing(&self) -> bool {
+        self.events
+            .closing
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Appends `event` on its own (a change with no row of its own to write), and wakes polls.
+    pub async fn log_event(&self, event: &Revocation) -> StoreResult<()> {
+        let exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
+        append(&mut tx, self.backend, event).await?;
+        tx.commit().await?;
+        drop(exclusive);
+        self.ring_events();
+        Ok(())
+    }
+
+    /// A new stream of `client_id` (polled, or pushed to `push`), delivering the events
+    /// appended from now on.
+    pub async fn create_stream(
+        &self,
+        client_id: &str,
+        events_requested: &[String],
+        push: Option<PushTarget>,
+    ) -> StoreResult<StreamRecord> {
+        let stream = StreamRecord {
+            stream_id: secrets::random_client_id(),
+            client_id: client_id.to_owned(),
+            events_requested: events_requested.to_vec(),
+            after_event: 0,
+            created_at: now(),
+            push,
+        };
+        let _exclusive = self.exclusive().await?;
+        let after_event: i64 = sqlx::query_scalar(
+            "INSERT INTO ssf_streams (stream_id, client_id, events_requested, after_event, created_at, polled_at, push_url, push_authorization)
+             SELECT $1, $2, $3, COALESCE(MAX(id), 0), $4, $4, $5, $6 FROM ssf_events RETURNING after_event",
+        )
+        .bind(&stream.stream_id)
+        .bind(client_id)
+        .bind(events_requested.join(" "))
+        .bind(stream.created_at)
+        .bind(stream.push.as_ref().map(|p| p.endpoint_url.clone()))
+        .bind(stream.push.as_ref().and_then(|p| p.authorization.clone()))
+        .fetch_one(&self.writer)
+        .await?;
+        Ok(StreamRecord {
+            after_event,
+            ..stream
+        })
+    }
+
+    /// The stream `stream_id` if it belongs to `client_id`.
+    pub async fn find_stream(
+        &self,
+        stream_id: &str,
+        client_id: &str,
+    ) -> StoreResult<Option<StreamRecord>> {
+        let row = sqlx::query(&format!(
+            "SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE stream_id = $1 AND client_id = $2"
+        ))
+        .bind(stream_id)
+        .bind(client_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(stream_from_row).transpose()
+    }
+
+    /// Every push stream, for the pusher.
+    pub async fn push_streams(&self) -> StoreResult<Vec<StreamRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE push_url IS NOT NULL ORDER BY created_at"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(stream_from_row).collect()
+    }
+
+    /// The streams of `client_id`.
+    pub async fn streams_of(&self, client_id: &str) -> StoreResult<Vec<StreamRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE client_id = $1 ORDER BY created_at"
+        ))
+        .bind(client_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(stream_from_row).collect()
+    }
+
+    /// Deletes the stream `stream_id` of `client_id` (with its acknowledgements); whether it was.
+    pub async fn delete_stream(&self, stream_id: &str, client_id: &str) -> StoreResult<bool> {
+        let _exclusive = self.exclusive().await?;
+        let done = sqlx::query("DELETE FROM ssf_streams WHERE stream_id = $1 AND client_id = $2")
+            .bind(stream_id)
+            .bind(client_id)
+            .execute(&self.writer)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Records `event_ids` as acknowledged by the stream (ids of no event are ignored) and the
+    /// stream as polled now.
+    pub async fn acknowledge(&self, stream_id: &str, event_ids: &[i64]) -> StoreResult<()> {
+        let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
+        sqlx::query("UPDATE ssf_streams SET polled_at = $1 WHERE stream_id = $2")
+            .bind(now())
+            .bind(stream_id)
+            .execute(&mut *tx)
+            .await?;
+        for id in event_ids {
+            sqlx::query(
+                "INSERT INTO ssf_acks (stream_id, event_id) SELECT $1, id FROM ssf_events WHERE id = $2
+                 ON CONFLICT (stream_id, event_id) DO NOTHING",
+            )
+            .bind(stream_id)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The stream's oldest events not yet acknowledged, at most `limit`.
+    pub async fn pending_events(
+        &self,
+        stream: &StreamRecord,
+        limit: i64,
+    ) -> StoreResult<Vec<LoggedEvent>> {
+        let rows = sqlx::query(
+            "SELECT e.id, e.event_type, e.subject_format, e.subject, e.occurred_at FROM ssf_events e
+             WHERE e.id > $1 AND NOT EXISTS
+               (SELECT 1 FROM ssf_acks a WHERE a.stream_id = $2 AND a.event_id = e.id)
+             ORDER BY e.id LIMIT $3",
+        )
+        .bind(stream.after_event)
+        .bind(&stream.stream_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let (event_type, format): (String, String) = (row.try_get(1)?, row.try_get(2)?);
+            let Some(revocation) = Revocation::from_columns(&event_type, &format, row.try_get(3)?)
+            else {
+                return Err(anyhow::anyhow!("unknown logged event {event_type}/{format}").into());
+            };
+            events.push(LoggedEvent {
+                id: row.try_get(0)?,
+                revocation,
+                occurred_at: row.try_get(4)?,
+            });
+        }
+        Ok(events)
+    }
+
+    /// Deletes the events that occurred before `before` (their acknowledgements with them) and
+    /// the poll streams not polled since `idle_before` (push streams stay until deleted):
+    /// (events, streams) deleted.
+    pub async fn purge_events(&self, before: i64, idle_before: i64) -> StoreResult<(u64, u64)> {
+        let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
+        let streams =
+            sqlx::query("DELETE FROM ssf_streams WHERE polled_at < $1 AND push_url IS NULL")
+                .bind(idle_before)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        sqlx::query("DELETE FROM ssf_acks WHERE event_id IN (SELECT id FROM ssf_events WHERE occurred_at < $1)")
+            .bind(before)
+            .execute(&mut *tx)
+            .await?;
+        let events = sqlx::query("DELETE FROM ssf_events WHERE occurred_at < $1")
+            .bind(before)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok((events, streams))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_survive_their_columns() {
+        for event in [
+            Revocation::Family { jti: "j".into() },
+            Revocation::User { sub: "7".into() },
+            Revocation::Password { sub: "7".into() },
+            Revocation::Client {
+                client_id: "c".into(),
+            },
+            Revocation::Consent {
+                sub: "7".into(),
+                client_id: "c".into(),
+            },
+            Revocation::SigningKey { kid: "k".into() },
+        ] {
+            let (t, f, s) = event.columns();
+            assert_eq!(Revocation::from_columns(t, f, s), Some(event));
+        }
+    }
+
+    #[test]
+    fn family_jtis_are_stable_and_hide_the_family() {
+        let jti = family_jti("family-value");
+        assert_eq!(jti, family_jti("family-value"));
+        assert_ne!(jti, family_jti("other"));
+        assert_eq!(jti.len(), 32);
+        assert!(!jti.contains("family"));
+    }
+}

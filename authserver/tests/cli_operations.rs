@@ -1,0 +1,167 @@
+//! Operator commands of issue 27 against the binary: only serve, migrate and createsuperuser
+//! make a database (every other command on a missing SQLite file fails, naming it, and leaves
+//! nothing behind), and `user groups add|remove|list`.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+
+use support::binary::{bare_command, command, run};
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn ok(out: &Output) {
+    assert!(out.status.success(), "{}", stderr(out));
+}
+
+fn fresh_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "tokengate-cli-{}",
+        authserver::secrets::random_client_id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Every entry under `dir`.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn only_serve_migrate_and_createsuperuser_make_a_database() {
+    let dir = fresh_dir();
+    let nowhere = dir.join("nowhere/x.db");
+    let url = format!("sqlite://{}", nowhere.display());
+    for args in [
+        &["user", "list"][..],
+        &["user", "create", "--username", "ann"],
+        &["user", "groups", "list", "ann"],
+        &["group", "list"],
+        &["app", "list"],
+        &["keys", "list"],
+        &["keys", "rotate"],
+        &["cleartokens"],
+    ] {
+        let out = run(args, &url, "ann-password\n");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let said = stderr(&out);
+        assert!(
+            said.contains(&nowhere.display().to_string()),
+            "{args:?}: {said}"
+        );
+        assert!(said.contains("does not exist"), "{said}");
+        assert!(said.contains("authserver migrate"), "{said}");
+        assert!(
+            entries(&dir).is_empty(),
+            "{args:?} created {:?}",
+            entries(&dir)
+        );
+    }
+    // The default path, in an empty working directory: no data/ appears.
+    let out = bare_command(&["user", "list"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("data/authserver.db"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(entries(&dir).is_empty(), "created {:?}", entries(&dir));
+
+    // migrate makes it; then the others work on it.
+    let out = run(&["migrate"], &url, "");
+    ok(&out);
+    assert!(
+        stdout(&out).contains("schema up to date"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(nowhere.exists());
+    ok(&run(&["user", "list"], &url, ""));
+    // createsuperuser makes one too (as the container's first step does).
+    let other = format!("sqlite://{}", dir.join("admin/a.db").display());
+    ok(&run(
+        &["createsuperuser", "--username", "root"],
+        &other,
+        "root-password\n",
+    ));
+    ok(&run(&["user", "list"], &other, ""));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn user_groups_are_added_listed_and_removed_by_name() {
+    for db in authserver::testing::all_database_urls().await {
+        ok(&run(
+            &["user", "create", "--username", "ann"],
+            &db,
+            "ann-password\n",
+        ));
+        for group in ["admins", "ops team"] {
+            ok(&run(&["group", "create", group], &db, ""));
+        }
+        ok(&run(&["user", "groups", "add", "ann", "admins"], &db, ""));
+        let out = run(&["user", "groups", "add", "ann", "ops team"], &db, "");
+        ok(&out);
+        assert_eq!(stdout(&out).trim(), "ann is in group ops team");
+        // Twice: no change, no error.
+        ok(&run(&["user", "groups", "add", "ann", "admins"], &db, ""));
+        let listed = run(&["user", "groups", "list", "ann", "--json"], &db, "");
+        ok(&listed);
+        let names: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+        assert_eq!(names, serde_json::json!(["admins", "ops team"]));
+        assert_eq!(
+            stdout(&run(&["user", "groups", "list", "ann"], &db, "")),
+            "admins\nops team\n"
+        );
+        ok(&run(
+            &["user", "groups", "remove", "ann", "admins"],
+            &db,
+            "",
+        ));
+        assert_eq!(
+            stdout(&run(&["user", "groups", "list", "ann"], &db, "")),
+            "ops team\n"
+        );
+        for (args, message) in [
+            (
+                &["user", "groups", "add", "nobody", "admins"][..],
+                "no user named \"nobody\"",
+            ),
+            (
+                &["user", "groups", "add", "ann", "nothing"],
+                "no group named \"nothing\"",
+            ),
+            (
+                &["user", "groups", "remove", "ann", "nothing"],
+                "no group named \"nothing\"",
+            ),
+            (&["user", "groups", "list", "nobody"], "no user named"),
+        ] {
+            let out = command(args)
+                .arg("--database-url")
+                .arg(&db)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(1), "{args:?}");
+            assert!(stderr(&out).contains(message), "{args:?}: {}", stderr(&out));
+        }
+    }
+}

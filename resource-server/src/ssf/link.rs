@@ -1,0 +1,540 @@
+//! The receiver's conversation with one SSF transmitter ([`run`]): the SSF configuration
+//! (SSF 1.0 §7.1), an access token by client credentials (scopes `ssf.read ssf.manage`), a
+//! poll stream created (§8.1.1), then RFC 8936 long polls for ever, acknowledging each SET once
+//! it is verified and applied (and refusing the others in `setErrs`). A failed call is retried
+//! with backoff on the same stream, so the transmitter redelivers what was not acknowledged; a
+//! stream answered 404 is gone (events may have been lost): caches are flushed and a new stream
+//! is created.
+//!
+//! The transmitter is reached where its configuration was fetched: URLs it names at its
+//! issuer's origin (stream, JWKS, metadata, token endpoint) are taken at the configuration URL's
+//! origin instead, when the two differ (a sidecar reaches the authorization server at an
+//! internal address, while its issuer is the public front door).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Map, Value, json};
+
+use super::config::RevocationSettings;
+use super::set::{SetVerifier, events_requested};
+use crate::checker::TokenChecker;
+use crate::jwt::JwtValidator;
+use crate::outage::{Backoff, FAILURE_LOG_INTERVAL, LogLimiter};
+use crate::revoked::Revoked;
+
+/// RFC 8936 poll delivery.
+pub const POLL_METHOD: &str = "urn:ietf:rfc:8936";
+/// SETs asked for in one poll.
+const MAX_EVENTS: usize = 100;
+/// Retries of a failed call: 100 ms doubling to 5 s.
+const RETRY: Backoff = Backoff {
+    initial: Duration::from_millis(100),
+    max: Duration::from_secs(5),
+};
+
+/// What events act on besides the deny-list: the gate's introspection cache (evicted from) and
+/// JWT validator (keys refetched when one is withdrawn), set when the gate is built.
+#[derive(Clone, Default)]
+pub struct Target {
+    pub checker: Option<TokenChecker>,
+    pub jwt: Option<JwtValidator>,
+}
+
+pub type Targets = Arc<Mutex<Target>>;
+
+/// Why a step failed.
+#[derive(Debug)]
+enum Failure {
+    /// Worth a retry after the backoff; logged (rate-limited).
+    Retry(String),
+    /// The stream is gone: flush, then create another at once.
+    StreamLost,
+}
+
+fn transport(what: &str, e: &reqwest::Error) -> Failure {
+    let why = if e.is_timeout() {
+        "timed out".to_owned()
+    } else {
+        format!("transport: {e}")
+    };
+    Failure::Retry(format!("{what}: {why}"))
+}
+
+struct Discovered {
+    configuration_endpoint: String,
+    token_url: String,
+    verifier: SetVerifier,
+}
+
+struct Token {
+    value: String,
+    renew_at: Instant,
+}
+
+struct Link {
+    http: reqwest::Client,
+    s: RevocationSettings,
+    revoked: Arc<Revoked>,
+    targets: Targets,
+    discovered: Option<Discovered>,
+    token: Option<Token>,
+    /// The stream's id and poll endpoint.
+    stream: Option<(String, String)>,
+    acks: Vec<String>,
+    errs: Map<String, Value>,
+}
+
+/// Runs the receiver for ever (the task is aborted when the gate goes).
+pub async fn run(s: RevocationSettings, revoked: Arc<Revoked>, targets: Targets) {
+    let http = match reqwest::Client::builder()
+        .connect_timeout(s.timeout)
+        .redirect(reqwest::redirect::Policy::limited(3))
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "revocation receiver: cannot build the HTTP client");
+            return;
+        }
+    };
+    let mut link = Link {
+        http,
+        s,
+        revoked,
+        targets,
+        discovered: None,
+        token: None,
+        stream: None,
+        acks: Vec::new(),
+        errs: Map::new(),
+    };
+    let log = LogLimiter::new(FAILURE_LOG_INTERVAL);
+    let mut failures = 0u32;
+    loop {
+        match link.step().await {
+            Ok(()) => {
+                failures = 0;
+                if let Some(unreported) = log.success() {
+                    tracing::info!(unreported, "revocation stream answering again");
+                }
+            }
+            Err(Failure::StreamLost) => {
+                tracing::warn!("revocation stream gone (404): caches flushed, creating another");
+            }
+            Err(Failure::Retry(why)) => {
+                link.revoked
+                    .metrics
+                    .poll_errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if let Some(summary) = log.failure(Instant::now()) {
+                    tracing::warn!(
+                        failures = summary.failures,
+                        "revocation stream call failed: {why}; retrying with backoff"
+                    );
+                }
+                tokio::time::sleep(RETRY.delay(failures)).await;
+                failures = failures.saturating_add(1);
+            }
+        }
+    }
+}
+
+impl Link {
+    /// One poll (and whatever must come before it).
+    async fn step(&mut self) -> Result<(), Failure> {
+        if self.discovered.is_none() {
+            self.discovered = Some(self.discover().await?);
+        }
+        if self
+            .token
+            .as_ref()
+            .is_none_or(|t| Instant::now() >= t.renew_at)
+        {
+            self.token = Some(self.fetch_token().await?);
+        }
+        if self.stream.is_none() {
+            self.stream = Some(self.create_stream().await?);
+            // Whatever happened before this stream existed is not in it; from now on every
+            // event is kept for it: as good as a poll answered.
+            self.flush();
+            self.revoked.poll_succeeded();
+        }
+        self.poll().await
+    }
+
+    fn target(&self) -> Target {
+        self.targets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn flush(&self) {
+        self.revoked.flush();
+        if let Some(c) = self.target().checker {
+            c.flush();
+        }
+    }
+
+    async fn get_json(&self, url: &str, what: &str) -> Result<Value, Failure> {
+        let r = self
+            .http
+            .get(url)
+            .timeout(self.s.timeout)
+            .header("accept", "application/json")
+            .send()
+            .await
+            .map_err(|e| transport(what, &e))?;
+        if !r.status().is_success() {
+            return Err(Failure::Retry(format!(
+                "{what}: answered HTTP {}",
+                r.status().as_u16()
+            )));
+        }
+        r.json()
+            .await
+            .map_err(|e| Failure::Retry(format!("{what}: not JSON: {e}")))
+    }
+
+    async fn discover(&self) -> Result<Discovered, Failure> {
+        let what = "SSF configuration";
+        let c = self.get_json(&self.s.configuration_url, what).await?;
+        let text = |k: &str| c.get(k).and_then(Value::as_str).map(str::to_owned);
+        let missing = |k: &str| Failure::Retry(format!("{what}: no {k}"));
+        let issuer = text("issuer").ok_or_else(|| missing("issuer"))?;
+        let configuration_endpoint =
+            text("configuration_endpoint").ok_or_else(|| missing("configuration_endpoint"))?;
+        if let Some(Value::Array(methods)) = c.get("delivery_methods_supported")
+            && !methods.iter().any(|m| m.as_str() == Some(POLL_METHOD))
+        {
+            return Err(Failure::Retry(format!(
+                "{what}: poll delivery ({POLL_METHOD}) not offered"
+            )));
+        }
+        let here = |url: String| rebase(url, &issuer, &self.s.configuration_url);
+        let configuration_endpoint = here(configuration_endpoint);
+        let jwks_uri = match &self.s.jwks_uri {
+            Some(u) => u.clone(),
+            None => here(text("jwks_uri").ok_or_else(|| missing("jwks_uri"))?),
+        };
+        let token_url = match &self.s.token_url {
+            Some(u) => u.clone(),
+            None => here(self.token_endpoint(&here(issuer.clone())).await?),
+        };
+        let verifier = SetVerifier::new(&jwks_uri, &issuer, &self.s.audience)
+            .map_err(|e| Failure::Retry(format!("{what}: jwks_uri {e}")))?;
+        tracing::info!(%issuer, %configuration_endpoint, "revocation stream transmitter found");
+        Ok(Discovered {
+            configuration_endpoint,
+            token_url,
+            verifier,
+        })
+    }
+
+    /// The token endpoint from the issuer's RFC 8414 metadata (or its OpenID configuration).
+    async fn token_endpoint(&self, issuer: &str) -> Result<String, Failure> {
+        let issuer = issuer.trim_end_matches('/');
+        let rfc8414 = match issuer
+            .find("://")
+            .and_then(|i| issuer[i + 3..].find('/').map(|j| i + 3 + j))
+        {
+            Some(path_at) => format!(
+                "{}/.well-known/oauth-authorization-server{}",
+                &issuer[..path_at],
+                &issuer[path_at..]
+            ),
+            None => format!("{issuer}/.well-known/oauth-authorization-server"),
+        };
+        let oidc = format!("{issuer}/.well-known/openid-configuration");
+        let mut last = Failure::Retry("no metadata".into());
+        for url in [rfc8414, oidc] {
+            match self.get_json(&url, "authorization server metadata").await {
+                Ok(m) => {
+                    if let Some(t) = m.get("token_endpoint").and_then(Value::as_str) {
+                        return Ok(t.to_owned());
+                    }
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    async fn fetch_token(&self) -> Result<Token, Failure> {
+        let Some(d) = &self.discovered else {
+            return Err(Failure::Retry("not discovered".into()));
+        };
+        let what = "token";
+        let r = self
+            .http
+            .post(&d.token_url)
+            .timeout(self.s.timeout)
+            .basic_auth(&self.s.client_id, Some(&self.s.client_secret))
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("scope", "ssf.read ssf.manage"),
+            ])
+            .send()
+            .await
+            .map_err(|e| transport(what, &e))?;
+        let status = r.status();
+        if !status.is_success() {
+            // RFC 6749 §5.2's error code says why (invalid_client, invalid_scope...).
+            let body: Value = r.json().await.unwrap_or(Value::Null);
+            let error = body.get("error").and_then(Value::as_str).unwrap_or("-");
+            return Err(Failure::Retry(format!(
+                "{what}: the token endpoint answered HTTP {} ({error}) to client {:?} asking for \
+                 ssf.read ssf.manage",
+                status.as_u16(),
+                self.s.client_id
+            )));
+        }
+        let body: Value = r
+            .json()
+            .await
+            .map_err(|e| Failure::Retry(format!("{what}: not JSON: {e}")))?;
+        let value = body
+            .get("access_token")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Failure::Retry(format!("{what}: no access_token")))?;
+        let lifetime = body
+            .get("expires_in")
+            .and_then(Value::as_u64)
+            .unwrap_or(300);
+        // Renewed at 80 % of its life: never used past it.
+        let renew = Duration::from_secs(lifetime.saturating_mul(4) / 5);
+        Ok(Token {
+            value: value.to_owned(),
+            renew_at: Instant::now() + renew,
+        })
+    }
+
+    fn bearer(&self) -> String {
+        self.token
+            .as_ref()
+            .map_or_else(String::new, |t| format!("Bearer {}", t.value))
+    }
+
+    /// A status that means the token is not (or no longer) good: drop it.
+    fn refused(&mut self, what: &str, status: StatusCode) -> Failure {
+        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            self.token = None;
+        }
+        Failure::Retry(format!("{what}: answered HTTP {}", status.as_u16()))
+    }
+
+    async fn create_stream(&mut self) -> Result<(String, String), Failure> {
+        let Some(d) = &self.discovered else {
+            return Err(Failure::Retry("not discovered".into()));
+        };
+        let what = "stream creation";
+        let r = self
+            .http
+            .post(&d.configuration_endpoint)
+            .timeout(self.s.timeout)
+            .header("authorization", self.bearer())
+            .json(&json!({
+                "delivery": {"method": POLL_METHOD},
+                "events_requested": events_requested(),
+            }))
+            .send()
+            .await
+            .map_err(|e| transport(what, &e))?;
+        let status = r.status();
+        if !status.is_success() {
+            return Err(self.refused(what, status));
+        }
+        let body: Value = r
+            .json()
+            .await
+            .map_err(|e| Failure::Retry(format!("{what}: not JSON: {e}")))?;
+        let id = body.get("stream_id").and_then(Value::as_str);
+        let delivery = &body["delivery"];
+        let issuer = body.get("iss").and_then(Value::as_str).unwrap_or_default();
+        let url = delivery
+            .get("endpoint_url")
+            .and_then(Value::as_str)
+            .map(|u| rebase(u.to_owned(), issuer, &self.s.configuration_url));
+        let (Some(id), Some(url)) = (id, url) else {
+            return Err(Failure::Retry(format!(
+                "{what}: no stream_id or delivery.endpoint_url"
+            )));
+        };
+        if delivery
+            .get("method")
+            .and_then(Value::as_str)
+            .is_some_and(|m| m != POLL_METHOD)
+        {
+            return Err(Failure::Retry(format!("{what}: not a poll stream")));
+        }
+        self.revoked
+            .metrics
+            .streams_created
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Acks and errors of a former stream mean nothing to this one.
+        self.acks.clear();
+        self.errs.clear();
+        tracing::info!(stream_id = id, "revocation stream created");
+        Ok((id.to_owned(), url))
+    }
+
+    async fn poll(&mut self) -> Result<(), Failure> {
+        let Some((_, url)) = self.stream.clone() else {
+            return Err(Failure::Retry("no stream".into()));
+        };
+        let what = "poll";
+        let body = json!({
+            "maxEvents": MAX_EVENTS,
+            "returnImmediately": false,
+            "ack": self.acks,
+            "setErrs": self.errs,
+        });
+        // A long poll held past unhealthy_after has made the stream unhealthy anyway.
+        let r = self
+            .http
+            .post(&url)
+            .timeout(self.s.lifetimes.unhealthy_after)
+            .header("authorization", self.bearer())
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| transport(what, &e))?;
+        let status = r.status();
+        if status == StatusCode::NOT_FOUND {
+            self.stream = None;
+            self.revoked.stream_lost();
+            self.flush();
+            return Err(Failure::StreamLost);
+        }
+        if !status.is_success() {
+            return Err(self.refused(what, status));
+        }
+        let answer: Value = r
+            .json()
+            .await
+            .map_err(|e| Failure::Retry(format!("{what}: not JSON: {e}")))?;
+        let sets = match answer.get("sets") {
+            Some(Value::Object(sets)) => sets.clone(),
+            None | Some(Value::Null) => Map::new(),
+            Some(_) => return Err(Failure::Retry(format!("{what}: sets is not an object"))),
+        };
+        // The transmitter has the acknowledgements now.
+        self.acks.clear();
+        self.errs.clear();
+        self.revoked.poll_succeeded();
+        self.revoked
+            .metrics
+            .polls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        for (jti, set) in sets {
+            self.receive(&jti, set.as_str().unwrap_or_default()).await;
+        }
+        self.revoked.purge();
+        Ok(())
+    }
+
+    /// Verifies and applies one SET, and queues its acknowledgement (or its error).
+    async fn receive(&mut self, jti: &str, set: &str) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(d) = &self.discovered else { return };
+        match d.verifier.verify(set, jti).await {
+            Ok(verified) => {
+                let target = self.target();
+                for kid in &verified.keys_withdrawn {
+                    if let Some(v) = &target.jwt {
+                        v.withdraw_key(kid).await;
+                    }
+                    tracing::info!(set = jti, kid, "signing key withdrawn: its JWTs refused");
+                }
+                for r in &verified.revocations {
+                    self.revoked.deny(r.subject.clone(), r.at);
+                    if let Some(c) = &target.checker {
+                        c.evict(&r.subject);
+                    }
+                    tracing::info!(set = jti, subject = ?r.subject, at = r.at, "revocation event applied");
+                }
+                let m = &self.revoked.metrics;
+                m.sets_applied.fetch_add(1, Relaxed);
+                m.events_ignored.fetch_add(verified.ignored as u64, Relaxed);
+                self.acks.push(jti.to_owned());
+            }
+            Err(e) => {
+                self.revoked.verification_failed();
+                if let Some(c) = self.target().checker {
+                    c.flush();
+                }
+                tracing::warn!(set = jti, error = %e, "security event token refused; caches flushed, stream unhealthy for unhealthy_after");
+                self.errs.insert(
+                    jti.to_owned(),
+                    json!({"err": e.code(), "description": e.to_string()}),
+                );
+            }
+        }
+    }
+}
+
+/// `scheme://host[:port]` of a URL.
+fn origin(url: &str) -> Option<&str> {
+    let start = url.find("://")? + 3;
+    Some(
+        url[start..]
+            .find('/')
+            .map_or(url, |end| &url[..start + end]),
+    )
+}
+
+/// `url` at `configuration_url`'s origin when it is at `issuer`'s and the two differ.
+fn rebase(url: String, issuer: &str, configuration_url: &str) -> String {
+    match (origin(issuer), origin(configuration_url)) {
+        (Some(from), Some(to))
+            if from != to
+                && url.starts_with(from)
+                && (url.len() == from.len() || url[from.len()..].starts_with('/')) =>
+        {
+            format!("{to}{}", &url[from.len()..])
+        }
+        _ => url,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_at_the_issuers_origin_are_taken_where_the_configuration_was() {
+        let config = "http://authserver:8001/.well-known/ssf-configuration";
+        let r = |u: &str, iss: &str| rebase(u.to_owned(), iss, config);
+        assert_eq!(
+            r(
+                "https://auth.example.com/ssf/poll/1",
+                "https://auth.example.com"
+            ),
+            "http://authserver:8001/ssf/poll/1"
+        );
+        assert_eq!(
+            r(
+                "https://auth.example.com/ssf/poll/1",
+                "https://auth.example.com/tenant"
+            ),
+            "http://authserver:8001/ssf/poll/1"
+        );
+        assert_eq!(
+            r("https://other/jwks", "https://auth.example.com"),
+            "https://other/jwks"
+        );
+        assert_eq!(
+            r(
+                "https://auth.example.com.evil/x",
+                "https://auth.example.com"
+            ),
+            "https://auth.example.com.evil/x"
+        );
+        assert_eq!(
+            r("http://authserver:8001/x", "http://authserver:8001"),
+            "http://authserver:8001/x"
+        );
+    }
+}
