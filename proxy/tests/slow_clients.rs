@@ -109,6 +109,19 @@ impl Proxy {
             .unwrap_or_else(|| panic!("no {key} in\n{text}"))
     }
 
+    /// Waits (up to 5 s) until the proxy listener holds `n` connections.
+    async fn wait_for_open_connections(&self, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let open = self.metric("tokengate_proxy_connections", "proxy").await;
+            if open == n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{open} connections open, not {n}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     fn rss(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         let kb: u64 = status
@@ -341,6 +354,9 @@ async fn a_stalled_body_is_cut_at_the_body_idle_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_the_cap_are_refused_counted_and_logged_once() {
     let proxy = Proxy::start("  max: 20\n  admin_max: 4\n").await;
+    // The start-up probes' connections may still hold their slots for a moment: wait until
+    // they are given back, or one of the 20 below would be the one refused.
+    proxy.wait_for_open_connections(0).await;
     // 20 idle connections fill the proxy listener (a started request head holds its slot).
     let mut held = Vec::new();
     for _ in 0..20 {
@@ -348,7 +364,7 @@ async fn connections_beyond_the_cap_are_refused_counted_and_logged_once() {
         s.write_all(b"GET /public/held HTTP/1.1\r\n").await.unwrap();
         held.push(s);
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.wait_for_open_connections(20).await;
     for _ in 0..15 {
         assert_eq!(proxy.get("/public/more").await, Some(503));
     }
@@ -379,7 +395,7 @@ async fn connections_beyond_the_cap_are_refused_counted_and_logged_once() {
     assert_eq!(logged, 1, "{}", proxy.stderr.lock().unwrap());
     // Freed slots are taken again.
     held.clear();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.wait_for_open_connections(0).await;
     assert_eq!(proxy.get("/public/again").await, Some(200));
 }
 
