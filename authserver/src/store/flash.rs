@@ -93,11 +93,16 @@ mod tests {
             };
             let id = random_token();
             put(&id, 60).await;
-            let take = |session: &str, path: &str| store.take_flash(&digest(&id), session, path);
-            assert_eq!(take(&theirs, "/p/").await.unwrap(), None, "another session");
-            assert_eq!(take(&mine, "/q/").await.unwrap(), None, "another page");
-            assert_eq!(take(&mine, "/p/").await.unwrap().as_deref(), Some("sealed"));
-            assert_eq!(take(&mine, "/p/").await.unwrap(), None, "taken once");
+            let id_digest = digest(&id);
+            for (session, path, expected, why) in [
+                (&theirs, "/p/", None, "another session"),
+                (&mine, "/q/", None, "another page"),
+                (&mine, "/p/", Some("sealed"), "its session and page"),
+                (&mine, "/p/", None, "taken once"),
+            ] {
+                let taken = store.take_flash(&id_digest, session, path).await.unwrap();
+                assert_eq!(taken.as_deref(), expected, "{why}");
+            }
 
             let expired = random_token();
             put(&expired, -1).await;
