@@ -17,6 +17,7 @@ use authserver::testing;
 use base64::Engine;
 use reqwest::StatusCode;
 use reqwest::header;
+use support::browser::{browser_available, run_scenario, run_script};
 use support::code_flow::{Reply, code_of, csrf_token, hidden_fields, pkce_pair, set_cookie};
 use support::front::{Balancer, ReplicaProcess, assert_alternation};
 
@@ -44,14 +45,15 @@ async fn replicated(database_url: &str) -> (Balancer, [ReplicaProcess; 2]) {
     (front, [a, b])
 }
 
-/// An authorization-code application (confidential, PKCE) redirecting to [`REDIRECT`].
-async fn consenting_client(store: &Store) -> (String, String) {
+/// An authorization-code application (confidential, PKCE, `read write`) named `name`,
+/// redirecting to `redirect_uri`: its client id and secret.
+async fn consenting_client(store: &Store, name: &str, redirect_uri: &str) -> (String, String) {
     let input = ApplicationInput {
-        name: "Photo printer".into(),
+        name: name.into(),
         client_type: ClientType::Confidential,
         grant_type: GrantType::AuthorizationCode,
-        redirect_uris: REDIRECT.into(),
-        allowed_scopes: Vec::new(),
+        redirect_uris: redirect_uri.into(),
+        allowed_scopes: vec!["read".into(), "write".into()],
         may_introspect: false,
         pkce_required: true,
         token_format: None,
@@ -196,7 +198,7 @@ async fn over_http_every_view_works_with_each_request_on_the_other_replica() {
     let store = testing::connect(&database_url).await;
     support::staff(&store, "root", "root-password", true).await;
     testing::user(&store, "alice", "wonderland").await;
-    let consenting = consenting_client(&store).await;
+    let consenting = consenting_client(&store, "Photo printer", REDIRECT).await;
     let (front, replicas) = replicated(&database_url).await;
 
     let mut root = Visitor::new(&front.base_url);
@@ -313,4 +315,72 @@ async fn over_http_every_view_works_with_each_request_on_the_other_replica() {
     let forwarded = front.forwarded();
     let [a, b] = &replicas;
     assert_eq!(assert_alternation(&forwarded, &[a, b]), 5, "{forwarded:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_chromium_every_view_works_with_each_request_on_the_other_replica() {
+    let test = "in_chromium_every_view_works_with_each_request_on_the_other_replica";
+    if !browser_available(test) {
+        return;
+    }
+    let Some(database_url) = postgres(test).await else {
+        return;
+    };
+    let store = testing::connect(&database_url).await;
+    support::staff(&store, "root", "root-password", true).await;
+    testing::user(&store, "alice", "wonderland").await;
+    let (password_client, password_secret) =
+        testing::application(&store, GrantType::Password, false).await;
+    let client_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let redirect_uri = format!("http://127.0.0.1:{client_port}/callback");
+    let consenting = consenting_client(&store, "Browser client", &redirect_uri).await;
+    let (front, replicas) = replicated(&database_url).await;
+    let base = front.base_url.clone();
+
+    // Register (secret shown), update, regenerate (new secret shown), delete, as an operator.
+    let operator = [
+        ("OPERATOR", "root".to_owned()),
+        ("OPERATOR_PASSWORD", "root-password".to_owned()),
+        ("RESOURCE_OWNER", "alice".to_owned()),
+        ("RESOURCE_OWNER_PASSWORD", "wonderland".to_owned()),
+    ];
+    run_scenario("applications", base.clone(), operator.to_vec()).await;
+    // The administration: a user and a group created, their notices shown.
+    let superuser = [
+        ("SUPERUSER", "root".to_owned()),
+        ("SUPERUSER_PASSWORD", "root-password".to_owned()),
+        ("CLIENT_ID", password_client),
+        ("CLIENT_SECRET", password_secret),
+    ];
+    run_scenario("admin", base.clone(), superuser.to_vec()).await;
+    // An ordinary user signs in, denies, consents, is not asked again, and revokes.
+    let summary = run_script(
+        vec!["authorize.mjs"],
+        base.clone(),
+        vec![
+            ("ISSUER", base.clone()),
+            ("CLIENT_ID", consenting.0),
+            ("CLIENT_SECRET", consenting.1),
+            ("APP_NAME", "Browser client".into()),
+            ("CLIENT_PORT", client_port.to_string()),
+            ("REDIRECT_URI", redirect_uri),
+            ("RESOURCE_OWNER", "alice".into()),
+            ("RESOURCE_OWNER_PASSWORD", "wonderland".into()),
+        ],
+    )
+    .await;
+    assert_eq!(
+        summary["tokens"].as_array().map(Vec::len),
+        Some(3),
+        "{summary}"
+    );
+
+    let forwarded = front.forwarded();
+    let [a, b] = &replicas;
+    // Registered, saved, regenerated; user and group created; access revoked.
+    assert_eq!(assert_alternation(&forwarded, &[a, b]), 6, "{forwarded:#?}");
 }
