@@ -1,6 +1,6 @@
 //! Deleting what nothing needs any more (`authserver cleartokens`, and `serve` every
 //! `purge_interval`): expired tokens, forgotten authorization codes, revoked families none of
-//! whose tokens or codes is left, and expired browser sessions. In batches, each a statement of
+//! whose tokens or codes is left, expired browser sessions and one-time messages never taken. In batches, each a statement of
 //! its own under the writer (on SQLite the hot path's writer pauses for one batch at a time, not
 //! for the whole backlog).
 //!
@@ -12,7 +12,7 @@
 //!   use still revokes the tokens issued from it;
 //! - a revoked family while any token or code of it is stored (and for [`TOKEN_GRACE`] after its
 //!   revocation): those tokens are dead only because the family is listed;
-//! - a session until its expiry.
+//! - a session until its expiry, and a one-time message ([`super::flash`]) until its own.
 //!
 //! Signing keys are pruned by [`crate::jwt::rotation::prune_expired`].
 
@@ -32,6 +32,8 @@ pub struct Purged {
     pub authorization_codes: u64,
     pub revoked_families: u64,
     pub sessions: u64,
+    /// One-time messages left untaken past their short life.
+    pub flash_messages: u64,
     /// Signing keys no longer published (filled in by [`crate::purge`], not by the store).
     pub signing_keys: u64,
     /// Sign-in times of token families with no token left (filled in by [`crate::purge`]).
@@ -42,7 +44,7 @@ pub struct Purged {
 
 /// The batched deletes, in order: each deletes at most `$2` rows that expired at or before `$1`
 /// (the cut-off time of its table).
-const STATEMENTS: [(Table, &str); 4] = [
+const STATEMENTS: [(Table, &str); 5] = [
     (
         Table::Tokens,
         "DELETE FROM tokens WHERE id IN (SELECT id FROM tokens WHERE expires_at <= $1 LIMIT $2)",
@@ -66,6 +68,11 @@ const STATEMENTS: [(Table, &str); 4] = [
         "DELETE FROM sessions WHERE id_digest IN
          (SELECT id_digest FROM sessions WHERE expires_at <= $1 LIMIT $2)",
     ),
+    (
+        Table::FlashMessages,
+        "DELETE FROM flash_messages WHERE id_digest IN
+         (SELECT id_digest FROM flash_messages WHERE expires_at <= $1 LIMIT $2)",
+    ),
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -74,6 +81,7 @@ enum Table {
     Codes,
     Families,
     Sessions,
+    FlashMessages,
 }
 
 impl Store {
@@ -92,7 +100,7 @@ impl Store {
             let cutoff = match table {
                 Table::Tokens | Table::Families => at - TOKEN_GRACE,
                 Table::Codes => at - super::codes::KEPT_AFTER_EXPIRY,
-                Table::Sessions => at,
+                Table::Sessions | Table::FlashMessages => at,
             };
             loop {
                 let deleted = {
@@ -110,6 +118,7 @@ impl Store {
                     Table::Codes => &mut purged.authorization_codes,
                     Table::Families => &mut purged.revoked_families,
                     Table::Sessions => &mut purged.sessions,
+                    Table::FlashMessages => &mut purged.flash_messages,
                 } += deleted;
                 if deleted < batch as u64 {
                     break;
