@@ -6,8 +6,8 @@
 //! replica than the POST that led there. Over plain HTTP, and in Chromium
 //! (`tests/browser/views.mjs`, `authorize.mjs`).
 //!
-//! Needs `DATABASE_URL` naming a PostgreSQL server (a skip notice without it, a failure when
-//! `CI` is set); the browser test needs what `support::browser` says.
+//! Needs `DATABASE_URL` naming a PostgreSQL server (a skip notice without it); the browser test
+//! needs what `support::browser` says.
 
 mod support;
 
@@ -23,15 +23,12 @@ use support::front::{Balancer, ReplicaProcess, assert_alternation};
 
 const REDIRECT: &str = "https://client.example/callback";
 
-/// The PostgreSQL URL of a fresh schema, or `None` with a skip notice (a failure under CI).
+/// The PostgreSQL URL of a fresh schema, or `None` with a skip notice (as every PostgreSQL
+/// test: `.ci/run` sets `DATABASE_URL` when a server answers).
 async fn postgres(test: &str) -> Option<String> {
     let url = testing::postgres_schema_url().await;
     if url.is_none() {
-        let message = "needs DATABASE_URL naming a PostgreSQL server";
-        if std::env::var("CI").is_ok_and(|v| !v.is_empty()) {
-            panic!("{test}: {message}");
-        }
-        eprintln!("SKIPPED {test}: {message}");
+        eprintln!("SKIPPED {test}: needs DATABASE_URL naming a PostgreSQL server");
     }
     url
 }
