@@ -378,6 +378,40 @@ impl Store {
         rows.iter().map(stream_from_row).collect()
     }
 
+    /// Sets what the stream `stream_id` of `client_id` delivers and how (SSF 1.0 §8.1.1.3-4):
+    /// the updated stream, None if there is no such stream of this client. Its position in the
+    /// log is kept: nothing pending is lost.
+    pub async fn update_stream(
+        &self,
+        stream_id: &str,
+        client_id: &str,
+        events_requested: &[String],
+        push: Option<PushTarget>,
+    ) -> StoreResult<Option<StreamRecord>> {
+        {
+            let _exclusive = self.exclusive().await?;
+            sqlx::query(
+                "UPDATE ssf_streams SET events_requested = $1, push_url = $2, push_authorization = $3
+                 WHERE stream_id = $4 AND client_id = $5",
+            )
+            .bind(events_requested.join(" "))
+            .bind(push.as_ref().map(|p| p.endpoint_url.clone()))
+            .bind(push.as_ref().and_then(|p| p.authorization.clone()))
+            .bind(stream_id)
+            .bind(client_id)
+            .execute(&self.writer)
+            .await?;
+        }
+        let row = sqlx::query(&format!(
+            "SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE stream_id = $1 AND client_id = $2"
+        ))
+        .bind(stream_id)
+        .bind(client_id)
+        .fetch_optional(&self.writer)
+        .await?;
+        row.as_ref().map(stream_from_row).transpose()
+    }
+
     /// Deletes the stream `stream_id` of `client_id` (with its acknowledgements); whether it was.
     pub async fn delete_stream(&self, stream_id: &str, client_id: &str) -> StoreResult<bool> {
         let _exclusive = self.exclusive().await?;
