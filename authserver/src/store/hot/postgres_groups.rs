@@ -114,6 +114,37 @@ pub(in crate::store) async fn insert_token_group(
         })
         .await;
     }
+    let ids = match insert_statement(pool, &issues).await {
+        Ok(ids) => ids,
+        Err(error) => {
+            tracing::debug!(%error, size = issues.len(), "a group of tokens failed: one by one");
+            return one_by_one(issues, |rows| async move {
+                postgres::insert_tokens(pool, &rows).await
+            })
+            .await;
+        }
+    };
+    answers(&issues, &ids)
+}
+
+/// Each issue's answer from the ids [`INSERT_GROUP`] returned: an issue not inserted was into a
+/// revoked family.
+fn answers(issues: &[Vec<NewRow>], ids: &HashMap<String, i64>) -> Vec<StoreResult<i64>> {
+    issues
+        .iter()
+        .map(|rows| {
+            ids.get(&rows[0].digest)
+                .copied()
+                .ok_or(crate::store::StoreError::FamilyRevoked)
+        })
+        .collect()
+}
+
+/// [`INSERT_GROUP`] for `issues`: the digests of the first rows inserted, with their ids.
+async fn insert_statement(
+    pool: &PgPool,
+    issues: &[Vec<NewRow>],
+) -> sqlx::Result<HashMap<String, i64>> {
     let column = |f: fn(&[NewRow]) -> Option<String>| -> Vec<Option<String>> {
         issues.iter().map(|rows| f(rows)).collect()
     };
@@ -135,28 +166,10 @@ pub(in crate::store) async fn insert_token_group(
         .bind(column(|r| r.get(1).map(|s| s.digest.clone())))
         .bind(number(|r| r.get(1).map(|s| s.expires_at)))
         .fetch_all(pool)
-        .await;
-    let ids: HashMap<String, i64> = match inserted.and_then(|rows| {
-        rows.iter()
-            .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-            .collect()
-    }) {
-        Ok(ids) => ids,
-        Err(error) => {
-            tracing::debug!(%error, size = issues.len(), "a group of tokens failed: one by one");
-            return one_by_one(issues, |rows| async move {
-                postgres::insert_tokens(pool, &rows).await
-            })
-            .await;
-        }
-    };
-    issues
+        .await?;
+    inserted
         .iter()
-        .map(|rows| {
-            ids.get(&rows[0].digest)
-                .copied()
-                .ok_or(crate::store::StoreError::FamilyRevoked)
-        })
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
         .collect()
 }
 
@@ -346,13 +359,29 @@ mod tests {
             return;
         };
         assert!(store.revoke_family("revoked-family").await.unwrap());
-        let issues = vec![
-            issue(app, "family-a", true),
-            issue(app, "revoked-family", true),
-            issue(app, "family-b", false),
-            issue(app, "revoked-family", false),
-        ];
+        let group = || {
+            vec![
+                issue(app, "family-a", true),
+                issue(app, "revoked-family", true),
+                issue(app, "family-b", false),
+                issue(app, "revoked-family", false),
+            ]
+        };
+        // The group's statement itself (no one-by-one retry), then through the writer's entry.
+        let issues = group();
+        let ids = insert_statement(&pool, &issues)
+            .await
+            .expect("one statement");
+        let results = answers(&issues, &ids);
+        assert_eq!(ids.len(), 2);
+        assert_answers(&pool, &issues, &results).await;
+        let issues = group();
         let results = insert_token_group(&pool, issues.clone()).await;
+        assert_answers(&pool, &issues, &results).await;
+    }
+
+    /// Issues 0 and 2 are answered with their ids, 1 and 3 refused, as stored.
+    async fn assert_answers(pool: &PgPool, issues: &[Vec<NewRow>], results: &[StoreResult<i64>]) {
         assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
         for i in [1, 3] {
             assert!(
@@ -360,7 +389,7 @@ mod tests {
                 "{results:?}"
             );
         }
-        assert_stored_as_answered(&pool, &issues, &results).await;
+        assert_stored_as_answered(pool, issues, results).await;
     }
 
     #[tokio::test]
@@ -399,20 +428,31 @@ mod tests {
         let Some((_store, pool, app)) = postgres().await else {
             return;
         };
-        let issues = vec![issue(app, "family-f", true), issue(app, "family-g", true)];
+        let issues = vec![
+            issue(app, "family-f", true),
+            issue(app, "family-g", true),
+            issue(app, "family-h", true),
+        ];
         let results = insert_token_group(&pool, issues.clone()).await;
         let mut refresh_ids = Vec::new();
         for rows in &issues {
             refresh_ids.push(stored(&pool, &rows[1].digest).await.unwrap().0);
         }
-        let [f, g] = refresh_ids[..] else {
+        let [f, g, h] = refresh_ids[..] else {
             unreachable!()
         };
+        // The group's statement itself (no one-by-one retry) spends a token named twice once.
+        let spent: Vec<i64> = sqlx::query_scalar(CLAIM_GROUP)
+            .bind(vec![h, h])
+            .fetch_all(&pool)
+            .await
+            .expect("one statement");
+        assert_eq!(spent, [h]);
         let claims = claim_group(&pool, vec![f, f, g, f, i64::MAX]).await;
         let claims: Vec<bool> = claims.into_iter().map(Result::unwrap).collect();
         assert_eq!(claims, [true, false, true, false, false]);
         // Their access tokens are revoked with them; a later group spends nothing.
-        for id in results.iter().map(|r| *r.as_ref().unwrap()) {
+        for id in results.iter().map(|r| *r.as_ref().unwrap()).take(2) {
             let revoked: i64 = sqlx::query_scalar("SELECT revoked FROM tokens WHERE id = $1")
                 .bind(id)
                 .fetch_one(&pool)
@@ -435,8 +475,10 @@ mod tests {
             at,
             expired: at - 900,
         };
-        let seeded = throttle_group(&pool, vec![failed("login:cleared")]).await;
-        assert!(seeded.iter().all(Result::is_ok), "{seeded:?}");
+        let seeded = [failed("login:cleared"), failed("login:seeded")];
+        throttle_statement(&pool, &seeded)
+            .await
+            .expect("the group's statement itself");
         let results = throttle_group(
             &pool,
             vec![
@@ -460,7 +502,8 @@ mod tests {
             let store = store.clone();
             async move { store.count_login_failures(buckets, 900).await.unwrap() }
         };
-        assert_eq!(count(["login:a", "addr:shared"]).await, [1, 3]);
+        assert_eq!(count(["login:a", "addr:shared"]).await, [1, 4]);
+        assert_eq!(count(["login:seeded", "login:b"]).await, [1, 1]);
         assert_eq!(count(["login:b", "login:cleared"]).await, [1, 0]);
     }
 }
