@@ -1,6 +1,6 @@
 //! The authorization server's Prometheus `/metrics`, served on an address of its own
 //! (`metrics_listen`), never on the front door: tokens issued by grant, introspection answers by
-//! result, throttle refusals, build info and the process metrics. Counters are per process; the text is written by
+//! result, throttle refusals, the sizes of the store's write groups, build info and the process metrics. Counters are per process; the text is written by
 //! hand, as the proxy's is.
 
 use std::fmt::Write as _;
@@ -104,6 +104,7 @@ impl Metrics {
                 n.load(Relaxed)
             );
         }
+        render_write_groups(&mut out);
         let _ = writeln!(
             out,
             "# HELP tokengate_authserver_build_info The authorization server's version (always 1).\n# TYPE tokengate_authserver_build_info gauge\ntokengate_authserver_build_info{{version=\"{}\"}} 1",
@@ -111,6 +112,29 @@ impl Metrics {
         );
         resource_server::process::render(&mut out);
         out
+    }
+}
+
+/// The sizes of the groups the store's writers committed ([`crate::store::write_group_sizes`]).
+fn render_write_groups(out: &mut String) {
+    let _ = writeln!(
+        out,
+        "# HELP tokengate_authserver_write_group_size Writes committed together (one statement on PostgreSQL, one transaction on SQLite), by writer.\n# TYPE tokengate_authserver_write_group_size histogram"
+    );
+    for group in crate::store::write_group_sizes() {
+        let writer = group.writer.as_str();
+        for (bound, n) in crate::store::GROUP_SIZE_BOUNDS.iter().zip(group.at_most) {
+            let _ = writeln!(
+                out,
+                "tokengate_authserver_write_group_size_bucket{{writer=\"{writer}\",le=\"{bound}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "tokengate_authserver_write_group_size_bucket{{writer=\"{writer}\",le=\"+Inf\"}} {count}\ntokengate_authserver_write_group_size_sum{{writer=\"{writer}\"}} {sum}\ntokengate_authserver_write_group_size_count{{writer=\"{writer}\"}} {count}",
+            count = group.count,
+            sum = group.sum
+        );
     }
 }
 

@@ -35,6 +35,7 @@ pub use consents::AuthorizedApplication;
 pub use events::{LoggedEvent, PushTarget, Revocation, StreamRecord, family_jti};
 pub use flash::NewFlash;
 pub use groups::Group;
+pub use hot::group_writer::{GROUP_SIZE_BOUNDS, GroupSizeHistogram, WriterKind, write_group_sizes};
 pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
 pub use purge::Purged;
 pub use sessions::{NewSession, Session};
@@ -221,7 +222,7 @@ impl Store {
                     })
                     .connect(&url)
                     .await?;
-                Hot::Postgres(pool)
+                Hot::Postgres(Arc::new(hot::postgres_groups::PgHot::new(pool)))
             }
         };
         let clients = Arc::new(client_cache::ClientCache::new());

@@ -1,6 +1,7 @@
 //! Browser sessions of signed-in operators (kept as SHA-256 digests of the cookie value) and the
 //! failed sign-in log that throttles password guessing.
 
+use super::hot::postgres_groups::ThrottleWrite;
 use super::hot::{self, Hot};
 use super::{Store, StoreResult, User, now};
 use crate::secrets;
@@ -99,9 +100,18 @@ impl Store {
     }
 
     /// Records one failed sign-in under each bucket (see [`crate::throttle`]) and
-    /// forgets failures older than `window` seconds.
+    /// forgets failures older than `window` seconds (on PostgreSQL in the throttle writer's next
+    /// group).
     pub async fn record_login_failure(&self, buckets: &[String], window: i64) -> StoreResult<()> {
         let now = now();
+        if let Hot::Postgres(pg) = &self.hot {
+            let failed = ThrottleWrite::Failed {
+                buckets: buckets.to_vec(),
+                at: now,
+                expired: now - window,
+            };
+            return pg.throttle(failed).await;
+        }
         let _exclusive = self.exclusive().await?;
         sqlx::query("DELETE FROM login_failures WHERE failed_at <= $1")
             .bind(now - window)
@@ -133,8 +143,13 @@ impl Store {
         }
     }
 
-    /// Forgets the failures of one bucket (a successful sign-in clears its username's count).
+    /// Forgets the failures of one bucket (a successful sign-in clears its username's count; on
+    /// PostgreSQL in the throttle writer's next group).
     pub async fn clear_login_failures(&self, bucket: &str) -> StoreResult<()> {
+        if let Hot::Postgres(pg) = &self.hot {
+            let bucket = bucket.to_owned();
+            return pg.throttle(ThrottleWrite::Cleared { bucket }).await;
+        }
         let _exclusive = self.exclusive().await?;
         sqlx::query("DELETE FROM login_failures WHERE bucket = $1")
             .bind(bucket)

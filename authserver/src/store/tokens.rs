@@ -173,14 +173,15 @@ impl Store {
             refresh
         });
         let family = rows[0].family.clone();
-        // The pair in one transaction (SQLite: one savepoint; PostgreSQL: one statement).
+        // The pair in one transaction (SQLite: one savepoint; PostgreSQL: one statement), in the
+        // writer's next group.
         match &self.hot {
             Hot::Sqlite(local) => {
                 local
                     .write(move |conn| hot::sqlite::insert_tokens(conn, &rows))
                     .await?
             }
-            Hot::Postgres(pool) => hot::postgres::insert_tokens(pool, &rows).await?,
+            Hot::Postgres(pg) => pg.insert_tokens(rows).await?,
         };
         Ok(IssuedTokens {
             access_token,
@@ -232,7 +233,7 @@ impl Store {
                     })
                     .await?
             }
-            Hot::Postgres(pool) => hot::postgres::claim(pool, id).await?,
+            Hot::Postgres(pg) => pg.claim(id).await?,
         };
         if !claimed {
             return self.revoke_reused(&record.family).await;
