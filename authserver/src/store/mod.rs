@@ -21,6 +21,7 @@ mod migrations;
 mod oidc;
 pub mod purge;
 mod server_keys;
+mod session_families;
 mod sessions;
 pub mod signing_keys;
 mod sqlite_local;

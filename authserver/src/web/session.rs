@@ -113,8 +113,6 @@ pub(crate) struct SignedIn {
     pub csrf_token: String,
     /// The token this session's forms carry ([`super::csrf::session_token`]).
     pub form_token: String,
-    /// When the user signed in (OpenID Connect's `auth_time`).
-    pub signed_in_at: i64,
 }
 
 /// A signed-in operator (see [`is_operator`]), their session's secret and the CSRF token their
@@ -160,7 +158,6 @@ impl FromRequestParts<AppState> for SignedIn {
                     .await
                     .map_err(IntoResponse::into_response)?,
                 csrf_token: session.csrf_token,
-                signed_in_at: session.signed_in_at,
             }),
             Ok(None) => {
                 // Only a page can be come back to; after a refused POST the visitor lands home.
