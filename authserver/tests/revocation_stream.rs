@@ -298,6 +298,7 @@ async fn every_change_that_ends_tokens_is_a_verified_set_with_its_subject() {
                 lifetime: 60,
                 nonce: None,
                 auth_time: None,
+                session_key: None,
             })
             .await
             .unwrap();

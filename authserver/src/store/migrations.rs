@@ -356,6 +356,23 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     CREATE INDEX IF NOT EXISTS flash_messages_session ON flash_messages(session_digest);
     CREATE INDEX IF NOT EXISTS flash_messages_expires ON flash_messages(expires_at)",
     ),
+    (
+        15,
+        // RP-initiated logout ends the tokens a browser session led to (issue 26): the token
+        // family of every authorization code issued in a session, by the session's digest. No
+        // foreign key: a session's row goes at logout before its families are revoked, and
+        // the purge forgets the rows of sessions that are gone.
+        "CREATE TABLE IF NOT EXISTS session_families (
+        session_digest TEXT NOT NULL,
+        family TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (session_digest, family))",
+        "CREATE TABLE IF NOT EXISTS session_families (
+        session_digest TEXT NOT NULL,
+        family TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (session_digest, family))",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
@@ -475,7 +492,7 @@ mod tests {
                     .fetch_all(store.pool())
                     .await
                     .unwrap();
-            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15]);
         }
     }
 }

@@ -22,6 +22,7 @@ mod migrations;
 mod oidc;
 pub mod purge;
 mod server_keys;
+mod session_families;
 mod sessions;
 pub mod signing_keys;
 mod sqlite_local;

@@ -13,6 +13,8 @@
 //! - a revoked family while any token or code of it is stored (and for [`TOKEN_GRACE`] after its
 //!   revocation): those tokens are dead only because the family is listed;
 //! - a session until its expiry, and a one-time message ([`super::flash`]) until its own.
+//! - a session until its expiry, and the record of the token families begun in it
+//!   (`session_families`) while it exists, and for [`TOKEN_GRACE`] after it was made.
 //!
 //! Signing keys are pruned by [`crate::jwt::rotation::prune_expired`].
 
@@ -34,6 +36,8 @@ pub struct Purged {
     pub sessions: u64,
     /// One-time messages left untaken past their short life.
     pub flash_messages: u64,
+    /// Records of the token families begun in sessions that are gone.
+    pub session_families: u64,
     /// Signing keys no longer published (filled in by [`crate::purge`], not by the store).
     pub signing_keys: u64,
     /// Sign-in times of token families with no token left (filled in by [`crate::purge`]).
@@ -44,7 +48,7 @@ pub struct Purged {
 
 /// The batched deletes, in order: each deletes at most `$2` rows that expired at or before `$1`
 /// (the cut-off time of its table).
-const STATEMENTS: [(Table, &str); 5] = [
+const STATEMENTS: [(Table, &str); 6] = [
     (
         Table::Tokens,
         "DELETE FROM tokens WHERE id IN (SELECT id FROM tokens WHERE expires_at <= $1 LIMIT $2)",
@@ -73,6 +77,14 @@ const STATEMENTS: [(Table, &str); 5] = [
         "DELETE FROM flash_messages WHERE id_digest IN
          (SELECT id_digest FROM flash_messages WHERE expires_at <= $1 LIMIT $2)",
     ),
+    // After sessions: the families of at most `$2` sessions that are gone.
+    (
+        Table::SessionFamilies,
+        "DELETE FROM session_families WHERE created_at <= $1 AND session_digest IN
+         (SELECT f.session_digest FROM session_families f WHERE f.created_at <= $1
+          AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id_digest = f.session_digest)
+          LIMIT $2)",
+    ),
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -82,6 +94,7 @@ enum Table {
     Families,
     Sessions,
     FlashMessages,
+    SessionFamilies,
 }
 
 impl Store {
@@ -98,7 +111,7 @@ impl Store {
         let mut purged = Purged::default();
         for (table, statement) in STATEMENTS {
             let cutoff = match table {
-                Table::Tokens | Table::Families => at - TOKEN_GRACE,
+                Table::Tokens | Table::Families | Table::SessionFamilies => at - TOKEN_GRACE,
                 Table::Codes => at - super::codes::KEPT_AFTER_EXPIRY,
                 Table::Sessions | Table::FlashMessages => at,
             };
@@ -119,6 +132,7 @@ impl Store {
                     Table::Families => &mut purged.revoked_families,
                     Table::Sessions => &mut purged.sessions,
                     Table::FlashMessages => &mut purged.flash_messages,
+                    Table::SessionFamilies => &mut purged.session_families,
                 } += deleted;
                 if deleted < batch as u64 {
                     break;

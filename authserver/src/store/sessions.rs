@@ -15,6 +15,9 @@ pub struct Session {
     pub csrf_token: String,
     /// When the user signed in (OpenID Connect's `auth_time`).
     pub signed_in_at: i64,
+    /// The digest its row is stored under (never the cookie value): what the codes issued in
+    /// it are recorded by ([`Store::sign_out`]).
+    pub key: String,
 }
 
 /// What a sign-in hands back once: the cookie value (never stored) and the session's CSRF token.
@@ -49,10 +52,11 @@ impl Store {
 
     /// The unexpired session whose cookie value is `session_id`, with its user as stored now.
     pub async fn find_session(&self, session_id: &str) -> StoreResult<Option<Session>> {
+        let key = secrets::digest(session_id);
         let row = sqlx::query(
             "SELECT user_id, csrf_token, created_at FROM sessions WHERE id_digest = $1 AND expires_at > $2",
         )
-        .bind(secrets::digest(session_id))
+        .bind(&key)
         .bind(now())
         .fetch_optional(&self.pool)
         .await?;
@@ -65,6 +69,7 @@ impl Store {
             user,
             csrf_token: row.try_get("csrf_token")?,
             signed_in_at: row.try_get("created_at")?,
+            key,
         }))
     }
 

@@ -113,8 +113,6 @@ pub(crate) struct SignedIn {
     pub csrf_token: String,
     /// The token this session's forms carry ([`super::csrf::session_token`]).
     pub form_token: String,
-    /// When the user signed in (OpenID Connect's `auth_time`).
-    pub signed_in_at: i64,
     /// The session cookie's value (the store keeps only its digest): what one-time messages
     /// for this session are sealed with ([`super::flash`]).
     pub session_cookie: String,
@@ -175,7 +173,6 @@ impl FromRequestParts<AppState> for SignedIn {
                     .await
                     .map_err(IntoResponse::into_response)?,
                 csrf_token: session.csrf_token,
-                signed_in_at: session.signed_in_at,
                 session_cookie,
             }),
             Ok(None) => {
