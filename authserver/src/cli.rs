@@ -391,7 +391,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             file.display()
         );
     }
-    let store = Store::connect(&settings.database_url)
+    let store = Store::connect_with_token_cache(&settings.database_url, settings.token_cache_capacity)
         .await
         .with_context(|| {
             format!(

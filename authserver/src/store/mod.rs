@@ -24,6 +24,7 @@ mod server_keys;
 mod sessions;
 pub mod signing_keys;
 mod sqlite_local;
+mod token_cache;
 mod tokens;
 mod users;
 
@@ -36,6 +37,7 @@ pub use groups::Group;
 pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
 pub use purge::Purged;
 pub use sessions::{NewSession, Session};
+pub use token_cache::{APPLICATION_NAME as TOKEN_CACHE_LISTENER, DEFAULT_TOKEN_CACHE_CAPACITY, Introspected};
 pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenKind, TokenRecord};
 pub use users::{Guarded, NewUser, User, UserUpdate};
 
@@ -107,6 +109,10 @@ pub struct Shared {
     clients: Arc<client_cache::ClientCache>,
     /// The task that listens for other processes' changes to applications (PostgreSQL).
     listener: Option<tokio::task::JoinHandle<()>>,
+    /// Introspection lookups by token digest, kept exact by every change ([`token_cache`]).
+    token_cache: Arc<token_cache::TokenCache>,
+    /// The task that listens for other processes' changes to tokens (PostgreSQL).
+    token_listener: Option<tokio::task::JoinHandle<()>>,
     /// The key-encryption keys of the signing keys, once given
     /// ([`Store::use_key_encryption`]); without them no signing key is stored or read.
     key_encryption: std::sync::OnceLock<Arc<crate::key_encryption::KeyEncryption>>,
@@ -116,7 +122,7 @@ pub struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(listener) = &self.listener {
+        for listener in [&self.listener, &self.token_listener].into_iter().flatten() {
             listener.abort();
         }
     }
@@ -142,6 +148,14 @@ impl Store {
     /// Connects to `sqlite:…` or `postgres://…`, creating the SQLite file and its folder when
     /// missing, and applies the migrations that have not run yet.
     pub async fn connect(database_url: &str) -> StoreResult<Store> {
+        Store::connect_with_token_cache(database_url, DEFAULT_TOKEN_CACHE_CAPACITY).await
+    }
+
+    /// [`Store::connect`] with a token cache of `capacity` entries (0: none).
+    pub async fn connect_with_token_cache(
+        database_url: &str,
+        capacity: u64,
+    ) -> StoreResult<Store> {
         install_default_drivers();
         let backend = if database_url.starts_with("postgres") {
             Backend::Postgres
@@ -225,6 +239,19 @@ impl Store {
         let clients = Arc::new(client_cache::ClientCache::new());
         let listener = (backend == Backend::Postgres)
             .then(|| client_cache::listen(url.clone(), clients.clone()));
+        let token_cache = Arc::new(token_cache::TokenCache::new(
+            capacity,
+            backend == Backend::Sqlite,
+        ));
+        let token_listener = match &hot {
+            Hot::Postgres(pool) if capacity > 0 => Some(token_cache::listen(
+                url.clone(),
+                pool.clone(),
+                token_cache.clone(),
+                capacity,
+            )),
+            _ => None,
+        };
         let store = Store {
             shared: Arc::new(Shared {
                 pool,
@@ -233,6 +260,8 @@ impl Store {
                 hot,
                 clients,
                 listener,
+                token_cache,
+                token_listener,
                 key_encryption: std::sync::OnceLock::new(),
                 events: events::EventBell::new((backend == Backend::Postgres).then(|| url.clone())),
             }),
