@@ -47,7 +47,7 @@ field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]
 basic() { printf '%s:%s' "$(field "$1" client_id)" "$(field "$1" client_secret)" | base64 -w0; }
 PW_BASIC=$(basic "$PW"); CC_BASIC=$(basic "$CC")
 
-AUTH_PORT=18101; HELLO_PORT=18102
+AUTH_PORT=18101; HELLO_PORT=18102; METRICS_PORT=18103
 wait_for() { # $1 url
   for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
   echo "nothing answers at $1"; exit 1
@@ -76,13 +76,15 @@ measure() { # $1 url, $2 script or empty
 RESULTS=$WORK/results
 # One authserver binary through the three cases: lines "label case rps p50 p99 non2xx".
 bench_server() { # $1 label, $2 binary, $3 settings file
-  AUTHSERVER_CONFIG=$3 AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn "$2" serve --database-url "$DB" &
+  AUTHSERVER_CONFIG=$3 AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT AUTHSERVER_METRICS_LISTEN=127.0.0.1:$METRICS_PORT RUST_LOG=warn "$2" serve --database-url "$DB" &
   local pid=$!
   wait_for "http://127.0.0.1:$AUTH_PORT/healthz"
   local token
   token=$(curl -s -u "$(echo "$PW_BASIC" | base64 -d)" -d grant_type=password -d username=bench -d password=bench-password "http://127.0.0.1:$AUTH_PORT/o/token/" | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   post_script "$WORK/introspect.lua" "Basic $CC_BASIC" "token=$token"
   echo "$1 introspection $(measure "http://127.0.0.1:$AUTH_PORT/o/introspect/" "$WORK/introspect.lua")" >>"$RESULTS"
+  # The token cache's hits and misses over the introspection run ("- -" for a binary without).
+  echo "$1 $(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk -F'[" ]' '/^tokengate_authserver_token_cache_total/ {n[$2]=$NF} END {print (n["hit"]==""?"-":n["hit"]), (n["miss"]==""?"-":n["miss"])}')" >>"$WORK/cache"
   echo "$1 client_credentials $(measure "http://127.0.0.1:$AUTH_PORT/o/token/" "$WORK/cc.lua")" >>"$RESULTS"
   echo "$1 password $(measure "http://127.0.0.1:$AUTH_PORT/o/token/" "$WORK/pw.lua")" >>"$RESULTS"
   kill "$pid"; wait "$pid" 2>/dev/null || true
@@ -152,4 +154,6 @@ for label, case, rps, p50, p99, errors in rows:
         ratio, goal = rps / hello_mean, f">= {goals[case]} x hello"
     num = lambda v: f"{float(v):>9.2f}" if v != "-" else f"{'-':>9}"
     print(f"{label:<15}{case:<20}{rps:>10.0f}{num(p50)}{num(p99)}{errors:>9}{ratio:>8.2f}  {goal}")
+for label, hits, misses in (line.split() for line in open("$WORK/cache")):
+    print(f"{label:<15}token cache over the introspection run: {hits} hits, {misses} misses")
 PY

@@ -109,10 +109,9 @@ pub struct Shared {
     clients: Arc<client_cache::ClientCache>,
     /// The task that listens for other processes' changes to applications (PostgreSQL).
     listener: Option<tokio::task::JoinHandle<()>>,
-    /// Introspection lookups by token digest, kept exact by every change ([`token_cache`]).
-    token_cache: Arc<token_cache::TokenCache>,
-    /// The task that listens for other processes' changes to tokens (PostgreSQL).
-    token_listener: Option<tokio::task::JoinHandle<()>>,
+    /// Introspection lookups by token digest, kept exact by every change ([`token_cache`]);
+    /// shared with the other stores of this process on the same database.
+    token_cache: Arc<token_cache::SharedCache>,
     /// The key-encryption keys of the signing keys, once given
     /// ([`Store::use_key_encryption`]); without them no signing key is stored or read.
     key_encryption: std::sync::OnceLock<Arc<crate::key_encryption::KeyEncryption>>,
@@ -122,7 +121,7 @@ pub struct Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        for listener in [&self.listener, &self.token_listener].into_iter().flatten() {
+        if let Some(listener) = &self.listener {
             listener.abort();
         }
     }
@@ -239,19 +238,7 @@ impl Store {
         let clients = Arc::new(client_cache::ClientCache::new());
         let listener = (backend == Backend::Postgres)
             .then(|| client_cache::listen(url.clone(), clients.clone()));
-        let token_cache = Arc::new(token_cache::TokenCache::new(
-            capacity,
-            backend == Backend::Sqlite,
-        ));
-        let token_listener = match &hot {
-            Hot::Postgres(pool) if capacity > 0 => Some(token_cache::listen(
-                url.clone(),
-                pool.clone(),
-                token_cache.clone(),
-                capacity,
-            )),
-            _ => None,
-        };
+        let token_cache = token_cache::of_database(&url, &hot, capacity);
         let store = Store {
             shared: Arc::new(Shared {
                 pool,
@@ -261,7 +248,6 @@ impl Store {
                 clients,
                 listener,
                 token_cache,
-                token_listener,
                 key_encryption: std::sync::OnceLock::new(),
                 events: events::EventBell::new((backend == Backend::Postgres).then(|| url.clone())),
             }),

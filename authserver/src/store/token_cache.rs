@@ -11,6 +11,8 @@
 //! that are no revocation (a user's row or groups, a refresh token spent). A lookup that read the
 //! database before an eviction never keeps what it read (the generation check of [`keep`]).
 //!
+//! A process has one cache per database, shared by every store it opens on it ([`of_database`]).
+//!
 //! While the listener is not listening (not yet, or its connection lost) the cache is empty and
 //! unused; it is used again once the listener listens and has read the log from its position.
 //! An entry lives at most [`ttl`] in any case: the bound for a connection that died without
@@ -19,7 +21,10 @@
 //! [`keep`]: TokenCache::keep
 //! [`ttl`]: TokenCache::new
 
+use super::hot::Hot;
 use super::{Backend, Revocation, Store, StoreResult, TokenRecord};
+use std::collections::BTreeMap;
+use std::sync::{Mutex, Weak};
 use crate::domain::GROUPS_SCOPE;
 use crate::metrics::METRICS;
 use crate::secrets;
@@ -219,9 +224,57 @@ impl TokenCache {
     }
 }
 
+/// This process's token cache of one database, shared by every store opened on it (so that a
+/// change made through any of them evicts at once for all), with its listener (PostgreSQL).
+pub(super) struct SharedCache {
+    cache: Arc<TokenCache>,
+    listener: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::ops::Deref for SharedCache {
+    type Target = TokenCache;
+
+    fn deref(&self) -> &TokenCache {
+        &self.cache
+    }
+}
+
+impl Drop for SharedCache {
+    fn drop(&mut self) {
+        if let Some(listener) = &self.listener {
+            listener.abort();
+        }
+    }
+}
+
+/// This process's cache of the database at `url`: the one a store opened on it already uses,
+/// else a new one of `capacity` entries (listening, on PostgreSQL, through `hot`'s pool for its
+/// catch-up reads).
+pub(super) fn of_database(url: &str, hot: &Hot, capacity: u64) -> Arc<SharedCache> {
+    static CACHES: Mutex<BTreeMap<String, Weak<SharedCache>>> = Mutex::new(BTreeMap::new());
+    let mut caches = CACHES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    caches.retain(|_, cache| cache.strong_count() > 0);
+    if let Some(shared) = caches.get(url).and_then(Weak::upgrade) {
+        return shared;
+    }
+    let cache = Arc::new(TokenCache::new(capacity, matches!(hot, Hot::Sqlite(_))));
+    let listener = match hot {
+        Hot::Postgres(pool) if capacity > 0 => Some(listen(
+            url.to_owned(),
+            pool.clone(),
+            cache.clone(),
+            capacity,
+        )),
+        _ => None,
+    };
+    let shared = Arc::new(SharedCache { cache, listener });
+    caches.insert(url.to_owned(), Arc::downgrade(&shared));
+    shared
+}
+
 /// Listens on the three channels on a connection of its own and evicts what each notification
 /// concerns; keeps the cache unused while it is not listening. Ends when the task is aborted.
-pub(super) fn listen(
+fn listen(
     url: String,
     pool: sqlx::PgPool,
     cache: Arc<TokenCache>,
