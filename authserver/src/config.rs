@@ -637,16 +637,16 @@ impl Source<'_> {
 
     /// The token cache's capacity in entries: a whole number, 0 for no cache.
     fn token_cache_capacity(&self, from_file: Option<u64>) -> Result<u64, ConfigError> {
-        let (origin, capacity) = self.pick(
-            "token_cache_capacity",
-            from_file.map(|n| n.to_string()),
-        );
+        let (origin, capacity) =
+            self.pick("token_cache_capacity", from_file.map(|n| n.to_string()));
         match capacity {
             None => Ok(crate::store::DEFAULT_TOKEN_CACHE_CAPACITY),
             Some(text) => text.trim().parse().map_err(|_| {
                 fail(
                     &origin,
-                    format!("\"{text}\" is not a number of entries (like 100000; 0 turns the cache off)"),
+                    format!(
+                        "\"{text}\" is not a number of entries (like 100000; 0 turns the cache off)"
+                    ),
                 )
             }),
         }
@@ -1184,7 +1184,9 @@ mod tests {
         let env = |key: &str| (key == "AUTHSERVER_TOKEN_CACHE_CAPACITY").then(|| "lots".into());
         let refused = Settings::from_raw(RawSettings::default(), "c.yaml", env).unwrap_err();
         assert!(
-            refused.to_string().contains("\"lots\" is not a number of entries"),
+            refused
+                .to_string()
+                .contains("\"lots\" is not a number of entries"),
             "{refused}"
         );
     }

@@ -659,7 +659,10 @@ async fn rotate_secret_and_user_delete_touch_only_what_they_name() {
                 if bob == [false; 2] {
                     break;
                 }
-                assert!(std::time::Instant::now() < deadline, "bob's tokens: {bob:?}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "bob's tokens: {bob:?}"
+                );
                 tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             }
             let carol = introspected_active(&server, &introspector, &per_user[1]).await;

@@ -148,7 +148,10 @@ async fn other_endpoints_do_not_fail_for_an_application_deleted_elsewhere() {
             if answer["active"] == false {
                 break;
             }
-            assert!(std::time::Instant::now() < deadline, "{backend:?}: {answer}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{backend:?}: {answer}"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
         let reply = server

@@ -112,7 +112,11 @@ fn application_input(name: String, scopes: &[&str]) -> ApplicationInput {
 async fn world(store: Store) -> World {
     let mut users = Vec::new();
     for n in 0..USERS {
-        users.push(testing::user(&store, &format!("user{n}"), "pass-word-1").await.id);
+        users.push(
+            testing::user(&store, &format!("user{n}"), "pass-word-1")
+                .await
+                .id,
+        );
     }
     let mut applications = Vec::new();
     for n in 0..APPLICATIONS {
@@ -161,7 +165,12 @@ async fn world(store: Store) -> World {
 }
 
 /// What a replica says of `token`.
-async fn introspect(http: &reqwest::Client, base: &str, caller: &(String, String), token: &str) -> Said {
+async fn introspect(
+    http: &reqwest::Client,
+    base: &str,
+    caller: &(String, String),
+    token: &str,
+) -> Said {
     let reply = http
         .post(format!("{base}/o/introspect/"))
         .basic_auth(&caller.0, Some(&caller.1))
@@ -172,7 +181,10 @@ async fn introspect(http: &reqwest::Client, base: &str, caller: &(String, String
     assert_eq!(reply.status(), 200);
     let body: serde_json::Value = reply.json().await.unwrap();
     let active = body["active"] == true;
-    (active, body["scope"].as_str().unwrap_or_default().to_owned())
+    (
+        active,
+        body["scope"].as_str().unwrap_or_default().to_owned(),
+    )
 }
 
 /// Introspects random tokens on `base` until `until`, recording every answer.
@@ -284,7 +296,12 @@ async fn changing(
 
 /// The answers that no moment of the database's truth within `bound` explains, and the largest
 /// lag behind a change's return of an answer that was right.
-fn judge(world: &World, changes: &[Timed], answers: &[Answer], bound: Duration) -> (Vec<String>, Duration) {
+fn judge(
+    world: &World,
+    changes: &[Timed],
+    answers: &[Answer],
+    bound: Duration,
+) -> (Vec<String>, Duration) {
     // truths[t][k]: token t's truth after the first k changes.
     let truths: Vec<Vec<Said>> = world
         .tokens
@@ -305,14 +322,20 @@ fn judge(world: &World, changes: &[Timed], answers: &[Answer], bound: Duration) 
     for answer in answers {
         // The truth may be that after any change started before the answer came back, and
         // must be at least that after every change that returned a bound before it was sent.
-        let latest = changes.iter().take_while(|c| c.started < answer.received).count();
+        let latest = changes
+            .iter()
+            .take_while(|c| c.started < answer.received)
+            .count();
         let earliest = changes
             .iter()
             .take_while(|c| c.done + bound < answer.sent)
             .count();
         let states = &truths[answer.token];
         let Some(matched) = (0..=latest).rev().find(|&k| states[k] == answer.said) else {
-            wrong.push(format!("token {} said {:?}, never its truth", answer.token, answer.said));
+            wrong.push(format!(
+                "token {} said {:?}, never its truth",
+                answer.token, answer.said
+            ));
             continue;
         };
         if matched < latest
@@ -411,7 +434,10 @@ async fn serve(database_url: &str) -> Process {
     let (port, metrics_port) = (free_port(), free_port());
     let child = support::binary::command(&["serve", "--database-url", database_url])
         .env("AUTHSERVER_LISTEN", format!("127.0.0.1:{port}"))
-        .env("AUTHSERVER_METRICS_LISTEN", format!("127.0.0.1:{metrics_port}"))
+        .env(
+            "AUTHSERVER_METRICS_LISTEN",
+            format!("127.0.0.1:{metrics_port}"),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -435,7 +461,11 @@ async fn serve(database_url: &str) -> Process {
 
 /// A replica's token cache hits and misses so far.
 async fn hits_and_misses(metrics: &str) -> (u64, u64) {
-    let text = reqwest::get(metrics).await.unwrap().text().await.unwrap();
+    counted(&reqwest::get(metrics).await.unwrap().text().await.unwrap())
+}
+
+/// The token cache hits and misses in a `/metrics` text.
+fn counted(text: &str) -> (u64, u64) {
     let count = |result: &str| {
         let prefix = format!("tokengate_authserver_token_cache_total{{result=\"{result}\"}} ");
         text.lines()
@@ -490,13 +520,23 @@ async fn two_postgresql_replicas_answer_exactly_through_changes_and_a_lost_chann
         changes.len(),
         answers.len()
     );
-    assert!(wrong.is_empty(), "{} wrong answers: {wrong:#?}", wrong.len());
-    assert!(changes.len() >= 10 && answers.len() >= 200, "too little was tried");
+    assert!(
+        wrong.is_empty(),
+        "{} wrong answers: {wrong:#?}",
+        wrong.len()
+    );
+    assert!(
+        changes.len() >= 10 && answers.len() >= 200,
+        "too little was tried"
+    );
     assert_final_truth(&world, &changes).await;
     // The listeners came back after the kill, and the caches answered on both replicas.
     let deadline = Instant::now() + Duration::from_secs(10);
     while listeners(&world.store).await < 3 {
-        assert!(Instant::now() < deadline, "the replicas did not listen again");
+        assert!(
+            Instant::now() < deadline,
+            "the replicas did not listen again"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for replica in &replicas {
@@ -518,12 +558,21 @@ async fn one_sqlite_replica_answers_exactly_through_changes() {
     .await;
     let bases = vec![server.base_url.clone()];
     let seed = seed();
+    let (hits_before, _) = counted(&authserver::metrics::METRICS.render());
     let (changes, answers) = run(&world, &bases, seed, async || {}).await;
     // In process every change is evicted before it returns: no lag at all.
     let (wrong, _) = judge(&world, &changes, &answers, Duration::ZERO);
     println!("{} changes, {} answers", changes.len(), answers.len());
-    assert!(wrong.is_empty(), "{} wrong answers: {wrong:#?}", wrong.len());
-    assert!(changes.len() >= 10 && answers.len() >= 200, "too little was tried");
+    assert!(
+        wrong.is_empty(),
+        "{} wrong answers: {wrong:#?}",
+        wrong.len()
+    );
+    assert!(
+        changes.len() >= 10 && answers.len() >= 200,
+        "too little was tried"
+    );
     assert_final_truth(&world, &changes).await;
-    assert!(store.token_cache_entries().await > 0, "the cache was used");
+    let (hits, _) = counted(&authserver::metrics::METRICS.render());
+    assert!(hits > hits_before, "the cache answered none");
 }

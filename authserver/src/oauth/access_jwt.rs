@@ -90,7 +90,8 @@ pub async fn find_introspected(
     let Some((value, jwt)) = stored_value(state, token).await? else {
         return Ok(None);
     };
-    let found = state.store.introspect_token(&value).await?;
+    let (found, hit) = state.store.introspect_token(&value).await?;
+    crate::metrics::METRICS.token_cache(hit);
     Ok(found.filter(|f| !jwt || f.record.kind == TokenKind::Access))
 }
 

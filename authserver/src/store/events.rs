@@ -139,7 +139,10 @@ pub(super) fn parse_payload(payload: &str) -> Option<(i64, Revocation)> {
     let mut parts = payload.splitn(4, ' ');
     let id = parts.next()?.parse().ok()?;
     let (event_type, format, subject) = (parts.next()?, parts.next()?, parts.next()?);
-    Some((id, Revocation::from_columns(event_type, format, subject.to_owned())?))
+    Some((
+        id,
+        Revocation::from_columns(event_type, format, subject.to_owned())?,
+    ))
 }
 
 /// The events logged after `position`, in order (PostgreSQL: the token cache catching up);

@@ -37,7 +37,9 @@ pub use groups::Group;
 pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
 pub use purge::Purged;
 pub use sessions::{NewSession, Session};
-pub use token_cache::{APPLICATION_NAME as TOKEN_CACHE_LISTENER, DEFAULT_TOKEN_CACHE_CAPACITY, Introspected};
+pub use token_cache::{
+    APPLICATION_NAME as TOKEN_CACHE_LISTENER, DEFAULT_TOKEN_CACHE_CAPACITY, Introspected,
+};
 pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenKind, TokenRecord};
 pub use users::{Guarded, NewUser, User, UserUpdate};
 
@@ -151,10 +153,7 @@ impl Store {
     }
 
     /// [`Store::connect`] with a token cache of `capacity` entries (0: none).
-    pub async fn connect_with_token_cache(
-        database_url: &str,
-        capacity: u64,
-    ) -> StoreResult<Store> {
+    pub async fn connect_with_token_cache(database_url: &str, capacity: u64) -> StoreResult<Store> {
         install_default_drivers();
         let backend = if database_url.starts_with("postgres") {
             Backend::Postgres

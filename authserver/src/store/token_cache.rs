@@ -23,13 +23,12 @@
 
 use super::hot::Hot;
 use super::{Backend, Revocation, Store, StoreResult, TokenRecord};
-use std::collections::BTreeMap;
-use std::sync::{Mutex, Weak};
 use crate::domain::GROUPS_SCOPE;
-use crate::metrics::METRICS;
 use crate::secrets;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
 /// The channel of the changes that alter introspection answers without being revocations.
@@ -37,8 +36,8 @@ pub(super) const CHANNEL: &str = "tokengate_token_cache";
 /// The `application_name` of the listening connection (operators can find it in
 /// `pg_stat_activity`).
 pub const APPLICATION_NAME: &str = "tokengate-token-cache";
-/// The default capacity in entries (about 1 KiB each: see docs/scaling.md).
-pub const DEFAULT_TOKEN_CACHE_CAPACITY: u64 = 100_000;
+/// The default capacity in entries (about 1.2 KiB each, 60 MiB in all: docs/scaling.md).
+pub const DEFAULT_TOKEN_CACHE_CAPACITY: u64 = 50_000;
 /// The longest an entry lives on PostgreSQL, where every change is heard.
 const TTL_POSTGRES: Duration = Duration::from_secs(30);
 /// The longest an entry lives on SQLite, where a change made by another process (the CLI) is
@@ -143,11 +142,12 @@ impl TokenCache {
     /// A cache of at most `capacity` entries (0: none), used at once when `in_process` (SQLite:
     /// every change is made here) and otherwise once [`listen`] listens.
     pub(super) fn new(capacity: u64, in_process: bool) -> TokenCache {
-        let ttl = if in_process {
-            TTL_SQLITE
-        } else {
-            TTL_POSTGRES
-        };
+        let ttl = if in_process { TTL_SQLITE } else { TTL_POSTGRES };
+        TokenCache::with_ttl(capacity, in_process, ttl)
+    }
+
+    /// [`TokenCache::new`] with entries living at most `ttl`.
+    fn with_ttl(capacity: u64, in_process: bool, ttl: Duration) -> TokenCache {
         TokenCache {
             entries: moka::future::Cache::builder()
                 .max_capacity(capacity)
@@ -217,8 +217,9 @@ impl TokenCache {
         self.usable.store(usable, Ordering::Release);
     }
 
-    /// The number of entries (approximate until pending maintenance has run).
-    pub(super) async fn entry_count(&self) -> u64 {
+    /// The number of entries, once pending maintenance has run.
+    #[cfg(test)]
+    async fn entry_count(&self) -> u64 {
         self.entries.run_pending_tasks().await;
         self.entries.entry_count()
     }
@@ -252,7 +253,9 @@ impl Drop for SharedCache {
 /// catch-up reads).
 pub(super) fn of_database(url: &str, hot: &Hot, capacity: u64) -> Arc<SharedCache> {
     static CACHES: Mutex<BTreeMap<String, Weak<SharedCache>>> = Mutex::new(BTreeMap::new());
-    let mut caches = CACHES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut caches = CACHES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     caches.retain(|_, cache| cache.strong_count() > 0);
     if let Some(shared) = caches.get(url).and_then(Weak::upgrade) {
         return shared;
@@ -397,16 +400,18 @@ pub(super) async fn announce(
 impl Store {
     /// The token with this plaintext value joined with what introspection answers from: from
     /// this process's token cache when it holds it (exact, see the module), else read and kept.
-    pub async fn introspect_token(&self, token: &str) -> StoreResult<Option<Arc<Introspected>>> {
+    /// Whether the cache answered comes with it.
+    pub async fn introspect_token(
+        &self,
+        token: &str,
+    ) -> StoreResult<(Option<Arc<Introspected>>, bool)> {
         let digest = secrets::digest(token);
         if let Some(hit) = self.token_cache.get(&digest).await {
-            METRICS.token_cache(true);
-            return Ok(Some(hit));
+            return Ok((Some(hit), true));
         }
-        METRICS.token_cache(false);
         let generation = self.token_cache.generation();
         let Some(record) = self.find_token_by_digest(&digest).await? else {
-            return Ok(None);
+            return Ok((None, false));
         };
         let groups = match record.user_id {
             Some(id) if record.scope.split_whitespace().any(|s| s == GROUPS_SCOPE) => Some(
@@ -423,19 +428,10 @@ impl Store {
             record,
             groups,
         });
-        self.token_cache.keep(generation, digest, entry.clone()).await;
-        Ok(Some(entry))
-    }
-
-    /// Whether introspection may be answered from this process's token cache now (PostgreSQL:
-    /// once it listens and has caught up).
-    pub fn token_cache_usable(&self) -> bool {
-        self.token_cache.usable()
-    }
-
-    /// How many lookups this process's token cache holds.
-    pub async fn token_cache_entries(&self) -> u64 {
-        self.token_cache.entry_count().await
+        self.token_cache
+            .keep(generation, digest, entry.clone())
+            .await;
+        Ok((Some(entry), false))
     }
 
     /// Announces `eviction` to the other processes in the transaction of its change
@@ -558,7 +554,8 @@ mod tests {
                 .unwrap_or(0);
             pages * 4096
         };
-        let cache = TokenCache::new(CAPACITY, true);
+        // Entries that outlive the run: the bound alone limits them.
+        let cache = TokenCache::with_ttl(CAPACITY, true, Duration::from_secs(3600));
         let start = rss();
         for n in 0..CAPACITY {
             cache.keep(cache.generation(), digest(n), entry(n)).await;
@@ -578,7 +575,10 @@ mod tests {
             "after 1M distinct tokens: {count} entries, {} MiB above the start",
             (after - start) >> 20
         );
-        assert!(count <= CAPACITY, "{count} entries for a bound of {CAPACITY}");
+        assert!(
+            count <= CAPACITY,
+            "{count} entries for a bound of {CAPACITY}"
+        );
         assert!(
             after - start < 2 * (full - start) + (16 << 20),
             "memory grew past the bound: {} then {}",
