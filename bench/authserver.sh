@@ -99,6 +99,8 @@ bench_server() { # $1 label, $2 binary, $3 settings file
   token=$(curl -s -u "$(echo "$PW_BASIC" | base64 -d)" -d grant_type=password -d username=bench -d password=bench-password "http://127.0.0.1:$AUTH_PORT/o/token/" | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   post_script "$WORK/introspect.lua" "Basic $CC_BASIC" "token=$token"
   echo "$1 introspection $(measure "http://127.0.0.1:$AUTH_PORT/o/introspect/" "$WORK/introspect.lua")" >>"$RESULTS"
+  # The token cache's hits and misses over the introspection run ("- -" for a binary without).
+  echo "$1 $(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk -F'[" ]' '/^tokengate_authserver_token_cache_total/ {n[$2]=$NF} END {print (n["hit"]==""?"-":n["hit"]), (n["miss"]==""?"-":n["miss"])}')" >>"$WORK/cache"
   local before
   before=$(write_groups)
   echo "$1 client_credentials $(measure "http://127.0.0.1:$AUTH_PORT/o/token/" "$WORK/cc.lua")" >>"$RESULTS"
@@ -179,4 +181,6 @@ if groups:
     print("write groups (tokengate_authserver_write_group_size) committed during each client_credentials run:")
 for label, case, writer, n, writes in groups:
     print(f"{label:<15}{case:<20}writer={writer:<15}groups={n:<8}writes={writes:<9}mean size={int(writes) / int(n):.1f}")
+for label, hits, misses in (line.split() for line in open("$WORK/cache")):
+    print(f"{label:<15}token cache over the introspection run: {hits} hits, {misses} misses")
 PY

@@ -1,6 +1,7 @@
 //! The authorization server's Prometheus `/metrics`, served on an address of its own
 //! (`metrics_listen`), never on the front door: tokens issued by grant, introspection answers by
-//! result, throttle refusals, the sizes of the store's write groups, build info and the process metrics. Counters are per process; the text is written by
+//! result, token cache hits and misses, throttle refusals, the sizes of the store's write groups,
+//! build info and the process metrics. Counters are per process; the text is written by
 //! hand, as the proxy's is.
 
 use std::fmt::Write as _;
@@ -19,6 +20,7 @@ pub static METRICS: Metrics = Metrics {
     tokens: [const { AtomicU64::new(0) }; 4],
     introspections: [const { AtomicU64::new(0) }; 2],
     throttled: [const { AtomicU64::new(0) }; 2],
+    token_cache: [const { AtomicU64::new(0) }; 2],
 };
 
 /// Where the password-guessing throttle refused an attempt.
@@ -46,6 +48,8 @@ pub struct Metrics {
     introspections: [AtomicU64; 2],
     /// By [`Throttled::ALL`] position.
     throttled: [AtomicU64; 2],
+    /// Introspection lookups answered by the token cache, read from the database.
+    token_cache: [AtomicU64; 2],
 }
 
 impl Metrics {
@@ -64,6 +68,11 @@ impl Metrics {
     /// The throttle refused an attempt at `at`.
     pub fn throttled(&self, at: Throttled) {
         self.throttled[at as usize].fetch_add(1, Relaxed);
+    }
+
+    /// An introspection lookup was answered by the token cache (hit) or read (miss).
+    pub fn token_cache(&self, hit: bool) {
+        self.token_cache[usize::from(!hit)].fetch_add(1, Relaxed);
     }
 
     /// The Prometheus text.
@@ -105,6 +114,17 @@ impl Metrics {
             );
         }
         render_write_groups(&mut out);
+        let _ = writeln!(
+            out,
+            "# HELP tokengate_authserver_token_cache_total Introspection lookups, by whether the token cache answered.\n# TYPE tokengate_authserver_token_cache_total counter"
+        );
+        for (result, n) in ["hit", "miss"].iter().zip(&self.token_cache) {
+            let _ = writeln!(
+                out,
+                "tokengate_authserver_token_cache_total{{result=\"{result}\"}} {}",
+                n.load(Relaxed)
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP tokengate_authserver_build_info The authorization server's version (always 1).\n# TYPE tokengate_authserver_build_info gauge\ntokengate_authserver_build_info{{version=\"{}\"}} 1",
@@ -173,7 +193,9 @@ mod tests {
             tokens: [const { AtomicU64::new(0) }; 4],
             introspections: [const { AtomicU64::new(0) }; 2],
             throttled: [const { AtomicU64::new(0) }; 2],
+            token_cache: [const { AtomicU64::new(0) }; 2],
         };
+        m.token_cache(false);
         m.token_issued(GrantKind::RefreshToken);
         m.introspected(false);
         m.throttled(Throttled::SignIn);
@@ -185,6 +207,8 @@ mod tests {
             "tokengate_authserver_introspections_total{result=\"inactive\"} 1",
             "tokengate_authserver_throttled_total{endpoint=\"sign_in\"} 2",
             "tokengate_authserver_throttled_total{endpoint=\"password_grant\"} 0",
+            "tokengate_authserver_token_cache_total{result=\"miss\"} 1",
+            "tokengate_authserver_token_cache_total{result=\"hit\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in {text}");
         }

@@ -26,6 +26,7 @@ mod session_families;
 mod sessions;
 pub mod signing_keys;
 mod sqlite_local;
+mod token_cache;
 mod tokens;
 mod users;
 
@@ -40,6 +41,9 @@ pub use hot::group_writer::{GROUP_SIZE_BOUNDS, GroupSizeHistogram, WriterKind, w
 pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
 pub use purge::Purged;
 pub use sessions::{NewSession, Session};
+pub use token_cache::{
+    APPLICATION_NAME as TOKEN_CACHE_LISTENER, DEFAULT_TOKEN_CACHE_CAPACITY, Introspected,
+};
 pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenKind, TokenRecord};
 pub use users::{Guarded, NewUser, User, UserUpdate};
 
@@ -111,6 +115,9 @@ pub struct Shared {
     clients: Arc<client_cache::ClientCache>,
     /// The task that listens for other processes' changes to applications (PostgreSQL).
     listener: Option<tokio::task::JoinHandle<()>>,
+    /// Introspection lookups by token digest, kept exact by every change ([`token_cache`]);
+    /// shared with the other stores of this process on the same database.
+    token_cache: Arc<token_cache::SharedCache>,
     /// The key-encryption keys of the signing keys, once given
     /// ([`Store::use_key_encryption`]); without them no signing key is stored or read.
     key_encryption: std::sync::OnceLock<Arc<crate::key_encryption::KeyEncryption>>,
@@ -146,6 +153,11 @@ impl Store {
     /// Connects to `sqlite:…` or `postgres://…`, creating the SQLite file and its folder when
     /// missing, and applies the migrations that have not run yet.
     pub async fn connect(database_url: &str) -> StoreResult<Store> {
+        Store::connect_with_token_cache(database_url, DEFAULT_TOKEN_CACHE_CAPACITY).await
+    }
+
+    /// [`Store::connect`] with a token cache of `capacity` entries (0: none).
+    pub async fn connect_with_token_cache(database_url: &str, capacity: u64) -> StoreResult<Store> {
         install_default_drivers();
         let backend = if database_url.starts_with("postgres") {
             Backend::Postgres
@@ -229,6 +241,7 @@ impl Store {
         let clients = Arc::new(client_cache::ClientCache::new());
         let listener = (backend == Backend::Postgres)
             .then(|| client_cache::listen(url.clone(), clients.clone()));
+        let token_cache = token_cache::of_database(&url, &hot, capacity);
         let store = Store {
             shared: Arc::new(Shared {
                 pool,
@@ -237,6 +250,7 @@ impl Store {
                 hot,
                 clients,
                 listener,
+                token_cache,
                 key_encryption: std::sync::OnceLock::new(),
                 events: events::EventBell::new((backend == Backend::Postgres).then(|| url.clone())),
             }),

@@ -194,10 +194,17 @@ impl Store {
 
     /// The token with this plaintext value, of any kind, whatever its state.
     pub async fn find_token(&self, token: &str) -> StoreResult<Option<TokenRecord>> {
-        let digest = secrets::digest(token);
+        self.find_token_by_digest(&secrets::digest(token)).await
+    }
+
+    /// The token whose digest is `digest`.
+    pub(super) async fn find_token_by_digest(
+        &self,
+        digest: &str,
+    ) -> StoreResult<Option<TokenRecord>> {
         match &self.hot {
-            Hot::Sqlite(local) => local.read(|conn| hot::sqlite::find_token(conn, &digest)),
-            Hot::Postgres(pool) => hot::postgres::find_token(pool, &digest).await,
+            Hot::Sqlite(local) => local.read(|conn| hot::sqlite::find_token(conn, digest)),
+            Hot::Postgres(pool) => hot::postgres::find_token(pool, digest).await,
         }
     }
 
@@ -238,6 +245,11 @@ impl Store {
         if !claimed {
             return self.revoke_reused(&record.family).await;
         }
+        // The spent token and its access token are no longer active (on PostgreSQL the claim
+        // announced it to the other processes).
+        self.evicted(&super::token_cache::Eviction::StoredFamily(
+            record.family.clone(),
+        ));
         Ok(RefreshOutcome::Claimed(Box::new(record)))
     }
 
@@ -263,6 +275,7 @@ impl Store {
         let revoked = match &self.hot {
             Hot::Sqlite(local) => {
                 let family = family.to_owned();
+                let event = event.clone();
                 local
                     .write(move |conn| {
                         let database = super::sqlite_local::database;
@@ -278,7 +291,7 @@ impl Store {
             Hot::Postgres(pool) => hot::postgres::revoke_family(pool, family, at, &event).await,
         }?;
         if revoked {
-            self.ring_events();
+            self.ring_events(&event);
         }
         Ok(revoked)
     }
