@@ -174,14 +174,16 @@ async fn insert_statement(
 }
 
 /// Spends the refresh tokens `ids` (as [`postgres::claim`] does each): whether each call spent
-/// its token. Of calls in one group naming the same token, only the first spends it.
+/// its token. Of calls in one group naming the same token, only the first spends it. Each spent
+/// family is announced to the token caches, as [`postgres::claim`] does.
 const CLAIM_GROUP: &str = "WITH claimed AS (
         UPDATE tokens SET revoked = 1 WHERE id = ANY($1) AND revoked = 0
         AND NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = tokens.family)
-        RETURNING id, access_token_id),
+        RETURNING id, access_token_id, family),
     spent AS (
         UPDATE tokens SET revoked = 1 WHERE id IN (SELECT access_token_id FROM claimed))
-    SELECT id FROM claimed";
+    SELECT id FROM claimed,
+        (SELECT COUNT(pg_notify($2, 'family ' || family)) FROM claimed) AS announced";
 
 /// Claims each refresh token: whether that call spent it (a token named twice in the group is
 /// spent by its first call only, as two calls one after the other would be).
@@ -191,6 +193,7 @@ pub(in crate::store) async fn claim_group(pool: &PgPool, ids: Vec<i64>) -> Vec<S
     }
     let claimed: Vec<i64> = match sqlx::query_scalar(CLAIM_GROUP)
         .bind(&ids)
+        .bind(crate::store::token_cache::CHANNEL)
         .fetch_all(pool)
         .await
     {
