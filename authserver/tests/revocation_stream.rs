@@ -612,10 +612,13 @@ async fn an_event_whose_notification_is_lost_is_delivered_at_the_poll_timeout() 
         let took = started.elapsed();
         assert_eq!(status, 200);
         assert_eq!(sets_of(&reply).len(), 1, "{reply}");
-        assert!(
-            took >= Duration::from_millis(1500) && took < Duration::from_secs(4),
-            "{took:?}"
-        );
+        assert!(took < Duration::from_secs(4), "{took:?}");
+        // Nothing woke the poll on SQLite: the read at the timeout delivered it. On PostgreSQL
+        // the channel is the database's, so another test's event (another schema) may wake it
+        // earlier; the delivery within the timeout is what counts there.
+        if store.backend() == authserver::store::Backend::Sqlite {
+            assert!(took >= Duration::from_millis(1500), "{took:?}");
+        }
         // With nothing at all, a poll answers empty at its timeout.
         let acks: Vec<String> = sets_of(&reply).into_iter().map(|(jti, _)| jti).collect();
         let started = Instant::now();
