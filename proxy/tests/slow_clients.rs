@@ -117,7 +117,10 @@ impl Proxy {
             if open == n {
                 return;
             }
-            assert!(Instant::now() < deadline, "{open} connections open, not {n}");
+            assert!(
+                Instant::now() < deadline,
+                "{open} connections open, not {n}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

@@ -4,6 +4,7 @@
 
 use super::{Store, StoreResult, now};
 use crate::domain::CodeBinding;
+use crate::metrics::{StoreOp, StoreTimer};
 use crate::secrets;
 use sqlx::Row;
 
@@ -69,6 +70,7 @@ impl Store {
     /// Stores a new code's digest and returns the code, shown once. Codes long expired are
     /// deleted by the purge ([`Store::purge_expired`]).
     pub async fn issue_code(&self, new: &NewCode) -> StoreResult<String> {
+        let _timer = StoreTimer::start(StoreOp::IssueCode);
         let code = secrets::random_token();
         let at = now();
         let _exclusive = self.exclusive().await?;
@@ -95,6 +97,7 @@ impl Store {
     /// Spends `code` (a conditional update: of two replicas racing on it, one wins). A code
     /// presented before revokes the family of the tokens issued from it.
     pub async fn claim_code(&self, code: &str) -> StoreResult<CodeOutcome> {
+        let _timer = StoreTimer::start(StoreOp::ClaimCode);
         let digest = secrets::digest(code);
         let (claimed, family) = {
             let _exclusive = self.exclusive().await?;

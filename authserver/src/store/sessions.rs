@@ -3,6 +3,7 @@
 
 use super::hot::{self, Hot};
 use super::{Store, StoreResult, User, now};
+use crate::metrics::{StoreOp, StoreTimer};
 use crate::secrets;
 use sqlx::Row;
 
@@ -28,6 +29,7 @@ impl Store {
     /// Opens a session for `user_id` that lasts `lifetime` seconds. Expired sessions are never
     /// found, and are deleted by the purge ([`Store::purge_expired`]).
     pub async fn create_session(&self, user_id: i64, lifetime: i64) -> StoreResult<NewSession> {
+        let _timer = StoreTimer::start(StoreOp::CreateSession);
         let now = now();
         let _exclusive = self.exclusive().await?;
         let session_id = secrets::random_token();
@@ -48,6 +50,7 @@ impl Store {
 
     /// The unexpired session whose cookie value is `session_id`, with its user as stored now.
     pub async fn find_session(&self, session_id: &str) -> StoreResult<Option<Session>> {
+        let _timer = StoreTimer::start(StoreOp::FindSession);
         let row = sqlx::query(
             "SELECT user_id, csrf_token, created_at FROM sessions WHERE id_digest = $1 AND expires_at > $2",
         )
@@ -101,6 +104,7 @@ impl Store {
     /// Records one failed sign-in under each bucket (see [`crate::throttle`]) and
     /// forgets failures older than `window` seconds.
     pub async fn record_login_failure(&self, buckets: &[String], window: i64) -> StoreResult<()> {
+        let _timer = StoreTimer::start(StoreOp::RecordLoginFailure);
         let now = now();
         let _exclusive = self.exclusive().await?;
         sqlx::query("DELETE FROM login_failures WHERE failed_at <= $1")
@@ -124,6 +128,7 @@ impl Store {
         buckets: [&str; 2],
         window: i64,
     ) -> StoreResult<[i64; 2]> {
+        let _timer = StoreTimer::start(StoreOp::CountLoginFailures);
         let since = now() - window;
         match &self.hot {
             Hot::Sqlite(local) => {
