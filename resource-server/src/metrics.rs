@@ -81,7 +81,7 @@ impl Scrape<'_> {
         help: &str,
         value: impl EncodeCounterValue,
     ) -> fmt::Result {
-        self.counters(name, help, [(NoLabels, value)])
+        self.metric(name, help, &ConstCounter::new(value))
     }
 
     /// A counter family, one series per `(labels, value)`.
@@ -103,7 +103,7 @@ impl Scrape<'_> {
 
     /// A gauge without labels.
     pub fn gauge(&mut self, name: &str, help: &str, value: impl EncodeGaugeValue) -> fmt::Result {
-        self.gauges(name, help, [(NoLabels, value)])
+        self.metric(name, help, &ConstGauge::new(value))
     }
 
     /// A gauge family, one series per `(labels, value)`.
@@ -130,16 +130,6 @@ impl Scrape<'_> {
             self.0
                 .encode_descriptor(name, &help, None, metric.metric_type())?,
         )
-    }
-}
-
-/// The empty label set.
-#[derive(Clone, Copy, Debug)]
-struct NoLabels;
-
-impl EncodeLabelSet for NoLabels {
-    fn encode(&self, _: &mut prometheus_client::encoding::LabelSetEncoder) -> fmt::Result {
-        Ok(())
     }
 }
 
