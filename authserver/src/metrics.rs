@@ -265,8 +265,8 @@ mod tests {
             "tokengate_authserver_introspections_total{result=\"inactive\"} 1".to_owned(),
             "tokengate_authserver_throttled_total{endpoint=\"sign_in\"} 2".to_owned(),
             "tokengate_authserver_throttled_total{endpoint=\"password_grant\"} 0".to_owned(),
-            format!("{store}_bucket{{operation=\"find_token\",le=\"0.00025\"}} 0"),
-            format!("{store}_bucket{{operation=\"find_token\",le=\"0.0005\"}} 1"),
+            format!("{store}_bucket{{le=\"0.00025\",operation=\"find_token\"}} 0"),
+            format!("{store}_bucket{{le=\"0.0005\",operation=\"find_token\"}} 1"),
             format!("{store}_count{{operation=\"find_token\"}} 1"),
             format!("{store}_count{{operation=\"issue_tokens\"}} 0"),
             format!(

@@ -325,12 +325,12 @@ mod tests {
             "tokengate_proxy_requests_total{route=\"users\",decision=\"unavailable\"} 2\n"
                 .to_owned(),
             "# TYPE tokengate_proxy_request_duration_seconds histogram\n".to_owned(),
-            format!("tokengate_proxy_request_duration_seconds_bucket{{{labels},le=\"0.001\"}} 0\n"),
+            format!("tokengate_proxy_request_duration_seconds_bucket{{le=\"0.001\",{labels}}} 0\n"),
             format!(
-                "tokengate_proxy_request_duration_seconds_bucket{{{labels},le=\"0.0025\"}} 1\n"
+                "tokengate_proxy_request_duration_seconds_bucket{{le=\"0.0025\",{labels}}} 1\n"
             ),
-            format!("tokengate_proxy_request_duration_seconds_bucket{{{labels},le=\"10.0\"}} 1\n"),
-            format!("tokengate_proxy_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} 2\n"),
+            format!("tokengate_proxy_request_duration_seconds_bucket{{le=\"10.0\",{labels}}} 1\n"),
+            format!("tokengate_proxy_request_duration_seconds_bucket{{le=\"+Inf\",{labels}}} 2\n"),
             format!("tokengate_proxy_request_duration_seconds_sum{{{labels}}} 20.0015\n"),
             format!("tokengate_proxy_request_duration_seconds_count{{{labels}}} 2\n"),
             "tokengate_proxy_upstream_responses_total{upstream=\"api\",class=\"2xx\"} 1\n"
