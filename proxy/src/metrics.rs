@@ -345,9 +345,5 @@ mod tests {
         ] {
             assert!(text.contains(&needle), "missing {needle:?} in\n{text}");
         }
-        assert!(
-            !text.contains("decision=\"allow\"} 1"),
-            "no request counted as allowed: {text}"
-        );
     }
 }
