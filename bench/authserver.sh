@@ -47,7 +47,7 @@ field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]
 basic() { printf '%s:%s' "$(field "$1" client_id)" "$(field "$1" client_secret)" | base64 -w0; }
 PW_BASIC=$(basic "$PW"); CC_BASIC=$(basic "$CC")
 
-AUTH_PORT=18101; HELLO_PORT=18102
+AUTH_PORT=18101; HELLO_PORT=18102; METRICS_PORT=18103
 wait_for() { # $1 url
   for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
   echo "nothing answers at $1"; exit 1
@@ -74,16 +74,40 @@ measure() { # $1 url, $2 script or empty
 }
 
 RESULTS=$WORK/results
-# One authserver binary through the three cases: lines "label case rps p50 p99 non2xx".
+WRITE_GROUPS=$WORK/groups
+# The write-group histogram of the server's /metrics: lines "writer groups writes" (none from a
+# binary without it).
+write_groups() {
+  { curl -s "http://127.0.0.1:$METRICS_PORT/metrics" || true; } | python3 -c '
+import re, sys
+seen = {}
+for line in sys.stdin:
+    m = re.match(r"tokengate_authserver_write_group_size_(sum|count)\{writer=\"(\w+)\"\} (\d+)", line)
+    if m:
+        seen.setdefault(m[2], {})[m[1]] = int(m[3])
+for writer, v in seen.items():
+    print(writer, v["count"], v["sum"])'
+}
+# One authserver binary through the three cases: lines "label case rps p50 p99 non2xx"; the
+# groups its writers committed during the client_credentials run: "label case writer groups writes".
 bench_server() { # $1 label, $2 binary, $3 settings file
-  AUTHSERVER_CONFIG=$3 AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn "$2" serve --database-url "$DB" &
+  AUTHSERVER_CONFIG=$3 AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT AUTHSERVER_METRICS_LISTEN=127.0.0.1:$METRICS_PORT \
+    RUST_LOG=warn "$2" serve --database-url "$DB" &
   local pid=$!
   wait_for "http://127.0.0.1:$AUTH_PORT/healthz"
   local token
   token=$(curl -s -u "$(echo "$PW_BASIC" | base64 -d)" -d grant_type=password -d username=bench -d password=bench-password "http://127.0.0.1:$AUTH_PORT/o/token/" | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   post_script "$WORK/introspect.lua" "Basic $CC_BASIC" "token=$token"
   echo "$1 introspection $(measure "http://127.0.0.1:$AUTH_PORT/o/introspect/" "$WORK/introspect.lua")" >>"$RESULTS"
+  # The token cache's hits and misses over the introspection run ("- -" for a binary without).
+  echo "$1 $(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk -F'[" ]' '/^tokengate_authserver_token_cache_total/ {n[$2]=$NF} END {print (n["hit"]==""?"-":n["hit"]), (n["miss"]==""?"-":n["miss"])}')" >>"$WORK/cache"
+  local before
+  before=$(write_groups)
   echo "$1 client_credentials $(measure "http://127.0.0.1:$AUTH_PORT/o/token/" "$WORK/cc.lua")" >>"$RESULTS"
+  write_groups | while read -r writer groups writes; do
+    read -r _ groups0 writes0 <<<"$(grep "^$writer " <<<"$before" || echo "$writer 0 0")"
+    [ "$groups" -eq "$groups0" ] || echo "$1 client_credentials $writer $((groups - groups0)) $((writes - writes0))" >>"$WRITE_GROUPS"
+  done
   echo "$1 password $(measure "http://127.0.0.1:$AUTH_PORT/o/token/" "$WORK/pw.lua")" >>"$RESULTS"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
@@ -108,13 +132,13 @@ if [ "$BACKEND" = postgres ] && command -v pgbench >/dev/null; then
 \set i random(1, 20000)
 SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
     t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL,
-    a.allowed_scopes, a.may_introspect
+    a.allowed_scopes, a.may_introspect, t.cnf_x5t_s256
     FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
     LEFT JOIN revoked_families f ON f.family = t.family WHERE t.digest = 'floor-' || :i;
 SQL
   cat >"$WORK/floor-client_credentials.sql" <<SQL
-INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at)
-    SELECT 'access', md5(random()::text), $APP_ID, NULL, 'read', md5(random()::text), NULL, 0, 9999999999
+INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
+    SELECT 'access', md5(random()::text), $APP_ID, NULL, 'read', md5(random()::text), NULL, 0, 9999999999, NULL
     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
     WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = md5(random()::text)) RETURNING id;
 SQL
@@ -127,15 +151,15 @@ fi
 echo "hello hello-again $(measure "http://127.0.0.1:$HELLO_PORT/")" >>"$RESULTS"
 LOAD_AFTER=$(cut -d" " -f1-3 /proc/loadavg)
 
-python3 - "$RESULTS" <<PY
-import sys
+python3 - "$RESULTS" "$WRITE_GROUPS" <<PY
+import os, sys
 rows = [line.split() for line in open(sys.argv[1])]
 hello = [float(r[2]) for r in rows if r[0] == "hello"]
 hello_mean = sum(hello) / len(hello)
 ceiling = $CORES / ($HASH_MS / 1000)
 goals = {
-    "sqlite": {"introspection": 0.5, "client_credentials": 0.3},
-    "postgres": {"introspection": 0.25, "client_credentials": 0.15},
+    "sqlite": {"introspection": 0.5, "client_credentials": 0.4},
+    "postgres": {"introspection": 0.25, "client_credentials": 0.3},
 }["$BACKEND"]
 print(f"backend=$BACKEND cores=$CORES argon2id verify=$HASH_MS ms -> password-grant ceiling {ceiling:.0f}/s; "
       f"wrk -t$THREADS -c$CONNS -d${DURATION}s; load average before $LOAD_BEFORE, after $LOAD_AFTER")
@@ -152,4 +176,11 @@ for label, case, rps, p50, p99, errors in rows:
         ratio, goal = rps / hello_mean, f">= {goals[case]} x hello"
     num = lambda v: f"{float(v):>9.2f}" if v != "-" else f"{'-':>9}"
     print(f"{label:<15}{case:<20}{rps:>10.0f}{num(p50)}{num(p99)}{errors:>9}{ratio:>8.2f}  {goal}")
+groups = [line.split() for line in open(sys.argv[2])] if os.path.exists(sys.argv[2]) else []
+if groups:
+    print("write groups (tokengate_authserver_write_group_size) committed during each client_credentials run:")
+for label, case, writer, n, writes in groups:
+    print(f"{label:<15}{case:<20}writer={writer:<15}groups={n:<8}writes={writes:<9}mean size={int(writes) / int(n):.1f}")
+for label, hits, misses in (line.split() for line in open("$WORK/cache")):
+    print(f"{label:<15}token cache over the introspection run: {hits} hits, {misses} misses")
 PY

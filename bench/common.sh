@@ -40,3 +40,39 @@ routes:
   - { name: hello, path: /, upstream: hello, $2 }
 YAML
 }
+
+# The authorization server on $DB (binary $AUTH) with one user, a password-grant client and an
+# introspection client: sets AUTH_PORT, CC_ID and CC_SECRET (the introspection client's), and
+# TOKEN (the user's, scope `read`).
+start_authserver() {
+  local pw cc
+  $AUTH migrate --database-url "$DB" >/dev/null
+  echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
+  pw=$($AUTH app create --name bench-client --database-url "$DB" --json)
+  cc=$($AUTH app create --name proxy --grant-type client-credentials --introspect --database-url "$DB" --json)
+  CC_ID=$(field "$cc" client_id); CC_SECRET=$(field "$cc" client_secret)
+  AUTH_PORT=$(free_port)
+  AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
+  wait_http "http://127.0.0.1:$AUTH_PORT/healthz"
+  TOKEN=$(curl -s -u "$(field "$pw" client_id):$(field "$pw" client_secret)" -d grant_type=password \
+    -d username=bench -d password=bench-password -d scope=read "http://127.0.0.1:$AUTH_PORT/o/token/" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+}
+
+# A self-signed ECDSA P-256 certificate for localhost and 127.0.0.1: $1 certificate, $2 key.
+tls_certificate() {
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout "$2" -out "$1" 2>/dev/null
+}
+
+# bench/nginx/nginx.conf filled in as $WORK/nginx.conf. Needs WORKERS, NGINX_PORT (pass-through),
+# NJS_PORT, NJS_TLS_PORT, HELLO_PORT, AUTH_PORT, CC_ID, CC_SECRET, CERT, KEY.
+nginx_conf() {
+  local basic
+  basic=$(printf '%s:%s' "$CC_ID" "$CC_SECRET" | base64 -w0)
+  sed -e "s|@WORK@|$WORK|g" -e "s|@WORKERS@|$WORKERS|g" -e "s|@USER@|$(id -un)|g" \
+      -e "s|@PASS_PORT@|$NGINX_PORT|g" -e "s|@NJS_PORT@|$NJS_PORT|g" -e "s|@HELLO_PORT@|$HELLO_PORT|g" \
+      -e "s|@NJS_TLS_PORT@|$NJS_TLS_PORT|g" -e "s|@CERT@|$CERT|g" -e "s|@KEY@|$KEY|g" \
+      -e "s|@AUTH_PORT@|$AUTH_PORT|g" -e "s|@CLIENT_BASIC@|$basic|g" -e "s|@JS@|$PWD/bench/nginx/oauth2.js|g" \
+      bench/nginx/nginx.conf > "$WORK/nginx.conf"
+}

@@ -56,17 +56,7 @@ python3 bench/jwt_tokens.py "$ISSUER" "$AUDIENCE" "$WORK" "$ROUNDS" "$PER_ROUND"
 JWT=$(cat "$WORK/hit.txt")
 
 # Authorization server: one user, a password-grant client, and the introspection client.
-$AUTH migrate --database-url "$DB" >/dev/null
-echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
-PW=$($AUTH app create --name bench-client --database-url "$DB" --json)
-CC=$($AUTH app create --name proxy --grant-type client-credentials --introspect --database-url "$DB" --json)
-CC_ID=$(field "$CC" client_id); CC_SECRET=$(field "$CC" client_secret)
-AUTH_PORT=$(free_port)
-AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
-wait_http "http://127.0.0.1:$AUTH_PORT/healthz"
-TOKEN=$(curl -s -u "$(field "$PW" client_id):$(field "$PW" client_secret)" -d grant_type=password \
-  -d username=bench -d password=bench-password -d scope=read "http://127.0.0.1:$AUTH_PORT/o/token/" \
-  | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+start_authserver
 printf '%s\n' "$TOKEN" > "$WORK/opaque.txt"
 
 # The upstream.

@@ -64,19 +64,8 @@ for b in "$AUTH" "$PROXY" "$BARE" "$HELLO"; do [ -x "$b" ] || { echo "missing $b
 . bench/common.sh
 LOAD_BEFORE=$(uptime)
 
-# Authorization server: one user, a password-grant client, and the introspection client that
-# both tokengate and nginx use.
-$AUTH migrate --database-url "$DB" >/dev/null
-echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
-PW=$($AUTH app create --name bench-client --database-url "$DB" --json)
-CC=$($AUTH app create --name proxy --grant-type client-credentials --introspect --database-url "$DB" --json)
-CC_ID=$(field "$CC" client_id); CC_SECRET=$(field "$CC" client_secret)
-AUTH_PORT=$(free_port)
-AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
-wait_http "http://127.0.0.1:$AUTH_PORT/healthz"
-TOKEN=$(curl -s -u "$(field "$PW" client_id):$(field "$PW" client_secret)" -d grant_type=password \
-  -d username=bench -d password=bench-password -d scope=read "http://127.0.0.1:$AUTH_PORT/o/token/" \
-  | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+# Authorization server, introspection client (tokengate's and nginx's) and token.
+start_authserver
 
 # The upstream.
 HELLO_PORT=$(free_port)
@@ -85,8 +74,7 @@ wait_http "http://127.0.0.1:$HELLO_PORT/"
 
 # The certificate both TLS terminators serve: ECDSA P-256, for localhost and 127.0.0.1.
 CERT=$WORK/tls.crt; KEY=$WORK/tls.key
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
-  -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout "$KEY" -out "$CERT" 2>/dev/null
+tls_certificate "$CERT" "$KEY"
 
 # Three tokengate proxies, same binary: only `public: true` and `tls:` differ. max_ttl covers the
 # whole run.
@@ -117,12 +105,7 @@ wait_http "http://127.0.0.1:$BARE_PORT/"
 
 # nginx: pass-through and njs introspection, foreground, everything in $WORK.
 NGINX_PORT=$(free_port); NJS_PORT=$(free_port); NJS_TLS_PORT=$(free_port)
-BASIC=$(printf '%s:%s' "$CC_ID" "$CC_SECRET" | base64 -w0)
-sed -e "s|@WORK@|$WORK|g" -e "s|@WORKERS@|$WORKERS|g" -e "s|@USER@|$(id -un)|g" \
-    -e "s|@PASS_PORT@|$NGINX_PORT|g" -e "s|@NJS_PORT@|$NJS_PORT|g" -e "s|@HELLO_PORT@|$HELLO_PORT|g" \
-    -e "s|@NJS_TLS_PORT@|$NJS_TLS_PORT|g" -e "s|@CERT@|$CERT|g" -e "s|@KEY@|$KEY|g" \
-    -e "s|@AUTH_PORT@|$AUTH_PORT|g" -e "s|@CLIENT_BASIC@|$BASIC|g" -e "s|@JS@|$PWD/bench/nginx/oauth2.js|g" \
-    bench/nginx/nginx.conf > "$WORK/nginx.conf"
+nginx_conf
 $NGINX -p "$WORK" -e "$WORK/nginx-error.log" -c "$WORK/nginx.conf" & NGINX_PID=$!; PIDS+=($NGINX_PID)
 wait_http "http://127.0.0.1:$NGINX_PORT/"
 # Its workers and cache manager (the cache loader exits after a minute: not counted).

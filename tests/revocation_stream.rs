@@ -1,16 +1,23 @@
 //! Issue 24, black-box through the front door of the stack as shipped (cached answers live 1 h
 //! while the revocation stream is healthy): warm a token through the proxy, end it in each way a
 //! user can (RFC 7009 revocation of the access token, of its refresh token, a password reset,
-//! deactivation, deletion), and the proxy refuses it within 1 s. Prints the median and maximum.
-//! The password reset and the deactivation are the store calls the operators' pages make (those
-//! pages need a browser session); the rest goes through the front door.
+//! deactivation, deletion, RP-initiated logout of the browser session the token came from), and
+//! the proxy refuses it within 1 s. Prints the median and maximum. The password reset and the
+//! deactivation are the store calls the operators' pages make (those pages need a browser
+//! session), and so are the browser session and the code of the logout round (the sign-in and
+//! consent pages are the authorization server's own tests'); the rest goes through the front
+//! door.
 
 mod common;
 
-use common::{password_grant, stack_config as config};
+use authserver::store::{ApplicationInput, ClientType, GrantType, NewCode, Store};
+use common::{password_grant, stack_config as config, token_request};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::time::{Duration, Instant};
+
+/// The relying party's registered redirect URI (never visited: the codes are the store's).
+const RP_REDIRECT: &str = "https://rp.example/callback";
 
 struct Door {
     http: reqwest::Client,
@@ -62,6 +69,73 @@ impl Door {
             assert_eq!(self.status(&access).await, StatusCode::OK);
         }
         (user["id"].as_i64().unwrap(), access, refresh)
+    }
+
+    /// A new browser session of user `user_id` (its cookie value), and the access and ID tokens
+    /// of a code issued to the relying party `rp` in it, the access token warmed through the
+    /// proxy.
+    async fn session_tokens(
+        &self,
+        store: &Store,
+        rp: &(String, String),
+        user_id: i64,
+    ) -> (String, String, String) {
+        let session = store.create_session(user_id, 3600).await.unwrap();
+        let key = store
+            .find_session(&session.session_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .key;
+        let app = store
+            .find_application_by_client_id(&rp.0)
+            .await
+            .unwrap()
+            .unwrap();
+        let code = store
+            .issue_code(&NewCode {
+                application_id: app.id,
+                user_id,
+                redirect_uri: RP_REDIRECT.into(),
+                scope: "openid read".into(),
+                code_challenge: None,
+                lifetime: 60,
+                nonce: None,
+                auth_time: Some(authserver::store::now()),
+                session_key: Some(key),
+            })
+            .await
+            .unwrap();
+        let form = [
+            ("grant_type", "authorization_code"),
+            ("code", code.as_str()),
+            ("redirect_uri", RP_REDIRECT),
+        ];
+        let (status, body) = token_request(&self.http, &self.base, (&rp.0, &rp.1), &form).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let access = body["access_token"].as_str().unwrap().to_owned();
+        for _ in 0..3 {
+            assert_eq!(self.status(&access).await, StatusCode::OK);
+        }
+        let id_token = body["id_token"].as_str().unwrap().to_owned();
+        (session.session_id, access, id_token)
+    }
+
+    /// RP-initiated logout of the browser session `session_id`, its ID token as the hint.
+    async fn logout(&self, session_id: &str, id_token: &str) {
+        let r = self
+            .http
+            .get(format!("{}/o/logout/", self.base))
+            .query(&[("id_token_hint", id_token)])
+            .header(
+                reqwest::header::COOKIE,
+                format!("tokengate_session={session_id}"),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(r.text().await.unwrap().contains(r#"id="logout-done""#));
     }
 
     async fn revoke(&self, token: &str, hint: &str) {
@@ -163,6 +237,23 @@ async fn every_way_of_ending_a_token_reaches_the_front_door_within_a_second() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    let rp_input = ApplicationInput {
+        name: "relying party".into(),
+        client_type: ClientType::Confidential,
+        grant_type: GrantType::AuthorizationCode,
+        redirect_uris: RP_REDIRECT.into(),
+        allowed_scopes: vec!["openid".into(), "read".into()],
+        may_introspect: false,
+        pkce_required: false,
+        token_format: None,
+    };
+    let (rp_app, rp_secret) = stack
+        .store
+        .create_application(&rp_input, None, None, None)
+        .await
+        .unwrap();
+    let rp = (rp_app.client_id, rp_secret.unwrap());
+
     let mut latencies = Vec::new();
     for round in 0..3 {
         // RFC 7009: the access token.
@@ -207,6 +298,15 @@ async fn every_way_of_ending_a_token_reaches_the_front_door_within_a_second() {
         let t = Instant::now();
         door.admin(reqwest::Method::DELETE, id, &[]).await;
         latencies.push(("deletion", door.refused_after(&access, t).await));
+        // RP-initiated logout: the tokens of that browser session end; the same user's token
+        // from another session is still served.
+        let (id, _, _) = door.user_with_tokens(&format!("l{round}")).await;
+        let (session, access, id_token) = door.session_tokens(&stack.store, &rp, id).await;
+        let (_, elsewhere, _) = door.session_tokens(&stack.store, &rp, id).await;
+        let t = Instant::now();
+        door.logout(&session, &id_token).await;
+        latencies.push(("RP-initiated logout", door.refused_after(&access, t).await));
+        assert_eq!(door.status(&elsewhere).await, StatusCode::OK);
     }
     // The revocation call itself is in the figure: from the moment it was sent.
     let mut all: Vec<Duration> = latencies.iter().map(|(_, d)| *d).collect();

@@ -391,14 +391,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             file.display()
         );
     }
-    let store = Store::connect(&settings.database_url)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot open the database {}",
-                redact_url(&settings.database_url)
-            )
-        })?;
+    let store =
+        Store::connect_with_token_cache(&settings.database_url, settings.token_cache_capacity)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot open the database {}",
+                    redact_url(&settings.database_url)
+                )
+            })?;
     match &settings.key_encryption {
         Some(kek) => {
             let sealed = store.use_key_encryption(kek.clone()).await?;

@@ -31,6 +31,7 @@ struct RawSettings {
     authorization_code_lifetime: Option<RawDuration>,
     purge_interval: Option<RawDuration>,
     ssf_poll_timeout: Option<RawDuration>,
+    token_cache_capacity: Option<u64>,
     secrets_system_file: Option<String>,
     access_log: Option<RawAccessLog>,
     log_format: Option<LogFormat>,
@@ -83,7 +84,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 21] = [
+const KEYS: [&str; 22] = [
     "listen",
     "issuer",
     "database_url",
@@ -100,6 +101,7 @@ const KEYS: [&str; 21] = [
     "authorization_code_lifetime",
     "purge_interval",
     "ssf_poll_timeout",
+    "token_cache_capacity",
     "secrets_system_file",
     "access_log",
     "cors_origins",
@@ -186,6 +188,8 @@ pub struct Settings {
     /// How long a poll of the revocation stream (RFC 8936, `returnImmediately: false`) waits
     /// for an event before answering with none, seconds (default 25).
     pub ssf_poll_timeout: i64,
+    /// The most introspection lookups the token cache holds (0: no cache).
+    pub token_cache_capacity: u64,
     /// The key-encryption keys of the JWT signing keys, from `AUTHSERVER_SECRETS_SYSTEM` or the
     /// file of `secrets_system_file` (`AUTHSERVER_SECRETS_SYSTEM_FILE`); none configured: no
     /// signing key can be stored or read.
@@ -323,6 +327,7 @@ impl Settings {
             raw.ssf_poll_timeout,
             DEFAULT_SSF_POLL_TIMEOUT,
         )?;
+        let token_cache_capacity = source.token_cache_capacity(raw.token_cache_capacity)?;
         let cors_origins = match source.cors_origins("cors_origins", raw.cors_origins, false)? {
             Some(CorsOrigins::List(list)) => list,
             _ => Vec::new(),
@@ -371,6 +376,7 @@ impl Settings {
             authorization_code_lifetime,
             purge_interval,
             ssf_poll_timeout,
+            token_cache_capacity,
             key_encryption,
             access_log,
             log_format: raw.log_format,
@@ -407,6 +413,7 @@ impl Settings {
             authorization_code_lifetime: DEFAULT_AUTHORIZATION_CODE_LIFETIME,
             purge_interval: DEFAULT_PURGE_INTERVAL,
             ssf_poll_timeout: DEFAULT_SSF_POLL_TIMEOUT,
+            token_cache_capacity: crate::store::DEFAULT_TOKEN_CACHE_CAPACITY,
             key_encryption: None,
             access_log: AccessLogSettings::default(),
             log_format: None,
@@ -623,6 +630,23 @@ impl Source<'_> {
                 fail(
                     &origin,
                     format!("\"{text}\" is not a duration ({problem}; like 3600, 15m or 1h; 0 turns the purge off)"),
+                )
+            }),
+        }
+    }
+
+    /// The token cache's capacity in entries: a whole number, 0 for no cache.
+    fn token_cache_capacity(&self, from_file: Option<u64>) -> Result<u64, ConfigError> {
+        let (origin, capacity) =
+            self.pick("token_cache_capacity", from_file.map(|n| n.to_string()));
+        match capacity {
+            None => Ok(crate::store::DEFAULT_TOKEN_CACHE_CAPACITY),
+            Some(text) => text.trim().parse().map_err(|_| {
+                fail(
+                    &origin,
+                    format!(
+                        "\"{text}\" is not a number of entries (like 100000; 0 turns the cache off)"
+                    ),
                 )
             }),
         }
@@ -1146,6 +1170,25 @@ mod tests {
             "postgres://u:***@h/db?password=***"
         );
         assert_eq!(redact_url("sqlite://data/a.db"), "sqlite://data/a.db");
+    }
+
+    #[test]
+    fn token_cache_capacity_defaults_and_refuses_what_is_no_count() {
+        let default = Settings::from_yaml("", "c.yaml").unwrap();
+        assert_eq!(
+            default.token_cache_capacity,
+            crate::store::DEFAULT_TOKEN_CACHE_CAPACITY
+        );
+        let set = Settings::from_yaml("token_cache_capacity: 0", "c.yaml").unwrap();
+        assert_eq!(set.token_cache_capacity, 0);
+        let env = |key: &str| (key == "AUTHSERVER_TOKEN_CACHE_CAPACITY").then(|| "lots".into());
+        let refused = Settings::from_raw(RawSettings::default(), "c.yaml", env).unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("\"lots\" is not a number of entries"),
+            "{refused}"
+        );
     }
 
     #[test]

@@ -85,12 +85,19 @@ pub async fn serve(
     // JWT later gets the key when it is registered or changed (views, CLI), and in any case at
     // its first token, issued to an authenticated client.
     let jwt = config::AccessTokenFormat::Jwt;
+    let reading = |e| std::io::Error::other(format!("reading the applications: {e}"));
+    // An application whose ID tokens are EdDSA needs the same key before its first ID token.
     let issues_jwts = state.settings.access_token_format == jwt
         || state
             .store
             .any_application_with_format(jwt)
             .await
-            .map_err(|e| std::io::Error::other(format!("reading the applications: {e}")))?;
+            .map_err(reading)?
+        || state
+            .store
+            .any_oidc_client_signing_with("EdDSA")
+            .await
+            .map_err(reading)?;
     if issues_jwts {
         state
             .keys

@@ -1,15 +1,16 @@
 //! The authorization server's `/metrics`, served on an address of its own (`metrics_listen`),
-//! never on the front door: tokens issued by grant, introspection answers by result, throttle
-//! refusals, store call latency by operation, build info and the process metrics. One registry
-//! per process ([`METRICS`]), encoded by the `prometheus-client` crate.
+//! never on the front door: tokens issued by grant, introspection answers by result, token cache
+//! hits and misses, throttle refusals, the sizes of the store's write groups, store call latency
+//! by operation, build info and the process metrics. One registry per process ([`METRICS`]),
+//! encoded by the `prometheus-client` crate.
 //!
 //! Adding a metric: a field holding the crate's handle (a `Counter`, or one per label value, made
 //! in `Metrics::new` so every series shows from the start at 0), registered there under
-//! `tokengate_authserver_`, and a method that counts.
+//! `tokengate_authserver_`, and a method that counts. The store's own histograms are kept in the
+//! store (below this module) and only registered here.
 
 use std::net::SocketAddr;
 use std::sync::LazyLock;
-use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::http::header;
@@ -17,7 +18,6 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::Histogram;
 use resource_server::metrics::Registry;
 
 use crate::protocol::GrantKind;
@@ -43,69 +43,6 @@ impl Throttled {
     }
 }
 
-/// The store calls timed by [`StoreTimer`]: those on the request paths (tokens, introspection,
-/// client authentication, sign-in, sessions, authorization codes).
-#[derive(Clone, Copy, Debug)]
-pub enum StoreOp {
-    IssueTokens,
-    FindToken,
-    ClaimRefreshToken,
-    RevokeToken,
-    RevokeFamily,
-    FindApplication,
-    GetApplication,
-    UserWithPassword,
-    CountLoginFailures,
-    RecordLoginFailure,
-    CreateSession,
-    FindSession,
-    IssueCode,
-    ClaimCode,
-}
-
-impl StoreOp {
-    const ALL: [StoreOp; 14] = [
-        StoreOp::IssueTokens,
-        StoreOp::FindToken,
-        StoreOp::ClaimRefreshToken,
-        StoreOp::RevokeToken,
-        StoreOp::RevokeFamily,
-        StoreOp::FindApplication,
-        StoreOp::GetApplication,
-        StoreOp::UserWithPassword,
-        StoreOp::CountLoginFailures,
-        StoreOp::RecordLoginFailure,
-        StoreOp::CreateSession,
-        StoreOp::FindSession,
-        StoreOp::IssueCode,
-        StoreOp::ClaimCode,
-    ];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            StoreOp::IssueTokens => "issue_tokens",
-            StoreOp::FindToken => "find_token",
-            StoreOp::ClaimRefreshToken => "claim_refresh_token",
-            StoreOp::RevokeToken => "revoke_token",
-            StoreOp::RevokeFamily => "revoke_family",
-            StoreOp::FindApplication => "find_application_by_client_id",
-            StoreOp::GetApplication => "get_application",
-            StoreOp::UserWithPassword => "user_with_password",
-            StoreOp::CountLoginFailures => "count_login_failures",
-            StoreOp::RecordLoginFailure => "record_login_failure",
-            StoreOp::CreateSession => "create_session",
-            StoreOp::FindSession => "find_session",
-            StoreOp::IssueCode => "issue_code",
-            StoreOp::ClaimCode => "claim_code",
-        }
-    }
-}
-
-/// Upper bounds of the store latency histogram's buckets, in seconds (`+Inf` implied).
-pub const STORE_BUCKETS: [f64; 12] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5,
-];
-
 type Labels = [(&'static str, &'static str); 1];
 
 pub struct Metrics {
@@ -115,8 +52,8 @@ pub struct Metrics {
     introspections: [Counter; 2],
     /// By [`Throttled::ALL`] position.
     throttled: [Counter; 2],
-    /// By [`StoreOp::ALL`] position.
-    store: [Histogram; StoreOp::ALL.len()],
+    /// Introspection lookups answered by the token cache (hit), read from the database (miss).
+    token_cache: [Counter; 2],
     registry: Registry,
 }
 
@@ -129,16 +66,14 @@ impl Metrics {
         let tokens = Family::<Labels, Counter>::default();
         let introspections = Family::<Labels, Counter>::default();
         let throttled = Family::<Labels, Counter>::default();
-        let histogram: fn() -> Histogram = || Histogram::new(STORE_BUCKETS);
-        let store = Family::<Labels, Histogram>::new_with_constructor(histogram);
+        let token_cache = Family::<Labels, Counter>::default();
         let series = |family: &Family<Labels, Counter>, name, value| {
             family.get_or_create_owned(&[(name, value)])
         };
         let tokens_by_grant = GrantKind::ALL.map(|g| series(&tokens, "grant", g.as_str()));
         let by_result = ["active", "inactive"].map(|r| series(&introspections, "result", r));
         let by_endpoint = Throttled::ALL.map(|at| series(&throttled, "endpoint", at.as_str()));
-        let by_operation =
-            StoreOp::ALL.map(|op| store.get_or_create_owned(&[("operation", op.as_str())]));
+        let hit_or_miss = ["hit", "miss"].map(|r| series(&token_cache, "result", r));
         registry.register(
             "tokens_issued",
             "Token responses sent, by grant type",
@@ -157,7 +92,17 @@ impl Metrics {
         registry.register(
             "store_duration_seconds",
             "Time the store took for a call on a request path, by operation",
-            store,
+            crate::store::call_durations().clone(),
+        );
+        registry.register(
+            "write_group_size",
+            "Writes committed together (one statement on PostgreSQL, one transaction on SQLite), by writer",
+            crate::store::write_group_sizes().clone(),
+        );
+        registry.register(
+            "token_cache",
+            "Introspection lookups, by whether the token cache answered",
+            token_cache,
         );
         resource_server::metrics::register_build_info(
             registry,
@@ -168,7 +113,7 @@ impl Metrics {
             tokens: tokens_by_grant,
             introspections: by_result,
             throttled: by_endpoint,
-            store: by_operation,
+            token_cache: hit_or_miss,
             registry: root,
         }
     }
@@ -195,31 +140,9 @@ impl Metrics {
         self.throttled[at as usize].inc();
     }
 
-    /// A store call `op` took `took`.
-    pub fn store_call(&self, op: StoreOp, took: Duration) {
-        self.store[op as usize].observe(took.as_secs_f64());
-    }
-}
-
-/// Times a store call from its creation to its drop (whatever way the call ends):
-/// `let _timer = StoreTimer::start(StoreOp::FindToken);` first in the method.
-pub struct StoreTimer {
-    op: StoreOp,
-    started: Instant,
-}
-
-impl StoreTimer {
-    pub fn start(op: StoreOp) -> StoreTimer {
-        StoreTimer {
-            op,
-            started: Instant::now(),
-        }
-    }
-}
-
-impl Drop for StoreTimer {
-    fn drop(&mut self) {
-        METRICS.store_call(self.op, self.started.elapsed());
+    /// An introspection lookup was answered by the token cache (hit) or read (miss).
+    pub fn token_cache(&self, hit: bool) {
+        self.token_cache[usize::from(!hit)].inc();
     }
 }
 
@@ -252,27 +175,27 @@ mod tests {
     #[test]
     fn every_series_is_rendered_with_its_labels() {
         let m = Metrics::new();
+        m.token_cache(false);
         m.token_issued(GrantKind::RefreshToken);
         m.introspected(false);
         m.throttled(Throttled::SignIn);
         m.throttled(Throttled::SignIn);
-        m.store_call(StoreOp::FindToken, Duration::from_micros(300));
         let text = m.render();
-        let store = "tokengate_authserver_store_duration_seconds";
+        let build_info = format!(
+            "tokengate_authserver_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        );
         for line in [
-            "tokengate_authserver_tokens_issued_total{grant=\"refresh_token\"} 1".to_owned(),
-            "tokengate_authserver_tokens_issued_total{grant=\"password\"} 0".to_owned(),
-            "tokengate_authserver_introspections_total{result=\"inactive\"} 1".to_owned(),
-            "tokengate_authserver_throttled_total{endpoint=\"sign_in\"} 2".to_owned(),
-            "tokengate_authserver_throttled_total{endpoint=\"password_grant\"} 0".to_owned(),
-            format!("{store}_bucket{{le=\"0.00025\",operation=\"find_token\"}} 0"),
-            format!("{store}_bucket{{le=\"0.0005\",operation=\"find_token\"}} 1"),
-            format!("{store}_count{{operation=\"find_token\"}} 1"),
-            format!("{store}_count{{operation=\"issue_tokens\"}} 0"),
-            format!(
-                "tokengate_authserver_build_info{{version=\"{}\"}} 1",
-                env!("CARGO_PKG_VERSION")
-            ),
+            "tokengate_authserver_tokens_issued_total{grant=\"refresh_token\"} 1",
+            "tokengate_authserver_tokens_issued_total{grant=\"password\"} 0",
+            "tokengate_authserver_introspections_total{result=\"inactive\"} 1",
+            "tokengate_authserver_throttled_total{endpoint=\"sign_in\"} 2",
+            "tokengate_authserver_throttled_total{endpoint=\"password_grant\"} 0",
+            "tokengate_authserver_token_cache_total{result=\"miss\"} 1",
+            "tokengate_authserver_token_cache_total{result=\"hit\"} 0",
+            "# TYPE tokengate_authserver_store_duration_seconds histogram",
+            "# TYPE tokengate_authserver_write_group_size histogram",
+            &build_info,
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in {text}");
         }

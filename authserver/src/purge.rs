@@ -53,6 +53,7 @@ pub fn spawn_periodic(
                     authorization_codes = purged.authorization_codes,
                     revoked_families = purged.revoked_families,
                     sessions = purged.sessions,
+                    session_families = purged.session_families,
                     signing_keys = purged.signing_keys,
                     oidc_families = purged.oidc_families,
                     batches = purged.batches,

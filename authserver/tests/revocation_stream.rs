@@ -3,7 +3,8 @@
 //! against the JWKS; the JWT's `jti` and the introspection answer's are the family's, as is the
 //! event's; long polls woken within well under a second (across two replicas on PostgreSQL);
 //! acknowledgements and redelivery; a lost notification delivered at the poll's timeout; the
-//! wrong caller, scope and stream refused; a replica killed while holding a poll loses nothing.
+//! wrong caller, scope and stream refused; a replica killed while holding a poll loses nothing,
+//! and a receiver given both replicas resumes its stream on the other.
 
 mod support;
 
@@ -297,6 +298,7 @@ async fn every_change_that_ends_tokens_is_a_verified_set_with_its_subject() {
                 lifetime: 60,
                 nonce: None,
                 auth_time: None,
+                session_key: None,
             })
             .await
             .unwrap();
@@ -610,10 +612,13 @@ async fn an_event_whose_notification_is_lost_is_delivered_at_the_poll_timeout() 
         let took = started.elapsed();
         assert_eq!(status, 200);
         assert_eq!(sets_of(&reply).len(), 1, "{reply}");
-        assert!(
-            took >= Duration::from_millis(1500) && took < Duration::from_secs(4),
-            "{took:?}"
-        );
+        assert!(took < Duration::from_secs(4), "{took:?}");
+        // Nothing woke the poll on SQLite: the read at the timeout delivered it. On PostgreSQL
+        // the channel is the database's, so another test's event (another schema) may wake it
+        // earlier; the delivery within the timeout is what counts there.
+        if store.backend() == authserver::store::Backend::Sqlite {
+            assert!(took >= Duration::from_millis(1500), "{took:?}");
+        }
         // With nothing at all, a poll answers empty at its timeout.
         let acks: Vec<String> = sets_of(&reply).into_iter().map(|(jti, _)| jti).collect();
         let started = Instant::now();
@@ -937,6 +942,227 @@ async fn a_replica_killed_while_holding_a_poll_loses_no_event() {
         assert_eq!(again.len(), 2, "{backend:?}");
         assert_eq!(again[0].0, lost[0].0, "the unacknowledged SET comes again");
         assert_eq!(event_of(&again[1].1), event_of(&resumed[0].1));
+        let _ = b.kill();
+        let _ = b.wait();
+    }
+}
+
+/// SSF 1.0 §8.1.1.3-4: PATCH changes the properties given and keeps the others, PUT replaces
+/// them all (absent: every event, poll delivery); the stream keeps its position (what is pending
+/// stays pending); only the owner with `ssf.manage` may, with the stream named.
+#[tokio::test]
+async fn a_stream_is_updated_with_patch_and_replaced_with_put() {
+    use reqwest::Method;
+    for store in testing::all_stores().await {
+        let backend = store.backend();
+        let server = start(&store, 25).await;
+        let client = Client::new(&server.base_url);
+        let (app, token, stream) = receiver(&store, &client).await;
+        let holder = testing::application(&store, GrantType::ClientCredentials, false).await;
+        let revoke = async || {
+            let token = client.token(&holder, "read").await;
+            client
+                .form("/o/revoke_token/", &holder, &[("token", &token)])
+                .await;
+        };
+        revoke().await;
+
+        let (status, updated) = client
+            .call(
+                Method::PATCH,
+                "/ssf/stream",
+                Some(&token),
+                Some(
+                    json!({"stream_id": stream, "events_requested": [CREDENTIAL_CHANGE],
+                            "iss": "ignored"}),
+                ),
+            )
+            .await;
+        assert_eq!(status, 200, "{backend:?}: {updated}");
+        assert_eq!(updated["stream_id"], stream.as_str());
+        assert_eq!(updated["events_delivered"], json!([CREDENTIAL_CHANGE]));
+        assert_eq!(updated["delivery"]["method"], "urn:ietf:rfc:8936");
+        let (_, read) = client
+            .call(
+                Method::GET,
+                &format!("/ssf/stream?stream_id={stream}"),
+                Some(&token),
+                None,
+            )
+            .await;
+        assert_eq!(read, updated, "{backend:?}: the update is stored");
+        // A session-revoked event is no longer delivered.
+        assert!(client.pending(&stream, &token).await.is_empty());
+
+        // PUT without events_requested: every event again; the stream delivers from where it
+        // was (the event above was passed over while not asked for, the next one comes).
+        let (status, replaced) = client
+            .call(
+                Method::PUT,
+                "/ssf/stream",
+                Some(&token),
+                Some(json!({"stream_id": stream, "delivery": {"method": "urn:ietf:rfc:8936"}})),
+            )
+            .await;
+        assert_eq!(status, 200, "{replaced}");
+        assert_eq!(replaced["events_requested"], json!([]));
+        assert!(
+            replaced["events_delivered"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(SESSION_REVOKED))
+        );
+        revoke().await;
+        let pending = client.pending(&stream, &token).await;
+        assert_eq!(pending.len(), 1, "{backend:?}");
+        assert_eq!(event_of(&pending[0].1).0, SESSION_REVOKED);
+
+        // Refused: no stream named, a bad delivery, another client's stream, ssf.read only,
+        // no token.
+        let other = receiver(&store, &client).await;
+        let read_only = client.token(&app, "ssf.read").await;
+        for (method, bearer, body, want) in [
+            (
+                Method::PATCH,
+                Some(token.as_str()),
+                json!({}),
+                (400, "invalid_request"),
+            ),
+            (
+                Method::PUT,
+                Some(token.as_str()),
+                json!({"stream_id": stream, "delivery": {"method": "urn:example:carrier-pigeon"}}),
+                (400, "invalid_request"),
+            ),
+            (
+                Method::PATCH,
+                Some(token.as_str()),
+                json!({"stream_id": stream, "delivery": {"method": "urn:ietf:rfc:8935",
+                                                          "endpoint_url": "file:///etc/passwd"}}),
+                (400, "invalid_request"),
+            ),
+            (
+                Method::PATCH,
+                Some(other.1.as_str()),
+                json!({"stream_id": stream}),
+                (404, "not_found"),
+            ),
+            (
+                Method::PUT,
+                Some(read_only.as_str()),
+                json!({"stream_id": stream}),
+                (403, "insufficient_scope"),
+            ),
+            (
+                Method::PATCH,
+                None,
+                json!({"stream_id": stream}),
+                (401, "invalid_token"),
+            ),
+        ] {
+            let (status, reply) = client
+                .call(method.clone(), "/ssf/stream", bearer, Some(body.clone()))
+                .await;
+            assert_eq!(
+                (status, reply["error"].as_str().unwrap_or("")),
+                want,
+                "{method} {body}"
+            );
+        }
+        let (status, _) = client
+            .call(Method::PATCH, "/ssf/stream", Some(&token), None)
+            .await;
+        assert_eq!(status, 400, "no body");
+        let (_, read) = client
+            .call(
+                Method::GET,
+                &format!("/ssf/stream?stream_id={stream}"),
+                Some(&token),
+                None,
+            )
+            .await;
+        assert_eq!(read, replaced, "{backend:?}: the refusals changed nothing");
+    }
+}
+
+/// Waits until `check` holds, for at most `bound`.
+async fn until(what: &str, bound: Duration, mut check: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !check().await {
+        assert!(started.elapsed() < bound, "{what}: not within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A receiver (resource-server's, as the proxy runs it) given both replicas follows its stream
+/// on A; A is killed (SIGKILL) while holding its long poll; the receiver turns to B, polls the
+/// same stream there (no new stream, no flush) and gets the event revoked through B.
+#[tokio::test]
+async fn a_receiver_resumes_its_stream_on_the_other_replica_when_its_own_is_killed() {
+    use resource_server::ssf::{Receiver, RevocationSettings};
+    use std::sync::atomic::Ordering::Relaxed;
+    for db in testing::all_database_urls().await {
+        let store = testing::connect(&db).await;
+        let backend = store.backend();
+        let (mut a, base_a) = serve_binary(&db).await;
+        let (mut b, base_b) = serve_binary(&db).await;
+        let (client_a, client_b) = (Client::new(&base_a), Client::new(&base_b));
+        let app = testing::application(&store, GrantType::ClientCredentials, true).await;
+        let configuration = |base: &str| format!("{base}/.well-known/ssf-configuration");
+        let mut settings = RevocationSettings::new(&configuration(&base_a), &app.0, &app.1);
+        settings.replica_urls = vec![configuration(&base_b)];
+        let receiver = Receiver::new(settings);
+        let m = &receiver.revoked().metrics;
+        until("stream created", Duration::from_secs(20), async || {
+            m.streams_created.load(Relaxed) == 1
+        })
+        .await;
+        let token = client_b.token(&app, STREAM_SCOPES).await;
+        let (_, streams) = client_b
+            .call(reqwest::Method::GET, "/ssf/stream", Some(&token), None)
+            .await;
+        let stream = streams[0]["stream_id"].as_str().unwrap().to_owned();
+
+        let holder = testing::application(&store, GrantType::ClientCredentials, false).await;
+        let first = client_a.token(&holder, "read").await;
+        client_a
+            .form("/o/revoke_token/", &holder, &[("token", &first)])
+            .await;
+        until("first SET applied", Duration::from_secs(20), async || {
+            m.sets_applied.load(Relaxed) == 1
+        })
+        .await;
+        // Its acknowledgement reached A with the next poll, which A now holds.
+        until("acknowledged", Duration::from_secs(20), async || {
+            client_b.pending(&stream, &token).await.is_empty()
+        })
+        .await;
+        a.kill().unwrap();
+        a.wait().unwrap();
+
+        let second = client_b.token(&holder, "read").await;
+        let (status, _) = client_b
+            .form("/o/revoke_token/", &holder, &[("token", &second)])
+            .await;
+        assert_eq!(status, 200);
+        until(
+            "second SET applied via B",
+            Duration::from_secs(20),
+            async || m.sets_applied.load(Relaxed) == 2,
+        )
+        .await;
+        assert_eq!(
+            m.streams_created.load(Relaxed),
+            1,
+            "{backend:?}: same stream"
+        );
+        assert_eq!(m.sets_refused.load(Relaxed), 0);
+        assert_eq!(receiver.revoked().deny_list_len(), 2, "{backend:?}");
+        until("acknowledged on B", Duration::from_secs(20), async || {
+            client_b.pending(&stream, &token).await.is_empty()
+        })
+        .await;
+        assert!(receiver.revoked().is_healthy(), "{backend:?}");
         let _ = b.kill();
         let _ = b.wait();
     }

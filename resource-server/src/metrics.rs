@@ -16,6 +16,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
 pub use prometheus_client::registry::Registry;
 
 /// The content type of [`encode`]'s text (Prometheus asks for it first).
@@ -50,6 +51,25 @@ pub fn register_build_info(registry: &mut Registry, help: &str, version: &'stati
     let info = Family::<[(&'static str, &'static str); 1], Gauge>::default();
     info.get_or_create(&[("version", version)]).set(1);
     registry.register("build_info", help, info);
+}
+
+/// A label set of one label, as the families of [`histograms`] are keyed.
+pub type OneLabel = [(&'static str, &'static str); 1];
+
+/// A histogram family keyed by one label, to register.
+pub type HistogramFamily = Family<OneLabel, Histogram, fn() -> Histogram>;
+
+/// A histogram family made by `new` (which sets the buckets) with one series per value of
+/// `label`, made now so each shows from the start at 0, and each series' handle (in `values`'
+/// order) to observe through.
+pub fn histograms<const N: usize>(
+    new: fn() -> Histogram,
+    label: &'static str,
+    values: [&'static str; N],
+) -> (HistogramFamily, [Histogram; N]) {
+    let family = HistogramFamily::new_with_constructor(new);
+    let series = values.map(|value| family.get_or_create_owned(&[(label, value)]));
+    (family, series)
 }
 
 /// A collector: `F` runs at each scrape and writes what it reads.
@@ -136,7 +156,6 @@ impl Scrape<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use prometheus_client::metrics::histogram::Histogram;
 
     #[test]
     fn collectors_write_families_with_the_prefix_and_the_crates_suffixes() {

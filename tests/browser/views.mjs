@@ -107,12 +107,25 @@ async function applications(page) {
   await page.getByRole("link", { name: "Cancel" }).click();
   assert.equal((await token(clientId, secret, owner.username, owner.password)).status, 200);
 
+  // Regenerating for real: the new secret is shown once, the old one is refused at once.
+  await page.getByRole("link", { name: "Regenerate secret" }).click();
+  await page.getByRole("button", { name: "Yes, regenerate it" }).click();
+  await page.locator("#client-secret").waitFor();
+  const regenerated = await page.locator("#client-secret").inputValue();
+  assert.equal(regenerated.length, 43);
+  assert.notEqual(regenerated, secret);
+  assert.equal((await token(clientId, secret, owner.username, owner.password)).status, 401);
+  assert.equal((await token(clientId, regenerated, owner.username, owner.password)).status, 200);
+  await page.reload();
+  await page.locator("#secret-fingerprint").waitFor();
+  assert.equal(await page.locator("#client-secret").count(), 0);
+
   // Delete, after the confirmation page.
   await page.getByRole("link", { name: "Delete" }).click();
   await page.getByRole("button", { name: "Yes, delete it" }).click();
   await page.waitForURL(`${base}/o/applications/`);
   assert.equal(await page.getByRole("link", { name: "Browser app v2" }).count(), 0);
-  const refused = await token(clientId, secret, owner.username, owner.password);
+  const refused = await token(clientId, regenerated, owner.username, owner.password);
   assert.equal(refused.status, 401);
   assert.equal(refused.body.error, "invalid_client");
 

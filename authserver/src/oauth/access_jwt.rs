@@ -11,7 +11,9 @@ use super::OAuthError;
 use crate::AppState;
 use crate::jwt::access_token::{self, AccessTokenClaims};
 use crate::jwt::{KeySet, Verified};
-use crate::store::{IssuedTokens, TokenKind, TokenRecord, now};
+use crate::store::{Introspected, IssuedTokens, TokenKind, TokenRecord, now};
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Whose token it is.
@@ -73,14 +75,38 @@ pub async fn find_presented(
     state: &AppState,
     token: &str,
 ) -> Result<Option<TokenRecord>, OAuthError> {
+    let Some((value, jwt)) = stored_value(state, token).await? else {
+        return Ok(None);
+    };
+    let record = state.store.find_token(&value).await?;
+    Ok(record.filter(|r| !jwt || r.kind == TokenKind::Access))
+}
+
+/// [`find_presented`] for introspection: through the store's token cache.
+pub async fn find_introspected(
+    state: &AppState,
+    token: &str,
+) -> Result<Option<Arc<Introspected>>, OAuthError> {
+    let Some((value, jwt)) = stored_value(state, token).await? else {
+        return Ok(None);
+    };
+    let (found, hit) = state.store.introspect_token(&value).await?;
+    crate::metrics::METRICS.token_cache(hit);
+    Ok(found.filter(|f| !jwt || f.record.kind == TokenKind::Access))
+}
+
+/// The stored value a presented token stands for, and whether it was a JWT (which only an
+/// access token is): the token itself, or the value inside a JWT of ours; None for a JWT that
+/// does not verify.
+async fn stored_value<'a>(
+    state: &AppState,
+    token: &'a str,
+) -> Result<Option<(Cow<'a, str>, bool)>, OAuthError> {
     if access_token::looks_like_jwt(token) {
-        let Some(value) = verified_value(state, token).await? else {
-            return Ok(None);
-        };
-        let record = state.store.find_token(&value).await?;
-        return Ok(record.filter(|r| r.kind == TokenKind::Access));
+        let value = verified_value(state, token).await?;
+        return Ok(value.map(|value| (Cow::Owned(value), true)));
     }
-    Ok(state.store.find_token(token).await?)
+    Ok(Some((Cow::Borrowed(token), false)))
 }
 
 /// The stored value in a JWT signed by one of our published keys, with our issuer, not expired.

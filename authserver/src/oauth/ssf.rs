@@ -1,7 +1,7 @@
 //! The SSF 1.0 transmitter of the revocation stream (issue 24, docs/revocation-stream.md):
-//! `/.well-known/ssf-configuration`, the stream configuration endpoint (create, read, delete;
-//! a stream belongs to the client that created it), its status, and poll delivery (RFC 8936)
-//! with long polling and acknowledgements.
+//! `/.well-known/ssf-configuration`, the stream configuration endpoint (create, read, update
+//! with PATCH, replace with PUT, delete; a stream belongs to the client that created it), its
+//! status, and poll delivery (RFC 8936) with long polling and acknowledgements.
 //!
 //! Every call carries a bearer access token with `ssf.read` (read, status, poll) or `ssf.manage`
 //! (create, delete) of a confidential application allowed to introspect. A poll answers at once
@@ -48,7 +48,11 @@ pub fn router() -> Router<AppState> {
         .route(CONFIGURATION_PATH, get(configuration))
         .route(
             STREAM_PATH,
-            get(read_stream).post(create_stream).delete(delete_stream),
+            get(read_stream)
+                .post(create_stream)
+                .patch(update_stream)
+                .put(replace_stream)
+                .delete(delete_stream),
         )
         .route(STATUS_PATH, get(status))
         .route(&format!("{POLL_PATH}/{{stream_id}}"), post(poll))
@@ -254,6 +258,93 @@ async fn read_stream(
         ),
     };
     Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())
+}
+
+/// The body of `PATCH` and `PUT` (SSF 1.0 §8.1.1.3-4): the stream, and the receiver-supplied
+/// properties. Transmitter-supplied ones (`iss`, `aud`, `events_supported`...), which a receiver
+/// may send back as it read them, are ignored.
+#[derive(Deserialize)]
+struct StreamUpdate {
+    stream_id: Option<String>,
+    #[serde(default)]
+    delivery: Option<Delivery>,
+    #[serde(default)]
+    events_requested: Option<Vec<String>>,
+}
+
+/// `PATCH configuration_endpoint`: the properties given replace the stream's, the others stay.
+async fn update_stream(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
+    change_stream(state, headers, body, false).await
+}
+
+/// `PUT configuration_endpoint`: the stream's receiver-supplied properties become those given
+/// (absent: every supported event, poll delivery).
+async fn replace_stream(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
+    change_stream(state, headers, body, true).await
+}
+
+/// `200` with the stream's configuration as updated; the events pending stay pending.
+async fn change_stream(
+    state: AppState,
+    headers: HeaderMap,
+    body: Bytes,
+    replace: bool,
+) -> Result<Response, OAuthError> {
+    let client_id = caller(&state, &headers, SSF_MANAGE_SCOPE).await?;
+    let Ok(request) = serde_json::from_slice::<StreamUpdate>(&body) else {
+        return Ok(refuse(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "The body must be a JSON stream configuration.",
+        ));
+    };
+    let Some(id) = request.stream_id else {
+        return Ok(refuse(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            "Name the stream: stream_id.",
+        ));
+    };
+    let Some(stream) = state.store.find_stream(&id, &client_id).await? else {
+        return Ok(no_stream());
+    };
+    let push = match (request.delivery, replace) {
+        (Some(delivery), _) => match push_target(Some(delivery)) {
+            Ok(push) => push,
+            Err(problem) => return Ok(refuse(StatusCode::BAD_REQUEST, "invalid_request", problem)),
+        },
+        (None, true) => None,
+        (None, false) => stream.push,
+    };
+    let requested = match (request.events_requested, replace) {
+        (Some(requested), _) => requested,
+        (None, true) => Vec::new(),
+        (None, false) => stream.events_requested,
+    };
+    let Some(stream) = state
+        .store
+        .update_stream(&id, &client_id, &requested, push)
+        .await?
+    else {
+        return Ok(no_stream());
+    };
+    if stream.push.is_some() {
+        state.store.ring_push();
+    }
+    tracing::info!(client_id = %client_id, stream_id = %stream.stream_id, "revocation stream updated");
+    Ok((
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(stream_configuration(&state, &stream)),
+    )
+        .into_response())
 }
 
 /// `DELETE configuration_endpoint?stream_id=`: `204`, or `404` for no stream of the caller.

@@ -81,8 +81,10 @@ fn invalid(description: &str) -> AuthorizeError {
 }
 
 /// Reads the OpenID Connect parameters; what this server does not do is refused with the code
-/// Core 1.0 §3.1.2.6 names (`request_not_supported`, `request_uri_not_supported`), and `claims`
-/// (§5.5, `claims_parameter_supported` false) with `invalid_request`.
+/// Core 1.0 §3.1.2.6 names (`request_not_supported`, `request_uri_not_supported`). `claims`
+/// (§5.5) is ignored, as parameters not understood are (§3.1.2.1; `claims_parameter_supported`
+/// is false): claims are released by scope, and the request succeeds (the OpenID Foundation's
+/// `oidcc-claims-essential` wants a successful answer).
 pub fn parse(params: &impl Parameters) -> Result<OidcRequest, AuthorizeError> {
     if params.get("request").is_some() {
         return Err(AuthorizeError {
@@ -95,11 +97,6 @@ pub fn parse(params: &impl Parameters) -> Result<OidcRequest, AuthorizeError> {
             error: "request_uri_not_supported",
             description: "request_uri is not supported.".into(),
         });
-    }
-    if params.get("claims").is_some() {
-        return Err(invalid(
-            "The claims parameter is not supported: ask for claims by scope (profile, email).",
-        ));
     }
     for name in ["nonce", "login_hint", "id_token_hint"] {
         if params.get(name).is_some_and(|v| v.len() > MAX_PARAMETER) {
@@ -224,10 +221,7 @@ mod tests {
                 .error,
             "request_uri_not_supported"
         );
-        assert_eq!(
-            parsed(&[("claims", "{}")]).unwrap_err().error,
-            "invalid_request"
-        );
+        assert!(parsed(&[("claims", r#"{"userinfo":{"name":{"essential":true}}}"#)]).is_ok());
         let long = "n".repeat(MAX_PARAMETER + 1);
         assert!(parsed(&[("nonce", &long)]).is_err());
     }

@@ -3,7 +3,7 @@
 use super::hot::{self, Hot};
 use super::{Store, StoreResult, conflict, now};
 use crate::domain::{AccessTokenFormat, TlsClientAuth};
-use crate::metrics::{StoreOp, StoreTimer};
+use super::timing::{StoreOp, StoreTimer};
 use crate::secrets;
 use sqlx::Row;
 
@@ -216,7 +216,7 @@ impl Store {
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
-        let mut narrowed = false;
+        let mut narrowed = None;
         if let Some(before) = &before {
             let scopes: String = before.try_get(0)?;
             let may_introspect = before.try_get::<i64, _>(1)? != 0
@@ -226,12 +226,12 @@ impl Store {
                     client_id: before.try_get(3)?,
                 };
                 super::events::append(&mut tx, self.backend, &event).await?;
-                narrowed = true;
+                narrowed = Some(event);
             }
         }
         self.announce_application_change(tx).await?;
-        if narrowed {
-            self.ring_events();
+        if let Some(event) = &narrowed {
+            self.ring_events(event);
         }
         row.as_ref().map(from_row).transpose()
     }
@@ -291,11 +291,11 @@ impl Store {
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?;
-        if let Some(client_id) = &client_id {
-            let event = super::Revocation::Client {
-                client_id: client_id.clone(),
-            };
-            super::events::append(&mut tx, self.backend, &event).await?;
+        let event = client_id
+            .clone()
+            .map(|client_id| super::Revocation::Client { client_id });
+        if let Some(event) = &event {
+            super::events::append(&mut tx, self.backend, event).await?;
         }
         sqlx::query("DELETE FROM tokens WHERE application_id = $1")
             .bind(id)
@@ -306,8 +306,8 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         self.announce_application_change(tx).await?;
-        if client_id.is_some() {
-            self.ring_events();
+        if let Some(event) = &event {
+            self.ring_events(event);
         }
         Ok(done.rows_affected() == 1)
     }
@@ -321,8 +321,11 @@ impl Store {
         if self.backend == super::Backend::Postgres {
             super::client_cache::announce(&mut tx).await?;
         }
+        // Scopes and permissions are in introspection answers: every token cache hears the
+        // applications' channel and empties itself (this one below).
         tx.commit().await?;
         self.clients.forget_all();
+        self.evicted(&super::token_cache::Eviction::All);
         Ok(())
     }
 }

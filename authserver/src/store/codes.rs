@@ -4,7 +4,7 @@
 
 use super::{Store, StoreResult, now};
 use crate::domain::CodeBinding;
-use crate::metrics::{StoreOp, StoreTimer};
+use super::timing::{StoreOp, StoreTimer};
 use crate::secrets;
 use sqlx::Row;
 
@@ -26,6 +26,9 @@ pub struct NewCode {
     pub nonce: Option<String>,
     /// OpenID Connect: when the user signed in (the ID token's `auth_time`).
     pub auth_time: Option<i64>,
+    /// The browser session it is issued in ([`super::Session::key`]): signing out of it
+    /// revokes the tokens of the code ([`Store::sign_out`]).
+    pub session_key: Option<String>,
 }
 
 /// A code as stored, just claimed.
@@ -72,8 +75,10 @@ impl Store {
     pub async fn issue_code(&self, new: &NewCode) -> StoreResult<String> {
         let _timer = StoreTimer::start(StoreOp::IssueCode);
         let code = secrets::random_token();
+        let family = secrets::random_token();
         let at = now();
         let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
         sqlx::query(
             "INSERT INTO authorization_codes (digest, application_id, user_id, redirect_uri, scope, code_challenge, family, created_at, expires_at, nonce, auth_time)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
@@ -84,13 +89,17 @@ impl Store {
         .bind(&new.redirect_uri)
         .bind(&new.scope)
         .bind(new.code_challenge.as_deref())
-        .bind(secrets::random_token())
+        .bind(&family)
         .bind(at)
         .bind(at + new.lifetime)
         .bind(new.nonce.as_deref())
         .bind(new.auth_time)
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await?;
+        if let Some(session_key) = &new.session_key {
+            Store::record_session_family(&mut tx, session_key, &family).await?;
+        }
+        tx.commit().await?;
         Ok(code)
     }
 

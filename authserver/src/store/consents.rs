@@ -97,16 +97,16 @@ impl Store {
                 .bind(application_id)
                 .fetch_optional(&mut *tx)
                 .await?;
-        if let Some(client_id) = &client_id {
-            let event = Revocation::Consent {
-                sub: user_id.to_string(),
-                client_id: client_id.clone(),
-            };
-            events::append(&mut tx, self.backend, &event).await?;
+        let event = client_id.map(|client_id| Revocation::Consent {
+            sub: user_id.to_string(),
+            client_id,
+        });
+        if let Some(event) = &event {
+            events::append(&mut tx, self.backend, event).await?;
         }
         tx.commit().await?;
-        if client_id.is_some() {
-            self.ring_events();
+        if let Some(event) = &event {
+            self.ring_events(event);
         }
         Ok(done.rows_affected() == 1)
     }

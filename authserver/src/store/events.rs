@@ -123,26 +123,70 @@ pub fn family_jti(family: &str) -> String {
     secrets::digest(&format!("tokengate-family:{family}"))[..32].to_owned()
 }
 
-const INSERT: &str = "INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at) VALUES ($1, $2, $3, $4)";
-const NOTIFY: &str = "NOTIFY tokengate_ssf_events";
+const INSERT: &str = "INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at) VALUES ($1, $2, $3, $4) RETURNING id";
+/// Announces an appended event on [`CHANNEL`], with its [`payload`]: polls only wake on it, the
+/// token cache evicts what it names ([`super::token_cache`]).
+const NOTIFY: &str = "SELECT pg_notify($1, $2)";
+
+/// The notification payload of an appended event: `<id> <type> <format> <subject>`.
+fn payload(id: i64, event: &Revocation) -> String {
+    let (event_type, format, subject) = event.columns();
+    format!("{id} {event_type} {format} {subject}")
+}
+
+/// An event read back from its notification payload: its id and what it says.
+pub(super) fn parse_payload(payload: &str) -> Option<(i64, Revocation)> {
+    let mut parts = payload.splitn(4, ' ');
+    let id = parts.next()?.parse().ok()?;
+    let (event_type, format, subject) = (parts.next()?, parts.next()?, parts.next()?);
+    Some((
+        id,
+        Revocation::from_columns(event_type, format, subject.to_owned())?,
+    ))
+}
+
+/// The events logged after `position`, in order (PostgreSQL: the token cache catching up);
+/// None for an event this version does not know.
+pub(super) async fn logged_after(
+    pool: &sqlx::PgPool,
+    position: i64,
+) -> sqlx::Result<Vec<(i64, Option<Revocation>)>> {
+    let rows = sqlx::query(
+        "SELECT id, event_type, subject_format, subject FROM ssf_events WHERE id > $1 ORDER BY id",
+    )
+    .bind(position)
+    .fetch_all(pool)
+    .await?;
+    let mut events = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let (event_type, format): (String, String) = (row.try_get(1)?, row.try_get(2)?);
+        let event = Revocation::from_columns(&event_type, &format, row.try_get(3)?);
+        events.push((row.try_get(0)?, event));
+    }
+    Ok(events)
+}
 
 /// Appends `event` in the transaction `tx` (announced on PostgreSQL when it commits); the
-/// caller rings [`Store::ring_events`] after the commit.
+/// caller calls [`Store::ring_events`] after the commit.
 pub(super) async fn append(
     tx: &mut sqlx::AnyConnection,
     backend: Backend,
     event: &Revocation,
 ) -> StoreResult<()> {
     let (event_type, format, subject) = event.columns();
-    sqlx::query(INSERT)
+    let id: i64 = sqlx::query_scalar(INSERT)
         .bind(event_type)
         .bind(format)
         .bind(subject)
         .bind(now())
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
     if backend == Backend::Postgres {
-        sqlx::query(NOTIFY).execute(&mut *tx).await?;
+        sqlx::query(NOTIFY)
+            .bind(CHANNEL)
+            .bind(payload(id, event))
+            .execute(&mut *tx)
+            .await?;
     }
     Ok(())
 }
@@ -259,8 +303,11 @@ fn stream_from_row(row: &sqlx::any::AnyRow) -> StoreResult<StreamRecord> {
 }
 
 impl Store {
-    /// Wakes this process's waiting polls: after a commit that appended an event.
-    pub(super) fn ring_events(&self) {
+    /// After a commit that appended `event`: evicts what it concerns from this process's token
+    /// cache and wakes this process's waiting polls.
+    pub(super) fn ring_events(&self, event: &Revocation) {
+        self.token_cache
+            .evict(&super::token_cache::Eviction::of(event));
         self.events.notify.notify_waiters();
     }
 
@@ -302,7 +349,7 @@ impl Store {
         append(&mut tx, self.backend, event).await?;
         tx.commit().await?;
         drop(exclusive);
-        self.ring_events();
+        self.ring_events(event);
         Ok(())
     }
 
@@ -376,6 +423,40 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(stream_from_row).collect()
+    }
+
+    /// Sets what the stream `stream_id` of `client_id` delivers and how (SSF 1.0 §8.1.1.3-4):
+    /// the updated stream, None if there is no such stream of this client. Its position in the
+    /// log is kept: nothing pending is lost.
+    pub async fn update_stream(
+        &self,
+        stream_id: &str,
+        client_id: &str,
+        events_requested: &[String],
+        push: Option<PushTarget>,
+    ) -> StoreResult<Option<StreamRecord>> {
+        {
+            let _exclusive = self.exclusive().await?;
+            sqlx::query(
+                "UPDATE ssf_streams SET events_requested = $1, push_url = $2, push_authorization = $3
+                 WHERE stream_id = $4 AND client_id = $5",
+            )
+            .bind(events_requested.join(" "))
+            .bind(push.as_ref().map(|p| p.endpoint_url.clone()))
+            .bind(push.as_ref().and_then(|p| p.authorization.clone()))
+            .bind(stream_id)
+            .bind(client_id)
+            .execute(&self.writer)
+            .await?;
+        }
+        let row = sqlx::query(&format!(
+            "SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE stream_id = $1 AND client_id = $2"
+        ))
+        .bind(stream_id)
+        .bind(client_id)
+        .fetch_optional(&self.writer)
+        .await?;
+        row.as_ref().map(stream_from_row).transpose()
     }
 
     /// Deletes the stream `stream_id` of `client_id` (with its acknowledgements); whether it was.
@@ -494,6 +575,17 @@ mod tests {
             let (t, f, s) = event.columns();
             assert_eq!(Revocation::from_columns(t, f, s), Some(event));
         }
+    }
+
+    #[test]
+    fn events_survive_their_notification() {
+        let event = Revocation::Consent {
+            sub: "7".into(),
+            client_id: "c d".into(),
+        };
+        assert_eq!(parse_payload(&payload(42, &event)), Some((42, event)));
+        assert_eq!(parse_payload(""), None);
+        assert_eq!(parse_payload("x session-revoked jwt_id j"), None);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Groups of users and their memberships.
 
+use super::token_cache::Eviction;
 use super::{Store, StoreResult, User, conflict};
 use serde::Serialize;
 use sqlx::Row;
@@ -45,12 +46,14 @@ impl Store {
 
     pub async fn rename_group(&self, id: i64, name: &str) -> StoreResult<Option<Group>> {
         let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
         let row = sqlx::query("UPDATE groups SET name = $1 WHERE id = $2 RETURNING id, name")
             .bind(name)
             .bind(id)
-            .fetch_optional(&self.writer)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(conflict("a group with that name"))?;
+        self.commit_evicting(tx, &Eviction::All).await?;
         row.as_ref().map(from_row).transpose()
     }
 
@@ -65,7 +68,7 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        tx.commit().await?;
+        self.commit_evicting(tx, &Eviction::All).await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -95,23 +98,25 @@ impl Store {
     /// Adds a membership; adding one that exists is not an error.
     pub async fn add_member(&self, group_id: i64, user_id: i64) -> StoreResult<()> {
         let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
         sqlx::query(
             "INSERT INTO user_groups (user_id, group_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         )
         .bind(user_id)
         .bind(group_id)
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await?;
-        Ok(())
+        self.commit_evicting(tx, &Eviction::User(user_id)).await
     }
 
     pub async fn remove_member(&self, group_id: i64, user_id: i64) -> StoreResult<()> {
         let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
         sqlx::query("DELETE FROM user_groups WHERE user_id = $1 AND group_id = $2")
             .bind(user_id)
             .bind(group_id)
-            .execute(&self.writer)
+            .execute(&mut *tx)
             .await?;
-        Ok(())
+        self.commit_evicting(tx, &Eviction::User(user_id)).await
     }
 }

@@ -332,6 +332,47 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ALTER TABLE applications ADD COLUMN IF NOT EXISTS tls_client_auth TEXT;
     ALTER TABLE tokens ADD COLUMN IF NOT EXISTS cnf_x5t_s256 TEXT",
     ),
+    (
+        12,
+        // Replicas without sticky sessions (issue 27): the one-time message a form's POST leaves
+        // for the page it redirects to (`crate::web::flash`), so that any replica can show it.
+        // Kept by the SHA-256 digest of its id, for one session (the digest of the session's
+        // cookie, as `sessions` keeps it: a sign-out takes its messages along), sealed under a
+        // key derived from the cookie value and the id, neither of which is stored.
+        "CREATE TABLE IF NOT EXISTS flash_messages (
+        id_digest TEXT PRIMARY KEY,
+        session_digest TEXT NOT NULL REFERENCES sessions(id_digest) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        sealed TEXT NOT NULL,
+        expires_at INTEGER NOT NULL);
+    CREATE INDEX IF NOT EXISTS flash_messages_session ON flash_messages(session_digest);
+    CREATE INDEX IF NOT EXISTS flash_messages_expires ON flash_messages(expires_at)",
+        "CREATE TABLE IF NOT EXISTS flash_messages (
+        id_digest TEXT PRIMARY KEY,
+        session_digest TEXT NOT NULL REFERENCES sessions(id_digest) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        sealed TEXT NOT NULL,
+        expires_at BIGINT NOT NULL);
+    CREATE INDEX IF NOT EXISTS flash_messages_session ON flash_messages(session_digest);
+    CREATE INDEX IF NOT EXISTS flash_messages_expires ON flash_messages(expires_at)",
+    ),
+    (
+        15,
+        // RP-initiated logout ends the tokens a browser session led to (issue 26): the token
+        // family of every authorization code issued in a session, by the session's digest. No
+        // foreign key: a session's row goes at logout before its families are revoked, and
+        // the purge forgets the rows of sessions that are gone.
+        "CREATE TABLE IF NOT EXISTS session_families (
+        session_digest TEXT NOT NULL,
+        family TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (session_digest, family))",
+        "CREATE TABLE IF NOT EXISTS session_families (
+        session_digest TEXT NOT NULL,
+        family TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        PRIMARY KEY (session_digest, family))",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
@@ -451,7 +492,7 @@ mod tests {
                     .fetch_all(store.pool())
                     .await
                     .unwrap();
-            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15]);
         }
     }
 }

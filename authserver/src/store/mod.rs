@@ -15,15 +15,19 @@ mod client_cache;
 mod codes;
 mod consents;
 mod events;
+mod flash;
 mod groups;
 mod hot;
 mod migrations;
 mod oidc;
 pub mod purge;
 mod server_keys;
+mod session_families;
 mod sessions;
 pub mod signing_keys;
 mod sqlite_local;
+mod timing;
+mod token_cache;
 mod tokens;
 mod users;
 
@@ -32,10 +36,16 @@ pub use client_cache::CLIENT_CACHE_TTL;
 pub use codes::{CodeOutcome, CodeRecord, NewCode};
 pub use consents::AuthorizedApplication;
 pub use events::{LoggedEvent, PushTarget, Revocation, StreamRecord, family_jti};
+pub use flash::NewFlash;
 pub use groups::Group;
+pub use hot::group_writer::{WriterKind, write_group_sizes};
 pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
 pub use purge::Purged;
 pub use sessions::{NewSession, Session};
+pub use timing::call_durations;
+pub use token_cache::{
+    APPLICATION_NAME as TOKEN_CACHE_LISTENER, DEFAULT_TOKEN_CACHE_CAPACITY, Introspected,
+};
 pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenKind, TokenRecord};
 pub use users::{Guarded, NewUser, User, UserUpdate};
 
@@ -107,6 +117,9 @@ pub struct Shared {
     clients: Arc<client_cache::ClientCache>,
     /// The task that listens for other processes' changes to applications (PostgreSQL).
     listener: Option<tokio::task::JoinHandle<()>>,
+    /// Introspection lookups by token digest, kept exact by every change ([`token_cache`]);
+    /// shared with the other stores of this process on the same database.
+    token_cache: Arc<token_cache::SharedCache>,
     /// The key-encryption keys of the signing keys, once given
     /// ([`Store::use_key_encryption`]); without them no signing key is stored or read.
     key_encryption: std::sync::OnceLock<Arc<crate::key_encryption::KeyEncryption>>,
@@ -142,6 +155,11 @@ impl Store {
     /// Connects to `sqlite:…` or `postgres://…`, creating the SQLite file and its folder when
     /// missing, and applies the migrations that have not run yet.
     pub async fn connect(database_url: &str) -> StoreResult<Store> {
+        Store::connect_with_token_cache(database_url, DEFAULT_TOKEN_CACHE_CAPACITY).await
+    }
+
+    /// [`Store::connect`] with a token cache of `capacity` entries (0: none).
+    pub async fn connect_with_token_cache(database_url: &str, capacity: u64) -> StoreResult<Store> {
         install_default_drivers();
         let backend = if database_url.starts_with("postgres") {
             Backend::Postgres
@@ -219,12 +237,13 @@ impl Store {
                     })
                     .connect(&url)
                     .await?;
-                Hot::Postgres(pool)
+                Hot::Postgres(Arc::new(hot::postgres_groups::PgHot::new(pool)))
             }
         };
         let clients = Arc::new(client_cache::ClientCache::new());
         let listener = (backend == Backend::Postgres)
             .then(|| client_cache::listen(url.clone(), clients.clone()));
+        let token_cache = token_cache::of_database(&url, &hot, capacity);
         let store = Store {
             shared: Arc::new(Shared {
                 pool,
@@ -233,6 +252,7 @@ impl Store {
                 hot,
                 clients,
                 listener,
+                token_cache,
                 key_encryption: std::sync::OnceLock::new(),
                 events: events::EventBell::new((backend == Backend::Postgres).then(|| url.clone())),
             }),

@@ -76,6 +76,16 @@ impl Store {
         Ok(())
     }
 
+    /// Whether any application signs its ID tokens with `alg`.
+    pub async fn any_oidc_client_signing_with(&self, alg: &str) -> StoreResult<bool> {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM oidc_clients WHERE id_token_alg = $1 LIMIT 1")
+                .bind(alg)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(found.is_some())
+    }
+
     /// Whether any application lists `scope` among its allowed scopes.
     pub async fn any_application_allowing(&self, scope: &str) -> StoreResult<bool> {
         let found: Option<i64> = sqlx::query_scalar(

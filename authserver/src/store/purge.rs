@@ -1,6 +1,6 @@
 //! Deleting what nothing needs any more (`authserver cleartokens`, and `serve` every
 //! `purge_interval`): expired tokens, forgotten authorization codes, revoked families none of
-//! whose tokens or codes is left, and expired browser sessions. In batches, each a statement of
+//! whose tokens or codes is left, expired browser sessions and one-time messages never taken. In batches, each a statement of
 //! its own under the writer (on SQLite the hot path's writer pauses for one batch at a time, not
 //! for the whole backlog).
 //!
@@ -12,7 +12,9 @@
 //!   use still revokes the tokens issued from it;
 //! - a revoked family while any token or code of it is stored (and for [`TOKEN_GRACE`] after its
 //!   revocation): those tokens are dead only because the family is listed;
-//! - a session until its expiry.
+//! - a session until its expiry, and a one-time message ([`super::flash`]) until its own.
+//! - a session until its expiry, and the record of the token families begun in it
+//!   (`session_families`) while it exists, and for [`TOKEN_GRACE`] after it was made.
 //!
 //! Signing keys are pruned by [`crate::jwt::rotation::prune_expired`].
 
@@ -32,6 +34,10 @@ pub struct Purged {
     pub authorization_codes: u64,
     pub revoked_families: u64,
     pub sessions: u64,
+    /// One-time messages left untaken past their short life.
+    pub flash_messages: u64,
+    /// Records of the token families begun in sessions that are gone.
+    pub session_families: u64,
     /// Signing keys no longer published (filled in by [`crate::purge`], not by the store).
     pub signing_keys: u64,
     /// Sign-in times of token families with no token left (filled in by [`crate::purge`]).
@@ -42,7 +48,7 @@ pub struct Purged {
 
 /// The batched deletes, in order: each deletes at most `$2` rows that expired at or before `$1`
 /// (the cut-off time of its table).
-const STATEMENTS: [(Table, &str); 4] = [
+const STATEMENTS: [(Table, &str); 6] = [
     (
         Table::Tokens,
         "DELETE FROM tokens WHERE id IN (SELECT id FROM tokens WHERE expires_at <= $1 LIMIT $2)",
@@ -66,6 +72,19 @@ const STATEMENTS: [(Table, &str); 4] = [
         "DELETE FROM sessions WHERE id_digest IN
          (SELECT id_digest FROM sessions WHERE expires_at <= $1 LIMIT $2)",
     ),
+    (
+        Table::FlashMessages,
+        "DELETE FROM flash_messages WHERE id_digest IN
+         (SELECT id_digest FROM flash_messages WHERE expires_at <= $1 LIMIT $2)",
+    ),
+    // After sessions: the families of at most `$2` sessions that are gone.
+    (
+        Table::SessionFamilies,
+        "DELETE FROM session_families WHERE created_at <= $1 AND session_digest IN
+         (SELECT f.session_digest FROM session_families f WHERE f.created_at <= $1
+          AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.id_digest = f.session_digest)
+          LIMIT $2)",
+    ),
 ];
 
 #[derive(Debug, Clone, Copy)]
@@ -74,6 +93,8 @@ enum Table {
     Codes,
     Families,
     Sessions,
+    FlashMessages,
+    SessionFamilies,
 }
 
 impl Store {
@@ -90,9 +111,9 @@ impl Store {
         let mut purged = Purged::default();
         for (table, statement) in STATEMENTS {
             let cutoff = match table {
-                Table::Tokens | Table::Families => at - TOKEN_GRACE,
+                Table::Tokens | Table::Families | Table::SessionFamilies => at - TOKEN_GRACE,
                 Table::Codes => at - super::codes::KEPT_AFTER_EXPIRY,
-                Table::Sessions => at,
+                Table::Sessions | Table::FlashMessages => at,
             };
             loop {
                 let deleted = {
@@ -110,6 +131,8 @@ impl Store {
                     Table::Codes => &mut purged.authorization_codes,
                     Table::Families => &mut purged.revoked_families,
                     Table::Sessions => &mut purged.sessions,
+                    Table::FlashMessages => &mut purged.flash_messages,
+                    Table::SessionFamilies => &mut purged.session_families,
                 } += deleted;
                 if deleted < batch as u64 {
                     break;

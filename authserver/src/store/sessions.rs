@@ -1,9 +1,10 @@
 //! Browser sessions of signed-in operators (kept as SHA-256 digests of the cookie value) and the
 //! failed sign-in log that throttles password guessing.
 
+use super::hot::postgres_groups::ThrottleWrite;
 use super::hot::{self, Hot};
 use super::{Store, StoreResult, User, now};
-use crate::metrics::{StoreOp, StoreTimer};
+use super::timing::{StoreOp, StoreTimer};
 use crate::secrets;
 use sqlx::Row;
 
@@ -15,6 +16,9 @@ pub struct Session {
     pub csrf_token: String,
     /// When the user signed in (OpenID Connect's `auth_time`).
     pub signed_in_at: i64,
+    /// The digest its row is stored under (never the cookie value): what the codes issued in
+    /// it are recorded by ([`Store::sign_out`]).
+    pub key: String,
 }
 
 /// What a sign-in hands back once: the cookie value (never stored) and the session's CSRF token.
@@ -51,10 +55,11 @@ impl Store {
     /// The unexpired session whose cookie value is `session_id`, with its user as stored now.
     pub async fn find_session(&self, session_id: &str) -> StoreResult<Option<Session>> {
         let _timer = StoreTimer::start(StoreOp::FindSession);
+        let key = secrets::digest(session_id);
         let row = sqlx::query(
             "SELECT user_id, csrf_token, created_at FROM sessions WHERE id_digest = $1 AND expires_at > $2",
         )
-        .bind(secrets::digest(session_id))
+        .bind(&key)
         .bind(now())
         .fetch_optional(&self.pool)
         .await?;
@@ -67,6 +72,7 @@ impl Store {
             user,
             csrf_token: row.try_get("csrf_token")?,
             signed_in_at: row.try_get("created_at")?,
+            key,
         }))
     }
 
@@ -102,10 +108,19 @@ impl Store {
     }
 
     /// Records one failed sign-in under each bucket (see [`crate::throttle`]) and
-    /// forgets failures older than `window` seconds.
+    /// forgets failures older than `window` seconds (on PostgreSQL in the throttle writer's next
+    /// group).
     pub async fn record_login_failure(&self, buckets: &[String], window: i64) -> StoreResult<()> {
         let _timer = StoreTimer::start(StoreOp::RecordLoginFailure);
         let now = now();
+        if let Hot::Postgres(pg) = &self.hot {
+            let failed = ThrottleWrite::Failed {
+                buckets: buckets.to_vec(),
+                at: now,
+                expired: now - window,
+            };
+            return pg.throttle(failed).await;
+        }
         let _exclusive = self.exclusive().await?;
         sqlx::query("DELETE FROM login_failures WHERE failed_at <= $1")
             .bind(now - window)
@@ -138,8 +153,13 @@ impl Store {
         }
     }
 
-    /// Forgets the failures of one bucket (a successful sign-in clears its username's count).
+    /// Forgets the failures of one bucket (a successful sign-in clears its username's count; on
+    /// PostgreSQL in the throttle writer's next group).
     pub async fn clear_login_failures(&self, bucket: &str) -> StoreResult<()> {
+        if let Hot::Postgres(pg) = &self.hot {
+            let bucket = bucket.to_owned();
+            return pg.throttle(ThrottleWrite::Cleared { bucket }).await;
+        }
         let _exclusive = self.exclusive().await?;
         sqlx::query("DELETE FROM login_failures WHERE bucket = $1")
             .bind(bucket)

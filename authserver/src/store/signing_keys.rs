@@ -250,16 +250,16 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         let deleted = done.rows_affected() == 1;
+        let event = super::Revocation::SigningKey {
+            kid: kid.to_owned(),
+        };
         if deleted {
-            let event = super::Revocation::SigningKey {
-                kid: kid.to_owned(),
-            };
             super::events::append(&mut tx, self.backend, &event).await?;
         }
         tx.commit().await?;
         drop(exclusive);
         if deleted {
-            self.ring_events();
+            self.ring_events(&event);
         }
         Ok(deleted)
     }

@@ -23,8 +23,8 @@ use std::time::Duration;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Prepared statements each connection keeps.
 const STATEMENT_CACHE: usize = 32;
-/// At most this many queued writes share one commit.
-const MAX_BATCH: usize = 64;
+/// At most this many queued writes share one commit (as in PostgreSQL's groups).
+const MAX_BATCH: usize = super::hot::group_writer::MAX_GROUP;
 /// Idle read connections kept for reuse; more may be open while more readers run at once.
 const MAX_IDLE_READERS: usize = 8;
 /// How often the checkpoint thread copies the WAL back into the database file.
@@ -222,6 +222,10 @@ fn run_writer(connection: Connection, queue: mpsc::Receiver<Message>) {
                 Err(_) => break,
             }
         }
+        super::hot::group_writer::count_group(
+            super::hot::group_writer::WriterKind::Sqlite,
+            batch.len(),
+        );
         // Without the transaction (the write lock was not to be had), each job's savepoint is a
         // transaction of its own.
         let batched = run(&connection, "BEGIN IMMEDIATE").is_ok();

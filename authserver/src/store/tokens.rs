@@ -6,7 +6,7 @@
 
 use super::hot::{self, Hot, NewRow};
 use super::{Revocation, Store, StoreError, StoreResult, now};
-use crate::metrics::{StoreOp, StoreTimer};
+use super::timing::{StoreOp, StoreTimer};
 use crate::secrets;
 
 /// What a stored token is; stored as its name (`access`, `refresh`).
@@ -175,14 +175,15 @@ impl Store {
             refresh
         });
         let family = rows[0].family.clone();
-        // The pair in one transaction (SQLite: one savepoint; PostgreSQL: one statement).
+        // The pair in one transaction (SQLite: one savepoint; PostgreSQL: one statement), in the
+        // writer's next group.
         match &self.hot {
             Hot::Sqlite(local) => {
                 local
                     .write(move |conn| hot::sqlite::insert_tokens(conn, &rows))
                     .await?
             }
-            Hot::Postgres(pool) => hot::postgres::insert_tokens(pool, &rows).await?,
+            Hot::Postgres(pg) => pg.insert_tokens(rows).await?,
         };
         Ok(IssuedTokens {
             access_token,
@@ -195,11 +196,18 @@ impl Store {
 
     /// The token with this plaintext value, of any kind, whatever its state.
     pub async fn find_token(&self, token: &str) -> StoreResult<Option<TokenRecord>> {
+        self.find_token_by_digest(&secrets::digest(token)).await
+    }
+
+    /// The token whose digest is `digest`.
+    pub(super) async fn find_token_by_digest(
+        &self,
+        digest: &str,
+    ) -> StoreResult<Option<TokenRecord>> {
         let _timer = StoreTimer::start(StoreOp::FindToken);
-        let digest = secrets::digest(token);
         match &self.hot {
-            Hot::Sqlite(local) => local.read(|conn| hot::sqlite::find_token(conn, &digest)),
-            Hot::Postgres(pool) => hot::postgres::find_token(pool, &digest).await,
+            Hot::Sqlite(local) => local.read(|conn| hot::sqlite::find_token(conn, digest)),
+            Hot::Postgres(pool) => hot::postgres::find_token(pool, digest).await,
         }
     }
 
@@ -236,11 +244,16 @@ impl Store {
                     })
                     .await?
             }
-            Hot::Postgres(pool) => hot::postgres::claim(pool, id).await?,
+            Hot::Postgres(pg) => pg.claim(id).await?,
         };
         if !claimed {
             return self.revoke_reused(&record.family).await;
         }
+        // The spent token and its access token are no longer active (on PostgreSQL the claim
+        // announced it to the other processes).
+        self.evicted(&super::token_cache::Eviction::StoredFamily(
+            record.family.clone(),
+        ));
         Ok(RefreshOutcome::Claimed(Box::new(record)))
     }
 
@@ -267,6 +280,7 @@ impl Store {
         let revoked = match &self.hot {
             Hot::Sqlite(local) => {
                 let family = family.to_owned();
+                let event = event.clone();
                 local
                     .write(move |conn| {
                         let database = super::sqlite_local::database;
@@ -282,7 +296,7 @@ impl Store {
             Hot::Postgres(pool) => hot::postgres::revoke_family(pool, family, at, &event).await,
         }?;
         if revoked {
-            self.ring_events();
+            self.ring_events(&event);
         }
         Ok(revoked)
     }

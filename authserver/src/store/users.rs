@@ -2,9 +2,10 @@
 
 use super::events::{self, Revocation};
 use super::hot::{self, Hot};
+use super::token_cache::Eviction;
 use super::tokens::revoke_user_families;
 use super::{Store, StoreResult, conflict, now};
-use crate::metrics::{StoreOp, StoreTimer};
+use super::timing::{StoreOp, StoreTimer};
 use crate::secrets;
 use serde::Serialize;
 use sqlx::Row;
@@ -293,17 +294,26 @@ impl Store {
         // A deactivated account's tokens are refused while it is inactive; they are revoked
         // too, so that reactivating it does not bring them back.
         let deactivated = row.is_some() && update.is_active == Some(false);
+        // A new username or state changes what introspection says of the user's tokens.
+        let changed = row.is_some() && !set.is_empty();
+        let eviction = Eviction::User(id);
+        if changed {
+            self.announce_eviction(&mut tx, &eviction).await?;
+        }
+        let event = Revocation::User {
+            sub: id.to_string(),
+        };
         if deactivated {
             revoke_user_families(&mut tx, id, None).await?;
-            let event = Revocation::User {
-                sub: id.to_string(),
-            };
             events::append(&mut tx, self.backend, &event).await?;
         }
         tx.commit().await?;
         drop(exclusive);
         if deactivated {
-            self.ring_events();
+            self.ring_events(&event);
+        }
+        if changed {
+            self.evicted(&eviction);
         }
         if row.is_some()
             && let Some(password) = &update.password
@@ -335,15 +345,15 @@ impl Store {
             .await?;
         revoke_user_families(&mut tx, id, None).await?;
         let changed = done.rows_affected() == 1;
+        let event = Revocation::Password {
+            sub: id.to_string(),
+        };
         if changed {
-            let event = Revocation::Password {
-                sub: id.to_string(),
-            };
             events::append(&mut tx, self.backend, &event).await?;
         }
         tx.commit().await?;
         if changed {
-            self.ring_events();
+            self.ring_events(&event);
         }
         Ok(changed)
     }
@@ -377,16 +387,16 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         let deleted = done.rows_affected() == 1;
+        let event = Revocation::User {
+            sub: id.to_string(),
+        };
         if deleted {
-            let event = Revocation::User {
-                sub: id.to_string(),
-            };
             events::append(&mut tx, self.backend, &event).await?;
         }
         tx.commit().await?;
         drop(exclusive);
         if deleted {
-            self.ring_events();
+            self.ring_events(&event);
         }
         Ok(deleted)
     }

@@ -218,7 +218,7 @@ async fn add_user(
                 }
                 tracing::info!(by = operator.user.id, user_id = user.id, username = %user.username, "user created");
                 let notice = flash::notice("User created.");
-                return Ok(flash::redirect(&operator, &user_path(user.id), notice).await);
+                return flash::redirect(&state.store, &operator, &user_path(user.id), notice).await;
             }
             Err(StoreError::Conflict(_)) => {
                 errors.add("username", "A user with that username already exists.")
@@ -250,7 +250,13 @@ async fn edit_user_page(
 ) -> WebResult {
     let user = load_user(&state, &id).await?;
     let groups = state.store.user_groups(user.id).await?;
-    let flash = flash::take(&operator, &user_path(user.id), query.flash.as_deref()).await;
+    let flash = flash::take(
+        &state.store,
+        &operator,
+        &user_path(user.id),
+        query.flash.as_deref(),
+    )
+    .await?;
     let profile = state
         .store
         .profile(user.id)
@@ -313,7 +319,8 @@ async fn edit_user(
                     state.store.delete_user_sessions(updated.id).await?;
                 }
                 let notice = flash::notice("Saved.");
-                return Ok(flash::redirect(&operator, &user_path(updated.id), notice).await);
+                return flash::redirect(&state.store, &operator, &user_path(updated.id), notice)
+                    .await;
             }
             Ok(None) => return Err(WebError::NotFound),
             Err(StoreError::Conflict(_)) => {
@@ -373,7 +380,7 @@ async fn set_password(
         .await?;
     tracing::info!(by = operator.user.id, user_id = user.id, "password reset");
     let notice = flash::notice("Password changed.");
-    Ok(flash::redirect(&operator, &user_path(user.id), notice).await)
+    flash::redirect(&state.store, &operator, &user_path(user.id), notice).await
 }
 
 async fn delete_user_page(
@@ -458,7 +465,8 @@ async fn create_group(
             Ok(group) => {
                 tracing::info!(by = operator.user.id, group_id = group.id, "group created");
                 let notice = flash::notice("Group created.");
-                return Ok(flash::redirect(&operator, &group_path(group.id), notice).await);
+                return flash::redirect(&state.store, &operator, &group_path(group.id), notice)
+                    .await;
             }
             Err(StoreError::Conflict(_)) => {
                 errors.add("name", "A group with that name already exists.")
@@ -500,7 +508,13 @@ async fn group(
     Query(query): Query<FlashQuery>,
 ) -> WebResult {
     let group = load_group(&state, &id).await?;
-    let flash = flash::take(&operator, &group_path(group.id), query.flash.as_deref()).await;
+    let flash = flash::take(
+        &state.store,
+        &operator,
+        &group_path(group.id),
+        query.flash.as_deref(),
+    )
+    .await?;
     let mut page = group_page(
         &state,
         &operator,
@@ -529,7 +543,8 @@ async fn rename_group(
         match state.store.rename_group(group.id, &name).await {
             Ok(Some(_)) => {
                 let notice = flash::notice("Saved.");
-                return Ok(flash::redirect(&operator, &group_path(group.id), notice).await);
+                return flash::redirect(&state.store, &operator, &group_path(group.id), notice)
+                    .await;
             }
             Ok(None) => return Err(WebError::NotFound),
             Err(StoreError::Conflict(_)) => {

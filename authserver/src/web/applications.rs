@@ -410,7 +410,7 @@ async fn register(State(state): State<AppState>, operator: Operator, form: FormD
         notice: "Application registered.".into(),
         secret,
     };
-    Ok(flash::redirect(&operator, &detail_path(app.id), flash).await)
+    flash::redirect(&state.store, &operator, &detail_path(app.id), flash).await
 }
 
 /// An application that issues JWTs has a signing key in the JWKS before its first token, and
@@ -443,7 +443,13 @@ async fn detail(
     Query(query): Query<FlashQuery>,
 ) -> WebResult {
     let app = load_owned(&state, &operator, &id).await?;
-    let flash = flash::take(&operator, &detail_path(app.id), query.flash.as_deref()).await;
+    let flash = flash::take(
+        &state.store,
+        &operator,
+        &detail_path(app.id),
+        query.flash.as_deref(),
+    )
+    .await?;
     Ok(render(
         StatusCode::OK,
         &detail_page(&state, &operator, app, flash).await?,
@@ -542,7 +548,7 @@ async fn update(
     } else {
         flash::notice("Saved.")
     };
-    Ok(flash::redirect(&operator, &detail_path(updated.id), flash).await)
+    flash::redirect(&state.store, &operator, &detail_path(updated.id), flash).await
 }
 
 /// Asks before regenerating: the current secret stops working at once.
@@ -581,7 +587,7 @@ async fn regenerate(
         notice: "New secret generated. The previous secret no longer works.".into(),
         secret: Some(secret),
     };
-    Ok(flash::redirect(&operator, &detail_path(app.id), flash).await)
+    flash::redirect(&state.store, &operator, &detail_path(app.id), flash).await
 }
 
 /// Gives application `id` a new secret, returned this once.

@@ -157,14 +157,18 @@ async fn login(
     };
 
     throttle.succeeded(&state.store).await?;
-    // A fresh session id at every sign-in; an older session of this browser ends.
-    if let Some(old) = cookie(&headers, SESSION_COOKIE) {
-        state.store.delete_session(old).await?;
-    }
     let session = state
         .store
         .create_session(user.id, SESSION_LIFETIME)
         .await?;
+    // A fresh session id at every sign-in; an older session of this browser ends, handing what
+    // it led to over to the new one when it was the same user's.
+    if let Some(old) = cookie(&headers, SESSION_COOKIE) {
+        state
+            .store
+            .replace_session(old, &session.session_id, user.id)
+            .await?;
+    }
     tracing::info!(user_id = user.id, username = %user.username, "user signed in");
     let next = if next == HOME { home_of(&user) } else { &next };
     let mut response = see_other(next);
@@ -188,10 +192,15 @@ async fn logout(
     form: FormData,
 ) -> WebResult {
     csrf::verify_token(&operator.form_token, &form)?;
+    let mut families_revoked = 0;
     if let Some(session_id) = cookie(&headers, SESSION_COOKIE) {
-        state.store.delete_session(session_id).await?;
+        families_revoked = state.store.sign_out(session_id).await?;
     }
-    tracing::info!(user_id = operator.user.id, "user signed out");
+    tracing::info!(
+        user_id = operator.user.id,
+        families_revoked,
+        "user signed out"
+    );
     let mut response = see_other("/accounts/login/");
     append_cookie(
         &mut response,

@@ -5,7 +5,7 @@
 //! issues codes.
 
 use super::forms::FormData;
-use super::session::{SignedIn, current_session, login_url};
+use super::session::{current_session, login_url};
 use super::templates::{AuthorizeErrorPage, ConsentPage, ConsentScope, Nav};
 use super::{WebError, WebResult, allow_form_action, csrf, render};
 use crate::AppState;
@@ -17,7 +17,7 @@ use crate::protocol::authorize::{
 };
 use crate::protocol::oidc::{self, SignIn};
 use crate::protocol::scope;
-use crate::store::{Application, NewCode, User, now};
+use crate::store::{Application, NewCode, Session, User, now};
 use axum::Router;
 use axum::extract::{OriginalUri, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -25,7 +25,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 
 pub(super) fn router() -> Router<AppState> {
-    Router::new().route("/o/authorize/", get(authorize_page).post(decide))
+    Router::new().route("/o/authorize/", get(authorize_page).post(authorize_post))
 }
 
 impl Parameters for FormData {
@@ -68,15 +68,21 @@ fn redirect_error(state: &AppState, back: &Return, error: &AuthorizeError) -> Re
     Redirect::to(&error_redirect(back, error, &state.settings.issuer)).into_response()
 }
 
-/// A new code for `authorization`, granted by `user` signed in at `auth_time`, and the redirect
-/// that carries it.
+/// Who grants a code: the user, when they signed in, and the session they did it in.
+struct Grantor<'a> {
+    user: &'a User,
+    auth_time: i64,
+    session_key: &'a str,
+}
+
+/// A new code for `authorization`, granted by `by`, and the redirect that carries it.
 async fn grant_code(
     state: &AppState,
     app: &Application,
-    user: &User,
-    auth_time: i64,
+    by: Grantor<'_>,
     authorization: &Authorization,
 ) -> WebResult {
+    let user = by.user;
     let code = state
         .store
         .issue_code(&NewCode {
@@ -87,7 +93,8 @@ async fn grant_code(
             code_challenge: authorization.code_challenge.clone(),
             lifetime: state.settings.authorization_code_lifetime,
             nonce: authorization.nonce.clone(),
-            auth_time: Some(auth_time),
+            auth_time: Some(by.auth_time),
+            session_key: Some(by.session_key.to_owned()),
         })
         .await?;
     tracing::info!(user_id = user.id, client_id = %app.client_id, "authorization code issued");
@@ -115,8 +122,7 @@ async fn check(state: &AppState, params: &impl Parameters) -> Result<Checked, We
     }
 }
 
-/// `GET /o/authorize/`: checks the request, then (signed in) skips straight to the code when a
-/// remembered consent covers the scope, or shows the consent page.
+/// `GET /o/authorize/`: [`authorization_request`] from the query.
 async fn authorize_page(
     State(state): State<AppState>,
     OriginalUri(uri): OriginalUri,
@@ -126,7 +132,40 @@ async fn authorize_page(
         Ok(params) => params,
         Err(_) => return Ok(error_page(Unredirectable::RepeatedParameter)),
     };
-    let (app, authorization) = match check(&state, &params).await? {
+    authorization_request(&state, &params, &headers).await
+}
+
+/// `POST /o/authorize/`: the consent form's answer (it carries `decision`), or else an
+/// authorization request sent by POST (OpenID Connect Core 1.0 §3.1.2.1: GET and POST), handled
+/// as its GET. The session cookie is `SameSite=Lax`: a relying party's cross-site POST arrives
+/// without it, so the user signs in (again) and the request goes on as a GET.
+async fn authorize_post(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> WebResult {
+    let params = match Params::parse(&body) {
+        Ok(params) => params,
+        Err(_) => return Ok(error_page(Unredirectable::RepeatedParameter)),
+    };
+    if params.get("decision").is_none() {
+        return authorization_request(&state, &params, &headers).await;
+    }
+    match current_session(&state, &headers).await? {
+        Some(session) => decide(&state, session, &params).await,
+        None => Ok(Redirect::to(&login_url(None)).into_response()),
+    }
+}
+
+/// Checks the request, then (signed in) skips straight to the code when a remembered consent
+/// covers the scope, or shows the consent page.
+async fn authorization_request(
+    state: &AppState,
+    params: &Params,
+    headers: &HeaderMap,
+) -> WebResult {
+    let state = state.clone();
+    let (app, authorization) = match check(&state, params).await? {
         Checked::Answer(response) => return Ok(response),
         Checked::Valid(valid) => *valid,
     };
@@ -145,7 +184,7 @@ async fn authorize_page(
             },
         ))
     };
-    let session = current_session(&state, &headers).await?;
+    let session = current_session(&state, headers).await?;
     // An id_token_hint must be an ID token of ours, for this client; it then names a user.
     let hint_is_user = match &authorization.oidc.id_token_hint {
         None => None,
@@ -180,14 +219,12 @@ async fn authorize_page(
         && authorize::remembered_consent_applies(&app, &authorization.redirect_uri)
         && !authorization.oidc.prompt.consent
     {
-        return grant_code(
-            &state,
-            &app,
-            &session.user,
-            session.signed_in_at,
-            &authorization,
-        )
-        .await;
+        let by = Grantor {
+            user: &session.user,
+            auth_time: session.signed_in_at,
+            session_key: &session.key,
+        };
+        return grant_code(&state, &app, by, &authorization).await;
     }
     if authorization.oidc.prompt.none {
         return refuse(
@@ -229,10 +266,11 @@ async fn authorize_page(
     Ok(response)
 }
 
-/// `POST /o/authorize/`: the consent form's answer (CSRF-checked), checked again in full.
-async fn decide(State(state): State<AppState>, signed_in: SignedIn, form: FormData) -> WebResult {
-    csrf::verify_token(&signed_in.form_token, &form)?;
-    let (app, authorization) = match check(&state, &form).await? {
+/// The consent form's answer (CSRF-checked), checked again in full.
+async fn decide(state: &AppState, signed_in: Session, form: &Params) -> WebResult {
+    let form_token = csrf::session_token(state, &signed_in.csrf_token).await?;
+    csrf::verify_token(&form_token, form)?;
+    let (app, authorization) = match check(state, form).await? {
         Checked::Answer(response) => return Ok(response),
         Checked::Valid(valid) => *valid,
     };
@@ -243,7 +281,7 @@ async fn decide(State(state): State<AppState>, signed_in: SignedIn, form: FormDa
             state: authorization.state,
         };
         return Ok(redirect_error(
-            &state,
+            state,
             &back,
             &AuthorizeError::access_denied(),
         ));
@@ -258,14 +296,12 @@ async fn decide(State(state): State<AppState>, signed_in: SignedIn, form: FormDa
         .store
         .remember_consent(signed_in.user.id, app.id, &remembered)
         .await?;
-    grant_code(
-        &state,
-        &app,
-        &signed_in.user,
-        signed_in.signed_in_at,
-        &authorization,
-    )
-    .await
+    let by = Grantor {
+        user: &signed_in.user,
+        auth_time: signed_in.signed_in_at,
+        session_key: &signed_in.key,
+    };
+    grant_code(state, &app, by, &authorization).await
 }
 
 /// The sign-in page, coming back to `next`; `forced` shows the form to a signed-in user too

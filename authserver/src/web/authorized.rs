@@ -23,7 +23,13 @@ async fn list(
     signed_in: SignedIn,
     Query(query): Query<FlashQuery>,
 ) -> WebResult {
-    let flash = flash::take(&signed_in, AUTHORIZED_HOME, query.flash.as_deref()).await;
+    let flash = flash::take(
+        &state.store,
+        &signed_in,
+        AUTHORIZED_HOME,
+        query.flash.as_deref(),
+    )
+    .await?;
     let mut nav = Nav::signed_in(&signed_in.user, &signed_in.form_token);
     nav.show(flash.as_ref());
     let applications = state
@@ -72,13 +78,13 @@ async fn revoke(
         had,
         "authorization revoked by the user"
     );
-    Ok(match name {
+    match name {
         Some(name) => {
             let notice = flash::notice(format!(
                 "Access revoked: {name} can no longer use your account, and its tokens stopped working."
             ));
-            flash::redirect(&signed_in, AUTHORIZED_HOME, notice).await
+            flash::redirect(&state.store, &signed_in, AUTHORIZED_HOME, notice).await
         }
-        None => see_other(AUTHORIZED_HOME),
-    })
+        None => Ok(see_other(AUTHORIZED_HOME)),
+    }
 }

@@ -100,7 +100,10 @@ pub(crate) fn verify(operator: &Operator, form: &FormData) -> Result<(), WebErro
 
 /// Accepts a form only with `expected` (its session's token, [`session_token`]) under
 /// [`FIELD`] or [`DJANGO_FIELD`].
-pub(crate) fn verify_token(expected: &str, form: &FormData) -> Result<(), WebError> {
+pub(crate) fn verify_token(
+    expected: &str,
+    form: &impl crate::protocol::Parameters,
+) -> Result<(), WebError> {
     match form.get(FIELD).or_else(|| form.get(DJANGO_FIELD)) {
         Some(presented) if !expected.is_empty() && constant_time_eq(presented, expected) => Ok(()),
         _ => Err(WebError::Csrf),

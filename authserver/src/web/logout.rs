@@ -174,11 +174,13 @@ async fn end_session(
         }
         return Ok(page);
     }
+    let mut families_revoked = 0;
     if let Some(session_id) = cookie(&headers, SESSION_COOKIE) {
-        state.store.delete_session(session_id).await?;
+        families_revoked = state.store.sign_out(session_id).await?;
     }
     tracing::info!(
         user_id = session.user.id,
+        families_revoked,
         "user signed out by RP-initiated logout"
     );
     let mut response = done(&checked, &params);

@@ -113,8 +113,9 @@ pub(crate) struct SignedIn {
     pub csrf_token: String,
     /// The token this session's forms carry ([`super::csrf::session_token`]).
     pub form_token: String,
-    /// When the user signed in (OpenID Connect's `auth_time`).
-    pub signed_in_at: i64,
+    /// The session cookie's value (the store keeps only its digest): what one-time messages
+    /// for this session are sealed with ([`super::flash`]).
+    pub session_cookie: String,
 }
 
 /// A signed-in operator (see [`is_operator`]), their session's secret and the CSRF token their
@@ -125,6 +126,8 @@ pub(crate) struct Operator {
     pub csrf_token: String,
     /// The token this session's forms carry ([`super::csrf::session_token`]).
     pub form_token: String,
+    /// The session cookie's value ([`SignedIn::session_cookie`]).
+    pub session_cookie: String,
 }
 
 impl Operator {
@@ -139,19 +142,29 @@ pub(crate) async fn current_session(
     state: &AppState,
     headers: &HeaderMap,
 ) -> Result<Option<Session>, WebError> {
+    Ok(session_and_cookie(state, headers).await?.map(|(s, _)| s))
+}
+
+/// [`current_session`], with the cookie's value.
+async fn session_and_cookie(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<(Session, String)>, WebError> {
     let Some(session_id) = cookie(headers, SESSION_COOKIE) else {
         return Ok(None);
     };
     let session = state.store.find_session(session_id).await?;
-    Ok(session.filter(|s| may_sign_in(&s.user)))
+    Ok(session
+        .filter(|s| may_sign_in(&s.user))
+        .map(|s| (s, session_id.to_owned())))
 }
 
 impl FromRequestParts<AppState> for SignedIn {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        match current_session(state, &parts.headers).await {
-            Ok(Some(session)) => Ok(SignedIn {
+        match session_and_cookie(state, &parts.headers).await {
+            Ok(Some((session, session_cookie))) => Ok(SignedIn {
                 user: {
                     crate::request_log::note_user(&parts.extensions, session.user.id);
                     session.user
@@ -160,7 +173,7 @@ impl FromRequestParts<AppState> for SignedIn {
                     .await
                     .map_err(IntoResponse::into_response)?,
                 csrf_token: session.csrf_token,
-                signed_in_at: session.signed_in_at,
+                session_cookie,
             }),
             Ok(None) => {
                 // Only a page can be come back to; after a refused POST the visitor lands home.
@@ -188,6 +201,7 @@ impl FromRequestParts<AppState> for Operator {
             user,
             csrf_token,
             form_token,
+            session_cookie,
             ..
         } = SignedIn::from_request_parts(parts, state).await?;
         if is_operator(&user) {
@@ -195,6 +209,7 @@ impl FromRequestParts<AppState> for Operator {
                 user,
                 csrf_token,
                 form_token,
+                session_cookie,
             })
         } else {
             tracing::info!(

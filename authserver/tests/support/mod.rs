@@ -5,10 +5,12 @@
 #![allow(dead_code)]
 
 pub mod binary;
+pub mod browser;
 pub mod code_flow;
+pub mod front;
 
 use authserver::config::Settings;
-use authserver::store::{NewTokens, Store};
+use authserver::store::{NewTokens, NewUser, Store};
 use authserver::testing::{self, RunningServer};
 use serde_json::Value;
 use std::io::Write;
@@ -111,4 +113,17 @@ pub fn capture_logs() {
 /// What this test binary has logged so far.
 pub fn logged() -> String {
     String::from_utf8_lossy(&LOG.lock().unwrap()).into_owned()
+}
+
+/// A staff user (a superuser if `superuser`) who signs in with `password`.
+pub async fn staff(store: &Store, username: &str, password: &str, superuser: bool) {
+    let new = NewUser {
+        username: username.into(),
+        password: Some(password.into()),
+        is_active: true,
+        is_staff: true,
+        is_superuser: superuser,
+        ..Default::default()
+    };
+    store.create_user(&new).await.expect("create an operator");
 }

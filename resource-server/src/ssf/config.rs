@@ -4,7 +4,8 @@
 //! Variables, for a binary whose prefix is `PROXY` or `EXAMPLE_API`: `<PREFIX>_REVOCATION_URL`
 //! (the transmitter's `/.well-known/ssf-configuration`; alone it turns the receiver on with the
 //! defaults), `<PREFIX>_REVOCATION_CLIENT_ID`, `<PREFIX>_REVOCATION_CLIENT_SECRET` or
-//! `<PREFIX>_REVOCATION_CLIENT_SECRET_FILE`, and `<PREFIX>_REVOCATION=off`. Credentials not given
+//! `<PREFIX>_REVOCATION_CLIENT_SECRET_FILE`, `<PREFIX>_REVOCATION_REPLICA_URLS` (comma-separated),
+//! and `<PREFIX>_REVOCATION=off`. Credentials not given
 //! are the introspection client's (`client_id` + `client_secret`).
 
 use std::fmt;
@@ -26,6 +27,10 @@ pub struct RawRevocation {
     /// `http://127.0.0.1:8001/.well-known/ssf-configuration`.
     #[serde(default)]
     pub configuration_url: Option<String>,
+    /// The same transmitter's configuration URL at its other replicas (sharing its event log),
+    /// turned to in order when the current one does not answer (transport failure or 5xx).
+    #[serde(default)]
+    pub replica_urls: Option<Vec<String>>,
     #[serde(default)]
     pub client_id: Option<String>,
     #[serde(default)]
@@ -57,6 +62,7 @@ impl fmt::Debug for RawRevocation {
         f.debug_struct("RawRevocation")
             .field("enabled", &self.enabled)
             .field("configuration_url", &self.configuration_url)
+            .field("replica_urls", &self.replica_urls)
             .field("client_id", &self.client_id)
             .field(
                 "client_secret",
@@ -74,6 +80,8 @@ impl fmt::Debug for RawRevocation {
 #[derive(Clone, PartialEq, Eq)]
 pub struct RevocationSettings {
     pub configuration_url: String,
+    /// Other replicas' configuration URLs, tried in turn after `configuration_url`.
+    pub replica_urls: Vec<String>,
     pub client_id: String,
     pub client_secret: String,
     pub token_url: Option<String>,
@@ -88,6 +96,7 @@ impl fmt::Debug for RevocationSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RevocationSettings")
             .field("configuration_url", &self.configuration_url)
+            .field("replica_urls", &self.replica_urls)
             .field("client_id", &self.client_id)
             .field("client_secret", &"<redacted>")
             .field("token_url", &self.token_url)
@@ -105,6 +114,7 @@ impl RevocationSettings {
     pub fn new(configuration_url: &str, client_id: &str, client_secret: &str) -> Self {
         RevocationSettings {
             configuration_url: configuration_url.into(),
+            replica_urls: Vec::new(),
             client_id: client_id.into(),
             client_secret: client_secret.into(),
             token_url: None,
@@ -180,6 +190,25 @@ pub fn resolve(
             "expected an http:// or https:// URL",
         ));
     }
+    let replica_urls = match var("REVOCATION_REPLICA_URLS") {
+        Some((name, list)) => (
+            Some(name),
+            list.split(',')
+                .map(|u| u.trim().to_owned())
+                .filter(|u| !u.is_empty())
+                .collect(),
+        ),
+        None => (None, raw.replica_urls.clone().unwrap_or_default()),
+    };
+    if let Some(bad) = replica_urls.1.iter().find(|u| !is_url(u)) {
+        return Err(invalid(
+            "replica_urls",
+            replica_urls.0,
+            bad,
+            "expected http:// or https:// URLs",
+        ));
+    }
+    let replica_urls = replica_urls.1;
     for (key, value) in [("token_url", &raw.token_url), ("jwks_uri", &raw.jwks_uri)] {
         if let Some(v) = value
             && !is_url(v)
@@ -282,6 +311,7 @@ pub fn resolve(
         .unwrap_or_else(|| client_id.clone());
     Ok(Some(RevocationSettings {
         configuration_url,
+        replica_urls,
         client_id,
         client_secret,
         token_url: raw.token_url,
@@ -348,6 +378,12 @@ mod tests {
         );
         assert_eq!(s.lifetimes.healthy_max_ttl, Duration::from_secs(7200));
         assert_eq!(run(Some(y), &[("REVOCATION", "off")], None).unwrap(), None);
+        let y = "{configuration_url: 'http://a/c', replica_urls: ['http://b/c']}";
+        let s = run(Some(y), &[], Some(("p", "s"))).unwrap().unwrap();
+        assert_eq!(s.replica_urls, ["http://b/c"]);
+        let vars = [("REVOCATION_REPLICA_URLS", "http://c/x, http://d/x")];
+        let s = run(Some(y), &vars, Some(("p", "s"))).unwrap().unwrap();
+        assert_eq!(s.replica_urls, ["http://c/x", "http://d/x"]);
         assert_eq!(run(Some("{enabled: false}"), &[], None).unwrap(), None);
     }
 
@@ -386,6 +422,18 @@ mod tests {
         assert_eq!(
             field(run(Some(y), &[], Some(("p", "s")))).0,
             "revocation.client_secret_file"
+        );
+        let vars = [("REVOCATION_REPLICA_URLS", "http://c/x,c:8001")];
+        assert_eq!(
+            field(run(
+                Some("{configuration_url: 'http://a/c'}"),
+                &vars,
+                Some(("p", "s"))
+            )),
+            (
+                "revocation.replica_urls".into(),
+                Some("PROXY_REVOCATION_REPLICA_URLS".into())
+            )
         );
         assert_eq!(
             field(run(None, &[("REVOCATION", "maybe")], None)),

@@ -10,6 +10,10 @@
 //! issuer's origin (stream, JWKS, metadata, token endpoint) are taken at the configuration URL's
 //! origin instead, when the two differ (a sidecar reaches the authorization server at an
 //! internal address, while its issuer is the public front door).
+//!
+//! With `replica_urls`, a call that finds the current replica unreachable (a transport failure,
+//! a 5xx) turns to the next one: the same stream (the replicas share its log) polled there, with
+//! the acknowledgements not yet delivered, so the receiver resumes where it was and loses nothing.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,6 +53,8 @@ pub type Targets = Arc<Mutex<Target>>;
 enum Failure {
     /// Worth a retry after the backoff; logged (rate-limited).
     Retry(String),
+    /// As `Retry`, and the replica may be down: the next one is tried.
+    Unreachable(String),
     /// The stream is gone: flush, then create another at once.
     StreamLost,
 }
@@ -59,7 +65,17 @@ fn transport(what: &str, e: &reqwest::Error) -> Failure {
     } else {
         format!("transport: {e}")
     };
-    Failure::Retry(format!("{what}: {why}"))
+    Failure::Unreachable(format!("{what}: {why}"))
+}
+
+/// A failure for an HTTP status other than success: the replica is unwell on a 5xx.
+fn answered(what: &str, status: StatusCode) -> Failure {
+    let why = format!("{what}: answered HTTP {}", status.as_u16());
+    if status.is_server_error() {
+        Failure::Unreachable(why)
+    } else {
+        Failure::Retry(why)
+    }
 }
 
 struct Discovered {
@@ -78,6 +94,10 @@ struct Link {
     s: RevocationSettings,
     revoked: Arc<Revoked>,
     targets: Targets,
+    /// Which of `configuration_url` and `replica_urls` is talked to.
+    replica: usize,
+    /// Replicas turned away from since the last success.
+    failed_over: usize,
     discovered: Option<Discovered>,
     token: Option<Token>,
     /// The stream's id and poll endpoint.
@@ -104,6 +124,8 @@ pub async fn run(s: RevocationSettings, revoked: Arc<Revoked>, targets: Targets)
         s,
         revoked,
         targets,
+        replica: 0,
+        failed_over: 0,
         discovered: None,
         token: None,
         stream: None,
@@ -116,6 +138,7 @@ pub async fn run(s: RevocationSettings, revoked: Arc<Revoked>, targets: Targets)
         match link.step().await {
             Ok(()) => {
                 failures = 0;
+                link.failed_over = 0;
                 if let Some(unreported) = log.success() {
                     tracing::info!(unreported, "revocation stream answering again");
                 }
@@ -123,7 +146,17 @@ pub async fn run(s: RevocationSettings, revoked: Arc<Revoked>, targets: Targets)
             Err(Failure::StreamLost) => {
                 tracing::warn!("revocation stream gone (404): caches flushed, creating another");
             }
-            Err(Failure::Retry(why)) => {
+            Err(Failure::Unreachable(why)) if link.fail_over() => {
+                link.revoked
+                    .metrics
+                    .poll_errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(
+                    "revocation stream call failed: {why}; turning to {}",
+                    link.configuration_url()
+                );
+            }
+            Err(Failure::Retry(why) | Failure::Unreachable(why)) => {
                 link.revoked
                     .metrics
                     .poll_errors
@@ -142,6 +175,38 @@ pub async fn run(s: RevocationSettings, revoked: Arc<Revoked>, targets: Targets)
 }
 
 impl Link {
+    /// The configuration URL of the replica talked to.
+    fn configuration_url(&self) -> &str {
+        match self.replica {
+            0 => &self.s.configuration_url,
+            n => &self.s.replica_urls[n - 1],
+        }
+    }
+
+    /// After `Unreachable`, moves to the next replica, if there is another: it is discovered
+    /// again, the token is kept, and the stream is polled at the new replica's origin. Whether
+    /// the call should be retried at once: not when every replica has failed in a row (then
+    /// after the backoff, at the next).
+    fn fail_over(&mut self) -> bool {
+        let count = self.s.replica_urls.len() + 1;
+        if count == 1 {
+            return false;
+        }
+        self.failed_over += 1;
+        let from = self.configuration_url().to_owned();
+        self.replica = (self.replica + 1) % count;
+        let to = self.configuration_url().to_owned();
+        self.discovered = None;
+        if let Some((_, url)) = &mut self.stream {
+            *url = rebase(std::mem::take(url), &from, &to);
+        }
+        if self.failed_over >= count {
+            self.failed_over = 0;
+            return false;
+        }
+        true
+    }
+
     /// One poll (and whatever must come before it).
     async fn step(&mut self) -> Result<(), Failure> {
         if self.discovered.is_none() {
@@ -188,10 +253,7 @@ impl Link {
             .await
             .map_err(|e| transport(what, &e))?;
         if !r.status().is_success() {
-            return Err(Failure::Retry(format!(
-                "{what}: answered HTTP {}",
-                r.status().as_u16()
-            )));
+            return Err(answered(what, r.status()));
         }
         r.json()
             .await
@@ -200,7 +262,8 @@ impl Link {
 
     async fn discover(&self) -> Result<Discovered, Failure> {
         let what = "SSF configuration";
-        let c = self.get_json(&self.s.configuration_url, what).await?;
+        let configuration_url = self.configuration_url();
+        let c = self.get_json(configuration_url, what).await?;
         let text = |k: &str| c.get(k).and_then(Value::as_str).map(str::to_owned);
         let missing = |k: &str| Failure::Retry(format!("{what}: no {k}"));
         let issuer = text("issuer").ok_or_else(|| missing("issuer"))?;
@@ -213,7 +276,7 @@ impl Link {
                 "{what}: poll delivery ({POLL_METHOD}) not offered"
             )));
         }
-        let here = |url: String| rebase(url, &issuer, &self.s.configuration_url);
+        let here = |url: String| rebase(url, &issuer, configuration_url);
         let configuration_endpoint = here(configuration_endpoint);
         let jwks_uri = match &self.s.jwks_uri {
             Some(u) => u.clone(),
@@ -280,6 +343,9 @@ impl Link {
             .await
             .map_err(|e| transport(what, &e))?;
         let status = r.status();
+        if status.is_server_error() {
+            return Err(answered(what, status));
+        }
         if !status.is_success() {
             // RFC 6749 §5.2's error code says why (invalid_client, invalid_scope...).
             let body: Value = r.json().await.unwrap_or(Value::Null);
@@ -322,7 +388,7 @@ impl Link {
         if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
             self.token = None;
         }
-        Failure::Retry(format!("{what}: answered HTTP {}", status.as_u16()))
+        answered(what, status)
     }
 
     async fn create_stream(&mut self) -> Result<(String, String), Failure> {
@@ -356,7 +422,7 @@ impl Link {
         let url = delivery
             .get("endpoint_url")
             .and_then(Value::as_str)
-            .map(|u| rebase(u.to_owned(), issuer, &self.s.configuration_url));
+            .map(|u| rebase(u.to_owned(), issuer, self.configuration_url()));
         let (Some(id), Some(url)) = (id, url) else {
             return Err(Failure::Retry(format!(
                 "{what}: no stream_id or delivery.endpoint_url"

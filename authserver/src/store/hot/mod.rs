@@ -1,8 +1,11 @@
 //! The statements of the hot requests (token issue, introspection, client lookup), per backend:
 //! SQLite through rusqlite without thread hops, PostgreSQL through sqlx's native driver in one
-//! round trip per call. Everything else goes through the `AnyPool`.
+//! round trip per call, its writes committed in groups ([`postgres_groups`]). Everything else
+//! goes through the `AnyPool`.
 
+pub(super) mod group_writer;
 pub(super) mod postgres;
+pub(super) mod postgres_groups;
 pub(super) mod sqlite;
 
 use super::sqlite_local::SqliteLocal;
@@ -13,7 +16,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub(super) enum Hot {
     Sqlite(Arc<SqliteLocal>),
-    Postgres(sqlx::PgPool),
+    /// The pool, and the writer tasks that commit its writes in groups.
+    Postgres(Arc<postgres_groups::PgHot>),
 }
 
 /// One row of `tokens` about to be written (owned: it travels to SQLite's writer thread).

@@ -109,18 +109,21 @@ pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> S
 }
 
 /// Spends the refresh token `id` unless it is spent or its family revoked, and revokes its
-/// access token in the same statement. Whether this call spent it.
+/// access token in the same statement, announcing it to the token caches
+/// ([`crate::store::token_cache`]). Whether this call spent it.
 pub(in crate::store) async fn claim(pool: &PgPool, id: i64) -> StoreResult<bool> {
     let claimed: i64 = sqlx::query_scalar(
         "WITH claimed AS (
             UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0
             AND NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = tokens.family)
-            RETURNING access_token_id),
+            RETURNING access_token_id, family),
         spent AS (
             UPDATE tokens SET revoked = 1 WHERE id IN (SELECT access_token_id FROM claimed))
-        SELECT COUNT(*) FROM claimed",
+        SELECT COUNT(*) + 0 * (SELECT COUNT(pg_notify($2, 'family ' || family)) FROM claimed)
+        FROM claimed",
     )
     .bind(id)
+    .bind(crate::store::token_cache::CHANNEL)
     .fetch_one(pool)
     .await?;
     Ok(claimed == 1)
@@ -135,6 +138,8 @@ pub(in crate::store) async fn revoke_family(
     event: &crate::store::Revocation,
 ) -> StoreResult<bool> {
     let (event_type, format, subject) = crate::store::events::columns(event);
+    // The notification's payload is the event's (`crate::store::events`): id, type, format,
+    // subject.
     let revoked: i64 = sqlx::query_scalar(
         "WITH revoked AS (
             INSERT INTO revoked_families (family, revoked_at) VALUES ($1, $2)
@@ -143,7 +148,8 @@ pub(in crate::store) async fn revoke_family(
             INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at)
             SELECT $3, $4, $5, $2 FROM revoked RETURNING id)
         SELECT (SELECT COUNT(*) FROM revoked)
-            + 0 * (SELECT COUNT(pg_notify($6, '')) FROM logged)",
+            + 0 * (SELECT COUNT(pg_notify($6, id::text || ' ' || $3 || ' ' || $4 || ' ' || $5))
+                FROM logged)",
     )
     .bind(family)
     .bind(at)

@@ -1,0 +1,512 @@
+//! The hot writes on PostgreSQL in groups ([`super::group_writer`]): one writer task each for new
+//! tokens, refresh-token claims and the password throttle, each group one multi-row statement
+//! (one round trip, one commit). Each caller still gets its own result: a token whose family is
+//! revoked, or a claim another caller of the group won, fails alone. When a group's statement
+//! fails as a whole (a foreign key, a unique violation, a NUL in a value), its writes are
+//! retried one by one with the single statements, so only the failing one fails.
+//!
+//! Durability is what it was one statement at a time: a group of tokens commits with
+//! `synchronous_commit` off for that statement (see [`super::postgres`]); claims and throttle
+//! writes wait for the WAL flush. No caller is answered before its group has committed.
+
+use super::group_writer::{GroupWriter, WriterKind};
+use super::{NewRow, postgres};
+use crate::store::StoreResult;
+use sqlx::{PgPool, Row};
+use std::collections::HashMap;
+
+/// The PostgreSQL pool of the hot statements, with the writer tasks that group its writes.
+pub(in crate::store) struct PgHot {
+    pub pool: PgPool,
+    tokens: GroupWriter<Vec<NewRow>, i64>,
+    claims: GroupWriter<i64, bool>,
+    throttle: GroupWriter<ThrottleWrite, ()>,
+}
+
+/// Reads go to the pool as before.
+impl std::ops::Deref for PgHot {
+    type Target = PgPool;
+
+    fn deref(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+/// A write of the password throttle ([`crate::throttle`]).
+#[derive(Debug, Clone)]
+pub(in crate::store) enum ThrottleWrite {
+    /// One failure under each bucket at `at`; failures at or before `expired` are forgotten.
+    Failed {
+        buckets: Vec<String>,
+        at: i64,
+        expired: i64,
+    },
+    /// The failures of one bucket are forgotten.
+    Cleared { bucket: String },
+}
+
+impl PgHot {
+    /// Starts the writer tasks over `pool`.
+    pub(in crate::store) fn new(pool: PgPool) -> PgHot {
+        let (tokens, claims, throttle) = (pool.clone(), pool.clone(), pool.clone());
+        PgHot {
+            tokens: GroupWriter::spawn(WriterKind::Tokens, move |group| {
+                let pool = tokens.clone();
+                async move { insert_token_group(&pool, group).await }
+            }),
+            claims: GroupWriter::spawn(WriterKind::RefreshClaims, move |group| {
+                let pool = claims.clone();
+                async move { claim_group(&pool, group).await }
+            }),
+            throttle: GroupWriter::spawn(WriterKind::Throttle, move |group| {
+                let pool = throttle.clone();
+                async move { throttle_group(&pool, group).await }
+            }),
+            pool,
+        }
+    }
+
+    /// [`postgres::insert_tokens`], in the tokens writer's next group.
+    pub(in crate::store) async fn insert_tokens(&self, rows: Vec<NewRow>) -> StoreResult<i64> {
+        self.tokens.write(rows).await
+    }
+
+    /// [`postgres::claim`], in the claims writer's next group.
+    pub(in crate::store) async fn claim(&self, id: i64) -> StoreResult<bool> {
+        self.claims.write(id).await
+    }
+
+    /// A throttle write, in the throttle writer's next group.
+    pub(in crate::store) async fn throttle(&self, write: ThrottleWrite) -> StoreResult<()> {
+        self.throttle.write(write).await
+    }
+}
+
+/// Tokens of many issues in one statement: each issue's first row (an access token, or a lone
+/// token), and its second (the refresh token naming the first) when it has one, each issue
+/// unless its family is revoked. Returns the first rows' digests and ids.
+const INSERT_GROUP: &str = "WITH issue AS (
+        SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::text[],
+            $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::text[], $12::text[], $13::int8[])
+        AS i(kind, digest, application_id, user_id, scope, family, access_token_id, issued_at,
+            expires_at, cnf_x5t_s256, second_kind, second_digest, second_expires_at)),
+    first AS (
+        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
+        SELECT kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256
+        FROM issue, (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
+        WHERE NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = issue.family)
+        RETURNING id, digest),
+    second AS (
+        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
+        SELECT i.second_kind, i.second_digest, i.application_id, i.user_id, i.scope, i.family, first.id, i.issued_at, i.second_expires_at, i.cnf_x5t_s256
+        FROM issue i JOIN first ON first.digest = i.digest WHERE i.second_digest IS NOT NULL)
+    SELECT digest, id FROM first";
+
+/// Inserts each issue's rows (one token, or an access token and its refresh token): the first
+/// row's id for each, or its own error (`FamilyRevoked` when its family is revoked).
+pub(in crate::store) async fn insert_token_group(
+    pool: &PgPool,
+    issues: Vec<Vec<NewRow>>,
+) -> Vec<StoreResult<i64>> {
+    if issues.len() == 1 || issues.iter().any(|rows| !matches!(rows.len(), 1 | 2)) {
+        return one_by_one(issues, |rows| async move {
+            postgres::insert_tokens(pool, &rows).await
+        })
+        .await;
+    }
+    let ids = match insert_statement(pool, &issues).await {
+        Ok(ids) => ids,
+        Err(error) => {
+            tracing::debug!(%error, size = issues.len(), "a group of tokens failed: one by one");
+            return one_by_one(issues, |rows| async move {
+                postgres::insert_tokens(pool, &rows).await
+            })
+            .await;
+        }
+    };
+    answers(&issues, &ids)
+}
+
+/// Each issue's answer from the ids [`INSERT_GROUP`] returned: an issue not inserted was into a
+/// revoked family.
+fn answers(issues: &[Vec<NewRow>], ids: &HashMap<String, i64>) -> Vec<StoreResult<i64>> {
+    issues
+        .iter()
+        .map(|rows| {
+            ids.get(&rows[0].digest)
+                .copied()
+                .ok_or(crate::store::StoreError::FamilyRevoked)
+        })
+        .collect()
+}
+
+/// [`INSERT_GROUP`] for `issues`: the digests of the first rows inserted, with their ids.
+async fn insert_statement(
+    pool: &PgPool,
+    issues: &[Vec<NewRow>],
+) -> sqlx::Result<HashMap<String, i64>> {
+    let column = |f: fn(&[NewRow]) -> Option<String>| -> Vec<Option<String>> {
+        issues.iter().map(|rows| f(rows)).collect()
+    };
+    let number = |f: fn(&[NewRow]) -> Option<i64>| -> Vec<Option<i64>> {
+        issues.iter().map(|rows| f(rows)).collect()
+    };
+    let inserted = sqlx::query(INSERT_GROUP)
+        .bind(column(|r| Some(r[0].kind.as_str().to_owned())))
+        .bind(column(|r| Some(r[0].digest.clone())))
+        .bind(number(|r| Some(r[0].application_id)))
+        .bind(number(|r| r[0].user_id))
+        .bind(column(|r| Some(r[0].scope.clone())))
+        .bind(column(|r| Some(r[0].family.clone())))
+        .bind(number(|r| r[0].access_token_id))
+        .bind(number(|r| Some(r[0].issued_at)))
+        .bind(number(|r| Some(r[0].expires_at)))
+        .bind(column(|r| r[0].cnf_x5t_s256.clone()))
+        .bind(column(|r| r.get(1).map(|s| s.kind.as_str().to_owned())))
+        .bind(column(|r| r.get(1).map(|s| s.digest.clone())))
+        .bind(number(|r| r.get(1).map(|s| s.expires_at)))
+        .fetch_all(pool)
+        .await?;
+    inserted
+        .iter()
+        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+        .collect()
+}
+
+/// Spends the refresh tokens `ids` (as [`postgres::claim`] does each): whether each call spent
+/// its token. Of calls in one group naming the same token, only the first spends it. Each spent
+/// family is announced to the token caches, as [`postgres::claim`] does.
+const CLAIM_GROUP: &str = "WITH claimed AS (
+        UPDATE tokens SET revoked = 1 WHERE id = ANY($1) AND revoked = 0
+        AND NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = tokens.family)
+        RETURNING id, access_token_id, family),
+    spent AS (
+        UPDATE tokens SET revoked = 1 WHERE id IN (SELECT access_token_id FROM claimed))
+    SELECT id FROM claimed,
+        (SELECT COUNT(pg_notify($2, 'family ' || family)) FROM claimed) AS announced";
+
+/// Claims each refresh token: whether that call spent it (a token named twice in the group is
+/// spent by its first call only, as two calls one after the other would be).
+pub(in crate::store) async fn claim_group(pool: &PgPool, ids: Vec<i64>) -> Vec<StoreResult<bool>> {
+    if ids.len() == 1 {
+        return one_by_one(ids, |id| postgres::claim(pool, id)).await;
+    }
+    let claimed: Vec<i64> = match sqlx::query_scalar(CLAIM_GROUP)
+        .bind(&ids)
+        .bind(crate::store::token_cache::CHANNEL)
+        .fetch_all(pool)
+        .await
+    {
+        Ok(claimed) => claimed,
+        Err(error) => {
+            tracing::debug!(%error, size = ids.len(), "a group of claims failed: one by one");
+            return one_by_one(ids, |id| postgres::claim(pool, id)).await;
+        }
+    };
+    let mut unspent: std::collections::HashSet<i64> = claimed.into_iter().collect();
+    ids.iter().map(|id| Ok(unspent.remove(id))).collect()
+}
+
+/// The throttle's writes of a group: forgets the failures of the cleared buckets and those
+/// expired, then records the new failures.
+const THROTTLE_GROUP: &str = "WITH forgotten AS (
+        DELETE FROM login_failures WHERE bucket = ANY($1) OR failed_at <= $2)
+    INSERT INTO login_failures (bucket, failed_at) SELECT * FROM unnest($3::text[], $4::int8[])";
+
+/// The throttle's writes, in one statement (each alone, as the cold path wrote them, when it
+/// fails).
+pub(in crate::store) async fn throttle_group(
+    pool: &PgPool,
+    writes: Vec<ThrottleWrite>,
+) -> Vec<StoreResult<()>> {
+    match throttle_statement(pool, &writes).await {
+        Ok(()) => writes.iter().map(|_| Ok(())).collect(),
+        Err(error) if writes.len() > 1 => {
+            tracing::debug!(%error, size = writes.len(), "a group of throttle writes failed: one by one");
+            one_by_one(writes, |write| async move {
+                Ok(throttle_statement(pool, &[write]).await?)
+            })
+            .await
+        }
+        Err(error) => vec![Err(error.into())],
+    }
+}
+
+/// [`THROTTLE_GROUP`] for `writes`.
+async fn throttle_statement(pool: &PgPool, writes: &[ThrottleWrite]) -> sqlx::Result<()> {
+    let mut cleared = Vec::new();
+    let mut expired = None;
+    let (mut buckets, mut failed_at) = (Vec::new(), Vec::new());
+    for write in writes {
+        match write {
+            ThrottleWrite::Failed {
+                buckets: failed,
+                at,
+                expired: before,
+            } => {
+                expired = expired.max(Some(*before));
+                buckets.extend(failed.iter().cloned());
+                failed_at.extend(failed.iter().map(|_| *at));
+            }
+            ThrottleWrite::Cleared { bucket } => cleared.push(bucket.clone()),
+        }
+    }
+    sqlx::query(THROTTLE_GROUP)
+        .bind(&cleared)
+        .bind(expired)
+        .bind(&buckets)
+        .bind(&failed_at)
+        .execute(pool)
+        .await
+        .map(drop)
+}
+
+/// Each job alone, in order: its own result.
+async fn one_by_one<J, R, F: Future<Output = StoreResult<R>>>(
+    jobs: Vec<J>,
+    write: impl Fn(J) -> F,
+) -> Vec<StoreResult<R>> {
+    let mut results = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        results.push(write(job).await);
+    }
+    results
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secrets;
+    use crate::store::{GrantType, Hot, Store, StoreError, TokenKind};
+
+    /// A PostgreSQL store (when `DATABASE_URL` names one), its pool, and an application's id.
+    async fn postgres() -> Option<(Store, PgPool, i64)> {
+        let store = crate::testing::postgres_store().await?;
+        let Hot::Postgres(pg) = &store.hot else {
+            panic!("a PostgreSQL store");
+        };
+        let pool = pg.pool.clone();
+        let (client_id, _) =
+            crate::testing::application(&store, GrantType::ClientCredentials, false).await;
+        let application = store.find_application_by_client_id(&client_id).await;
+        let id = application.unwrap().unwrap().id;
+        Some((store, pool, id))
+    }
+
+    /// A lone access token, or an access token and its refresh token, of `application_id`.
+    fn issue(application_id: i64, family: &str, with_refresh: bool) -> Vec<NewRow> {
+        let access = NewRow {
+            kind: TokenKind::Access,
+            digest: secrets::digest(&secrets::random_token()),
+            application_id,
+            user_id: None,
+            scope: "read".into(),
+            family: family.into(),
+            access_token_id: None,
+            issued_at: crate::store::now(),
+            expires_at: crate::store::now() + 600,
+            cnf_x5t_s256: None,
+        };
+        let mut rows = vec![access.clone()];
+        if with_refresh {
+            rows.push(NewRow {
+                kind: TokenKind::Refresh,
+                digest: secrets::digest(&secrets::random_token()),
+                expires_at: access.expires_at + 3600,
+                ..access
+            });
+        }
+        rows
+    }
+
+    /// The stored row of `digest`: its id, kind, and the access token it names.
+    async fn stored(pool: &PgPool, digest: &str) -> Option<(i64, String, Option<i64>)> {
+        sqlx::query_as("SELECT id, kind, access_token_id FROM tokens WHERE digest = $1")
+            .bind(digest)
+            .fetch_optional(pool)
+            .await
+            .unwrap()
+    }
+
+    /// Each issue that succeeded is stored as it should be (a pair naming its access token);
+    /// each that failed stored nothing.
+    async fn assert_stored_as_answered(
+        pool: &PgPool,
+        issues: &[Vec<NewRow>],
+        results: &[StoreResult<i64>],
+    ) {
+        assert_eq!(issues.len(), results.len());
+        for (rows, result) in issues.iter().zip(results) {
+            let first = stored(pool, &rows[0].digest).await;
+            let second = match rows.get(1) {
+                Some(row) => stored(pool, &row.digest).await,
+                None => None,
+            };
+            match result {
+                Ok(id) => {
+                    assert_eq!(first.as_ref().map(|r| r.0), Some(*id));
+                    assert_eq!(first.unwrap().1, "access");
+                    if rows.len() == 2 {
+                        let (_, kind, names) = second.expect("the refresh token is stored");
+                        assert_eq!((kind.as_str(), names), ("refresh", Some(*id)));
+                    }
+                }
+                Err(_) => assert!(first.is_none() && second.is_none(), "nothing stored"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_issue_into_a_revoked_family_fails_alone_in_its_group() {
+        let Some((store, pool, app)) = postgres().await else {
+            return;
+        };
+        assert!(store.revoke_family("revoked-family").await.unwrap());
+        let group = || {
+            vec![
+                issue(app, "family-a", true),
+                issue(app, "revoked-family", true),
+                issue(app, "family-b", false),
+                issue(app, "revoked-family", false),
+            ]
+        };
+        // The group's statement itself (no one-by-one retry), then through the writer's entry.
+        let issues = group();
+        let ids = insert_statement(&pool, &issues)
+            .await
+            .expect("one statement");
+        let results = answers(&issues, &ids);
+        assert_eq!(ids.len(), 2);
+        assert_answers(&pool, &issues, &results).await;
+        let issues = group();
+        let results = insert_token_group(&pool, issues.clone()).await;
+        assert_answers(&pool, &issues, &results).await;
+    }
+
+    /// Issues 0 and 2 are answered with their ids, 1 and 3 refused, as stored.
+    async fn assert_answers(pool: &PgPool, issues: &[Vec<NewRow>], results: &[StoreResult<i64>]) {
+        assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+        for i in [1, 3] {
+            assert!(
+                matches!(results[i], Err(StoreError::FamilyRevoked)),
+                "{results:?}"
+            );
+        }
+        assert_stored_as_answered(pool, issues, results).await;
+    }
+
+    #[tokio::test]
+    async fn a_group_whose_statement_fails_answers_each_issue_its_own() {
+        let Some((_store, pool, app)) = postgres().await else {
+            return;
+        };
+        // A deleted application (a foreign key) and a NUL in the scope fail the group's
+        // statement; the others are then written one by one and succeed.
+        let mut nul = issue(app, "family-nul", false);
+        nul[0].scope = "read\0".into();
+        let issues = vec![
+            issue(app, "family-c", true),
+            issue(i64::MAX, "family-gone", true),
+            issue(app, "family-d", false),
+            nul,
+            issue(app, "family-e", true),
+        ];
+        let results = insert_token_group(&pool, issues.clone()).await;
+        for i in [0, 2, 4] {
+            assert!(results[i].is_ok(), "{i}: {results:?}");
+        }
+        assert!(
+            matches!(&results[1], Err(StoreError::Database(sqlx::Error::Database(db))) if db.is_foreign_key_violation()),
+            "{results:?}"
+        );
+        assert!(
+            matches!(results[3], Err(StoreError::UnstorableText)),
+            "{results:?}"
+        );
+        assert_stored_as_answered(&pool, &issues, &results).await;
+    }
+
+    #[tokio::test]
+    async fn a_refresh_token_claimed_twice_in_one_group_is_spent_once() {
+        let Some((_store, pool, app)) = postgres().await else {
+            return;
+        };
+        let issues = vec![
+            issue(app, "family-f", true),
+            issue(app, "family-g", true),
+            issue(app, "family-h", true),
+        ];
+        let results = insert_token_group(&pool, issues.clone()).await;
+        let mut refresh_ids = Vec::new();
+        for rows in &issues {
+            refresh_ids.push(stored(&pool, &rows[1].digest).await.unwrap().0);
+        }
+        let [f, g, h] = refresh_ids[..] else {
+            unreachable!()
+        };
+        // The group's statement itself (no one-by-one retry) spends a token named twice once.
+        let spent: Vec<i64> = sqlx::query_scalar(CLAIM_GROUP)
+            .bind(vec![h, h])
+            .fetch_all(&pool)
+            .await
+            .expect("one statement");
+        assert_eq!(spent, [h]);
+        let claims = claim_group(&pool, vec![f, f, g, f, i64::MAX]).await;
+        let claims: Vec<bool> = claims.into_iter().map(Result::unwrap).collect();
+        assert_eq!(claims, [true, false, true, false, false]);
+        // Their access tokens are revoked with them; a later group spends nothing.
+        for id in results.iter().map(|r| *r.as_ref().unwrap()).take(2) {
+            let revoked: i64 = sqlx::query_scalar("SELECT revoked FROM tokens WHERE id = $1")
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            assert_eq!(revoked, 1);
+        }
+        let again = claim_group(&pool, vec![g, f]).await;
+        assert!(again.iter().all(|c| matches!(c, Ok(false))), "{again:?}");
+    }
+
+    #[tokio::test]
+    async fn throttle_writes_of_a_group_each_take_effect() {
+        let Some((store, pool, _)) = postgres().await else {
+            return;
+        };
+        let at = crate::store::now();
+        let failed = |bucket: &str| ThrottleWrite::Failed {
+            buckets: vec![bucket.into(), "addr:shared".into()],
+            at,
+            expired: at - 900,
+        };
+        let seeded = [failed("login:cleared"), failed("login:seeded")];
+        throttle_statement(&pool, &seeded)
+            .await
+            .expect("the group's statement itself");
+        let results = throttle_group(
+            &pool,
+            vec![
+                failed("login:a"),
+                ThrottleWrite::Cleared {
+                    bucket: "login:cleared".into(),
+                },
+                failed("login:a\0"),
+                failed("login:b"),
+            ],
+        )
+        .await;
+        assert!(
+            matches!(results[2], Err(StoreError::UnstorableText)),
+            "{results:?}"
+        );
+        for i in [0, 1, 3] {
+            assert!(results[i].is_ok(), "{i}: {results:?}");
+        }
+        let count = |buckets: [&'static str; 2]| {
+            let store = store.clone();
+            async move { store.count_login_failures(buckets, 900).await.unwrap() }
+        };
+        assert_eq!(count(["login:a", "addr:shared"]).await, [1, 4]);
+        assert_eq!(count(["login:seeded", "login:b"]).await, [1, 1]);
+        assert_eq!(count(["login:b", "login:cleared"]).await, [1, 0]);
+    }
+}

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# User-space instructions per request of the box in the middle, counted by valgrind's callgrind:
+# a figure that other processes on a busy machine do not move, unlike CPU time. Same upstream
+# (the axum hello-world), same request (GET / with `Authorization: Bearer <token>`) as
+# bench/proxy.sh, on HTTP/1.1 keep-alive connections:
+#   on       tokengate, route needs scope `read`, every measured request a cache hit (proxy.sh's on)
+#   on-tls   the same proxy terminating TLS (one ECDSA P-256 certificate made for the run)
+#   bare     the bare Pingora proxy (proxy/examples/bare.rs)
+#   njs      nginx + njs introspection, answers kept by proxy_cache (bench/nginx/), one process
+#            (master_process off)
+#   njs-tls  the same over TLS
+# Each box runs alone under callgrind; after a warm-up, its counters are zeroed, $SMALL requests
+# sent (h2load --h1, $CONNS connections), counters dumped, $LARGE requests sent on the same number
+# of new connections, dumped again: (I_large - I_small) / (LARGE - SMALL) is the cost of one request
+# without the cost of starting, connecting or warming up. Kernel work (loopback TCP, about half of
+# a proxy's CPU in perf) is not counted: compare it with `perf stat` of syscalls if needed.
+# Usage: bench/instructions.sh   (env: CASES="on bare on-tls njs njs-tls", SMALL=500, LARGE=2500,
+#        CONNS=4, KEEP=dir (keep the callgrind files there, for callgrind_annotate), PROXY, BARE,
+#        AUTH, HELLO, NGINX (binaries; default /work/bench-target/release or target/release))
+# Build: cargo build --release -p proxy --bin proxy --example bare -p authserver --bin authserver
+#        --example hello (with CARGO_PROFILE_RELEASE_DEBUG=line-tables-only for annotated lines).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CASES=${CASES:-on bare on-tls njs njs-tls}
+SMALL=${SMALL:-500}
+LARGE=${LARGE:-2500}
+CONNS=${CONNS:-4}
+BIN=${CARGO_TARGET_DIR:-target}/release
+PROXY=${PROXY:-$BIN/proxy}
+BARE=${BARE:-$BIN/examples/bare}
+AUTH=${AUTH:-$BIN/authserver}
+HELLO=${HELLO:-$BIN/examples/hello}
+NGINX=${NGINX:-/usr/sbin/nginx}
+WORKERS=1
+WORK_STEALING=true
+for tool in valgrind callgrind_control h2load; do
+  command -v $tool >/dev/null || { echo "missing $tool (apt-get install valgrind nghttp2-client)" >&2; exit 1; }
+done
+for b in "$AUTH" "$PROXY" "$BARE" "$HELLO"; do [ -x "$b" ] || { echo "missing $b: build it (see the top of $0)" >&2; exit 1; }; done
+. bench/common.sh
+
+start_authserver
+HELLO_PORT=$(free_port)
+$HELLO "127.0.0.1:$HELLO_PORT" & PIDS+=($!)
+wait_http "http://127.0.0.1:$HELLO_PORT/"
+CERT=$WORK/tls.crt; KEY=$WORK/tls.key
+tls_certificate "$CERT" "$KEY"
+
+# Starts "$@" under callgrind (output $WORK/cg.$CASE, dumps numbered .1, .2); sets BOX_PID.
+under_callgrind() {
+  valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.$CASE" "$@" 2>"$WORK/valgrind-$CASE.log" &
+  BOX_PID=$!; PIDS+=($BOX_PID)
+}
+# Polls $1 until it answers 200 (valgrind starts a program 20-50x slower).
+wait_ok() {
+  for _ in $(seq 600); do
+    [ "$(curl -sk -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" "$1")" = 200 ] && return 0
+    sleep 0.2
+  done
+  echo "no 200 from $1 (see $WORK/valgrind-$CASE.log)" >&2; cat "$WORK/valgrind-$CASE.log" >&2; exit 1
+}
+# The instructions counted in callgrind dump $1.
+instructions() { awk '/^(summary|totals):/ { print $2; exit }' "$1"; }
+# Sends $1 requests to $URL on $CONNS keep-alive connections; fails on anything but 200s.
+load() {
+  local out
+  out=$(h2load --h1 -c"$CONNS" -n"$1" -H "Authorization: Bearer $TOKEN" "$URL")
+  grep -q "status codes: $1 2xx" <<<"$out" || { echo "$CASE: not every request answered 2xx:" >&2; echo "$out" >&2; exit 1; }
+}
+
+ROWS=""
+for CASE in $CASES; do
+  PORT=$(free_port); URL="http://127.0.0.1:$PORT/"
+  case $CASE in
+    on|on-tls)
+      ADMIN=$(free_port)
+      extra=""; [ "$CASE" = on-tls ] && { extra="tls: { cert_file: $CERT, key_file: $KEY }"; URL="https://127.0.0.1:$PORT/"; }
+      proxy_yaml "$CASE" "scopes: [read]" "$PORT" "$ADMIN" "$extra"
+      # MIMALLOC_PURGE_DELAY set: the proxy re-executes itself without it, and the new program
+      # would run outside valgrind (the empty profile of an earlier session).
+      MIMALLOC_PURGE_DELAY=10 RUST_LOG=warn under_callgrind "$PROXY" --config "$WORK/proxy-$CASE.yaml" ;;
+    bare) under_callgrind "$BARE" "127.0.0.1:$PORT" "127.0.0.1:$HELLO_PORT" "$WORKERS" "$WORK_STEALING" ;;
+    njs|njs-tls)
+      NJS_PORT=$PORT NJS_TLS_PORT=$(free_port) NGINX_PORT=$(free_port)
+      [ "$CASE" = njs-tls ] && URL="https://127.0.0.1:$NJS_TLS_PORT/"
+      nginx_conf
+      sed -i -e 's/^master_process on;/master_process off;/' "$WORK/nginx.conf"
+      under_callgrind "$NGINX" -p "$WORK" -e "$WORK/nginx-error.log" -c "$WORK/nginx.conf" ;;
+    *) echo "unknown case $CASE" >&2; exit 1 ;;
+  esac
+  wait_ok "$URL"
+  load 100   # warm-up: caches, pools, lazily built state
+  callgrind_control -z "$BOX_PID" >/dev/null 2>&1
+  load "$SMALL"; callgrind_control -d "$BOX_PID" >/dev/null 2>&1
+  load "$LARGE"; callgrind_control -d "$BOX_PID" >/dev/null 2>&1
+  small=$(instructions "$WORK/cg.$CASE.1"); large=$(instructions "$WORK/cg.$CASE.2")
+  ROWS+="$CASE $small $large"$'\n'
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; cp "$WORK/cg.$CASE".[12] "$KEEP/"; fi
+  kill "$BOX_PID"; wait "$BOX_PID" 2>/dev/null || true
+done
+
+python3 - "$ROWS" <<PY
+import sys
+rows = [l.split() for l in sys.argv[1].strip().splitlines()]
+print(f"user-space instructions per request (callgrind), ($LARGE - $SMALL) requests on $CONNS keep-alive connections")
+print(f"{'case':<10}{'I($SMALL)':>14}{'I($LARGE)':>14}{'per request':>13}")
+per = {}
+for case, small, large in rows:
+    per[case] = (int(large) - int(small)) / ($LARGE - $SMALL)
+    print(f"{case:<10}{int(small):>14,}{int(large):>14,}{per[case]:>13,.0f}")
+for a, b in [("on", "bare"), ("on", "njs"), ("on-tls", "njs-tls")]:
+    if a in per and b in per:
+        print(f"{a} / {b} = {per[a] / per[b]:.2f}x")
+PY
