@@ -264,7 +264,7 @@ pub(super) fn of_database(url: &str, hot: &Hot, capacity: u64) -> Arc<SharedCach
     let listener = match hot {
         Hot::Postgres(pool) if capacity > 0 => Some(listen(
             url.to_owned(),
-            pool.clone(),
+            pool.pool.clone(),
             cache.clone(),
             capacity,
         )),
