@@ -47,7 +47,7 @@ LAYERS = {
         ["config", "inject"],
         ["balance"],
         ["state"],
-        ["gateway", "admin", "background", "forward_auth"],
+        ["gateway", "admin", "background", "forward_auth", "scrape"],
         ["server"],
     ],
 }

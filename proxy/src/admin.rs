@@ -13,7 +13,7 @@ use crate::state::SharedState;
 /// The admin endpoints (a Pingora `ServeHttp` app).
 pub struct Admin {
     shared: SharedState,
-    /// The process's one registry ([`crate::metrics::registry`]).
+    /// The process's one registry ([`crate::scrape::registry`]).
     registry: Registry,
 }
 
@@ -21,7 +21,7 @@ impl Admin {
     pub fn new(shared: &SharedState) -> Admin {
         Admin {
             shared: shared.clone(),
-            registry: crate::metrics::registry(shared),
+            registry: crate::scrape::registry(shared),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The proxy's metrics and its one registry ([`registry`], encoded by `/metrics` on the admin
-//! listener): requests and their duration histogram by route and decision, upstream answers by
+//! The proxy's metrics, registered in its one registry by [`crate::scrape`] (encoded by
+//! `/metrics` on the admin listener): requests and their duration histogram by route and decision, upstream answers by
 //! status class and upstream errors, rule reloads, routes, build info, the listeners' connection
 //! counts, the upstream addresses, the TLS certificate, the checker's cache and introspection
 //! metrics, the JWT validator's, the revocation stream's, and the process metrics.
@@ -17,10 +17,8 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
-use resource_server::metrics::{Collect, Registry, Scrape};
+use resource_server::metrics::{Registry, Scrape};
 
-use crate::downstream::ListenerGate;
-use crate::state::SharedState;
 
 /// The outcome of one request, as a metrics label (each [`resource_server::Denial`] carries its
 /// own).
@@ -210,90 +208,6 @@ fn series<T>(
     if let Ok(mut map) = map.write() {
         f(map.entry(name.to_owned()).or_insert_with(make));
     }
-}
-
-/// The proxy's registry: its own families and build info under `tokengate_proxy_`, what the
-/// state in force holds (read at each scrape), and the process metrics.
-pub fn registry(shared: &SharedState) -> Registry {
-    let mut root = Registry::default();
-    resource_server::process::register(&mut root);
-    let proxy = root.sub_registry_with_prefix("tokengate_proxy");
-    shared.metrics.register(proxy);
-    resource_server::metrics::register_build_info(
-        proxy,
-        "The proxy's version (always 1)",
-        env!("CARGO_PKG_VERSION"),
-    );
-    let shared = shared.clone();
-    proxy.register_collector(Box::new(Collect(move |s: &mut Scrape| {
-        collect_state(&shared, s)
-    })));
-    root
-}
-
-/// What the state in force holds: routes, listeners, upstream addresses, the certificate, and
-/// the checker's, JWT validator's and revocation stream's metrics.
-fn collect_state(shared: &SharedState, s: &mut Scrape) -> std::fmt::Result {
-    let routing = shared.routing();
-    s.gauge(
-        "routes",
-        "Routes in the rules in force",
-        routing.gate.rules().routes().len(),
-    )?;
-    let mut listeners = shared.listeners.to_vec();
-    listeners.extend(shared.forward_auth.clone());
-    collect_listeners(&listeners, s)?;
-    crate::balance::collect(
-        routing.upstreams.values(),
-        shared
-            .balance_loops
-            .load(std::sync::atomic::Ordering::Relaxed),
-        s,
-    )?;
-    if let Some(tls) = &shared.tls {
-        tls.collect("proxy", s)?;
-    }
-    let check = routing.gate.check();
-    match check.introspection() {
-        Some(checker) => checker.collect(s)?,
-        // The families stay, at zero, without introspection.
-        None => resource_server::CheckerMetrics::default().collect(s)?,
-    }
-    if let Some(jwt) = check.jwt() {
-        jwt.metrics().collect(s)?;
-    }
-    if let Some(r) = routing.gate.revocation() {
-        r.revoked().collect(s)?;
-    }
-    Ok(())
-}
-
-/// The connection counts of the listeners: open, the cap, refused at the cap, and closed for a
-/// request head that did not arrive in time.
-fn collect_listeners(gates: &[std::sync::Arc<ListenerGate>], s: &mut Scrape) -> std::fmt::Result {
-    let by_listener = |read: fn(&ListenerGate) -> u64| {
-        gates.iter().map(move |g| ([("listener", g.name)], read(g)))
-    };
-    s.gauges(
-        "connections",
-        "Client connections open, by listener",
-        by_listener(|g| g.open() as u64),
-    )?;
-    s.gauges(
-        "connections_max",
-        "The cap on client connections open at once, by listener",
-        by_listener(|g| g.max as u64),
-    )?;
-    s.counters(
-        "connections_refused",
-        "Connections refused (503, closed) because the listener was at its cap",
-        by_listener(ListenerGate::refused),
-    )?;
-    s.counters(
-        "head_timeouts",
-        "Connections closed because a request head did not arrive within connections.head_timeout",
-        by_listener(ListenerGate::head_timeouts),
-    )
 }
 
 #[cfg(test)]
