@@ -447,6 +447,7 @@ mod tests {
         // The group's statement itself (no one-by-one retry) spends a token named twice once.
         let spent: Vec<i64> = sqlx::query_scalar(CLAIM_GROUP)
             .bind(vec![h, h])
+            .bind(crate::store::token_cache::CHANNEL)
             .fetch_all(&pool)
             .await
             .expect("one statement");
