@@ -19,7 +19,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use resource_server::metrics::{Registry, Scrape};
 
-
 /// The outcome of one request, as a metrics label (each [`resource_server::Denial`] carries its
 /// own).
 pub use resource_server::Outcome;

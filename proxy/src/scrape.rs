@@ -44,9 +44,7 @@ fn collect_state(shared: &SharedState, s: &mut Scrape) -> std::fmt::Result {
     collect_listeners(&listeners, s)?;
     crate::balance::collect(
         routing.upstreams.values(),
-        shared
-            .balance_loops
-            .load(Relaxed),
+        shared.balance_loops.load(Relaxed),
         s,
     )?;
     if let Some(tls) = &shared.tls {

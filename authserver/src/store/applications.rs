@@ -1,9 +1,9 @@
 //! Registered client applications; their secrets are kept only as SHA-256 digests.
 
 use super::hot::{self, Hot};
+use super::timing::{StoreOp, StoreTimer};
 use super::{Store, StoreResult, conflict, now};
 use crate::domain::{AccessTokenFormat, TlsClientAuth};
-use super::timing::{StoreOp, StoreTimer};
 use crate::secrets;
 use sqlx::Row;
 

@@ -2,9 +2,9 @@
 //! client, user, redirect URI, scope and PKCE challenge, and to the rotation family its tokens
 //! go into: a second presentation revokes that family, so every token issued from the code.
 
+use super::timing::{StoreOp, StoreTimer};
 use super::{Store, StoreResult, now};
 use crate::domain::CodeBinding;
-use super::timing::{StoreOp, StoreTimer};
 use crate::secrets;
 use sqlx::Row;
 

@@ -3,8 +3,8 @@
 
 use super::hot::postgres_groups::ThrottleWrite;
 use super::hot::{self, Hot};
-use super::{Store, StoreResult, User, now};
 use super::timing::{StoreOp, StoreTimer};
+use super::{Store, StoreResult, User, now};
 use crate::secrets;
 use sqlx::Row;
 

@@ -5,8 +5,8 @@
 //! the revocation (a refresh racing a reuse or an RFC 7009 request) is dead as well.
 
 use super::hot::{self, Hot, NewRow};
-use super::{Revocation, Store, StoreError, StoreResult, now};
 use super::timing::{StoreOp, StoreTimer};
+use super::{Revocation, Store, StoreError, StoreResult, now};
 use crate::secrets;
 
 /// What a stored token is; stored as its name (`access`, `refresh`).

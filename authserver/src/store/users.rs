@@ -2,10 +2,10 @@
 
 use super::events::{self, Revocation};
 use super::hot::{self, Hot};
+use super::timing::{StoreOp, StoreTimer};
 use super::token_cache::Eviction;
 use super::tokens::revoke_user_families;
 use super::{Store, StoreResult, conflict, now};
-use super::timing::{StoreOp, StoreTimer};
 use crate::secrets;
 use serde::Serialize;
 use sqlx::Row;

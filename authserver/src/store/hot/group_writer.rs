@@ -5,9 +5,9 @@
 //! round trip. The sizes of the groups are counted per writer ([`write_group_sizes`]).
 
 use super::super::{StoreError, StoreResult};
-use std::future::Future;
 use prometheus_client::metrics::histogram::Histogram;
 use resource_server::metrics::HistogramFamily;
+use std::future::Future;
 use std::sync::LazyLock;
 use tokio::sync::{mpsc, oneshot};
 
