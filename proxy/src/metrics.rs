@@ -17,7 +17,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
-use resource_server::metrics::{Registry, Scrape};
+use resource_server::metrics::Registry;
 
 /// The outcome of one request, as a metrics label (each [`resource_server::Denial`] carries its
 /// own).
