@@ -10,7 +10,7 @@ use super::{Backend, Store, StoreResult};
 /// column but the password hash is read, and the flags can be neither set nor changed (a user is
 /// created ordinary; deletions take the user's tokens along by the foreign keys, run as the
 /// tables' owner). Groups: everything; memberships: deleted with a user or group only. The
-/// revocation log: appended to, never read.
+/// revocation log: appended to, its contents never read.
 pub const GRANTS: &[&str] = &[
     "GRANT USAGE ON SCHEMA {schema} TO {role}",
     "GRANT SELECT ON schema_migrations TO {role}",
@@ -20,9 +20,10 @@ pub const GRANTS: &[&str] = &[
     "GRANT SELECT, INSERT, UPDATE (name), DELETE ON groups TO {role}",
     "GRANT SELECT, DELETE ON user_groups TO {role}",
     "GRANT USAGE ON SEQUENCE users_id_seq, groups_id_seq TO {role}",
-    // A user deleted through the API appends its revocation event (issue 24); the log is not
-    // readable to the role.
-    "GRANT INSERT ON ssf_events TO {role}",
+    // A user deleted through the API appends its revocation event (issue 24) and announces it
+    // with the id its INSERT returns (issue 25's token caches); the log's contents stay
+    // unreadable to the role.
+    "GRANT INSERT, SELECT (id) ON ssf_events TO {role}",
     "GRANT USAGE ON SEQUENCE ssf_events_id_seq TO {role}",
 ];
 
