@@ -19,6 +19,7 @@ ROOT = pathlib.Path(os.environ.get("MODULE_GRAPH_ROOT") or pathlib.Path(__file__
 # layers below it, never one above. `lib.rs`/`main.rs` stand above everything.
 LAYERS = {
     "resource-server": [
+        ["metrics"],
         ["bearer", "claims", "cors", "identity", "policy", "process", "introspection", "outage", "yaml", "config_error", "revoked"],
         ["rules"],
         ["decision", "checker", "forwarded", "client_cert"],
@@ -46,7 +47,7 @@ LAYERS = {
         ["config", "inject"],
         ["balance"],
         ["state"],
-        ["gateway", "admin", "background", "forward_auth"],
+        ["gateway", "admin", "background", "forward_auth", "scrape"],
         ["server"],
     ],
 }

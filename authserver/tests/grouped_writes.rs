@@ -32,7 +32,7 @@ fn groups_larger_than_one(writer: WriterKind) -> u64 {
         "tokengate_authserver_write_group_size_count{{writer=\"{name}\"}}"
     ));
     let of_one = value(&format!(
-        "tokengate_authserver_write_group_size_bucket{{writer=\"{name}\",le=\"1\"}}"
+        "tokengate_authserver_write_group_size_bucket{{le=\"1.0\",writer=\"{name}\"}}"
     ));
     all - of_one
 }

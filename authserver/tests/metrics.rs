@@ -1,7 +1,8 @@
 //! The authorization server's `/metrics` (issue 27): only on `metrics_listen`, never on the
 //! front door; tokens issued by grant, introspection answers by result, build info and process
-//! metrics, read by the Prometheus project's own Python parser (`prometheus_client`; skipped
-//! with a notice without it, except under CI).
+//! metrics, store latency by operation, read by the Prometheus project's own Python parser of
+//! OpenMetrics text (`prometheus_client.openmetrics`; skipped with a notice without it, except
+//! under CI).
 
 use authserver::config::Settings;
 use authserver::store::GrantType;
@@ -87,6 +88,15 @@ async fn metrics_on_an_address_of_their_own_parse_with_the_prometheus_parser() {
     );
     assert!(grew("tokengate_authserver_introspections_total{result=\"active\"}") >= 1.0);
     assert!(grew("tokengate_authserver_introspections_total{result=\"inactive\"}") >= 1.0);
+    // Store latency: the token issue, and the introspections' lookups.
+    let store = "tokengate_authserver_store_duration_seconds_count";
+    assert!(grew(&format!("{store}{{operation=\"issue_tokens\"}}")) >= 1.0);
+    assert!(grew(&format!("{store}{{operation=\"find_token\"}}")) >= 2.0);
+    assert!(
+        grew(&format!(
+            "{store}{{operation=\"find_application_by_client_id\"}}"
+        )) >= 3.0
+    );
     assert!(!text.contains(access), "no token in the metrics");
 
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
@@ -104,13 +114,14 @@ async fn metrics_on_an_address_of_their_own_parse_with_the_prometheus_parser() {
     }
     let script = r#"
 import json, sys
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 print(json.dumps({f.name: f.type for f in text_string_to_metric_families(sys.stdin.read())}))
 "#;
     let mut child = std::process::Command::new(&python)
         .args(["-c", script])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     child
@@ -120,13 +131,18 @@ print(json.dumps({f.name: f.type for f in text_string_to_metric_families(sys.std
         .write_all(text.as_bytes())
         .unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
+    assert!(
+        out.status.success(),
+        "the parser refused /metrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let families: Value = serde_json::from_slice(&out.stdout).unwrap();
     for (name, kind) in [
         ("tokengate_authserver_tokens_issued", "counter"),
         ("tokengate_authserver_introspections", "counter"),
         ("tokengate_authserver_throttled", "counter"),
         ("tokengate_authserver_build_info", "gauge"),
+        ("tokengate_authserver_store_duration_seconds", "histogram"),
         ("process_cpu_seconds", "counter"),
         ("process_resident_memory_bytes", "gauge"),
         ("process_open_fds", "gauge"),

@@ -20,6 +20,17 @@ pub struct Guard {
 }
 
 impl Guard {
+    /// Writes the introspection client's and the revocation stream's metrics.
+    pub fn collect(&self, s: &mut resource_server::metrics::Scrape) -> std::fmt::Result {
+        if let Some(checker) = self.gate.check().introspection() {
+            checker.collect(s)?;
+        }
+        match self.gate.revocation() {
+            Some(r) => r.revoked().collect(s),
+            None => Ok(()),
+        }
+    }
+
     pub fn new(gate: Gate) -> Guard {
         Guard {
             gate,
@@ -73,24 +84,11 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-/// `/metrics`: the introspection client's and the revocation stream's counters (Prometheus).
+/// `/metrics`: the introspection client's and the revocation stream's counters.
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    let gate = &state.guard.gate;
-    let prefix = "tokengate_example_api";
-    let mut text = gate
-        .check()
-        .introspection()
-        .map(|c| c.render_prometheus(prefix))
-        .unwrap_or_default();
-    if let Some(r) = gate.revocation() {
-        text.push_str(&r.revoked().render_prometheus(prefix));
-    }
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        text,
+        [(header::CONTENT_TYPE, resource_server::metrics::CONTENT_TYPE)],
+        resource_server::metrics::encode(&state.metrics),
     )
         .into_response()
 }

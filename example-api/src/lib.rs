@@ -23,19 +23,29 @@ use axum::Router;
 
 use config::Config;
 use guard::Guard;
+use resource_server::metrics::{Collect, Registry, Scrape};
 
 /// What every handler shares.
 #[derive(Clone, Debug)]
 pub struct AppState {
     pub store: Store,
     pub guard: Arc<Guard>,
+    /// The process's registry: the gate's metrics under `tokengate_example_api_`.
+    pub metrics: Arc<Registry>,
 }
 
 impl AppState {
     pub fn new(store: Store, guard: Guard) -> Self {
+        let guard = Arc::new(guard);
+        let mut metrics = Registry::with_prefix("tokengate_example_api");
+        let collected = guard.clone();
+        metrics.register_collector(Box::new(Collect(move |s: &mut Scrape| {
+            collected.collect(s)
+        })));
         AppState {
             store,
-            guard: Arc::new(guard),
+            guard,
+            metrics: Arc::new(metrics),
         }
     }
 

@@ -5,14 +5,25 @@ use async_trait::async_trait;
 use http::{Method, Response, StatusCode, header};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
-use resource_server::CheckerMetrics;
+use resource_server::metrics::Registry;
 
 use crate::app_probes;
 use crate::state::SharedState;
 
 /// The admin endpoints (a Pingora `ServeHttp` app).
 pub struct Admin {
-    pub shared: SharedState,
+    shared: SharedState,
+    /// The process's one registry ([`crate::scrape::registry`]).
+    registry: Registry,
+}
+
+impl Admin {
+    pub fn new(shared: &SharedState) -> Admin {
+        Admin {
+            shared: shared.clone(),
+            registry: crate::scrape::registry(shared),
+        }
+    }
 }
 
 #[async_trait]
@@ -56,38 +67,11 @@ impl ServeHttp for Admin {
                     format!("not ready: {why}\n").into_bytes(),
                 ),
             },
-            "/metrics" => {
-                let routing = self.shared.routing();
-                let none = CheckerMetrics::default();
-                let checker = routing
-                    .gate
-                    .check()
-                    .introspection()
-                    .map_or(&none, |c| c.metrics());
-                let routes = routing.gate.rules().routes().len();
-                let mut text = self.shared.metrics.render(checker, routes);
-                let mut listeners = self.shared.listeners.to_vec();
-                listeners.extend(self.shared.forward_auth.clone());
-                text.push_str(&crate::metrics::render_listeners(&listeners));
-                text.push_str(&crate::balance::render_metrics(
-                    routing.upstreams.values(),
-                    self.shared
-                        .balance_loops
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                ));
-                resource_server::process::render(&mut text);
-                if let Some(tls) = &self.shared.tls {
-                    tls.render_metrics("proxy", &mut text);
-                }
-                if let Some(r) = routing.gate.revocation() {
-                    text.push_str(&r.revoked().render_prometheus("tokengate_proxy"));
-                }
-                reply(
-                    StatusCode::OK,
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    text.into_bytes(),
-                )
-            }
+            "/metrics" => reply(
+                StatusCode::OK,
+                resource_server::metrics::CONTENT_TYPE,
+                resource_server::metrics::encode(&self.registry).into_bytes(),
+            ),
             _ => reply(StatusCode::NOT_FOUND, "text/plain", b"not found\n".to_vec()),
         }
     }

@@ -6,7 +6,6 @@
 //! started and stopped by [`crate::background`] for the pools in force only.
 
 use std::collections::{BTreeSet, HashMap};
-use std::fmt::Write as _;
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::Deref;
@@ -27,6 +26,7 @@ use pingora::protocols::l4::socket::SocketAddr as PeerAddr;
 use pingora::server::ShutdownWatch;
 
 use crate::config::{Balance, HealthCheck, Upstream, UpstreamAddr};
+use resource_server::metrics::Scrape;
 
 /// Streams the proxy opens at once on one HTTP/2 connection to an upstream.
 pub const H2_UPSTREAM_STREAMS: usize = 100;
@@ -228,48 +228,58 @@ impl Pool {
             .any(|a| !tried.contains(&a))
     }
 
-    /// `/metrics` lines of this pool's addresses (headers written by [`render_metrics`]).
-    fn render(&self, out: &mut String) {
+    /// This pool's addresses now: `(labels, up, in flight, ejections)`.
+    fn address_figures(&self) -> Vec<(AddressLabels, i64, i64, u64)> {
         let now = now_ms();
         let name = &self.upstream.name;
-        for backend in self.lb.current().iter() {
-            let (Some(addr), Some(stats)) = (inet(backend), stats_of(backend)) else {
-                continue;
-            };
-            let up = self.lb.ready(backend) && !stats.ejected(now);
-            let _ = writeln!(
-                out,
-                "tokengate_proxy_upstream_address_up{{upstream=\"{name}\",address=\"{addr}\"}} {}\n\
-                 tokengate_proxy_upstream_address_in_flight{{upstream=\"{name}\",address=\"{addr}\"}} {}\n\
-                 tokengate_proxy_upstream_address_ejections_total{{upstream=\"{name}\",address=\"{addr}\"}} {}",
-                u8::from(up),
-                stats.in_flight.load(Relaxed),
-                stats.ejections.load(Relaxed),
-            );
-        }
+        self.lb
+            .current()
+            .iter()
+            .filter_map(|backend| {
+                let (addr, stats) = (inet(backend)?, stats_of(backend)?);
+                let up = self.lb.ready(backend) && !stats.ejected(now);
+                let labels = [("upstream", name.clone()), ("address", addr.to_string())];
+                let in_flight = stats.in_flight.load(Relaxed) as i64;
+                Some((
+                    labels,
+                    i64::from(up),
+                    in_flight,
+                    stats.ejections.load(Relaxed),
+                ))
+            })
+            .collect()
     }
 }
 
-/// `/metrics` lines for `pools`, and how many background loops run (`loops`).
-pub fn render_metrics<'a>(pools: impl Iterator<Item = &'a Arc<Pool>>, loops: usize) -> String {
-    let mut out = String::from(
-        "# HELP tokengate_proxy_upstream_address_up Whether an upstream address takes traffic (0: down by its health checks, or ejected).\n\
-         # TYPE tokengate_proxy_upstream_address_up gauge\n\
-         # HELP tokengate_proxy_upstream_address_in_flight Requests in flight to an upstream address.\n\
-         # TYPE tokengate_proxy_upstream_address_in_flight gauge\n\
-         # HELP tokengate_proxy_upstream_address_ejections_total Times an upstream address was ejected after failed connections.\n\
-         # TYPE tokengate_proxy_upstream_address_ejections_total counter\n",
-    );
-    for pool in pools {
-        pool.render(&mut out);
-    }
-    let _ = writeln!(
-        out,
-        "# HELP tokengate_proxy_upstream_background_loops Health-check and DNS loops running (one per upstream that has them).\n\
-         # TYPE tokengate_proxy_upstream_background_loops gauge\n\
-         tokengate_proxy_upstream_background_loops {loops}"
-    );
-    out
+type AddressLabels = [(&'static str, String); 2];
+
+/// Writes the addresses of `pools` and how many background loops run (`loops`).
+pub fn collect<'a>(
+    pools: impl Iterator<Item = &'a Arc<Pool>>,
+    loops: usize,
+    s: &mut Scrape,
+) -> std::fmt::Result {
+    let rows: Vec<_> = pools.flat_map(|p| p.address_figures()).collect();
+    s.gauges(
+        "upstream_address_up",
+        "Whether an upstream address takes traffic (0: down by its health checks, or ejected)",
+        rows.iter().map(|r| (r.0.clone(), r.1)),
+    )?;
+    s.gauges(
+        "upstream_address_in_flight",
+        "Requests in flight to an upstream address",
+        rows.iter().map(|r| (r.0.clone(), r.2)),
+    )?;
+    s.counters(
+        "upstream_address_ejections",
+        "Times an upstream address was ejected after failed connections",
+        rows.iter().map(|r| (r.0.clone(), r.3)),
+    )?;
+    s.gauge(
+        "upstream_background_loops",
+        "Health-check and DNS loops running (one per upstream that has them)",
+        loops,
+    )
 }
 
 /// The balancer of either policy.

@@ -25,6 +25,7 @@ pub mod ingress;
 pub mod inject;
 pub mod metrics;
 pub mod scope_check;
+pub mod scrape;
 pub mod server;
 pub mod state;
 pub mod tls;

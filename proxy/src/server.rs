@@ -175,13 +175,7 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     proxy.add_listener(endpoint);
     let mut admin = Service::new(
         "tokengate admin".to_owned(),
-        Guarded::new(
-            Admin {
-                shared: shared.clone(),
-            },
-            config.connections,
-            admin_gate,
-        ),
+        Guarded::new(Admin::new(&shared), config.connections, admin_gate),
     );
     admin.add_listener(listener_tls(
         downstream::endpoint(&config.admin_listen.to_string()),

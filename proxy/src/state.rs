@@ -79,7 +79,6 @@ impl Shared {
     pub fn new(config: ProxyConfig) -> Result<Shared, String> {
         let metrics = ProxyMetrics::default();
         let routing = Routing::build(&config, None)?;
-        track_jwt(&metrics, &routing);
         let tls = match &config.tls {
             Some(files) => Some(CertStore::open(files.clone()).map_err(|e| e.to_string())?),
             None => None,
@@ -186,7 +185,6 @@ impl Shared {
             );
         }
         let routes = routing.gate.rules().routes().len();
-        track_jwt(&self.metrics, &routing);
         let routing = Arc::new(routing);
         match self.routing.write() {
             Ok(mut r) => *r = routing,
@@ -242,14 +240,6 @@ impl Shared {
             }
             _ => Err("no recent answer from the authorization server"),
         }
-    }
-}
-
-/// `/metrics` reports the JWT validator of these rules, if any (set when the rules come in, not
-/// per request).
-fn track_jwt(metrics: &ProxyMetrics, routing: &Routing) {
-    if let Some(jwt) = routing.gate.check().jwt() {
-        metrics.track_jwt(jwt.metrics());
     }
 }
 

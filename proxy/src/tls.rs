@@ -7,7 +7,7 @@
 //! certificate of a connection is kept in Pingora's TLS digest ([`PeerCert`]). To upstreams:
 //! the name to send and verify, the CA bundle to verify against, and a client certificate.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -27,6 +27,7 @@ use pingora::tls::{
 use pingora::utils::tls::{CertKey, WrappedX509, parse_x509};
 use resource_server::CertThumbprint;
 use resource_server::client_cert::escaped_pem;
+use resource_server::metrics::Scrape;
 use rustls::DistinguishedName;
 use x509_parser::pem::Pem;
 
@@ -464,22 +465,22 @@ impl CertStore {
         files
     }
 
-    /// `/metrics` lines: the served certificate's expiry, and reloads by result.
-    pub fn render_metrics(&self, listener: &str, out: &mut String) {
-        let cert = self.current();
-        let _ = writeln!(
-            out,
-            "# HELP tokengate_proxy_tls_certificate_expiry_seconds When the served TLS certificate expires (unix seconds).\n\
-             # TYPE tokengate_proxy_tls_certificate_expiry_seconds gauge\n\
-             tokengate_proxy_tls_certificate_expiry_seconds{{listener=\"{listener}\"}} {}\n\
-             # HELP tokengate_proxy_tls_certificate_reloads_total TLS certificate reloads, by result.\n\
-             # TYPE tokengate_proxy_tls_certificate_reloads_total counter\n\
-             tokengate_proxy_tls_certificate_reloads_total{{listener=\"{listener}\",result=\"ok\"}} {}\n\
-             tokengate_proxy_tls_certificate_reloads_total{{listener=\"{listener}\",result=\"refused\"}} {}",
-            cert.not_after,
-            self.reloads.load(Ordering::Relaxed),
-            self.reloads_failed.load(Ordering::Relaxed),
-        );
+    /// Writes the served certificate's expiry, and reloads by result.
+    pub fn collect(&self, listener: &'static str, s: &mut Scrape) -> std::fmt::Result {
+        s.gauges(
+            "tls_certificate_expiry_seconds",
+            "When the served TLS certificate expires (unix seconds)",
+            [([("listener", listener)], self.current().not_after)],
+        )?;
+        s.counters(
+            "tls_certificate_reloads",
+            "TLS certificate reloads, by result",
+            [
+                ("ok", self.reloads.load(Ordering::Relaxed)),
+                ("refused", self.reloads_failed.load(Ordering::Relaxed)),
+            ]
+            .map(|(result, n)| ([("listener", listener), ("result", result)], n)),
+        )
     }
 }
 

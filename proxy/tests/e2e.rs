@@ -423,10 +423,9 @@ async fn admin_endpoints() {
     f.get("/nowhere", None).await;
     let resp = f.client.get(f.admin_url("/metrics")).send().await.unwrap();
     assert_eq!(resp.status(), 200);
-    assert!(
-        header(&resp, "content-type")
-            .unwrap()
-            .starts_with("text/plain")
+    assert_eq!(
+        header(&resp, "content-type").unwrap(),
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
     );
     let m = resp.text().await.unwrap();
     for needle in [
@@ -437,7 +436,8 @@ async fn admin_endpoints() {
         "tokengate_proxy_cache_coalesced_total 0",
         "# TYPE tokengate_proxy_introspection_duration_seconds histogram",
         "tokengate_proxy_introspection_duration_seconds_bucket{le=\"+Inf\"}",
-        "# TYPE tokengate_proxy_upstream_errors_total counter",
+        "# TYPE tokengate_proxy_upstream_errors counter",
+        "tokengate_proxy_upstream_errors_total{upstream=\"api\"} 0",
     ] {
         assert!(m.contains(needle), "missing {needle:?} in\n{m}");
     }
@@ -616,7 +616,8 @@ async fn upstream_address_overrides_hold_across_reloads() {
     let _ = std::fs::remove_file(path);
 }
 
-/// `/metrics` read by the Prometheus project's own Python parser (`prometheus_client`): the
+/// `/metrics` read by the Prometheus project's own Python parser of OpenMetrics text
+/// (`prometheus_client.openmetrics`, strict: `# EOF`, suffixes, histogram buckets): the
 /// request duration histogram by route and decision, upstream answers by status class and
 /// build info are well-formed families with the values the requests made. Skipped (with a
 /// notice) without `prometheus_client`, except under CI.
@@ -654,7 +655,7 @@ async fn metrics_parse_with_the_prometheus_parser() {
 
     let script = r#"
 import json, sys
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 out = {}
 for family in text_string_to_metric_families(sys.stdin.read()):
     out[family.name] = {"type": family.type, "samples": [[s.name, s.labels, s.value] for s in family.samples]}

@@ -22,5 +22,5 @@ async fn metrics_carry_the_process_figures() {
     assert!(value("process_max_fds") >= value("process_open_fds"));
     assert!(value("process_cpu_seconds_total") > 0.0);
     assert!(value("process_start_time_seconds") > 1_600_000_000.0);
-    assert!(text.contains("# TYPE process_cpu_seconds_total counter"));
+    assert!(text.contains("# TYPE process_cpu_seconds counter\nprocess_cpu_seconds_total "));
 }

@@ -11,11 +11,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use moka::Expiry;
 use moka::future::Cache;
+use prometheus_client::metrics::histogram::Histogram;
 
 use crate::claims::Claims;
 use crate::decision::Credential;
 pub use crate::introspection::CheckerError;
 use crate::introspection::{IntrospectionError, IntrospectionSettings, Introspector};
+use crate::metrics::Scrape;
 use crate::outage::{FAILURE_LOG_INTERVAL, LogLimiter, PROBE_BACKOFF, ProbeGate, Summary};
 use crate::policy::AnswerPolicy;
 use crate::revoked::{Revoked, Subject};
@@ -61,46 +63,20 @@ pub const LATENCY_BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
-/// Introspection latency histogram (every call, successful or not).
-#[derive(Debug, Default)]
-pub struct LatencyHistogram {
-    /// Non-cumulative counts per bucket of [`LATENCY_BUCKETS`]; slower calls are only in `count`.
-    pub buckets: [AtomicU64; LATENCY_BUCKETS.len()],
-    pub sum_micros: AtomicU64,
-    pub count: AtomicU64,
+/// Introspection latency histogram (every call, successful or not), in [`LATENCY_BUCKETS`].
+#[derive(Debug)]
+pub struct LatencyHistogram(Histogram);
+
+impl Default for LatencyHistogram {
+    fn default() -> Self {
+        LatencyHistogram(Histogram::new(LATENCY_BUCKETS))
+    }
 }
 
 impl LatencyHistogram {
     /// Records one call.
     pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        if let Some(i) = LATENCY_BUCKETS.iter().position(|&b| secs <= b) {
-            self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        }
-        let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Cumulative counts per bucket of [`LATENCY_BUCKETS`] (Prometheus `le` semantics).
-    pub fn cumulative(&self) -> [u64; LATENCY_BUCKETS.len()] {
-        let mut out = [0; LATENCY_BUCKETS.len()];
-        let mut acc = 0;
-        for (o, b) in out.iter_mut().zip(&self.buckets) {
-            acc += b.load(Ordering::Relaxed);
-            *o = acc;
-        }
-        out
-    }
-
-    /// Number of calls recorded.
-    pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    /// Total time of the calls recorded, in seconds.
-    pub fn sum_seconds(&self) -> f64 {
-        self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6
+        self.0.observe(d.as_secs_f64());
     }
 }
 
@@ -172,86 +148,64 @@ impl CheckerMetrics {
         self.last_call_refused.load(Ordering::Relaxed)
     }
 
-    /// The metrics in the Prometheus text format, names starting with `prefix` (e.g.
-    /// `tokengate_proxy` gives `tokengate_proxy_cache_hits_total`).
-    pub fn render_prometheus(&self, prefix: &str) -> String {
-        use std::fmt::Write;
-        let p = metric_prefix(prefix);
-        let mut out = String::new();
+    /// Writes the counters, the latency histogram and the last success (names as
+    /// `cache_hits_total`, the registry's prefix before them).
+    pub fn collect(&self, s: &mut Scrape) -> std::fmt::Result {
         let counters = [
             (
-                "cache_hits_total",
-                "Token checks answered from the cache.",
+                "cache_hits",
+                "Token checks answered from the cache",
                 self.hits(),
             ),
             (
-                "cache_misses_total",
-                "Token checks that called the introspection endpoint.",
+                "cache_misses",
+                "Token checks that called the introspection endpoint",
                 self.misses(),
             ),
             (
-                "cache_coalesced_total",
-                "Token checks that waited for a concurrent call for the same token.",
+                "cache_coalesced",
+                "Token checks that waited for a concurrent call for the same token",
                 self.coalesced(),
             ),
             (
-                "introspection_skipped_total",
-                "Token checks that made no introspection call because the authorization server was failing (one probe at a time, with backoff).",
+                "introspection_skipped",
+                "Token checks that made no introspection call because the authorization server was failing (one probe at a time, with backoff)",
                 self.skipped(),
             ),
             (
-                "introspection_errors_total",
-                "Introspection calls that failed.",
+                "introspection_errors",
+                "Introspection calls that failed",
                 self.errors(),
             ),
             (
-                "introspection_malformed_total",
-                "Introspection answers that were not valid RFC 7662 (not JSON, wrong types, times out of range).",
+                "introspection_malformed",
+                "Introspection answers that were not valid RFC 7662 (not JSON, wrong types, times out of range)",
                 self.malformed(),
             ),
             (
-                "introspection_refused_total",
-                "Active introspection answers refused: refresh token, issuer or audience mismatch.",
+                "introspection_refused",
+                "Active introspection answers refused: refresh token, issuer or audience mismatch",
                 self.refused(),
             ),
             (
-                "stale_served_total",
-                "Cached active answers served past their cache life because the authorization server could not be asked (within stale_grace).",
+                "stale_served",
+                "Cached active answers served past their cache life because the authorization server could not be asked (within stale_grace)",
                 self.stale_served(),
             ),
         ];
         for (name, help, value) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {p}{name} {help}\n# TYPE {p}{name} counter\n{p}{name} {value}"
-            );
+            s.counter(name, help, value)?;
         }
-        let h = format!("{p}introspection_duration_seconds");
-        let _ = writeln!(
-            out,
-            "# HELP {h} Introspection call latency.\n# TYPE {h} histogram"
-        );
-        for (le, n) in LATENCY_BUCKETS.iter().zip(self.latency.cumulative()) {
-            let _ = writeln!(out, "{h}_bucket{{le=\"{le}\"}} {n}");
-        }
-        let count = self.latency.count();
-        let _ = writeln!(out, "{h}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{h}_sum {}", self.latency.sum_seconds());
-        let _ = writeln!(out, "{h}_count {count}");
-        let g = format!("{p}introspection_last_success_timestamp_seconds");
-        let _ = writeln!(
-            out,
-            "# HELP {g} Unix time of the last successful introspection call (0 = never).\n# TYPE {g} gauge\n{g} {}",
-            self.last_success.load(Ordering::Relaxed)
-        );
-        out
-    }
-}
-
-fn metric_prefix(prefix: &str) -> String {
-    match prefix.trim_end_matches('_') {
-        "" => String::new(),
-        p => format!("{p}_"),
+        s.metric(
+            "introspection_duration_seconds",
+            "Introspection call latency",
+            &self.latency.0,
+        )?;
+        s.gauge(
+            "introspection_last_success_timestamp_seconds",
+            "Unix time of the last successful introspection call (0 = never)",
+            self.last_success.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -549,15 +503,14 @@ impl TokenChecker {
         }
     }
 
-    /// [`CheckerMetrics::render_prometheus`] plus a gauge of cached entries.
-    pub fn render_prometheus(&self, prefix: &str) -> String {
-        let mut out = self.metrics().render_prometheus(prefix);
-        let g = format!("{}cache_entries", metric_prefix(prefix));
-        out.push_str(&format!(
-            "# HELP {g} Introspection answers in the cache (approximate).\n# TYPE {g} gauge\n{g} {}\n",
-            self.entry_count()
-        ));
-        out
+    /// [`CheckerMetrics::collect`] plus a gauge of cached entries.
+    pub fn collect(&self, s: &mut Scrape) -> std::fmt::Result {
+        self.metrics().collect(s)?;
+        s.gauge(
+            "cache_entries",
+            "Introspection answers in the cache (approximate)",
+            self.entry_count(),
+        )
     }
 
     /// One introspection call if the [`ProbeGate`] lets it through, with metrics, rate-limited
@@ -849,62 +802,32 @@ mod tests {
 
     #[test]
     fn prometheus_text() {
-        let m = CheckerMetrics::default();
+        let m = Arc::new(CheckerMetrics::default());
         m.hits.fetch_add(3, Ordering::Relaxed);
         m.skipped.fetch_add(7, Ordering::Relaxed);
         m.stale_served.fetch_add(2, Ordering::Relaxed);
         m.latency.observe(Duration::from_millis(3));
         m.latency.observe(Duration::from_secs(60));
-        let text = m.render_prometheus("tokengate");
-        assert!(
-            text.contains(
-                "# TYPE tokengate_cache_hits_total counter\ntokengate_cache_hits_total 3\n"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "# TYPE tokengate_introspection_skipped_total counter\ntokengate_introspection_skipped_total 7\n"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                "# TYPE tokengate_stale_served_total counter\ntokengate_stale_served_total 2\n"
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains("tokengate_introspection_duration_seconds_bucket{le=\"0.0025\"} 0\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("tokengate_introspection_duration_seconds_bucket{le=\"0.005\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("tokengate_introspection_duration_seconds_bucket{le=\"5\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("tokengate_introspection_duration_seconds_bucket{le=\"+Inf\"} 2\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("tokengate_introspection_duration_seconds_count 2\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("tokengate_introspection_last_success_timestamp_seconds 0\n"),
-            "{text}"
-        );
-        assert!(
-            m.render_prometheus("")
-                .starts_with("# HELP cache_hits_total")
-        );
-        assert!(
-            m.render_prometheus("x_")
-                .contains("\nx_cache_hits_total 3\n")
-        );
+        let render = |prefix: &str| {
+            let m = m.clone();
+            crate::metrics::text(prefix, move |s| m.collect(s))
+        };
+        let text = render("tokengate");
+        let h = "tokengate_introspection_duration_seconds";
+        for line in [
+            "# TYPE tokengate_cache_hits counter\ntokengate_cache_hits_total 3\n".to_owned(),
+            "# TYPE tokengate_introspection_skipped counter\ntokengate_introspection_skipped_total 7\n".to_owned(),
+            "# TYPE tokengate_stale_served counter\ntokengate_stale_served_total 2\n".to_owned(),
+            format!("{h}_bucket{{le=\"0.0025\"}} 0\n"),
+            format!("{h}_bucket{{le=\"0.005\"}} 1\n"),
+            format!("{h}_bucket{{le=\"5.0\"}} 1\n"),
+            format!("{h}_bucket{{le=\"+Inf\"}} 2\n"),
+            format!("{h}_count 2\n"),
+            "tokengate_introspection_last_success_timestamp_seconds 0\n".to_owned(),
+        ] {
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        assert!(render("").starts_with("# HELP cache_hits "));
+        assert!(render("x_").contains("\nx_cache_hits_total 3\n"));
     }
 }

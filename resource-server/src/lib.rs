@@ -38,6 +38,7 @@ pub mod identity;
 pub mod introspection;
 pub mod jwt;
 pub mod logging;
+pub mod metrics;
 pub mod outage;
 pub mod policy;
 pub mod process;

@@ -1,8 +1,9 @@
-//! Process metrics in Prometheus text, with the names every Prometheus client library uses
+//! Process metrics with the names every Prometheus client library uses
 //! (`process_cpu_seconds_total`, `process_resident_memory_bytes`, ...), read from Linux's
-//! `/proc/self` at each scrape. Elsewhere (or when `/proc` cannot be read) nothing is written.
+//! `/proc/self` at each scrape by [`register`]'s collector. Elsewhere (or when `/proc` cannot be
+//! read) nothing is written.
 
-use std::fmt::Write as _;
+use crate::metrics::{Collect, Registry, Scrape};
 
 /// Clock ticks per second in `/proc/*/stat` (USER_HZ, 100 on every Linux architecture).
 const TICKS_PER_SECOND: f64 = 100.0;
@@ -38,68 +39,56 @@ impl ProcessStats {
         Some(stats)
     }
 
-    /// The Prometheus text of these figures.
-    pub fn render(&self, out: &mut String) {
-        let mut family = |name: &str, kind: &str, help: &str, value: String| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
-        };
-        family(
-            "process_cpu_seconds_total",
-            "counter",
-            "Total user and system CPU time spent in seconds.",
-            self.cpu_seconds.to_string(),
-        );
-        family(
+    /// Writes these figures.
+    pub fn collect(&self, s: &mut Scrape) -> std::fmt::Result {
+        s.counter(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds",
+            self.cpu_seconds,
+        )?;
+        s.gauge(
             "process_resident_memory_bytes",
-            "gauge",
-            "Resident memory size in bytes.",
-            self.resident_bytes.to_string(),
-        );
-        family(
+            "Resident memory size in bytes",
+            self.resident_bytes,
+        )?;
+        s.gauge(
             "process_virtual_memory_bytes",
-            "gauge",
-            "Virtual memory size in bytes.",
-            self.virtual_bytes.to_string(),
-        );
-        family(
+            "Virtual memory size in bytes",
+            self.virtual_bytes,
+        )?;
+        s.gauge(
             "process_open_fds",
-            "gauge",
-            "Number of open file descriptors.",
-            self.open_fds.to_string(),
-        );
+            "Number of open file descriptors",
+            self.open_fds,
+        )?;
         if let Some(max) = self.max_fds {
-            family(
+            s.gauge(
                 "process_max_fds",
-                "gauge",
-                "Maximum number of open file descriptors.",
-                max.to_string(),
-            );
+                "Maximum number of open file descriptors",
+                max,
+            )?;
         }
         if let Some(start) = self.start_time_seconds {
-            family(
+            s.gauge(
                 "process_start_time_seconds",
-                "gauge",
-                "Start time of the process since unix epoch in seconds.",
-                start.to_string(),
-            );
+                "Start time of the process since unix epoch in seconds",
+                start,
+            )?;
         }
-        family(
+        s.gauge(
             "process_threads",
-            "gauge",
-            "Number of OS threads in the process.",
-            self.threads.to_string(),
-        );
+            "Number of OS threads in the process",
+            self.threads,
+        )
     }
 }
 
-/// The process metrics of this process, or nothing where `/proc` cannot be read.
-pub fn render(out: &mut String) {
-    if let Some(stats) = ProcessStats::read() {
-        stats.render(out);
-    }
+/// Registers the collector of this process's metrics (on a registry without prefix: the names
+/// are the same in every program).
+pub fn register(registry: &mut Registry) {
+    registry.register_collector(Box::new(Collect(|s: &mut Scrape| {
+        ProcessStats::read().map_or(Ok(()), |stats| stats.collect(s))
+    })));
 }
 
 /// `/proc/self/stat`: after the command name in parentheses (which may hold spaces), field 14
@@ -170,8 +159,11 @@ mod tests {
             return; // not Linux
         };
         assert!(stats.resident_bytes > 0 && stats.open_fds > 0 && stats.threads > 0);
-        let mut out = String::new();
-        stats.render(&mut out);
+        let out = crate::metrics::text("", move |s| stats.collect(s));
+        assert!(
+            out.contains("# TYPE process_cpu_seconds counter\n"),
+            "{out}"
+        );
         for name in [
             "process_cpu_seconds_total",
             "process_resident_memory_bytes",

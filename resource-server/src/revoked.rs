@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::claims::Claims;
+use crate::metrics::Scrape;
 
 /// The refusal of a token the stream said was revoked.
 pub const REVOKED_TOKEN: &str = "The access token has been revoked.";
@@ -65,7 +66,7 @@ impl Subject {
     }
 }
 
-/// Counters of the receiver (public atomics, rendered by [`Revoked::render_prometheus`]).
+/// Counters of the receiver (public atomics, written by [`Revoked::collect`]).
 #[derive(Debug, Default)]
 pub struct RevocationMetrics {
     pub polls: AtomicU64,
@@ -298,94 +299,80 @@ impl Revoked {
         refused
     }
 
-    /// The receiver's metrics in the Prometheus text format (see
-    /// [`crate::CheckerMetrics::render_prometheus`] for `prefix`).
-    pub fn render_prometheus(&self, prefix: &str) -> String {
-        use std::fmt::Write;
-        let p = match prefix.trim_end_matches('_') {
-            "" => String::new(),
-            p => format!("{p}_"),
-        };
+    /// Writes the receiver's families (named `revocation_…`, the registry's prefix before them).
+    pub fn collect(&self, s: &mut Scrape) -> std::fmt::Result {
         let m = &self.metrics;
-        let mut out = String::new();
         let counters = [
             (
-                "revocation_polls_total",
-                "Revocation stream polls answered.",
+                "revocation_polls",
+                "Revocation stream polls answered",
                 &m.polls,
             ),
             (
-                "revocation_poll_errors_total",
-                "Revocation stream polls (and token, configuration or stream calls) that failed.",
+                "revocation_poll_errors",
+                "Revocation stream polls (and token, configuration or stream calls) that failed",
                 &m.poll_errors,
             ),
             (
-                "revocation_sets_applied_total",
-                "Security event tokens verified and applied.",
+                "revocation_sets_applied",
+                "Security event tokens verified and applied",
                 &m.sets_applied,
             ),
             (
-                "revocation_sets_refused_total",
-                "Security event tokens refused: signature, typ, iss, aud, iat or shape.",
+                "revocation_sets_refused",
+                "Security event tokens refused: signature, typ, iss, aud, iat or shape",
                 &m.sets_refused,
             ),
             (
-                "revocation_events_ignored_total",
-                "Events of a type or subject format the receiver does not act on.",
+                "revocation_events_ignored",
+                "Events of a type or subject format the receiver does not act on",
                 &m.events_ignored,
             ),
             (
-                "revocation_streams_created_total",
-                "Revocation streams created (at start, and after one was lost).",
+                "revocation_streams_created",
+                "Revocation streams created (at start, and after one was lost)",
                 &m.streams_created,
             ),
             (
-                "revocation_cache_flushes_total",
-                "Whole-cache flushes: stream lost or recreated, or a SET that failed verification.",
+                "revocation_cache_flushes",
+                "Whole-cache flushes: stream lost or recreated, or a SET that failed verification",
                 &m.flushes,
             ),
             (
-                "revocation_evictions_total",
-                "Cache evictions by jti, subject or client requested by events.",
+                "revocation_evictions",
+                "Cache evictions by jti, subject or client requested by events",
                 &m.evictions,
             ),
             (
-                "revocation_denied_total",
-                "Answers refused by the revocation deny-list.",
+                "revocation_denied",
+                "Answers refused by the revocation deny-list",
                 &m.denied,
             ),
         ];
         for (name, help, value) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {p}{name} {help}\n# TYPE {p}{name} counter\n{p}{name} {}",
-                value.load(Relaxed)
-            );
+            s.counter(name, help, value.load(Relaxed))?;
         }
         let gauges = [
             (
                 "revocation_stream_healthy",
-                "1 while the revocation stream is healthy (cached answers may live healthy_max_ttl), 0 otherwise (fallback_ttl).",
+                "1 while the revocation stream is healthy (cached answers may live healthy_max_ttl), 0 otherwise (fallback_ttl)",
                 i64::from(self.is_healthy()),
             ),
             (
                 "revocation_last_poll_timestamp_seconds",
-                "Unix time of the last successful poll (0 = never).",
+                "Unix time of the last successful poll (0 = never)",
                 self.last_poll_ms.load(Relaxed) / 1000,
             ),
             (
                 "revocation_deny_list_entries",
-                "Entries in the revocation deny-list.",
+                "Entries in the revocation deny-list",
                 self.deny_list_len() as i64,
             ),
         ];
         for (name, help, value) in gauges {
-            let _ = writeln!(
-                out,
-                "# HELP {p}{name} {help}\n# TYPE {p}{name} gauge\n{p}{name} {value}"
-            );
+            s.gauge(name, help, value)?;
         }
-        out
+        Ok(())
     }
 }
 
@@ -490,7 +477,8 @@ mod tests {
         r.last_poll_ms.store(1, Relaxed);
         r.failed_until_ms.store(0, Relaxed);
         assert!(r.health().unwrap_err().contains("no successful poll"));
-        let text = r.render_prometheus("tokengate_proxy");
+        let r = std::sync::Arc::new(r);
+        let text = crate::metrics::text("tokengate_proxy", move |s| r.collect(s));
         assert!(
             text.contains("\ntokengate_proxy_revocation_stream_healthy 0\n"),
             "{text}"

@@ -296,13 +296,19 @@ async fn sends_bearer_auth_and_form_body() {
         "token=tok%2Bwith%2Fodd%3Dchars&token_type_hint=access_token"
     );
     assert!(checker.metrics().last_success().is_some());
-    assert_eq!(checker.metrics().latency.count(), 1);
-    let text = checker.render_prometheus("tokengate_proxy");
+    let text = resource_server::metrics::text("tokengate_proxy", {
+        let checker = checker.clone();
+        move |s| checker.collect(s)
+    });
     assert!(
         text.contains("\ntokengate_proxy_cache_misses_total 1\n"),
         "{text}"
     );
     assert!(text.contains("\ntokengate_proxy_cache_entries "), "{text}");
+    assert!(
+        text.contains("\ntokengate_proxy_introspection_duration_seconds_count 1\n"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -443,7 +443,10 @@ async fn hostile_answers_are_never_allowed() {
         probe_due(&checker).await;
     }
     assert_eq!(checker.metrics().stale_served(), 0);
-    let text = checker.render_prometheus("tokengate_proxy");
+    let text = resource_server::metrics::text("tokengate_proxy", {
+        let checker = checker.clone();
+        move |s| checker.collect(s)
+    });
     let count = |f: fn(&Want) -> bool| cases().iter().filter(|c| f(&c.2)).count();
     // Malformed answers were asked for twice (never cached); refusals once.
     let malformed = 2 * count(|w| *w == Want::Malformed);
@@ -451,7 +454,7 @@ async fn hostile_answers_are_never_allowed() {
     assert_eq!(refused, 8);
     assert!(
         text.contains(&format!(
-            "# TYPE tokengate_proxy_introspection_malformed_total counter\ntokengate_proxy_introspection_malformed_total {malformed}\n"
+            "# TYPE tokengate_proxy_introspection_malformed counter\ntokengate_proxy_introspection_malformed_total {malformed}\n"
         )),
         "{text}"
     );

@@ -131,10 +131,13 @@ async fn an_outage_gets_a_handful_of_calls_not_one_per_request() {
     assert_eq!(m.skipped() as usize, 200 - calls);
     assert_eq!(m.misses() as usize, 1 + calls);
     assert_eq!(m.errors() as usize, 1 + calls);
-    let text = checker.render_prometheus("tokengate_proxy");
+    let text = resource_server::metrics::text("tokengate_proxy", {
+        let checker = checker.clone();
+        move |s| checker.collect(s)
+    });
     assert!(
         text.contains(&format!(
-            "# TYPE tokengate_proxy_introspection_skipped_total counter\ntokengate_proxy_introspection_skipped_total {}\n",
+            "# TYPE tokengate_proxy_introspection_skipped counter\ntokengate_proxy_introspection_skipped_total {}\n",
             200 - calls
         )),
         "{text}"
@@ -255,10 +258,13 @@ async fn stale_answers_are_served_within_the_grace_and_counted() {
     assert!(fresh > 0 && m.stale_served() > 50);
     // The failure that started the outage, then the probes.
     assert!(calls <= 1 + probes_allowed(ms(1600)), "{calls}");
-    let text = checker.render_prometheus("tokengate_proxy");
+    let text = resource_server::metrics::text("tokengate_proxy", {
+        let checker = checker.clone();
+        move |s| checker.collect(s)
+    });
     assert!(
         text.contains(&format!(
-            "# TYPE tokengate_proxy_stale_served_total counter\ntokengate_proxy_stale_served_total {}\n",
+            "# TYPE tokengate_proxy_stale_served counter\ntokengate_proxy_stale_served_total {}\n",
             m.stale_served()
         )),
         "{text}"

@@ -264,8 +264,11 @@ async fn a_forged_set_is_refused_counted_and_turns_the_stream_unhealthy() {
         vec![(forged, "authentication_failed".to_owned())]
     );
     assert!(
-        r.render_prometheus("t")
-            .contains("\nt_revocation_sets_refused_total 1\n")
+        resource_server::metrics::text("t", {
+            let r = r.clone();
+            move |s| r.collect(s)
+        })
+        .contains("\nt_revocation_sets_refused_total 1\n")
     );
     // Healthy again once unhealthy_after has passed with good polls.
     let until = Instant::now() + Duration::from_secs(10);
@@ -333,8 +336,11 @@ async fn a_stream_down_longer_than_the_bound_falls_back_to_the_short_ttl() {
         started.elapsed()
     );
     assert!(
-        r.render_prometheus("t")
-            .contains("\nt_revocation_stream_healthy 0\n")
+        resource_server::metrics::text("t", {
+            let r = r.clone();
+            move |s| r.collect(s)
+        })
+        .contains("\nt_revocation_stream_healthy 0\n")
     );
     // Unhealthy: the cached answer (older than fallback_ttl) is not served; asked again.
     authorize(&gate, "tok").await.unwrap();

@@ -1,6 +1,7 @@
 //! Registered client applications; their secrets are kept only as SHA-256 digests.
 
 use super::hot::{self, Hot};
+use super::timing::{StoreOp, StoreTimer};
 use super::{Store, StoreResult, conflict, now};
 use crate::domain::{AccessTokenFormat, TlsClientAuth};
 use crate::secrets;
@@ -115,6 +116,7 @@ impl Store {
     }
 
     pub async fn get_application(&self, id: i64) -> StoreResult<Option<Application>> {
+        let _timer = StoreTimer::start(StoreOp::GetApplication);
         let columns = match &self.hot {
             Hot::Sqlite(local) => local.read(|conn| hot::sqlite::application_by_id(conn, id))?,
             Hot::Postgres(pool) => hot::postgres::application_by_id(pool, id).await?,
@@ -128,6 +130,7 @@ impl Store {
         &self,
         client_id: &str,
     ) -> StoreResult<Option<Application>> {
+        let _timer = StoreTimer::start(StoreOp::FindApplication);
         if let Some(app) = self.clients.get(client_id).await {
             return Ok(Some(app));
         }

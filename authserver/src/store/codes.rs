@@ -2,6 +2,7 @@
 //! client, user, redirect URI, scope and PKCE challenge, and to the rotation family its tokens
 //! go into: a second presentation revokes that family, so every token issued from the code.
 
+use super::timing::{StoreOp, StoreTimer};
 use super::{Store, StoreResult, now};
 use crate::domain::CodeBinding;
 use crate::secrets;
@@ -72,6 +73,7 @@ impl Store {
     /// Stores a new code's digest and returns the code, shown once. Codes long expired are
     /// deleted by the purge ([`Store::purge_expired`]).
     pub async fn issue_code(&self, new: &NewCode) -> StoreResult<String> {
+        let _timer = StoreTimer::start(StoreOp::IssueCode);
         let code = secrets::random_token();
         let family = secrets::random_token();
         let at = now();
@@ -104,6 +106,7 @@ impl Store {
     /// Spends `code` (a conditional update: of two replicas racing on it, one wins). A code
     /// presented before revokes the family of the tokens issued from it.
     pub async fn claim_code(&self, code: &str) -> StoreResult<CodeOutcome> {
+        let _timer = StoreTimer::start(StoreOp::ClaimCode);
         let digest = secrets::digest(code);
         let (claimed, family) = {
             let _exclusive = self.exclusive().await?;

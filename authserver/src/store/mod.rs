@@ -26,6 +26,7 @@ mod session_families;
 mod sessions;
 pub mod signing_keys;
 mod sqlite_local;
+mod timing;
 mod token_cache;
 mod tokens;
 mod users;
@@ -37,10 +38,11 @@ pub use consents::AuthorizedApplication;
 pub use events::{LoggedEvent, PushTarget, Revocation, StreamRecord, family_jti};
 pub use flash::NewFlash;
 pub use groups::Group;
-pub use hot::group_writer::{GROUP_SIZE_BOUNDS, GroupSizeHistogram, WriterKind, write_group_sizes};
+pub use hot::group_writer::{WriterKind, write_group_sizes};
 pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
 pub use purge::Purged;
 pub use sessions::{NewSession, Session};
+pub use timing::call_durations;
 pub use token_cache::{
     APPLICATION_NAME as TOKEN_CACHE_LISTENER, DEFAULT_TOKEN_CACHE_CAPACITY, Introspected,
 };

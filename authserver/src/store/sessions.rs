@@ -3,6 +3,7 @@
 
 use super::hot::postgres_groups::ThrottleWrite;
 use super::hot::{self, Hot};
+use super::timing::{StoreOp, StoreTimer};
 use super::{Store, StoreResult, User, now};
 use crate::secrets;
 use sqlx::Row;
@@ -32,6 +33,7 @@ impl Store {
     /// Opens a session for `user_id` that lasts `lifetime` seconds. Expired sessions are never
     /// found, and are deleted by the purge ([`Store::purge_expired`]).
     pub async fn create_session(&self, user_id: i64, lifetime: i64) -> StoreResult<NewSession> {
+        let _timer = StoreTimer::start(StoreOp::CreateSession);
         let now = now();
         let _exclusive = self.exclusive().await?;
         let session_id = secrets::random_token();
@@ -52,6 +54,7 @@ impl Store {
 
     /// The unexpired session whose cookie value is `session_id`, with its user as stored now.
     pub async fn find_session(&self, session_id: &str) -> StoreResult<Option<Session>> {
+        let _timer = StoreTimer::start(StoreOp::FindSession);
         let key = secrets::digest(session_id);
         let row = sqlx::query(
             "SELECT user_id, csrf_token, created_at FROM sessions WHERE id_digest = $1 AND expires_at > $2",
@@ -108,6 +111,7 @@ impl Store {
     /// forgets failures older than `window` seconds (on PostgreSQL in the throttle writer's next
     /// group).
     pub async fn record_login_failure(&self, buckets: &[String], window: i64) -> StoreResult<()> {
+        let _timer = StoreTimer::start(StoreOp::RecordLoginFailure);
         let now = now();
         if let Hot::Postgres(pg) = &self.hot {
             let failed = ThrottleWrite::Failed {
@@ -139,6 +143,7 @@ impl Store {
         buckets: [&str; 2],
         window: i64,
     ) -> StoreResult<[i64; 2]> {
+        let _timer = StoreTimer::start(StoreOp::CountLoginFailures);
         let since = now() - window;
         match &self.hot {
             Hot::Sqlite(local) => {

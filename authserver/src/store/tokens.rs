@@ -5,6 +5,7 @@
 //! the revocation (a refresh racing a reuse or an RFC 7009 request) is dead as well.
 
 use super::hot::{self, Hot, NewRow};
+use super::timing::{StoreOp, StoreTimer};
 use super::{Revocation, Store, StoreError, StoreResult, now};
 use crate::secrets;
 
@@ -125,6 +126,7 @@ impl Store {
     /// `FamilyRevoked` when continuing a revoked family, and with `UnknownApplication` or
     /// `UnknownUser` when the application or the user has been deleted meanwhile.
     pub async fn issue_tokens(&self, new: &NewTokens) -> StoreResult<IssuedTokens> {
+        let _timer = StoreTimer::start(StoreOp::IssueTokens);
         match self.insert_tokens(new).await {
             Err(StoreError::Database(error)) if is_foreign_key_violation(&error) => Err(self
                 .vanished(new)
@@ -202,6 +204,7 @@ impl Store {
         &self,
         digest: &str,
     ) -> StoreResult<Option<TokenRecord>> {
+        let _timer = StoreTimer::start(StoreOp::FindToken);
         match &self.hot {
             Hot::Sqlite(local) => local.read(|conn| hot::sqlite::find_token(conn, digest)),
             Hot::Postgres(pool) => hot::postgres::find_token(pool, digest).await,
@@ -217,6 +220,7 @@ impl Store {
         refresh_token: &str,
         application_id: i64,
     ) -> StoreResult<RefreshOutcome> {
+        let _timer = StoreTimer::start(StoreOp::ClaimRefreshToken);
         let Some(record) = self.find_token(refresh_token).await? else {
             return Ok(RefreshOutcome::Invalid);
         };
@@ -268,6 +272,7 @@ impl Store {
     /// The family's event ([`Revocation::Family`]) is appended with the revocation, in its
     /// transaction.
     pub async fn revoke_family(&self, family: &str) -> StoreResult<bool> {
+        let _timer = StoreTimer::start(StoreOp::RevokeFamily);
         let at = now();
         let event = Revocation::Family {
             jti: super::family_jti(family),
@@ -299,6 +304,7 @@ impl Store {
     /// RFC 7009: revokes the token and its family if it was issued to `application_id`;
     /// unknown tokens and other clients' tokens are left alone. Returns whether it revoked.
     pub async fn revoke_token(&self, token: &str, application_id: i64) -> StoreResult<bool> {
+        let _timer = StoreTimer::start(StoreOp::RevokeToken);
         match self.find_token(token).await? {
             Some(record) if record.application_id == application_id => {
                 self.revoke_family(&record.family).await?;

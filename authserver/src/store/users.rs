@@ -2,6 +2,7 @@
 
 use super::events::{self, Revocation};
 use super::hot::{self, Hot};
+use super::timing::{StoreOp, StoreTimer};
 use super::token_cache::Eviction;
 use super::tokens::revoke_user_families;
 use super::{Store, StoreResult, conflict, now};
@@ -184,11 +185,15 @@ impl Store {
         username: &str,
         password: &str,
     ) -> StoreResult<Option<User>> {
-        let columns = match &self.hot {
-            Hot::Sqlite(local) => {
-                local.read(|conn| hot::sqlite::user_with_password(conn, username))?
+        let columns = {
+            // The lookup only: the password hash's verification is not the store's time.
+            let _timer = StoreTimer::start(StoreOp::UserWithPassword);
+            match &self.hot {
+                Hot::Sqlite(local) => {
+                    local.read(|conn| hot::sqlite::user_with_password(conn, username))?
+                }
+                Hot::Postgres(pool) => hot::postgres::user_with_password(pool, username).await?,
             }
-            Hot::Postgres(pool) => hot::postgres::user_with_password(pool, username).await?,
         };
         let (user, hash) = match columns.map(hot::UserColumns::split) {
             Some((user, hash)) => (Some(user), hash),

@@ -1,8 +1,9 @@
 //! Counters of a [`super::JwtValidator`]: validations by outcome, JWKS fetches and failures, and
-//! the number of keys known; rendered in the Prometheus text format.
+//! the number of keys known; written by [`JwtMetrics::collect`] at each scrape.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::metrics::Scrape;
 
 /// How one validation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,53 +88,34 @@ impl JwtMetrics {
         self.keys.load(Relaxed)
     }
 
-    /// The Prometheus text, names starting with `prefix_jwt_` (e.g. `tokengate_proxy_jwt_`).
-    pub fn render_prometheus(&self, prefix: &str) -> String {
-        let p = match prefix.trim_end_matches('_') {
-            "" => "jwt_".to_owned(),
-            p => format!("{p}_jwt_"),
-        };
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "# HELP {p}validations_total JWT validations by outcome.\n# TYPE {p}validations_total counter"
-        );
-        for v in Validation::ALL {
-            let _ = writeln!(
-                out,
-                "{p}validations_total{{outcome=\"{}\"}} {}",
-                v.as_str(),
-                self.validations(v)
-            );
-        }
+    /// Writes the families, named `jwt_…` (the registry's prefix before them, e.g.
+    /// `tokengate_proxy_jwt_validations_total`).
+    pub fn collect(&self, s: &mut Scrape) -> std::fmt::Result {
+        s.counters(
+            "jwt_validations",
+            "JWT validations by outcome",
+            Validation::ALL.map(|v| ([("outcome", v.as_str())], self.validations(v))),
+        )?;
         for (name, help, value) in [
             (
-                "jwks_fetches_total",
-                "JWKS fetches attempted (start, refresh, unknown kid).",
+                "jwt_jwks_fetches",
+                "JWKS fetches attempted (start, refresh, unknown kid)",
                 self.jwks_fetches(),
             ),
             (
-                "jwks_fetch_failures_total",
-                "JWKS fetches that failed.",
+                "jwt_jwks_fetch_failures",
+                "JWKS fetches that failed",
                 self.jwks_failures(),
             ),
             (
-                "jwks_refetches_suppressed_total",
-                "Unknown-kid refetches not made because one was made within the interval.",
+                "jwt_jwks_refetches_suppressed",
+                "Unknown-kid refetches not made because one was made within the interval",
                 self.jwks_refetches_suppressed.load(Relaxed),
             ),
         ] {
-            let _ = writeln!(
-                out,
-                "# HELP {p}{name} {help}\n# TYPE {p}{name} counter\n{p}{name} {value}"
-            );
+            s.counter(name, help, value)?;
         }
-        let _ = writeln!(
-            out,
-            "# HELP {p}keys Verification keys known.\n# TYPE {p}keys gauge\n{p}keys {}",
-            self.keys()
-        );
-        out
+        s.gauge("jwt_keys", "Verification keys known", self.keys())
     }
 }
 
@@ -143,13 +125,13 @@ mod tests {
 
     #[test]
     fn prometheus_text() {
-        let m = JwtMetrics::default();
+        let m = std::sync::Arc::new(JwtMetrics::default());
         m.record(Validation::Verified);
         m.record(Validation::UnknownKey);
         m.record(Validation::UnknownKey);
         m.jwks_fetches.fetch_add(3, Relaxed);
         m.keys.store(2, Relaxed);
-        let text = m.render_prometheus("tokengate_proxy");
+        let text = crate::metrics::text("tokengate_proxy", move |s| m.collect(s));
         for line in [
             "tokengate_proxy_jwt_validations_total{outcome=\"verified\"} 1\n",
             "tokengate_proxy_jwt_validations_total{outcome=\"unknown_key\"} 2\n",
@@ -157,6 +139,7 @@ mod tests {
             "tokengate_proxy_jwt_jwks_fetches_total 3\n",
             "tokengate_proxy_jwt_jwks_fetch_failures_total 0\n",
             "# TYPE tokengate_proxy_jwt_keys gauge\ntokengate_proxy_jwt_keys 2\n",
+            "# TYPE tokengate_proxy_jwt_validations counter\n",
         ] {
             assert!(text.contains(line), "{line}\n{text}");
         }

@@ -5,8 +5,10 @@
 //! round trip. The sizes of the groups are counted per writer ([`write_group_sizes`]).
 
 use super::super::{StoreError, StoreResult};
+use prometheus_client::metrics::histogram::Histogram;
+use resource_server::metrics::HistogramFamily;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::LazyLock;
 use tokio::sync::{mpsc, oneshot};
 
 /// At most this many writes share one group (SQLite's writer thread has the same bound).
@@ -45,67 +47,33 @@ impl WriterKind {
 }
 
 /// The upper bounds of the group-size histogram's buckets (then `+Inf`).
-pub const GROUP_SIZE_BOUNDS: [u64; 7] = [1, 2, 4, 8, 16, 32, 64];
+const GROUP_SIZE_BOUNDS: [f64; 7] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0];
 
-/// Group sizes of one writer: how many groups fell in each bucket (not cumulative), their sum.
+/// The group sizes: the family to register, a series per [`WriterKind::ALL`] position.
 struct GroupSizes {
-    buckets: [AtomicU64; GROUP_SIZE_BOUNDS.len()],
-    sum: AtomicU64,
-    count: AtomicU64,
+    family: HistogramFamily,
+    by_writer: [Histogram; WriterKind::ALL.len()],
 }
 
-/// This process's group sizes, by [`WriterKind::ALL`] position.
-static GROUP_SIZES: [GroupSizes; 4] = [const {
-    GroupSizes {
-        buckets: [const { AtomicU64::new(0) }; GROUP_SIZE_BOUNDS.len()],
-        sum: AtomicU64::new(0),
-        count: AtomicU64::new(0),
-    }
-}; 4];
+/// This process's group sizes.
+static GROUP_SIZES: LazyLock<GroupSizes> = LazyLock::new(|| {
+    let (family, by_writer) = resource_server::metrics::histograms(
+        || Histogram::new(GROUP_SIZE_BOUNDS),
+        "writer",
+        WriterKind::ALL.map(WriterKind::as_str),
+    );
+    GroupSizes { family, by_writer }
+});
 
 /// Counts one group of `size` writes committed by `writer`.
 pub(in crate::store) fn count_group(writer: WriterKind, size: usize) {
-    let sizes = &GROUP_SIZES[writer as usize];
-    let size = size as u64;
-    if let Some(bucket) = GROUP_SIZE_BOUNDS.iter().position(|bound| size <= *bound) {
-        sizes.buckets[bucket].fetch_add(1, Relaxed);
-    }
-    sizes.sum.fetch_add(size, Relaxed);
-    sizes.count.fetch_add(1, Relaxed);
+    GROUP_SIZES.by_writer[writer as usize].observe(size as f64);
 }
 
-/// One writer's group sizes so far, as a Prometheus histogram has them.
-#[derive(Debug, Clone)]
-pub struct GroupSizeHistogram {
-    pub writer: WriterKind,
-    /// Groups of at most each of [`GROUP_SIZE_BOUNDS`] writes (cumulative).
-    pub at_most: [u64; GROUP_SIZE_BOUNDS.len()],
-    /// Writes in all groups.
-    pub sum: u64,
-    /// Groups.
-    pub count: u64,
-}
-
-/// Every writer's group sizes in this process.
-pub fn write_group_sizes() -> Vec<GroupSizeHistogram> {
-    WriterKind::ALL
-        .iter()
-        .map(|&writer| {
-            let sizes = &GROUP_SIZES[writer as usize];
-            let mut at_most = [0; GROUP_SIZE_BOUNDS.len()];
-            let mut running = 0;
-            for (cumulative, bucket) in at_most.iter_mut().zip(&sizes.buckets) {
-                running += bucket.load(Relaxed);
-                *cumulative = running;
-            }
-            GroupSizeHistogram {
-                writer,
-                at_most,
-                sum: sizes.sum.load(Relaxed),
-                count: sizes.count.load(Relaxed),
-            }
-        })
-        .collect()
+/// The histogram family of the sizes of the groups every writer of this process committed, by
+/// `writer` (registered by `crate::metrics`).
+pub fn write_group_sizes() -> &'static HistogramFamily {
+    &GROUP_SIZES.family
 }
 
 type Queued<J, R> = (J, oneshot::Sender<StoreResult<R>>);
