@@ -1,6 +1,6 @@
 //! Schema migrations, numbered, each written once per backend; applied in order under a lock.
 
-use super::{Backend, Store, StoreResult};
+use super::{Backend, StoreResult};
 use sqlx::Connection;
 
 /// (version, SQLite statements, PostgreSQL statements)
@@ -377,15 +377,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
 /// lock keeps replicas that start together from racing.
-pub(super) async fn run(store: &Store) -> StoreResult<()> {
-    let mut conn = store.writer.acquire().await?;
-    if store.backend == Backend::Postgres {
+pub(super) async fn run(writer: &sqlx::AnyPool, backend: Backend) -> StoreResult<()> {
+    let mut conn = writer.acquire().await?;
+    if backend == Backend::Postgres {
         sqlx::query("SELECT pg_advisory_lock(727170)")
             .execute(&mut *conn)
             .await?;
     }
-    let result = apply(&mut conn, store.backend).await;
-    if store.backend == Backend::Postgres {
+    let result = apply(&mut conn, backend).await;
+    if backend == Backend::Postgres {
         sqlx::query("SELECT pg_advisory_unlock(727170)")
             .execute(&mut *conn)
             .await?;
@@ -486,7 +486,7 @@ mod tests {
                 .execute(store.pool())
                 .await
                 .unwrap();
-            run(&store).await.unwrap();
+            run(&store.writer, store.backend).await.unwrap();
             let versions: Vec<i64> =
                 sqlx::query_scalar("SELECT version FROM schema_migrations ORDER BY version")
                     .fetch_all(store.pool())

@@ -243,6 +243,8 @@ impl Store {
         let clients = Arc::new(client_cache::ClientCache::new());
         let listener = (backend == Backend::Postgres)
             .then(|| client_cache::listen(url.clone(), clients.clone()));
+        // Before the token cache, whose listener reads the revocation log from the start.
+        migrations::run(&writer, backend).await?;
         let token_cache = token_cache::of_database(&url, &hot, capacity);
         let store = Store {
             shared: Arc::new(Shared {
@@ -257,7 +259,6 @@ impl Store {
                 events: events::EventBell::new((backend == Backend::Postgres).then(|| url.clone())),
             }),
         };
-        migrations::run(&store).await?;
         Ok(store)
     }
 

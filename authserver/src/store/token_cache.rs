@@ -293,11 +293,6 @@ fn listen(
                         listener = Some(connected);
                         cache.usable.store(capacity > 0, Ordering::Release);
                     }
-                    // A database being migrated at start-up has no revocation log yet.
-                    Err(error) if is_undefined_table(&error) => {
-                        tracing::debug!(%error, "the revocation log does not exist yet; introspection reads the database until it does");
-                        tokio::time::sleep(RETRY).await;
-                    }
                     Err(error) => {
                         tracing::warn!(%error, "cannot listen for token changes; introspection reads the database until it can");
                         tokio::time::sleep(RETRY).await;
@@ -355,14 +350,6 @@ impl Drop for Off {
 /// Listens on the channels, then reads the events logged after the position (or, the first
 /// time, takes the newest as the position), evicting what they concern: the cache (emptied when
 /// the connection was lost) is then used again.
-/// PostgreSQL's `undefined_table`.
-fn is_undefined_table(error: &sqlx::Error) -> bool {
-    error
-        .as_database_error()
-        .and_then(|e| e.code())
-        .is_some_and(|code| code == "42P01")
-}
-
 async fn connect(
     url: &str,
     pool: &sqlx::PgPool,
