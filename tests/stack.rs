@@ -124,6 +124,56 @@ async fn first_start_prints_credentials_that_work_through_the_front_door() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Every endpoint the three metadata documents advertise (OAuth, OpenID Connect discovery, the
+/// SSF transmitter's) is routed at the front door, which is the issuer: a relying party or an SSF
+/// receiver that starts from the issuer finds each one. The endpoints answer as themselves (401,
+/// 405, 400...), never the proxy's 404 for an unrouted path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_the_metadata_advertises_is_routed_at_the_front_door() {
+    let dir = std::env::temp_dir().join(format!(
+        "tg-stack-{}",
+        authserver::secrets::random_client_id()
+    ));
+    let database_url = format!("sqlite://{}/authserver.db", dir.display());
+    let stack = tokengate::start(config(&database_url, &[])).await.unwrap();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let base = format!("http://{}", stack.front_door);
+    let mut checked = 0;
+    for document in [
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/openid-configuration",
+        "/.well-known/ssf-configuration",
+    ] {
+        let response = http.get(format!("{base}{document}")).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{document}");
+        let metadata: Value = response.json().await.unwrap();
+        let issuer = metadata["issuer"].as_str().unwrap().to_owned();
+        for (key, value) in metadata.as_object().unwrap() {
+            let Some(path) = value.as_str().and_then(|v| v.strip_prefix(issuer.as_str())) else {
+                continue;
+            };
+            if key == "issuer" || !path.starts_with('/') {
+                continue;
+            }
+            let answer = http.get(format!("{base}{path}")).send().await.unwrap();
+            let status = answer.status();
+            let body = answer.text().await.unwrap();
+            assert!(
+                status != StatusCode::NOT_FOUND && status != StatusCode::BAD_GATEWAY,
+                "{document} {key} {path}: {status} {body}"
+            );
+            checked += 1;
+        }
+    }
+    // token, authorize, introspection, revocation, jwks, userinfo, end_session, ssf stream...
+    assert!(checked >= 12, "only {checked} endpoints advertised");
+    stack.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_stack_on_the_same_data_leaves_the_first_serving() {
     let dir = std::env::temp_dir().join(format!(
