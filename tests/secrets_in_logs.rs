@@ -4,6 +4,8 @@
 //! token and cookie used is searched for in what it logged. Pingora printed request and response
 //! headers and bodies at debug and trace; the crates that do are now capped at info unless
 //! `TOKENGATE_UNSAFE_LOG_SECRETS=1`, which the second test sets to show the search finds them.
+//! The flow also registers an application in the views (its secret shown once, kept as a sealed
+//! message), configures and polls a revocation stream, and signs out.
 //! The access lines of the proxy and the authorization server (issue 27) are checked for their
 //! fields, as text and as JSON (`LOG_FORMAT=json`), in the same logs.
 
@@ -358,6 +360,122 @@ async fn flow(stack: &Stack) -> Vec<(String, String)> {
         .await
         .unwrap();
     assert_eq!(admin_page.status(), StatusCode::OK);
+    let csrf_field = |html: &str| hidden(html, "csrf_token").expect("a CSRF field");
+
+    // An application registered in the views: its new secret crosses the store as a sealed
+    // one-time message and is shown once on the next page.
+    let form = http
+        .get(format!("{base}/o/applications/register/"))
+        .header(COOKIE, &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let registered = http
+        .post(format!("{base}/o/applications/register/"))
+        .header(COOKIE, &session)
+        .form(&[
+            ("name", "logs-app"),
+            ("client_type", "confidential"),
+            ("grant_type", "client-credentials"),
+            ("redirect_uris", ""),
+            ("scope", "read"),
+            ("csrf_token", &csrf_field(&form)),
+        ])
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        registered.status().is_redirection(),
+        "{}",
+        registered.status()
+    );
+    let detail = registered.headers()["location"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let detail = http
+        .get(format!("{base}{detail}"))
+        .header(COOKIE, &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let new_secret = detail
+        .split("id=\"client-secret\" class=\"mono\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the new secret shown once")
+        .to_owned();
+    secrets.push(("registered application's secret".into(), new_secret));
+
+    // The revocation stream's configuration: created, changed with PATCH, polled.
+    let ssf = token(
+        &http,
+        stack,
+        &stack.resource_server,
+        &[
+            ("grant_type", "client_credentials"),
+            ("scope", "ssf.read ssf.manage"),
+        ],
+    )
+    .await;
+    let ssf_token = ssf["access_token"].as_str().unwrap().to_owned();
+    secrets.push(("stream token".into(), ssf_token.clone()));
+    let stream: Value = http
+        .post(format!("{base}/ssf/stream"))
+        .bearer_auth(&ssf_token)
+        .json(&serde_json::json!({"delivery": {"method": "urn:ietf:rfc:8936"}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let stream_id = stream["stream_id"].as_str().expect("a stream").to_owned();
+    let patched = http
+        .patch(format!("{base}/ssf/stream"))
+        .bearer_auth(&ssf_token)
+        .json(&serde_json::json!({"stream_id": stream_id, "events_requested": ["https://schemas.openid.net/secevent/caep/event-type/session-revoked"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(patched.status(), StatusCode::OK);
+    let polled = http
+        .post(format!("{base}/ssf/poll/{stream_id}"))
+        .bearer_auth(&ssf_token)
+        .json(&serde_json::json!({"maxEvents": 10, "returnImmediately": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(polled.status(), StatusCode::OK);
+
+    // Signing out (which revokes the session's token families and says so on the stream).
+    let admin_html = http
+        .get(format!("{base}/admin/"))
+        .header(COOKIE, &session)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let signed_out = http
+        .post(format!("{base}/accounts/logout/"))
+        .header(COOKIE, &session)
+        .form(&[("csrf_token", csrf_field(&admin_html).as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        signed_out.status().is_redirection(),
+        "{}",
+        signed_out.status()
+    );
     secrets
 }
 
@@ -521,4 +639,6 @@ async fn the_unsafe_opt_in_lifts_the_cap_and_says_so() {
     // Pingora's trace lines print request headers: the search above would have found them.
     let found = leaked(&log, &secrets);
     assert!(found.contains(&"client Basic"), "{found:?}");
+    // ...and the requests of the stream's configuration, so the search covers that path too.
+    assert!(found.contains(&"stream token"), "{found:?}");
 }
