@@ -5,6 +5,8 @@
 # bench/proxy.sh, on HTTP/1.1 keep-alive connections:
 #   on       tokengate, route needs scope `read`, every measured request a cache hit (proxy.sh's on)
 #   on-tls   the same proxy terminating TLS (one ECDSA P-256 certificate made for the run)
+#   on-ssf   `on` with the revocation stream receiver on (`revocation:` following the
+#            authorization server's SSF stream; measured once the stream is healthy)
 #   bare     the bare Pingora proxy (proxy/examples/bare.rs)
 #   njs      nginx + njs introspection, answers kept by proxy_cache (bench/nginx/), one process
 #            (master_process off)
@@ -14,14 +16,14 @@
 # of new connections, dumped again: (I_large - I_small) / (LARGE - SMALL) is the cost of one request
 # without the cost of starting, connecting or warming up. Kernel work (loopback TCP, about half of
 # a proxy's CPU in perf) is not counted: compare it with `perf stat` of syscalls if needed.
-# Usage: bench/instructions.sh   (env: CASES="on bare on-tls njs njs-tls", SMALL=500, LARGE=2500,
+# Usage: bench/instructions.sh   (env: CASES="on bare on-tls on-ssf njs njs-tls", SMALL=500, LARGE=2500,
 #        CONNS=4, KEEP=dir (keep the callgrind files there, for callgrind_annotate), PROXY, BARE,
 #        AUTH, HELLO, NGINX (binaries; default /work/bench-target/release or target/release))
 # Build: cargo build --release -p proxy --bin proxy --example bare -p authserver --bin authserver
 #        --example hello (with CARGO_PROFILE_RELEASE_DEBUG=line-tables-only for annotated lines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CASES=${CASES:-on bare on-tls njs njs-tls}
+CASES=${CASES:-on bare on-tls on-ssf njs njs-tls}
 SMALL=${SMALL:-500}
 LARGE=${LARGE:-2500}
 CONNS=${CONNS:-4}
@@ -39,6 +41,9 @@ done
 for b in "$AUTH" "$PROXY" "$BARE" "$HELLO"; do [ -x "$b" ] || { echo "missing $b: build it (see the top of $0)" >&2; exit 1; }; done
 . bench/common.sh
 
+# The key-encryption secret of the authorization server's signing keys (the stream's events are
+# signed).
+export AUTHSERVER_SECRETS_SYSTEM=$(openssl rand -hex 32)
 start_authserver
 HELLO_PORT=$(free_port)
 $HELLO "127.0.0.1:$HELLO_PORT" & PIDS+=($!)
@@ -59,6 +64,14 @@ wait_ok() {
   done
   echo "no 200 from $1 (see $WORK/valgrind-$CASE.log)" >&2; cat "$WORK/valgrind-$CASE.log" >&2; exit 1
 }
+# Polls $1 until it answers exactly "ready" (not degraded: the revocation stream is healthy).
+wait_ready() {
+  for _ in $(seq 600); do
+    [ "$(curl -s "$1")" = ready ] && return 0
+    sleep 0.2
+  done
+  echo "$1: not ready (see $WORK/valgrind-$CASE.log)" >&2; curl -s "$1" >&2; exit 1
+}
 # The instructions counted in callgrind dump $1.
 instructions() { awk '/^(summary|totals):/ { print $2; exit }' "$1"; }
 # Sends $1 requests to $URL on $CONNS keep-alive connections; fails on anything but 200s.
@@ -72,9 +85,11 @@ ROWS=""
 for CASE in $CASES; do
   PORT=$(free_port); URL="http://127.0.0.1:$PORT/"
   case $CASE in
-    on|on-tls)
+    on|on-tls|on-ssf)
       ADMIN=$(free_port)
       extra=""; [ "$CASE" = on-tls ] && { extra="tls: { cert_file: $CERT, key_file: $KEY }"; URL="https://127.0.0.1:$PORT/"; }
+      ssf="http://127.0.0.1:$AUTH_PORT/.well-known/ssf-configuration"
+      [ "$CASE" = on-ssf ] && extra="revocation: { configuration_url: \"$ssf\", healthy_max_ttl: 1h }"
       proxy_yaml "$CASE" "scopes: [read]" "$PORT" "$ADMIN" "$extra"
       # MIMALLOC_PURGE_DELAY set: the proxy re-executes itself without it, and the new program
       # would run outside valgrind (the empty profile of an earlier session).
@@ -89,6 +104,7 @@ for CASE in $CASES; do
     *) echo "unknown case $CASE" >&2; exit 1 ;;
   esac
   wait_ok "$URL"
+  [ "$CASE" = on-ssf ] && wait_ready "http://127.0.0.1:$ADMIN/readyz"
   load 100   # warm-up: caches, pools, lazily built state
   callgrind_control -z "$BOX_PID" >/dev/null 2>&1
   load "$SMALL"; callgrind_control -d "$BOX_PID" >/dev/null 2>&1
@@ -108,7 +124,7 @@ per = {}
 for case, small, large in rows:
     per[case] = (int(large) - int(small)) / ($LARGE - $SMALL)
     print(f"{case:<10}{int(small):>14,}{int(large):>14,}{per[case]:>13,.0f}")
-for a, b in [("on", "bare"), ("on", "njs"), ("on-tls", "njs-tls")]:
+for a, b in [("on", "bare"), ("on", "njs"), ("on-tls", "njs-tls"), ("on-ssf", "on")]:
     if a in per and b in per:
         print(f"{a} / {b} = {per[a] / per[b]:.2f}x")
 PY

@@ -384,7 +384,10 @@ fn head_end(buf: &[u8], scanned: &mut usize) -> bool {
     let from = (*scanned).saturating_sub(2).max(start);
     *scanned = buf.len();
     let rest = &buf[from..];
-    rest.windows(2).any(|w| w == b"\n\n") || rest.windows(3).any(|w| w == b"\n\r\n")
+    // Each line feed (found by memchr, not byte by byte: this runs on every request) followed by
+    // LF or CR LF.
+    memchr::memchr_iter(b'\n', rest)
+        .any(|i| matches!(rest[i + 1..], [b'\n', ..] | [b'\r', b'\n', ..]))
 }
 
 /// Best effort: a short response that closes the connection. What the client sent meanwhile is

@@ -95,7 +95,9 @@ impl ProxyHttp for Gateway {
         {
             let answer = policy.preflight(&asked, &req.headers);
             let vary = policy.varies();
-            self.shared.metrics.request(&route.name, Outcome::Preflight);
+            routing
+                .series(Some(route.index()))
+                .request(Outcome::Preflight);
             ctx.route = Some(route.index());
             ctx.decision = Some(Outcome::Preflight);
             ctx.routing = Some(routing);
@@ -115,18 +117,16 @@ impl ProxyHttp for Gateway {
                     // stream). Its own ping/pong keeps it honest; the connection cap still holds.
                     session.set_read_timeout(None);
                 }
-                let label = allow.route.name.as_str();
-                self.shared.metrics.request(label, Outcome::Allow);
-                ctx.route = Some(allow.route.index());
+                let index = allow.route.index();
+                let target = routing.routes.get(index);
+                routing.series(Some(index)).request(Outcome::Allow);
+                ctx.route = Some(index);
                 ctx.decision = Some(Outcome::Allow);
                 ctx.identity = allow.identity;
                 ctx.cors = allow.route.cors.clone();
-                ctx.upstream = allow
-                    .route
-                    .upstream
-                    .as_ref()
-                    .and_then(|u| routing.upstreams.get(u))
-                    .cloned();
+                ctx.upstream = target
+                    .and_then(|t| t.upstream.as_ref())
+                    .map(|u| u.0.clone());
                 ctx.routing = Some(routing);
                 Ok(false)
             }
@@ -136,7 +136,7 @@ impl ProxyHttp for Gateway {
                     .route
                     .and_then(|i| routing.gate.rules().routes().get(i));
                 let label = route.map_or(UNMATCHED, |r| r.name.as_str());
-                self.shared.metrics.request(label, denial.outcome);
+                routing.series(denial.route).request(denial.outcome);
                 ctx.route = route.map(|r| r.index());
                 ctx.decision = Some(denial.outcome);
                 ctx.cors = route.and_then(|r| r.cors.clone());
@@ -327,25 +327,31 @@ impl ProxyHttp for Gateway {
     }
 
     async fn logging(&self, session: &mut Session, e: Option<&Error>, ctx: &mut RequestCtx) {
-        if let (Some(e), Some(up)) = (e, ctx.upstream.as_ref())
+        let routing = ctx.routing.as_deref();
+        // The route's upstream series (`ctx.upstream` is that route's upstream).
+        let upstream = ctx
+            .route
+            .zip(routing)
+            .and_then(|(i, r)| r.routes.get(i)?.upstream.as_ref())
+            .filter(|_| ctx.upstream.is_some())
+            .map(|u| &u.1);
+        if let (Some(e), Some(up)) = (e, upstream)
             && e.esource() == &ErrorSource::Upstream
         {
-            self.shared.metrics.upstream_error(&up.name);
+            up.error();
         }
         let status = session.response_written().map_or(0, |r| r.status.as_u16());
         let took = ctx.start.elapsed();
-        let route = ctx.route.zip(ctx.routing.as_ref()).and_then(|(i, r)| {
-            // Routes are kept in file order: the position is the index.
-            let routes = r.gate.rules().routes();
-            let at = routes.get(i).filter(|route| route.index() == i);
-            at.or_else(|| routes.iter().find(|route| route.index() == i))
-        });
-        let metrics = &self.shared.metrics;
-        if let Some(decision) = ctx.decision {
-            metrics.observe(route.map_or(UNMATCHED, |r| r.name.as_str()), decision, took);
+        // Routes are kept in file order: the position is the index.
+        let route = ctx
+            .route
+            .zip(routing)
+            .and_then(|(i, r)| r.gate.rules().routes().get(i));
+        if let (Some(decision), Some(routing)) = (ctx.decision, routing) {
+            routing.series(ctx.route).observe(decision, took);
         }
-        if let (Some(up), Some(status)) = (ctx.upstream.as_ref(), ctx.upstream_status) {
-            metrics.upstream_status(&up.name, status);
+        if let (Some(up), Some(status)) = (upstream, ctx.upstream_status) {
+            up.status(status);
         }
         if self.shared.access_log.wants(status) {
             let req = session.req_header();

@@ -6,11 +6,11 @@
 //!
 //! [`ProxyMetrics`] owns the series counted on the request path (families of the
 //! `prometheus-client` crate); everything else is read from the state in force at each scrape.
-//! The request path finds its route's series by name under a read lock: no label set is built
-//! per request.
+//! The routing built at each reload holds each route's and upstream's series
+//! ([`RouteSeries`], [`UpstreamSeries`]): the request path counts without a lookup or a lock, and
+//! builds no label set.
 
-use std::collections::HashMap;
-use std::sync::{OnceLock, RwLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -53,20 +53,90 @@ struct UpstreamLabel {
 
 type PerOutcome<M> = [OnceLock<M>; Outcome::ALL.len()];
 
-/// One route's series, made at the first request of each decision.
-#[derive(Default)]
-struct RouteSeries {
+/// One route's series, each made at the route's first request of its decision. The routing
+/// built at each reload holds one per route ([`ProxyMetrics::route`]): a request counts without
+/// looking its series up. A route kept over a reload keeps counting in the same series (the
+/// families hold them by label).
+#[derive(Debug)]
+pub struct RouteSeries {
+    route: String,
+    requests_family: Family<RouteDecision, Counter>,
+    durations_family: Family<RouteDecision, Histogram>,
     requests: PerOutcome<Counter>,
     durations: PerOutcome<Histogram>,
 }
 
-/// One upstream's series, made (at 0) when it is first seen.
-struct UpstreamSeries {
-    classes: [Counter; CLASSES.len()],
-    errors: Counter,
+impl RouteSeries {
+    /// A request of this route was decided `outcome`.
+    pub fn request(&self, outcome: Outcome) {
+        self.requests[outcome as usize]
+            .get_or_init(|| {
+                self.requests_family
+                    .get_or_create_owned(&self.labels(outcome))
+            })
+            .inc();
+    }
+
+    /// A request of this route decided `outcome` took `took`, head read to answer sent.
+    pub fn observe(&self, outcome: Outcome, took: Duration) {
+        self.durations[outcome as usize]
+            .get_or_init(|| {
+                self.durations_family
+                    .get_or_create_owned(&self.labels(outcome))
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    fn labels(&self, outcome: Outcome) -> RouteDecision {
+        RouteDecision {
+            route: self.route.clone(),
+            decision: outcome.as_str(),
+        }
+    }
 }
 
-/// The series counted on the request path.
+/// One upstream's series, made (at 0) at its first answer or error; held like [`RouteSeries`].
+#[derive(Debug)]
+pub struct UpstreamSeries {
+    upstream: String,
+    classes_family: Family<UpstreamClass, Counter>,
+    errors_family: Family<UpstreamLabel, Counter>,
+    made: OnceLock<([Counter; CLASSES.len()], Counter)>,
+}
+
+impl UpstreamSeries {
+    /// The upstream answered with `status`.
+    pub fn status(&self, status: u16) {
+        let Some(class) = (status / 100).checked_sub(1).filter(|c| *c < 5) else {
+            return;
+        };
+        self.made().0[class as usize].inc();
+    }
+
+    /// A connection to the upstream or an exchange with it failed.
+    pub fn error(&self) {
+        self.made().1.inc();
+    }
+
+    fn made(&self) -> &([Counter; CLASSES.len()], Counter) {
+        self.made.get_or_init(|| {
+            let upstream = || self.upstream.clone();
+            let classes = CLASSES.map(|class| {
+                let labels = UpstreamClass {
+                    upstream: upstream(),
+                    class,
+                };
+                self.classes_family.get_or_create_owned(&labels)
+            });
+            let errors = UpstreamLabel {
+                upstream: upstream(),
+            };
+            (classes, self.errors_family.get_or_create_owned(&errors))
+        })
+    }
+}
+
+/// The families counted on the request path, and the rule reloads.
 pub struct ProxyMetrics {
     requests: Family<RouteDecision, Counter>,
     durations: Family<RouteDecision, Histogram>,
@@ -74,8 +144,6 @@ pub struct ProxyMetrics {
     upstream_errors: Family<UpstreamLabel, Counter>,
     /// Rule reloads: ok, error.
     reloads: Family<[(&'static str, &'static str); 1], Counter>,
-    routes: RwLock<HashMap<String, RouteSeries>>,
-    upstreams: RwLock<HashMap<String, UpstreamSeries>>,
 }
 
 impl Default for ProxyMetrics {
@@ -87,8 +155,6 @@ impl Default for ProxyMetrics {
             upstream_responses: Family::default(),
             upstream_errors: Family::default(),
             reloads: Family::default(),
-            routes: RwLock::default(),
-            upstreams: RwLock::default(),
         };
         for result in ["ok", "error"] {
             drop(m.reloads.get_or_create(&[("result", result)]));
@@ -127,85 +193,30 @@ impl ProxyMetrics {
         );
     }
 
-    pub fn request(&self, route: &str, outcome: Outcome) {
-        self.route(route, |series| {
-            series.requests[outcome as usize]
-                .get_or_init(|| self.requests.get_or_create_owned(&labels(route, outcome)))
-                .inc();
-        });
+    /// The series of the route named `route` ([`UNMATCHED`] for requests that matched none).
+    pub fn route(&self, route: &str) -> RouteSeries {
+        RouteSeries {
+            route: route.to_owned(),
+            requests_family: self.requests.clone(),
+            durations_family: self.durations.clone(),
+            requests: Default::default(),
+            durations: Default::default(),
+        }
     }
 
-    /// A request of `route` decided `outcome` took `took`, head read to answer sent.
-    pub fn observe(&self, route: &str, outcome: Outcome, took: Duration) {
-        self.route(route, |series| {
-            series.durations[outcome as usize]
-                .get_or_init(|| self.durations.get_or_create_owned(&labels(route, outcome)))
-                .observe(took.as_secs_f64());
-        });
-    }
-
-    /// `upstream` answered with `status`.
-    pub fn upstream_status(&self, upstream: &str, status: u16) {
-        let Some(class) = (status / 100).checked_sub(1).filter(|c| *c < 5) else {
-            return;
-        };
-        self.upstream(upstream, |series| {
-            series.classes[class as usize].inc();
-        });
-    }
-
-    pub fn upstream_error(&self, upstream: &str) {
-        self.upstream(upstream, |series| {
-            series.errors.inc();
-        });
+    /// The series of the upstream named `upstream`.
+    pub fn upstream(&self, upstream: &str) -> UpstreamSeries {
+        UpstreamSeries {
+            upstream: upstream.to_owned(),
+            classes_family: self.upstream_responses.clone(),
+            errors_family: self.upstream_errors.clone(),
+            made: OnceLock::new(),
+        }
     }
 
     pub fn reload(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.reloads.get_or_create(&[("result", result)]).inc();
-    }
-
-    fn route(&self, name: &str, f: impl FnOnce(&RouteSeries)) {
-        series(&self.routes, name, RouteSeries::default, f);
-    }
-
-    fn upstream(&self, name: &str, f: impl FnOnce(&UpstreamSeries)) {
-        let make = || UpstreamSeries {
-            classes: CLASSES.map(|class| {
-                self.upstream_responses.get_or_create_owned(&UpstreamClass {
-                    upstream: name.to_owned(),
-                    class,
-                })
-            }),
-            errors: self.upstream_errors.get_or_create_owned(&UpstreamLabel {
-                upstream: name.to_owned(),
-            }),
-        };
-        series(&self.upstreams, name, make, f);
-    }
-}
-
-fn labels(route: &str, outcome: Outcome) -> RouteDecision {
-    RouteDecision {
-        route: route.to_owned(),
-        decision: outcome.as_str(),
-    }
-}
-
-/// Runs `f` on `name`'s series, made by `make` the first time (a read lock after that).
-fn series<T>(
-    map: &RwLock<HashMap<String, T>>,
-    name: &str,
-    make: impl FnOnce() -> T,
-    f: impl FnOnce(&T),
-) {
-    if let Ok(map) = map.read()
-        && let Some(series) = map.get(name)
-    {
-        return f(series);
-    }
-    if let Ok(mut map) = map.write() {
-        f(map.entry(name.to_owned()).or_insert_with(make));
     }
 }
 
@@ -222,14 +233,18 @@ mod tests {
     #[test]
     fn renders_requests_durations_statuses_and_reloads() {
         let m = ProxyMetrics::default();
-        m.request("users", Outcome::Unavailable);
-        m.request("users", Outcome::Unavailable);
-        m.observe("users", Outcome::Allow, Duration::from_micros(1500));
-        m.observe("users", Outcome::Allow, Duration::from_secs(20));
-        m.upstream_status("api", 204);
-        m.upstream_status("api", 503);
-        m.upstream_status("api", 999);
-        m.upstream_error("api");
+        let users = m.route("users");
+        users.request(Outcome::Unavailable);
+        // A reload's new handle counts in the same series.
+        m.route("users").request(Outcome::Unavailable);
+        users.observe(Outcome::Allow, Duration::from_micros(1500));
+        users.observe(Outcome::Allow, Duration::from_secs(20));
+        let api = m.upstream("api");
+        api.status(204);
+        api.status(503);
+        api.status(999);
+        m.upstream("api").error();
+        m.upstream("unused");
         m.reload(false);
         let text = text(m);
         let labels = "route=\"users\",decision=\"allow\"";
@@ -258,5 +273,9 @@ mod tests {
         ] {
             assert!(text.contains(&needle), "missing {needle:?} in\n{text}");
         }
+        assert!(
+            !text.contains("unused"),
+            "an upstream's series wait for its first answer"
+        );
     }
 }

@@ -17,7 +17,7 @@ use crate::balance::Pool;
 use crate::config::{ConfigError, ProxyConfig, reload_config_with_env};
 use crate::downstream::ListenerGate;
 use crate::drain::Drain;
-use crate::metrics::ProxyMetrics;
+use crate::metrics::{ProxyMetrics, RouteSeries, UNMATCHED, UpstreamSeries};
 use crate::tls::CertStore;
 
 /// How recently the authorization server must have answered for `/readyz` to say 200.
@@ -29,15 +29,40 @@ pub const READY_WINDOW: Duration = Duration::from_secs(30);
 pub struct Routing {
     pub gate: Gate,
     pub upstreams: HashMap<String, Arc<Pool>>,
+    /// Each route's series and upstream, in file order (as `gate.rules().routes()`).
+    pub routes: Vec<RouteTarget>,
+    /// The series of requests that matched no route.
+    pub unmatched: RouteSeries,
+}
+
+/// What a route's requests are counted in and sent to: looked up once per reload, not per
+/// request.
+#[derive(Debug)]
+pub struct RouteTarget {
+    pub series: RouteSeries,
+    /// The route's upstream and its series; `None`: the route names no known upstream.
+    pub upstream: Option<(Arc<Pool>, Arc<UpstreamSeries>)>,
 }
 
 impl Routing {
+    /// The series of the route at `index` (its position in the file); `None`: the unmatched
+    /// series.
+    pub fn series(&self, index: Option<usize>) -> &RouteSeries {
+        index
+            .and_then(|i| self.routes.get(i))
+            .map_or(&self.unmatched, |t| &t.series)
+    }
+
     /// Builds the gate of `config`, keeping `previous`'s introspection client (see
     /// [`Gate::build`]), and `previous`'s pool of each upstream whose settings did not change
     /// (with its health state); the other pools are new, their names resolved now (blocking).
-    fn build(config: &ProxyConfig, previous: Option<&Routing>) -> Result<Routing, String> {
+    fn build(
+        config: &ProxyConfig,
+        previous: Option<&Routing>,
+        metrics: &ProxyMetrics,
+    ) -> Result<Routing, String> {
         let gate = Gate::build(config.gate.clone(), previous.map(|r| &r.gate))?;
-        let upstreams = config
+        let upstreams: HashMap<String, Arc<Pool>> = config
             .upstreams
             .iter()
             .map(|(name, upstream)| {
@@ -49,7 +74,28 @@ impl Routing {
                 (name.clone(), pool)
             })
             .collect();
-        Ok(Routing { gate, upstreams })
+        let upstream_series: HashMap<&str, Arc<UpstreamSeries>> = upstreams
+            .keys()
+            .map(|name| (name.as_str(), Arc::new(metrics.upstream(name))))
+            .collect();
+        let routes = gate
+            .rules()
+            .routes()
+            .iter()
+            .map(|route| RouteTarget {
+                series: metrics.route(&route.name),
+                upstream: route.upstream.as_deref().and_then(|name| {
+                    let pool = upstreams.get(name)?.clone();
+                    Some((pool, upstream_series.get(name)?.clone()))
+                }),
+            })
+            .collect();
+        Ok(Routing {
+            gate,
+            upstreams,
+            routes,
+            unmatched: metrics.route(UNMATCHED),
+        })
     }
 }
 
@@ -78,7 +124,7 @@ impl Shared {
     /// validator): an error names what could not be built.
     pub fn new(config: ProxyConfig) -> Result<Shared, String> {
         let metrics = ProxyMetrics::default();
-        let routing = Routing::build(&config, None)?;
+        let routing = Routing::build(&config, None, &metrics)?;
         let tls = match &config.tls {
             Some(files) => Some(CertStore::open(files.clone()).map_err(|e| e.to_string())?),
             None => None,
@@ -154,10 +200,11 @@ impl Shared {
         });
         let current = self.routing();
         let result = result.and_then(|new| {
-            let routing = Routing::build(&new, Some(&current)).map_err(|message| {
-                let file = path.display().to_string();
-                ConfigError::key(&file, "token_source", new.gate.token_source, message)
-            })?;
+            let routing =
+                Routing::build(&new, Some(&current), &self.metrics).map_err(|message| {
+                    let file = path.display().to_string();
+                    ConfigError::key(&file, "token_source", new.gate.token_source, message)
+                })?;
             Ok((new, routing))
         });
         self.metrics.reload(result.is_ok());
