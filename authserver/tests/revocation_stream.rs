@@ -211,6 +211,7 @@ fn input(app: &authserver::store::Application) -> ApplicationInput {
         redirect_uris: app.redirect_uris.clone(),
         allowed_scopes: app.allowed_scopes.clone(),
         may_introspect: app.may_introspect,
+        may_use_ssf: app.may_use_ssf,
         pkce_required: app.pkce_required,
         token_format: app.token_format,
     }

@@ -216,6 +216,7 @@ fn app_input(name: &str) -> ApplicationInput {
         redirect_uris: String::new(),
         allowed_scopes: Vec::new(),
         may_introspect: false,
+        may_use_ssf: false,
         pkce_required: true,
         token_format: None,
     }
