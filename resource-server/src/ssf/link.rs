@@ -624,7 +624,13 @@ impl Link {
                     self.stream_status(status);
                 }
                 let m = &self.revoked.metrics;
-                m.sets_applied.fetch_add(1, Relaxed);
+                // A SET of the stream's own events (verification, status) ends nothing.
+                let about_the_stream = verified.revocations.is_empty()
+                    && verified.keys_withdrawn.is_empty()
+                    && verified.ignored == 0;
+                if !about_the_stream {
+                    m.sets_applied.fetch_add(1, Relaxed);
+                }
                 m.events_ignored.fetch_add(verified.ignored as u64, Relaxed);
                 self.acks.push(jti.to_owned());
             }
