@@ -1729,3 +1729,56 @@ async fn the_stream_has_its_own_permission() {
         assert_eq!(status, 200);
     }
 }
+
+/// The receiver (`resource-server`) against this transmitter: it asks for a verification once
+/// its stream exists and counts it when it arrives; a paused stream makes it unhealthy (short
+/// cache lifetimes) after the next empty poll, and enabled again, healthy.
+#[tokio::test]
+async fn a_receiver_verifies_its_stream_and_is_unhealthy_while_it_is_paused() {
+    use resource_server::ssf::{Receiver, RevocationSettings};
+    use std::sync::atomic::Ordering::Relaxed;
+    for store in testing::all_stores().await {
+        let server = start(&store, 1).await;
+        let client = Client::new(&server.base_url);
+        let app = testing::application(&store, GrantType::ClientCredentials, true).await;
+        let configuration = format!("{}/.well-known/ssf-configuration", server.base_url);
+        let receiver = Receiver::new(RevocationSettings::new(&configuration, &app.0, &app.1));
+        let revoked = receiver.revoked().clone();
+        until("verified", Duration::from_secs(20), async || {
+            revoked.metrics.verifications.load(Relaxed) == 1
+        })
+        .await;
+        assert!(revoked.is_healthy(), "{:?}", revoked.health());
+        assert_eq!(revoked.metrics.sets_refused.load(Relaxed), 0);
+        assert_eq!(revoked.metrics.sets_applied.load(Relaxed), 0);
+
+        let token = client.token(&app, STREAM_SCOPES).await;
+        let (_, streams) = client
+            .call(reqwest::Method::GET, "/ssf/stream", Some(&token), None)
+            .await;
+        let stream = streams[0]["stream_id"].as_str().unwrap().to_owned();
+        let set_status = async |status: &str| {
+            let (code, _) = client
+                .call(
+                    reqwest::Method::POST,
+                    "/ssf/status",
+                    Some(&token),
+                    Some(json!({"stream_id": stream, "status": status})),
+                )
+                .await;
+            assert_eq!(code, 200);
+        };
+        set_status("paused").await;
+        until("unhealthy while paused", Duration::from_secs(20), async || {
+            revoked.health() == Err("revocation stream unhealthy: the stream is paused or disabled")
+        })
+        .await;
+        assert_eq!(revoked.max_age(), revoked.lifetimes.fallback_ttl);
+        set_status("enabled").await;
+        until("healthy once enabled", Duration::from_secs(20), async || {
+            revoked.is_healthy()
+        })
+        .await;
+        drop(receiver);
+    }
+}
