@@ -523,7 +523,40 @@ mod tests {
                     .fetch_all(store.pool())
                     .await
                     .unwrap();
-            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15]);
+            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]);
+        }
+    }
+
+    /// Migration 13 gives the revocation stream to every application allowed to introspect
+    /// before it (they held the stream scopes through that permission), and to no other.
+    #[tokio::test]
+    async fn migration_13_keeps_the_stream_of_applications_that_introspect() {
+        use crate::store::GrantType;
+        for store in crate::testing::all_stores().await {
+            let (introspects, _) =
+                crate::testing::application(&store, GrantType::ClientCredentials, true).await;
+            let (plain, _) =
+                crate::testing::application(&store, GrantType::ClientCredentials, false).await;
+            // As before migration 13: no application has the flag.
+            sqlx::query("UPDATE applications SET may_use_ssf = 0")
+                .execute(store.pool())
+                .await
+                .unwrap();
+            sqlx::query("DELETE FROM schema_migrations WHERE version = 13")
+                .execute(store.pool())
+                .await
+                .unwrap();
+            run(&store.writer, store.backend).await.unwrap();
+            for (client_id, expected) in [(introspects, 1), (plain, 0)] {
+                let flag: i64 = sqlx::query_scalar(
+                    "SELECT may_use_ssf FROM applications WHERE client_id = $1",
+                )
+                .bind(&client_id)
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+                assert_eq!(flag, expected, "{client_id}");
+            }
         }
     }
 }
