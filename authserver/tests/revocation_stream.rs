@@ -1413,7 +1413,10 @@ async fn status_verification_and_subjects_refuse_the_wrong_caller_scope_stream_a
         // Malformed bodies: 400 invalid_request, with a description; nothing changed.
         let malformed: Vec<(&str, Value)> = vec![
             ("/ssf/status", json!({"stream_id": stream})),
-            ("/ssf/status", json!({"stream_id": stream, "status": "stopped"})),
+            (
+                "/ssf/status",
+                json!({"stream_id": stream, "status": "stopped"}),
+            ),
             ("/ssf/status", json!({"status": "paused"})),
             (
                 "/ssf/status",
@@ -1421,9 +1424,15 @@ async fn status_verification_and_subjects_refuse_the_wrong_caller_scope_stream_a
             ),
             ("/ssf/verify", json!({"state": "s"})),
             ("/ssf/verify", json!({"stream_id": stream, "state": 7})),
-            ("/ssf/verify", json!({"stream_id": stream, "state": "s".repeat(300)})),
+            (
+                "/ssf/verify",
+                json!({"stream_id": stream, "state": "s".repeat(300)}),
+            ),
             ("/ssf/subjects/add", json!({"stream_id": stream})),
-            ("/ssf/subjects/add", json!({"stream_id": stream, "subject": "a@example.com"})),
+            (
+                "/ssf/subjects/add",
+                json!({"stream_id": stream, "subject": "a@example.com"}),
+            ),
             (
                 "/ssf/subjects/add",
                 json!({"stream_id": stream, "subject": {"format": "email"}}),
@@ -1724,7 +1733,11 @@ async fn the_stream_has_its_own_permission() {
         changed.may_introspect = false;
         store.update_application(app.id, &changed).await.unwrap();
         let (status, _) = client
-            .poll(&both_stream, &both_token, json!({"returnImmediately": true}))
+            .poll(
+                &both_stream,
+                &both_token,
+                json!({"returnImmediately": true}),
+            )
             .await;
         assert_eq!(status, 200);
     }
@@ -1769,15 +1782,22 @@ async fn a_receiver_verifies_its_stream_and_is_unhealthy_while_it_is_paused() {
             assert_eq!(code, 200);
         };
         set_status("paused").await;
-        until("unhealthy while paused", Duration::from_secs(20), async || {
-            revoked.health() == Err("revocation stream unhealthy: the stream is paused or disabled")
-        })
+        until(
+            "unhealthy while paused",
+            Duration::from_secs(20),
+            async || {
+                revoked.health()
+                    == Err("revocation stream unhealthy: the stream is paused or disabled")
+            },
+        )
         .await;
         assert_eq!(revoked.max_age(), revoked.lifetimes.fallback_ttl);
         set_status("enabled").await;
-        until("healthy once enabled", Duration::from_secs(20), async || {
-            revoked.is_healthy()
-        })
+        until(
+            "healthy once enabled",
+            Duration::from_secs(20),
+            async || revoked.is_healthy(),
+        )
         .await;
         drop(receiver);
     }

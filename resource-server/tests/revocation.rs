@@ -14,12 +14,12 @@ use http::{HeaderMap, HeaderValue, Method};
 use resource_server::gate_config::{GateSettings, IntrospectionConfig, TokenSource};
 use resource_server::jwt::{JwksSettings, JwksSource};
 use resource_server::revoked::Lifetimes;
+use resource_server::ssf::set::{STREAM_UPDATED, VERIFICATION};
 use resource_server::{
     CacheSettings, ClientAuth, Denial, Gate, IntrospectionSettings, JwtSettings,
     RevocationSettings, Rules,
 };
 use serde_json::{Value, json};
-use resource_server::ssf::set::{STREAM_UPDATED, VERIFICATION};
 use ssf_transmitter::{
     CLIENT_ID, CLIENT_SECRET, CREDENTIAL_CHANGE, SESSION_REVOKED, Transmitter, now,
 };

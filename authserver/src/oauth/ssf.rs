@@ -456,9 +456,7 @@ async fn set_status(
         Err(refused) => return Ok(refused),
     };
     let Some(status) = StreamStatus::parse(&request.status) else {
-        return Ok(bad_request(
-            "The status is enabled, paused or disabled.",
-        ));
+        return Ok(bad_request("The status is enabled, paused or disabled."));
     };
     if request.reason.as_ref().is_some_and(|r| r.len() > MAX_STATE) {
         return Ok(bad_request("The reason is too long."));
@@ -563,9 +561,11 @@ fn well_formed_subject(subject: &Value) -> bool {
             return false;
         };
         required_members(format).is_some_and(|members| {
-            members
-                .iter()
-                .all(|m| s.get(m).and_then(Value::as_str).is_some_and(|v| !v.is_empty()))
+            members.iter().all(|m| {
+                s.get(m)
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| !v.is_empty())
+            })
         })
     };
     let Some(object) = subject.as_object() else {
@@ -801,9 +801,8 @@ async fn pending(
     }
     loop {
         let mut events = state.store.pending_events(stream, max + 1).await?;
-        let (wanted, unwanted): (Vec<LoggedEvent>, Vec<LoggedEvent>) = events
-            .drain(..)
-            .partition(|e| {
+        let (wanted, unwanted): (Vec<LoggedEvent>, Vec<LoggedEvent>) =
+            events.drain(..).partition(|e| {
                 matches!(e.revocation, Revocation::Verification { .. })
                     || types.contains(&set::event_type(&e.revocation))
             });

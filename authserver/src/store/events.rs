@@ -366,9 +366,8 @@ fn stream_from_row(row: &sqlx::any::AnyRow) -> StoreResult<StreamRecord> {
                 })
             })
             .transpose()?,
-        status: StreamStatus::parse(&row.try_get::<String, _>(7)?).ok_or_else(|| {
-            super::StoreError::Other(anyhow::anyhow!("unknown stream status"))
-        })?,
+        status: StreamStatus::parse(&row.try_get::<String, _>(7)?)
+            .ok_or_else(|| super::StoreError::Other(anyhow::anyhow!("unknown stream status")))?,
         status_reason: row.try_get(8)?,
     })
 }

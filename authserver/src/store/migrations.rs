@@ -548,13 +548,12 @@ mod tests {
                 .unwrap();
             run(&store.writer, store.backend).await.unwrap();
             for (client_id, expected) in [(introspects, 1), (plain, 0)] {
-                let flag: i64 = sqlx::query_scalar(
-                    "SELECT may_use_ssf FROM applications WHERE client_id = $1",
-                )
-                .bind(&client_id)
-                .fetch_one(store.pool())
-                .await
-                .unwrap();
+                let flag: i64 =
+                    sqlx::query_scalar("SELECT may_use_ssf FROM applications WHERE client_id = $1")
+                        .bind(&client_id)
+                        .fetch_one(store.pool())
+                        .await
+                        .unwrap();
                 assert_eq!(flag, expected, "{client_id}");
             }
         }

@@ -12,9 +12,9 @@ use super::templates::{
 use super::{WebError, WebResult, csrf, parse_id, render, see_other};
 use crate::AppState;
 use crate::config::{AccessTokenFormat, Settings};
+use crate::domain::Permissions;
 use crate::jwt::Alg;
 use crate::protocol::oidc;
-use crate::domain::Permissions;
 use crate::store::{
     Application, ApplicationInput, ClientType, DEFAULT_ID_TOKEN_ALG, GrantType, OidcClient,
 };

@@ -489,7 +489,10 @@ impl Link {
             .await;
         match answer {
             Ok(r) if r.status().is_success() => self.verification = Some(state),
-            Ok(r) => tracing::info!(status = r.status().as_u16(), "revocation stream: verification not requested"),
+            Ok(r) => tracing::info!(
+                status = r.status().as_u16(),
+                "revocation stream: verification not requested"
+            ),
             Err(e) => tracing::info!(error = %e, "revocation stream: verification not requested"),
         }
     }
@@ -517,7 +520,11 @@ impl Link {
             Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
             _ => None,
         };
-        if let Some(status) = status.as_ref().and_then(|s| s.get("status")).and_then(Value::as_str) {
+        if let Some(status) = status
+            .as_ref()
+            .and_then(|s| s.get("status"))
+            .and_then(Value::as_str)
+        {
             self.stream_status(status);
         }
     }
@@ -528,7 +535,10 @@ impl Link {
             if status == "enabled" {
                 tracing::info!("revocation stream enabled again");
             } else {
-                tracing::warn!(status, "revocation stream not enabled: unhealthy, short cache lifetimes");
+                tracing::warn!(
+                    status,
+                    "revocation stream not enabled: unhealthy, short cache lifetimes"
+                );
             }
         }
     }

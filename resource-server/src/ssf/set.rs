@@ -221,7 +221,9 @@ impl SetVerifier {
         for (kind, event) in events {
             let text = |k: &str| event.get(k).and_then(Value::as_str).map(str::to_owned);
             if kind == VERIFICATION {
-                verified.verifications.push(text("state").unwrap_or_default());
+                verified
+                    .verifications
+                    .push(text("state").unwrap_or_default());
                 continue;
             }
             if kind == STREAM_UPDATED {
