@@ -146,9 +146,10 @@ fn bad_request(description: &str) -> Response {
     refuse(StatusCode::BAD_REQUEST, "invalid_request", description)
 }
 
-/// A JSON request body, or the `400` refusing it.
-fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes, what: &str) -> Result<T, Response> {
-    serde_json::from_slice(body).map_err(|_| bad_request(&format!("The body must be {what}.")))
+/// A JSON request body of type `T`, or the `400` naming `what` it must be.
+fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes, what: &str) -> Result<T, Box<Response>> {
+    serde_json::from_slice(body)
+        .map_err(|_| Box::new(bad_request(&format!("The body must be {what}."))))
 }
 
 /// The event types a stream delivers: those asked for that are supported (all when none was
@@ -453,7 +454,7 @@ async fn set_status(
     let client_id = caller(&state, &headers, SSF_MANAGE_SCOPE).await?;
     let request: StatusUpdate = match json_body(&body, "{stream_id, status, reason?}") {
         Ok(request) => request,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(*refused),
     };
     let Some(status) = StreamStatus::parse(&request.status) else {
         return Ok(bad_request("The status is enabled, paused or disabled."));
@@ -499,7 +500,7 @@ async fn verify(
     let client_id = caller(&state, &headers, SSF_READ_SCOPE).await?;
     let request: VerificationRequest = match json_body(&body, "{stream_id, state?}") {
         Ok(request) => request,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(*refused),
     };
     if request.state.as_ref().is_some_and(|s| s.len() > MAX_STATE) {
         return Ok(bad_request("The state is too long."));
@@ -600,7 +601,7 @@ async fn change_subject(
     let client_id = caller(&state, &headers, SSF_MANAGE_SCOPE).await?;
     let request: SubjectRequest = match json_body(&body, "{stream_id, subject, verified?}") {
         Ok(request) => request,
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(*refused),
     };
     let subject = request.subject.to_string();
     if subject.len() > MAX_SUBJECT || !well_formed_subject(&request.subject) {
