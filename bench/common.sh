@@ -49,7 +49,7 @@ start_authserver() {
   $AUTH migrate --database-url "$DB" >/dev/null
   echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
   pw=$($AUTH app create --name bench-client --database-url "$DB" --json)
-  cc=$($AUTH app create --name proxy --grant-type client-credentials --introspect --database-url "$DB" --json)
+  cc=$($AUTH app create --name proxy --grant-type client-credentials --introspect --ssf --database-url "$DB" --json)
   CC_ID=$(field "$cc" client_id); CC_SECRET=$(field "$cc" client_secret)
   AUTH_PORT=$(free_port)
   AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)

@@ -103,7 +103,7 @@ class AuthServer:
         self.cc = json.loads(cli("app", "create", "--name", "faults-cc", "--grant-type",
                                  "client-credentials", "--json", db=db))
         self.introspector = json.loads(cli("app", "create", "--name", "faults-proxy", "--grant-type",
-                                           "client-credentials", "--introspect", "--json", db=db))
+                                           "client-credentials", "--introspect", "--ssf", "--json", db=db))
 
     def start(self):
         self.proc = spawn([AUTH, "serve", "--database-url", self.db],

@@ -138,7 +138,7 @@ async def bench(run):
     run.cli("user", "create", "--username", "load", stdin="load-password-long\n")
     client = json.loads(run.cli("app", "create", "--name", "load-client", "--json"))
     proxy_app = json.loads(run.cli("app", "create", "--name", "proxies", "--grant-type",
-                                   "client-credentials", "--introspect", "--json"))
+                                   "client-credentials", "--introspect", "--ssf", "--json"))
     http = httpx.AsyncClient(timeout=10, limits=httpx.Limits(max_connections=200))
 
     auths = []

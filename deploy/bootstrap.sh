@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tokengate-bootstrap: makes a fresh database ready for the containers, and does nothing the second
 # time. Run once before the proxy starts (compose's `bootstrap` service, Kubernetes' Job):
-#   - the proxy's introspection client `tokengate-proxy` (client credentials, may introspect),
+#   - the proxy's introspection client `tokengate-proxy` (client credentials, may introspect and
+#     use the revocation stream),
 #     whose secret is PROXY_CLIENT_SECRET, or else the file PROXY_CLIENT_SECRET_FILE (created with
 #     a random secret when missing, mode 0600); an existing client whose secret differs gets
 #     this one (`app delete` + `app create`), so the proxy and the database always agree;
@@ -50,7 +51,7 @@ fi
 # shows is the first 8 hex digits of the secret's SHA-256).
 register() {
   "$AUTHSERVER" app create --name "tokengate proxy (introspection)" --client-id "$CLIENT_ID" \
-    --grant-type client-credentials --introspect --client-secret-stdin <<<"$secret" >/dev/null
+    --grant-type client-credentials --introspect --ssf --client-secret-stdin <<<"$secret" >/dev/null
 }
 wanted=$(printf %s "$secret" | sha256sum | cut -c1-8)
 entry=$("$AUTHSERVER" app list --json | grep -o "{[^{}]*\"client_id\":\"$CLIENT_ID\"[^{}]*}" || true)

@@ -62,6 +62,7 @@ pub async fn first_run(store: &Store) -> anyhow::Result<Option<FirstRun>> {
         redirect_uris: String::new(),
         allowed_scopes: Vec::new(),
         may_introspect: false,
+        may_use_ssf: false,
         pkce_required: true,
         token_format: None,
     };
@@ -184,8 +185,8 @@ pub fn key_encryption(file: &Path) -> anyhow::Result<Arc<KeyEncryption>> {
     Ok(Arc::new(kek))
 }
 
-/// A client_credentials application that may introspect: what a resource server or the proxy
-/// checks tokens with.
+/// A client_credentials application that may introspect and use the revocation stream: what a
+/// resource server or the proxy checks tokens with.
 fn introspection_client(name: &str) -> ApplicationInput {
     ApplicationInput {
         name: name.into(),
@@ -199,6 +200,7 @@ fn introspection_client(name: &str) -> ApplicationInput {
             "ssf.manage".into(),
         ],
         may_introspect: true,
+        may_use_ssf: true,
         pkce_required: true,
         token_format: None,
     }

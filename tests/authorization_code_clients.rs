@@ -60,6 +60,7 @@ async fn application(
         redirect_uris: redirect_uris.join(" "),
         allowed_scopes: vec!["read".into(), "write".into()],
         may_introspect: false,
+        may_use_ssf: false,
         // PKCE required (the default the contract gives confidential clients too).
         pkce_required: true,
         token_format,

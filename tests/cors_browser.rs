@@ -96,6 +96,7 @@ async fn a_page_of_a_listed_origin_signs_in_and_calls_the_api_and_another_origin
                 redirect_uris: format!("{app_origin}/callback"),
                 allowed_scopes: Vec::new(),
                 may_introspect: false,
+                may_use_ssf: false,
                 pkce_required: true,
                 token_format: None,
             },

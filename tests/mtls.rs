@@ -75,6 +75,7 @@ async fn mtls_app(store: &Store, auth: TlsClientAuth, format: Option<AccessToken
         redirect_uris: String::new(),
         allowed_scopes: Vec::new(),
         may_introspect: false,
+        may_use_ssf: false,
         pkce_required: true,
         token_format: format,
     };

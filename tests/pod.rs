@@ -306,6 +306,7 @@ fn the_sidecar_pod_in_network_namespaces() {
             "--grant-type",
             "client-credentials",
             "--introspect",
+            "--ssf",
             "--json",
         ],
         "",

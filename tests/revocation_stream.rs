@@ -244,6 +244,7 @@ async fn every_way_of_ending_a_token_reaches_the_front_door_within_a_second() {
         redirect_uris: RP_REDIRECT.into(),
         allowed_scopes: vec!["openid".into(), "read".into()],
         may_introspect: false,
+        may_use_ssf: false,
         pkce_required: false,
         token_format: None,
     };

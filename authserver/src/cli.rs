@@ -234,10 +234,12 @@ pub struct CreateApp {
     /// Read the client secret from stdin instead of generating one (at least 32 characters).
     #[arg(long)]
     client_secret_stdin: bool,
-    /// Allow this application to call the introspection endpoint (and to read the revocation
-    /// stream: scopes ssf.read, ssf.manage).
+    /// Allow this application to call the introspection endpoint (scope introspection).
     #[arg(long)]
     introspect: bool,
+    /// Allow this application to use the revocation stream (scopes ssf.read, ssf.manage).
+    #[arg(long)]
+    ssf: bool,
     /// Scopes it may ask for, space-separated (default: every declared scope).
     #[arg(long, default_value = "")]
     scopes: String,

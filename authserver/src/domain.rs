@@ -18,22 +18,37 @@ pub const INTROSPECTION_SCOPE: &str = "introspection";
 pub const GROUPS_SCOPE: &str = "groups";
 
 /// The scopes of the revocation stream (SSF 1.0 transmitter, issue 24): reading and polling a
-/// stream, and creating or deleting one. Built in (declared whatever the settings say), and
-/// granted only when asked for, to applications allowed to introspect: a stream tells less
-/// than introspection does, to the same receivers.
+/// stream, and creating, changing or deleting one. Built in (declared whatever the settings
+/// say), and granted only when asked for, to applications allowed the revocation stream
+/// ([`Permissions::ssf`]).
 pub const SSF_READ_SCOPE: &str = "ssf.read";
 pub const SSF_MANAGE_SCOPE: &str = "ssf.manage";
 
-/// Whether `scope` is one only applications allowed to introspect may have.
-pub fn needs_introspection_permission(scope: &str) -> bool {
+/// What an application may do beyond its allowed scopes: each flag lets it have the scopes
+/// [`needs_permission`] reserves for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Permissions {
+    /// `introspection`: may call the introspection endpoint.
+    pub introspect: bool,
+    /// `ssf.read`, `ssf.manage`: may use the revocation stream.
+    pub ssf: bool,
+}
+
+/// Whether `scope` is one only applications with a permission may have (never granted by
+/// default, only when asked for).
+pub fn needs_permission(scope: &str) -> bool {
     [INTROSPECTION_SCOPE, SSF_READ_SCOPE, SSF_MANAGE_SCOPE].contains(&scope)
 }
 
 /// Whether an application known by its allowed scopes (empty: any declared scope) and its
-/// introspection permission may have `scope`.
-pub fn permits(allowed_scopes: &[String], may_introspect: bool, scope: &str) -> bool {
-    (allowed_scopes.is_empty() || allowed_scopes.iter().any(|a| a == scope))
-        && (!needs_introspection_permission(scope) || may_introspect)
+/// permissions may have `scope`.
+pub fn permits(allowed_scopes: &[String], permissions: Permissions, scope: &str) -> bool {
+    let permitted = match scope {
+        INTROSPECTION_SCOPE => permissions.introspect,
+        SSF_READ_SCOPE | SSF_MANAGE_SCOPE => permissions.ssf,
+        _ => true,
+    };
+    permitted && (allowed_scopes.is_empty() || allowed_scopes.iter().any(|a| a == scope))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -133,6 +148,8 @@ pub struct Application {
     /// Scopes this client may ask for; empty means every declared scope.
     pub allowed_scopes: Vec<String>,
     pub may_introspect: bool,
+    /// May use the revocation stream (`ssf.read`, `ssf.manage`; a confidential client only).
+    pub may_use_ssf: bool,
     /// Whether a confidential client must send PKCE (public clients always must).
     pub pkce_required: bool,
     /// Its access-token format; None follows the server's `access_token_format`.
@@ -146,6 +163,14 @@ pub struct Application {
 }
 
 impl Application {
+    /// Its permissions as stored.
+    pub fn permissions(&self) -> Permissions {
+        Permissions {
+            introspect: self.may_introspect,
+            ssf: self.may_use_ssf,
+        }
+    }
+
     /// The access-token format it is issued: its own, else the server's default.
     pub fn access_token_format(&self, default: AccessTokenFormat) -> AccessTokenFormat {
         self.token_format.unwrap_or(default)

@@ -169,6 +169,7 @@ pub async fn application(
         redirect_uris: String::new(),
         allowed_scopes: Vec::new(),
         may_introspect,
+        may_use_ssf: may_introspect,
         pkce_required: true,
         token_format: None,
     };

@@ -215,6 +215,8 @@ pub struct ApplicationDraft {
     pub redirect_uris: String,
     pub scopes: Vec<String>,
     pub may_introspect: bool,
+    /// May use the revocation stream (`ssf.read`, `ssf.manage`).
+    pub may_use_ssf: bool,
     /// Ticked: a confidential client may leave PKCE out.
     pub pkce_optional: bool,
     /// `opaque`, `jwt`, or empty for the server's default.
@@ -289,6 +291,12 @@ pub fn application(
             "Public clients cannot introspect: they have no secret to prove who is asking.",
         );
     }
+    if draft.may_use_ssf && client_type == Some(ClientType::Public) {
+        refusals.add(
+            "may_use_ssf",
+            "Public clients cannot use the revocation stream: they have no secret to prove who is asking.",
+        );
+    }
     if draft.pkce_optional && client_type == Some(ClientType::Public) {
         refusals.add(
             "pkce_optional",
@@ -327,6 +335,7 @@ pub fn application(
             redirect_uris: uris.join(" "),
             allowed_scopes: draft.scopes.clone(),
             may_introspect: draft.may_introspect,
+            may_use_ssf: draft.may_use_ssf,
             pkce_required: !draft.pkce_optional,
             token_format,
         }),
@@ -446,6 +455,7 @@ mod tests {
             redirect_uris: "ftp://x".into(),
             scopes: vec!["nope".into()],
             may_introspect: true,
+            may_use_ssf: true,
             pkce_optional: true,
             token_format: "JWT".into(),
             tls_client_auth: "san_dns:app.example".into(),
@@ -456,6 +466,7 @@ mod tests {
             "redirect_uris",
             "scope",
             "may_introspect",
+            "may_use_ssf",
             "pkce_optional",
             "token_format",
             "tls_client_auth",
@@ -486,6 +497,7 @@ mod tests {
                 .is_some()
         );
         assert!(input.may_introspect);
+        assert!(input.may_use_ssf);
         assert!(!input.pkce_required);
         assert_eq!(input.token_format, Some(AccessTokenFormat::Jwt));
         let default = application(

@@ -219,6 +219,7 @@ async fn a_native_app_at_a_loopback_ip_may_use_any_port() {
                 redirect_uris: "http://127.0.0.1/cb http://localhost/cb".into(),
                 allowed_scopes: vec!["read".into()],
                 may_introspect: false,
+                may_use_ssf: false,
                 pkce_required: true,
                 token_format: None,
             })
@@ -360,6 +361,7 @@ async fn other_authorization_errors_are_redirected_with_state() {
             redirect_uris: REDIRECT.into(),
             allowed_scopes: Vec::new(),
             may_introspect: false,
+            may_use_ssf: false,
             pkce_required: true,
             token_format: None,
         };

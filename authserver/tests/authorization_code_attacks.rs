@@ -23,6 +23,7 @@ fn input(client_type: ClientType, allowed_scopes: &[&str]) -> ApplicationInput {
         redirect_uris: REDIRECT.into(),
         allowed_scopes: allowed_scopes.iter().map(|s| s.to_string()).collect(),
         may_introspect: false,
+        may_use_ssf: false,
         pkce_required: true,
         token_format: None,
     }

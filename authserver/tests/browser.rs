@@ -287,6 +287,7 @@ async fn a_relying_party_signs_a_user_in_and_out_with_openid_connect_in_a_browse
         redirect_uris: format!("http://127.0.0.1:{client_port}/callback"),
         allowed_scopes: vec!["openid".into(), "profile".into(), "email".into()],
         may_introspect: false,
+        may_use_ssf: false,
         pkce_required: true,
         token_format: None,
     };

@@ -672,3 +672,60 @@ async fn rotate_secret_and_user_delete_touch_only_what_they_name() {
         assert!(store.get_user(users[1]).await.unwrap().is_some());
     }
 }
+
+/// `app create --ssf` sets the revocation stream's permission apart from `--introspect`; a
+/// public client is refused it with the form's words.
+#[tokio::test]
+async fn the_revocation_stream_permission_is_set_with_its_own_flag() {
+    for db in authserver::testing::all_database_urls().await {
+        let created = json(&run(
+            &[
+                "app",
+                "create",
+                "--name",
+                "follower",
+                "--grant-type",
+                "client-credentials",
+                "--ssf",
+                "--json",
+            ],
+            &db,
+            "",
+        ));
+        let client_id = created["client_id"].as_str().unwrap();
+        let listed = json(&run(&["app", "list", "--json"], &db, ""));
+        let row = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["client_id"] == client_id)
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (
+                row["may_use_ssf"].as_bool(),
+                row["may_introspect"].as_bool()
+            ),
+            (Some(true), Some(false))
+        );
+        let out = run(
+            &[
+                "app",
+                "create",
+                "--name",
+                "spa",
+                "--client-type",
+                "public",
+                "--grant-type",
+                "password",
+                "--ssf",
+            ],
+            &db,
+            "",
+        );
+        refused(
+            &out,
+            "--ssf \"true\": Public clients cannot use the revocation stream",
+        );
+    }
+}

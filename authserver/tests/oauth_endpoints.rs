@@ -220,6 +220,7 @@ async fn introspection_reports_only_the_scopes_the_application_still_has() {
                 redirect_uris: app.redirect_uris.clone(),
                 allowed_scopes: allowed.iter().map(|s| s.to_string()).collect(),
                 may_introspect: app.may_introspect,
+                may_use_ssf: app.may_use_ssf,
                 pkce_required: app.pkce_required,
                 token_format: app.token_format,
             };
@@ -278,6 +279,7 @@ async fn withdrawing_the_permission_disarms_introspection_tokens() {
             redirect_uris: app.redirect_uris.clone(),
             allowed_scopes: app.allowed_scopes.clone(),
             may_introspect: false,
+            may_use_ssf: false,
             pkce_required: app.pkce_required,
             token_format: app.token_format,
         };

@@ -52,6 +52,7 @@ async fn consenting_client(store: &Store, name: &str, redirect_uri: &str) -> (St
         redirect_uris: redirect_uri.into(),
         allowed_scopes: vec!["read".into(), "write".into()],
         may_introspect: false,
+        may_use_ssf: false,
         pkce_required: true,
         token_format: None,
     };

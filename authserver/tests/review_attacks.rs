@@ -70,6 +70,7 @@ fn input(name: &str, client_type: ClientType, grant_type: GrantType) -> Applicat
         redirect_uris: String::new(),
         allowed_scopes: Vec::new(),
         may_introspect: false,
+        may_use_ssf: false,
         pkce_required: true,
         token_format: None,
     }

@@ -194,8 +194,8 @@ async fn start(store: &Store, poll_timeout: i64) -> RunningServer {
     .await
 }
 
-/// A receiver's application (allowed to introspect, so allowed the stream scopes), a token of
-/// both stream scopes, and a new stream.
+/// A receiver's application (allowed to introspect and the revocation stream), a token of both
+/// stream scopes, and a new stream.
 async fn receiver(store: &Store, client: &Client) -> ((String, String), String, String) {
     let app = testing::application(store, GrantType::ClientCredentials, true).await;
     let token = client.token(&app, STREAM_SCOPES).await;
@@ -211,6 +211,7 @@ fn input(app: &authserver::store::Application) -> ApplicationInput {
         redirect_uris: app.redirect_uris.clone(),
         allowed_scopes: app.allowed_scopes.clone(),
         may_introspect: app.may_introspect,
+        may_use_ssf: app.may_use_ssf,
         pkce_required: app.pkce_required,
         token_format: app.token_format,
     }
@@ -739,7 +740,7 @@ async fn the_wrong_caller_scope_or_stream_is_refused() {
         let withdrawn_stream = client.create_stream(&withdrawn_token).await;
         let app = app_of(&store, &withdrawn).await;
         let mut changed = input(&app);
-        changed.may_introspect = false;
+        changed.may_use_ssf = false;
         store.update_application(app.id, &changed).await.unwrap();
         let (status, _) = client
             .poll(
@@ -1319,5 +1320,485 @@ async fn a_push_stream_gets_each_set_posted_and_retried_until_accepted() {
                 .await;
             assert_eq!(status, 400, "{delivery}");
         }
+    }
+}
+
+/// The status, verification and subject endpoints refuse what the configuration endpoint does:
+/// no or a bad token (401), the wrong scope (403), another client's stream (404), a malformed
+/// body (400 `invalid_request`, an RFC 6749-shaped JSON error).
+#[tokio::test]
+async fn status_verification_and_subjects_refuse_the_wrong_caller_scope_stream_and_body() {
+    use reqwest::Method;
+    for store in testing::all_stores().await {
+        let server = start(&store, 25).await;
+        let client = Client::new(&server.base_url);
+        let (receiver_app, token, stream) = receiver(&store, &client).await;
+        let (_, config) = client
+            .call(Method::GET, "/.well-known/ssf-configuration", None, None)
+            .await;
+        for (key, path) in [
+            ("status_endpoint", "/ssf/status"),
+            ("verification_endpoint", "/ssf/verify"),
+            ("add_subject_endpoint", "/ssf/subjects/add"),
+            ("remove_subject_endpoint", "/ssf/subjects/remove"),
+        ] {
+            assert_eq!(config[key], format!("{ISSUER}{path}"), "{key}");
+        }
+        let subject = json!({"format": "email", "email": "a@example.com"});
+        let status_path = format!("/ssf/status?stream_id={stream}");
+        // (method, path, a well-formed body, whether it needs ssf.manage)
+        let calls: Vec<(Method, &str, Option<Value>, bool)> = vec![
+            (Method::GET, status_path.as_str(), None, false),
+            (
+                Method::POST,
+                "/ssf/status",
+                Some(json!({"stream_id": stream, "status": "paused"})),
+                true,
+            ),
+            (
+                Method::POST,
+                "/ssf/verify",
+                Some(json!({"stream_id": stream, "state": "s"})),
+                false,
+            ),
+            (
+                Method::POST,
+                "/ssf/subjects/add",
+                Some(json!({"stream_id": stream, "subject": subject, "verified": true})),
+                true,
+            ),
+            (
+                Method::POST,
+                "/ssf/subjects/remove",
+                Some(json!({"stream_id": stream, "subject": subject})),
+                true,
+            ),
+        ];
+        let read_only = client.token(&receiver_app, "ssf.read").await;
+        let introspection_only = client.token(&receiver_app, "introspection").await;
+        let other = testing::application(&store, GrantType::ClientCredentials, true).await;
+        let other_token = client.token(&other, STREAM_SCOPES).await;
+        for (method, path, body, manage) in &calls {
+            let call = async |token: Option<String>| {
+                client
+                    .call(method.clone(), path, token.as_deref(), body.clone())
+                    .await
+            };
+            for bearer in [None, Some("made-up".to_owned())] {
+                let (status, reply) = call(bearer).await;
+                assert_eq!(
+                    (status, reply["error"].as_str()),
+                    (401, Some("invalid_token")),
+                    "{method} {path}"
+                );
+            }
+            let wrong_scope = if *manage {
+                &read_only
+            } else {
+                &introspection_only
+            };
+            let (status, reply) = call(Some(wrong_scope.clone())).await;
+            assert_eq!(
+                (status, reply["error"].as_str()),
+                (403, Some("insufficient_scope")),
+                "{method} {path}"
+            );
+            let (status, reply) = call(Some(other_token.clone())).await;
+            assert_eq!(
+                (status, reply["error"].as_str()),
+                (404, Some("not_found")),
+                "{method} {path}"
+            );
+        }
+        // Malformed bodies: 400 invalid_request, with a description; nothing changed.
+        let malformed: Vec<(&str, Value)> = vec![
+            ("/ssf/status", json!({"stream_id": stream})),
+            (
+                "/ssf/status",
+                json!({"stream_id": stream, "status": "stopped"}),
+            ),
+            ("/ssf/status", json!({"status": "paused"})),
+            (
+                "/ssf/status",
+                json!({"stream_id": stream, "status": "paused", "reason": "r".repeat(300)}),
+            ),
+            ("/ssf/verify", json!({"state": "s"})),
+            ("/ssf/verify", json!({"stream_id": stream, "state": 7})),
+            (
+                "/ssf/verify",
+                json!({"stream_id": stream, "state": "s".repeat(300)}),
+            ),
+            ("/ssf/subjects/add", json!({"stream_id": stream})),
+            (
+                "/ssf/subjects/add",
+                json!({"stream_id": stream, "subject": "a@example.com"}),
+            ),
+            (
+                "/ssf/subjects/add",
+                json!({"stream_id": stream, "subject": {"format": "email"}}),
+            ),
+            (
+                "/ssf/subjects/add",
+                json!({"stream_id": stream, "subject": {"format": "made-up", "id": "x"}}),
+            ),
+            (
+                "/ssf/subjects/add",
+                json!({"stream_id": stream, "subject": {"format": "iss_sub", "iss": "i", "sub": 7}}),
+            ),
+            (
+                "/ssf/subjects/add",
+                json!({"stream_id": stream, "subject": subject, "verified": "yes"}),
+            ),
+            (
+                "/ssf/subjects/remove",
+                json!({"stream_id": stream, "subject": {"format": "opaque"}}),
+            ),
+        ];
+        for (path, body) in malformed {
+            let (status, reply) = client
+                .call(Method::POST, path, Some(&token), Some(body.clone()))
+                .await;
+            assert_eq!(
+                (status, reply["error"].as_str()),
+                (400, Some("invalid_request")),
+                "{path} {body}"
+            );
+            assert!(reply["error_description"].is_string(), "{reply}");
+        }
+        let not_json = client
+            .http
+            .post(format!("{}/ssf/verify", client.base))
+            .bearer_auth(&token)
+            .body("{not json")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(not_json.status().as_u16(), 400);
+        let (_, state) = client
+            .call(Method::GET, &status_path, Some(&token), None)
+            .await;
+        assert_eq!(state, json!({"stream_id": stream, "status": "enabled"}));
+        // Well-formed: a subject added (200) and removed (204), of every shape SSF 1.0 has.
+        for subject in [
+            subject.clone(),
+            json!({"format": "iss_sub", "iss": ISSUER, "sub": "42"}),
+            json!({"format": "aliases", "identifiers": [{"format": "opaque", "id": "x"}]}),
+            json!({"user": {"format": "iss_sub", "iss": ISSUER, "sub": "42"},
+                   "application": {"format": "opaque", "id": "app"}}),
+        ] {
+            let (status, _) = client
+                .call(
+                    Method::POST,
+                    "/ssf/subjects/add",
+                    Some(&token),
+                    Some(json!({"stream_id": stream, "subject": subject})),
+                )
+                .await;
+            assert_eq!(status, 200, "{subject}");
+        }
+        assert_eq!(store.stream_subjects(&stream).await.unwrap().len(), 4);
+        let (status, _) = client
+            .call(
+                Method::POST,
+                "/ssf/subjects/remove",
+                Some(&token),
+                Some(json!({"stream_id": stream, "subject": subject})),
+            )
+            .await;
+        assert_eq!(status, 204);
+        assert_eq!(store.stream_subjects(&stream).await.unwrap().len(), 3);
+        // Subjects filter nothing: every stream delivers every subject.
+        assert!(store.revoke_family("all-subjects").await.unwrap());
+        assert_eq!(client.pending(&stream, &token).await.len(), 1);
+    }
+}
+
+/// A verification request (SSF 1.0 §8.1.4.2) yields one verification SET, with the receiver's
+/// `state` and the stream as its subject, on that stream alone, delivered like any other event
+/// (a waiting poll woken, verified by PyJWT).
+#[tokio::test]
+async fn a_verification_set_carries_the_state_on_its_own_stream_alone() {
+    for store in testing::all_stores().await {
+        let server = start(&store, 25).await;
+        let client = Client::new(&server.base_url);
+        let (receiver_app, token, stream) = receiver(&store, &client).await;
+        let bystander = client.create_stream(&token).await;
+        let read_only = client.token(&receiver_app, "ssf.read").await;
+        let poll = client.poll(&stream, &token, json!({"returnImmediately": false}));
+        let verify = client.call(
+            reqwest::Method::POST,
+            "/ssf/verify",
+            Some(&read_only),
+            Some(json!({"stream_id": stream, "state": "state with spaces"})),
+        );
+        let started = Instant::now();
+        let ((status, reply), (verified, _)) = tokio::join!(poll, verify);
+        assert_eq!(verified, 204);
+        assert_eq!(status, 200, "{reply}");
+        assert!(started.elapsed() < Duration::from_secs(10), "not woken");
+        let sets = sets_of(&reply);
+        assert_eq!(sets.len(), 1, "{reply}");
+        let claims = payload(&sets[0].1);
+        assert_eq!(
+            claims["events"],
+            json!({"https://schemas.openid.net/secevent/ssf/event-type/verification":
+                   {"state": "state with spaces"}})
+        );
+        assert_eq!(claims["sub_id"], json!({"format": "opaque", "id": stream}));
+        let checked =
+            third_party_verify(&server.base_url, &receiver_app.0, &[sets[0].1.clone()]).await;
+        assert_eq!(checked[0]["jti"], sets[0].0.as_str());
+        // Not on the other stream, nor another client's.
+        assert!(client.pending(&bystander, &token).await.is_empty());
+        // A stream asking only for revocations still gets its verification.
+        let (status, narrow) = client
+            .call(
+                reqwest::Method::POST,
+                "/ssf/stream",
+                Some(&token),
+                Some(json!({"events_requested": [SESSION_REVOKED]})),
+            )
+            .await;
+        assert_eq!(status, 201);
+        let narrow = narrow["stream_id"].as_str().unwrap().to_owned();
+        let (status, _) = client
+            .call(
+                reqwest::Method::POST,
+                "/ssf/verify",
+                Some(&token),
+                Some(json!({"stream_id": narrow})),
+            )
+            .await;
+        assert_eq!(status, 204);
+        let sets = client.pending(&narrow, &token).await;
+        assert_eq!(sets.len(), 1);
+        let claims = payload(&sets[0].1);
+        assert_eq!(
+            claims["events"],
+            json!({"https://schemas.openid.net/secevent/ssf/event-type/verification": {}})
+        );
+    }
+}
+
+/// SSF 1.0 §8.1.2: a paused stream holds its events and delivers them once enabled (a waiting
+/// poll answered then); a disabled one drops them, and delivers those logged once enabled.
+#[tokio::test]
+async fn a_paused_stream_holds_its_events_and_a_disabled_one_drops_them() {
+    use reqwest::Method;
+    for store in testing::all_stores().await {
+        let server = start(&store, 25).await;
+        let client = Client::new(&server.base_url);
+        let (_, token, stream) = receiver(&store, &client).await;
+        let set_status = |status: &'static str, reason: Option<&'static str>| {
+            let mut body = json!({"stream_id": stream, "status": status});
+            if let Some(reason) = reason {
+                body["reason"] = reason.into();
+            }
+            client.call(Method::POST, "/ssf/status", Some(&token), Some(body))
+        };
+        let status_path = format!("/ssf/status?stream_id={stream}");
+
+        let (status, reply) = set_status("paused", Some("maintenance")).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            reply,
+            json!({"stream_id": stream, "status": "paused", "reason": "maintenance"})
+        );
+        let (_, read) = client
+            .call(Method::GET, &status_path, Some(&token), None)
+            .await;
+        assert_eq!(read, reply);
+        assert!(store.revoke_family("held").await.unwrap());
+        assert!(client.pending(&stream, &token).await.is_empty(), "paused");
+        // Enabled while a poll waits: the held event is answered, long before the timeout.
+        let poll = client.poll(&stream, &token, json!({"returnImmediately": false}));
+        let started = Instant::now();
+        let ((status, held), (enabled, _)) = tokio::join!(poll, set_status("enabled", None));
+        assert_eq!((status, enabled), (200, 200));
+        assert!(started.elapsed() < Duration::from_secs(20), "not answered");
+        let held = sets_of(&held);
+        assert_eq!(held.len(), 1);
+        assert_eq!(
+            event_of(&held[0].1).1["jti"],
+            authserver::store::family_jti("held")
+        );
+        let (_, reply) = client
+            .poll(
+                &stream,
+                &token,
+                json!({"returnImmediately": true, "ack": [held[0].0]}),
+            )
+            .await;
+        assert_eq!(reply["sets"], json!({}));
+
+        let (status, _) = set_status("disabled", None).await;
+        assert_eq!(status, 200);
+        assert!(store.revoke_family("dropped").await.unwrap());
+        assert!(client.pending(&stream, &token).await.is_empty(), "disabled");
+        let (_, read) = client
+            .call(Method::GET, &status_path, Some(&token), None)
+            .await;
+        assert_eq!(read, json!({"stream_id": stream, "status": "disabled"}));
+        set_status("enabled", None).await;
+        assert!(
+            client.pending(&stream, &token).await.is_empty(),
+            "an event logged while disabled is not kept"
+        );
+        assert!(store.revoke_family("after").await.unwrap());
+        let after = client.pending(&stream, &token).await;
+        assert_eq!(after.len(), 1);
+        assert_eq!(
+            event_of(&after[0].1).1["jti"],
+            authserver::store::family_jti("after")
+        );
+    }
+}
+
+/// The stream scopes follow their own permission (`may_use_ssf`), not introspection: granted
+/// only with it; a token loses stream access when it is withdrawn (and the application's
+/// tokens are announced ended, as for introspection); withdrawing introspection alone leaves
+/// the stream.
+#[tokio::test]
+async fn the_stream_has_its_own_permission() {
+    for store in testing::all_stores().await {
+        let server = start(&store, 25).await;
+        let client = Client::new(&server.base_url);
+        let (_, watcher_token, watcher) = receiver(&store, &client).await;
+        let app_with = async |introspect: bool, ssf: bool| {
+            let app = testing::application(&store, GrantType::ClientCredentials, true).await;
+            let mut changed = input(&app_of(&store, &app).await);
+            changed.may_introspect = introspect;
+            changed.may_use_ssf = ssf;
+            let id = app_of(&store, &app).await.id;
+            store.update_application(id, &changed).await.unwrap();
+            app
+        };
+        let scope_answer = async |app: &(String, String), scope: &str| {
+            let (status, body) = client
+                .form(
+                    "/o/token/",
+                    app,
+                    &[("grant_type", "client_credentials"), ("scope", scope)],
+                )
+                .await;
+            (status, body["error"].as_str().map(str::to_owned))
+        };
+        // Introspection without the stream: no stream scopes.
+        let introspector = app_with(true, false).await;
+        assert_eq!(scope_answer(&introspector, "introspection").await.0, 200);
+        for scope in ["ssf.read", "ssf.manage"] {
+            assert_eq!(
+                scope_answer(&introspector, scope).await,
+                (400, Some("invalid_scope".to_owned()))
+            );
+        }
+        // The stream without introspection: the stream, no introspection.
+        let follower = app_with(false, true).await;
+        assert_eq!(
+            scope_answer(&follower, "introspection").await,
+            (400, Some("invalid_scope".to_owned()))
+        );
+        let token = client.token(&follower, STREAM_SCOPES).await;
+        let stream = client.create_stream(&token).await;
+        assert_eq!(client.pending(&stream, &token).await.len(), 0);
+        // Withdrawn: 403, and the application's tokens announced ended on other streams.
+        client.pending(&watcher, &watcher_token).await;
+        let app = app_of(&store, &follower).await;
+        let mut changed = input(&app);
+        changed.may_use_ssf = false;
+        store.update_application(app.id, &changed).await.unwrap();
+        let (status, body) = client
+            .poll(&stream, &token, json!({"returnImmediately": true}))
+            .await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (403, Some("insufficient_scope"))
+        );
+        let announced: Vec<Value> = client
+            .pending(&watcher, &watcher_token)
+            .await
+            .iter()
+            .map(|(_, set)| event_of(set).1)
+            .collect();
+        assert!(
+            announced.contains(&json!({"format": "opaque", "id": follower.0})),
+            "{announced:?}"
+        );
+        // Introspection withdrawn, the stream kept: stream access stays.
+        let both = app_with(true, true).await;
+        let both_token = client.token(&both, STREAM_SCOPES).await;
+        let both_stream = client.create_stream(&both_token).await;
+        let app = app_of(&store, &both).await;
+        let mut changed = input(&app);
+        changed.may_introspect = false;
+        store.update_application(app.id, &changed).await.unwrap();
+        let (status, _) = client
+            .poll(
+                &both_stream,
+                &both_token,
+                json!({"returnImmediately": true}),
+            )
+            .await;
+        assert_eq!(status, 200);
+    }
+}
+
+/// The receiver (`resource-server`) against this transmitter: it asks for a verification once
+/// its stream exists and counts it when it arrives; a paused stream makes it unhealthy (short
+/// cache lifetimes) after the next empty poll, and enabled again, healthy.
+#[tokio::test]
+async fn a_receiver_verifies_its_stream_and_is_unhealthy_while_it_is_paused() {
+    use resource_server::ssf::{Receiver, RevocationSettings};
+    use std::sync::atomic::Ordering::Relaxed;
+    for store in testing::all_stores().await {
+        let server = start(&store, 1).await;
+        let client = Client::new(&server.base_url);
+        let app = testing::application(&store, GrantType::ClientCredentials, true).await;
+        let configuration = format!("{}/.well-known/ssf-configuration", server.base_url);
+        let receiver = Receiver::new(RevocationSettings::new(&configuration, &app.0, &app.1));
+        let revoked = receiver.revoked().clone();
+        until("verified", Duration::from_secs(20), async || {
+            revoked.metrics.verifications.load(Relaxed) == 1
+        })
+        .await;
+        assert!(revoked.is_healthy(), "{:?}", revoked.health());
+        assert_eq!(revoked.metrics.sets_refused.load(Relaxed), 0);
+        assert_eq!(revoked.metrics.sets_applied.load(Relaxed), 0);
+
+        let token = client.token(&app, STREAM_SCOPES).await;
+        let (_, streams) = client
+            .call(reqwest::Method::GET, "/ssf/stream", Some(&token), None)
+            .await;
+        let stream = streams[0]["stream_id"].as_str().unwrap().to_owned();
+        let set_status = async |status: &str| {
+            let (code, _) = client
+                .call(
+                    reqwest::Method::POST,
+                    "/ssf/status",
+                    Some(&token),
+                    Some(json!({"stream_id": stream, "status": status})),
+                )
+                .await;
+            assert_eq!(code, 200);
+        };
+        set_status("paused").await;
+        until(
+            "unhealthy while paused",
+            Duration::from_secs(20),
+            async || {
+                revoked.health()
+                    == Err("revocation stream unhealthy: the stream is paused or disabled")
+            },
+        )
+        .await;
+        assert_eq!(revoked.max_age(), revoked.lifetimes.fallback_ttl);
+        set_status("enabled").await;
+        until(
+            "healthy once enabled",
+            Duration::from_secs(20),
+            async || revoked.is_healthy(),
+        )
+        .await;
+        drop(receiver);
     }
 }

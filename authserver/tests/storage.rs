@@ -102,6 +102,7 @@ async fn secrets_and_tokens_are_stored_as_digests() {
             redirect_uris: String::new(),
             allowed_scopes: vec!["read".into()],
             may_introspect: false,
+            may_use_ssf: false,
             pkce_required: true,
             token_format: None,
         };

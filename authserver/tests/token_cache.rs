@@ -104,6 +104,7 @@ fn application_input(name: String, scopes: &[&str]) -> ApplicationInput {
         redirect_uris: String::new(),
         allowed_scopes: scopes.iter().map(|s| s.to_string()).collect(),
         may_introspect: false,
+        may_use_ssf: false,
         pkce_required: true,
         token_format: None,
     }

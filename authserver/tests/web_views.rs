@@ -216,6 +216,7 @@ fn app_input(name: &str) -> ApplicationInput {
         redirect_uris: String::new(),
         allowed_scopes: Vec::new(),
         may_introspect: false,
+        may_use_ssf: false,
         pkce_required: true,
         token_format: None,
     }
@@ -915,6 +916,57 @@ async fn only_superusers_may_let_an_application_introspect() {
     let reply = root.follow(&state, &reply).await;
     let app = application_of(&state, &hidden_input(&reply.body, "client-id").unwrap()).await;
     assert!(app.may_introspect);
+}
+
+/// The revocation stream's flag is set like the introspection one (superusers only), and apart
+/// from it.
+#[tokio::test]
+async fn only_superusers_may_let_an_application_use_the_revocation_stream() {
+    let state = state().await;
+    let olivia = sign_in(&state, "olivia", "operator-pass").await;
+    let root = sign_in(&state, "root", "operator-pass").await;
+    let fields = [
+        ("name", "Stream follower"),
+        ("client_type", "confidential"),
+        ("grant_type", "client-credentials"),
+        ("may_use_ssf", "on"),
+    ];
+    let reply = olivia
+        .post(&state, "/o/applications/register/", &fields)
+        .await;
+    let reply = olivia.follow(&state, &reply).await;
+    let app = application_of(&state, &hidden_input(&reply.body, "client-id").unwrap()).await;
+    assert!(!app.may_use_ssf, "a staff operator's tick is ignored");
+    let update = format!("/o/applications/{}/update/", app.id);
+    assert!(
+        !olivia
+            .get(&state, &update)
+            .await
+            .body
+            .contains("may_use_ssf")
+    );
+    let stored = |id| {
+        let state = state.clone();
+        async move { state.store.get_application(id).await.unwrap().unwrap() }
+    };
+    let page = root.get(&state, &update).await;
+    assert!(page.body.contains("name=\"may_use_ssf\""));
+    let reply = root.post(&state, &update, &fields).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    let app = stored(app.id).await;
+    assert!(app.may_use_ssf);
+    assert!(!app.may_introspect, "the two flags are apart");
+    let detail = root
+        .get(&state, &format!("/o/applications/{}/", app.id))
+        .await;
+    assert!(detail.body.contains("<dd id=\"may-use-ssf\">yes</dd>"));
+    // Olivia's edit keeps it; a superuser's without the box clears it.
+    let reply = olivia.post(&state, &update, &fields[..3]).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert!(stored(app.id).await.may_use_ssf);
+    let reply = root.post(&state, &update, &fields[..3]).await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER);
+    assert!(!stored(app.id).await.may_use_ssf);
 }
 
 #[tokio::test]

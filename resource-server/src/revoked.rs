@@ -77,6 +77,8 @@ pub struct RevocationMetrics {
     /// Events of a type or subject format the receiver does not act on.
     pub events_ignored: AtomicU64,
     pub streams_created: AtomicU64,
+    /// Verification events (SSF 1.0 §8.1.4) received in answer to the receiver's request.
+    pub verifications: AtomicU64,
     pub flushes: AtomicU64,
     /// Cached answers dropped by an event (predicates registered; moka drops lazily).
     pub evictions: AtomicU64,
@@ -153,6 +155,9 @@ pub struct Revoked {
     last_poll_ms: AtomicI64,
     /// Whether a stream exists (created and not answered 404 since).
     stream_up: AtomicBool,
+    /// Whether the transmitter says the stream is enabled (SSF 1.0 §8.1.2): a paused or
+    /// disabled stream delivers nothing.
+    stream_enabled: AtomicBool,
     /// Unix ms until which a verification failure keeps the stream unhealthy.
     failed_until_ms: AtomicI64,
     epoch: AtomicU64,
@@ -167,19 +172,23 @@ impl Revoked {
             any: AtomicBool::new(false),
             last_poll_ms: AtomicI64::new(0),
             stream_up: AtomicBool::new(false),
+            stream_enabled: AtomicBool::new(true),
             failed_until_ms: AtomicI64::new(0),
             epoch: AtomicU64::new(0),
             metrics: RevocationMetrics::default(),
         }
     }
 
-    /// Healthy, or why not: a stream exists, a poll succeeded within `unhealthy_after`, and no
-    /// SET failed verification within `unhealthy_after`.
+    /// Healthy, or why not: a stream exists and is enabled, a poll succeeded within
+    /// `unhealthy_after`, and no SET failed verification within `unhealthy_after`.
     pub fn health(&self) -> Result<(), &'static str> {
         let now = unix_millis();
         let bound = millis(self.lifetimes.unhealthy_after);
         if !self.stream_up.load(Relaxed) {
             return Err("revocation stream unhealthy: no stream");
+        }
+        if !self.stream_enabled.load(Relaxed) {
+            return Err("revocation stream unhealthy: the stream is paused or disabled");
         }
         if now.saturating_sub(self.last_poll_ms.load(Relaxed)) > bound {
             return Err("revocation stream unhealthy: no successful poll within unhealthy_after");
@@ -224,6 +233,12 @@ impl Revoked {
     pub fn poll_succeeded(&self) {
         self.stream_up.store(true, Relaxed);
         self.last_poll_ms.store(unix_millis(), Relaxed);
+    }
+
+    /// The stream's status as the transmitter gave it: anything but enabled makes it unhealthy.
+    /// Whether it changed.
+    pub fn stream_enabled(&self, enabled: bool) -> bool {
+        self.stream_enabled.swap(enabled, Relaxed) != enabled
     }
 
     /// The stream is gone (404) or not created yet.
@@ -332,6 +347,11 @@ impl Revoked {
                 "revocation_streams_created",
                 "Revocation streams created (at start, and after one was lost)",
                 &m.streams_created,
+            ),
+            (
+                "revocation_verifications",
+                "Verification events received in answer to the receiver's request",
+                &m.verifications,
             ),
             (
                 "revocation_cache_flushes",

@@ -2,7 +2,7 @@
 //! (`support/ssf_transmitter.rs`: its own Ed25519 key, a real HTTP server), through a real gate:
 //! eviction by jti, subject and client; the JWT deny-list, cached verifications included; a
 //! forged SET refused and counted; a lost stream flushed and recreated; a stream down longer than
-//! the bound falling back to the short TTL.
+//! the bound falling back to the short TTL; a stream-updated event pausing the stream.
 
 #[path = "support/ssf_transmitter.rs"]
 mod ssf_transmitter;
@@ -14,6 +14,7 @@ use http::{HeaderMap, HeaderValue, Method};
 use resource_server::gate_config::{GateSettings, IntrospectionConfig, TokenSource};
 use resource_server::jwt::{JwksSettings, JwksSource};
 use resource_server::revoked::Lifetimes;
+use resource_server::ssf::set::{STREAM_UPDATED, VERIFICATION};
 use resource_server::{
     CacheSettings, ClientAuth, Denial, Gate, IntrospectionSettings, JwtSettings,
     RevocationSettings, Rules,
@@ -433,4 +434,55 @@ async fn cost_of_the_receiver_on_the_request_path() {
         (stream / base - 1.0) * 100.0,
         50 * N
     );
+}
+
+/// An independent transmitter's stream-updated event (SSF 1.0 §8.1.5): `paused` or `disabled`
+/// makes the stream unhealthy (the short TTL in force, `/readyz` says why) until one says
+/// `enabled`; a verification event nobody asked for is acknowledged, neither refused nor
+/// applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_updated_event_turns_the_stream_unhealthy_until_enabled() {
+    let tx = Transmitter::start(Duration::from_millis(300)).await;
+    let gate = Gate::build(
+        settings(&tx, TokenSource::Introspection, lifetimes(5000, 60_000)),
+        None,
+    )
+    .unwrap();
+    tx.answer("tok", active("fam", "5", "app"));
+    authorize(&gate, "tok").await.unwrap();
+    healthy(&gate).await;
+    let r = gate.revocation().unwrap().revoked().clone();
+    let stream = json!({"format": "opaque", "id": "any"});
+    let acked = async |jti: &str| {
+        let until = Instant::now() + Duration::from_secs(5);
+        while !tx.acked().iter().any(|j| j == jti) {
+            assert!(Instant::now() < until, "{jti} never acknowledged");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let verification = tx.emit(VERIFICATION, json!({"state": "not ours"}), stream.clone());
+    acked(&verification).await;
+    assert_eq!(r.metrics.sets_refused.load(Relaxed), 0);
+    assert_eq!(r.metrics.sets_applied.load(Relaxed), 0);
+    assert_eq!(r.metrics.verifications.load(Relaxed), 0, "not asked for");
+    assert!(r.is_healthy());
+
+    for status in ["paused", "disabled"] {
+        let paused = tx.emit(
+            STREAM_UPDATED,
+            json!({"status": status, "reason": "test"}),
+            stream.clone(),
+        );
+        acked(&paused).await;
+        assert_eq!(
+            r.health(),
+            Err("revocation stream unhealthy: the stream is paused or disabled"),
+            "{status}"
+        );
+        assert_eq!(r.max_age(), r.lifetimes.fallback_ttl);
+        let enabled = tx.emit(STREAM_UPDATED, json!({"status": "enabled"}), stream.clone());
+        acked(&enabled).await;
+        assert!(r.is_healthy(), "{:?}", r.health());
+    }
+    assert_eq!(r.metrics.sets_refused.load(Relaxed), 0);
 }

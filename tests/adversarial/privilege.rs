@@ -34,6 +34,7 @@ async fn write_tokens_cannot_touch_the_administrator() {
                 redirect_uris: String::new(),
                 allowed_scopes: Vec::new(),
                 may_introspect: false,
+                may_use_ssf: false,
                 pkce_required: true,
                 token_format: None,
             },

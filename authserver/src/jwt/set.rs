@@ -9,6 +9,7 @@
 //! | application deleted, lost a scope or introspection | CAEP `session-revoked` | `opaque`: the client id |
 //! | consent withdrawn | CAEP `session-revoked` | `complex`: `user` (`iss_sub`) and `application` (`opaque`) |
 //! | signing key withdrawn | [`SIGNING_KEY_WITHDRAWN`] (private) | `opaque`: the kid, and `kid` in the event |
+//! | a verification the receiver asked for (its stream only) | SSF [`VERIFICATION`], with its `state` | `opaque`: the stream id |
 
 use super::keys::SigningKey;
 use crate::store::{LoggedEvent, Revocation};
@@ -27,14 +28,24 @@ pub const CREDENTIAL_CHANGE: &str =
 /// every token signed by `kid` is no longer good.
 pub const SIGNING_KEY_WITHDRAWN: &str = "urn:tokengate:secevent:signing-key-withdrawn";
 
-/// The event types a stream can deliver (its `events_supported`).
-pub const SUPPORTED: [&str; 3] = [SESSION_REVOKED, CREDENTIAL_CHANGE, SIGNING_KEY_WITHDRAWN];
+/// SSF 1.0 §8.1.4.1: the event a receiver asks for to check its stream end to end.
+pub const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
+
+/// The event types a stream can deliver (its `events_supported`). A verification is delivered
+/// to the stream that asked for it, whatever it requested.
+pub const SUPPORTED: [&str; 4] = [
+    SESSION_REVOKED,
+    CREDENTIAL_CHANGE,
+    SIGNING_KEY_WITHDRAWN,
+    VERIFICATION,
+];
 
 /// The event type URI of a revocation.
 pub fn event_type(revocation: &Revocation) -> &'static str {
     match revocation {
         Revocation::Password { .. } => CREDENTIAL_CHANGE,
         Revocation::SigningKey { .. } => SIGNING_KEY_WITHDRAWN,
+        Revocation::Verification { .. } => VERIFICATION,
         _ => SESSION_REVOKED,
     }
 }
@@ -53,6 +64,8 @@ pub fn subject(iss: &str, revocation: &Revocation) -> Value {
             "application": {"format": "opaque", "id": client_id},
         }),
         Revocation::SigningKey { kid } => json!({"format": "opaque", "id": kid}),
+        // SSF 1.0 §8.1.4.1: the subject of a verification is its stream.
+        Revocation::Verification { stream_id, .. } => json!({"format": "opaque", "id": stream_id}),
     }
 }
 
@@ -65,6 +78,12 @@ pub fn claims(iss: &str, aud: &str, jti: &str, iat: i64, event: &LoggedEvent) ->
             body["change_type"] = "update".into();
         }
         Revocation::SigningKey { kid } => body["kid"] = kid.clone().into(),
+        Revocation::Verification { state, .. } => {
+            body = match state {
+                Some(state) => json!({"state": state}),
+                None => json!({}),
+            }
+        }
         _ => {}
     }
     json!({

@@ -1,10 +1,13 @@
 //! The SSF 1.0 transmitter of the revocation stream (issue 24, docs/revocation-stream.md):
 //! `/.well-known/ssf-configuration`, the stream configuration endpoint (create, read, update
 //! with PATCH, replace with PUT, delete; a stream belongs to the client that created it), its
-//! status, and poll delivery (RFC 8936) with long polling and acknowledgements.
+//! status (read, and set: `enabled`, `paused`, `disabled`), verification, the subjects a
+//! receiver adds or removes (recorded: every stream delivers every subject), and poll delivery
+//! (RFC 8936) with long polling and acknowledgements.
 //!
-//! Every call carries a bearer access token with `ssf.read` (read, status, poll) or `ssf.manage`
-//! (create, delete) of a confidential application allowed to introspect. A poll answers at once
+//! Every call carries a bearer access token with `ssf.read` (read, status, verification, poll)
+//! or `ssf.manage` (create, change, delete, set the status, subjects) of a confidential
+//! application allowed the revocation stream (`may_use_ssf`). A poll answers at once
 //! with the stream's oldest unacknowledged SETs; with none pending and `returnImmediately`
 //! false it waits up to `ssf_poll_timeout`, woken by the store's [`EventBell`] when an event is
 //! appended here or (PostgreSQL) on any replica, and reads the log once more at the timeout (a
@@ -18,7 +21,9 @@ use super::access_jwt::find_presented;
 use crate::AppState;
 use crate::domain::{SSF_MANAGE_SCOPE, SSF_READ_SCOPE};
 use crate::jwt::set;
-use crate::store::{ClientType, LoggedEvent, PushTarget, StreamRecord, TokenKind, now};
+use crate::store::{
+    ClientType, LoggedEvent, PushTarget, Revocation, StreamRecord, StreamStatus, TokenKind, now,
+};
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
@@ -34,6 +39,16 @@ pub const CONFIGURATION_PATH: &str = "/.well-known/ssf-configuration";
 pub const STREAM_PATH: &str = "/ssf/stream";
 pub const STATUS_PATH: &str = "/ssf/status";
 pub const POLL_PATH: &str = "/ssf/poll";
+pub const VERIFICATION_PATH: &str = "/ssf/verify";
+pub const ADD_SUBJECT_PATH: &str = "/ssf/subjects/add";
+pub const REMOVE_SUBJECT_PATH: &str = "/ssf/subjects/remove";
+/// The fewest seconds between two verifications of one stream (`min_verification_interval`);
+/// a request sooner is `429`.
+const MIN_VERIFICATION_INTERVAL: i64 = 1;
+/// The longest verification `state`, and the longest reason of a status, in bytes.
+const MAX_STATE: usize = 256;
+/// The longest subject a receiver may add, as JSON, in bytes.
+const MAX_SUBJECT: usize = 2048;
 /// RFC 8936 poll delivery.
 pub const POLL_METHOD: &str = "urn:ietf:rfc:8936";
 /// RFC 8935 push delivery.
@@ -54,7 +69,10 @@ pub fn router() -> Router<AppState> {
                 .put(replace_stream)
                 .delete(delete_stream),
         )
-        .route(STATUS_PATH, get(status))
+        .route(STATUS_PATH, get(status).post(set_status))
+        .route(VERIFICATION_PATH, post(verify))
+        .route(ADD_SUBJECT_PATH, post(add_subject))
+        .route(REMOVE_SUBJECT_PATH, post(remove_subject))
         .route(&format!("{POLL_PATH}/{{stream_id}}"), post(poll))
 }
 
@@ -68,6 +86,9 @@ async fn configuration(State(state): State<AppState>) -> Json<Value> {
         "delivery_methods_supported": [POLL_METHOD, PUSH_METHOD],
         "configuration_endpoint": format!("{issuer}{STREAM_PATH}"),
         "status_endpoint": format!("{issuer}{STATUS_PATH}"),
+        "verification_endpoint": format!("{issuer}{VERIFICATION_PATH}"),
+        "add_subject_endpoint": format!("{issuer}{ADD_SUBJECT_PATH}"),
+        "remove_subject_endpoint": format!("{issuer}{REMOVE_SUBJECT_PATH}"),
         "authorization_schemes": [{"spec_urn": "urn:ietf:rfc:6749"}],
         "default_subjects": "ALL",
     }))
@@ -89,8 +110,8 @@ fn no_stream() -> Response {
 }
 
 /// The client id behind a bearer access token carrying `scope`, of a confidential application
-/// still allowed to introspect: `401` without a usable token, `403` without the scope or the
-/// permission.
+/// still allowed the revocation stream: `401` without a usable token, `403` without the scope
+/// or the permission.
 async fn caller(state: &AppState, headers: &HeaderMap, scope: &str) -> Result<String, OAuthError> {
     let bearer = headers
         .get(header::AUTHORIZATION)
@@ -111,11 +132,24 @@ async fn caller(state: &AppState, headers: &HeaderMap, scope: &str) -> Result<St
         .find_application_by_client_id(&token.client_id)
         .await?;
     match app {
-        Some(app) if app.may_introspect && app.client_type == ClientType::Confidential => {
-            Ok(app.client_id)
-        }
+        Some(app) if may_use_stream(&app) => Ok(app.client_id),
         _ => Err(OAuthError::Forbidden),
     }
+}
+
+/// Whether an application may (still) use the revocation stream.
+fn may_use_stream(app: &crate::store::Application) -> bool {
+    app.may_use_ssf && app.client_type == ClientType::Confidential
+}
+
+fn bad_request(description: &str) -> Response {
+    refuse(StatusCode::BAD_REQUEST, "invalid_request", description)
+}
+
+/// A JSON request body of type `T`, or the `400` naming `what` it must be.
+fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes, what: &str) -> Result<T, Box<Response>> {
+    serde_json::from_slice(body)
+        .map_err(|_| Box::new(bad_request(&format!("The body must be {what}."))))
 }
 
 /// The event types a stream delivers: those asked for that are supported (all when none was
@@ -148,7 +182,7 @@ fn stream_configuration(state: &AppState, stream: &StreamRecord) -> Value {
         "events_supported": set::SUPPORTED,
         "events_requested": stream.events_requested,
         "events_delivered": delivered(stream),
-        "min_verification_interval": 0,
+        "min_verification_interval": MIN_VERIFICATION_INTERVAL,
     })
 }
 
@@ -368,7 +402,16 @@ async fn delete_stream(
     })
 }
 
-/// `GET status_endpoint?stream_id=` (SSF 1.0 §8.1.2): a stream is enabled while it exists.
+/// SSF 1.0 §8.1.2: `{stream_id, status, reason?}`.
+fn status_body(stream: &StreamRecord) -> Value {
+    let mut body = json!({"stream_id": stream.stream_id, "status": stream.status.as_str()});
+    if let Some(reason) = &stream.status_reason {
+        body["reason"] = reason.clone().into();
+    }
+    body
+}
+
+/// `GET status_endpoint?stream_id=` (SSF 1.0 §8.1.2.1).
 async fn status(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -383,11 +426,222 @@ async fn status(
         ));
     };
     Ok(match state.store.find_stream(&id, &client_id).await? {
-        Some(stream) => {
-            Json(json!({"stream_id": stream.stream_id, "status": "enabled"})).into_response()
-        }
+        Some(stream) => (
+            [(header::CACHE_CONTROL, "no-store")],
+            Json(status_body(&stream)),
+        )
+            .into_response(),
         None => no_stream(),
     })
+}
+
+#[derive(Deserialize)]
+struct StatusUpdate {
+    stream_id: String,
+    status: String,
+    reason: Option<String>,
+}
+
+/// `POST status_endpoint` (SSF 1.0 §8.1.2.2): `{stream_id, status, reason?}` sets the status
+/// (`enabled`, `paused`: events held until enabled, `disabled`: events dropped) → `200` with
+/// the status as set. The transmitter changes a status only when asked, so it sends no
+/// stream-updated event (§8.1.5 asks for one when it changes a status on its own).
+async fn set_status(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
+    let client_id = caller(&state, &headers, SSF_MANAGE_SCOPE).await?;
+    let request: StatusUpdate = match json_body(&body, "{stream_id, status, reason?}") {
+        Ok(request) => request,
+        Err(refused) => return Ok(*refused),
+    };
+    let Some(status) = StreamStatus::parse(&request.status) else {
+        return Ok(bad_request("The status is enabled, paused or disabled."));
+    };
+    if request.reason.as_ref().is_some_and(|r| r.len() > MAX_STATE) {
+        return Ok(bad_request("The reason is too long."));
+    }
+    let Some(stream) = state
+        .store
+        .set_stream_status(
+            &request.stream_id,
+            &client_id,
+            status,
+            request.reason.as_deref(),
+        )
+        .await?
+    else {
+        return Ok(no_stream());
+    };
+    tracing::info!(client_id = %client_id, stream_id = %stream.stream_id, status = status.as_str(), "revocation stream status set");
+    Ok((
+        [(header::CACHE_CONTROL, "no-store")],
+        Json(status_body(&stream)),
+    )
+        .into_response())
+}
+
+#[derive(Deserialize)]
+struct VerificationRequest {
+    stream_id: String,
+    state: Option<String>,
+}
+
+/// `POST verification_endpoint` (SSF 1.0 §8.1.4.2): `{stream_id, state?}` → `204`, and a
+/// verification SET with that `state` on that stream alone, delivered like any other event
+/// (held while the stream is paused, dropped while disabled). `429` sooner than
+/// [`MIN_VERIFICATION_INTERVAL`] after the stream's previous one.
+async fn verify(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
+    let client_id = caller(&state, &headers, SSF_READ_SCOPE).await?;
+    let request: VerificationRequest = match json_body(&body, "{stream_id, state?}") {
+        Ok(request) => request,
+        Err(refused) => return Ok(*refused),
+    };
+    if request.state.as_ref().is_some_and(|s| s.len() > MAX_STATE) {
+        return Ok(bad_request("The state is too long."));
+    }
+    let Some(stream) = state
+        .store
+        .find_stream(&request.stream_id, &client_id)
+        .await?
+    else {
+        return Ok(no_stream());
+    };
+    let last = state.store.last_verification(&stream.stream_id).await?;
+    if last.is_some_and(|last| now() < last + MIN_VERIFICATION_INTERVAL) {
+        return Ok(refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            "slow_down",
+            "A verification of this stream was just asked for.",
+        ));
+    }
+    state
+        .store
+        .log_event(&Revocation::Verification {
+            stream_id: stream.stream_id,
+            state: request.state,
+        })
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Deserialize)]
+struct SubjectRequest {
+    stream_id: String,
+    subject: Value,
+    verified: Option<bool>,
+}
+
+/// The members a subject of `format` must have (RFC 9493 §3.2, SSF 1.0 §3); None for a format
+/// not known.
+fn required_members(format: &str) -> Option<&'static [&'static str]> {
+    Some(match format {
+        "account" | "uri" => &["uri"],
+        "email" => &["email"],
+        "iss_sub" => &["iss", "sub"],
+        "opaque" => &["id"],
+        "phone_number" => &["phone_number"],
+        "did" => &["url"],
+        "jwt_id" => &["iss", "jti"],
+        "saml_assertion_id" => &["issuer", "assertion_id"],
+        _ => return None,
+    })
+}
+
+/// Whether `subject` is a subject identifier as SSF 1.0 §3 has them: a simple one of a known
+/// format with its members as strings, `aliases` of simple ones, or a `complex` subject whose
+/// members are simple ones.
+fn well_formed_subject(subject: &Value) -> bool {
+    let simple = |s: &Value| {
+        let Some(format) = s.get("format").and_then(Value::as_str) else {
+            return false;
+        };
+        required_members(format).is_some_and(|members| {
+            members.iter().all(|m| {
+                s.get(m)
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| !v.is_empty())
+            })
+        })
+    };
+    let Some(object) = subject.as_object() else {
+        return false;
+    };
+    match object.get("format").and_then(Value::as_str) {
+        Some("aliases") => object
+            .get("identifiers")
+            .and_then(Value::as_array)
+            .is_some_and(|ids| !ids.is_empty() && ids.iter().all(simple)),
+        Some(_) => simple(subject),
+        // A complex subject (SSF 1.0 §3.2): no format, members such as user, device, tenant.
+        None => {
+            !object.is_empty()
+                && object
+                    .values()
+                    .all(|member| member.is_object() && simple(member))
+        }
+    }
+}
+
+/// `POST add_subject_endpoint` / `remove_subject_endpoint` (SSF 1.0 §8.1.3): the stream of the
+/// caller and a well-formed subject, recorded (add, `verified` defaulting to true) or
+/// forgotten (remove). Every stream delivers every subject (`default_subjects: "ALL"`):
+/// adding one changes nothing that is delivered, removing one does not filter it out.
+async fn change_subject(
+    state: AppState,
+    headers: HeaderMap,
+    body: Bytes,
+    add: bool,
+) -> Result<Response, OAuthError> {
+    let client_id = caller(&state, &headers, SSF_MANAGE_SCOPE).await?;
+    let request: SubjectRequest = match json_body(&body, "{stream_id, subject, verified?}") {
+        Ok(request) => request,
+        Err(refused) => return Ok(*refused),
+    };
+    let subject = request.subject.to_string();
+    if subject.len() > MAX_SUBJECT || !well_formed_subject(&request.subject) {
+        return Ok(bad_request(
+            "The subject must be an SSF subject identifier of a known format.",
+        ));
+    }
+    let Some(stream) = state
+        .store
+        .find_stream(&request.stream_id, &client_id)
+        .await?
+    else {
+        return Ok(no_stream());
+    };
+    let verified = add.then_some(request.verified.unwrap_or(true));
+    state
+        .store
+        .record_subject(&stream.stream_id, &subject, verified)
+        .await?;
+    Ok(if add {
+        StatusCode::OK.into_response()
+    } else {
+        StatusCode::NO_CONTENT.into_response()
+    })
+}
+
+async fn add_subject(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
+    change_subject(state, headers, body, true).await
+}
+
+async fn remove_subject(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, OAuthError> {
+    change_subject(state, headers, body, false).await
 }
 
 /// An RFC 8936 §2.4 poll request.
@@ -477,7 +731,11 @@ async fn poll(
         let rung = bell.notified();
         tokio::pin!(rung);
         rung.as_mut().enable();
-        let events = pending(&state, &stream, &types, max).await?;
+        // Read again: its status may have changed while this poll waited.
+        let Some(current) = state.store.find_stream(&stream_id, &client_id).await? else {
+            break (Vec::new(), false);
+        };
+        let events = pending(&state, &current, &types, max).await?;
         let waited_enough = tokio::time::Instant::now() >= deadline || state.store.polls_closing();
         if !events.0.is_empty() || request.return_immediately || max == 0 || waited_enough {
             break events;
@@ -538,14 +796,17 @@ async fn pending(
     types: &[&str],
     max: i64,
 ) -> Result<(Vec<LoggedEvent>, bool), OAuthError> {
-    if max == 0 {
+    // Paused: held until enabled; disabled: dropped when enabled again (the store moves it on).
+    if max == 0 || stream.status != StreamStatus::Enabled {
         return Ok((Vec::new(), false));
     }
     loop {
         let mut events = state.store.pending_events(stream, max + 1).await?;
-        let (wanted, unwanted): (Vec<LoggedEvent>, Vec<LoggedEvent>) = events
-            .drain(..)
-            .partition(|e| types.contains(&set::event_type(&e.revocation)));
+        let (wanted, unwanted): (Vec<LoggedEvent>, Vec<LoggedEvent>) =
+            events.drain(..).partition(|e| {
+                matches!(e.revocation, Revocation::Verification { .. })
+                    || types.contains(&set::event_type(&e.revocation))
+            });
         if !unwanted.is_empty() {
             let ids: Vec<i64> = unwanted.iter().map(|e| e.id).collect();
             state.store.acknowledge(&stream.stream_id, &ids).await?;
@@ -614,6 +875,14 @@ async fn push_all(state: &AppState, http: &reqwest::Client) -> Result<bool, OAut
         let Some(target) = &stream.push else {
             continue;
         };
+        // Nothing to an application that may no longer use the stream.
+        let app = state
+            .store
+            .find_application_by_client_id(&stream.client_id)
+            .await?;
+        if !app.as_ref().is_some_and(may_use_stream) {
+            continue;
+        }
         let types = delivered(&stream);
         loop {
             let (events, more) = pending(state, &stream, &types, MAX_EVENTS).await?;

@@ -297,6 +297,7 @@ mod tests {
             redirect_uris: "https://a.example/cb http://127.0.0.1:9/cb?x=1".into(),
             allowed_scopes: vec!["read".into(), "write".into()],
             may_introspect: false,
+            may_use_ssf: false,
             pkce_required,
             token_format: None,
             tls_client_auth: None,

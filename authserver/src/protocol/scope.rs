@@ -6,7 +6,7 @@ use crate::domain::Application;
 use std::collections::BTreeMap;
 
 pub use crate::domain::{INTROSPECTION_SCOPE, permits};
-use crate::domain::{SSF_MANAGE_SCOPE, SSF_READ_SCOPE, needs_introspection_permission};
+use crate::domain::{SSF_MANAGE_SCOPE, SSF_READ_SCOPE, needs_permission};
 
 /// What the server declares: every scope by name, and those granted when none is asked for.
 #[derive(Debug, Clone, Copy)]
@@ -33,10 +33,10 @@ pub fn dedup(scope: &str) -> Vec<String> {
     out
 }
 
-/// Whether `app` may be granted `scope`: within its allowed scopes, and `introspection` only
-/// when it is allowed to introspect.
+/// Whether `app` may be granted `scope`: within its allowed scopes, `introspection` only when
+/// it is allowed to introspect, `ssf.*` only when it may use the revocation stream.
 pub fn may_have(app: &Application, scope: &str) -> bool {
-    permits(&app.allowed_scopes, app.may_introspect, scope)
+    permits(&app.allowed_scopes, app.permissions(), scope)
 }
 
 // The descriptions never repeat a requested value: they reach the client's pages through the
@@ -68,7 +68,7 @@ pub fn resolve(
         None => declared
             .defaults
             .iter()
-            .filter(|s| !needs_introspection_permission(s) && may_have(app, s))
+            .filter(|s| !needs_permission(s) && may_have(app, s))
             .cloned()
             .collect(),
         Some(requested) => {
@@ -149,6 +149,7 @@ mod tests {
             redirect_uris: String::new(),
             allowed_scopes: allowed.iter().map(|s| s.to_string()).collect(),
             may_introspect,
+            may_use_ssf: may_introspect,
             pkce_required: true,
             token_format: None,
             tls_client_auth: None,

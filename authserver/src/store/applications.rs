@@ -18,6 +18,8 @@ pub struct ApplicationInput {
     pub redirect_uris: String,
     pub allowed_scopes: Vec<String>,
     pub may_introspect: bool,
+    /// May use the revocation stream (`ssf.read`, `ssf.manage`).
+    pub may_use_ssf: bool,
     /// For confidential clients of the authorization code grant: false lets them leave PKCE
     /// out (public clients must always send it).
     pub pkce_required: bool,
@@ -70,6 +72,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
         redirect_uris: row.try_get("redirect_uris")?,
         allowed_scopes: super::split_scopes(row.try_get("allowed_scopes")?),
         may_introspect: row.try_get::<i64, _>("may_introspect")? != 0,
+        may_use_ssf: row.try_get::<i64, _>("may_use_ssf")? != 0,
         pkce_required: row.try_get::<i64, _>("pkce_required")? != 0,
         token_format: parse_token_format(row.try_get("token_format")?)?,
         tls_client_auth: parse_tls_client_auth(row.try_get("tls_client_auth")?)?,
@@ -94,8 +97,8 @@ impl Store {
         };
         let _exclusive = self.exclusive().await?;
         let row = sqlx::query(&format!(
-            "INSERT INTO applications (name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING {COLUMNS}"
+            "INSERT INTO applications (name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, may_use_ssf)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING {COLUMNS}"
         ))
         .bind(&input.name)
         .bind(client_id.unwrap_or_else(secrets::random_client_id))
@@ -109,6 +112,7 @@ impl Store {
         .bind(now())
         .bind(i64::from(input.pkce_required))
         .bind(input.token_format.map(AccessTokenFormat::as_str))
+        .bind(i64::from(input.may_use_ssf))
         .fetch_one(&self.writer)
         .await
         .map_err(conflict("an application with that client id"))?;
@@ -196,14 +200,14 @@ impl Store {
             super::Backend::Sqlite => "",
         };
         let before = sqlx::query(&format!(
-            "SELECT allowed_scopes, may_introspect, client_type, client_id FROM applications WHERE id = $1{lock}"
+            "SELECT allowed_scopes, may_introspect, client_type, client_id, may_use_ssf FROM applications WHERE id = $1{lock}"
         ))
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
         let row = sqlx::query(&format!(
-            "UPDATE applications SET name = $1, client_type = $2, grant_type = $3, redirect_uris = $4, allowed_scopes = $5, may_introspect = $6, pkce_required = $7, token_format = $8
-             WHERE id = $9 RETURNING {COLUMNS}"
+            "UPDATE applications SET name = $1, client_type = $2, grant_type = $3, redirect_uris = $4, allowed_scopes = $5, may_introspect = $6, pkce_required = $7, token_format = $8, may_use_ssf = $9
+             WHERE id = $10 RETURNING {COLUMNS}"
         ))
         .bind(&input.name)
         .bind(input.client_type.as_str())
@@ -213,15 +217,19 @@ impl Store {
         .bind(i64::from(input.may_introspect))
         .bind(i64::from(input.pkce_required))
         .bind(input.token_format.map(AccessTokenFormat::as_str))
+        .bind(i64::from(input.may_use_ssf))
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
         let mut narrowed = None;
         if let Some(before) = &before {
             let scopes: String = before.try_get(0)?;
-            let may_introspect = before.try_get::<i64, _>(1)? != 0
-                && before.try_get::<String, _>(2)? == ClientType::Confidential.as_str();
-            if narrows(&super::split_scopes(&scopes), may_introspect, input) {
+            let confidential = before.try_get::<String, _>(2)? == ClientType::Confidential.as_str();
+            let permissions = crate::domain::Permissions {
+                introspect: before.try_get::<i64, _>(1)? != 0 && confidential,
+                ssf: before.try_get::<i64, _>(4)? != 0 && confidential,
+            };
+            if narrows(&super::split_scopes(&scopes), permissions, input) {
                 let event = super::Revocation::Client {
                     client_id: before.try_get(3)?,
                 };
@@ -331,11 +339,12 @@ impl Store {
 }
 
 /// Whether `input` takes from an application something its tokens may carry: a scope it was
-/// allowed (empty allowed scopes: every scope), or the introspection permission (effective only
-/// for a confidential client). Its tokens' events are then logged ([`super::Revocation::Client`]).
+/// allowed (empty allowed scopes: every scope), or the introspection or revocation-stream
+/// permission (effective only for a confidential client). Its tokens' events are then logged
+/// ([`super::Revocation::Client`]).
 fn narrows(
     allowed_before: &[String],
-    may_introspect_before: bool,
+    before: crate::domain::Permissions,
     input: &ApplicationInput,
 ) -> bool {
     let lost_scope = !input.allowed_scopes.is_empty()
@@ -343,7 +352,8 @@ fn narrows(
             || allowed_before
                 .iter()
                 .any(|scope| !input.allowed_scopes.contains(scope)));
-    let may_introspect_after =
-        input.may_introspect && input.client_type == ClientType::Confidential;
-    lost_scope || (may_introspect_before && !may_introspect_after)
+    let confidential = input.client_type == ClientType::Confidential;
+    let lost_introspection = before.introspect && !(input.may_introspect && confidential);
+    let lost_ssf = before.ssf && !(input.may_use_ssf && confidential);
+    lost_scope || lost_introspection || lost_ssf
 }

@@ -40,6 +40,12 @@ pub enum Revocation {
     Consent { sub: String, client_id: String },
     /// A JWT signing key withdrawn: tokens it signed are no longer good.
     SigningKey { kid: String },
+    /// Not a revocation: the verification a receiver asked for (SSF 1.0 §8.1.4), delivered on
+    /// its stream alone, with the `state` it gave.
+    Verification {
+        stream_id: String,
+        state: Option<String>,
+    },
 }
 
 impl Revocation {
@@ -54,6 +60,22 @@ impl Revocation {
                 ("session-revoked", "complex", format!("{sub} {client_id}"))
             }
             Revocation::SigningKey { kid } => ("signing-key-withdrawn", "kid", kid.clone()),
+            Revocation::Verification { stream_id, state } => (
+                "verification",
+                "stream",
+                match state {
+                    Some(state) => format!("{stream_id} {state}"),
+                    None => stream_id.clone(),
+                },
+            ),
+        }
+    }
+
+    /// The one stream this event is for; None: every stream.
+    fn stream(&self) -> Option<&str> {
+        match self {
+            Revocation::Verification { stream_id, .. } => Some(stream_id),
+            _ => None,
         }
     }
 
@@ -71,6 +93,16 @@ impl Revocation {
                 }
             }
             ("signing-key-withdrawn", "kid") => Revocation::SigningKey { kid: subject },
+            ("verification", "stream") => match subject.split_once(' ') {
+                Some((stream_id, state)) => Revocation::Verification {
+                    stream_id: stream_id.to_owned(),
+                    state: Some(state.to_owned()),
+                },
+                None => Revocation::Verification {
+                    stream_id: subject,
+                    state: None,
+                },
+            },
             _ => return None,
         })
     }
@@ -115,6 +147,41 @@ pub struct StreamRecord {
     pub created_at: i64,
     /// RFC 8935 push delivery; None for a poll stream.
     pub push: Option<PushTarget>,
+    /// SSF 1.0 §8.1.2: whether it delivers, holds or drops its events.
+    pub status: StreamStatus,
+    /// Why, as the receiver said when it set the status.
+    pub status_reason: Option<String>,
+}
+
+/// A stream's status (SSF 1.0 §8.1.2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamStatus {
+    /// Its events are delivered.
+    Enabled,
+    /// Its events are held, and delivered once it is enabled again.
+    Paused,
+    /// Its events are dropped: once enabled again, it delivers those logged from then on.
+    Disabled,
+}
+
+impl StreamStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StreamStatus::Enabled => "enabled",
+            StreamStatus::Paused => "paused",
+            StreamStatus::Disabled => "disabled",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<StreamStatus> {
+        [
+            StreamStatus::Enabled,
+            StreamStatus::Paused,
+            StreamStatus::Disabled,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
 }
 
 /// The public id of a token family: the `jti` of its JWT access tokens, of its introspection
@@ -123,7 +190,7 @@ pub fn family_jti(family: &str) -> String {
     secrets::digest(&format!("tokengate-family:{family}"))[..32].to_owned()
 }
 
-const INSERT: &str = "INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at) VALUES ($1, $2, $3, $4) RETURNING id";
+const INSERT: &str = "INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at, stream_id) VALUES ($1, $2, $3, $4, $5) RETURNING id";
 /// Announces an appended event on [`CHANNEL`], with its [`payload`]: polls only wake on it, the
 /// token cache evicts what it names ([`super::token_cache`]).
 const NOTIFY: &str = "SELECT pg_notify($1, $2)";
@@ -179,6 +246,7 @@ pub(super) async fn append(
         .bind(format)
         .bind(subject)
         .bind(now())
+        .bind(event.stream())
         .fetch_one(&mut *tx)
         .await?;
     if backend == Backend::Postgres {
@@ -280,8 +348,7 @@ fn listen(url: String, notify: Arc<Notify>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-const STREAM_COLUMNS: &str =
-    "stream_id, client_id, events_requested, after_event, created_at, push_url, push_authorization";
+const STREAM_COLUMNS: &str = "stream_id, client_id, events_requested, after_event, created_at, push_url, push_authorization, status, status_reason";
 
 fn stream_from_row(row: &sqlx::any::AnyRow) -> StoreResult<StreamRecord> {
     Ok(StreamRecord {
@@ -299,10 +366,23 @@ fn stream_from_row(row: &sqlx::any::AnyRow) -> StoreResult<StreamRecord> {
                 })
             })
             .transpose()?,
+        status: StreamStatus::parse(&row.try_get::<String, _>(7)?)
+            .ok_or_else(|| super::StoreError::Other(anyhow::anyhow!("unknown stream status")))?,
+        status_reason: row.try_get(8)?,
     })
 }
 
 impl Store {
+    /// When the stream's latest verification was asked for (seconds), if any is still logged.
+    pub async fn last_verification(&self, stream_id: &str) -> StoreResult<Option<i64>> {
+        Ok(sqlx::query_scalar(
+            "SELECT MAX(occurred_at) FROM ssf_events WHERE stream_id = $1 AND event_type = 'verification'",
+        )
+        .bind(stream_id)
+        .fetch_one(&self.writer)
+        .await?)
+    }
+
     /// After a commit that appended `event`: evicts what it concerns from this process's token
     /// cache and wakes this process's waiting polls.
     pub(super) fn ring_events(&self, event: &Revocation) {
@@ -368,6 +448,8 @@ impl Store {
             after_event: 0,
             created_at: now(),
             push,
+            status: StreamStatus::Enabled,
+            status_reason: None,
         };
         let _exclusive = self.exclusive().await?;
         let after_event: i64 = sqlx::query_scalar(
@@ -459,6 +541,84 @@ impl Store {
         row.as_ref().map(stream_from_row).transpose()
     }
 
+    /// Sets the status of the stream `stream_id` of `client_id`: the updated stream, None if
+    /// there is no such stream of this client. Disabling it, or enabling (or pausing) it once
+    /// disabled, moves its place in the log to the newest event: a disabled stream keeps none.
+    pub async fn set_stream_status(
+        &self,
+        stream_id: &str,
+        client_id: &str,
+        status: StreamStatus,
+        reason: Option<&str>,
+    ) -> StoreResult<Option<StreamRecord>> {
+        {
+            let _exclusive = self.exclusive().await?;
+            sqlx::query(
+                "UPDATE ssf_streams SET
+                   after_event = CASE WHEN $1 = 'disabled' OR status = 'disabled'
+                     THEN (SELECT COALESCE(MAX(id), 0) FROM ssf_events) ELSE after_event END,
+                   status = $1, status_reason = $2
+                 WHERE stream_id = $3 AND client_id = $4",
+            )
+            .bind(status.as_str())
+            .bind(reason)
+            .bind(stream_id)
+            .bind(client_id)
+            .execute(&self.writer)
+            .await?;
+        }
+        // Polls waiting on this replica read their stream again (a paused one, enabled, has
+        // events to answer); those on another replica at their timeout.
+        self.events.notify.notify_waiters();
+        self.events.push.notify_waiters();
+        let row = sqlx::query(&format!(
+            "SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE stream_id = $1 AND client_id = $2"
+        ))
+        .bind(stream_id)
+        .bind(client_id)
+        .fetch_optional(&self.writer)
+        .await?;
+        row.as_ref().map(stream_from_row).transpose()
+    }
+
+    /// Records `subject` (its JSON) as added to the stream (SSF 1.0 §8.1.3.2), or removes it
+    /// (`verified` None). Every stream delivers every subject: the record is what the receiver
+    /// said, kept for the operator.
+    pub async fn record_subject(
+        &self,
+        stream_id: &str,
+        subject: &str,
+        verified: Option<bool>,
+    ) -> StoreResult<()> {
+        let _exclusive = self.exclusive().await?;
+        match verified {
+            Some(verified) => sqlx::query(
+                "INSERT INTO ssf_subjects (stream_id, subject, verified, added_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (stream_id, subject) DO UPDATE SET verified = $3",
+            )
+            .bind(stream_id)
+            .bind(subject)
+            .bind(i64::from(verified))
+            .bind(now()),
+            None => sqlx::query("DELETE FROM ssf_subjects WHERE stream_id = $1 AND subject = $2")
+                .bind(stream_id)
+                .bind(subject),
+        }
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
+    /// The subjects recorded for a stream, in the order added.
+    pub async fn stream_subjects(&self, stream_id: &str) -> StoreResult<Vec<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT subject FROM ssf_subjects WHERE stream_id = $1 ORDER BY added_at, subject",
+        )
+        .bind(stream_id)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Deletes the stream `stream_id` of `client_id` (with its acknowledgements); whether it was.
     pub async fn delete_stream(&self, stream_id: &str, client_id: &str) -> StoreResult<bool> {
         let _exclusive = self.exclusive().await?;
@@ -502,7 +662,7 @@ impl Store {
     ) -> StoreResult<Vec<LoggedEvent>> {
         let rows = sqlx::query(
             "SELECT e.id, e.event_type, e.subject_format, e.subject, e.occurred_at FROM ssf_events e
-             WHERE e.id > $1 AND NOT EXISTS
+             WHERE e.id > $1 AND (e.stream_id IS NULL OR e.stream_id = $2) AND NOT EXISTS
                (SELECT 1 FROM ssf_acks a WHERE a.stream_id = $2 AND a.event_id = e.id)
              ORDER BY e.id LIMIT $3",
         )
@@ -571,6 +731,14 @@ mod tests {
                 client_id: "c".into(),
             },
             Revocation::SigningKey { kid: "k".into() },
+            Revocation::Verification {
+                stream_id: "s".into(),
+                state: Some("a b".into()),
+            },
+            Revocation::Verification {
+                stream_id: "s".into(),
+                state: None,
+            },
         ] {
             let (t, f, s) = event.columns();
             assert_eq!(Revocation::from_columns(t, f, s), Some(event));

@@ -357,6 +357,37 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     CREATE INDEX IF NOT EXISTS flash_messages_expires ON flash_messages(expires_at)",
     ),
     (
+        13,
+        // The revocation stream's own permission and management (issue 24): `may_use_ssf`, the
+        // application flag the `ssf.read`/`ssf.manage` scopes need (set where introspection is
+        // allowed today, so that existing receivers keep their stream); a stream's status
+        // (`enabled`, `paused`, `disabled`, SSF 1.0 §8.1.2) and its reason; the subjects a
+        // receiver added (§8.1.3; recorded, every stream delivers every subject); and the stream
+        // an event is for (NULL: every stream; a verification SET is for one, §8.1.4).
+        "ALTER TABLE applications ADD COLUMN may_use_ssf INTEGER NOT NULL DEFAULT 0;
+    UPDATE applications SET may_use_ssf = may_introspect;
+    ALTER TABLE ssf_streams ADD COLUMN status TEXT NOT NULL DEFAULT 'enabled';
+    ALTER TABLE ssf_streams ADD COLUMN status_reason TEXT;
+    ALTER TABLE ssf_events ADD COLUMN stream_id TEXT;
+    CREATE TABLE IF NOT EXISTS ssf_subjects (
+        stream_id TEXT NOT NULL REFERENCES ssf_streams(stream_id) ON DELETE CASCADE,
+        subject TEXT NOT NULL,
+        verified INTEGER NOT NULL,
+        added_at INTEGER NOT NULL,
+        PRIMARY KEY (stream_id, subject))",
+        "ALTER TABLE applications ADD COLUMN IF NOT EXISTS may_use_ssf BIGINT NOT NULL DEFAULT 0;
+    UPDATE applications SET may_use_ssf = may_introspect;
+    ALTER TABLE ssf_streams ADD COLUMN IF NOT EXISTS status TEXT NOT NULL DEFAULT 'enabled';
+    ALTER TABLE ssf_streams ADD COLUMN IF NOT EXISTS status_reason TEXT;
+    ALTER TABLE ssf_events ADD COLUMN IF NOT EXISTS stream_id TEXT;
+    CREATE TABLE IF NOT EXISTS ssf_subjects (
+        stream_id TEXT NOT NULL REFERENCES ssf_streams(stream_id) ON DELETE CASCADE,
+        subject TEXT NOT NULL,
+        verified BIGINT NOT NULL,
+        added_at BIGINT NOT NULL,
+        PRIMARY KEY (stream_id, subject))",
+    ),
+    (
         15,
         // RP-initiated logout ends the tokens a browser session led to (issue 26): the token
         // family of every authorization code issued in a session, by the session's digest. No
@@ -492,7 +523,39 @@ mod tests {
                     .fetch_all(store.pool())
                     .await
                     .unwrap();
-            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15]);
+            assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]);
+        }
+    }
+
+    /// Migration 13 gives the revocation stream to every application allowed to introspect
+    /// before it (they held the stream scopes through that permission), and to no other.
+    #[tokio::test]
+    async fn migration_13_keeps_the_stream_of_applications_that_introspect() {
+        use crate::store::GrantType;
+        for store in crate::testing::all_stores().await {
+            let (introspects, _) =
+                crate::testing::application(&store, GrantType::ClientCredentials, true).await;
+            let (plain, _) =
+                crate::testing::application(&store, GrantType::ClientCredentials, false).await;
+            // As before migration 13: no application has the flag.
+            sqlx::query("UPDATE applications SET may_use_ssf = 0")
+                .execute(store.pool())
+                .await
+                .unwrap();
+            sqlx::query("DELETE FROM schema_migrations WHERE version = 13")
+                .execute(store.pool())
+                .await
+                .unwrap();
+            run(&store.writer, store.backend).await.unwrap();
+            for (client_id, expected) in [(introspects, 1), (plain, 0)] {
+                let flag: i64 =
+                    sqlx::query_scalar("SELECT may_use_ssf FROM applications WHERE client_id = $1")
+                        .bind(&client_id)
+                        .fetch_one(store.pool())
+                        .await
+                        .unwrap();
+                assert_eq!(flag, expected, "{client_id}");
+            }
         }
     }
 }

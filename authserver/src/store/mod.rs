@@ -5,7 +5,7 @@
 /// The `applications` columns every query reads, in the order both backends decode them.
 macro_rules! application_columns {
     () => {
-        "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, tls_client_auth"
+        "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, tls_client_auth, may_use_ssf"
     };
 }
 
@@ -35,7 +35,7 @@ pub use applications::{Application, ApplicationInput, ClientType, GrantType};
 pub use client_cache::CLIENT_CACHE_TTL;
 pub use codes::{CodeOutcome, CodeRecord, NewCode};
 pub use consents::AuthorizedApplication;
-pub use events::{LoggedEvent, PushTarget, Revocation, StreamRecord, family_jti};
+pub use events::{LoggedEvent, PushTarget, Revocation, StreamRecord, StreamStatus, family_jti};
 pub use flash::NewFlash;
 pub use groups::Group;
 pub use hot::group_writer::{WriterKind, write_group_sizes};

@@ -87,7 +87,7 @@ impl Eviction {
                 Ok(id) => Eviction::Consent(id, client_id.clone()),
                 Err(_) => Eviction::All,
             },
-            Revocation::SigningKey { .. } => Eviction::Nothing,
+            Revocation::SigningKey { .. } | Revocation::Verification { .. } => Eviction::Nothing,
         }
     }
 
@@ -487,7 +487,7 @@ mod tests {
                 expires_at: i64::MAX,
                 revoked: false,
                 application_scopes: vec!["read".into(), "write".into(), "groups".into()],
-                application_may_introspect: false,
+                application_permissions: Default::default(),
                 cnf_x5t_s256: None,
             },
             jti: format!("{n:032}"),

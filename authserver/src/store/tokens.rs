@@ -52,10 +52,10 @@ pub struct TokenRecord {
     pub expires_at: i64,
     /// Spent or revoked on its own, or its whole family revoked.
     pub revoked: bool,
-    /// The application's allowed scopes now (empty: any declared scope) and whether it may
-    /// introspect now: what [`TokenRecord::current_scope`] narrows the token's scope to.
+    /// The application's allowed scopes now (empty: any declared scope) and its permissions
+    /// now: what [`TokenRecord::current_scope`] narrows the token's scope to.
     pub application_scopes: Vec<String>,
-    pub application_may_introspect: bool,
+    pub application_permissions: crate::domain::Permissions,
     /// The thumbprint of the client certificate the token is bound to (RFC 8705
     /// `cnf.x5t#S256`), if it is.
     pub cnf_x5t_s256: Option<String>,
@@ -63,12 +63,12 @@ pub struct TokenRecord {
 
 impl TokenRecord {
     /// The token's scope less what its application may no longer have (an operator narrowed
-    /// the application's scopes, or withdrew introspection, since the token was issued).
+    /// the application's scopes, or withdrew a permission, since the token was issued).
     pub fn current_scope(&self) -> String {
         let permits = |scope: &&str| {
             crate::domain::permits(
                 &self.application_scopes,
-                self.application_may_introspect,
+                self.application_permissions,
                 scope,
             )
         };

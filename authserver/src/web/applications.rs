@@ -12,6 +12,7 @@ use super::templates::{
 use super::{WebError, WebResult, csrf, parse_id, render, see_other};
 use crate::AppState;
 use crate::config::{AccessTokenFormat, Settings};
+use crate::domain::Permissions;
 use crate::jwt::Alg;
 use crate::protocol::oidc;
 use crate::store::{
@@ -69,6 +70,7 @@ pub(crate) fn validate(
             .to_owned(),
         scopes,
         may_introspect: form.checked("may_introspect"),
+        may_use_ssf: form.checked("may_use_ssf"),
         pkce_optional: form.checked("pkce_optional"),
         token_format: form.text("token_format"),
         tls_client_auth: form.text("tls_client_auth"),
@@ -209,25 +211,31 @@ fn form_page(
     }
 }
 
-/// The may-introspect flag to store: never for a public client; otherwise what a superuser
-/// ticked, and for anyone else the current value (`false` for a new application), whatever the
-/// form said.
-fn introspect_flag(operator: &Operator, input: &ApplicationInput, current: bool) -> bool {
-    let submitted = input.may_introspect;
-    if input.client_type == ClientType::Public {
+/// Sets the permission flags to store (may introspect, may use the revocation stream) from
+/// those of `current` (`Permissions::default()` for a new application): never for a public
+/// client; otherwise what a superuser ticked, and for anyone else the current values, whatever
+/// the form said.
+fn permission_flags(operator: &Operator, input: &mut ApplicationInput, current: Permissions) {
+    let submitted = Permissions {
+        introspect: input.may_introspect,
+        ssf: input.may_use_ssf,
+    };
+    let kept = if input.client_type == ClientType::Public {
         // Never for a public client (see the introspection endpoint), whoever asks.
-        false
+        Permissions::default()
     } else if operator.user.is_superuser {
         submitted
     } else {
         if submitted != current {
             tracing::info!(
                 user_id = operator.user.id,
-                "may-introspect change ignored: not a superuser"
+                "permission change ignored: not a superuser"
             );
         }
         current
-    }
+    };
+    input.may_introspect = kept.introspect;
+    input.may_use_ssf = kept.ssf;
 }
 
 /// The application with this id, if it exists and this operator may see it.
@@ -389,7 +397,7 @@ async fn register(State(state): State<AppState>, operator: Operator, form: FormD
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
-    input.may_introspect = introspect_flag(&operator, &input, false);
+    permission_flags(&operator, &mut input, Permissions::default());
     let (app, secret) = state
         .store
         .create_application(&input, Some(operator.user.id), None, None)
@@ -468,6 +476,7 @@ fn values_of(app: &Application) -> ApplicationValues {
             .join("\n"),
         scopes: app.allowed_scopes.clone(),
         may_introspect: app.may_introspect,
+        may_use_ssf: app.may_use_ssf,
         pkce_optional: !app.pkce_required,
         token_format: app
             .token_format
@@ -516,7 +525,7 @@ async fn update(
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
-    input.may_introspect = introspect_flag(&operator, &input, app.may_introspect);
+    permission_flags(&operator, &mut input, app.permissions());
     let mut updated = state
         .store
         .update_application(app.id, &input)
@@ -648,6 +657,7 @@ mod tests {
                 ("scope", "read"),
                 ("scope", "write"),
                 ("may_introspect", "on"),
+                ("may_use_ssf", "on"),
             ]),
         );
         let input = input.unwrap();
@@ -659,6 +669,7 @@ mod tests {
         );
         assert_eq!(input.allowed_scopes, ["read", "write"]);
         assert!(input.may_introspect);
+        assert!(input.may_use_ssf);
     }
 
     #[test]

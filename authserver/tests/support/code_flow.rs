@@ -213,6 +213,7 @@ impl Fixture {
             redirect_uris: format!("{REDIRECT} {OTHER_REDIRECT}"),
             allowed_scopes: allowed_scopes.iter().map(|s| s.to_string()).collect(),
             may_introspect: false,
+            may_use_ssf: false,
             pkce_required,
             token_format,
         })

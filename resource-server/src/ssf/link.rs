@@ -6,6 +6,12 @@
 //! stream answered 404 is gone (events may have been lost): caches are flushed and a new stream
 //! is created.
 //!
+//! Once a stream is created the receiver asks for a verification event (SSF 1.0 §8.1.4, when
+//! the transmitter offers a `verification_endpoint`) and counts it when it arrives. A stream
+//! that is not `enabled` delivers nothing: the receiver reads its status (`status_endpoint`)
+//! after every poll that ended with nothing, and takes a stream-updated event's status, and the
+//! stream is unhealthy (short cache lifetimes) until it is enabled again.
+//!
 //! The transmitter is reached where its configuration was fetched: URLs it names at its
 //! issuer's origin (stream, JWKS, metadata, token endpoint) are taken at the configuration URL's
 //! origin instead, when the two differ (a sidecar reaches the authorization server at an
@@ -80,6 +86,9 @@ fn answered(what: &str, status: StatusCode) -> Failure {
 
 struct Discovered {
     configuration_endpoint: String,
+    /// SSF 1.0 §7.1's optional endpoints, when offered.
+    status_endpoint: Option<String>,
+    verification_endpoint: Option<String>,
     token_url: String,
     verifier: SetVerifier,
 }
@@ -104,6 +113,8 @@ struct Link {
     stream: Option<(String, String)>,
     acks: Vec<String>,
     errs: Map<String, Value>,
+    /// The `state` of the verification asked for on the current stream, until it arrives.
+    verification: Option<String>,
 }
 
 /// Runs the receiver for ever (the task is aborted when the gate goes).
@@ -131,6 +142,7 @@ pub async fn run(s: RevocationSettings, revoked: Arc<Revoked>, targets: Targets)
         stream: None,
         acks: Vec::new(),
         errs: Map::new(),
+        verification: None,
     };
     let log = LogLimiter::new(FAILURE_LOG_INTERVAL);
     let mut failures = 0u32;
@@ -225,6 +237,8 @@ impl Link {
             // event is kept for it: as good as a poll answered.
             self.flush();
             self.revoked.poll_succeeded();
+            self.revoked.stream_enabled(true);
+            self.ask_verification().await;
         }
         self.poll().await
     }
@@ -282,6 +296,9 @@ impl Link {
             Some(u) => u.clone(),
             None => here(text("jwks_uri").ok_or_else(|| missing("jwks_uri"))?),
         };
+        let optional = |k: &str| text(k).map(&here);
+        let status_endpoint = optional("status_endpoint");
+        let verification_endpoint = optional("verification_endpoint");
         let token_url = match &self.s.token_url {
             Some(u) => u.clone(),
             None => here(self.token_endpoint(&here(issuer.clone())).await?),
@@ -291,6 +308,8 @@ impl Link {
         tracing::info!(%issuer, %configuration_endpoint, "revocation stream transmitter found");
         Ok(Discovered {
             configuration_endpoint,
+            status_endpoint,
+            verification_endpoint,
             token_url,
             verifier,
         })
@@ -446,6 +465,84 @@ impl Link {
         Ok((id.to_owned(), url))
     }
 
+    /// Asks for a verification event on the new stream (SSF 1.0 §8.1.4.2). Its failure is
+    /// logged, not retried: the stream works without it.
+    async fn ask_verification(&mut self) {
+        let (Some(d), Some((id, _))) = (&self.discovered, &self.stream) else {
+            return;
+        };
+        let Some(url) = &d.verification_endpoint else {
+            return;
+        };
+        // Told apart from another request's by the time asked (not a secret: the SET is signed).
+        let asked = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let state = format!("tokengate-{asked}");
+        let answer = self
+            .http
+            .post(url)
+            .timeout(self.s.timeout)
+            .header("authorization", self.bearer())
+            .json(&json!({"stream_id": id, "state": state}))
+            .send()
+            .await;
+        match answer {
+            Ok(r) if r.status().is_success() => self.verification = Some(state),
+            Ok(r) => tracing::info!(
+                status = r.status().as_u16(),
+                "revocation stream: verification not requested"
+            ),
+            Err(e) => tracing::info!(error = %e, "revocation stream: verification not requested"),
+        }
+    }
+
+    /// Reads the stream's status (SSF 1.0 §8.1.2.1), when the transmitter offers it: anything
+    /// but `enabled` makes the stream unhealthy. A failure changes nothing (the poll's own
+    /// health rules apply).
+    async fn read_status(&mut self) {
+        let (Some(d), Some((id, _))) = (&self.discovered, &self.stream) else {
+            return;
+        };
+        let Some(url) = &d.status_endpoint else {
+            return;
+        };
+        let answer = self
+            .http
+            .get(url)
+            .query(&[("stream_id", id)])
+            .timeout(self.s.timeout)
+            .header("authorization", self.bearer())
+            .header("accept", "application/json")
+            .send()
+            .await;
+        let status = match answer {
+            Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
+            _ => None,
+        };
+        if let Some(status) = status
+            .as_ref()
+            .and_then(|s| s.get("status"))
+            .and_then(Value::as_str)
+        {
+            self.stream_status(status);
+        }
+    }
+
+    /// The stream's status, as read or as a stream-updated event gave it.
+    fn stream_status(&self, status: &str) {
+        if self.revoked.stream_enabled(status == "enabled") {
+            if status == "enabled" {
+                tracing::info!("revocation stream enabled again");
+            } else {
+                tracing::warn!(
+                    status,
+                    "revocation stream not enabled: unhealthy, short cache lifetimes"
+                );
+            }
+        }
+    }
+
     async fn poll(&mut self) -> Result<(), Failure> {
         let Some((_, url)) = self.stream.clone() else {
             return Err(Failure::Retry("no stream".into()));
@@ -494,8 +591,13 @@ impl Link {
             .metrics
             .polls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let nothing = sets.is_empty();
         for (jti, set) in sets {
             self.receive(&jti, set.as_str().unwrap_or_default()).await;
+        }
+        // A paused or disabled stream answers nothing, like a quiet one: ask which it is.
+        if nothing {
+            self.read_status().await;
         }
         self.revoked.purge();
         Ok(())
@@ -521,8 +623,24 @@ impl Link {
                     }
                     tracing::info!(set = jti, subject = ?r.subject, at = r.at, "revocation event applied");
                 }
+                for state in &verified.verifications {
+                    if self.verification.as_ref() == Some(state) {
+                        self.verification = None;
+                        self.revoked.metrics.verifications.fetch_add(1, Relaxed);
+                        tracing::info!(set = jti, "revocation stream verified");
+                    }
+                }
+                if let Some(status) = &verified.stream_status {
+                    self.stream_status(status);
+                }
                 let m = &self.revoked.metrics;
-                m.sets_applied.fetch_add(1, Relaxed);
+                // A SET of the stream's own events (verification, status) ends nothing.
+                let about_the_stream = verified.revocations.is_empty()
+                    && verified.keys_withdrawn.is_empty()
+                    && verified.ignored == 0;
+                if !about_the_stream {
+                    m.sets_applied.fetch_add(1, Relaxed);
+                }
                 m.events_ignored.fetch_add(verified.ignored as u64, Relaxed);
                 self.acks.push(jti.to_owned());
             }

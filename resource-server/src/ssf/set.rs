@@ -39,6 +39,13 @@ pub const RISC_ENDING: [&str; 4] = [
 /// receiver refuses JWTs of that key from then on and refetches the JWKS.
 pub const SIGNING_KEY_WITHDRAWN: &str = "urn:tokengate:secevent:signing-key-withdrawn";
 
+/// SSF 1.0 §8.1.4.1: the event a receiver asks for to check its stream end to end (delivered
+/// whatever was requested); its `state` is the receiver's.
+pub const VERIFICATION: &str = "https://schemas.openid.net/secevent/ssf/event-type/verification";
+/// SSF 1.0 §8.1.5: the transmitter changed the stream's status (`status`, `reason`).
+pub const STREAM_UPDATED: &str =
+    "https://schemas.openid.net/secevent/ssf/event-type/stream-updated";
+
 /// The event types the receiver asks for and acts on.
 pub fn events_requested() -> Vec<&'static str> {
     let mut all = vec![SESSION_REVOKED, CREDENTIAL_CHANGE, SIGNING_KEY_WITHDRAWN];
@@ -95,6 +102,10 @@ pub struct VerifiedSet {
     pub ignored: usize,
     /// `kid`s of signing keys withdrawn.
     pub keys_withdrawn: Vec<String>,
+    /// The `state` of each verification event (empty without one).
+    pub verifications: Vec<String>,
+    /// The stream's status a stream-updated event gives.
+    pub stream_status: Option<String>,
 }
 
 /// One thing an event ended, and when.
@@ -204,8 +215,24 @@ impl SetVerifier {
             revocations: Vec::new(),
             ignored: 0,
             keys_withdrawn: Vec::new(),
+            verifications: Vec::new(),
+            stream_status: None,
         };
         for (kind, event) in events {
+            let text = |k: &str| event.get(k).and_then(Value::as_str).map(str::to_owned);
+            if kind == VERIFICATION {
+                verified
+                    .verifications
+                    .push(text("state").unwrap_or_default());
+                continue;
+            }
+            if kind == STREAM_UPDATED {
+                match text("status") {
+                    Some(status) => verified.stream_status = Some(status),
+                    None => verified.ignored += 1,
+                }
+                continue;
+            }
             if kind == SIGNING_KEY_WITHDRAWN {
                 match event.get("kid").and_then(Value::as_str) {
                     Some(kid) => verified.keys_withdrawn.push(kid.to_owned()),
@@ -287,6 +314,21 @@ mod tests {
     fn set(events: Value, sub_id: Value) -> Value {
         json!({"iss": "https://as", "aud": "rx", "iat": 1_000_000, "jti": "s1",
                "sub_id": sub_id, "events": events})
+    }
+
+    #[test]
+    fn verification_and_stream_updated_events_are_read_not_ignored() {
+        let stream = json!({"format": "opaque", "id": "stream-1"});
+        let v = read(set(json!({VERIFICATION: {"state": "st"}}), stream.clone())).unwrap();
+        assert_eq!((v.verifications, v.ignored), (vec!["st".to_owned()], 0));
+        assert!(v.revocations.is_empty());
+        let v = read(set(
+            json!({STREAM_UPDATED: {"status": "paused", "reason": "maintenance"}}),
+            stream,
+        ))
+        .unwrap();
+        assert_eq!(v.stream_status.as_deref(), Some("paused"));
+        assert_eq!((v.revocations.len(), v.ignored), (0, 0));
     }
 
     #[test]

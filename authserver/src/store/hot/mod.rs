@@ -105,6 +105,7 @@ pub(super) struct ApplicationColumns {
     pub pkce_required: i64,
     pub token_format: Option<String>,
     pub tls_client_auth: Option<String>,
+    pub may_use_ssf: i64,
 }
 
 impl ApplicationColumns {
@@ -120,6 +121,7 @@ impl ApplicationColumns {
             redirect_uris: self.redirect_uris,
             allowed_scopes: super::split_scopes(&self.allowed_scopes),
             may_introspect: self.may_introspect != 0,
+            may_use_ssf: self.may_use_ssf != 0,
             pkce_required: self.pkce_required != 0,
             token_format: super::applications::parse_token_format(self.token_format)?,
             tls_client_auth: super::applications::parse_tls_client_auth(self.tls_client_auth)?,

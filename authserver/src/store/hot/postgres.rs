@@ -14,7 +14,7 @@ use sqlx::{PgPool, Row};
 
 const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
     t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL,
-    a.allowed_scopes, a.may_introspect, t.cnf_x5t_s256
+    a.allowed_scopes, a.may_introspect, t.cnf_x5t_s256, a.may_use_ssf
     FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
     LEFT JOIN revoked_families f ON f.family = t.family WHERE t.digest = $1";
 
@@ -35,7 +35,10 @@ fn token(row: &PgRow) -> sqlx::Result<TokenRecord> {
         expires_at: row.try_get(11)?,
         revoked: row.try_get::<i64, _>(12)? != 0 || row.try_get::<bool, _>(13)?,
         application_scopes: split_scopes(row.try_get(14)?),
-        application_may_introspect: row.try_get::<i64, _>(15)? != 0,
+        application_permissions: crate::domain::Permissions {
+            introspect: row.try_get::<i64, _>(15)? != 0,
+            ssf: row.try_get::<i64, _>(17)? != 0,
+        },
         cnf_x5t_s256: row.try_get(16)?,
     })
 }
@@ -219,6 +222,7 @@ fn application(row: &PgRow) -> sqlx::Result<ApplicationColumns> {
         pkce_required: row.try_get(11)?,
         token_format: row.try_get(12)?,
         tls_client_auth: row.try_get(13)?,
+        may_use_ssf: row.try_get(14)?,
     })
 }
 

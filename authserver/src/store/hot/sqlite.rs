@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
     t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL,
-    a.allowed_scopes, a.may_introspect, t.cnf_x5t_s256
+    a.allowed_scopes, a.may_introspect, t.cnf_x5t_s256, a.may_use_ssf
     FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
     LEFT JOIN revoked_families f ON f.family = t.family WHERE t.digest = ?1";
 
@@ -33,7 +33,10 @@ fn token(row: &Row) -> rusqlite::Result<TokenRecord> {
         expires_at: row.get(11)?,
         revoked: row.get::<_, i64>(12)? != 0 || row.get::<_, bool>(13)?,
         application_scopes: split_scopes(row.get_ref(14)?.as_str()?),
-        application_may_introspect: row.get::<_, i64>(15)? != 0,
+        application_permissions: crate::domain::Permissions {
+            introspect: row.get::<_, i64>(15)? != 0,
+            ssf: row.get::<_, i64>(17)? != 0,
+        },
         cnf_x5t_s256: row.get(16)?,
     })
 }
@@ -179,6 +182,7 @@ fn application(row: &Row) -> rusqlite::Result<ApplicationColumns> {
         pkce_required: row.get(11)?,
         token_format: row.get(12)?,
         tls_client_auth: row.get(13)?,
+        may_use_ssf: row.get(14)?,
     })
 }
 
