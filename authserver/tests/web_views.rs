@@ -935,7 +935,7 @@ async fn an_application_registered_for_certificate_authentication() {
     assert!(
         reply
             .body
-            .contains("expected subject_dn, san_dns or self_signed"),
+            .contains("expected subject_dn, san_dns, self_signed or self_signed_jwks"),
         "{}",
         reply.body
     );
