@@ -846,6 +846,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn mtls_endpoint_base_needs_https_and_the_proxy_secret() {
+        let secret = "proxy_secret: 0123456789abcdef0123\n";
+        let s = Settings::from_yaml(
+            &format!("{secret}mtls_endpoint_base: https://mtls.auth.test/"),
+            "c.yaml",
+        )
+        .unwrap();
+        assert_eq!(s.mtls_endpoint_base.as_deref(), Some("https://mtls.auth.test"));
+        assert_eq!(Settings::from_yaml(secret, "c.yaml").unwrap().mtls_endpoint_base, None);
+        for (yaml, says) in [
+            ("mtls_endpoint_base: https://mtls.auth.test", "needs proxy_secret"),
+            (&format!("{secret}mtls_endpoint_base: http://mtls.auth.test") as &str, "https://"),
+            (&format!("{secret}mtls_endpoint_base: https://"), "https://"),
+            (&format!("{secret}mtls_endpoint_base: https://a.test/?x=1"), "https://"),
+        ] {
+            let error = Settings::from_yaml(yaml, "c.yaml").unwrap_err().to_string();
+            assert!(
+                error.contains("mtls_endpoint_base") && error.contains(says),
+                "{yaml}: {error}"
+            );
+        }
+    }
+
+    #[test]
     fn defaults_match_the_example() {
         let s = Settings::from_yaml("", "x.yaml").unwrap();
         assert_eq!(s.access_token_lifetime, 36000);
