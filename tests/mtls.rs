@@ -164,13 +164,7 @@ impl Stack {
 
 /// The front door, its listener's `client_auth` as given. With `aliases`, the authorization
 /// server announces the front door as its `mtls_endpoint_base`.
-async fn stack(
-    store: &Store,
-    pki: &Pki,
-    bundle: &Path,
-    client_auth: &str,
-    aliases: bool,
-) -> Stack {
+async fn stack(store: &Store, pki: &Pki, bundle: &Path, client_auth: &str, aliases: bool) -> Stack {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
@@ -297,7 +291,10 @@ async fn certificate_bound_tokens_through_the_front_door() {
     .await
     .unwrap();
     assert_eq!(metadata["tls_client_certificate_bound_access_tokens"], true);
-    assert!(metadata.get("mtls_endpoint_aliases").is_none(), "{metadata}");
+    assert!(
+        metadata.get("mtls_endpoint_aliases").is_none(),
+        "{metadata}"
+    );
     let methods = metadata["token_endpoint_auth_methods_supported"].to_string();
     assert!(
         methods.contains("\"tls_client_auth\"") && methods.contains("self_signed_tls_client_auth"),
@@ -459,7 +456,11 @@ async fn mtls_endpoint_aliases_a_registered_jwks_and_awkward_subject_dns() {
             ("introspection_endpoint", "/o/introspect/"),
             ("revocation_endpoint", "/o/revoke_token/"),
         ] {
-            assert_eq!(aliases[endpoint], format!("{base}{at}"), "{path}: {metadata}");
+            assert_eq!(
+                aliases[endpoint],
+                format!("{base}{at}"),
+                "{path}: {metadata}"
+            );
         }
         // The plain endpoints stay where they were.
         assert_eq!(metadata["token_endpoint"], "http://127.0.0.1:8000/o/token/");
@@ -473,7 +474,10 @@ async fn mtls_endpoint_aliases_a_registered_jwks_and_awkward_subject_dns() {
 
     // At the alias (the token path of `Stack::token`): the listener requires a certificate.
     let (status, _) = s.token(&by_jwks, None).await.unwrap_err();
-    assert_eq!(status, "000", "no certificate: no TLS session, no HTTP answer");
+    assert_eq!(
+        status, "000",
+        "no certificate: no TLS session, no HTTP answer"
+    );
 
     // The JWKS: either of its certificates authenticates, a third (also trusted by the
     // listener) does not; the token is bound to the one presented.

@@ -853,13 +853,30 @@ mod tests {
             "c.yaml",
         )
         .unwrap();
-        assert_eq!(s.mtls_endpoint_base.as_deref(), Some("https://mtls.auth.test"));
-        assert_eq!(Settings::from_yaml(secret, "c.yaml").unwrap().mtls_endpoint_base, None);
+        assert_eq!(
+            s.mtls_endpoint_base.as_deref(),
+            Some("https://mtls.auth.test")
+        );
+        assert_eq!(
+            Settings::from_yaml(secret, "c.yaml")
+                .unwrap()
+                .mtls_endpoint_base,
+            None
+        );
         for (yaml, says) in [
-            ("mtls_endpoint_base: https://mtls.auth.test", "needs proxy_secret"),
-            (&format!("{secret}mtls_endpoint_base: http://mtls.auth.test") as &str, "https://"),
+            (
+                "mtls_endpoint_base: https://mtls.auth.test",
+                "needs proxy_secret",
+            ),
+            (
+                &format!("{secret}mtls_endpoint_base: http://mtls.auth.test") as &str,
+                "https://",
+            ),
             (&format!("{secret}mtls_endpoint_base: https://"), "https://"),
-            (&format!("{secret}mtls_endpoint_base: https://a.test/?x=1"), "https://"),
+            (
+                &format!("{secret}mtls_endpoint_base: https://a.test/?x=1"),
+                "https://",
+            ),
         ] {
             let error = Settings::from_yaml(yaml, "c.yaml").unwrap_err().to_string();
             assert!(

@@ -942,7 +942,10 @@ async fn an_application_registered_for_certificate_authentication() {
     // A malformed JWKS or DN is refused with the reason (HTML-escaped).
     for (bad, says) in [
         ("self_signed_jwks:{\"keys\":", "the JWKS is not JSON"),
-        ("self_signed_jwks:{\"keys\":[]}", "non-empty &#34;keys&#34; array"),
+        (
+            "self_signed_jwks:{\"keys\":[]}",
+            "non-empty &#34;keys&#34; array",
+        ),
         (
             "self_signed_jwks:{\"keys\":[{\"kty\":\"EC\"}]}",
             "keys[0] has no &#34;x5c&#34;",

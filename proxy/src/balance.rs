@@ -202,10 +202,15 @@ impl Pool {
     }
 
     /// After `eject.after_failures` failures in a row, `addr` is ejected for `eject.duration`.
+    /// Failures of requests still on their way when it was ejected are not counted: once the
+    /// period is over, it takes `after_failures` new ones to eject it again.
     fn failed(&self, addr: SocketAddr, what: &'static str) {
         let Some(stats) = self.stats.get(addr) else {
             return;
         };
+        if stats.ejected(now_ms()) {
+            return;
+        }
         let failures = stats.failures.fetch_add(1, Relaxed) + 1;
         let eject = &self.upstream.eject;
         if failures >= eject.after_failures {

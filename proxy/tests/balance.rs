@@ -610,14 +610,28 @@ async fn an_address_answering_502_is_ejected_retried_after_the_period_and_used_a
     assert_eq!(counts.get("b"), Some(&40), "{counts:?}");
 
     // After the period a is tried again; still failing, it is ejected again.
-    wait_metric(&client, admin, &up_line(a.addr), 1.0, Duration::from_secs(10)).await;
+    wait_metric(
+        &client,
+        admin,
+        &up_line(a.addr),
+        1.0,
+        Duration::from_secs(10),
+    )
+    .await;
     let counts = spread(&client, &url, 40, 4).await;
     assert!(bad(&counts) >= 3, "a retried after the period: {counts:?}");
     assert_eq!(metric(&client, admin, &ejections).await, Some(2.0));
 
     // Healthy again: once the period is over it takes its share.
     a.status.store(200, Ordering::Relaxed);
-    wait_metric(&client, admin, &up_line(a.addr), 1.0, Duration::from_secs(10)).await;
+    wait_metric(
+        &client,
+        admin,
+        &up_line(a.addr),
+        1.0,
+        Duration::from_secs(10),
+    )
+    .await;
     let counts = spread(&client, &url, 100, 4).await;
     assert_eq!(bad(&counts), 0, "{counts:?}");
     assert!(counts.get("a").copied().unwrap_or(0) >= 30, "{counts:?}");

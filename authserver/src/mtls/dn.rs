@@ -96,24 +96,26 @@ impl Dn {
             let mut end = None;
             while let Some(c) = chars.next() {
                 match c {
-                    '\\' => match chars.next() {
-                        Some(s @ ('"' | '+' | ',' | ';' | '<' | '>' | '\\' | '#' | '=' | ' ')) => {
-                            bytes.push(s as u8)
-                        }
-                        Some(h) if h.is_ascii_hexdigit() => {
-                            let low = chars.next().filter(char::is_ascii_hexdigit).ok_or_else(
-                                || format!("{text:?}: `\\{h}` must be two hex digits"),
-                            )?;
-                            let pair: String = [h, low].iter().collect();
-                            bytes.push(u8::from_str_radix(&pair, 16).expect("two hex digits"));
-                        }
-                        _ => {
-                            return Err(format!(
-                                "{text:?}: a `\\` in a value escapes one of `\\,+\"#;<>= ` or \
+                    '\\' => {
+                        match chars.next() {
+                            Some(
+                                s @ ('"' | '+' | ',' | ';' | '<' | '>' | '\\' | '#' | '=' | ' '),
+                            ) => bytes.push(s as u8),
+                            Some(h) if h.is_ascii_hexdigit() => {
+                                let low = chars.next().filter(char::is_ascii_hexdigit).ok_or_else(
+                                    || format!("{text:?}: `\\{h}` must be two hex digits"),
+                                )?;
+                                let pair: String = [h, low].iter().collect();
+                                bytes.push(u8::from_str_radix(&pair, 16).expect("two hex digits"));
+                            }
+                            _ => {
+                                return Err(format!(
+                                    "{text:?}: a `\\` in a value escapes one of `\\,+\"#;<>= ` or \
                                  starts two hex digits"
-                            ));
+                                ));
+                            }
                         }
-                    },
+                    }
                     ',' | '+' => {
                         end = Some(c);
                         break;

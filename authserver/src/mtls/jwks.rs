@@ -58,9 +58,7 @@ pub fn certificates(text: &str) -> Result<(String, Vec<String>), String> {
         match x509_parser::parse_x509_certificate(&der) {
             Ok((rest, _)) if rest.is_empty() => {}
             _ => {
-                return Err(format!(
-                    "keys[{i}].x5c[0] is not a DER X.509 certificate"
-                ));
+                return Err(format!("keys[{i}].x5c[0] is not a DER X.509 certificate"));
             }
         }
         thumbprints.push(CertThumbprint::of_der(&der).x5t_s256());
@@ -75,10 +73,7 @@ mod tests {
     #[test]
     fn malformed_jwks_are_refused_with_a_reason() {
         let long = format!("{{\"keys\":[],\"pad\":\"{}\"}}", "a".repeat(MAX_LEN));
-        let many = format!(
-            "{{\"keys\":[{}]}}",
-            vec!["{}"; MAX_KEYS + 1].join(",")
-        );
+        let many = format!("{{\"keys\":[{}]}}", vec!["{}"; MAX_KEYS + 1].join(","));
         for (bad, says) in [
             ("", "not JSON"),
             ("{", "not JSON"),
@@ -95,7 +90,10 @@ mod tests {
                 "{\"keys\":[{\"kty\":\"EC\",\"d\":\"secret\",\"x5c\":[\"AAAA\"]}]}",
                 "private key material",
             ),
-            ("{\"keys\":[{\"kty\":\"oct\",\"k\":\"c2VjcmV0\"}]}", "private key material"),
+            (
+                "{\"keys\":[{\"kty\":\"oct\",\"k\":\"c2VjcmV0\"}]}",
+                "private key material",
+            ),
             (long.as_str(), "longer than"),
             (many.as_str(), "more than"),
         ] {

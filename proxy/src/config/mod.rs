@@ -26,8 +26,8 @@ use crate::downstream::ConnectionLimits;
 use crate::ingress::{Cidr, ForwardAuthConfig};
 use crate::tls::{self, TlsFiles, UpstreamTls};
 use raw::{
-    RawAddress, RawConfig, RawConnections, RawDuration, RawEject, RawForwardAuth, RawHealthCheck, RawTls,
-    RawUpstream, RawUpstreamTls,
+    RawAddress, RawConfig, RawConnections, RawDuration, RawEject, RawForwardAuth, RawHealthCheck,
+    RawTls, RawUpstream, RawUpstreamTls,
 };
 
 /// Environment variables that override the file (empty values are ignored).
@@ -842,8 +842,7 @@ impl Validator<'_> {
     ) -> Result<(Vec<UpstreamAddr>, Vec<usize>), ConfigError> {
         let var = upstream_address_var(name);
         // The key the addresses came from (None: the environment variable).
-        let (key, list): (Option<String>, Vec<RawAddress>) = match (env(&var), address, addresses)
-        {
+        let (key, list): (Option<String>, Vec<RawAddress>) = match (env(&var), address, addresses) {
             (Some(v), _, _) => (
                 None,
                 v.split(',')
@@ -857,7 +856,10 @@ impl Validator<'_> {
                     "give address or addresses, not both",
                 ));
             }
-            (None, Some(a), None) => (Some(format!("{prefix}.address")), vec![RawAddress::Plain(a)]),
+            (None, Some(a), None) => (
+                Some(format!("{prefix}.address")),
+                vec![RawAddress::Plain(a)],
+            ),
             (None, None, Some(list)) if !list.is_empty() => {
                 (Some(format!("{prefix}.addresses")), list)
             }
@@ -889,9 +891,7 @@ impl Validator<'_> {
             }
             let weight = match weight {
                 None => 1,
-                Some(w) if w.fract() == 0.0 && (1.0..=MAX_WEIGHT as f64).contains(&w) => {
-                    w as usize
-                }
+                Some(w) if w.fract() == 0.0 && (1.0..=MAX_WEIGHT as f64).contains(&w) => w as usize,
                 Some(w) => {
                     return Err(Self::at(
                         key_origin(self.file, &format!("{prefix}.addresses[{i}].weight")),
@@ -976,7 +976,9 @@ impl Validator<'_> {
         let mut statuses = Vec::new();
         for (i, status) in raw.statuses.unwrap_or_default().into_iter().enumerate() {
             let field = format!("{prefix}.eject.statuses[{i}]");
-            let Some(status) = u16::try_from(status).ok().filter(|s| (500..=599).contains(s))
+            let Some(status) = u16::try_from(status)
+                .ok()
+                .filter(|s| (500..=599).contains(s))
             else {
                 return Err(self.invalid(field, status, "expected a status from 500 to 599"));
             };

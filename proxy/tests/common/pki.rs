@@ -134,16 +134,7 @@ impl Pki {
         );
         openssl(
             &self.dir,
-            &[
-                "req",
-                "-new",
-                "-key",
-                &key,
-                "-subj",
-                subject,
-                "-out",
-                &csr,
-            ],
+            &["req", "-new", "-key", &key, "-subj", subject, "-out", &csr],
         );
         openssl(
             &self.dir,
