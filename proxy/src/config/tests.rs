@@ -458,7 +458,9 @@ fn weights_and_ejection_statuses() {
     let c = parse_config(
         &GOOD.replace(
             "api: { address: \"127.0.0.1:8002\" }",
-            "api:\n    addresses: [127.0.0.1:8002, { address: \"127.0.0.2:8002\", weight: 3 },              { address: localhost:8002 }]\n                 eject: { after_failures: 3, statuses: [502, 503] }",
+            "api:\n    addresses: [127.0.0.1:8002, { address: \"127.0.0.2:8002\", weight: 3 }, \
+             { address: localhost:8002 }]\n    \
+             eject: { after_failures: 3, statuses: [502, 503] }",
         ),
         "proxy.yaml",
         no_env,
@@ -537,7 +539,7 @@ fn bad_balancing_settings_are_named() {
         ),
         (
             "api: { addresses: [{ address: nope, weight: 2 }] }",
-            "key \"upstreams.api.addresses[0]\": \"nope\"",
+            "key \"upstreams.api.addresses\": \"nope\": expected host:port",
         ),
         (
             "api: { address: 127.0.0.1:1, eject: { statuses: [404] } }",
