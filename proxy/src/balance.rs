@@ -2,8 +2,9 @@
 //! upstream holds its addresses (DNS names resolved to every address they have, at start, on
 //! reload and every `resolve_interval`), picks one per request (weighted round robin, or least
 //! connections per weight), and leaves out addresses that active health checks find down or
-//! that failed in a row (passive ejection: refused connections, and the statuses configured). The background loops (health checks, re-resolution) are
-//! started and stopped by [`crate::background`] for the pools in force only.
+//! that failed in a row (passive ejection: refused connections, and the statuses configured).
+//! The background loops (health checks, re-resolution) are started and stopped by
+//! [`crate::background`] for the pools in force only.
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;

@@ -56,7 +56,7 @@ pub fn certificates(text: &str) -> Result<(String, Vec<String>), String> {
             .decode(first)
             .map_err(|_| format!("keys[{i}].x5c[0] is not base64 (RFC 7517 §4.7)"))?;
         match x509_parser::parse_x509_certificate(&der) {
-            Ok((rest, _)) if rest.is_empty() => {}
+            Ok(([], _)) => {}
             _ => {
                 return Err(format!("keys[{i}].x5c[0] is not a DER X.509 certificate"));
             }
