@@ -254,6 +254,7 @@ fn point_upstream(
     let var = proxy::config::upstream_address_var(name);
     override_upstream(config, name, var, addr.to_string(), |u| {
         let file = std::mem::replace(&mut u.addresses, vec![UpstreamAddr::Socket(addr)]);
+        u.weights = vec![1];
         file.into_iter()
             .next()
             .unwrap_or(UpstreamAddr::Socket(addr))

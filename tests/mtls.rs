@@ -163,10 +163,19 @@ impl Stack {
     }
 }
 
-async fn stack(store: &Store, pki: &Pki, bundle: &Path) -> Stack {
+/// The front door, its listener's `client_auth` as given. With `aliases`, the authorization
+/// server announces the front door as its `mtls_endpoint_base`.
+async fn stack(store: &Store, pki: &Pki, bundle: &Path, client_auth: &str, aliases: bool) -> Stack {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
     // The authorization server, believing the proxy's forwarded certificate with its secret.
     let mut settings = Settings::for_tests("unused");
     settings.proxy_secret = Some(ProxySecret::new(AUTH_SECRET).unwrap());
+    if aliases {
+        settings.mtls_endpoint_base = Some(format!("https://localhost:{port}"));
+    }
     let auth_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let auth_addr = auth_listener.local_addr().unwrap();
     let app = authserver::app(authserver::AppState::new(settings, store.clone()));
@@ -199,10 +208,6 @@ async fn stack(store: &Store, pki: &Pki, bundle: &Path) -> Stack {
     let (auth_secret_file, api_secret_file) = (pki.path("auth.secret"), pki.path("api.secret"));
     std::fs::write(&auth_secret_file, AUTH_SECRET).unwrap();
     std::fs::write(&api_secret_file, &api_secret).unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
     let yaml = format!(
         r#"listen: 127.0.0.1:{port}
 admin_listen: 127.0.0.1:0
@@ -214,7 +219,7 @@ tls:
   cert_file: {cert}
   key_file: {key}
   client_ca_file: {bundle}
-  client_auth: optional
+  client_auth: {client_auth}
 upstreams:
   authserver: {{ address: "{auth_addr}", pass_authorization: true, proxy_secret_file: "{auth_secret}" }}
   api: {{ address: "{api_addr}", proxy_secret_file: "{api_secret}" }}
@@ -274,7 +279,7 @@ async fn certificate_bound_tokens_through_the_front_door() {
     )
     .await;
     let self_signed_app = mtls_app(&store, TlsClientAuth::SelfSigned(x5t(&selfie.0)), None).await;
-    let mut s = stack(&store, &pki, &bundle).await;
+    let mut s = stack(&store, &pki, &bundle, "optional", false).await;
 
     // The metadata announces certificate authentication and bound tokens.
     let metadata: Value = reqwest::get(format!(
@@ -287,6 +292,10 @@ async fn certificate_bound_tokens_through_the_front_door() {
     .await
     .unwrap();
     assert_eq!(metadata["tls_client_certificate_bound_access_tokens"], true);
+    assert!(
+        metadata.get("mtls_endpoint_aliases").is_none(),
+        "{metadata}"
+    );
     let methods = metadata["token_endpoint_auth_methods_supported"].to_string();
     assert!(
         methods.contains("\"tls_client_auth\"") && methods.contains("self_signed_tls_client_auth"),
@@ -369,6 +378,143 @@ async fn certificate_bound_tokens_through_the_front_door() {
         .await
         .unwrap();
     assert_eq!(answer.status(), 200, "with the proxy's secret");
+
+    if let Some(proxy) = s.proxy.take() {
+        tokio::task::spawn_blocking(move || proxy.shutdown_now())
+            .await
+            .unwrap();
+    }
+}
+
+/// A JWKS of these certificates (RFC 8705 §2.2), each the `x5c` of one key.
+fn jwks_of(certs: &[&Path]) -> String {
+    let keys: Vec<Value> = certs
+        .iter()
+        .map(|pem| {
+            let text = std::fs::read_to_string(pem).unwrap();
+            let der = der_from_escaped_pem(encode(&text).as_bytes()).unwrap();
+            serde_json::json!({
+                "kty": "EC",
+                "use": "sig",
+                "x5c": [base64::engine::general_purpose::STANDARD.encode(der)],
+            })
+        })
+        .collect();
+    serde_json::json!({ "keys": keys }).to_string()
+}
+
+/// The front door as an RFC 8705 §5 alias (`client_auth: required`, announced in
+/// `mtls_endpoint_aliases`): a token request there with a certificate; a JWKS registration
+/// (either of its certificates, no other); subject DNs with `,` and `+` (RFC 4514), where a
+/// look-alike subject is refused; UserInfo refuses a bound token without its certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_endpoint_aliases_a_registered_jwks_and_awkward_subject_dns() {
+    let store = testing::store().await;
+    let pki = Pki::new();
+    // openssl -subj: `/CN=a,O=evil` is one RDN whose CN holds a comma; `/CN=a/O=evil` is two.
+    let comma = pki.client_with_subject("comma", "/CN=a,O=evil");
+    let two = pki.client_with_subject("two", "/CN=a/O=evil");
+    let multi = pki.client_with_subject("multi", "/CN=m+UID=x");
+    let split = pki.client_with_subject("split", "/CN=m/UID=x");
+    let one = self_signed(&pki, "jwks-one");
+    let other = self_signed(&pki, "jwks-two");
+    let outsider = self_signed(&pki, "outsider");
+    let bundle = pki.path("clients.pem");
+    let mut pems = std::fs::read_to_string(pki.ca()).unwrap();
+    for cert in [&one, &other, &outsider] {
+        pems += &std::fs::read_to_string(&cert.0).unwrap();
+    }
+    std::fs::write(&bundle, pems).unwrap();
+    let registered = |text: &str| TlsClientAuth::parse(text).unwrap();
+    let escaped = mtls_app(&store, registered("subject_dn:CN=a\\,O=evil"), None).await;
+    let plain = mtls_app(&store, registered("subject_dn:O=evil, CN=a"), None).await;
+    let multi_valued = mtls_app(&store, registered("subject_dn:uid=x + cn=M"), None).await;
+    let jwks = jwks_of(&[&one.0, &other.0]);
+    let by_jwks = mtls_app(
+        &store,
+        registered(&format!("self_signed_jwks:{jwks}")),
+        None,
+    )
+    .await;
+    let mut s = stack(&store, &pki, &bundle, "required", true).await;
+
+    // Both discovery documents announce the aliases at the front door.
+    let base = format!("https://localhost:{}", s.port);
+    for path in [
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/openid-configuration",
+    ] {
+        let metadata: Value = reqwest::get(format!("http://{}{path}", s.auth_addr))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(metadata["tls_client_certificate_bound_access_tokens"], true);
+        let aliases = &metadata["mtls_endpoint_aliases"];
+        for (endpoint, at) in [
+            ("token_endpoint", "/o/token/"),
+            ("introspection_endpoint", "/o/introspect/"),
+            ("revocation_endpoint", "/o/revoke_token/"),
+        ] {
+            assert_eq!(
+                aliases[endpoint],
+                format!("{base}{at}"),
+                "{path}: {metadata}"
+            );
+        }
+        // The plain endpoints stay where they were.
+        assert_eq!(metadata["token_endpoint"], "http://127.0.0.1:8000/o/token/");
+        let userinfo = aliases.get("userinfo_endpoint");
+        if path.contains("openid") {
+            assert_eq!(userinfo.unwrap(), &format!("{base}/o/userinfo/"));
+        } else {
+            assert!(userinfo.is_none(), "{metadata}");
+        }
+    }
+
+    // At the alias (the token path of `Stack::token`): the listener requires a certificate.
+    let (status, _) = s.token(&by_jwks, None).await.unwrap_err();
+    assert_eq!(
+        status, "000",
+        "no certificate: no TLS session, no HTTP answer"
+    );
+
+    // The JWKS: either of its certificates authenticates, a third (also trusted by the
+    // listener) does not; the token is bound to the one presented.
+    let token = s.token(&by_jwks, Some(&one)).await.unwrap();
+    s.token(&by_jwks, Some(&other)).await.unwrap();
+    let (status, body) = s.token(&by_jwks, Some(&outsider)).await.unwrap_err();
+    assert_eq!(status, "401", "{body}");
+    assert!(body.contains("invalid_client"), "{body}");
+    assert_eq!(s.api(&token, Some(&one)).await.0, "200");
+    assert_eq!(s.api(&token, Some(&other)).await.0, "401");
+
+    // UserInfo: the bound token with another certificate is refused as bound; with its own it
+    // gets past the binding (and is then refused for its scope: no `openid`).
+    let bearer = format!("Authorization: Bearer {token}");
+    let (status, answer) = s
+        .curl(Some(&other), &["-D", "-", "-H", &bearer], "/o/userinfo/")
+        .await;
+    assert_eq!(status, "401", "{answer}");
+    assert!(answer.contains("bound to a client certificate"), "{answer}");
+    let (status, answer) = s
+        .curl(Some(&one), &["-D", "-", "-H", &bearer], "/o/userinfo/")
+        .await;
+    assert_eq!(status, "403", "{answer}");
+
+    // Subject DNs: a `,` inside a value is not a separator, and `+` joins one RDN.
+    for (client_id, good, bad) in [
+        (&escaped, &comma, &two),
+        (&plain, &two, &comma),
+        (&multi_valued, &multi, &split),
+    ] {
+        let token = s.token(client_id, Some(good)).await;
+        assert!(token.is_ok(), "{}: {token:?}", good.0.display());
+        let (status, body) = s.token(client_id, Some(bad)).await.unwrap_err();
+        assert_eq!(status, "401", "{}: {body}", bad.0.display());
+        assert!(body.contains("invalid_client"), "{body}");
+    }
 
     if let Some(proxy) = s.proxy.take() {
         tokio::task::spawn_blocking(move || proxy.shutdown_now())

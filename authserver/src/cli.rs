@@ -259,8 +259,9 @@ pub struct CreateApp {
     token_format: Option<String>,
     /// Authenticate with a client certificate instead of a secret (RFC 8705; confidential
     /// clients): `subject_dn:<DN>` or `san_dns:<name>` (tls_client_auth, a certificate from the
-    /// proxy's client CAs), or `self_signed:<x5t#S256>` (self_signed_tls_client_auth). Its
-    /// tokens are bound to the certificate.
+    /// proxy's client CAs), `self_signed:<x5t#S256>` or `self_signed_jwks:<JWKS JSON>` /
+    /// `self_signed_jwks:@FILE` (self_signed_tls_client_auth: that certificate, or any in the
+    /// JWKS keys' x5c). Its tokens are bound to the certificate.
     #[arg(long, value_name = "KIND:VALUE")]
     tls_client_auth: Option<String>,
     /// OpenID Connect: a post-logout redirect URI (repeatable; the redirect URI rules, matched

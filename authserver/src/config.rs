@@ -25,6 +25,7 @@ struct RawSettings {
     trusted_proxies: Option<Vec<String>>,
     proxy_secret: Option<String>,
     proxy_secret_file: Option<String>,
+    mtls_endpoint_base: Option<String>,
     access_token_format: Option<String>,
     access_token_audience: Option<String>,
     jwks_max_age: Option<RawDuration>,
@@ -84,7 +85,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 22] = [
+const KEYS: [&str; 23] = [
     "listen",
     "issuer",
     "database_url",
@@ -95,6 +96,7 @@ const KEYS: [&str; 22] = [
     "trusted_proxies",
     "proxy_secret",
     "proxy_secret_file",
+    "mtls_endpoint_base",
     "access_token_format",
     "access_token_audience",
     "jwks_max_age",
@@ -168,6 +170,10 @@ pub struct Settings {
     /// When set, a trusted peer's `X-Forwarded-For` is believed only if the request also
     /// carries this secret in [`crate::client_ip::PROXY_SECRET_HEADER`].
     pub proxy_secret: Option<ProxySecret>,
+    /// `mtls_endpoint_base`: the origin (and path prefix) where a proxy listener that requires
+    /// client certificates serves this server's endpoints; the metadata then announces RFC 8705
+    /// `mtls_endpoint_aliases` under it. Needs `proxy_secret` (the certificate's only way in).
+    pub mtls_endpoint_base: Option<String>,
     /// The access-token format of applications registered without a format of their own:
     /// opaque random strings (the default) or RFC 9068 JWTs. An application's own format
     /// (`--token-format`, the views) wins; refresh tokens are always opaque.
@@ -311,6 +317,8 @@ impl Settings {
             source.pick("proxy_secret", raw.proxy_secret),
             source.pick("proxy_secret_file", raw.proxy_secret_file),
         )?;
+        let mtls_endpoint_base =
+            source.mtls_endpoint_base(raw.mtls_endpoint_base, proxy_secret.is_some())?;
         let access_token_format = source.access_token_format(raw.access_token_format)?;
         let (access_token_audience, access_token_audience_is_issuer) =
             source.audience(raw.access_token_audience, &issuer)?;
@@ -369,6 +377,7 @@ impl Settings {
             refresh_token_lifetime,
             trusted_proxies,
             proxy_secret,
+            mtls_endpoint_base,
             access_token_format,
             access_token_audience,
             access_token_audience_is_issuer,
@@ -406,6 +415,7 @@ impl Settings {
             refresh_token_lifetime: DEFAULT_REFRESH_TOKEN_LIFETIME,
             trusted_proxies: IpRange::loopback(),
             proxy_secret: None,
+            mtls_endpoint_base: None,
             access_token_format: AccessTokenFormat::Opaque,
             access_token_audience: "http://127.0.0.1:8000".into(),
             access_token_audience_is_issuer: true,
@@ -465,6 +475,44 @@ impl Source<'_> {
             return Err(fail(&origin, format!("\"{issuer}\" is not an http(s) URL")));
         }
         Ok((listen, issuer.trim_end_matches('/').to_owned()))
+    }
+
+    /// `mtls_endpoint_base`: an `https://` URL (no query or fragment; trailing `/` dropped),
+    /// only with a proxy secret: without one no certificate ever reaches this server, and the
+    /// aliases would promise what it cannot do.
+    fn mtls_endpoint_base(
+        &self,
+        from_file: Option<String>,
+        has_proxy_secret: bool,
+    ) -> Result<Option<String>, ConfigError> {
+        let (origin, base) = self.pick("mtls_endpoint_base", from_file);
+        let Some(base) = base.filter(|b| !b.trim().is_empty()) else {
+            return Ok(None);
+        };
+        let base = base.trim();
+        let host = base.strip_prefix("https://").unwrap_or("");
+        if host.is_empty()
+            || host.starts_with('/')
+            || base.contains(['?', '#'])
+            || base.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(fail(
+                &origin,
+                format!(
+                    "\"{base}\" is not an https:// URL like https://mtls.auth.example.com \
+                     (mutual TLS needs TLS)"
+                ),
+            ));
+        }
+        if !has_proxy_secret {
+            return Err(fail(
+                &origin,
+                "needs proxy_secret (or proxy_secret_file): the client certificate reaches this \
+                 server only from the proxy, proven by that secret"
+                    .into(),
+            ));
+        }
+        Ok(Some(base.trim_end_matches('/').to_owned()))
     }
 
     fn database_url(&self, from_file: Option<String>) -> Result<String, ConfigError> {
@@ -796,6 +844,47 @@ fn redact_userinfo(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mtls_endpoint_base_needs_https_and_the_proxy_secret() {
+        let secret = "proxy_secret: 0123456789abcdef0123\n";
+        let s = Settings::from_yaml(
+            &format!("{secret}mtls_endpoint_base: https://mtls.auth.test/"),
+            "c.yaml",
+        )
+        .unwrap();
+        assert_eq!(
+            s.mtls_endpoint_base.as_deref(),
+            Some("https://mtls.auth.test")
+        );
+        assert_eq!(
+            Settings::from_yaml(secret, "c.yaml")
+                .unwrap()
+                .mtls_endpoint_base,
+            None
+        );
+        for (yaml, says) in [
+            (
+                "mtls_endpoint_base: https://mtls.auth.test",
+                "needs proxy_secret",
+            ),
+            (
+                &format!("{secret}mtls_endpoint_base: http://mtls.auth.test") as &str,
+                "https://",
+            ),
+            (&format!("{secret}mtls_endpoint_base: https://"), "https://"),
+            (
+                &format!("{secret}mtls_endpoint_base: https://a.test/?x=1"),
+                "https://",
+            ),
+        ] {
+            let error = Settings::from_yaml(yaml, "c.yaml").unwrap_err().to_string();
+            assert!(
+                error.contains("mtls_endpoint_base") && error.contains(says),
+                "{yaml}: {error}"
+            );
+        }
+    }
 
     #[test]
     fn defaults_match_the_example() {

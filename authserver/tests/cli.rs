@@ -139,6 +139,42 @@ fn refusals(db: &str) {
     assert!(stderr(&out).contains("--scopes \"read nope\": \"nope\" is not a declared scope."));
     let out = run(&["group", "create", ""], &db, "");
     refused(&out, "This field is required.");
+    // Certificate registrations: a JWKS from a file, checked; a DN that is not RFC 4514.
+    let dir = std::env::temp_dir().join(format!("cli-jwks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"keys":[{"kty":"EC","x5c":["bm90IGEgY2VydA=="]}]}"#,
+    )
+    .unwrap();
+    let app = |auth: &str| {
+        run(
+            &[
+                "app",
+                "create",
+                "--name",
+                "batch",
+                "--grant-type",
+                "client-credentials",
+                "--tls-client-auth",
+                auth,
+            ],
+            &db,
+            "",
+        )
+    };
+    let out = app(&format!("self_signed_jwks:@{}", bad.display()));
+    refused(&out, "keys[0].x5c[0] is not a DER X.509 certificate");
+    let out = app(&format!(
+        "self_signed_jwks:@{}",
+        dir.join("missing").display()
+    ));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("cannot read"), "{}", stderr(&out));
+    let out = app("subject_dn:CN=a;O=b");
+    refused(&out, "must be escaped");
+    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(
         json(&run(&["app", "list", "--json"], &db, "")),
         serde_json::json!([])

@@ -987,10 +987,39 @@ async fn an_application_registered_for_certificate_authentication() {
     assert!(
         reply
             .body
-            .contains("expected subject_dn, san_dns or self_signed"),
+            .contains("expected subject_dn, san_dns, self_signed or self_signed_jwks"),
         "{}",
         reply.body
     );
+    // A malformed JWKS or DN is refused with the reason (HTML-escaped).
+    for (bad, says) in [
+        ("self_signed_jwks:{\"keys\":", "the JWKS is not JSON"),
+        (
+            "self_signed_jwks:{\"keys\":[]}",
+            "non-empty &#34;keys&#34; array",
+        ),
+        (
+            "self_signed_jwks:{\"keys\":[{\"kty\":\"EC\"}]}",
+            "keys[0] has no &#34;x5c&#34;",
+        ),
+        (
+            "self_signed_jwks:{\"keys\":[{\"x5c\":[\"AAAA\"]}]}",
+            "keys[0].x5c[0] is not a DER X.509 certificate",
+        ),
+        (
+            "self_signed_jwks:{\"keys\":[{\"d\":\"x\",\"x5c\":[\"AAAA\"]}]}",
+            "private key material",
+        ),
+        ("subject_dn:CN=a;O=b", "must be escaped"),
+        ("subject_dn:XX=a", "unknown attribute type"),
+    ] {
+        fields[3].1 = bad;
+        let reply = olivia
+            .post(&state, "/o/applications/register/", &fields)
+            .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert!(reply.body.contains(says), "{bad}: {}", reply.body);
+    }
     fields[3].1 = "san_dns:billing.example.com";
     let reply = olivia
         .post(&state, "/o/applications/register/", &fields)

@@ -1,9 +1,10 @@
 //! Several addresses per upstream, through Pingora's own `pingora-load-balancing`: a [`Pool`] per
 //! upstream holds its addresses (DNS names resolved to every address they have, at start, on
-//! reload and every `resolve_interval`), picks one per request (round robin, or least
-//! connections), and leaves out addresses that active health checks find down or that refused a
-//! connection (passive ejection). The background loops (health checks, re-resolution) are
-//! started and stopped by [`crate::background`] for the pools in force only.
+//! reload and every `resolve_interval`), picks one per request (weighted round robin, or least
+//! connections per weight), and leaves out addresses that active health checks find down or
+//! that failed in a row (passive ejection: refused connections, and the statuses configured).
+//! The background loops (health checks, re-resolution) are started and stopped by
+//! [`crate::background`] for the pools in force only.
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -61,8 +62,8 @@ pub fn http_peer(up: &Upstream, addr: SocketAddr) -> HttpPeer {
     peer
 }
 
-/// What the proxy knows of one address: requests in flight, failed connections in a row, and
-/// until when it is ejected. Kept in each [`Backend`]'s extensions.
+/// What the proxy knows of one address: requests in flight, failures in a row, and until when
+/// it is ejected. Kept in each [`Backend`]'s extensions.
 #[derive(Debug, Default)]
 pub struct AddressStats {
     in_flight: AtomicUsize,
@@ -186,14 +187,33 @@ impl Pool {
         Some(Lease(stats))
     }
 
-    /// A connection to `addr` failed: after `eject.after_failures` in a row it is ejected for
-    /// `eject.duration`.
+    /// A connection to `addr` failed: see [`Pool::failed`].
     pub fn connect_failed(&self, addr: SocketAddr) {
+        self.failed(addr, "failed connections");
+    }
+
+    /// `addr` answered with `status`: a failure when `eject.statuses` lists it, else the end
+    /// of its run of failures.
+    pub fn responded(&self, addr: SocketAddr, status: u16) {
+        if self.upstream.eject.statuses.contains(&status) {
+            self.failed(addr, "failed answers");
+        } else {
+            self.succeeded(addr);
+        }
+    }
+
+    /// After `eject.after_failures` failures in a row, `addr` is ejected for `eject.duration`.
+    /// Failures of requests still on their way when it was ejected are not counted: once the
+    /// period is over, it takes `after_failures` new ones to eject it again.
+    fn failed(&self, addr: SocketAddr, what: &'static str) {
         let Some(stats) = self.stats.get(addr) else {
             return;
         };
+        if stats.ejected(now_ms()) {
+            return;
+        }
         let failures = stats.failures.fetch_add(1, Relaxed) + 1;
-        let eject = self.upstream.eject;
+        let eject = &self.upstream.eject;
         if failures >= eject.after_failures {
             stats.failures.store(0, Relaxed);
             let until = now_ms() + eject.duration.as_millis() as u64;
@@ -204,14 +224,21 @@ impl Pool {
                     address = %addr,
                     failures,
                     seconds = eject.duration.as_secs_f64(),
-                    "upstream address ejected after failed connections"
+                    "upstream address ejected after {what}"
                 );
             }
         }
     }
 
-    /// A connection to `addr` succeeded: its run of failures ends.
+    /// A connection to `addr` succeeded: its run of failures ends, unless answers count too
+    /// (then the answer decides, [`Pool::responded`]).
     pub fn connected(&self, addr: SocketAddr) {
+        if self.upstream.eject.statuses.is_empty() {
+            self.succeeded(addr);
+        }
+    }
+
+    fn succeeded(&self, addr: SocketAddr) {
         if let Some(stats) = self.stats.get(addr)
             && stats.failures.load(Relaxed) != 0
         {
@@ -272,7 +299,7 @@ pub fn collect<'a>(
     )?;
     s.counters(
         "upstream_address_ejections",
-        "Times an upstream address was ejected after failed connections",
+        "Times an upstream address was ejected after failures in a row",
         rows.iter().map(|r| (r.0.clone(), r.3)),
     )?;
     s.gauge(
@@ -357,8 +384,9 @@ where
     lb
 }
 
-/// Least connections over this proxy's requests in flight: the address with the fewest first,
-/// ties in turn; then the others by load, for when the first is down.
+/// Least connections over this proxy's requests in flight, per weight (nginx's `least_conn`):
+/// the address with the fewest per unit of weight first, ties in turn; then the others by load,
+/// for when the first is down.
 pub struct LeastConnections {
     backends: Box<[Backend]>,
     next: AtomicUsize,
@@ -383,9 +411,17 @@ impl BackendSelection for LeastConnections {
             self.next.fetch_add(1, Relaxed) % n
         };
         let mut order: Vec<usize> = (0..n).map(|i| (start + i) % n).collect();
-        // Stable: equal loads keep the rotation.
-        order
-            .sort_by_key(|&i| stats_of(&self.backends[i]).map_or(0, |s| s.in_flight.load(Relaxed)));
+        // Fewest in flight per weight first (in_flight / weight, compared crosswise). Stable:
+        // equal loads keep the rotation.
+        let load = |i: usize| {
+            let b = &self.backends[i];
+            let in_flight = stats_of(b).map_or(0, |s| s.in_flight.load(Relaxed));
+            (in_flight, b.weight.max(1))
+        };
+        order.sort_by(|&a, &b| {
+            let ((fa, wa), (fb, wb)) = (load(a), load(b));
+            (fa * wb).cmp(&(fb * wa))
+        });
         LeastIter {
             selection: self.clone(),
             order,
@@ -422,17 +458,25 @@ impl StatsTable {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The backends of `addrs`, each with its stats; addresses no longer listed are forgotten.
-    fn backends(&self, addrs: &[SocketAddr]) -> BTreeSet<Backend> {
+    /// The backends of `addrs` (with their weights; an address listed twice, by a name and by
+    /// itself, counts once, with its first weight), each with its stats; addresses no longer
+    /// listed are forgotten.
+    fn backends(&self, addrs: &[(SocketAddr, usize)]) -> BTreeSet<Backend> {
         let mut table = self.lock();
-        table.retain(|a, _| addrs.contains(a));
+        table.retain(|a, _| addrs.iter().any(|(b, _)| a == b));
+        let mut seen = Vec::with_capacity(addrs.len());
         addrs
             .iter()
-            .map(|a| {
-                let stats = table.entry(*a).or_default().clone();
+            .filter(|(a, _)| {
+                let first = !seen.contains(a);
+                seen.push(*a);
+                first
+            })
+            .map(|&(a, weight)| {
+                let stats = table.entry(a).or_default().clone();
                 let mut backend = Backend {
-                    addr: PeerAddr::Inet(*a),
-                    weight: 1,
+                    addr: PeerAddr::Inet(a),
+                    weight,
                     ext: Default::default(),
                 };
                 backend.ext.insert(stats);
@@ -447,9 +491,11 @@ impl StatsTable {
 struct Resolve {
     upstream: String,
     addrs: Vec<UpstreamAddr>,
+    /// The weight of each entry of `addrs`.
+    weights: Vec<usize>,
     stats: Arc<StatsTable>,
     /// What the first discovery answers (resolved in [`Pool::new`]).
-    seed: Mutex<Option<Vec<SocketAddr>>>,
+    seed: Mutex<Option<Vec<(SocketAddr, usize)>>>,
     /// Per entry of `addrs`: its last addresses and whether its lookups fail.
     names: Mutex<Vec<(Vec<SocketAddr>, bool)>>,
 }
@@ -459,6 +505,7 @@ impl Resolve {
         Resolve {
             upstream: up.name.clone(),
             addrs: up.addresses.clone(),
+            weights: up.weights.clone(),
             stats,
             seed: Mutex::new(None),
             names: Mutex::new(vec![(Vec::new(), false); up.addresses.len()]),
@@ -475,17 +522,22 @@ impl Resolve {
     fn seed_blocking(&self) {
         let mut out = Vec::new();
         for (i, a) in self.addrs.iter().enumerate() {
+            let weight = self.weight(i);
             match a {
-                UpstreamAddr::Socket(s) => out.push(*s),
+                UpstreamAddr::Socket(s) => out.push((*s, weight)),
                 UpstreamAddr::Name { host, port } => {
                     let got = (host.as_str(), *port)
                         .to_socket_addrs()
                         .map(|it| it.collect::<Vec<_>>());
-                    out.extend(self.remember(i, a, got));
+                    out.extend(self.remember(i, a, got).into_iter().map(|s| (s, weight)));
                 }
             }
         }
         *self.seed.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
+    }
+
+    fn weight(&self, i: usize) -> usize {
+        self.weights.get(i).copied().unwrap_or(1)
     }
 
     /// Records a lookup's answer for entry `i`; the addresses it stands for now.
@@ -538,13 +590,14 @@ impl ServiceDiscovery for Resolve {
             None => {
                 let mut out = Vec::new();
                 for (i, a) in self.addrs.iter().enumerate() {
+                    let weight = self.weight(i);
                     match a {
-                        UpstreamAddr::Socket(s) => out.push(*s),
+                        UpstreamAddr::Socket(s) => out.push((*s, weight)),
                         UpstreamAddr::Name { host, port } => {
                             let got = tokio::net::lookup_host((host.as_str(), *port))
                                 .await
                                 .map(|it| it.collect::<Vec<_>>());
-                            out.extend(self.remember(i, a, got));
+                            out.extend(self.remember(i, a, got).into_iter().map(|s| (s, weight)));
                         }
                     }
                 }
@@ -653,7 +706,11 @@ mod tests {
     use super::*;
 
     fn backend(addr: &str, in_flight: usize) -> Backend {
-        let mut b = Backend::new(addr).unwrap();
+        weighted(addr, in_flight, 1)
+    }
+
+    fn weighted(addr: &str, in_flight: usize, weight: usize) -> Backend {
+        let mut b = Backend::new_with_weight(addr, weight).unwrap();
         let stats = Arc::new(AddressStats::default());
         stats.in_flight.store(in_flight, Relaxed);
         b.ext.insert(stats);
@@ -681,5 +738,17 @@ mod tests {
         }
         assert!(firsts.contains(&"10.0.0.2:80".to_owned()));
         assert!(firsts.contains(&"10.0.0.3:80".to_owned()));
+    }
+
+    #[test]
+    fn least_connections_counts_per_weight() {
+        // 2 in flight on weight 3 is less loaded than 1 on weight 1.
+        let set: BTreeSet<Backend> = [weighted("10.0.0.1:80", 2, 3), weighted("10.0.0.2:80", 1, 1)]
+            .into_iter()
+            .collect();
+        let lc = Arc::new(LeastConnections::build(&set));
+        for _ in 0..3 {
+            assert_eq!(lc.iter(b"").next().unwrap().addr.to_string(), "10.0.0.1:80");
+        }
     }
 }

@@ -41,6 +41,8 @@ pub struct RequestCtx {
     tried: Vec<SocketAddr>,
     /// The address in use, counted in flight.
     _lease: Option<Lease>,
+    /// The address in use, for passive ejection on its answer's status.
+    address: Option<SocketAddr>,
     identity: Option<Identity>,
     /// When the request head was read.
     start: Instant,
@@ -70,6 +72,7 @@ impl ProxyHttp for Gateway {
             upstream: None,
             tried: Vec::new(),
             _lease: None,
+            address: None,
             identity: None,
             start: Instant::now(),
             routing: None,
@@ -171,6 +174,7 @@ impl ProxyHttp for Gateway {
         };
         // A retry's lease replaces the failed attempt's.
         ctx._lease = up.lease(&backend);
+        ctx.address = Some(addr);
         Ok(Box::new(http_peer(up, addr)))
     }
 
@@ -265,6 +269,9 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         ctx.upstream_status = Some(upstream_response.status.as_u16());
+        if let (Some(up), Some(addr)) = (ctx.upstream.as_ref(), ctx.address) {
+            up.responded(addr, upstream_response.status.as_u16());
+        }
         // What runs behind the proxy is not announced.
         upstream_response.remove_header(&http::header::SERVER);
         if let Some(policy) = ctx.cors.as_deref() {

@@ -3,7 +3,8 @@
 //! comes back and takes traffic again; least connections favours the server that answers
 //! sooner; a reload swaps the pools and their health-check loops without leaving one behind; a
 //! DNS name with several addresses (a hosts file in a mount namespace) is used fully and
-//! followed when it changes.
+//! followed when it changes; weights spread traffic in proportion; an address answering 502s
+//! is ejected, retried after the period, and used again once it answers well.
 
 mod common;
 
@@ -11,7 +12,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{INTROSPECTOR_TOKEN, Introspector, free_port, start_proxy, two_free_ports};
@@ -26,6 +27,8 @@ struct Server {
     addr: SocketAddr,
     delay: Duration,
     accepted: Arc<AtomicUsize>,
+    /// The status it answers with (200 unless a test changes it).
+    status: Arc<AtomicU16>,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -36,6 +39,7 @@ impl Server {
             addr,
             delay,
             accepted: Arc::default(),
+            status: Arc::new(AtomicU16::new(200)),
             runtime: None,
         };
         s.revive();
@@ -52,10 +56,12 @@ impl Server {
         listener.set_nonblocking(true).unwrap();
         self.addr = listener.local_addr().unwrap();
         let (name, delay, accepted) = (self.name, self.delay, self.accepted.clone());
+        let status = self.status.clone();
         runtime.spawn(async move {
             let listener = TcpListener::from_std(listener).unwrap();
             while let Ok((stream, _)) = listener.accept().await {
                 accepted.fetch_add(1, Ordering::Relaxed);
+                let status = status.clone();
                 tokio::spawn(async move {
                     let mut r = BufReader::new(stream);
                     loop {
@@ -72,7 +78,8 @@ impl Server {
                         tokio::time::sleep(delay).await;
                         let body = format!("{{\"server\":\"{name}\"}}");
                         let head = format!(
-                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                            "HTTP/1.1 {} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                            status.load(Ordering::Relaxed),
                             body.len()
                         );
                         let s = r.get_mut();
@@ -527,4 +534,110 @@ async fn futures_catch<F: std::future::Future<Output = ()>>(
         }
     })
     .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weights_spread_traffic_in_proportion() {
+    let introspector = Introspector::start().await;
+    let a = Server::start("a", "127.0.0.1:0".parse().unwrap(), Duration::ZERO);
+    let b = Server::start("b", "127.0.0.1:0".parse().unwrap(), Duration::ZERO);
+    let (listen, admin) = two_free_ports();
+    let upstream = format!(
+        "    addresses: [{{ address: \"{}\", weight: 3 }}, \"{}\"]",
+        a.addr, b.addr
+    );
+    let (proxy, path) =
+        start_proxy("weights", &yaml(listen, admin, &introspector, &upstream)).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{listen}/public/x");
+
+    let counts = spread(&client, &url, 400, 4).await;
+    let (on_a, on_b) = (counts.get("a").copied(), counts.get("b").copied());
+    assert_eq!(on_a.unwrap_or(0) + on_b.unwrap_or(0), 400, "{counts:?}");
+    // 3 : 1 is 300 : 100; round robin over the weighted list is exact but for the order in
+    // which parallel requests pick, so the bounds are wide.
+    assert!(
+        (260..=340).contains(&on_a.unwrap_or(0)),
+        "weight 3 against 1 sends about 75 % to a: {counts:?}"
+    );
+
+    let _ = std::fs::remove_file(path);
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_answering_502_is_ejected_retried_after_the_period_and_used_again() {
+    let introspector = Introspector::start().await;
+    let a = Server::start("a", "127.0.0.1:0".parse().unwrap(), Duration::ZERO);
+    let b = Server::start("b", "127.0.0.1:0".parse().unwrap(), Duration::ZERO);
+    let (listen, admin) = two_free_ports();
+    let upstream = format!(
+        "    addresses: [\"{}\", \"{}\"]\n    eject: {{ after_failures: 3, duration: 2s, statuses: [502, 503] }}",
+        a.addr, b.addr
+    );
+    let (proxy, path) =
+        start_proxy("eject502", &yaml(listen, admin, &introspector, &upstream)).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{listen}/public/x");
+    let ejections = format!(
+        "tokengate_proxy_upstream_address_ejections_total{{upstream=\"api\",address=\"{}\"}}",
+        a.addr
+    );
+    let bad = |counts: &HashMap<String, usize>| {
+        counts
+            .iter()
+            .filter(|(k, _)| k.starts_with("502"))
+            .map(|(_, n)| *n)
+            .sum::<usize>()
+    };
+
+    // Both answer well: a's 200s keep it in (a 502 now and then would not add up to 3 in a row).
+    let counts = spread(&client, &url, 40, 4).await;
+    assert!(counts["a"] >= 10 && counts["b"] >= 10, "{counts:?}");
+
+    // a answers 502: after 3 in a row it is out; the 502s were passed on (the request had been
+    // sent, it is not retried), at most the 3 plus those already on their way.
+    a.status.store(502, Ordering::Relaxed);
+    let counts = spread(&client, &url, 100, 4).await;
+    assert!(bad(&counts) >= 3 && bad(&counts) <= 3 + 4, "{counts:?}");
+    assert_eq!(counts.get("b").copied().unwrap_or(0) + bad(&counts), 100);
+    assert_eq!(metric(&client, admin, &ejections).await, Some(1.0));
+    assert_eq!(metric(&client, admin, &up_line(a.addr)).await, Some(0.0));
+    // While it is out, b takes everything.
+    let counts = spread(&client, &url, 40, 4).await;
+    assert_eq!(counts.get("b"), Some(&40), "{counts:?}");
+
+    // After the period a is tried again; still failing, it is ejected again.
+    wait_metric(
+        &client,
+        admin,
+        &up_line(a.addr),
+        1.0,
+        Duration::from_secs(10),
+    )
+    .await;
+    let counts = spread(&client, &url, 40, 4).await;
+    assert!(bad(&counts) >= 3, "a retried after the period: {counts:?}");
+    assert_eq!(metric(&client, admin, &ejections).await, Some(2.0));
+
+    // Healthy again: once the period is over it takes its share.
+    a.status.store(200, Ordering::Relaxed);
+    wait_metric(
+        &client,
+        admin,
+        &up_line(a.addr),
+        1.0,
+        Duration::from_secs(10),
+    )
+    .await;
+    let counts = spread(&client, &url, 100, 4).await;
+    assert_eq!(bad(&counts), 0, "{counts:?}");
+    assert!(counts.get("a").copied().unwrap_or(0) >= 30, "{counts:?}");
+
+    let _ = std::fs::remove_file(path);
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
 }

@@ -291,6 +291,18 @@ fn app_field(
     }
 }
 
+/// `--tls-client-auth` as given, except that `self_signed_jwks:@FILE` is the JWKS in FILE.
+fn registration_text(given: &str) -> anyhow::Result<String> {
+    match given.strip_prefix("self_signed_jwks:@") {
+        Some(file) => {
+            let jwks = std::fs::read_to_string(file)
+                .map_err(|e| anyhow::anyhow!("--tls-client-auth: cannot read {file}: {e}"))?;
+            Ok(format!("self_signed_jwks:{}", jwks.trim()))
+        }
+        None => Ok(given.to_owned()),
+    }
+}
+
 /// `app create`: checks the draft as the registration form does, then registers it.
 async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> anyhow::Result<()> {
     let CreateApp {
@@ -337,7 +349,7 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         may_use_ssf: ssf,
         pkce_optional,
         token_format: token_format.unwrap_or_default().trim().to_owned(),
-        tls_client_auth: tls_client_auth.unwrap_or_default().trim().to_owned(),
+        tls_client_auth: registration_text(tls_client_auth.unwrap_or_default().trim())?,
     };
 
     let input = validation::application(settings, &draft).map_err(|refusals| {

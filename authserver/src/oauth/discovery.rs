@@ -61,5 +61,17 @@ pub async fn openid_configuration(State(state): State<AppState>) -> Json<Value> 
     if let (Some(document), Value::Object(added)) = (document.as_object_mut(), added) {
         document.extend(added);
     }
+    // A certificate-bound token is presented at the UserInfo endpoint too (RFC 8705 §5).
+    if let (Some(base), Some(aliases)) = (
+        &state.settings.mtls_endpoint_base,
+        document
+            .get_mut("mtls_endpoint_aliases")
+            .and_then(Value::as_object_mut),
+    ) {
+        aliases.insert(
+            "userinfo_endpoint".into(),
+            format!("{base}{USERINFO_PATH}").into(),
+        );
+    }
     Json(document)
 }

@@ -7,8 +7,9 @@ use serde_json::{Value, json};
 
 /// Certificate authentication and certificate-bound tokens (RFC 8705 §2.3, §3.3) are announced
 /// when the server can learn client certificates: from the proxy, proven by the proxy secret.
-/// The proxy's TLS listener serves the same URLs with and without a client certificate
-/// (`client_auth: optional`), so no `mtls_endpoint_aliases` are needed.
+/// With `mtls_endpoint_base`, the endpoints a client authenticates at or presents a bound token
+/// to are also announced there, in `mtls_endpoint_aliases` (RFC 8705 §5): a proxy listener
+/// that requires a client certificate (`client_auth: required`) in front of this server.
 pub async fn metadata(State(state): State<AppState>) -> Json<Value> {
     let issuer = &state.settings.issuer;
     let mtls = state.settings.proxy_secret.is_some();
@@ -39,6 +40,13 @@ pub async fn metadata(State(state): State<AppState>) -> Json<Value> {
     });
     if mtls {
         metadata["tls_client_certificate_bound_access_tokens"] = true.into();
+    }
+    if let Some(base) = &state.settings.mtls_endpoint_base {
+        metadata["mtls_endpoint_aliases"] = json!({
+            "token_endpoint": format!("{base}/o/token/"),
+            "introspection_endpoint": format!("{base}/o/introspect/"),
+            "revocation_endpoint": format!("{base}/o/revoke_token/"),
+        });
     }
     Json(metadata)
 }

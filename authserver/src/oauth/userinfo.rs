@@ -153,6 +153,15 @@ async fn claims_of(
         Some(record) if record.kind == TokenKind::Access && record.is_active() => record,
         _ => return Err(INVALID),
     };
+    // A certificate-bound token (RFC 8705 §3) only with its certificate, as at the gate.
+    if let Some(x5t) = &record.cnf_x5t_s256 {
+        let cert = crate::mtls::presented(headers, state.settings.proxy_secret.as_ref());
+        if !cert.is_some_and(|cert| cert.thumbprint.matches(x5t)) {
+            return Err(Refusal::InvalidToken(
+                "The access token is bound to a client certificate that the request did not present.",
+            ));
+        }
+    }
     let scope = record.current_scope();
     if !oidc::is_openid(&scope) {
         return Err(Refusal::InsufficientScope);

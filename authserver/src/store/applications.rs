@@ -46,7 +46,7 @@ pub(super) fn parse_tls_client_auth(
 ) -> super::StoreResult<Option<TlsClientAuth>> {
     stored
         .map(|text| {
-            TlsClientAuth::parse(&text)
+            TlsClientAuth::read_stored(&text)
                 .map_err(|e| super::StoreError::Other(anyhow::anyhow!("tls_client_auth: {e}")))
         })
         .transpose()

@@ -26,8 +26,8 @@ use crate::downstream::ConnectionLimits;
 use crate::ingress::{Cidr, ForwardAuthConfig};
 use crate::tls::{self, TlsFiles, UpstreamTls};
 use raw::{
-    RawConfig, RawConnections, RawDuration, RawEject, RawForwardAuth, RawHealthCheck, RawTls,
-    RawUpstream, RawUpstreamTls,
+    RawAddress, RawConfig, RawConnections, RawDuration, RawEject, RawForwardAuth, RawHealthCheck,
+    RawTls, RawUpstream, RawUpstreamTls,
 };
 
 /// Environment variables that override the file (empty values are ignored).
@@ -128,6 +128,9 @@ pub struct Upstream {
     pub name: String,
     /// One or more addresses (a DNS name stands for every address it resolves to).
     pub addresses: Vec<UpstreamAddr>,
+    /// The weight of each entry of `addresses` (1 to [`MAX_WEIGHT`]; every address a name
+    /// stands for has the name's weight).
+    pub weights: Vec<usize>,
     /// How a request picks one of the addresses.
     pub balance: Balance,
     /// Active health checks, if any.
@@ -170,12 +173,18 @@ pub struct HealthCheck {
     pub healthy_after: usize,
 }
 
-/// Passive ejection: after `after_failures` consecutive failed connections an address is left
-/// out for `duration` (or until an active check sees it healthy again).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The largest weight of an address: its share of the requests relative to the others.
+pub const MAX_WEIGHT: usize = 100;
+
+/// Passive ejection: after `after_failures` consecutive failures (failed connections, and
+/// answers whose status is in `statuses`) an address is left out for `duration` (or until an
+/// active check sees it healthy again).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Eject {
     pub after_failures: u32,
     pub duration: Duration,
+    /// Upstream statuses (5xx) that count as failures; empty: none do.
+    pub statuses: Vec<u16>,
 }
 
 impl Default for Eject {
@@ -183,6 +192,7 @@ impl Default for Eject {
         Eject {
             after_failures: 1,
             duration: Duration::from_secs(10),
+            statuses: Vec::new(),
         }
     }
 }
@@ -738,7 +748,7 @@ impl Validator<'_> {
         if name.trim().is_empty() {
             return Err(self.invalid("upstreams", format!("{name:?}"), "empty upstream name"));
         }
-        let addresses = self.addresses(&prefix, name, u.address, u.addresses, env)?;
+        let (addresses, weights) = self.addresses(&prefix, name, u.address, u.addresses, env)?;
         let host = match u.host {
             None => None,
             Some(h) => Some(
@@ -804,6 +814,7 @@ impl Validator<'_> {
         Ok(Upstream {
             name: name.to_owned(),
             addresses,
+            weights,
             balance,
             health_check,
             eject,
@@ -818,20 +829,26 @@ impl Validator<'_> {
         })
     }
 
-    /// The upstream's addresses: env `PROXY_UPSTREAM_<NAME>_ADDRESS` (one, or several separated
-    /// by commas), else `address` or `addresses` (exactly one of the two).
+    /// The upstream's addresses and their weights: env `PROXY_UPSTREAM_<NAME>_ADDRESS` (one, or
+    /// several separated by commas, each weight 1), else `address` or `addresses` (exactly one
+    /// of the two; an entry of `addresses` may carry a `weight`).
     fn addresses(
         &self,
         prefix: &str,
         name: &str,
         address: Option<String>,
-        addresses: Option<Vec<String>>,
+        addresses: Option<Vec<RawAddress>>,
         env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Vec<UpstreamAddr>, ConfigError> {
+    ) -> Result<(Vec<UpstreamAddr>, Vec<usize>), ConfigError> {
         let var = upstream_address_var(name);
         // The key the addresses came from (None: the environment variable).
-        let (key, list): (Option<String>, Vec<String>) = match (env(&var), address, addresses) {
-            (Some(v), _, _) => (None, v.split(',').map(|a| a.trim().to_owned()).collect()),
+        let (key, list): (Option<String>, Vec<RawAddress>) = match (env(&var), address, addresses) {
+            (Some(v), _, _) => (
+                None,
+                v.split(',')
+                    .map(|a| RawAddress::Plain(a.trim().to_owned()))
+                    .collect(),
+            ),
             (None, Some(_), Some(_)) => {
                 return Err(self.invalid(
                     format!("{prefix}.addresses"),
@@ -839,7 +856,10 @@ impl Validator<'_> {
                     "give address or addresses, not both",
                 ));
             }
-            (None, Some(a), None) => (Some(format!("{prefix}.address")), vec![a]),
+            (None, Some(a), None) => (
+                Some(format!("{prefix}.address")),
+                vec![RawAddress::Plain(a)],
+            ),
             (None, None, Some(list)) if !list.is_empty() => {
                 (Some(format!("{prefix}.addresses")), list)
             }
@@ -858,15 +878,35 @@ impl Validator<'_> {
             Some(k) => key_origin(self.file, k),
         };
         let mut parsed = Vec::with_capacity(list.len());
-        for (i, a) in list.iter().enumerate() {
+        let mut weights = Vec::with_capacity(list.len());
+        for (i, entry) in list.iter().enumerate() {
+            let (a, weight) = match entry {
+                RawAddress::Plain(a) => (a, None),
+                RawAddress::Weighted(w) => (&w.address, w.weight),
+            };
             let addr =
                 parse_upstream_addr(a).map_err(|m| Self::at(origin(i), format!("{a:?}"), m))?;
             if parsed.contains(&addr) {
                 return Err(Self::at(origin(i), format!("{a:?}"), "listed twice"));
             }
+            let weight = match weight {
+                None => 1,
+                Some(w) if w.fract() == 0.0 && (1.0..=MAX_WEIGHT as f64).contains(&w) => w as usize,
+                Some(w) => {
+                    return Err(Self::at(
+                        key_origin(self.file, &format!("{prefix}.addresses[{i}].weight")),
+                        w,
+                        format!(
+                            "expected a whole number from 1 to {MAX_WEIGHT} (to send an address \
+                             nothing, leave it out)"
+                        ),
+                    ));
+                }
+            };
             parsed.push(addr);
+            weights.push(weight);
         }
-        Ok(parsed)
+        Ok((parsed, weights))
     }
 
     /// The `health_check:` section; without one, a TCP check when the upstream can have several
@@ -933,9 +973,24 @@ impl Validator<'_> {
         if duration.is_zero() {
             return Err(self.invalid(field, "0", "must be positive"));
         }
+        let mut statuses = Vec::new();
+        for (i, status) in raw.statuses.unwrap_or_default().into_iter().enumerate() {
+            let field = format!("{prefix}.eject.statuses[{i}]");
+            let Some(status) = u16::try_from(status)
+                .ok()
+                .filter(|s| (500..=599).contains(s))
+            else {
+                return Err(self.invalid(field, status, "expected a status from 500 to 599"));
+            };
+            if statuses.contains(&status) {
+                return Err(self.invalid(field, status, "listed twice"));
+            }
+            statuses.push(status);
+        }
         Ok(Eject {
             after_failures,
             duration,
+            statuses,
         })
     }
 

@@ -142,9 +142,10 @@ pub struct RawUpstream {
     /// every `resolve_interval`, every address it has taking traffic. Give this or `addresses`.
     #[serde(default)]
     pub address: Option<String>,
-    /// Several `host:port`s, traffic spread over them (see `balance`).
+    /// Several `host:port`s, traffic spread over them (see `balance`); an entry may be
+    /// `{ address: host:port, weight: 3 }` (default weight 1).
     #[serde(default)]
-    pub addresses: Option<Vec<String>>,
+    pub addresses: Option<Vec<RawAddress>>,
     /// `round_robin` (default) or `least_connections` (fewest requests in flight through this
     /// proxy).
     #[serde(default)]
@@ -185,6 +186,25 @@ pub struct RawUpstream {
     pub tls: Option<RawUpstreamTls>,
 }
 
+/// One entry of `addresses:`: `host:port`, or with a weight.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum RawAddress {
+    Plain(String),
+    Weighted(RawWeighted),
+}
+
+/// `{ address: host:port, weight: N }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWeighted {
+    pub address: String,
+    /// Relative share of the requests, 1 to 100 (default 1). A number of any shape is read so
+    /// that 0, negative, fractional or huge weights get a message naming the key.
+    #[serde(default)]
+    pub weight: Option<f64>,
+}
+
 /// An upstream's `health_check:` section.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -214,9 +234,14 @@ pub struct RawHealthCheck {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEject {
-    /// Consecutive failed connections that eject an address (default 1).
+    /// Consecutive failures that eject an address (default 1): failed connections, and
+    /// answers with one of `statuses`.
     #[serde(default)]
     pub after_failures: Option<u32>,
+    /// Upstream answer statuses counted as failures, each 500 to 599 (default none: only
+    /// failed connections count).
+    #[serde(default)]
+    pub statuses: Option<Vec<i64>>,
     /// How long it is left out, unless an active check sees it healthy sooner (default `10s`).
     #[serde(default)]
     pub duration: Option<RawDuration>,

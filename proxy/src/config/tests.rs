@@ -454,6 +454,30 @@ fn several_addresses_a_policy_and_health_checks() {
 }
 
 #[test]
+fn weights_and_ejection_statuses() {
+    let c = parse_config(
+        &GOOD.replace(
+            "api: { address: \"127.0.0.1:8002\" }",
+            "api:\n    addresses: [127.0.0.1:8002, { address: \"127.0.0.2:8002\", weight: 3 }, \
+             { address: localhost:8002 }]\n    \
+             eject: { after_failures: 3, statuses: [502, 503] }",
+        ),
+        "proxy.yaml",
+        no_env,
+    )
+    .unwrap();
+    let api = &c.upstreams["api"];
+    assert_eq!(api.addresses.len(), 3);
+    assert_eq!(api.weights, [1, 3, 1]);
+    assert_eq!(api.eject.statuses, [502, 503]);
+    assert_eq!(api.eject.after_failures, 3);
+    // The single-address form and the default: weight 1, no status counts.
+    let c = parse_config(GOOD, "proxy.yaml", no_env).unwrap();
+    assert_eq!(c.upstreams["api"].weights, [1]);
+    assert!(c.upstreams["api"].eject.statuses.is_empty());
+}
+
+#[test]
 fn bad_balancing_settings_are_named() {
     let with = |api: &str| error(&GOOD.replace("api: { address: \"127.0.0.1:8002\" }", api));
     for (api, says) in [
@@ -488,6 +512,46 @@ fn bad_balancing_settings_are_named() {
         (
             "api: { address: 127.0.0.1:1, eject: { after_failures: 0 } }",
             "key \"upstreams.api.eject.after_failures\": 0",
+        ),
+        (
+            "api: { addresses: [{ address: 127.0.0.1:1, weight: 0 }] }",
+            "key \"upstreams.api.addresses[0].weight\": 0: expected a whole number from 1 to 100",
+        ),
+        (
+            "api: { addresses: [127.0.0.1:2, { address: 127.0.0.1:1, weight: -2 }] }",
+            "key \"upstreams.api.addresses[1].weight\": -2: expected a whole number",
+        ),
+        (
+            "api: { addresses: [{ address: 127.0.0.1:1, weight: 1.5 }] }",
+            "key \"upstreams.api.addresses[0].weight\": 1.5: expected a whole number",
+        ),
+        (
+            "api: { addresses: [{ address: 127.0.0.1:1, weight: 101 }] }",
+            "upstreams.api.addresses[0].weight\": 101",
+        ),
+        (
+            "api: { addresses: [{ address: 127.0.0.1:1, weight: 1e300 }] }",
+            "upstreams.api.addresses[0].weight",
+        ),
+        (
+            "api: { addresses: [{ address: 127.0.0.1:1, weight: 99999999999999999999999 }] }",
+            "upstreams.api.addresses[0].weight",
+        ),
+        (
+            "api: { addresses: [{ address: nope, weight: 2 }] }",
+            "key \"upstreams.api.addresses\": \"nope\": expected host:port",
+        ),
+        (
+            "api: { address: 127.0.0.1:1, eject: { statuses: [404] } }",
+            "key \"upstreams.api.eject.statuses[0]\": 404: expected a status from 500 to 599",
+        ),
+        (
+            "api: { address: 127.0.0.1:1, eject: { statuses: [-502] } }",
+            "key \"upstreams.api.eject.statuses[0]\": -502",
+        ),
+        (
+            "api: { address: 127.0.0.1:1, eject: { statuses: [502, 502] } }",
+            "key \"upstreams.api.eject.statuses[1]\": 502: listed twice",
         ),
         (
             "api: { addresses: [127.0.0.1:1, 127.0.0.2:1], tls: {} }",

@@ -15,8 +15,13 @@ use crate::app_probes::{self, AppProbe};
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "tokengate-inject");
 
 /// The sidecar container; a native sidecar (an init container that keeps running) unless
-/// `--legacy-sidecar`.
-pub fn sidecar(options: &InjectOptions, probes: &BTreeMap<String, AppProbe>) -> Value {
+/// `--legacy-sidecar`. With `admin_tls` the kubelet probes the admin port over HTTPS (it does
+/// not verify the certificate).
+pub fn sidecar(
+    options: &InjectOptions,
+    probes: &BTreeMap<String, AppProbe>,
+    admin_tls: bool,
+) -> Value {
     let (port, admin) = (options.proxy_port, options.admin_port);
     let mut env = vec![
         json!({"name": "PROXY_LISTEN", "value": format!("0.0.0.0:{port}")}),
@@ -42,8 +47,8 @@ pub fn sidecar(options: &InjectOptions, probes: &BTreeMap<String, AppProbe>) -> 
             {"name": ADMIN_PORT_NAME, "containerPort": admin},
         ],
         "env": env,
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": ADMIN_PORT_NAME}, "periodSeconds": 5},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": ADMIN_PORT_NAME}, "periodSeconds": 10},
+        "readinessProbe": {"httpGet": admin_get("/readyz", admin_tls), "periodSeconds": 5},
+        "livenessProbe": {"httpGet": admin_get("/healthz", admin_tls), "periodSeconds": 10},
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
         "securityContext": {
             "runAsNonRoot": true,
@@ -60,7 +65,7 @@ pub fn sidecar(options: &InjectOptions, probes: &BTreeMap<String, AppProbe>) -> 
         // startup probe; stopped after them, so Jobs complete.
         container["restartPolicy"] = json!("Always");
         container["startupProbe"] = json!({
-            "httpGet": {"path": "/readyz", "port": ADMIN_PORT_NAME},
+            "httpGet": admin_get("/readyz", admin_tls),
             "periodSeconds": 1,
             "failureThreshold": 120,
         });
@@ -80,6 +85,15 @@ pub fn sidecar(options: &InjectOptions, probes: &BTreeMap<String, AppProbe>) -> 
             "livenessProbe",
         ],
     )
+}
+
+/// A probe's `httpGet` of `path` on the admin port (`scheme: HTTPS` with `admin_tls`).
+fn admin_get(path: &str, admin_tls: bool) -> serde_json::Value {
+    let mut get = json!({"path": path, "port": ADMIN_PORT_NAME});
+    if admin_tls {
+        get["scheme"] = json!("HTTPS");
+    }
+    get
 }
 
 /// `json` as YAML with the keys of its top mapping in `order` (the others after them), since

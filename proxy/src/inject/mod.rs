@@ -243,6 +243,36 @@ impl ServiceView {
     }
 }
 
+/// A ConfigMap of the input: where it is, and whether the proxy configuration it holds
+/// (`proxy.yaml`) serves the admin listener over TLS (`admin_tls: true`), so that the kubelet's
+/// probes of the sidecar must use `scheme: HTTPS`.
+struct ConfigMapView {
+    namespace: Option<String>,
+    name: String,
+    admin_tls: bool,
+}
+
+impl ConfigMapView {
+    fn of(value: &Value) -> ConfigMapView {
+        let admin_tls = str_at(value, &["data", "proxy.yaml"])
+            // Read within the same limits as the input: the text is the user's.
+            .and_then(|text| yaml::from_str::<Value>(text).ok())
+            .and_then(|config| config.get("admin_tls").and_then(Value::as_bool))
+            .unwrap_or(false);
+        ConfigMapView {
+            namespace: str_at(value, &["metadata", "namespace"]).map(str::to_owned),
+            name: str_at(value, &["metadata", "name"])
+                .unwrap_or_default()
+                .to_owned(),
+            admin_tls,
+        }
+    }
+
+    fn is(&self, namespace: &Option<String>, name: &str) -> bool {
+        &self.namespace == namespace && self.name == name
+    }
+}
+
 /// `input` with the sidecar added to every workload.
 pub fn inject(input: &str, options: &InjectOptions) -> Result<Injection, InjectError> {
     let (mut items, layout) = read(input)?;
@@ -251,17 +281,10 @@ pub fn inject(input: &str, options: &InjectOptions) -> Result<Injection, InjectE
         .filter(|i| kind(&i.value) == "Service")
         .filter_map(|i| ServiceView::of(&i.value))
         .collect();
-    let config_maps: Vec<(Option<String>, String)> = items
+    let config_maps: Vec<ConfigMapView> = items
         .iter()
         .filter(|i| kind(&i.value) == "ConfigMap")
-        .map(|i| {
-            (
-                str_at(&i.value, &["metadata", "namespace"]).map(str::to_owned),
-                str_at(&i.value, &["metadata", "name"])
-                    .unwrap_or_default()
-                    .to_owned(),
-            )
-        })
+        .map(|i| ConfigMapView::of(&i.value))
         .collect();
     let mut notes = Vec::new();
     let mut served = Vec::new();
@@ -587,7 +610,7 @@ struct Workload<'a> {
     name: String,
     item: &'a mut Item,
     services: &'a [ServiceView],
-    config_maps: &'a [(Option<String>, String)],
+    config_maps: &'a [ConfigMapView],
     options: &'a InjectOptions,
     notes: &'a mut Vec<String>,
 }
@@ -632,7 +655,8 @@ impl Workload<'_> {
         if options.config_map.is_none()
             && !self
                 .config_maps
-                .contains(&(namespace.clone(), generated.clone()))
+                .iter()
+                .any(|c| c.is(&namespace, &generated))
         {
             self.item.after.push(generated::config_map(
                 &generated,
@@ -729,10 +753,29 @@ impl Workload<'_> {
             .filter(|(port, _)| *port == app_port)
             .filter_map(|(_, name)| name.clone())
             .collect();
-        let rewritten = probes::rewrite(containers, options.admin_port, what, self.notes)
+        let config_map = options
+            .config_map
+            .clone()
+            .unwrap_or_else(|| format!("{workload}-tokengate"));
+        // The admin listener speaks TLS when the proxy configuration in the input says so.
+        let admin_tls = self
+            .config_maps
+            .iter()
+            .any(|c| c.is(&namespace, &config_map) && c.admin_tls);
+        if admin_tls {
+            self.notes.push(format!(
+                "{what}: ConfigMap {config_map} sets admin_tls: true, so the probes on the \
+                 admin port use scheme HTTPS"
+            ));
+        }
+        let admin = probes::Admin {
+            port: options.admin_port,
+            tls: admin_tls,
+        };
+        let rewritten = probes::rewrite(containers, admin, what, self.notes)
             .map_err(|message| self.fail(message))?;
         let mut created = Vec::new();
-        let sidecar = generated::sidecar(options, &rewritten.probes);
+        let sidecar = generated::sidecar(options, &rewritten.probes, admin_tls);
         if options.legacy_sidecar {
             containers.push(sidecar);
         } else {
@@ -740,10 +783,6 @@ impl Workload<'_> {
                 .ok_or_else(|| self.fail("spec.initContainers is not a list".into()))?
                 .insert(0, sidecar);
         }
-        let config_map = options
-            .config_map
-            .clone()
-            .unwrap_or_else(|| format!("{workload}-tokengate"));
         let volume =
             from_json(serde_json::json!({"name": VOLUME, "configMap": {"name": config_map}}));
         sequence(spec, "volumes", &mut created)

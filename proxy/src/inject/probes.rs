@@ -27,10 +27,18 @@ pub struct Rewritten {
     pub probes: BTreeMap<String, AppProbe>,
 }
 
+/// The sidecar's admin listener, as the kubelet reaches it.
+#[derive(Clone, Copy)]
+pub struct Admin {
+    pub port: u16,
+    /// `admin_tls: true` in the proxy's configuration: probes use `scheme: HTTPS`.
+    pub tls: bool,
+}
+
 /// Rewrites the probes of every container in `containers`; `what` names the workload in notes.
 pub fn rewrite(
     containers: &mut [Value],
-    admin_port: u16,
+    admin: Admin,
     what: &str,
     notes: &mut Vec<String>,
 ) -> Result<Rewritten, String> {
@@ -51,10 +59,11 @@ pub fn rewrite(
             };
             let path = format!("{PREFIX}{name}/{short}");
             let mut moved = Mapping::new();
-            moved.insert(
-                "httpGet".into(),
-                from_json(json!({"path": path, "port": admin_port})),
-            );
+            let mut get = json!({"path": path, "port": admin.port});
+            if admin.tls {
+                get["scheme"] = json!("HTTPS");
+            }
+            moved.insert("httpGet".into(), from_json(get));
             for (key, value) in probe {
                 if !matches!(key.as_str(), Some("httpGet" | "tcpSocket")) {
                     moved.insert(key.clone(), value.clone());

@@ -96,7 +96,25 @@ impl Pki {
         self.issue(name, &ext)
     }
 
+    /// `NAME.pem` and `NAME.key`: a client certificate signed by the CA whose subject is
+    /// `subject`, in openssl's `-subj` form (`/CN=a,O=x` is one RDN whose value holds a comma;
+    /// `/CN=a/O=x` two RDNs; `/CN=a+UID=b` one RDN of two attributes).
+    #[allow(dead_code)]
+    pub fn client_with_subject(&self, name: &str, subject: &str) -> (PathBuf, PathBuf) {
+        let ext = format!("{name}.ext");
+        std::fs::write(
+            self.path(&ext),
+            "extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        self.issue_with_subject(name, &ext, subject)
+    }
+
     fn issue(&self, name: &str, ext: &str) -> (PathBuf, PathBuf) {
+        self.issue_with_subject(name, ext, &format!("/CN={name}"))
+    }
+
+    fn issue_with_subject(&self, name: &str, ext: &str, subject: &str) -> (PathBuf, PathBuf) {
         let (key, csr, pem) = (
             format!("{name}.key"),
             format!("{name}.csr"),
@@ -116,16 +134,7 @@ impl Pki {
         );
         openssl(
             &self.dir,
-            &[
-                "req",
-                "-new",
-                "-key",
-                &key,
-                "-subj",
-                &format!("/CN={name}"),
-                "-out",
-                &csr,
-            ],
+            &["req", "-new", "-key", &key, "-subj", subject, "-out", &csr],
         );
         openssl(
             &self.dir,

@@ -4,7 +4,12 @@
 //! [`resource_server::CLIENT_CERT_HEADER`], believed only with the proxy secret
 //! ([`presented`]).
 
+mod dn;
+mod jwks;
+
 use std::fmt;
+
+pub use dn::Dn;
 
 use axum::http::HeaderMap;
 use resource_server::client_cert::forwarded_cert;
@@ -38,6 +43,9 @@ pub enum TlsClientAuth {
     SanDns(String),
     /// `self_signed_tls_client_auth`: this certificate, named by its thumbprint (`x5t#S256`).
     SelfSigned(String),
+    /// `self_signed_tls_client_auth` by a registered JWKS (RFC 8705 §2.2): any of the
+    /// certificates in its keys' `x5c` (the JWKS as stored, and their thumbprints).
+    SelfSignedJwks { jwks: String, x5t: Vec<String> },
 }
 
 impl TlsClientAuth {
@@ -45,18 +53,31 @@ impl TlsClientAuth {
     pub fn method(&self) -> &'static str {
         match self {
             TlsClientAuth::SubjectDn(_) | TlsClientAuth::SanDns(_) => "tls_client_auth",
-            TlsClientAuth::SelfSigned(_) => "self_signed_tls_client_auth",
+            TlsClientAuth::SelfSigned(_) | TlsClientAuth::SelfSignedJwks { .. } => {
+                "self_signed_tls_client_auth"
+            }
         }
     }
 
-    /// Reads the stored (and command-line) form: `subject_dn:CN=app,O=Example`,
-    /// `san_dns:app.example.com` or `self_signed:<x5t#S256>`.
+    /// Reads a registration (the command line, the forms): `subject_dn:<RFC 4514 DN>`,
+    /// `san_dns:app.example.com`, `self_signed:<x5t#S256>` or `self_signed_jwks:<JWKS JSON>`.
     pub fn parse(text: &str) -> Result<TlsClientAuth, String> {
+        let auth = Self::read_stored(text)?;
+        if let TlsClientAuth::SubjectDn(dn) = &auth {
+            Dn::parse(dn)?;
+        }
+        Ok(auth)
+    }
+
+    /// Reads the stored form. A subject DN stored before DNs were checked is kept as written
+    /// (one that does not parse matches no certificate) so that its application still loads.
+    pub fn read_stored(text: &str) -> Result<TlsClientAuth, String> {
         let (kind, value) = text.split_once(':').unwrap_or((text, ""));
         let value = value.trim();
         if value.is_empty() {
             return Err(format!(
-                "{text:?}: expected subject_dn:<DN>, san_dns:<name> or self_signed:<x5t#S256>"
+                "{text:?}: expected subject_dn:<DN>, san_dns:<name>, self_signed:<x5t#S256> or \
+                 self_signed_jwks:<JWKS>"
             ));
         }
         match kind {
@@ -76,8 +97,12 @@ impl TlsClientAuth {
                 }
                 Ok(TlsClientAuth::SelfSigned(value.to_owned()))
             }
+            "self_signed_jwks" => {
+                let (jwks, x5t) = jwks::certificates(value)?;
+                Ok(TlsClientAuth::SelfSignedJwks { jwks, x5t })
+            }
             other => Err(format!(
-                "{other:?}: expected subject_dn, san_dns or self_signed"
+                "{other:?}: expected subject_dn, san_dns, self_signed or self_signed_jwks"
             )),
         }
     }
@@ -86,8 +111,15 @@ impl TlsClientAuth {
     /// (constant time); for `tls_client_auth`, a certificate that is not self-issued (issued by
     /// one of the proxy's CAs) with this subject or SAN DNS name.
     pub fn matches(&self, cert: &ClientCertificate) -> bool {
-        if let TlsClientAuth::SelfSigned(x5t) = self {
-            return cert.thumbprint.matches(x5t);
+        match self {
+            TlsClientAuth::SelfSigned(x5t) => return cert.thumbprint.matches(x5t),
+            TlsClientAuth::SelfSignedJwks { x5t, .. } => {
+                // Every entry is compared (constant time each), not only up to a match.
+                return x5t
+                    .iter()
+                    .fold(false, |found, x5t| cert.thumbprint.matches(x5t) | found);
+            }
+            _ => {}
         }
         let Ok((_, parsed)) = x509_parser::parse_x509_certificate(&cert.der) else {
             return false;
@@ -96,9 +128,10 @@ impl TlsClientAuth {
             return false;
         }
         match self {
-            TlsClientAuth::SubjectDn(dn) => {
-                normalized_dn(&parsed.subject().to_string()) == normalized_dn(dn)
-            }
+            TlsClientAuth::SubjectDn(dn) => match (Dn::parse(dn), Dn::of_name(parsed.subject())) {
+                (Ok(registered), Some(subject)) => subject.matches(&registered),
+                _ => false,
+            },
             TlsClientAuth::SanDns(name) => parsed
                 .subject_alternative_name()
                 .ok()
@@ -108,7 +141,7 @@ impl TlsClientAuth {
                         |g| matches!(g, GeneralName::DNSName(d) if d.eq_ignore_ascii_case(name)),
                     )
                 }),
-            TlsClientAuth::SelfSigned(_) => false,
+            TlsClientAuth::SelfSigned(_) | TlsClientAuth::SelfSignedJwks { .. } => false,
         }
     }
 }
@@ -120,25 +153,9 @@ impl fmt::Display for TlsClientAuth {
             TlsClientAuth::SubjectDn(dn) => write!(f, "subject_dn:{dn}"),
             TlsClientAuth::SanDns(name) => write!(f, "san_dns:{name}"),
             TlsClientAuth::SelfSigned(x5t) => write!(f, "self_signed:{x5t}"),
+            TlsClientAuth::SelfSignedJwks { jwks, .. } => write!(f, "self_signed_jwks:{jwks}"),
         }
     }
-}
-
-/// A distinguished name as a sorted list of `TYPE=value` parts (type upper-cased, spaces around
-/// separators dropped), so that `CN=app, O=Example` (the certificate's order) and RFC 4514's
-/// `O=Example,CN=app` compare equal. Values containing `,` or `+` are not supported.
-fn normalized_dn(dn: &str) -> Vec<String> {
-    let mut parts: Vec<String> = dn
-        .split([',', '+'])
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((t, v)) => format!("{}={}", t.trim().to_ascii_uppercase(), v.trim()),
-            None => p.to_owned(),
-        })
-        .collect();
-    parts.sort();
-    parts
 }
 
 #[cfg(test)]
@@ -160,13 +177,15 @@ mod tests {
             "cn:x",
             "self_signed:abc",
             "self_signed:+/",
+            "subject_dn:FOO=bar",
+            "self_signed_jwks:",
+            "self_signed_jwks:{\"keys\":[]}",
         ] {
             assert!(TlsClientAuth::parse(bad).is_err(), "{bad}");
         }
-        assert_eq!(
-            normalized_dn("CN=app, O=Example"),
-            normalized_dn("o=Example,CN=app")
-        );
-        assert_ne!(normalized_dn("CN=app"), normalized_dn("CN=app2"));
+        // A DN is checked when registered, and kept as stored when read back.
+        let bad_dn = "subject_dn:CN=a;O=b";
+        assert!(TlsClientAuth::parse(bad_dn).is_err());
+        assert!(TlsClientAuth::read_stored(bad_dn).is_ok());
     }
 }
