@@ -22,7 +22,7 @@ fn check_config_accepts_the_shipped_example() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("OK (12 routes, 2 upstreams)"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("OK (15 routes, 2 upstreams)"));
 }
 
 #[test]
