@@ -20,8 +20,8 @@
 use super::{StoreError, StoreResult};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
 use std::sync::mpsc;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 /// How long a connection waits for another connection's (another process's) write lock.
