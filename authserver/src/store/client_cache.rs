@@ -8,8 +8,8 @@
 //! noticing: then an entry lives at most [`CLIENT_CACHE_TTL`].
 //!
 //! On SQLite: every lookup first asks the database whether any connection of any process has
-//! committed since the last lookup (`PRAGMA data_version`, read from the WAL index in shared
-//! memory: no page read), and empties the cache if so. A change made by another process (a
+//! committed since the last lookup (`PRAGMA data_version`: a read transaction that, when nothing
+//! changed, reads only the WAL index in shared memory), and empties the cache if so. A change made by another process (a
 //! secret rotated with the command line) counts at the next lookup, as when every lookup read
 //! the row; any commit empties it (a token issued too), so under writes it holds little.
 

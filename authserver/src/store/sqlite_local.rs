@@ -10,7 +10,7 @@
 //!
 //! Whether anything changed: a read-only connection of its own asks `PRAGMA data_version`, which
 //! changes with every commit of any other connection, in this process or another (the operator
-//! command line), and is read from the WAL index in shared memory, without reading a page
+//! command line); when nothing changed, asking reads only the WAL index in shared memory
 //! ([`SqliteLocal::unless_changed`]).
 //!
 //! No connection checkpoints the WAL when committing (`wal_autocheckpoint = 0`): a thread of
