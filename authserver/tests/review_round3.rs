@@ -317,6 +317,81 @@ async fn a_secret_rotated_by_the_cli_is_refused_by_a_running_server_at_once() {
     }
 }
 
+/// An introspection with HTTP Basic client authentication: the reply.
+async fn introspect(base: &str, client: &(String, String), token: &str) -> Reply {
+    send(
+        support::browser_client()
+            .post(format!("{base}/o/introspect/"))
+            .basic_auth(&client.0, Some(&client.1))
+            .form(&[("token", token)]),
+    )
+    .await
+}
+
+/// The same, when the server answers from its caches: introspections write nothing, so nothing
+/// but the CLI's rotation changes the database (on SQLite, where any commit empties the cache of
+/// applications, the token requests above would hide a server that never heard the rotation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_rotated_by_the_cli_is_refused_at_once_by_a_server_answering_from_its_caches() {
+    for url in testing::all_database_urls().await {
+        let store = Store::connect(&url).await.unwrap();
+        let backend = store.backend();
+        let client = testing::application(&store, GrantType::ClientCredentials, true).await;
+        let server = server(&store, |_| {}).await;
+        let base = &server.base_url;
+        let reply = client_credentials(base, &client).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        let token = reply.json()["access_token"].as_str().unwrap().to_owned();
+        testing::client_cache_ready(&store).await;
+        // The client and the token are cached now, and nothing is written meanwhile.
+        for _ in 0..3 {
+            let reply = introspect(base, &client, &token).await;
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+            assert_eq!(reply.json()["active"], true);
+        }
+
+        let out = tokio::task::spawn_blocking({
+            let (url, client_id) = (url.clone(), client.0.clone());
+            move || binary::run(&["app", "rotate-secret", &client_id, "--json"], &url, "")
+        })
+        .await
+        .unwrap();
+        let rotated_at = Instant::now();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rotated: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let new = (
+            client.0.clone(),
+            rotated["client_secret"].as_str().unwrap().to_owned(),
+        );
+
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let reply = introspect(base, &client, &token).await;
+            if reply.status == StatusCode::UNAUTHORIZED {
+                break;
+            }
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+            assert!(
+                rotated_at.elapsed() < ROTATION_BOUND,
+                "{backend:?}: the old secret still works {:?} after the rotation",
+                rotated_at.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if backend == authserver::store::Backend::Sqlite {
+            assert_eq!(attempts, 1, "SQLite: refused at the first request");
+        }
+        let reply = introspect(base, &new, &token).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        assert_eq!(reply.json()["active"], true);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Item 10: CSRF tokens signed under a server key and bound to their session.
 

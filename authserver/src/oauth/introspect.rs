@@ -5,13 +5,14 @@ use super::params::{Params, authenticate_client_if_presented};
 use super::{OAuthError, no_store};
 use crate::AppState;
 use crate::request_log::with_caller;
-use crate::store::{Application, ClientType, Introspected, TokenKind, TokenRecord};
+use crate::store::{Application, ClientType, Introspected, TokenKind};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use std::borrow::Cow;
 
 use crate::domain::GROUPS_SCOPE;
 pub use crate::protocol::scope::INTROSPECTION_SCOPE;
@@ -28,28 +29,23 @@ pub async fn introspect(
     let found = find_introspected(&state, token).await?;
     // A token whose every scope its application has since lost grants nothing: inactive.
     // Expiry is checked now (`is_active`): a cached lookup never outlives its token.
-    let body = match found.as_deref() {
-        Some(Introspected { record, groups, .. })
-            if record.is_active() && (record.kind == TokenKind::Access || want_refresh) =>
+    let claims = match found.as_deref() {
+        Some(found)
+            if found.record.is_active()
+                && (found.record.kind == TokenKind::Access || want_refresh) =>
         {
-            match record.current_scope() {
-                scope if scope.is_empty() => json!({ "active": false }),
-                scope => {
-                    let groups = groups
-                        .clone()
-                        .filter(|_| scope.split_whitespace().any(|s| s == GROUPS_SCOPE));
-                    active_claims(record, scope, groups)
-                }
-            }
+            Some(found.record.current_scope())
+                .filter(|scope| !scope.is_empty())
+                .map(|scope| active_claims(found, scope))
         }
-        _ => json!({ "active": false }),
+        _ => None,
     };
-    crate::metrics::METRICS.introspected(body["active"] == true);
-    Ok(no_store(with_caller(
-        Json(body).into_response(),
-        &caller,
-        None,
-    )))
+    crate::metrics::METRICS.introspected(claims.is_some());
+    let response = match &claims {
+        Some(claims) => Json(claims).into_response(),
+        None => Json(Inactive { active: false }).into_response(),
+    };
+    Ok(no_store(with_caller(response, &caller, None)))
 }
 
 /// A bearer token carrying the `introspection` scope of an application (still) allowed to
@@ -119,33 +115,69 @@ pub(super) async fn user_groups(
     }
 }
 
-fn active_claims(
-    record: &TokenRecord,
+/// The answer about an inactive (or unknown, or hidden) token.
+#[derive(Serialize)]
+struct Inactive {
+    active: bool,
+}
+
+/// The answer about an active token (RFC 7662 §2.2), its members in alphabetical order.
+#[derive(Serialize)]
+struct ActiveClaims<'a> {
+    active: bool,
+    client_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cnf: Option<Confirmation<'a>>,
+    exp: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    groups: Option<&'a [String]>,
+    iat: i64,
+    jti: &'a str,
     scope: String,
-    groups: Option<Vec<String>>,
-) -> serde_json::Value {
-    let mut claims = json!({
-        "active": true,
-        "scope": scope,
-        "client_id": record.client_id,
-        "exp": record.expires_at,
-        "iat": record.issued_at,
+    sub: Cow<'a, str>,
+    token_type: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    username: Option<&'a str>,
+}
+
+/// RFC 8705 §3.2: the certificate the token is bound to.
+#[derive(Serialize)]
+struct Confirmation<'a> {
+    #[serde(rename = "x5t#S256")]
+    x5t_s256: &'a str,
+}
+
+/// The claims of an active token with `scope` as it stands now: the user's groups only when the
+/// scope still has [`GROUPS_SCOPE`].
+fn active_claims(found: &Introspected, scope: String) -> ActiveClaims<'_> {
+    let record = &found.record;
+    let groups = found
+        .groups
+        .as_deref()
+        .filter(|_| scope.split_whitespace().any(|s| s == GROUPS_SCOPE));
+    let (sub, username) = match (&record.username, record.user_id) {
+        (Some(username), Some(id)) => (Cow::Owned(id.to_string()), Some(username.as_str())),
+        _ => (Cow::Borrowed(record.client_id.as_str()), None),
+    };
+    ActiveClaims {
+        active: true,
+        client_id: &record.client_id,
+        cnf: record
+            .cnf_x5t_s256
+            .as_deref()
+            .map(|x5t_s256| Confirmation { x5t_s256 }),
+        exp: record.expires_at,
+        groups,
+        iat: record.issued_at,
         // The family's public id: the `jti` of its JWTs and of its revocation events.
-        "jti": crate::store::family_jti(&record.family),
-        "token_type": if record.kind == TokenKind::Access { "Bearer" } else { "refresh_token" },
-    });
-    if let Some(x5t) = &record.cnf_x5t_s256 {
-        claims["cnf"] = json!({ "x5t#S256": x5t });
+        jti: &found.jti,
+        scope,
+        sub,
+        token_type: if record.kind == TokenKind::Access {
+            "Bearer"
+        } else {
+            "refresh_token"
+        },
+        username,
     }
-    match (&record.username, record.user_id) {
-        (Some(username), Some(id)) => {
-            claims["username"] = username.clone().into();
-            claims["sub"] = id.to_string().into();
-        }
-        _ => claims["sub"] = record.client_id.clone().into(),
-    }
-    if let Some(groups) = groups {
-        claims["groups"] = groups.into();
-    }
-    claims
 }

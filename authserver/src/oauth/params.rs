@@ -123,6 +123,9 @@ fn presented(headers: &HeaderMap, params: &Params) -> Result<Option<Presented>, 
 }
 
 fn form_decode(value: &str) -> String {
+    if !value.contains(['%', '+']) {
+        return value.to_owned();
+    }
     form_urlencoded::parse(format!("v={value}").as_bytes())
         .next()
         .map(|(_, v)| v.into_owned())

@@ -17,7 +17,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
 
 pub async fn token(
     State(state): State<AppState>,
@@ -58,21 +58,19 @@ pub async fn token(
         )
         .await?;
     }
-    let mut body = json!({
-        "access_token": issued.access_token,
-        "expires_in": issued.expires_in,
-        "token_type": "Bearer",
-        "scope": issued.scope,
-    });
-    if let Some(refresh) = issued.refresh_token {
-        body["refresh_token"] = refresh.into();
-    }
     crate::metrics::METRICS.token_issued(kind);
-    if let Some(openid) = &openid {
-        body["id_token"] = id_token::issue(&state, &app, openid, &issued.access_token)
-            .await?
-            .into();
-    }
+    let id_token = match &openid {
+        Some(openid) => Some(id_token::issue(&state, &app, openid, &issued.access_token).await?),
+        None => None,
+    };
+    let body = TokenResponse {
+        access_token: &issued.access_token,
+        expires_in: issued.expires_in,
+        id_token: id_token.as_deref(),
+        refresh_token: issued.refresh_token.as_deref(),
+        scope: &issued.scope,
+        token_type: "Bearer",
+    };
     // The user by id: this server's logs never name a username (one typed into the wrong
     // field may be a password).
     let user_id = user.as_ref().map(|(id, _)| id.to_string());
@@ -82,4 +80,17 @@ pub async fn token(
         user_id.as_deref(),
     );
     Ok(no_store(response))
+}
+
+/// A successful token response (RFC 6749 §5.1), its members in alphabetical order.
+#[derive(Serialize)]
+struct TokenResponse<'a> {
+    access_token: &'a str,
+    expires_in: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id_token: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refresh_token: Option<&'a str>,
+    scope: &'a str,
+    token_type: &'static str,
 }

@@ -135,7 +135,13 @@ impl Store {
         client_id: &str,
     ) -> StoreResult<Option<Application>> {
         let _timer = StoreTimer::start(StoreOp::FindApplication);
-        if let Some(app) = self.clients.get(client_id).await {
+        // On SQLite, any commit since the last lookup, by any connection of any process (an
+        // operator rotating a secret from the command line), empties the cache first.
+        let cacheable = match &self.hot {
+            Hot::Sqlite(local) => local.unless_changed(|| self.clients.forget_all()).is_ok(),
+            Hot::Postgres(_) => true,
+        };
+        if cacheable && let Some(app) = self.clients.get(client_id).await {
             return Ok(Some(app));
         }
         let generation = self.clients.generation();
@@ -146,14 +152,14 @@ impl Store {
             Hot::Postgres(pool) => hot::postgres::application_by_client_id(pool, client_id).await?,
         };
         let app = columns.map(hot::ApplicationColumns::parse).transpose()?;
-        if let Some(app) = &app {
+        if cacheable && let Some(app) = &app {
             self.clients.keep(generation, app).await;
         }
         Ok(app)
     }
 
     /// Whether application lookups may be answered from this store's client cache now: on
-    /// PostgreSQL once it listens for other processes' changes, never on SQLite.
+    /// PostgreSQL once it listens for other processes' changes, always on SQLite.
     pub fn client_cache_active(&self) -> bool {
         self.clients.active()
     }

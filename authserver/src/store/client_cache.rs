@@ -1,12 +1,17 @@
-//! The short cache of applications by client id, on PostgreSQL only, emptied at once by any
-//! change to an application wherever it is made: by this process itself, and by every other
-//! process when PostgreSQL delivers the notification the change's transaction sends (channel
-//! [`CHANNEL`]). The cache is used only while this process is listening; a listening connection
-//! that breaks empties it and turns it off until it listens again. What remains is a connection
-//! that died without either side noticing: then an entry lives at most [`CLIENT_CACHE_TTL`].
+//! The short cache of applications by client id, emptied at once by any change to an
+//! application wherever it is made.
 //!
-//! On SQLite every lookup reads the row (a local indexed read, microseconds), so a change made
-//! by another process (the CLI) counts at once with nothing to deliver.
+//! On PostgreSQL: by this process itself, and by every other process when PostgreSQL delivers
+//! the notification the change's transaction sends (channel [`CHANNEL`]). The cache is used only
+//! while this process is listening; a listening connection that breaks empties it and turns it
+//! off until it listens again. What remains is a connection that died without either side
+//! noticing: then an entry lives at most [`CLIENT_CACHE_TTL`].
+//!
+//! On SQLite: every lookup first asks the database whether any connection of any process has
+//! committed since the last lookup (`PRAGMA data_version`: a read transaction that, when nothing
+//! changed, reads only the WAL index in shared memory), and empties the cache if so. A change made by another process (a
+//! secret rotated with the command line) counts at the next lookup, as when every lookup read
+//! the row; any commit empties it (a token issued too), so under writes it holds little.
 
 use super::Application;
 use std::sync::Arc;
@@ -36,14 +41,16 @@ pub(super) struct ClientCache {
 }
 
 impl ClientCache {
-    pub(super) fn new() -> ClientCache {
+    /// A cache in use from the start (`listening`: SQLite, which asks before each lookup), or
+    /// only once [`listen`] hears the other processes (PostgreSQL).
+    pub(super) fn new(listening: bool) -> ClientCache {
         ClientCache {
             entries: moka::future::Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(CLIENT_CACHE_TTL)
                 .build(),
             generation: AtomicU64::new(0),
-            listening: AtomicBool::new(false),
+            listening: AtomicBool::new(listening),
         }
     }
 

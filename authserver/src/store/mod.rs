@@ -112,8 +112,8 @@ pub struct Shared {
     backend: Backend,
     /// The hot requests' statements: rusqlite on SQLite, sqlx's native driver on PostgreSQL.
     hot: Hot,
-    /// Applications by client id (PostgreSQL only): every token and introspection request
-    /// authenticates a client. Emptied at once by a change made anywhere ([`client_cache`]).
+    /// Applications by client id: every token and introspection request authenticates a
+    /// client. Emptied at once by a change made anywhere ([`client_cache`]).
     clients: Arc<client_cache::ClientCache>,
     /// The task that listens for other processes' changes to applications (PostgreSQL).
     listener: Option<tokio::task::JoinHandle<()>>,
@@ -240,7 +240,7 @@ impl Store {
                 Hot::Postgres(Arc::new(hot::postgres_groups::PgHot::new(pool)))
             }
         };
-        let clients = Arc::new(client_cache::ClientCache::new());
+        let clients = Arc::new(client_cache::ClientCache::new(backend == Backend::Sqlite));
         let listener = (backend == Backend::Postgres)
             .then(|| client_cache::listen(url.clone(), clients.clone()));
         // Before the token cache, whose listener reads the revocation log from the start.

@@ -8,6 +8,11 @@
 //! and only then does each caller get its answer. Cold-path writes through sqlx first pause the
 //! writer thread ([`SqliteLocal::exclusive`]), so two connections never write at once.
 //!
+//! Whether anything changed: a read-only connection of its own asks `PRAGMA data_version`, which
+//! changes with every commit of any other connection, in this process or another (the operator
+//! command line); when nothing changed, asking reads only the WAL index in shared memory
+//! ([`SqliteLocal::unless_changed`]).
+//!
 //! No connection checkpoints the WAL when committing (`wal_autocheckpoint = 0`): a thread of
 //! its own does, every [`CHECKPOINT_EVERY`], so the checkpoint's writes and fsyncs never hold up
 //! the writer (a passive checkpoint runs beside writers and readers).
@@ -15,8 +20,8 @@
 use super::{StoreError, StoreResult};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::mpsc;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 /// How long a connection waits for another connection's (another process's) write lock.
@@ -47,11 +52,20 @@ enum Message {
 pub(super) struct SqliteLocal {
     path: PathBuf,
     readers: Mutex<Vec<Connection>>,
+    /// The connection that asks whether the database changed, and the version it saw last.
+    probe: Mutex<Probe>,
     writer: mpsc::Sender<Message>,
     /// Dropped with the store, which ends the checkpoint thread.
     _checkpoints: mpsc::Sender<()>,
     /// A folder to delete when the store closes (an in-memory URL is served from a temporary file).
     temporary: Option<PathBuf>,
+}
+
+/// A read-only connection asking `PRAGMA data_version`, and its last answer (`None` before the
+/// first and after a failure).
+struct Probe {
+    connection: Connection,
+    seen: Option<i64>,
 }
 
 /// While held, the writer thread is paused: the holder may write through sqlx alone.
@@ -76,9 +90,14 @@ impl SqliteLocal {
             .map_err(|error| {
                 anyhow::anyhow!("cannot start the SQLite checkpoint thread: {error}")
             })?;
+        let probe = Probe {
+            connection: open(path, true).map_err(database)?,
+            seen: None,
+        };
         Ok(SqliteLocal {
             path: path.to_owned(),
             readers: Mutex::new(Vec::new()),
+            probe: Mutex::new(probe),
             writer,
             _checkpoints: checkpoints,
             temporary,
@@ -102,6 +121,31 @@ impl SqliteLocal {
             idle.push(connection);
         }
         result
+    }
+
+    /// Calls `changed` when any connection (of this process or another) has committed since the
+    /// last call, before returning: calls are serialised, so a caller that returns after another
+    /// caller's `changed` ran sees the effects of that `changed`. Also calls it, and fails, when
+    /// the database cannot be asked (and the next call then calls it again).
+    pub(super) fn unless_changed(&self, changed: impl FnOnce()) -> StoreResult<()> {
+        let mut probe = self.probe.lock().unwrap_or_else(PoisonError::into_inner);
+        let version = probe
+            .connection
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut statement| statement.query_row([], |row| row.get::<_, i64>(0)));
+        let version = match version {
+            Ok(version) => version,
+            Err(error) => {
+                probe.seen = None;
+                changed();
+                return Err(database(error));
+            }
+        };
+        if probe.seen != Some(version) {
+            changed();
+            probe.seen = Some(version);
+        }
+        Ok(())
     }
 
     /// Runs `write` on the writer thread in a savepoint of its own; answers once it is committed.

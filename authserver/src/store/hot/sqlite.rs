@@ -58,35 +58,35 @@ pub(in crate::store) fn insert_tokens(
     connection: &Connection,
     rows: &[NewRow],
 ) -> StoreResult<i64> {
+    // No `RETURNING`: SQLite would gather the returned rows in a temporary table for each
+    // statement; the row's id is the connection's last inserted rowid.
     let mut insert = connection
         .prepare_cached(
             "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
              SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10
-             WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = ?6) RETURNING id",
+             WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = ?6)",
         )
         .map_err(crate::store::sqlite_local::database)?;
     let mut first = None;
     for row in rows {
-        let id: Option<i64> = insert
-            .query_row(
-                params![
-                    row.kind.as_str(),
-                    row.digest,
-                    row.application_id,
-                    row.user_id,
-                    row.scope,
-                    row.family,
-                    row.access_token_id.or(first),
-                    row.issued_at,
-                    row.expires_at,
-                    row.cnf_x5t_s256
-                ],
-                |r| r.get(0),
-            )
-            .optional()
+        let inserted = insert
+            .execute(params![
+                row.kind.as_str(),
+                row.digest,
+                row.application_id,
+                row.user_id,
+                row.scope,
+                row.family,
+                row.access_token_id.or(first),
+                row.issued_at,
+                row.expires_at,
+                row.cnf_x5t_s256
+            ])
             .map_err(crate::store::sqlite_local::database)?;
-        let id = id.ok_or(StoreError::FamilyRevoked)?;
-        first.get_or_insert(id);
+        if inserted == 0 {
+            return Err(StoreError::FamilyRevoked);
+        }
+        first.get_or_insert(connection.last_insert_rowid());
     }
     first.ok_or_else(|| anyhow::anyhow!("no token to insert").into())
 }
