@@ -245,8 +245,8 @@ async fn each_serves(stacks: &[&tokengate::Stack], run: &tokengate::FirstRun) {
     }
 }
 
-/// Two stacks on one database, each with a data directory of its own, each register their own
-/// proxy client: neither rotates the other's secret, also when one restarts (the second used to
+/// Two stacks on one database, each with a data directory of its own (and the one
+/// key-encryption secret servers on one database share), each register their own proxy client: neither rotates the other's secret, also when one restarts (the second used to
 /// re-register the one `tokengate-proxy`, and the first's front door answered 503 to every new
 /// token).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,8 +256,18 @@ async fn two_stacks_with_data_directories_of_their_own_on_one_database_both_serv
             "tg-stacks-{}",
             authserver::secrets::random_client_id()
         ));
+        // One key-encryption secret for both, as every server on one database needs: the
+        // signing key of the stream's SETs made by one is read by the other.
+        let secrets_system = format!(
+            "{}{}",
+            authserver::secrets::random_client_id(),
+            authserver::secrets::random_client_id()
+        );
         let with_dir = |name: &str| {
-            let mut config = config(&database_url, &[]);
+            let mut config = config(
+                &database_url,
+                &[("AUTHSERVER_SECRETS_SYSTEM", secrets_system.as_str())],
+            );
             config.data_dir = scratch.join(name);
             config
         };
