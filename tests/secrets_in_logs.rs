@@ -364,15 +364,7 @@ async fn flow(stack: &Stack) -> Vec<(String, String)> {
 
     // An application registered in the views: its new secret crosses the store as a sealed
     // one-time message and is shown once on the next page.
-    let form = http
-        .get(format!("{base}/o/applications/register/"))
-        .header(COOKIE, &session)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let form = signed_in_page(&http, &format!("{base}/o/applications/register/"), &session).await;
     let registered = http
         .post(format!("{base}/o/applications/register/"))
         .header(COOKIE, &session)
@@ -396,15 +388,7 @@ async fn flow(stack: &Stack) -> Vec<(String, String)> {
         .to_str()
         .unwrap()
         .to_owned();
-    let detail = http
-        .get(format!("{base}{detail}"))
-        .header(COOKIE, &session)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let detail = signed_in_page(&http, &format!("{base}{detail}"), &session).await;
     let new_secret = detail
         .split("id=\"client-secret\" class=\"mono\" value=\"")
         .nth(1)
@@ -455,15 +439,7 @@ async fn flow(stack: &Stack) -> Vec<(String, String)> {
     assert_eq!(polled.status(), StatusCode::OK);
 
     // Signing out (which revokes the session's token families and says so on the stream).
-    let admin_html = http
-        .get(format!("{base}/admin/"))
-        .header(COOKIE, &session)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let admin_html = signed_in_page(&http, &format!("{base}/admin/"), &session).await;
     let signed_out = http
         .post(format!("{base}/accounts/logout/"))
         .header(COOKIE, &session)
@@ -477,6 +453,13 @@ async fn flow(stack: &Stack) -> Vec<(String, String)> {
         signed_out.status()
     );
     secrets
+}
+
+/// The text of the page at `url` for the session cookie `session`.
+async fn signed_in_page(http: &reqwest::Client, url: &str, session: &str) -> String {
+    let page = http.get(url).header(COOKIE, session).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::OK, "{url}");
+    page.text().await.unwrap()
 }
 
 /// The secrets of `secrets` found in `log`.
