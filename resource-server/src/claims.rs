@@ -4,6 +4,8 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
+use crate::identity::{EncodedIdentity, IdentityMemo};
+
 /// The latest time accepted in `exp`, `iat` and `nbf`: 9999-12-31T23:59:59Z, unix seconds.
 pub const MAX_TIME: i64 = 253_402_300_799;
 
@@ -48,6 +50,10 @@ pub struct Claims {
     /// The confirmation of a sender-constrained token (RFC 7800 `cnf`; RFC 8705 §3.1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cnf: Option<Confirmation>,
+    /// The identity these claims forward, encoded once ([`Claims::identity`]): a memo, so a
+    /// field changed after that call is not seen by it (a clone starts without one).
+    #[serde(skip)]
+    pub identity: IdentityMemo,
 }
 
 /// A token's `cnf` (confirmation) claim: to whom the token is bound. Only the certificate
@@ -139,7 +145,13 @@ impl Claims {
                 let field = take("cnf");
                 Confirmation::read(Some(&field.value)).map_err(|expected| field.wrong(expected))?
             },
+            identity: IdentityMemo::default(),
         })
+    }
+
+    /// The caller's identity and its headers, built and encoded on the first call only.
+    pub fn identity(&self) -> std::sync::Arc<EncodedIdentity> {
+        self.identity.get(self)
     }
 
     /// The granted scopes, in order, split on whitespace.

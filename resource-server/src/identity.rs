@@ -6,6 +6,10 @@
 //! `X-Auth-Groups` (only when the token names groups) the user's groups as the scopes are.
 //! Plain ASCII names without `%` or spaces are sent as they are.
 
+use std::sync::{Arc, OnceLock};
+
+use http::HeaderValue;
+
 use crate::claims::{Claims, MAX_TIME};
 
 /// The request headers that carry the caller's identity upstream (lower case). A proxy removes
@@ -29,6 +33,59 @@ pub struct Identity {
     pub exp: Option<i64>,
     /// The user's groups (the token's `groups`), in its order; empty: none named.
     pub groups: Vec<String>,
+}
+
+/// An [`Identity`] with its headers encoded once, as [`HeaderValue`]s (cloned by reference
+/// count): what a token's [`Claims`] keep ([`Claims::identity`]), so that a cached token costs
+/// each request it allows no encoding.
+#[derive(Debug, PartialEq, Eq)]
+pub struct EncodedIdentity {
+    pub identity: Identity,
+    /// [`Identity::headers`], in its order.
+    pub headers: Vec<(&'static str, HeaderValue)>,
+}
+
+impl std::ops::Deref for EncodedIdentity {
+    type Target = Identity;
+
+    fn deref(&self) -> &Identity {
+        &self.identity
+    }
+}
+
+/// The [`EncodedIdentity`] of a [`Claims`], built on first use: never serialized, always equal
+/// (it follows from the other fields), and not kept by a clone (whose fields may then change).
+#[derive(Default)]
+pub struct IdentityMemo(OnceLock<Arc<EncodedIdentity>>);
+
+impl IdentityMemo {
+    /// The identity of `claims` (the claims this memo is in), encoded on the first call.
+    pub(crate) fn get(&self, claims: &Claims) -> Arc<EncodedIdentity> {
+        Arc::clone(
+            self.0
+                .get_or_init(|| Identity::from_claims(claims).encoded()),
+        )
+    }
+}
+
+impl Clone for IdentityMemo {
+    fn clone(&self) -> Self {
+        IdentityMemo::default()
+    }
+}
+
+impl PartialEq for IdentityMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for IdentityMemo {}
+
+impl std::fmt::Debug for IdentityMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IdentityMemo")
+    }
 }
 
 /// Identity headers that [`Identity::headers`] would never have written.
@@ -69,6 +126,23 @@ impl Identity {
             out.push((groups, join_scopes(names, encode_into)));
         }
         out
+    }
+
+    /// This identity with its [`Identity::headers`] encoded as header values.
+    pub fn encoded(self) -> Arc<EncodedIdentity> {
+        let headers = self
+            .headers()
+            .into_iter()
+            .map(|(name, value)| {
+                // `encode` writes visible ASCII, joined by spaces; `exp` is decimal digits.
+                let value = HeaderValue::try_from(value).expect("identity headers are valid");
+                (name, value)
+            })
+            .collect();
+        Arc::new(EncodedIdentity {
+            identity: self,
+            headers,
+        })
     }
 
     /// Reads back what [`Identity::headers`] wrote: `values` in the order of
