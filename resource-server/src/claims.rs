@@ -273,6 +273,29 @@ mod tests {
         Claims::from_json(s.as_bytes()).expect("parses")
     }
 
+    #[test]
+    fn the_identity_is_encoded_once_and_not_kept_by_a_clone() {
+        use crate::identity::Identity;
+        let c = parse(r#"{"active":true,"username":"josé","scope":"read b","exp":1}"#);
+        let id = c.identity();
+        assert!(std::sync::Arc::ptr_eq(&id, &c.identity()), "built once");
+        assert_eq!(id.identity, Identity::from_claims(&c));
+        let values: Vec<_> = id
+            .headers
+            .iter()
+            .map(|(n, v)| (*n, v.to_str().unwrap()))
+            .collect();
+        let expected = id.identity.headers();
+        let expected: Vec<_> = expected.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        assert_eq!(values, expected);
+        // A clone, changed, forwards what it now says; the memo never makes claims unequal.
+        let mut other = c.clone();
+        assert_eq!(other, c);
+        other.username = Some("bob".into());
+        assert_eq!(other.identity().username.as_deref(), Some("bob"));
+        assert_eq!(c.identity().username.as_deref(), Some("josé"));
+    }
+
     fn field_error(s: &str) -> &'static str {
         match Claims::from_json(s.as_bytes()) {
             Err(Malformed::Field { field, .. }) => field,

@@ -375,14 +375,16 @@ routes:
     }
 
     fn allow(scope: &str) -> Decision {
-        Decision::Allow(Some(Identity {
-            username: Some("alice".into()),
-            client_id: Some("app".into()),
-            scope: scope.into(),
-            exp: Some(NOW + 60),
-            groups: Vec::new(),
-        }
-        .encoded()))
+        Decision::Allow(Some(
+            Identity {
+                username: Some("alice".into()),
+                client_id: Some("app".into()),
+                scope: scope.into(),
+                exp: Some(NOW + 60),
+                groups: Vec::new(),
+            }
+            .encoded(),
+        ))
     }
 
     #[test]
