@@ -4,10 +4,11 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::identity::{EncodedIdentity, IdentityMemo};
+use std::sync::{Arc, OnceLock};
 
-/// The latest time accepted in `exp`, `iat` and `nbf`: 9999-12-31T23:59:59Z, unix seconds.
-pub const MAX_TIME: i64 = 253_402_300_799;
+use crate::identity::{EncodedIdentity, Identity, join_scopes};
+
+pub use crate::identity::MAX_TIME;
 
 /// An RFC 7662 introspection answer.
 ///
@@ -54,6 +55,41 @@ pub struct Claims {
     /// field changed after that call is not seen by it (a clone starts without one).
     #[serde(skip)]
     pub identity: IdentityMemo,
+}
+
+/// The [`EncodedIdentity`] of a [`Claims`], built on first use: never serialized, always equal
+/// (it follows from the other fields), and not kept by a clone (whose fields may then change).
+#[derive(Default)]
+pub struct IdentityMemo(OnceLock<Arc<EncodedIdentity>>);
+
+impl IdentityMemo {
+    /// The identity of `claims` (the claims this memo is in), encoded on the first call.
+    pub(crate) fn get(&self, claims: &Claims) -> Arc<EncodedIdentity> {
+        Arc::clone(
+            self.0
+                .get_or_init(|| Identity::from_claims(claims).encoded()),
+        )
+    }
+}
+
+impl Clone for IdentityMemo {
+    fn clone(&self) -> Self {
+        IdentityMemo::default()
+    }
+}
+
+impl PartialEq for IdentityMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for IdentityMemo {}
+
+impl std::fmt::Debug for IdentityMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IdentityMemo")
+    }
 }
 
 /// A token's `cnf` (confirmation) claim: to whom the token is bound. Only the certificate
@@ -150,7 +186,7 @@ impl Claims {
     }
 
     /// The caller's identity and its headers, built and encoded on the first call only.
-    pub fn identity(&self) -> std::sync::Arc<EncodedIdentity> {
+    pub fn identity(&self) -> Arc<EncodedIdentity> {
         self.identity.get(self)
     }
 
@@ -177,6 +213,19 @@ impl Claims {
     /// Whether `nbf` is present and after `now` (unix seconds).
     pub fn is_not_yet_valid_at(&self, now: i64) -> bool {
         self.nbf.is_some_and(|nbf| nbf > now)
+    }
+}
+
+impl Identity {
+    /// Builds the identity from an introspection answer.
+    pub fn from_claims(c: &Claims) -> Self {
+        Identity {
+            username: c.username.clone(),
+            client_id: c.client_id.clone(),
+            scope: join_scopes(c.scopes(), String::push_str),
+            exp: c.exp,
+            groups: c.groups.clone(),
+        }
     }
 }
 

@@ -6,11 +6,13 @@
 //! `X-Auth-Groups` (only when the token names groups) the user's groups as the scopes are.
 //! Plain ASCII names without `%` or spaces are sent as they are.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use http::HeaderValue;
 
-use crate::claims::{Claims, MAX_TIME};
+/// The latest time accepted in `exp`, `iat` and `nbf` (of a token, and in `X-Auth-Expires`):
+/// 9999-12-31T23:59:59Z, unix seconds.
+pub const MAX_TIME: i64 = 253_402_300_799;
 
 /// The request headers that carry the caller's identity upstream (lower case). A proxy removes
 /// any the client sent before setting its own.
@@ -36,7 +38,8 @@ pub struct Identity {
 }
 
 /// An [`Identity`] with its headers encoded once, as [`HeaderValue`]s (cloned by reference
-/// count): what a token's [`Claims`] keep ([`Claims::identity`]), so that a cached token costs
+/// count): what a token's [`crate::claims::Claims`] keep
+/// ([`crate::claims::Claims::identity`]), so that a cached token costs
 /// each request it allows no encoding.
 #[derive(Debug, PartialEq, Eq)]
 pub struct EncodedIdentity {
@@ -53,41 +56,6 @@ impl std::ops::Deref for EncodedIdentity {
     }
 }
 
-/// The [`EncodedIdentity`] of a [`Claims`], built on first use: never serialized, always equal
-/// (it follows from the other fields), and not kept by a clone (whose fields may then change).
-#[derive(Default)]
-pub struct IdentityMemo(OnceLock<Arc<EncodedIdentity>>);
-
-impl IdentityMemo {
-    /// The identity of `claims` (the claims this memo is in), encoded on the first call.
-    pub(crate) fn get(&self, claims: &Claims) -> Arc<EncodedIdentity> {
-        Arc::clone(
-            self.0
-                .get_or_init(|| Identity::from_claims(claims).encoded()),
-        )
-    }
-}
-
-impl Clone for IdentityMemo {
-    fn clone(&self) -> Self {
-        IdentityMemo::default()
-    }
-}
-
-impl PartialEq for IdentityMemo {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for IdentityMemo {}
-
-impl std::fmt::Debug for IdentityMemo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("IdentityMemo")
-    }
-}
-
 /// Identity headers that [`Identity::headers`] would never have written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityError {
@@ -98,17 +66,6 @@ pub enum IdentityError {
 }
 
 impl Identity {
-    /// Builds the identity from an introspection answer.
-    pub fn from_claims(c: &Claims) -> Self {
-        Identity {
-            username: c.username.clone(),
-            client_id: c.client_id.clone(),
-            scope: join_scopes(c.scopes(), String::push_str),
-            exp: c.exp,
-            groups: c.groups.clone(),
-        }
-    }
-
     /// The `X-Auth-*` pairs (names from [`IDENTITY_HEADERS`]) for the values that are known, each
     /// a valid header value; `x-auth-scope` is always present (possibly empty).
     pub fn headers(&self) -> Vec<(&'static str, String)> {
@@ -161,7 +118,7 @@ impl Identity {
 }
 
 /// The scopes, each written by `write`, separated by one space.
-fn join_scopes<'a>(
+pub(crate) fn join_scopes<'a>(
     scopes: impl Iterator<Item = &'a str>,
     write: impl Fn(&mut String, &'a str),
 ) -> String {
