@@ -20,7 +20,7 @@ use pingora::upstreams::peer::Peer as _;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use resource_server::access_log::AccessLine;
 use resource_server::cors::{self, CorsPolicy, Preflight};
-use resource_server::{Identity, Refusal};
+use resource_server::{EncodedIdentity, Refusal};
 
 use crate::balance::{Lease, Pool, http_peer};
 use crate::drain::InFlight;
@@ -43,7 +43,7 @@ pub struct RequestCtx {
     _lease: Option<Lease>,
     /// The address in use, for passive ejection on its answer's status.
     address: Option<SocketAddr>,
-    identity: Option<Identity>,
+    identity: Option<Arc<EncodedIdentity>>,
     /// When the request head was read.
     start: Instant,
     /// The rules the request was decided by (moved here, no extra reference), for the access
@@ -230,8 +230,9 @@ impl ProxyHttp for Gateway {
             upstream_request.remove_header(&http::header::AUTHORIZATION);
         }
         if let Some(identity) = &ctx.identity {
-            for (name, value) in identity.headers() {
-                upstream_request.insert_header(name, value)?;
+            // Encoded once per token: a clone of each value is a reference count.
+            for (name, value) in &identity.headers {
+                upstream_request.insert_header(*name, value.clone())?;
             }
         }
         if let Some(secret) = up.and_then(|u| u.proxy_secret.clone()) {

@@ -4,8 +4,11 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-/// The latest time accepted in `exp`, `iat` and `nbf`: 9999-12-31T23:59:59Z, unix seconds.
-pub const MAX_TIME: i64 = 253_402_300_799;
+use std::sync::{Arc, OnceLock};
+
+use crate::identity::{EncodedIdentity, Identity, join_scopes};
+
+pub use crate::identity::MAX_TIME;
 
 /// An RFC 7662 introspection answer.
 ///
@@ -48,6 +51,45 @@ pub struct Claims {
     /// The confirmation of a sender-constrained token (RFC 7800 `cnf`; RFC 8705 §3.1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cnf: Option<Confirmation>,
+    /// The identity these claims forward, encoded once ([`Claims::identity`]): a memo, so a
+    /// field changed after that call is not seen by it (a clone starts without one).
+    #[serde(skip)]
+    pub identity: IdentityMemo,
+}
+
+/// The [`EncodedIdentity`] of a [`Claims`], built on first use: never serialized, always equal
+/// (it follows from the other fields), and not kept by a clone (whose fields may then change).
+#[derive(Default)]
+pub struct IdentityMemo(OnceLock<Arc<EncodedIdentity>>);
+
+impl IdentityMemo {
+    /// The identity of `claims` (the claims this memo is in), encoded on the first call.
+    pub(crate) fn get(&self, claims: &Claims) -> Arc<EncodedIdentity> {
+        Arc::clone(
+            self.0
+                .get_or_init(|| Identity::from_claims(claims).encoded()),
+        )
+    }
+}
+
+impl Clone for IdentityMemo {
+    fn clone(&self) -> Self {
+        IdentityMemo::default()
+    }
+}
+
+impl PartialEq for IdentityMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for IdentityMemo {}
+
+impl std::fmt::Debug for IdentityMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IdentityMemo")
+    }
 }
 
 /// A token's `cnf` (confirmation) claim: to whom the token is bound. Only the certificate
@@ -139,7 +181,13 @@ impl Claims {
                 let field = take("cnf");
                 Confirmation::read(Some(&field.value)).map_err(|expected| field.wrong(expected))?
             },
+            identity: IdentityMemo::default(),
         })
+    }
+
+    /// The caller's identity and its headers, built and encoded on the first call only.
+    pub fn identity(&self) -> Arc<EncodedIdentity> {
+        self.identity.get(self)
     }
 
     /// The granted scopes, in order, split on whitespace.
@@ -165,6 +213,19 @@ impl Claims {
     /// Whether `nbf` is present and after `now` (unix seconds).
     pub fn is_not_yet_valid_at(&self, now: i64) -> bool {
         self.nbf.is_some_and(|nbf| nbf > now)
+    }
+}
+
+impl Identity {
+    /// Builds the identity from an introspection answer.
+    pub fn from_claims(c: &Claims) -> Self {
+        Identity {
+            username: c.username.clone(),
+            client_id: c.client_id.clone(),
+            scope: join_scopes(c.scopes(), String::push_str),
+            exp: c.exp,
+            groups: c.groups.clone(),
+        }
     }
 }
 
@@ -259,6 +320,29 @@ mod tests {
 
     fn parse(s: &str) -> Claims {
         Claims::from_json(s.as_bytes()).expect("parses")
+    }
+
+    #[test]
+    fn the_identity_is_encoded_once_and_not_kept_by_a_clone() {
+        use crate::identity::Identity;
+        let c = parse(r#"{"active":true,"username":"josé","scope":"read b","exp":1}"#);
+        let id = c.identity();
+        assert!(std::sync::Arc::ptr_eq(&id, &c.identity()), "built once");
+        assert_eq!(id.identity, Identity::from_claims(&c));
+        let values: Vec<_> = id
+            .headers
+            .iter()
+            .map(|(n, v)| (*n, v.to_str().unwrap()))
+            .collect();
+        let expected = id.identity.headers();
+        let expected: Vec<_> = expected.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        assert_eq!(values, expected);
+        // A clone, changed, forwards what it now says; the memo never makes claims unequal.
+        let mut other = c.clone();
+        assert_eq!(other, c);
+        other.username = Some("bob".into());
+        assert_eq!(other.identity().username.as_deref(), Some("bob"));
+        assert_eq!(c.identity().username.as_deref(), Some("josé"));
     }
 
     fn field_error(s: &str) -> &'static str {

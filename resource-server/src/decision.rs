@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::claims::Claims;
-use crate::identity::Identity;
+use crate::identity::EncodedIdentity;
 use crate::rules::{Access, Route};
 
 /// What the deployment's check found out about a request's credentials: the one input of the
@@ -30,7 +30,7 @@ pub enum Credential {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// Forward it; with the caller's identity on authenticated routes, `None` on public ones.
-    Allow(Option<Identity>),
+    Allow(Option<Arc<EncodedIdentity>>),
     /// 401: no credentials on a protected route.
     Unauthenticated,
     /// 400: malformed credentials on a protected route.
@@ -175,7 +175,7 @@ impl Decision {
 
     /// `Ok` with the identity to forward (`None` on a public route), or the [`Denial`]: its
     /// response (status, `WWW-Authenticate`, JSON body) and its metrics label.
-    pub fn into_result(self) -> Result<Option<Identity>, Denial> {
+    pub fn into_result(self) -> Result<Option<Arc<EncodedIdentity>>, Denial> {
         let outcome = Outcome::of(&self);
         let (status, challenge, detail) = match self {
             Decision::Allow(identity) => return Ok(identity),
@@ -329,12 +329,13 @@ pub fn decide_at(
     if !route.groups_any.is_empty() && !claims.in_any_group(&route.groups_any) {
         return Decision::NotInGroup;
     }
-    Decision::Allow(Some(Identity::from_claims(claims)))
+    Decision::Allow(Some(claims.identity()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::Identity;
     use crate::rules::Rules;
 
     const NOW: i64 = 1_700_000_000;
@@ -374,13 +375,16 @@ routes:
     }
 
     fn allow(scope: &str) -> Decision {
-        Decision::Allow(Some(Identity {
-            username: Some("alice".into()),
-            client_id: Some("app".into()),
-            scope: scope.into(),
-            exp: Some(NOW + 60),
-            groups: Vec::new(),
-        }))
+        Decision::Allow(Some(
+            Identity {
+                username: Some("alice".into()),
+                client_id: Some("app".into()),
+                scope: scope.into(),
+                exp: Some(NOW + 60),
+                groups: Vec::new(),
+            }
+            .encoded(),
+        ))
     }
 
     #[test]
@@ -550,7 +554,7 @@ routes:
                 NOW,
                 Duration::ZERO
             ),
-            Decision::Allow(Some(Identity::default()))
+            Decision::Allow(Some(Identity::default().encoded()))
         );
         // `decide` uses the real clock: an exp far in the future is fine.
         let mut c = active("read write");

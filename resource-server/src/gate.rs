@@ -4,6 +4,7 @@
 //! always carrying its response and its metrics label. With a revocation stream
 //! ([`crate::ssf::Receiver`]), every checked token is screened against its deny-list.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, Method, Uri};
@@ -14,7 +15,7 @@ use crate::client_cert::{CertThumbprint, bind, forwarded_cert};
 use crate::decision::decide;
 use crate::forwarded::{ForwardedIdentity, ProxySecret};
 use crate::gate_config::{GateSettings, TokenSource};
-use crate::identity::Identity;
+use crate::identity::EncodedIdentity;
 use crate::jwt::JwtValidator;
 use crate::revoked::REVOKED_TOKEN;
 use crate::rules::{Access, Route, Rules};
@@ -123,7 +124,7 @@ pub struct Allow<'r> {
     pub route: &'r Route,
     /// The caller, on an authenticated route; `None` on a public one (and with
     /// [`Check::Unchecked`]).
-    pub identity: Option<Identity>,
+    pub identity: Option<Arc<EncodedIdentity>>,
 }
 
 /// A deployment's access check: its route rules and its token check, replaced as one.
@@ -281,7 +282,6 @@ impl Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     use crate::claims::Claims;
     use crate::rules::Rules;
@@ -304,7 +304,10 @@ mod tests {
     }
 
     /// The gate's decision for `credential` on the route of `path`, as the checks would give it.
-    fn decide_path(credential: &Credential, path: &str) -> Result<Option<Identity>, Denial> {
+    fn decide_path(
+        credential: &Credential,
+        path: &str,
+    ) -> Result<Option<Arc<EncodedIdentity>>, Denial> {
         let r = rules();
         let route = r.find(&Method::GET, path);
         if route.is_none() {

@@ -6,7 +6,13 @@
 //! `X-Auth-Groups` (only when the token names groups) the user's groups as the scopes are.
 //! Plain ASCII names without `%` or spaces are sent as they are.
 
-use crate::claims::{Claims, MAX_TIME};
+use std::sync::Arc;
+
+use http::HeaderValue;
+
+/// The latest time accepted in `exp`, `iat` and `nbf` (of a token, and in `X-Auth-Expires`):
+/// 9999-12-31T23:59:59Z, unix seconds.
+pub const MAX_TIME: i64 = 253_402_300_799;
 
 /// The request headers that carry the caller's identity upstream (lower case). A proxy removes
 /// any the client sent before setting its own.
@@ -31,6 +37,25 @@ pub struct Identity {
     pub groups: Vec<String>,
 }
 
+/// An [`Identity`] with its headers encoded once, as [`HeaderValue`]s (cloned by reference
+/// count): what a token's [`crate::claims::Claims`] keep
+/// ([`crate::claims::Claims::identity`]), so that a cached token costs
+/// each request it allows no encoding.
+#[derive(Debug, PartialEq, Eq)]
+pub struct EncodedIdentity {
+    pub identity: Identity,
+    /// [`Identity::headers`], in its order.
+    pub headers: Vec<(&'static str, HeaderValue)>,
+}
+
+impl std::ops::Deref for EncodedIdentity {
+    type Target = Identity;
+
+    fn deref(&self) -> &Identity {
+        &self.identity
+    }
+}
+
 /// Identity headers that [`Identity::headers`] would never have written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityError {
@@ -41,17 +66,6 @@ pub enum IdentityError {
 }
 
 impl Identity {
-    /// Builds the identity from an introspection answer.
-    pub fn from_claims(c: &Claims) -> Self {
-        Identity {
-            username: c.username.clone(),
-            client_id: c.client_id.clone(),
-            scope: join_scopes(c.scopes(), String::push_str),
-            exp: c.exp,
-            groups: c.groups.clone(),
-        }
-    }
-
     /// The `X-Auth-*` pairs (names from [`IDENTITY_HEADERS`]) for the values that are known, each
     /// a valid header value; `x-auth-scope` is always present (possibly empty).
     pub fn headers(&self) -> Vec<(&'static str, String)> {
@@ -71,6 +85,23 @@ impl Identity {
         out
     }
 
+    /// This identity with its [`Identity::headers`] encoded as header values.
+    pub fn encoded(self) -> Arc<EncodedIdentity> {
+        let headers = self
+            .headers()
+            .into_iter()
+            .map(|(name, value)| {
+                // `encode` writes visible ASCII, joined by spaces; `exp` is decimal digits.
+                let value = HeaderValue::try_from(value).expect("identity headers are valid");
+                (name, value)
+            })
+            .collect();
+        Arc::new(EncodedIdentity {
+            identity: self,
+            headers,
+        })
+    }
+
     /// Reads back what [`Identity::headers`] wrote: `values` in the order of
     /// [`IDENTITY_HEADERS`], `None` for an absent header.
     pub fn from_header_values(values: [Option<&[u8]>; 5]) -> Result<Identity, IdentityError> {
@@ -87,7 +118,7 @@ impl Identity {
 }
 
 /// The scopes, each written by `write`, separated by one space.
-fn join_scopes<'a>(
+pub(crate) fn join_scopes<'a>(
     scopes: impl Iterator<Item = &'a str>,
     write: impl Fn(&mut String, &'a str),
 ) -> String {

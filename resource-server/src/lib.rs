@@ -57,7 +57,7 @@ pub use decision::{Credential, Decision, Denial, Outcome, Refusal, decide};
 pub use forwarded::{ForwardedIdentity, PROXY_SECRET_HEADER, ProxySecret};
 pub use gate::{Allow, Check, Gate};
 pub use gate_config::{GateConfig, GateEnv, GateSettings, IntrospectionConfig, TokenSource};
-pub use identity::{IDENTITY_HEADERS, Identity};
+pub use identity::{EncodedIdentity, IDENTITY_HEADERS, Identity};
 pub use introspection::{ClientAuth, IntrospectionSettings};
 pub use jwt::raw::RawJwt;
 pub use jwt::{JwtSettings, JwtValidator};

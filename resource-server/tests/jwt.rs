@@ -74,7 +74,7 @@ async fn authorize(v: &JwtValidator, path: &str, token: &str) -> Result<Option<I
     let gate = Gate::new(rules(), Check::Jwt(v.clone()));
     gate.authorize(&Method::GET, &path.parse().unwrap(), &bearer(token), None)
         .await
-        .map(|allow| allow.identity)
+        .map(|allow| allow.identity.map(|i| i.identity.clone()))
 }
 
 async fn server() -> JwksServer {

@@ -98,6 +98,7 @@ impl ClaimRules {
             cnf,
             jti,
             groups,
+            identity: Default::default(),
         })
     }
 }
