@@ -402,13 +402,13 @@ async fn delete_stream(
     })
 }
 
-/// SSF 1.0 §8.1.2: `{stream_id, status, reason?}`.
-fn status_body(stream: &StreamRecord) -> Value {
+/// SSF 1.0 §8.1.2: `{stream_id, status, reason?}`, not to be cached.
+fn status_response(stream: &StreamRecord) -> Response {
     let mut body = json!({"stream_id": stream.stream_id, "status": stream.status.as_str()});
     if let Some(reason) = &stream.status_reason {
         body["reason"] = reason.clone().into();
     }
-    body
+    ([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
 }
 
 /// `GET status_endpoint?stream_id=` (SSF 1.0 §8.1.2.1).
@@ -426,11 +426,7 @@ async fn status(
         ));
     };
     Ok(match state.store.find_stream(&id, &client_id).await? {
-        Some(stream) => (
-            [(header::CACHE_CONTROL, "no-store")],
-            Json(status_body(&stream)),
-        )
-            .into_response(),
+        Some(stream) => status_response(&stream),
         None => no_stream(),
     })
 }
@@ -475,11 +471,7 @@ async fn set_status(
         return Ok(no_stream());
     };
     tracing::info!(client_id = %client_id, stream_id = %stream.stream_id, status = status.as_str(), "revocation stream status set");
-    Ok((
-        [(header::CACHE_CONTROL, "no-store")],
-        Json(status_body(&stream)),
-    )
-        .into_response())
+    Ok(status_response(&stream))
 }
 
 #[derive(Deserialize)]

@@ -531,14 +531,7 @@ impl Store {
             .execute(&self.writer)
             .await?;
         }
-        let row = sqlx::query(&format!(
-            "SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE stream_id = $1 AND client_id = $2"
-        ))
-        .bind(stream_id)
-        .bind(client_id)
-        .fetch_optional(&self.writer)
-        .await?;
-        row.as_ref().map(stream_from_row).transpose()
+        self.stream_as_written(stream_id, client_id).await
     }
 
     /// Sets the status of the stream `stream_id` of `client_id`: the updated stream, None if
@@ -571,6 +564,15 @@ impl Store {
         // events to answer); those on another replica at their timeout.
         self.events.notify.notify_waiters();
         self.events.push.notify_waiters();
+        self.stream_as_written(stream_id, client_id).await
+    }
+
+    /// The stream `stream_id` of `client_id` as the writer sees it, just after changing it.
+    async fn stream_as_written(
+        &self,
+        stream_id: &str,
+        client_id: &str,
+    ) -> StoreResult<Option<StreamRecord>> {
         let row = sqlx::query(&format!(
             "SELECT {STREAM_COLUMNS} FROM ssf_streams WHERE stream_id = $1 AND client_id = $2"
         ))
