@@ -53,7 +53,11 @@ impl ServeHttp for ForwardAuth {
             .await
         {
             Ok(allow) => {
-                let headers = allow.identity.map(|i| i.headers()).unwrap_or_default();
+                // The values encoded once per token, as the proxy path sends them upstream.
+                let headers = allow
+                    .identity
+                    .map(|i| i.headers.clone())
+                    .unwrap_or_default();
                 reply(StatusCode::OK, None, String::new(), headers)
             }
             Err(denial) => {
@@ -75,7 +79,7 @@ fn reply(
     status: StatusCode,
     challenge: Option<String>,
     body: String,
-    identity: Vec<(&'static str, String)>,
+    identity: Vec<(&'static str, header::HeaderValue)>,
 ) -> Response<Vec<u8>> {
     let mut resp = Response::new(body.into_bytes());
     *resp.status_mut() = status;
@@ -96,9 +100,7 @@ fn reply(
         headers.insert(header::WWW_AUTHENTICATE, v);
     }
     for (name, value) in identity {
-        if let Ok(v) = header::HeaderValue::from_str(&value) {
-            headers.insert(name, v);
-        }
+        headers.insert(name, value);
     }
     resp
 }
