@@ -47,16 +47,10 @@ CC=$($AUTH app create --name cc --grant-type client-credentials --introspect --d
 basic() { printf '%s:%s' "$(field "$1" client_id)" "$(field "$1" client_secret)" | base64 -w0; }
 PW_BASIC=$(basic "$PW"); CC_BASIC=$(basic "$CC")
 
-# Starts "$@" under callgrind (output $WORK/cg.$CASE, dumps numbered .1, .2); sets BOX_PID.
-under_callgrind() {
-  valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.$CASE" "$@" 2>"$WORK/valgrind-$CASE.log" &
-  BOX_PID=$!; PIDS+=($BOX_PID)
-}
 wait_up() { # $1 url: polls until it answers (valgrind starts a program 20-50x slower)
   for _ in $(seq 600); do curl -s -o /dev/null "$1" && return 0; sleep 0.2; done
   echo "no answer from $1 (see $WORK/valgrind-$CASE.log)" >&2; cat "$WORK/valgrind-$CASE.log" >&2; exit 1
 }
-instructions() { awk '/^(summary|totals):/ { print $2; exit }' "$1"; }
 # Sends $1 requests of the case on $CONNS keep-alive connections; fails on anything but 2xx.
 load() {
   local out
@@ -92,14 +86,7 @@ for CASE in $CASES; do
     *) echo "unknown case $CASE" >&2; exit 1 ;;
   esac
   wait_up "$URL"
-  load 100   # warm-up: caches, pools, lazily built state
-  callgrind_control -z "$BOX_PID" >/dev/null 2>&1
-  load "$SMALL"; callgrind_control -d "$BOX_PID" >/dev/null 2>&1
-  load "$LARGE"; callgrind_control -d "$BOX_PID" >/dev/null 2>&1
-  small=$(instructions "$WORK/cg.$CASE.1"); large=$(instructions "$WORK/cg.$CASE.2")
-  ROWS+="$CASE $small $large"$'\n'
-  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; cp "$WORK/cg.$CASE".[12] "$KEEP/"; fi
-  kill "$BOX_PID"; wait "$BOX_PID" 2>/dev/null || true
+  measure_case
 done
 
 python3 - "$ROWS" <<PY

@@ -76,3 +76,25 @@ nginx_conf() {
       -e "s|@AUTH_PORT@|$AUTH_PORT|g" -e "s|@CLIENT_BASIC@|$basic|g" -e "s|@JS@|$PWD/bench/nginx/oauth2.js|g" \
       bench/nginx/nginx.conf > "$WORK/nginx.conf"
 }
+
+# Callgrind runs (bench/instructions.sh, bench/authserver_instructions.sh): starts "$@" under
+# callgrind (output $WORK/cg.$CASE, dumps numbered .1, .2); sets BOX_PID.
+under_callgrind() {
+  valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.$CASE" "$@" 2>"$WORK/valgrind-$CASE.log" &
+  BOX_PID=$!; PIDS+=($BOX_PID)
+}
+# The instructions counted in callgrind dump $1.
+instructions() { awk '/^(summary|totals):/ { print $2; exit }' "$1"; }
+# Measures the box under callgrind ($BOX_PID) with the script's own `load N`: a warm-up, counters
+# zeroed, $SMALL requests, a dump, $LARGE requests, a dump; appends "$CASE small large" to ROWS,
+# keeps the dumps in $KEEP when set, and stops the box.
+measure_case() {
+  load 100   # warm-up: caches, pools, lazily built state
+  callgrind_control -z "$BOX_PID" >/dev/null 2>&1
+  load "$SMALL"; callgrind_control -d "$BOX_PID" >/dev/null 2>&1
+  load "$LARGE"; callgrind_control -d "$BOX_PID" >/dev/null 2>&1
+  small=$(instructions "$WORK/cg.$CASE.1"); large=$(instructions "$WORK/cg.$CASE.2")
+  ROWS+="$CASE $small $large"$'\n'
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; cp "$WORK/cg.$CASE".[12] "$KEEP/"; fi
+  kill "$BOX_PID"; wait "$BOX_PID" 2>/dev/null || true
+}

@@ -51,11 +51,6 @@ wait_http "http://127.0.0.1:$HELLO_PORT/"
 CERT=$WORK/tls.crt; KEY=$WORK/tls.key
 tls_certificate "$CERT" "$KEY"
 
-# Starts "$@" under callgrind (output $WORK/cg.$CASE, dumps numbered .1, .2); sets BOX_PID.
-under_callgrind() {
-  valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.$CASE" "$@" 2>"$WORK/valgrind-$CASE.log" &
-  BOX_PID=$!; PIDS+=($BOX_PID)
-}
 # Polls $1 until it answers 200 (valgrind starts a program 20-50x slower).
 wait_ok() {
   for _ in $(seq 600); do
@@ -72,8 +67,6 @@ wait_ready() {
   done
   echo "$1: not ready (see $WORK/valgrind-$CASE.log)" >&2; curl -s "$1" >&2; exit 1
 }
-# The instructions counted in callgrind dump $1.
-instructions() { awk '/^(summary|totals):/ { print $2; exit }' "$1"; }
 # Sends $1 requests to $URL on $CONNS keep-alive connections; fails on anything but 200s.
 load() {
   local out
@@ -105,14 +98,7 @@ for CASE in $CASES; do
   esac
   wait_ok "$URL"
   [ "$CASE" = on-ssf ] && wait_ready "http://127.0.0.1:$ADMIN/readyz"
-  load 100   # warm-up: caches, pools, lazily built state
-  callgrind_control -z "$BOX_PID" >/dev/null 2>&1
-  load "$SMALL"; callgrind_control -d "$BOX_PID" >/dev/null 2>&1
-  load "$LARGE"; callgrind_control -d "$BOX_PID" >/dev/null 2>&1
-  small=$(instructions "$WORK/cg.$CASE.1"); large=$(instructions "$WORK/cg.$CASE.2")
-  ROWS+="$CASE $small $large"$'\n'
-  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; cp "$WORK/cg.$CASE".[12] "$KEEP/"; fi
-  kill "$BOX_PID"; wait "$BOX_PID" 2>/dev/null || true
+  measure_case
 done
 
 python3 - "$ROWS" <<PY
