@@ -179,7 +179,7 @@ impl Application {
     /// Constant-time check of a presented secret against the stored digest.
     pub fn secret_matches(&self, presented: &str) -> bool {
         match &self.client_secret_digest {
-            Some(stored) => secrets::constant_time_eq(stored, &secrets::digest(presented)),
+            Some(stored) => secrets::digest_matches(stored, presented),
             None => false,
         }
     }

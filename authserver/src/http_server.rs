@@ -4,11 +4,12 @@
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::{ConnectInfo, Request};
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
 use std::time::Duration;
@@ -45,7 +46,6 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let router = router.layer(axum::middleware::from_fn_with_state(limits, read_body));
     let (stop, stopping) = watch::channel(false);
     let mut connections = JoinSet::new();
     let mut shutdown = pin!(shutdown);
@@ -63,12 +63,22 @@ pub async fn serve(
             }
         };
         let router = router.clone();
-        let service = hyper::service::service_fn(
-            move |mut request: hyper::Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                tower::ServiceExt::oneshot(router.clone(), request)
-            },
-        );
+        let service = hyper::service::service_fn(move |request| {
+            let router = router.clone();
+            async move {
+                let response = match read_body(request, limits).await {
+                    Ok(mut request) => {
+                        request.extensions_mut().insert(ConnectInfo(peer));
+                        match tower::ServiceExt::oneshot(router, request).await {
+                            Ok(response) => response,
+                            Err(never) => match never {},
+                        }
+                    }
+                    Err(refused) => refused,
+                };
+                Ok::<_, Infallible>(response)
+            }
+        });
         let mut stopping = stopping.clone();
         connections.spawn(async move {
             let mut conn = pin!(
@@ -110,33 +120,34 @@ async fn accept_failed(error: std::io::Error) {
     tokio::time::sleep(Duration::from_secs(1)).await;
 }
 
-/// Reads the whole body before the handler runs, within the size and time limits, so no
-/// handler can be kept waiting by a client.
-async fn read_body(State(limits): State<Limits>, request: Request, next: Next) -> Response {
+/// Reads the whole body before the request is routed, within the size and time limits, so no
+/// handler can be kept waiting by a client; the refusal to send instead when it is not.
+async fn read_body(request: hyper::Request<Incoming>, limits: Limits) -> Result<Request, Response> {
     let announced = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
     if announced.is_some_and(|length| length > limits.max_body as u64) {
-        return refuse(StatusCode::PAYLOAD_TOO_LARGE, "Request body is too large.");
+        return Err(refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Request body is too large.",
+        ));
     }
     let (parts, body) = request.into_parts();
     match tokio::time::timeout(limits.body_timeout, collect(body, limits.max_body)).await {
-        Ok(Ok(bytes)) => {
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
-        }
-        Ok(Err(BodyError::TooLarge)) => {
-            refuse(StatusCode::PAYLOAD_TOO_LARGE, "Request body is too large.")
-        }
-        Ok(Err(BodyError::Broken)) => refuse(
+        Ok(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
+        Ok(Err(BodyError::TooLarge)) => Err(refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "Request body is too large.",
+        )),
+        Ok(Err(BodyError::Broken)) => Err(refuse(
             StatusCode::BAD_REQUEST,
             "The request body could not be read.",
-        ),
-        Err(_) => refuse(
+        )),
+        Err(_) => Err(refuse(
             StatusCode::REQUEST_TIMEOUT,
             "The request body was not received in time.",
-        ),
+        )),
     }
 }
 
@@ -145,18 +156,27 @@ enum BodyError {
     Broken,
 }
 
-async fn collect(mut body: Body, max: usize) -> Result<Bytes, BodyError> {
-    let mut buffer = Vec::new();
+/// The body's bytes: the one frame a small body usually comes in as it is (no copy), else the
+/// frames joined.
+async fn collect(mut body: Incoming, max: usize) -> Result<Bytes, BodyError> {
+    let mut single = Bytes::new();
+    let mut joined: Option<Vec<u8>> = None;
     while let Some(frame) = poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
         let frame = frame.map_err(|_| BodyError::Broken)?;
-        if let Ok(data) = frame.into_data() {
-            if buffer.len() + data.len() > max {
-                return Err(BodyError::TooLarge);
-            }
-            buffer.extend_from_slice(&data);
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let so_far = joined.as_ref().map_or(single.len(), Vec::len);
+        if so_far + data.len() > max {
+            return Err(BodyError::TooLarge);
+        }
+        match &mut joined {
+            Some(joined) => joined.extend_from_slice(&data),
+            None if single.is_empty() => single = data,
+            None => joined = Some([&single[..], &data[..]].concat()),
         }
     }
-    Ok(Bytes::from(buffer))
+    Ok(joined.map_or(single, Bytes::from))
 }
 
 /// `{"detail": …}` and the connection closed: the rest of the body is not worth reading.

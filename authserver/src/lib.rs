@@ -57,13 +57,9 @@ pub fn app(state: AppState) -> Router {
         state.settings.access_log,
     ))));
     Router::new()
-        .merge(oauth::router())
+        .merge(oauth::router(&state.settings))
         .merge(web::router())
         .route("/healthz", get(|| async { "ok" }))
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::new(oauth::CorsPolicies::new(&state.settings)),
-            oauth::cors,
-        ))
         .layer(axum::middleware::from_fn_with_state(
             log,
             request_log::log_requests,

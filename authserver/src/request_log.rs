@@ -65,35 +65,39 @@ pub fn note_user(request: &Extensions, user_id: i64) {
 pub struct RequestLog(pub Option<Arc<AccessLog>>);
 
 /// The middleware: logs the error a response carries at error level, and writes the access line
-/// if the access log wants this request.
+/// if the access log wants this request. What only the access line needs (the start time, the
+/// slot for the user) is taken only while the access log is active.
 pub async fn log_requests(
     State(log): State<RequestLog>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let slot = CallerSlot::default();
-    request.extensions_mut().insert(slot.clone());
-    let start = Instant::now();
+    let access = log.0.filter(|access| access.active());
+    let slot = access.is_some().then(|| {
+        let slot = CallerSlot::default();
+        request.extensions_mut().insert(slot.clone());
+        (slot, Instant::now())
+    });
     let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned());
+    // A clone of the URI and of the matched route shares their bytes: nothing is copied.
+    let uri = request.uri().clone();
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let route = route.as_ref().map(MatchedPath::as_str);
     let response = next.run(request).await;
     let status = response.status().as_u16();
+    let path = uri.path();
     if let Some(ResponseError(error)) = response.extensions().get() {
         tracing::error!(%error, %method, path, route, status, "request failed");
     }
-    if let Some(access) = &log.0
+    if let (Some(access), Some((slot, start))) = (access, slot)
         && access.wants(status)
     {
         let caller = response.extensions().get::<Caller>();
         AccessLine {
             server: "authserver",
             method: method.as_str(),
-            path: &path,
-            route: route.as_deref(),
+            path,
+            route,
             decision: response.extensions().get::<Outcome>().map(|o| o.0),
             client_id: caller.and_then(|c| c.client_id.as_deref()),
             user: caller

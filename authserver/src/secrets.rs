@@ -26,13 +26,20 @@ pub fn random_client_id() -> String {
 
 /// Hex SHA-256 of a secret: what storage keeps instead of the secret itself.
 pub fn digest(secret: &str) -> String {
+    hex::encode(digest_bytes(secret))
+}
+
+/// SHA-256 of a secret, as bytes ([`digest`] is their hex).
+pub fn digest_bytes(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// Whether `secret`'s [`digest`] is `stored`, compared in constant time (and on the stack).
+pub fn digest_matches(stored: &str, secret: &str) -> bool {
     let mut hex = [0u8; 64];
     // Cannot fail: 64 bytes of room for 32 bytes in hex.
-    let _ = hex::encode_to_slice(Sha256::digest(secret.as_bytes()), &mut hex);
-    // Hex digits are ASCII: never the default.
-    std::str::from_utf8(&hex)
-        .map(str::to_owned)
-        .unwrap_or_default()
+    let _ = hex::encode_to_slice(digest_bytes(secret), &mut hex);
+    stored.as_bytes().ct_eq(&hex).into()
 }
 
 /// What a log line or a page may show of a secret: the first 8 hex digits of its digest.

@@ -111,10 +111,16 @@ impl AccessLog {
         self.settings
     }
 
+    /// Whether any request may get a line now: on, and `RUST_LOG` lets the access target's info
+    /// level through. Cheap.
+    pub fn active(&self) -> bool {
+        self.settings.enabled && tracing::enabled!(target: TARGET, tracing::Level::INFO)
+    }
+
     /// Whether the request answered with `status` gets a line. Cheap when off or when `RUST_LOG`
     /// leaves out the access target.
     pub fn wants(&self, status: u16) -> bool {
-        if !self.settings.enabled || !tracing::enabled!(target: TARGET, tracing::Level::INFO) {
+        if !self.active() {
             return false;
         }
         let sample = self.settings.sample;

@@ -2,15 +2,14 @@
 
 use super::access_jwt::{find_introspected, find_presented};
 use super::params::{Params, authenticate_client_if_presented};
-use super::{OAuthError, no_store};
+use super::{OAuthError, json, no_store};
 use crate::AppState;
 use crate::request_log::with_caller;
 use crate::store::{Application, ClientType, Introspected, TokenKind};
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::Serialize;
 use std::borrow::Cow;
 
@@ -34,7 +33,7 @@ pub async fn introspect(
             if found.record.is_active()
                 && (found.record.kind == TokenKind::Access || want_refresh) =>
         {
-            Some(found.record.current_scope())
+            Some(found.current_scope.as_str())
                 .filter(|scope| !scope.is_empty())
                 .map(|scope| active_claims(found, scope))
         }
@@ -42,8 +41,8 @@ pub async fn introspect(
     };
     crate::metrics::METRICS.introspected(claims.is_some());
     let response = match &claims {
-        Some(claims) => Json(claims).into_response(),
-        None => Json(Inactive { active: false }).into_response(),
+        Some(claims) => json(claims),
+        None => json(&Inactive { active: false }),
     };
     Ok(no_store(with_caller(response, &caller, None)))
 }
@@ -133,7 +132,7 @@ struct ActiveClaims<'a> {
     groups: Option<&'a [String]>,
     iat: i64,
     jti: &'a str,
-    scope: String,
+    scope: &'a str,
     sub: Cow<'a, str>,
     token_type: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -149,7 +148,7 @@ struct Confirmation<'a> {
 
 /// The claims of an active token with `scope` as it stands now: the user's groups only when the
 /// scope still has [`GROUPS_SCOPE`].
-fn active_claims(found: &Introspected, scope: String) -> ActiveClaims<'_> {
+fn active_claims<'a>(found: &'a Introspected, scope: &'a str) -> ActiveClaims<'a> {
     let record = &found.record;
     let groups = found
         .groups

@@ -24,15 +24,21 @@ pub(crate) use id_token::read_id_token_hint;
 pub use introspect::INTROSPECTION_SCOPE;
 
 use crate::AppState;
+use crate::config::Settings;
 use axum::Router;
+use axum::body::Body;
 use axum::http::{HeaderValue, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
+use serde::Serialize;
+use std::sync::Arc;
 
-pub fn router() -> Router<AppState> {
-    Router::new()
+/// The endpoints, the CORS middleware ([`cors`]) only in front of those a browser may call
+/// (introspection, the bulk of the traffic, does without it).
+pub fn router(settings: &Settings) -> Router<AppState> {
+    let policies = Arc::new(CorsPolicies::new(settings));
+    let for_browsers = Router::new()
         .route("/o/token/", post_only(post(token::token)))
-        .route("/o/introspect/", post_only(post(introspect::introspect)))
         .route("/o/revoke_token/", post_only(post(revoke::revoke)))
         .route(cors::METADATA_PATH, get(metadata::metadata))
         .route(JWKS_PATH, get(jwks::jwks))
@@ -40,11 +46,15 @@ pub fn router() -> Router<AppState> {
             cors::OIDC_DISCOVERY_PATH,
             get(discovery::openid_configuration),
         )
+        .layer(axum::middleware::from_fn_with_state(policies, cors));
+    Router::new()
+        .route("/o/introspect/", post_only(post(introspect::introspect)))
         .route(
             discovery::USERINFO_PATH,
             get(userinfo::userinfo).post(userinfo::userinfo),
         )
         .merge(ssf::router())
+        .merge(for_browsers)
 }
 
 /// Every method but POST answered `405` with `Allow: POST` and an RFC 6749 error body, before
@@ -55,6 +65,24 @@ fn post_only(route: MethodRouter<AppState>) -> MethodRouter<AppState> {
 
 /// Where the JWKS is served (under the issuer), announced as `jwks_uri`.
 pub const JWKS_PATH: &str = "/.well-known/jwks.json";
+
+/// What `axum::Json(value)` answers (the same body, `Content-Type` and failure), serialized
+/// into one buffer with room for a token response or an introspection answer, instead of a
+/// growing `BytesMut` written to piece by piece.
+fn json(value: &impl Serialize) -> Response {
+    let mut body = Vec::with_capacity(512);
+    match serde_json::to_writer(&mut body, value) {
+        Ok(()) => {
+            let mut response = Response::new(Body::from(body));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(_) => axum::Json(value).into_response(),
+    }
+}
 
 /// RFC 6749 §5.1: token responses must not be cached.
 fn no_store(mut response: Response) -> Response {

@@ -123,7 +123,7 @@ fn presented(headers: &HeaderMap, params: &Params) -> Result<Option<Presented>, 
 }
 
 fn form_decode(value: &str) -> String {
-    if !value.contains(['%', '+']) {
+    if !value.bytes().any(|b| b == b'%' || b == b'+') {
         return value.to_owned();
     }
     form_urlencoded::parse(format!("v={value}").as_bytes())

@@ -26,6 +26,7 @@ use super::{Backend, Revocation, Store, StoreResult, TokenRecord};
 use crate::domain::GROUPS_SCOPE;
 use crate::secrets;
 use std::collections::BTreeMap;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
@@ -50,6 +51,8 @@ const RETRY: Duration = Duration::from_millis(200);
 #[derive(Debug)]
 pub struct Introspected {
     pub record: TokenRecord,
+    /// [`TokenRecord::current_scope`] of the record (what the answer's `scope` is), made once.
+    pub current_scope: String,
     /// The `jti` of the token's family ([`super::family_jti`]), which its events name.
     pub jti: String,
     /// The names of the user's groups when the token's scope has `groups`.
@@ -125,9 +128,51 @@ impl Eviction {
     }
 }
 
+/// An entry's key: the SHA-256 of the token ([`secrets::digest_bytes`]; storage keys the token
+/// by its hex).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TokenKey(pub(super) [u8; 32]);
+
+impl TokenKey {
+    pub(super) fn of(token: &str) -> TokenKey {
+        TokenKey(secrets::digest_bytes(token))
+    }
+}
+
+impl Hash for TokenKey {
+    /// A SHA-256 is as good a hash as any: its first 8 bytes, hashed no further. (Entries are
+    /// only made for tokens the server drew at random, so nobody can crowd the table's slots.)
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&self.0[..8]);
+        state.write_u64(u64::from_ne_bytes(first));
+    }
+}
+
+/// The hasher of [`TokenKey`]s: the `u64` they write.
+#[derive(Default)]
+pub(super) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    /// Not used by [`TokenKey`]; any other bytes are folded in all the same.
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+}
+
 /// This process's cache of introspection lookups.
 pub(super) struct TokenCache {
-    entries: moka::future::Cache<String, Arc<Introspected>>,
+    entries: moka::future::Cache<TokenKey, Arc<Introspected>, BuildHasherDefault<KeyHasher>>,
     /// Bumped by every eviction, so that a lookup that read the database before it does not
     /// keep what it read.
     generation: AtomicU64,
@@ -153,7 +198,7 @@ impl TokenCache {
                 .max_capacity(capacity)
                 .time_to_live(ttl)
                 .support_invalidation_closures()
-                .build(),
+                .build_with_hasher(BuildHasherDefault::default()),
             generation: AtomicU64::new(0),
             usable: AtomicBool::new(in_process && capacity > 0),
             position: AtomicI64::new(0),
@@ -165,12 +210,12 @@ impl TokenCache {
         self.usable.load(Ordering::Acquire)
     }
 
-    /// The cached lookup of `digest`, when the cache is usable and holds it.
-    pub(super) async fn get(&self, digest: &str) -> Option<Arc<Introspected>> {
+    /// The cached lookup of `key`, when the cache is usable and holds it.
+    pub(super) async fn get(&self, key: &TokenKey) -> Option<Arc<Introspected>> {
         if !self.usable() {
             return None;
         }
-        self.entries.get(digest).await
+        self.entries.get(key).await
     }
 
     /// Where the cache stands before a lookup reads the database (for [`Self::keep`]).
@@ -180,15 +225,15 @@ impl TokenCache {
 
     /// Keeps what a lookup read, unless anything was evicted since `generation` (the read may
     /// predate the change).
-    pub(super) async fn keep(&self, generation: u64, digest: String, entry: Arc<Introspected>) {
+    pub(super) async fn keep(&self, generation: u64, key: TokenKey, entry: Arc<Introspected>) {
         if !self.usable() || self.generation() != generation {
             return;
         }
-        self.entries.insert(digest.clone(), entry).await;
+        self.entries.insert(key, entry).await;
         // An eviction that raced the insert (its predicate may have been set before the insert):
         // drop the entry ourselves.
         if self.generation() != generation || !self.usable() {
-            self.entries.invalidate(&digest).await;
+            self.entries.invalidate(&key).await;
         }
     }
 
@@ -405,11 +450,12 @@ impl Store {
         &self,
         token: &str,
     ) -> StoreResult<(Option<Arc<Introspected>>, bool)> {
-        let digest = secrets::digest(token);
-        if let Some(hit) = self.token_cache.get(&digest).await {
+        let key = TokenKey::of(token);
+        if let Some(hit) = self.token_cache.get(&key).await {
             return Ok((Some(hit), true));
         }
         let generation = self.token_cache.generation();
+        let digest = hex::encode(key.0);
         let Some(record) = self.find_token_by_digest(&digest).await? else {
             return Ok((None, false));
         };
@@ -425,12 +471,11 @@ impl Store {
         };
         let entry = Arc::new(Introspected {
             jti: super::family_jti(&record.family),
+            current_scope: record.current_scope(),
             record,
             groups,
         });
-        self.token_cache
-            .keep(generation, digest, entry.clone())
-            .await;
+        self.token_cache.keep(generation, key, entry.clone()).await;
         Ok((Some(entry), false))
     }
 
@@ -491,12 +536,13 @@ mod tests {
                 cnf_x5t_s256: None,
             },
             jti: format!("{n:032}"),
+            current_scope: "read write groups".into(),
             groups: Some(vec!["staff".into()]),
         })
     }
 
-    fn digest(n: u64) -> String {
-        crate::secrets::digest(&n.to_string())
+    fn digest(n: u64) -> TokenKey {
+        TokenKey::of(&n.to_string())
     }
 
     #[tokio::test]
