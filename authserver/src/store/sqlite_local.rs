@@ -434,7 +434,7 @@ mod tests {
         let rows = vec![taken.clone()];
         local
             .write(Undo::Statement, move |c| {
-                hot::sqlite::insert_tokens(c, &rows)
+                hot::sqlite::insert_tokens(c, &rows, true)
             })
             .await
             .unwrap();
@@ -474,7 +474,7 @@ mod tests {
             .iter()
             .map(|(undo, rows, _)| {
                 let rows = rows.clone();
-                Box::pin(local.write(*undo, move |c| hot::sqlite::insert_tokens(c, &rows)))
+                Box::pin(local.write(*undo, move |c| hot::sqlite::insert_tokens(c, &rows, false)))
             })
             .collect();
         let mut context = Context::from_waker(Waker::noop());

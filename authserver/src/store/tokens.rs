@@ -184,8 +184,11 @@ impl Store {
                     1 => Undo::Statement,
                     _ => Undo::Savepoint,
                 };
+                let new_family = new.family.is_none();
                 local
-                    .write(undo, move |conn| hot::sqlite::insert_tokens(conn, &rows))
+                    .write(undo, move |conn| {
+                        hot::sqlite::insert_tokens(conn, &rows, new_family)
+                    })
                     .await?
             }
             Hot::Postgres(pg) => pg.insert_tokens(rows).await?,
