@@ -135,8 +135,9 @@ impl Store {
         client_id: &str,
     ) -> StoreResult<Option<Application>> {
         let _timer = StoreTimer::start(StoreOp::FindApplication);
-        // On SQLite, any commit since the last lookup, by any connection of any process (an
-        // operator rotating a secret from the command line), empties the cache first.
+        // On SQLite, any commit since the last lookup by a connection other than the writer
+        // thread's, of any process (an operator rotating a secret from the command line),
+        // empties the cache first.
         let cacheable = match &self.hot {
             Hot::Sqlite(local) => local.unless_changed(|| self.clients.forget_all()).is_ok(),
             Hot::Postgres(_) => true,

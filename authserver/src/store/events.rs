@@ -259,7 +259,8 @@ pub(super) async fn append(
     Ok(())
 }
 
-/// [`append`] on the SQLite hot path's writer connection, in the job's savepoint.
+/// [`append`] on the SQLite hot path's writer connection, in the savepoint of the job that
+/// revokes (its [`Undo::Savepoint`](super::sqlite_local::Undo)).
 pub(super) fn append_sqlite(
     connection: &rusqlite::Connection,
     event: &Revocation,

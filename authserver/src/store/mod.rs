@@ -25,6 +25,7 @@ mod server_keys;
 mod session_families;
 mod sessions;
 pub mod signing_keys;
+mod sqlite_changes;
 mod sqlite_local;
 mod timing;
 mod token_cache;

@@ -3,25 +3,25 @@
 //!
 //! A read is one indexed lookup in a WAL database (microseconds), so it runs where the request
 //! runs instead of crossing to a connection thread and back. Writes keep the single-writer
-//! discipline: one thread owns the only writing connection and takes jobs from a channel; each
-//! job runs in a savepoint of its own (a failing job undoes only itself), the batch commits once,
+//! discipline: one thread owns the only writing connection and takes jobs from a channel; a
+//! failing job undoes only itself (a job of one statement because SQLite undoes a failed
+//! statement by itself, any other in a savepoint of its own: [`Undo`]), the batch commits once,
 //! and only then does each caller get its answer. Cold-path writes through sqlx first pause the
 //! writer thread ([`SqliteLocal::exclusive`]), so two connections never write at once.
 //!
-//! Whether anything changed: a read-only connection of its own asks `PRAGMA data_version`, which
-//! changes with every commit of any other connection, in this process or another (the operator
-//! command line); when nothing changed, asking reads only the WAL index in shared memory
-//! ([`SqliteLocal::unless_changed`]).
+//! Whether a connection other than the writer's has committed (what empties the client cache):
+//! [`SqliteLocal::unless_changed`], through `PRAGMA data_version` ([`super::sqlite_changes`]).
 //!
 //! No connection checkpoints the WAL when committing (`wal_autocheckpoint = 0`): a thread of
 //! its own does, every [`CHECKPOINT_EVERY`], so the checkpoint's writes and fsyncs never hold up
 //! the writer (a passive checkpoint runs beside writers and readers).
 
+use super::sqlite_changes::Changes;
 use super::{StoreError, StoreResult};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How long a connection waits for another connection's (another process's) write lock.
@@ -37,7 +37,8 @@ pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 
 /// What the writer thread hands back after the batch's commit (`Some` when it failed).
 type Deliver = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
-type WriteJob = Box<dyn FnOnce(&Connection) -> Deliver + Send>;
+/// A job, told whether it runs inside the group's transaction.
+type WriteJob = Box<dyn FnOnce(&Connection, bool) -> Deliver + Send>;
 
 enum Message {
     Write(WriteJob),
@@ -52,20 +53,13 @@ enum Message {
 pub(super) struct SqliteLocal {
     path: PathBuf,
     readers: Mutex<Vec<Connection>>,
-    /// The connection that asks whether the database changed, and the version it saw last.
-    probe: Mutex<Probe>,
+    /// Whether a connection other than the writer's has committed.
+    changes: Arc<Changes>,
     writer: mpsc::Sender<Message>,
     /// Dropped with the store, which ends the checkpoint thread.
     _checkpoints: mpsc::Sender<()>,
     /// A folder to delete when the store closes (an in-memory URL is served from a temporary file).
     temporary: Option<PathBuf>,
-}
-
-/// A read-only connection asking `PRAGMA data_version`, and its last answer (`None` before the
-/// first and after a failure).
-struct Probe {
-    connection: Connection,
-    seen: Option<i64>,
 }
 
 /// While held, the writer thread is paused: the holder may write through sqlx alone.
@@ -77,10 +71,12 @@ impl SqliteLocal {
     /// Opens the writer thread's connection on `path` (created by sqlx beforehand).
     pub(super) fn open(path: &Path, temporary: Option<PathBuf>) -> StoreResult<SqliteLocal> {
         let connection = open(path, false).map_err(database)?;
+        let changes = Arc::new(Changes::new(open(path, true).map_err(database)?));
         let (writer, queue) = mpsc::channel();
+        let vouch = changes.clone();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || run_writer(connection, queue))
+            .spawn(move || run_writer(connection, queue, &vouch))
             .map_err(|error| anyhow::anyhow!("cannot start the SQLite writer thread: {error}"))?;
         let checkpointer = open(path, false).map_err(database)?;
         let (checkpoints, stop) = mpsc::channel();
@@ -90,14 +86,10 @@ impl SqliteLocal {
             .map_err(|error| {
                 anyhow::anyhow!("cannot start the SQLite checkpoint thread: {error}")
             })?;
-        let probe = Probe {
-            connection: open(path, true).map_err(database)?,
-            seen: None,
-        };
         Ok(SqliteLocal {
             path: path.to_owned(),
             readers: Mutex::new(Vec::new()),
-            probe: Mutex::new(probe),
+            changes,
             writer,
             _checkpoints: checkpoints,
             temporary,
@@ -123,39 +115,26 @@ impl SqliteLocal {
         result
     }
 
-    /// Calls `changed` when any connection (of this process or another) has committed since the
-    /// last call, before returning: calls are serialised, so a caller that returns after another
-    /// caller's `changed` ran sees the effects of that `changed`. Also calls it, and fails, when
-    /// the database cannot be asked (and the next call then calls it again).
+    /// Calls `changed` when a connection other than the writer thread's (of this process or
+    /// another) may have committed since the last call: [`Changes::notice`].
     pub(super) fn unless_changed(&self, changed: impl FnOnce()) -> StoreResult<()> {
-        let mut probe = self.probe.lock().unwrap_or_else(PoisonError::into_inner);
-        let version = probe
-            .connection
-            .prepare_cached("PRAGMA data_version")
-            .and_then(|mut statement| statement.query_row([], |row| row.get::<_, i64>(0)));
-        let version = match version {
-            Ok(version) => version,
-            Err(error) => {
-                probe.seen = None;
-                changed();
-                return Err(database(error));
-            }
-        };
-        if probe.seen != Some(version) {
-            changed();
-            probe.seen = Some(version);
-        }
-        Ok(())
+        self.changes.notice(changed)
     }
 
-    /// Runs `write` on the writer thread in a savepoint of its own; answers once it is committed.
+    /// Runs `write` on the writer thread, in the group's transaction, so that its failure undoes
+    /// what it changed and nothing else ([`Undo`]); answers once it is committed.
     pub(super) async fn write<T: Send + 'static>(
         &self,
+        undo: Undo,
         write: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
         let (answer, answered) = tokio::sync::oneshot::channel();
-        let job: WriteJob = Box::new(move |connection| {
-            let result = in_savepoint(connection, write);
+        let job: WriteJob = Box::new(move |connection, in_transaction| {
+            // Outside the group's transaction, the savepoint is the job's own transaction.
+            let result = match undo {
+                Undo::Statement if in_transaction => alone(connection, write),
+                _ => in_savepoint(connection, write),
+            };
             Box::new(move |commit_failed| {
                 let result = match commit_failed {
                     Some(error) => Err(anyhow::anyhow!("SQLite commit failed: {error}").into()),
@@ -220,14 +199,34 @@ fn run_checkpoints(connection: Connection, stop: mpsc::Receiver<()>) {
     }
 }
 
+/// How a write job's failure is undone without undoing the other jobs of its group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Undo {
+    /// The job changes the database in one statement at most, and fails only when that statement
+    /// does (or before it runs): SQLite undoes a failed statement by itself, so the job needs no
+    /// savepoint, whose page copies into the sub-journal are most of a small write's cost.
+    Statement,
+    /// The job may change the database in several statements: it runs in a savepoint of its own,
+    /// rolled back when it fails.
+    Savepoint,
+}
+
+/// `write` as it is (an [`Undo::Statement`] job): a panic is its failure.
+fn alone<T>(
+    connection: &Connection,
+    write: impl FnOnce(&Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write(connection)))
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("a SQLite write panicked").into()))
+}
+
 /// `write` between `SAVEPOINT` and `RELEASE`, or rolled back to the savepoint when it fails.
 fn in_savepoint<T>(
     connection: &Connection,
     write: impl FnOnce(&Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {
     run(connection, "SAVEPOINT job").map_err(database)?;
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write(connection)))
-        .unwrap_or_else(|_| Err(anyhow::anyhow!("a SQLite write panicked").into()));
+    let result = alone(connection, write);
     if result.is_err() {
         let _ = run(connection, "ROLLBACK TO job");
     }
@@ -242,7 +241,7 @@ fn in_savepoint<T>(
 
 /// The writer thread: takes what has queued (up to `MAX_BATCH`), runs it in one transaction,
 /// commits, then answers. Ends when the store is dropped.
-fn run_writer(connection: Connection, queue: mpsc::Receiver<Message>) {
+fn run_writer(connection: Connection, queue: mpsc::Receiver<Message>, changes: &Changes) {
     let mut next = queue.recv().ok();
     while let Some(message) = next.take() {
         let mut batch = match message {
@@ -270,10 +269,13 @@ fn run_writer(connection: Connection, queue: mpsc::Receiver<Message>) {
             super::hot::group_writer::WriterKind::Sqlite,
             batch.len(),
         );
-        // Without the transaction (the write lock was not to be had), each job's savepoint is a
-        // transaction of its own.
+        // Without the transaction (the write lock was not to be had), each job runs in a
+        // savepoint that is a transaction of its own.
         let batched = run(&connection, "BEGIN IMMEDIATE").is_ok();
-        let deliveries: Vec<Deliver> = batch.into_iter().map(|job| job(&connection)).collect();
+        let deliveries: Vec<Deliver> = batch
+            .into_iter()
+            .map(|job| job(&connection, batched))
+            .collect();
         let commit = if batched {
             run(&connection, "COMMIT").err()
         } else {
@@ -282,6 +284,8 @@ fn run_writer(connection: Connection, queue: mpsc::Receiver<Message>) {
         if commit.is_some() {
             let _ = run(&connection, "ROLLBACK");
         }
+        // Before the answers: a lookup after a write's answer finds the write vouched for.
+        changes.vouch(&connection);
         for deliver in deliveries {
             deliver(commit.as_ref());
         }
@@ -361,5 +365,130 @@ impl sqlx::error::DatabaseError for SqliteFailure {
             ffi::SQLITE_CONSTRAINT_CHECK => sqlx::error::ErrorKind::CheckViolation,
             _ => sqlx::error::ErrorKind::Other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secrets;
+    use crate::store::hot::{self, Hot, NewRow};
+    use crate::store::{GrantType, TokenKind};
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    /// A lone access token of `application_id` in a family of its own.
+    fn lone(application_id: i64) -> NewRow {
+        NewRow {
+            kind: TokenKind::Access,
+            digest: secrets::digest(&secrets::random_token()),
+            application_id,
+            user_id: None,
+            scope: "read".into(),
+            family: secrets::random_token(),
+            access_token_id: None,
+            issued_at: crate::store::now(),
+            expires_at: crate::store::now() + 600,
+            cnf_x5t_s256: None,
+        }
+    }
+
+    /// `access` and a refresh token naming it, whose digest is `refresh_digest`.
+    fn pair(access: NewRow, refresh_digest: String) -> Vec<NewRow> {
+        let refresh = NewRow {
+            kind: TokenKind::Refresh,
+            digest: refresh_digest,
+            ..access.clone()
+        };
+        vec![access, refresh]
+    }
+
+    /// Whether a row with this digest is stored.
+    fn stored(local: &SqliteLocal, digest: &str) -> bool {
+        local
+            .read(|connection| {
+                connection.query_row(
+                    "SELECT COUNT(*) FROM tokens WHERE digest = ?1",
+                    [digest],
+                    |row| row.get::<_, i64>(0),
+                )
+            })
+            .unwrap()
+            == 1
+    }
+
+    /// Token inserts of one group, with and without savepoints, some failing: each failure
+    /// undoes its own job only (a pair whose second row fails keeps neither row), and every
+    /// other job of the group is committed.
+    #[tokio::test]
+    async fn a_failing_write_undoes_only_itself_in_its_group() {
+        let store = crate::testing::sqlite_store().await;
+        let Hot::Sqlite(local) = &store.hot else {
+            panic!("a SQLite store");
+        };
+        let (client_id, _) =
+            crate::testing::application(&store, GrantType::ClientCredentials, false).await;
+        let application = store.find_application_by_client_id(&client_id).await;
+        let application = application.unwrap().unwrap().id;
+        let taken = lone(application);
+        let rows = vec![taken.clone()];
+        local
+            .write(Undo::Statement, move |c| {
+                hot::sqlite::insert_tokens(c, &rows, true)
+            })
+            .await
+            .unwrap();
+        let revoked = lone(application);
+        let family = revoked.family.clone();
+        local
+            .write(Undo::Savepoint, move |c| {
+                hot::sqlite::revoke_family(c, &family, 0).map_err(database)
+            })
+            .await
+            .unwrap();
+
+        let unknown_application = NewRow {
+            application_id: application + 1000,
+            ..lone(application)
+        };
+        let jobs = [
+            (Undo::Statement, vec![lone(application)], true),
+            (Undo::Statement, vec![taken.clone()], false),
+            (Undo::Statement, vec![unknown_application], false),
+            (Undo::Statement, vec![revoked], false),
+            (
+                Undo::Savepoint,
+                pair(lone(application), taken.digest.clone()),
+                false,
+            ),
+            (
+                Undo::Savepoint,
+                pair(lone(application), secrets::digest(&secrets::random_token())),
+                true,
+            ),
+            (Undo::Statement, vec![lone(application)], true),
+        ];
+        // Queued while the writer is paused: taken together, as one group.
+        let paused = local.exclusive().await.unwrap();
+        let mut writes: Vec<_> = jobs
+            .iter()
+            .map(|(undo, rows, _)| {
+                let rows = rows.clone();
+                Box::pin(local.write(*undo, move |c| hot::sqlite::insert_tokens(c, &rows, false)))
+            })
+            .collect();
+        let mut context = Context::from_waker(Waker::noop());
+        for write in &mut writes {
+            assert!(matches!(write.as_mut().poll(&mut context), Poll::Pending));
+        }
+        drop(paused);
+        for (write, (undo, rows, succeeds)) in writes.into_iter().zip(&jobs) {
+            let result = write.await;
+            assert_eq!(result.is_ok(), *succeeds, "{undo:?} {rows:?}: {result:?}");
+            for row in rows.iter().filter(|row| row.digest != taken.digest) {
+                assert_eq!(stored(local, &row.digest), *succeeds, "{undo:?} {rows:?}");
+            }
+        }
+        assert!(stored(local, &taken.digest));
     }
 }

@@ -5,6 +5,7 @@
 //! the revocation (a refresh racing a reuse or an RFC 7009 request) is dead as well.
 
 use super::hot::{self, Hot, NewRow};
+use super::sqlite_local::Undo;
 use super::timing::{StoreOp, StoreTimer};
 use super::{Revocation, Store, StoreError, StoreResult, now};
 use crate::secrets;
@@ -175,12 +176,19 @@ impl Store {
             refresh
         });
         let family = rows[0].family.clone();
-        // The pair in one transaction (SQLite: one savepoint; PostgreSQL: one statement), in the
-        // writer's next group.
+        // The pair in one transaction (SQLite: one savepoint; a lone token is one statement;
+        // PostgreSQL: one statement), in the writer's next group.
         match &self.hot {
             Hot::Sqlite(local) => {
+                let undo = match rows.len() {
+                    1 => Undo::Statement,
+                    _ => Undo::Savepoint,
+                };
+                let new_family = new.family.is_none();
                 local
-                    .write(move |conn| hot::sqlite::insert_tokens(conn, &rows))
+                    .write(undo, move |conn| {
+                        hot::sqlite::insert_tokens(conn, &rows, new_family)
+                    })
                     .await?
             }
             Hot::Postgres(pg) => pg.insert_tokens(rows).await?,
@@ -237,8 +245,9 @@ impl Store {
         let (id, access_id) = (record.id, record.access_token_id);
         let claimed = match &self.hot {
             Hot::Sqlite(local) => {
+                // Two statements: the claim and its access token's revocation.
                 local
-                    .write(move |conn| {
+                    .write(Undo::Savepoint, move |conn| {
                         hot::sqlite::claim(conn, id, access_id)
                             .map_err(super::sqlite_local::database)
                     })
@@ -281,8 +290,9 @@ impl Store {
             Hot::Sqlite(local) => {
                 let family = family.to_owned();
                 let event = event.clone();
+                // The family's row and its event: two statements.
                 local
-                    .write(move |conn| {
+                    .write(Undo::Savepoint, move |conn| {
                         let database = super::sqlite_local::database;
                         let revoked =
                             hot::sqlite::revoke_family(conn, &family, at).map_err(database)?;

@@ -52,24 +52,45 @@ pub(in crate::store) fn find_token(
         .optional()
 }
 
-/// Inserts the rows in order, each unless its family is revoked (`FamilyRevoked`); a row with
+/// Inserts the rows in order, none if their family is revoked (`FamilyRevoked`; not asked when
+/// `new_family`: a family made for these rows, which nobody can have revoked); a row with
 /// `access_token_id` None after the first names the first row's id. Returns the first row's id.
+/// On the writer's connection, in its transaction: the family cannot be revoked between the
+/// check and the inserts. One row is one statement that changes the database
+/// ([`Undo::Statement`](crate::store::sqlite_local::Undo)): a single-row `INSERT … VALUES`,
+/// which SQLite runs without a statement journal (an `INSERT … SELECT … WHERE NOT EXISTS` would
+/// copy each page it changes into one).
 pub(in crate::store) fn insert_tokens(
     connection: &Connection,
     rows: &[NewRow],
+    new_family: bool,
 ) -> StoreResult<i64> {
+    let database = crate::store::sqlite_local::database;
+    if !new_family {
+        let mut revoked = connection
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM revoked_families WHERE family = ?1)")
+            .map_err(database)?;
+        for (index, row) in rows.iter().enumerate() {
+            if (index == 0 || row.family != rows[index - 1].family)
+                && revoked
+                    .query_row([&row.family], |found| found.get::<_, bool>(0))
+                    .map_err(database)?
+            {
+                return Err(StoreError::FamilyRevoked);
+            }
+        }
+    }
     // No `RETURNING`: SQLite would gather the returned rows in a temporary table for each
     // statement; the row's id is the connection's last inserted rowid.
     let mut insert = connection
         .prepare_cached(
             "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
-             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10
-             WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = ?6)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )
-        .map_err(crate::store::sqlite_local::database)?;
+        .map_err(database)?;
     let mut first = None;
     for row in rows {
-        let inserted = insert
+        insert
             .execute(params![
                 row.kind.as_str(),
                 row.digest,
@@ -82,10 +103,7 @@ pub(in crate::store) fn insert_tokens(
                 row.expires_at,
                 row.cnf_x5t_s256
             ])
-            .map_err(crate::store::sqlite_local::database)?;
-        if inserted == 0 {
-            return Err(StoreError::FamilyRevoked);
-        }
+            .map_err(database)?;
         first.get_or_insert(connection.last_insert_rowid());
     }
     first.ok_or_else(|| anyhow::anyhow!("no token to insert").into())
