@@ -5,13 +5,18 @@
 //! fails as a whole (a foreign key, a unique violation, a NUL in a value), its writes are
 //! retried one by one with the single statements, so only the failing one fails.
 //!
-//! Durability is what it was one statement at a time: a group of tokens commits with
-//! `synchronous_commit` off for that statement (see [`super::postgres`]); claims and throttle
-//! writes wait for the WAL flush. No caller is answered before its group has committed.
+//! Durability is what it was one statement at a time: new tokens commit without waiting for the
+//! WAL flush (see [`super::postgres`]), on a connection of their own whose session has
+//! `synchronous_commit` off from its start (no statement sets it); claims and throttle writes
+//! wait for the WAL flush. No caller is answered before its group has committed.
+//!
+//! The tokens writer commits one group at a time, so one connection serves it: the same
+//! PostgreSQL backend runs every group (its caches stay warm) and no group waits for the pool.
 
 use super::group_writer::{GroupWriter, WriterKind};
 use super::{NewRow, postgres};
 use crate::store::StoreResult;
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
 use std::collections::HashMap;
 
@@ -46,9 +51,11 @@ pub(in crate::store) enum ThrottleWrite {
 }
 
 impl PgHot {
-    /// Starts the writer tasks over `pool`.
+    /// Starts the writer tasks over `pool`; the tokens writer over a connection of its own to the
+    /// same database ([`tokens_connection`]).
     pub(in crate::store) fn new(pool: PgPool) -> PgHot {
-        let (tokens, claims, throttle) = (pool.clone(), pool.clone(), pool.clone());
+        let tokens = tokens_connection(&pool);
+        let (claims, throttle) = (pool.clone(), pool.clone());
         PgHot {
             tokens: GroupWriter::spawn(WriterKind::Tokens, move |group| {
                 let pool = tokens.clone();
@@ -82,6 +89,23 @@ impl PgHot {
     }
 }
 
+/// The tokens writer's connection (a pool of one, opened at its first group, reopened when lost):
+/// `pool`'s settings, with `synchronous_commit` off for the session from its start, a startup
+/// option (no round trip of its own).
+fn tokens_connection(pool: &PgPool) -> PgPool {
+    let options = (*pool.connect_options())
+        .clone()
+        .options([("synchronous_commit", "off")]);
+    PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(crate::store::ACQUIRE_TIMEOUT)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move { crate::store::ping_if_idle(conn, meta).await })
+        })
+        .connect_lazy_with(options)
+}
+
 /// Tokens of many issues in one statement: each issue's first row (an access token, or a lone
 /// token), and its second (the refresh token naming the first) when it has one, each issue
 /// unless its family is revoked. Returns the first rows' digests and ids.
@@ -93,8 +117,7 @@ const INSERT_GROUP: &str = "WITH issue AS (
     first AS (
         INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
         SELECT kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256
-        FROM issue, (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
-        WHERE NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = issue.family)
+        FROM issue WHERE NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = issue.family)
         RETURNING id, digest),
     second AS (
         INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
@@ -145,25 +168,26 @@ async fn insert_statement(
     pool: &PgPool,
     issues: &[Vec<NewRow>],
 ) -> sqlx::Result<HashMap<String, i64>> {
-    let column = |f: fn(&[NewRow]) -> Option<String>| -> Vec<Option<String>> {
+    // The columns borrow the rows: nothing is copied but into the statement's arguments.
+    let column = |f: for<'a> fn(&'a [NewRow]) -> Option<&'a str>| -> Vec<Option<&str>> {
         issues.iter().map(|rows| f(rows)).collect()
     };
     let number = |f: fn(&[NewRow]) -> Option<i64>| -> Vec<Option<i64>> {
         issues.iter().map(|rows| f(rows)).collect()
     };
     let inserted = sqlx::query(INSERT_GROUP)
-        .bind(column(|r| Some(r[0].kind.as_str().to_owned())))
-        .bind(column(|r| Some(r[0].digest.clone())))
+        .bind(column(|r| Some(r[0].kind.as_str())))
+        .bind(column(|r| Some(&r[0].digest)))
         .bind(number(|r| Some(r[0].application_id)))
         .bind(number(|r| r[0].user_id))
-        .bind(column(|r| Some(r[0].scope.clone())))
-        .bind(column(|r| Some(r[0].family.clone())))
+        .bind(column(|r| Some(&r[0].scope)))
+        .bind(column(|r| Some(&r[0].family)))
         .bind(number(|r| r[0].access_token_id))
         .bind(number(|r| Some(r[0].issued_at)))
         .bind(number(|r| Some(r[0].expires_at)))
-        .bind(column(|r| r[0].cnf_x5t_s256.clone()))
-        .bind(column(|r| r.get(1).map(|s| s.kind.as_str().to_owned())))
-        .bind(column(|r| r.get(1).map(|s| s.digest.clone())))
+        .bind(column(|r| r[0].cnf_x5t_s256.as_deref()))
+        .bind(column(|r| r.get(1).map(|s| s.kind.as_str())))
+        .bind(column(|r| r.get(1).map(|s| s.digest.as_str())))
         .bind(number(|r| r.get(1).map(|s| s.expires_at)))
         .fetch_all(pool)
         .await?;
