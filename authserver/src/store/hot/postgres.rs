@@ -72,7 +72,10 @@ const INSERT_PAIR: &str = "WITH access AS (
 /// Inserts one row, or an access token and its refresh token, unless the family is revoked
 /// (`FamilyRevoked`). Returns the first row's id. On the tokens writer's connection, the commit
 /// does not wait for the WAL flush (see above).
-pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> StoreResult<i64> {
+pub(in crate::store) async fn insert_tokens(
+    conn: &mut sqlx::PgConnection,
+    rows: &[NewRow],
+) -> StoreResult<i64> {
     let id: Option<i64> = match rows {
         [one] => {
             sqlx::query_scalar(INSERT_ONE)
@@ -86,7 +89,7 @@ pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> S
                 .bind(one.issued_at)
                 .bind(one.expires_at)
                 .bind(&one.cnf_x5t_s256)
-                .fetch_optional(pool)
+                .fetch_optional(conn)
                 .await?
         }
         [access, refresh] => {
@@ -103,7 +106,7 @@ pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> S
                 .bind(&refresh.digest)
                 .bind(refresh.expires_at)
                 .bind(&access.cnf_x5t_s256)
-                .fetch_optional(pool)
+                .fetch_optional(conn)
                 .await?
         }
         _ => return Err(anyhow::anyhow!("one token or an access and refresh pair").into()),

@@ -10,15 +10,20 @@
 //! `synchronous_commit` off from its start (no statement sets it); claims and throttle writes
 //! wait for the WAL flush. No caller is answered before its group has committed.
 //!
-//! The tokens writer commits one group at a time, so one connection serves it: the same
-//! PostgreSQL backend runs every group (its caches stay warm) and no group waits for the pool.
+//! The tokens writer commits one group at a time, so one connection serves it, held from one
+//! group to the next ([`HeldConnection`]): the same PostgreSQL backend runs every group (its
+//! caches stay warm), no group waits for a pool, and none pays the round trip sqlx's pool makes
+//! on every connection given back to it (a `Sync` and its `ReadyForQuery`).
 
 use super::group_writer::{GroupWriter, WriterKind};
 use super::{NewRow, postgres};
 use crate::store::StoreResult;
-use sqlx::postgres::PgPoolOptions;
-use sqlx::{PgPool, Row};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnection, PgPoolOptions};
+use sqlx::{Connection, PgPool, Postgres, Row};
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// The PostgreSQL pool of the hot statements, with the writer tasks that group its writes.
 pub(in crate::store) struct PgHot {
@@ -54,12 +59,12 @@ impl PgHot {
     /// Starts the writer tasks over `pool`; the tokens writer over a connection of its own to the
     /// same database ([`tokens_connection`]).
     pub(in crate::store) fn new(pool: PgPool) -> PgHot {
-        let tokens = tokens_connection(&pool);
+        let tokens = Arc::new(HeldConnection::new(tokens_connection(&pool)));
         let (claims, throttle) = (pool.clone(), pool.clone());
         PgHot {
             tokens: GroupWriter::spawn(WriterKind::Tokens, move |group| {
-                let pool = tokens.clone();
-                async move { insert_token_group(&pool, group).await }
+                let tokens = tokens.clone();
+                async move { tokens.insert_token_group(group).await }
             }),
             claims: GroupWriter::spawn(WriterKind::RefreshClaims, move |group| {
                 let pool = claims.clone();
@@ -106,6 +111,62 @@ fn tokens_connection(pool: &PgPool) -> PgPool {
         .connect_lazy_with(options)
 }
 
+/// A connection taken from a pool once and kept from one group to the next (a writer task
+/// commits one group at a time). It goes back to the pool, which closes it when broken, after a
+/// group saw it fail; the next group takes another. One idle for [`crate::store::PING_AFTER_IDLE`]
+/// is pinged first, as the pools do.
+struct HeldConnection {
+    pool: PgPool,
+    held: tokio::sync::Mutex<Option<(PoolConnection<Postgres>, Instant)>>,
+}
+
+impl HeldConnection {
+    fn new(pool: PgPool) -> HeldConnection {
+        HeldConnection {
+            pool,
+            held: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The held connection (pinged first after a long idle spell), or a new one from the pool.
+    async fn take(
+        &self,
+        held: &mut Option<(PoolConnection<Postgres>, Instant)>,
+    ) -> sqlx::Result<PoolConnection<Postgres>> {
+        if let Some((mut conn, last_used)) = held.take()
+            && (last_used.elapsed() <= crate::store::PING_AFTER_IDLE || conn.ping().await.is_ok())
+        {
+            return Ok(conn);
+        }
+        self.pool.acquire().await
+    }
+
+    /// [`insert_token_group`] on the held connection.
+    async fn insert_token_group(&self, issues: Vec<Vec<NewRow>>) -> Vec<StoreResult<i64>> {
+        let mut held = self.held.lock().await;
+        let mut conn = match self.take(&mut held).await {
+            Ok(conn) => conn,
+            Err(error) => {
+                let error = format!("no connection for the tokens writer: {error}");
+                return issues
+                    .iter()
+                    .map(|_| Err(anyhow::anyhow!("{error}").into()))
+                    .collect();
+            }
+        };
+        let results = insert_token_group(&mut conn, issues).await;
+        if !results.iter().any(connection_failed) {
+            *held = Some((conn, Instant::now()));
+        }
+        results
+    }
+}
+
+/// Whether the connection failed (not a statement: the database's own refusal).
+fn connection_failed<R>(result: &StoreResult<R>) -> bool {
+    matches!(result, Err(crate::store::StoreError::Database(error)) if !matches!(error, sqlx::Error::Database(_)))
+}
+
 /// Tokens of many issues in one statement: each issue's first row (an access token, or a lone
 /// token), and its second (the refresh token naming the first) when it has one, each issue
 /// unless its family is revoked. Returns the first rows' digests and ids.
@@ -128,26 +189,22 @@ const INSERT_GROUP: &str = "WITH issue AS (
 /// Inserts each issue's rows (one token, or an access token and its refresh token): the first
 /// row's id for each, or its own error (`FamilyRevoked` when its family is revoked).
 pub(in crate::store) async fn insert_token_group(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     issues: Vec<Vec<NewRow>>,
 ) -> Vec<StoreResult<i64>> {
-    if issues.len() == 1 || issues.iter().any(|rows| !matches!(rows.len(), 1 | 2)) {
-        return one_by_one(issues, |rows| async move {
-            postgres::insert_tokens(pool, &rows).await
-        })
-        .await;
-    }
-    let ids = match insert_statement(pool, &issues).await {
-        Ok(ids) => ids,
-        Err(error) => {
-            tracing::debug!(%error, size = issues.len(), "a group of tokens failed: one by one");
-            return one_by_one(issues, |rows| async move {
-                postgres::insert_tokens(pool, &rows).await
-            })
-            .await;
+    if issues.len() > 1 && issues.iter().all(|rows| matches!(rows.len(), 1 | 2)) {
+        match insert_statement(&mut *conn, &issues).await {
+            Ok(ids) => return answers(&issues, &ids),
+            Err(error) => {
+                tracing::debug!(%error, size = issues.len(), "a group of tokens failed: one by one");
+            }
         }
-    };
-    answers(&issues, &ids)
+    }
+    let mut results = Vec::with_capacity(issues.len());
+    for rows in &issues {
+        results.push(postgres::insert_tokens(&mut *conn, rows).await);
+    }
+    results
 }
 
 /// Each issue's answer from the ids [`INSERT_GROUP`] returned: an issue not inserted was into a
@@ -165,7 +222,7 @@ fn answers(issues: &[Vec<NewRow>], ids: &HashMap<String, i64>) -> Vec<StoreResul
 
 /// [`INSERT_GROUP`] for `issues`: the digests of the first rows inserted, with their ids.
 async fn insert_statement(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     issues: &[Vec<NewRow>],
 ) -> sqlx::Result<HashMap<String, i64>> {
     // The columns borrow the rows: nothing is copied but into the statement's arguments.
@@ -189,7 +246,7 @@ async fn insert_statement(
         .bind(column(|r| r.get(1).map(|s| s.kind.as_str())))
         .bind(column(|r| r.get(1).map(|s| s.digest.as_str())))
         .bind(number(|r| r.get(1).map(|s| s.expires_at)))
-        .fetch_all(pool)
+        .fetch_all(conn)
         .await?;
     inserted
         .iter()
@@ -395,15 +452,16 @@ mod tests {
             ]
         };
         // The group's statement itself (no one-by-one retry), then through the writer's entry.
+        let mut conn = pool.acquire().await.unwrap();
         let issues = group();
-        let ids = insert_statement(&pool, &issues)
+        let ids = insert_statement(&mut conn, &issues)
             .await
             .expect("one statement");
         let results = answers(&issues, &ids);
         assert_eq!(ids.len(), 2);
         assert_answers(&pool, &issues, &results).await;
         let issues = group();
-        let results = insert_token_group(&pool, issues.clone()).await;
+        let results = insert_token_group(&mut conn, issues.clone()).await;
         assert_answers(&pool, &issues, &results).await;
     }
 
@@ -435,7 +493,8 @@ mod tests {
             nul,
             issue(app, "family-e", true),
         ];
-        let results = insert_token_group(&pool, issues.clone()).await;
+        let mut conn = pool.acquire().await.unwrap();
+        let results = insert_token_group(&mut conn, issues.clone()).await;
         for i in [0, 2, 4] {
             assert!(results[i].is_ok(), "{i}: {results:?}");
         }
@@ -460,7 +519,8 @@ mod tests {
             issue(app, "family-g", true),
             issue(app, "family-h", true),
         ];
-        let results = insert_token_group(&pool, issues.clone()).await;
+        let mut conn = pool.acquire().await.unwrap();
+        let results = insert_token_group(&mut conn, issues.clone()).await;
         let mut refresh_ids = Vec::new();
         for rows in &issues {
             refresh_ids.push(stored(&pool, &rows[1].digest).await.unwrap().0);
