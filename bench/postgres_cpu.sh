@@ -10,7 +10,8 @@
 # Usage: DATABASE_URL=postgres://… bench/postgres_cpu.sh   (env: N=20000 requests after a
 #        warm-up of 2000, CONNS=32 keep-alive connections (h2load --h1), AUTH=binary (default
 #        $CARGO_TARGET_DIR or target /release/authserver), SQL='…' (statements run on the schema after
-#        migrating: to try a schema change before writing its migration))
+#        migrating: to try a schema change before writing its migration), DETAIL=1 (each backend's
+#        ticks and last statement, on stderr))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-20000}

@@ -117,7 +117,7 @@ pub(in crate::store) async fn insert_tokens(
 /// Spends the refresh token `id` unless it is spent or its family revoked, and revokes its
 /// access token in the same statement, announcing it to the token caches
 /// ([`crate::store::token_cache`]). Whether this call spent it.
-pub(in crate::store) async fn claim(pool: &PgPool, id: i64) -> StoreResult<bool> {
+pub(in crate::store) async fn claim(conn: &mut sqlx::PgConnection, id: i64) -> StoreResult<bool> {
     let claimed: i64 = sqlx::query_scalar(
         "WITH claimed AS (
             UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0
@@ -130,7 +130,7 @@ pub(in crate::store) async fn claim(pool: &PgPool, id: i64) -> StoreResult<bool>
     )
     .bind(id)
     .bind(crate::store::token_cache::CHANNEL)
-    .fetch_one(pool)
+    .fetch_one(conn)
     .await?;
     Ok(claimed == 1)
 }

@@ -10,10 +10,11 @@
 //! `synchronous_commit` off from its start (no statement sets it); claims and throttle writes
 //! wait for the WAL flush. No caller is answered before its group has committed.
 //!
-//! The tokens writer commits one group at a time, so one connection serves it, held from one
-//! group to the next ([`HeldConnection`]): the same PostgreSQL backend runs every group (its
-//! caches stay warm), no group waits for a pool, and none pays the round trip sqlx's pool makes
-//! on every connection given back to it (a `Sync` and its `ReadyForQuery`).
+//! A writer commits one group at a time, so one connection serves it, held from one group to the
+//! next ([`HeldConnection`]): the same PostgreSQL backend runs every group (its caches stay warm),
+//! no group waits for a pool, and none pays the round trip sqlx's pool makes on every connection
+//! given back to it (a `Sync` and its `ReadyForQuery`). The tokens writer's connection is its own
+//! ([`tokens_connection`]); the claims and throttle writers hold one of the hot pool's each.
 
 use super::group_writer::{GroupWriter, WriterKind};
 use super::{NewRow, postgres};
@@ -22,6 +23,8 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{Connection, PgPool, Postgres, Row};
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -56,23 +59,18 @@ pub(in crate::store) enum ThrottleWrite {
 }
 
 impl PgHot {
-    /// Starts the writer tasks over `pool`; the tokens writer over a connection of its own to the
-    /// same database ([`tokens_connection`]).
+    /// Starts the writer tasks over `pool`, each holding a connection; the tokens writer's is of
+    /// its own, to the same database ([`tokens_connection`]).
     pub(in crate::store) fn new(pool: PgPool) -> PgHot {
-        let tokens = Arc::new(HeldConnection::new(tokens_connection(&pool)));
-        let (claims, throttle) = (pool.clone(), pool.clone());
         PgHot {
-            tokens: GroupWriter::spawn(WriterKind::Tokens, move |group| {
-                let tokens = tokens.clone();
-                async move { tokens.insert_token_group(group).await }
+            tokens: HeldConnection::writer(WriterKind::Tokens, tokens_connection(&pool), |c, g| {
+                Box::pin(insert_token_group(c, g))
             }),
-            claims: GroupWriter::spawn(WriterKind::RefreshClaims, move |group| {
-                let pool = claims.clone();
-                async move { claim_group(&pool, group).await }
+            claims: HeldConnection::writer(WriterKind::RefreshClaims, pool.clone(), |c, g| {
+                Box::pin(claim_group(c, g))
             }),
-            throttle: GroupWriter::spawn(WriterKind::Throttle, move |group| {
-                let pool = throttle.clone();
-                async move { throttle_group(&pool, group).await }
+            throttle: HeldConnection::writer(WriterKind::Throttle, pool.clone(), |c, g| {
+                Box::pin(throttle_group(c, g))
             }),
             pool,
         }
@@ -111,6 +109,12 @@ fn tokens_connection(pool: &PgPool) -> PgPool {
         .connect_lazy_with(options)
 }
 
+/// A writer's commit of one group on a connection: one result per job, in order.
+type Commit<J, R> = for<'c> fn(
+    &'c mut PgConnection,
+    Vec<J>,
+) -> Pin<Box<dyn Future<Output = Vec<StoreResult<R>>> + Send + 'c>>;
+
 /// A connection taken from a pool once and kept from one group to the next (a writer task
 /// commits one group at a time). It goes back to the pool, which closes it when broken, after a
 /// group saw it fail; the next group takes another. One idle for [`crate::store::PING_AFTER_IDLE`]
@@ -141,20 +145,34 @@ impl HeldConnection {
         self.pool.acquire().await
     }
 
-    /// [`insert_token_group`] on the held connection.
-    async fn insert_token_group(&self, issues: Vec<Vec<NewRow>>) -> Vec<StoreResult<i64>> {
+    /// A writer task committing each group with `commit` on a connection of `pool` it holds.
+    fn writer<J: Send + 'static, R: Send + 'static>(
+        kind: WriterKind,
+        pool: PgPool,
+        commit: Commit<J, R>,
+    ) -> GroupWriter<J, R> {
+        let held = Arc::new(HeldConnection::new(pool));
+        GroupWriter::spawn(kind, move |group| {
+            let held = held.clone();
+            async move { held.run(group, commit).await }
+        })
+    }
+
+    /// `commit(connection, jobs)` on the held connection: an error for each job when there is
+    /// none to be had.
+    async fn run<J, R>(&self, jobs: Vec<J>, commit: Commit<J, R>) -> Vec<StoreResult<R>> {
         let mut held = self.held.lock().await;
         let mut conn = match self.take(&mut held).await {
             Ok(conn) => conn,
             Err(error) => {
-                let error = format!("no connection for the tokens writer: {error}");
-                return issues
+                let error = format!("no connection for a group writer: {error}");
+                return jobs
                     .iter()
                     .map(|_| Err(anyhow::anyhow!("{error}").into()))
                     .collect();
             }
         };
-        let results = insert_token_group(&mut conn, issues).await;
+        let results = commit(&mut conn, jobs).await;
         if !results.iter().any(connection_failed) {
             *held = Some((conn, Instant::now()));
         }
@@ -268,24 +286,31 @@ const CLAIM_GROUP: &str = "WITH claimed AS (
 
 /// Claims each refresh token: whether that call spent it (a token named twice in the group is
 /// spent by its first call only, as two calls one after the other would be).
-pub(in crate::store) async fn claim_group(pool: &PgPool, ids: Vec<i64>) -> Vec<StoreResult<bool>> {
-    if ids.len() == 1 {
-        return one_by_one(ids, |id| postgres::claim(pool, id)).await;
-    }
-    let claimed: Vec<i64> = match sqlx::query_scalar(CLAIM_GROUP)
-        .bind(&ids)
-        .bind(crate::store::token_cache::CHANNEL)
-        .fetch_all(pool)
-        .await
-    {
-        Ok(claimed) => claimed,
-        Err(error) => {
-            tracing::debug!(%error, size = ids.len(), "a group of claims failed: one by one");
-            return one_by_one(ids, |id| postgres::claim(pool, id)).await;
+pub(in crate::store) async fn claim_group(
+    conn: &mut PgConnection,
+    ids: Vec<i64>,
+) -> Vec<StoreResult<bool>> {
+    if ids.len() > 1 {
+        match sqlx::query_scalar(CLAIM_GROUP)
+            .bind(&ids)
+            .bind(crate::store::token_cache::CHANNEL)
+            .fetch_all(&mut *conn)
+            .await
+        {
+            Ok(claimed) => {
+                let mut unspent: std::collections::HashSet<i64> = claimed.into_iter().collect();
+                return ids.iter().map(|id| Ok(unspent.remove(id))).collect();
+            }
+            Err(error) => {
+                tracing::debug!(%error, size = ids.len(), "a group of claims failed: one by one");
+            }
         }
-    };
-    let mut unspent: std::collections::HashSet<i64> = claimed.into_iter().collect();
-    ids.iter().map(|id| Ok(unspent.remove(id))).collect()
+    }
+    let mut results = Vec::with_capacity(ids.len());
+    for id in ids {
+        results.push(postgres::claim(&mut *conn, id).await);
+    }
+    results
 }
 
 /// The throttle's writes of a group: forgets the failures of the cleared buckets and those
@@ -297,24 +322,29 @@ const THROTTLE_GROUP: &str = "WITH forgotten AS (
 /// The throttle's writes, in one statement (each alone, as the cold path wrote them, when it
 /// fails).
 pub(in crate::store) async fn throttle_group(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     writes: Vec<ThrottleWrite>,
 ) -> Vec<StoreResult<()>> {
-    match throttle_statement(pool, &writes).await {
+    match throttle_statement(&mut *conn, &writes).await {
         Ok(()) => writes.iter().map(|_| Ok(())).collect(),
         Err(error) if writes.len() > 1 => {
             tracing::debug!(%error, size = writes.len(), "a group of throttle writes failed: one by one");
-            one_by_one(writes, |write| async move {
-                Ok(throttle_statement(pool, &[write]).await?)
-            })
-            .await
+            let mut results = Vec::with_capacity(writes.len());
+            for write in writes {
+                results.push(
+                    throttle_statement(&mut *conn, &[write])
+                        .await
+                        .map_err(Into::into),
+                );
+            }
+            results
         }
         Err(error) => vec![Err(error.into())],
     }
 }
 
 /// [`THROTTLE_GROUP`] for `writes`.
-async fn throttle_statement(pool: &PgPool, writes: &[ThrottleWrite]) -> sqlx::Result<()> {
+async fn throttle_statement(conn: &mut PgConnection, writes: &[ThrottleWrite]) -> sqlx::Result<()> {
     let mut cleared = Vec::new();
     let mut expired = None;
     let (mut buckets, mut failed_at) = (Vec::new(), Vec::new());
@@ -337,21 +367,9 @@ async fn throttle_statement(pool: &PgPool, writes: &[ThrottleWrite]) -> sqlx::Re
         .bind(expired)
         .bind(&buckets)
         .bind(&failed_at)
-        .execute(pool)
+        .execute(conn)
         .await
         .map(drop)
-}
-
-/// Each job alone, in order: its own result.
-async fn one_by_one<J, R, F: Future<Output = StoreResult<R>>>(
-    jobs: Vec<J>,
-    write: impl Fn(J) -> F,
-) -> Vec<StoreResult<R>> {
-    let mut results = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        results.push(write(job).await);
-    }
-    results
 }
 
 #[cfg(test)]
@@ -536,7 +554,7 @@ mod tests {
             .await
             .expect("one statement");
         assert_eq!(spent, [h]);
-        let claims = claim_group(&pool, vec![f, f, g, f, i64::MAX]).await;
+        let claims = claim_group(&mut conn, vec![f, f, g, f, i64::MAX]).await;
         let claims: Vec<bool> = claims.into_iter().map(Result::unwrap).collect();
         assert_eq!(claims, [true, false, true, false, false]);
         // Their access tokens are revoked with them; a later group spends nothing.
@@ -548,7 +566,7 @@ mod tests {
                 .unwrap();
             assert_eq!(revoked, 1);
         }
-        let again = claim_group(&pool, vec![g, f]).await;
+        let again = claim_group(&mut conn, vec![g, f]).await;
         assert!(again.iter().all(|c| matches!(c, Ok(false))), "{again:?}");
     }
 
@@ -564,11 +582,12 @@ mod tests {
             expired: at - 900,
         };
         let seeded = [failed("login:cleared"), failed("login:seeded")];
-        throttle_statement(&pool, &seeded)
+        let mut conn = pool.acquire().await.unwrap();
+        throttle_statement(&mut conn, &seeded)
             .await
             .expect("the group's statement itself");
         let results = throttle_group(
-            &pool,
+            &mut conn,
             vec![
                 failed("login:a"),
                 ThrottleWrite::Cleared {
