@@ -204,6 +204,13 @@ const INSERT_GROUP: &str = "WITH issue AS (
         FROM issue i JOIN first ON first.digest = i.digest WHERE i.second_digest IS NOT NULL)
     SELECT digest, id FROM first";
 
+/// Lone tokens of new families (client_credentials) in one statement: none can be revoked, so
+/// nothing is looked up, and no second rows. Returns their digests and ids.
+const INSERT_NEW_FAMILIES: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::text[],
+        $7::int8[], $8::int8[], $9::int8[], $10::text[])
+    RETURNING digest, id";
+
 /// Inserts each issue's rows (one token, or an access token and its refresh token): the first
 /// row's id for each, or its own error (`FamilyRevoked` when its family is revoked).
 pub(in crate::store) async fn insert_token_group(
@@ -238,7 +245,8 @@ fn answers(issues: &[Vec<NewRow>], ids: &HashMap<String, i64>) -> Vec<StoreResul
         .collect()
 }
 
-/// [`INSERT_GROUP`] for `issues`: the digests of the first rows inserted, with their ids.
+/// [`INSERT_NEW_FAMILIES`] when every issue is a lone token of a new family, else
+/// [`INSERT_GROUP`], for `issues`: the digests of the first rows inserted, with their ids.
 async fn insert_statement(
     conn: &mut PgConnection,
     issues: &[Vec<NewRow>],
@@ -250,7 +258,15 @@ async fn insert_statement(
     let number = |f: fn(&[NewRow]) -> Option<i64>| -> Vec<Option<i64>> {
         issues.iter().map(|rows| f(rows)).collect()
     };
-    let inserted = sqlx::query(INSERT_GROUP)
+    let new_families = issues
+        .iter()
+        .all(|rows| rows.len() == 1 && rows[0].new_family);
+    let statement = if new_families {
+        INSERT_NEW_FAMILIES
+    } else {
+        INSERT_GROUP
+    };
+    let mut query = sqlx::query(statement)
         .bind(column(|r| Some(r[0].kind.as_str())))
         .bind(column(|r| Some(&r[0].digest)))
         .bind(number(|r| Some(r[0].application_id)))
@@ -260,12 +276,14 @@ async fn insert_statement(
         .bind(number(|r| r[0].access_token_id))
         .bind(number(|r| Some(r[0].issued_at)))
         .bind(number(|r| Some(r[0].expires_at)))
-        .bind(column(|r| r[0].cnf_x5t_s256.as_deref()))
-        .bind(column(|r| r.get(1).map(|s| s.kind.as_str())))
-        .bind(column(|r| r.get(1).map(|s| s.digest.as_str())))
-        .bind(number(|r| r.get(1).map(|s| s.expires_at)))
-        .fetch_all(conn)
-        .await?;
+        .bind(column(|r| r[0].cnf_x5t_s256.as_deref()));
+    if !new_families {
+        query = query
+            .bind(column(|r| r.get(1).map(|s| s.kind.as_str())))
+            .bind(column(|r| r.get(1).map(|s| s.digest.as_str())))
+            .bind(number(|r| r.get(1).map(|s| s.expires_at)));
+    }
+    let inserted = query.fetch_all(conn).await?;
     inserted
         .iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
@@ -401,6 +419,7 @@ mod tests {
             user_id: None,
             scope: "read".into(),
             family: family.into(),
+            new_family: false,
             access_token_id: None,
             issued_at: crate::store::now(),
             expires_at: crate::store::now() + 600,
@@ -493,6 +512,41 @@ mod tests {
             );
         }
         assert_stored_as_answered(pool, issues, results).await;
+    }
+
+    #[tokio::test]
+    async fn lone_tokens_of_new_families_are_inserted_without_the_revocation_lookup() {
+        let Some((store, pool, app)) = postgres().await else {
+            return;
+        };
+        let new_family = |family: &str| {
+            let mut rows = issue(app, family, false);
+            rows[0].new_family = true;
+            rows
+        };
+        let mut conn = pool.acquire().await.unwrap();
+        // All lone and new: INSERT_NEW_FAMILIES, every one stored.
+        let issues = vec![
+            new_family("new-a"),
+            new_family("new-b"),
+            new_family("new-c"),
+        ];
+        let ids = insert_statement(&mut conn, &issues)
+            .await
+            .expect("one statement");
+        assert_eq!(ids.len(), 3);
+        assert_stored_as_answered(&pool, &issues, &answers(&issues, &ids)).await;
+        // With an issue continuing a revoked family, the group takes INSERT_GROUP: that one
+        // alone is refused.
+        assert!(store.revoke_family("revoked-too").await.unwrap());
+        let issues = vec![new_family("new-d"), issue(app, "revoked-too", false)];
+        let results = insert_token_group(&mut conn, issues.clone()).await;
+        assert!(results[0].is_ok(), "{results:?}");
+        assert!(
+            matches!(results[1], Err(StoreError::FamilyRevoked)),
+            "{results:?}"
+        );
+        assert_stored_as_answered(&pool, &issues, &results).await;
     }
 
     #[tokio::test]
