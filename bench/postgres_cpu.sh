@@ -76,7 +76,7 @@ group_sizes() { # "groups writes" of the tokens writer
 }
 
 load 2000   # warm-up: the pool's connections, the caches, the prepared statements
-sleep 2.5   # the backends flush their statistics at most once a second, when idle
+sleep 11    # a backend flushes its last statistics once idle for 10 s (PostgreSQL 15)
 read -r -a BACKENDS <<<"$(backends | paste -sd' ' -)"
 read -r -a WRITERS <<<"$(writers | paste -sd' ' -)"
 STATS0=$(table_stats); GROUPS0=$(group_sizes)
@@ -91,7 +91,7 @@ A1=$(ticks "$AUTH_PID"); W1=$(ticks "${WRITERS[@]}")
 read -r -a AFTER <<<"$(backends | paste -sd' ' -)"
 B1=$(ticks "${AFTER[@]}")
 NEW=0; for pid in "${AFTER[@]}"; do [[ " ${BACKENDS[*]} " == *" $pid "* ]] || NEW=$((NEW + 1)); done
-sleep 2.5
+sleep 11
 STATS1=$(table_stats); GROUPS1=$(group_sizes)
 
 python3 - "$N" "$(getconf CLK_TCK)" "$A0 $A1" "$B0 $B1" "$W0 $W1" "$T0 $T1" "$GROUPS0 $GROUPS1" \
