@@ -159,6 +159,7 @@ impl Store {
             user_id: new.user_id,
             scope: new.scope.clone(),
             family: new.family.clone().unwrap_or_else(secrets::random_token),
+            new_family: new.family.is_none(),
             access_token_id: None,
             issued_at,
             expires_at: issued_at + new.access_lifetime,

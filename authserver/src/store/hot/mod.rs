@@ -30,6 +30,9 @@ pub(super) struct NewRow {
     pub user_id: Option<i64>,
     pub scope: String,
     pub family: String,
+    /// Whether `family` was drawn for this issue (random, known to no one before): none can have
+    /// revoked it, so its revocation need not be looked up.
+    pub new_family: bool,
     /// For a refresh token inserted after its access token: None, filled in with that row's id.
     pub access_token_id: Option<i64>,
     pub issued_at: i64,

@@ -1,10 +1,11 @@
 //! The hot statements on PostgreSQL through sqlx's native driver: one round trip each (a pair of
 //! tokens is one statement, the claim of a refresh token and its access token's revocation too).
 //!
-//! New tokens commit without waiting for the WAL flush (`synchronous_commit` off for that one
-//! statement, through `set_config(…, true)`): a PostgreSQL crash may forget tokens issued in
-//! its last fraction of a second, which are then unknown and refused (fail closed).
-//! Revocations and refresh-token claims wait for the flush as before, so none is forgotten.
+//! New tokens commit without waiting for the WAL flush: [`insert_tokens`] runs on the tokens
+//! writer's connection, whose session has `synchronous_commit` off
+//! ([`super::postgres_groups`]). A PostgreSQL crash may forget tokens issued in its last
+//! fraction of a second, which are then unknown and refused (fail closed). Revocations and
+//! refresh-token claims wait for the flush as before, so none is forgotten.
 
 use super::{ApplicationColumns, NewRow, UserColumns};
 use crate::store::split_scopes;
@@ -55,7 +56,6 @@ pub(in crate::store) async fn find_token(
 /// One row, unless its family is revoked.
 const INSERT_ONE: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
-    FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
     WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6) RETURNING id";
 
 /// An access token and the refresh token naming it, in one statement, unless their family is
@@ -63,7 +63,6 @@ const INSERT_ONE: &str = "INSERT INTO tokens (kind, digest, application_id, user
 const INSERT_PAIR: &str = "WITH access AS (
         INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
         SELECT $1, $2, $3, $4, $5, $6, NULL, $7, $8, $12
-        FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
         WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6) RETURNING id),
     refresh AS (
         INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
@@ -71,8 +70,12 @@ const INSERT_PAIR: &str = "WITH access AS (
     SELECT access_token_id FROM refresh";
 
 /// Inserts one row, or an access token and its refresh token, unless the family is revoked
-/// (`FamilyRevoked`). Returns the first row's id.
-pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> StoreResult<i64> {
+/// (`FamilyRevoked`). Returns the first row's id. On the tokens writer's connection, the commit
+/// does not wait for the WAL flush (see above).
+pub(in crate::store) async fn insert_tokens(
+    conn: &mut sqlx::PgConnection,
+    rows: &[NewRow],
+) -> StoreResult<i64> {
     let id: Option<i64> = match rows {
         [one] => {
             sqlx::query_scalar(INSERT_ONE)
@@ -86,7 +89,7 @@ pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> S
                 .bind(one.issued_at)
                 .bind(one.expires_at)
                 .bind(&one.cnf_x5t_s256)
-                .fetch_optional(pool)
+                .fetch_optional(conn)
                 .await?
         }
         [access, refresh] => {
@@ -103,7 +106,7 @@ pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> S
                 .bind(&refresh.digest)
                 .bind(refresh.expires_at)
                 .bind(&access.cnf_x5t_s256)
-                .fetch_optional(pool)
+                .fetch_optional(conn)
                 .await?
         }
         _ => return Err(anyhow::anyhow!("one token or an access and refresh pair").into()),
@@ -114,7 +117,7 @@ pub(in crate::store) async fn insert_tokens(pool: &PgPool, rows: &[NewRow]) -> S
 /// Spends the refresh token `id` unless it is spent or its family revoked, and revokes its
 /// access token in the same statement, announcing it to the token caches
 /// ([`crate::store::token_cache`]). Whether this call spent it.
-pub(in crate::store) async fn claim(pool: &PgPool, id: i64) -> StoreResult<bool> {
+pub(in crate::store) async fn claim(conn: &mut sqlx::PgConnection, id: i64) -> StoreResult<bool> {
     let claimed: i64 = sqlx::query_scalar(
         "WITH claimed AS (
             UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0
@@ -127,7 +130,7 @@ pub(in crate::store) async fn claim(pool: &PgPool, id: i64) -> StoreResult<bool>
     )
     .bind(id)
     .bind(crate::store::token_cache::CHANNEL)
-    .fetch_one(pool)
+    .fetch_one(conn)
     .await?;
     Ok(claimed == 1)
 }

@@ -5,15 +5,28 @@
 //! fails as a whole (a foreign key, a unique violation, a NUL in a value), its writes are
 //! retried one by one with the single statements, so only the failing one fails.
 //!
-//! Durability is what it was one statement at a time: a group of tokens commits with
-//! `synchronous_commit` off for that statement (see [`super::postgres`]); claims and throttle
-//! writes wait for the WAL flush. No caller is answered before its group has committed.
+//! Durability is what it was one statement at a time: new tokens commit without waiting for the
+//! WAL flush (see [`super::postgres`]), on a connection of their own whose session has
+//! `synchronous_commit` off from its start (no statement sets it); claims and throttle writes
+//! wait for the WAL flush. No caller is answered before its group has committed.
+//!
+//! A writer commits one group at a time, so one connection serves it, held from one group to the
+//! next ([`HeldConnection`]): the same PostgreSQL backend runs every group (its caches stay warm),
+//! no group waits for a pool, and none pays the round trip sqlx's pool makes on every connection
+//! given back to it (a `Sync` and its `ReadyForQuery`). The tokens writer's connection is its own
+//! ([`tokens_connection`]); the claims and throttle writers hold one of the hot pool's each.
 
 use super::group_writer::{GroupWriter, WriterKind};
 use super::{NewRow, postgres};
 use crate::store::StoreResult;
-use sqlx::{PgPool, Row};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnection, PgPoolOptions};
+use sqlx::{Connection, PgPool, Postgres, Row};
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// The PostgreSQL pool of the hot statements, with the writer tasks that group its writes.
 pub(in crate::store) struct PgHot {
@@ -46,21 +59,18 @@ pub(in crate::store) enum ThrottleWrite {
 }
 
 impl PgHot {
-    /// Starts the writer tasks over `pool`.
+    /// Starts the writer tasks over `pool`, each holding a connection; the tokens writer's is of
+    /// its own, to the same database ([`tokens_connection`]).
     pub(in crate::store) fn new(pool: PgPool) -> PgHot {
-        let (tokens, claims, throttle) = (pool.clone(), pool.clone(), pool.clone());
         PgHot {
-            tokens: GroupWriter::spawn(WriterKind::Tokens, move |group| {
-                let pool = tokens.clone();
-                async move { insert_token_group(&pool, group).await }
+            tokens: HeldConnection::writer(WriterKind::Tokens, tokens_connection(&pool), |c, g| {
+                Box::pin(insert_token_group(c, g))
             }),
-            claims: GroupWriter::spawn(WriterKind::RefreshClaims, move |group| {
-                let pool = claims.clone();
-                async move { claim_group(&pool, group).await }
+            claims: HeldConnection::writer(WriterKind::RefreshClaims, pool.clone(), |c, g| {
+                Box::pin(claim_group(c, g))
             }),
-            throttle: GroupWriter::spawn(WriterKind::Throttle, move |group| {
-                let pool = throttle.clone();
-                async move { throttle_group(&pool, group).await }
+            throttle: HeldConnection::writer(WriterKind::Throttle, pool.clone(), |c, g| {
+                Box::pin(throttle_group(c, g))
             }),
             pool,
         }
@@ -82,6 +92,99 @@ impl PgHot {
     }
 }
 
+/// The tokens writer's connection (a pool of one, opened at its first group, reopened when lost):
+/// `pool`'s settings, with `synchronous_commit` off for the session from its start, a startup
+/// option (no round trip of its own).
+fn tokens_connection(pool: &PgPool) -> PgPool {
+    let options = (*pool.connect_options())
+        .clone()
+        .options([("synchronous_commit", "off")]);
+    PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(crate::store::ACQUIRE_TIMEOUT)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move { crate::store::ping_if_idle(conn, meta).await })
+        })
+        .connect_lazy_with(options)
+}
+
+/// A writer's commit of one group on a connection: one result per job, in order.
+type Commit<J, R> = for<'c> fn(
+    &'c mut PgConnection,
+    Vec<J>,
+) -> Pin<Box<dyn Future<Output = Vec<StoreResult<R>>> + Send + 'c>>;
+
+/// A connection taken from a pool once and kept from one group to the next (a writer task
+/// commits one group at a time). It goes back to the pool, which closes it when broken, after a
+/// group saw it fail; the next group takes another. One idle for [`crate::store::PING_AFTER_IDLE`]
+/// is pinged first, as the pools do.
+struct HeldConnection {
+    pool: PgPool,
+    held: tokio::sync::Mutex<Option<(PoolConnection<Postgres>, Instant)>>,
+}
+
+impl HeldConnection {
+    fn new(pool: PgPool) -> HeldConnection {
+        HeldConnection {
+            pool,
+            held: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The held connection (pinged first after a long idle spell), or a new one from the pool.
+    async fn take(
+        &self,
+        held: &mut Option<(PoolConnection<Postgres>, Instant)>,
+    ) -> sqlx::Result<PoolConnection<Postgres>> {
+        if let Some((mut conn, last_used)) = held.take()
+            && (last_used.elapsed() <= crate::store::PING_AFTER_IDLE || conn.ping().await.is_ok())
+        {
+            return Ok(conn);
+        }
+        self.pool.acquire().await
+    }
+
+    /// A writer task committing each group with `commit` on a connection of `pool` it holds.
+    fn writer<J: Send + 'static, R: Send + 'static>(
+        kind: WriterKind,
+        pool: PgPool,
+        commit: Commit<J, R>,
+    ) -> GroupWriter<J, R> {
+        let held = Arc::new(HeldConnection::new(pool));
+        GroupWriter::spawn(kind, move |group| {
+            let held = held.clone();
+            async move { held.run(group, commit).await }
+        })
+    }
+
+    /// `commit(connection, jobs)` on the held connection: an error for each job when there is
+    /// none to be had.
+    async fn run<J, R>(&self, jobs: Vec<J>, commit: Commit<J, R>) -> Vec<StoreResult<R>> {
+        let mut held = self.held.lock().await;
+        let mut conn = match self.take(&mut held).await {
+            Ok(conn) => conn,
+            Err(error) => {
+                let error = format!("no connection for a group writer: {error}");
+                return jobs
+                    .iter()
+                    .map(|_| Err(anyhow::anyhow!("{error}").into()))
+                    .collect();
+            }
+        };
+        let results = commit(&mut conn, jobs).await;
+        if !results.iter().any(connection_failed) {
+            *held = Some((conn, Instant::now()));
+        }
+        results
+    }
+}
+
+/// Whether the connection failed (not a statement: the database's own refusal).
+fn connection_failed<R>(result: &StoreResult<R>) -> bool {
+    matches!(result, Err(crate::store::StoreError::Database(error)) if !matches!(error, sqlx::Error::Database(_)))
+}
+
 /// Tokens of many issues in one statement: each issue's first row (an access token, or a lone
 /// token), and its second (the refresh token naming the first) when it has one, each issue
 /// unless its family is revoked. Returns the first rows' digests and ids.
@@ -93,8 +196,7 @@ const INSERT_GROUP: &str = "WITH issue AS (
     first AS (
         INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
         SELECT kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256
-        FROM issue, (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
-        WHERE NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = issue.family)
+        FROM issue WHERE NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = issue.family)
         RETURNING id, digest),
     second AS (
         INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
@@ -102,29 +204,32 @@ const INSERT_GROUP: &str = "WITH issue AS (
         FROM issue i JOIN first ON first.digest = i.digest WHERE i.second_digest IS NOT NULL)
     SELECT digest, id FROM first";
 
+/// Lone tokens of new families (client_credentials) in one statement: none can be revoked, so
+/// nothing is looked up, and no second rows. Returns their digests and ids.
+const INSERT_NEW_FAMILIES: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::text[],
+        $7::int8[], $8::int8[], $9::int8[], $10::text[])
+    RETURNING digest, id";
+
 /// Inserts each issue's rows (one token, or an access token and its refresh token): the first
 /// row's id for each, or its own error (`FamilyRevoked` when its family is revoked).
 pub(in crate::store) async fn insert_token_group(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     issues: Vec<Vec<NewRow>>,
 ) -> Vec<StoreResult<i64>> {
-    if issues.len() == 1 || issues.iter().any(|rows| !matches!(rows.len(), 1 | 2)) {
-        return one_by_one(issues, |rows| async move {
-            postgres::insert_tokens(pool, &rows).await
-        })
-        .await;
-    }
-    let ids = match insert_statement(pool, &issues).await {
-        Ok(ids) => ids,
-        Err(error) => {
-            tracing::debug!(%error, size = issues.len(), "a group of tokens failed: one by one");
-            return one_by_one(issues, |rows| async move {
-                postgres::insert_tokens(pool, &rows).await
-            })
-            .await;
+    if issues.len() > 1 && issues.iter().all(|rows| matches!(rows.len(), 1 | 2)) {
+        match insert_statement(&mut *conn, &issues).await {
+            Ok(ids) => return answers(&issues, &ids),
+            Err(error) => {
+                tracing::debug!(%error, size = issues.len(), "a group of tokens failed: one by one");
+            }
         }
-    };
-    answers(&issues, &ids)
+    }
+    let mut results = Vec::with_capacity(issues.len());
+    for rows in &issues {
+        results.push(postgres::insert_tokens(&mut *conn, rows).await);
+    }
+    results
 }
 
 /// Each issue's answer from the ids [`INSERT_GROUP`] returned: an issue not inserted was into a
@@ -140,33 +245,45 @@ fn answers(issues: &[Vec<NewRow>], ids: &HashMap<String, i64>) -> Vec<StoreResul
         .collect()
 }
 
-/// [`INSERT_GROUP`] for `issues`: the digests of the first rows inserted, with their ids.
+/// [`INSERT_NEW_FAMILIES`] when every issue is a lone token of a new family, else
+/// [`INSERT_GROUP`], for `issues`: the digests of the first rows inserted, with their ids.
 async fn insert_statement(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     issues: &[Vec<NewRow>],
 ) -> sqlx::Result<HashMap<String, i64>> {
-    let column = |f: fn(&[NewRow]) -> Option<String>| -> Vec<Option<String>> {
+    // The columns borrow the rows: nothing is copied but into the statement's arguments.
+    let column = |f: for<'a> fn(&'a [NewRow]) -> Option<&'a str>| -> Vec<Option<&str>> {
         issues.iter().map(|rows| f(rows)).collect()
     };
     let number = |f: fn(&[NewRow]) -> Option<i64>| -> Vec<Option<i64>> {
         issues.iter().map(|rows| f(rows)).collect()
     };
-    let inserted = sqlx::query(INSERT_GROUP)
-        .bind(column(|r| Some(r[0].kind.as_str().to_owned())))
-        .bind(column(|r| Some(r[0].digest.clone())))
+    let new_families = issues
+        .iter()
+        .all(|rows| rows.len() == 1 && rows[0].new_family);
+    let statement = if new_families {
+        INSERT_NEW_FAMILIES
+    } else {
+        INSERT_GROUP
+    };
+    let mut query = sqlx::query(statement)
+        .bind(column(|r| Some(r[0].kind.as_str())))
+        .bind(column(|r| Some(&r[0].digest)))
         .bind(number(|r| Some(r[0].application_id)))
         .bind(number(|r| r[0].user_id))
-        .bind(column(|r| Some(r[0].scope.clone())))
-        .bind(column(|r| Some(r[0].family.clone())))
+        .bind(column(|r| Some(&r[0].scope)))
+        .bind(column(|r| Some(&r[0].family)))
         .bind(number(|r| r[0].access_token_id))
         .bind(number(|r| Some(r[0].issued_at)))
         .bind(number(|r| Some(r[0].expires_at)))
-        .bind(column(|r| r[0].cnf_x5t_s256.clone()))
-        .bind(column(|r| r.get(1).map(|s| s.kind.as_str().to_owned())))
-        .bind(column(|r| r.get(1).map(|s| s.digest.clone())))
-        .bind(number(|r| r.get(1).map(|s| s.expires_at)))
-        .fetch_all(pool)
-        .await?;
+        .bind(column(|r| r[0].cnf_x5t_s256.as_deref()));
+    if !new_families {
+        query = query
+            .bind(column(|r| r.get(1).map(|s| s.kind.as_str())))
+            .bind(column(|r| r.get(1).map(|s| s.digest.as_str())))
+            .bind(number(|r| r.get(1).map(|s| s.expires_at)));
+    }
+    let inserted = query.fetch_all(conn).await?;
     inserted
         .iter()
         .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
@@ -187,24 +304,31 @@ const CLAIM_GROUP: &str = "WITH claimed AS (
 
 /// Claims each refresh token: whether that call spent it (a token named twice in the group is
 /// spent by its first call only, as two calls one after the other would be).
-pub(in crate::store) async fn claim_group(pool: &PgPool, ids: Vec<i64>) -> Vec<StoreResult<bool>> {
-    if ids.len() == 1 {
-        return one_by_one(ids, |id| postgres::claim(pool, id)).await;
-    }
-    let claimed: Vec<i64> = match sqlx::query_scalar(CLAIM_GROUP)
-        .bind(&ids)
-        .bind(crate::store::token_cache::CHANNEL)
-        .fetch_all(pool)
-        .await
-    {
-        Ok(claimed) => claimed,
-        Err(error) => {
-            tracing::debug!(%error, size = ids.len(), "a group of claims failed: one by one");
-            return one_by_one(ids, |id| postgres::claim(pool, id)).await;
+pub(in crate::store) async fn claim_group(
+    conn: &mut PgConnection,
+    ids: Vec<i64>,
+) -> Vec<StoreResult<bool>> {
+    if ids.len() > 1 {
+        match sqlx::query_scalar(CLAIM_GROUP)
+            .bind(&ids)
+            .bind(crate::store::token_cache::CHANNEL)
+            .fetch_all(&mut *conn)
+            .await
+        {
+            Ok(claimed) => {
+                let mut unspent: std::collections::HashSet<i64> = claimed.into_iter().collect();
+                return ids.iter().map(|id| Ok(unspent.remove(id))).collect();
+            }
+            Err(error) => {
+                tracing::debug!(%error, size = ids.len(), "a group of claims failed: one by one");
+            }
         }
-    };
-    let mut unspent: std::collections::HashSet<i64> = claimed.into_iter().collect();
-    ids.iter().map(|id| Ok(unspent.remove(id))).collect()
+    }
+    let mut results = Vec::with_capacity(ids.len());
+    for id in ids {
+        results.push(postgres::claim(&mut *conn, id).await);
+    }
+    results
 }
 
 /// The throttle's writes of a group: forgets the failures of the cleared buckets and those
@@ -216,24 +340,29 @@ const THROTTLE_GROUP: &str = "WITH forgotten AS (
 /// The throttle's writes, in one statement (each alone, as the cold path wrote them, when it
 /// fails).
 pub(in crate::store) async fn throttle_group(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     writes: Vec<ThrottleWrite>,
 ) -> Vec<StoreResult<()>> {
-    match throttle_statement(pool, &writes).await {
+    match throttle_statement(&mut *conn, &writes).await {
         Ok(()) => writes.iter().map(|_| Ok(())).collect(),
         Err(error) if writes.len() > 1 => {
             tracing::debug!(%error, size = writes.len(), "a group of throttle writes failed: one by one");
-            one_by_one(writes, |write| async move {
-                Ok(throttle_statement(pool, &[write]).await?)
-            })
-            .await
+            let mut results = Vec::with_capacity(writes.len());
+            for write in writes {
+                results.push(
+                    throttle_statement(&mut *conn, &[write])
+                        .await
+                        .map_err(Into::into),
+                );
+            }
+            results
         }
         Err(error) => vec![Err(error.into())],
     }
 }
 
 /// [`THROTTLE_GROUP`] for `writes`.
-async fn throttle_statement(pool: &PgPool, writes: &[ThrottleWrite]) -> sqlx::Result<()> {
+async fn throttle_statement(conn: &mut PgConnection, writes: &[ThrottleWrite]) -> sqlx::Result<()> {
     let mut cleared = Vec::new();
     let mut expired = None;
     let (mut buckets, mut failed_at) = (Vec::new(), Vec::new());
@@ -256,21 +385,9 @@ async fn throttle_statement(pool: &PgPool, writes: &[ThrottleWrite]) -> sqlx::Re
         .bind(expired)
         .bind(&buckets)
         .bind(&failed_at)
-        .execute(pool)
+        .execute(conn)
         .await
         .map(drop)
-}
-
-/// Each job alone, in order: its own result.
-async fn one_by_one<J, R, F: Future<Output = StoreResult<R>>>(
-    jobs: Vec<J>,
-    write: impl Fn(J) -> F,
-) -> Vec<StoreResult<R>> {
-    let mut results = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        results.push(write(job).await);
-    }
-    results
 }
 
 #[cfg(test)]
@@ -302,6 +419,7 @@ mod tests {
             user_id: None,
             scope: "read".into(),
             family: family.into(),
+            new_family: false,
             access_token_id: None,
             issued_at: crate::store::now(),
             expires_at: crate::store::now() + 600,
@@ -371,15 +489,16 @@ mod tests {
             ]
         };
         // The group's statement itself (no one-by-one retry), then through the writer's entry.
+        let mut conn = pool.acquire().await.unwrap();
         let issues = group();
-        let ids = insert_statement(&pool, &issues)
+        let ids = insert_statement(&mut conn, &issues)
             .await
             .expect("one statement");
         let results = answers(&issues, &ids);
         assert_eq!(ids.len(), 2);
         assert_answers(&pool, &issues, &results).await;
         let issues = group();
-        let results = insert_token_group(&pool, issues.clone()).await;
+        let results = insert_token_group(&mut conn, issues.clone()).await;
         assert_answers(&pool, &issues, &results).await;
     }
 
@@ -393,6 +512,41 @@ mod tests {
             );
         }
         assert_stored_as_answered(pool, issues, results).await;
+    }
+
+    #[tokio::test]
+    async fn lone_tokens_of_new_families_are_inserted_without_the_revocation_lookup() {
+        let Some((store, pool, app)) = postgres().await else {
+            return;
+        };
+        let new_family = |family: &str| {
+            let mut rows = issue(app, family, false);
+            rows[0].new_family = true;
+            rows
+        };
+        let mut conn = pool.acquire().await.unwrap();
+        // All lone and new: INSERT_NEW_FAMILIES, every one stored.
+        let issues = vec![
+            new_family("new-a"),
+            new_family("new-b"),
+            new_family("new-c"),
+        ];
+        let ids = insert_statement(&mut conn, &issues)
+            .await
+            .expect("one statement");
+        assert_eq!(ids.len(), 3);
+        assert_stored_as_answered(&pool, &issues, &answers(&issues, &ids)).await;
+        // With an issue continuing a revoked family, the group takes INSERT_GROUP: that one
+        // alone is refused.
+        assert!(store.revoke_family("revoked-too").await.unwrap());
+        let issues = vec![new_family("new-d"), issue(app, "revoked-too", false)];
+        let results = insert_token_group(&mut conn, issues.clone()).await;
+        assert!(results[0].is_ok(), "{results:?}");
+        assert!(
+            matches!(results[1], Err(StoreError::FamilyRevoked)),
+            "{results:?}"
+        );
+        assert_stored_as_answered(&pool, &issues, &results).await;
     }
 
     #[tokio::test]
@@ -411,7 +565,8 @@ mod tests {
             nul,
             issue(app, "family-e", true),
         ];
-        let results = insert_token_group(&pool, issues.clone()).await;
+        let mut conn = pool.acquire().await.unwrap();
+        let results = insert_token_group(&mut conn, issues.clone()).await;
         for i in [0, 2, 4] {
             assert!(results[i].is_ok(), "{i}: {results:?}");
         }
@@ -436,7 +591,8 @@ mod tests {
             issue(app, "family-g", true),
             issue(app, "family-h", true),
         ];
-        let results = insert_token_group(&pool, issues.clone()).await;
+        let mut conn = pool.acquire().await.unwrap();
+        let results = insert_token_group(&mut conn, issues.clone()).await;
         let mut refresh_ids = Vec::new();
         for rows in &issues {
             refresh_ids.push(stored(&pool, &rows[1].digest).await.unwrap().0);
@@ -452,7 +608,7 @@ mod tests {
             .await
             .expect("one statement");
         assert_eq!(spent, [h]);
-        let claims = claim_group(&pool, vec![f, f, g, f, i64::MAX]).await;
+        let claims = claim_group(&mut conn, vec![f, f, g, f, i64::MAX]).await;
         let claims: Vec<bool> = claims.into_iter().map(Result::unwrap).collect();
         assert_eq!(claims, [true, false, true, false, false]);
         // Their access tokens are revoked with them; a later group spends nothing.
@@ -464,7 +620,7 @@ mod tests {
                 .unwrap();
             assert_eq!(revoked, 1);
         }
-        let again = claim_group(&pool, vec![g, f]).await;
+        let again = claim_group(&mut conn, vec![g, f]).await;
         assert!(again.iter().all(|c| matches!(c, Ok(false))), "{again:?}");
     }
 
@@ -480,11 +636,12 @@ mod tests {
             expired: at - 900,
         };
         let seeded = [failed("login:cleared"), failed("login:seeded")];
-        throttle_statement(&pool, &seeded)
+        let mut conn = pool.acquire().await.unwrap();
+        throttle_statement(&mut conn, &seeded)
             .await
             .expect("the group's statement itself");
         let results = throttle_group(
-            &pool,
+            &mut conn,
             vec![
                 failed("login:a"),
                 ThrottleWrite::Cleared {
