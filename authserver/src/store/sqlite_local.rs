@@ -386,6 +386,8 @@ mod tests {
             user_id: None,
             scope: "read".into(),
             family: secrets::random_token(),
+            // Looked up like a family given by a refresh: the revoked one below must be found.
+            new_family: false,
             access_token_id: None,
             issued_at: crate::store::now(),
             expires_at: crate::store::now() + 600,
@@ -434,7 +436,7 @@ mod tests {
         let rows = vec![taken.clone()];
         local
             .write(Undo::Statement, move |c| {
-                hot::sqlite::insert_tokens(c, &rows, true)
+                hot::sqlite::insert_tokens(c, &rows)
             })
             .await
             .unwrap();
@@ -474,7 +476,7 @@ mod tests {
             .iter()
             .map(|(undo, rows, _)| {
                 let rows = rows.clone();
-                Box::pin(local.write(*undo, move |c| hot::sqlite::insert_tokens(c, &rows, false)))
+                Box::pin(local.write(*undo, move |c| hot::sqlite::insert_tokens(c, &rows)))
             })
             .collect();
         let mut context = Context::from_waker(Waker::noop());

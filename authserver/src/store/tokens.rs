@@ -185,11 +185,8 @@ impl Store {
                     1 => Undo::Statement,
                     _ => Undo::Savepoint,
                 };
-                let new_family = new.family.is_none();
                 local
-                    .write(undo, move |conn| {
-                        hot::sqlite::insert_tokens(conn, &rows, new_family)
-                    })
+                    .write(undo, move |conn| hot::sqlite::insert_tokens(conn, &rows))
                     .await?
             }
             Hot::Postgres(pg) => pg.insert_tokens(rows).await?,

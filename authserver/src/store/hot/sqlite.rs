@@ -52,8 +52,8 @@ pub(in crate::store) fn find_token(
         .optional()
 }
 
-/// Inserts the rows in order, none if their family is revoked (`FamilyRevoked`; not asked when
-/// `new_family`: a family made for these rows, which nobody can have revoked); a row with
+/// Inserts the rows in order, none if their family is revoked (`FamilyRevoked`; not asked for
+/// a row's `new_family`: a family made for these rows, which nobody can have revoked); a row with
 /// `access_token_id` None after the first names the first row's id. Returns the first row's id.
 /// On the writer's connection, in its transaction: the family cannot be revoked between the
 /// check and the inserts. One row is one statement that changes the database
@@ -63,21 +63,18 @@ pub(in crate::store) fn find_token(
 pub(in crate::store) fn insert_tokens(
     connection: &Connection,
     rows: &[NewRow],
-    new_family: bool,
 ) -> StoreResult<i64> {
     let database = crate::store::sqlite_local::database;
-    if !new_family {
-        let mut revoked = connection
-            .prepare_cached("SELECT EXISTS (SELECT 1 FROM revoked_families WHERE family = ?1)")
-            .map_err(database)?;
-        for (index, row) in rows.iter().enumerate() {
-            if (index == 0 || row.family != rows[index - 1].family)
-                && revoked
-                    .query_row([&row.family], |found| found.get::<_, bool>(0))
-                    .map_err(database)?
-            {
-                return Err(StoreError::FamilyRevoked);
-            }
+    for (index, row) in rows.iter().enumerate() {
+        let known_unrevoked = row.new_family || (index > 0 && row.family == rows[index - 1].family);
+        if !known_unrevoked
+            && connection
+                .prepare_cached("SELECT EXISTS (SELECT 1 FROM revoked_families WHERE family = ?1)")
+                .map_err(database)?
+                .query_row([&row.family], |found| found.get::<_, bool>(0))
+                .map_err(database)?
+        {
+            return Err(StoreError::FamilyRevoked);
         }
     }
     // No `RETURNING`: SQLite would gather the returned rows in a temporary table for each
