@@ -7,6 +7,11 @@
 #   BASELINE_CONFIG=path        its settings file, when it does not read today's config/authserver.yaml
 #   SKIP_BUILD=1                use the release binaries already built
 #   CONNS=32 THREADS=2          wrk's connections and threads
+#   PROFILE=1                   also sample every CPU with `perf record -a` (cpu-clock, no
+#                               hardware counters needed) in the middle of the hello and the
+#                               current server's runs, and print where each request's CPU went:
+#                               the server's threads in the kernel and in user space, wrk, PostgreSQL,
+#                               other processes, and idle CPU (perf's own sampling costs a few %)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-10}
@@ -66,10 +71,27 @@ LUA
 post_script "$WORK/cc.lua" "Basic $CC_BASIC" "grant_type=client_credentials&scope=read"
 post_script "$WORK/pw.lua" "Basic $PW_BASIC" "grant_type=password&username=bench&password=bench-password"
 
-# rps p50_ms p99_ms non2xx from wrk --latency output
-measure() { # $1 url, $2 script or empty
-  local out
+# rps p50_ms p99_ms non2xx from wrk --latency output; with PROFILE=1 and a label ($3), the CPU
+# split of the run's middle into $WORK/profile ("label rps share-by-part...").
+measure() { # $1 url, $2 script or empty, $3 label to profile under (optional)
+  local out perf_pid=""
+  if [ -n "${PROFILE:-}" ] && [ -n "${3:-}" ]; then
+    (sleep 2; exec perf record -q -a -F 499 -o "$WORK/profile-$3.data" sleep $((DURATION - 4)) >/dev/null 2>&1) &
+    perf_pid=$!
+  fi
   if [ -n "${2:-}" ]; then out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$2" "$1"); else out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "$1"); fi
+  if [ -n "$perf_pid" ]; then
+    wait "$perf_pid" || true
+    echo "$3 $(python3 bench/wrk_stats.py <<<"$out" | cut -d" " -f1) $(perf report -i "$WORK/profile-$3.data" --sort comm,dso --stdio 2>/dev/null | awk '
+      /^#/ || NF < 3 { next }
+      { share = $1; sub("%", "", share); part = "other" }
+      $2 == "wrk" { part = "wrk" }
+      $2 ~ /^postgres/ { part = "postgres" }
+      $2 == "swapper" { part = "idle" }
+      $2 == "tokio-rt-worker" || $2 ~ /^sqlite/ || $2 ~ /^authserver/ || $2 ~ /^hello/ { part = ($3 == "[kernel.kallsyms]") ? "server-kernel" : "server-user" }
+      { sum[part] += share }
+      END { for (p in sum) printf "%s=%.1f ", p, sum[p] }')" >>"$WORK/profile"
+  fi
   python3 bench/wrk_stats.py <<<"$out" | cut -d" " -f1-4
 }
 
@@ -98,12 +120,12 @@ bench_server() { # $1 label, $2 binary, $3 settings file
   local token
   token=$(curl -s -u "$(echo "$PW_BASIC" | base64 -d)" -d grant_type=password -d username=bench -d password=bench-password "http://127.0.0.1:$AUTH_PORT/o/token/" | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   post_script "$WORK/introspect.lua" "Basic $CC_BASIC" "token=$token"
-  echo "$1 introspection $(measure "http://127.0.0.1:$AUTH_PORT/o/introspect/" "$WORK/introspect.lua")" >>"$RESULTS"
+  echo "$1 introspection $(measure "http://127.0.0.1:$AUTH_PORT/o/introspect/" "$WORK/introspect.lua" "$1-introspection")" >>"$RESULTS"
   # The token cache's hits and misses over the introspection run ("- -" for a binary without).
   echo "$1 $(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk -F'[" ]' '/^tokengate_authserver_token_cache_total/ {n[$2]=$NF} END {print (n["hit"]==""?"-":n["hit"]), (n["miss"]==""?"-":n["miss"])}')" >>"$WORK/cache"
   local before
   before=$(write_groups)
-  echo "$1 client_credentials $(measure "http://127.0.0.1:$AUTH_PORT/o/token/" "$WORK/cc.lua")" >>"$RESULTS"
+  echo "$1 client_credentials $(measure "http://127.0.0.1:$AUTH_PORT/o/token/" "$WORK/cc.lua" "$1-client_credentials")" >>"$RESULTS"
   write_groups | while read -r writer groups writes; do
     read -r _ groups0 writes0 <<<"$(grep "^$writer " <<<"$before" || echo "$writer 0 0")"
     [ "$groups" -eq "$groups0" ] || echo "$1 client_credentials $writer $((groups - groups0)) $((writes - writes0))" >>"$WRITE_GROUPS"
@@ -115,7 +137,7 @@ bench_server() { # $1 label, $2 binary, $3 settings file
 HASH_MS=$(target/release/examples/argon2_time)
 CORES=$(nproc)
 LOAD_BEFORE=$(cut -d" " -f1-3 /proc/loadavg)
-echo "hello hello $(measure "http://127.0.0.1:$HELLO_PORT/")" >"$RESULTS"
+echo "hello hello $(measure "http://127.0.0.1:$HELLO_PORT/" "" hello)" >"$RESULTS"
 [ -z "$BASELINE_BIN" ] || bench_server baseline "$BASELINE_BIN" "$BASELINE_CONFIG"
 bench_server current "$BIN" config/authserver.yaml
 # PostgreSQL alone, without the authserver: pgbench runs the hot path's own statements (the
@@ -184,3 +206,17 @@ for label, case, writer, n, writes in groups:
 for label, hits, misses in (line.split() for line in open("$WORK/cache")):
     print(f"{label:<15}token cache over the introspection run: {hits} hits, {misses} misses")
 PY
+if [ -f "$WORK/profile" ]; then
+  python3 - "$WORK/profile" "$CORES" <<'PY'
+import sys
+cores = int(sys.argv[2])
+parts = ["server-kernel", "server-user", "wrk", "postgres", "other", "idle"]
+print("CPU per request in microseconds (perf record -a, cpu-clock; the server's threads split into kernel and user space):")
+print(f"{'run':<32}{'req/s':>9}" + "".join(f"{p:>15}" for p in parts))
+for line in open(sys.argv[1]):
+    label, rps, *shares = line.split()
+    share = dict(s.split("=") for s in shares)
+    us = lambda p: float(share.get(p, 0)) / 100 * cores / float(rps) * 1e6
+    print(f"{label:<32}{float(rps):>9.0f}" + "".join(f"{us(p):>15.2f}" for p in parts))
+PY
+fi
