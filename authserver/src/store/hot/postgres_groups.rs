@@ -92,20 +92,22 @@ impl PgHot {
     }
 }
 
+/// The `application_name` of the tokens writer's connection (operators find it in
+/// `pg_stat_activity`).
+pub const TOKENS_WRITER_NAME: &str = "tokengate-tokens-writer";
+
 /// The tokens writer's connection (a pool of one, opened at its first group, reopened when lost):
 /// `pool`'s settings, with `synchronous_commit` off for the session from its start, a startup
-/// option (no round trip of its own).
+/// option (no round trip of its own). Never idle in its pool: [`HeldConnection`] pings it.
 fn tokens_connection(pool: &PgPool) -> PgPool {
     let options = (*pool.connect_options())
         .clone()
+        .application_name(TOKENS_WRITER_NAME)
         .options([("synchronous_commit", "off")]);
     PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(crate::store::ACQUIRE_TIMEOUT)
         .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move { crate::store::ping_if_idle(conn, meta).await })
-        })
         .connect_lazy_with(options)
 }
 
@@ -132,15 +134,22 @@ impl HeldConnection {
         }
     }
 
-    /// The held connection (pinged first after a long idle spell), or a new one from the pool.
+    /// The held connection (pinged first after a long idle spell, within the pools' acquire
+    /// timeout), or a new one from the pool.
     async fn take(
         &self,
         held: &mut Option<(PoolConnection<Postgres>, Instant)>,
     ) -> sqlx::Result<PoolConnection<Postgres>> {
-        if let Some((mut conn, last_used)) = held.take()
-            && (last_used.elapsed() <= crate::store::PING_AFTER_IDLE || conn.ping().await.is_ok())
-        {
-            return Ok(conn);
+        if let Some((mut conn, last_used)) = held.take() {
+            if last_used.elapsed() <= crate::store::PING_AFTER_IDLE
+                || tokio::time::timeout(crate::store::ACQUIRE_TIMEOUT, conn.ping())
+                    .await
+                    .is_ok_and(|pinged| pinged.is_ok())
+            {
+                return Ok(conn);
+            }
+            // Gone: closed here, not handed back to a pool that would ping it again.
+            drop(conn.detach());
         }
         self.pool.acquire().await
     }
@@ -164,13 +173,7 @@ impl HeldConnection {
         let mut held = self.held.lock().await;
         let mut conn = match self.take(&mut held).await {
             Ok(conn) => conn,
-            Err(error) => {
-                let error = format!("no connection for a group writer: {error}");
-                return jobs
-                    .iter()
-                    .map(|_| Err(anyhow::anyhow!("{error}").into()))
-                    .collect();
-            }
+            Err(error) => return every_job_failed(error, jobs.len()),
         };
         let results = commit(&mut conn, jobs).await;
         if !results.iter().any(connection_failed) {
@@ -182,7 +185,35 @@ impl HeldConnection {
 
 /// Whether the connection failed (not a statement: the database's own refusal).
 fn connection_failed<R>(result: &StoreResult<R>) -> bool {
-    matches!(result, Err(crate::store::StoreError::Database(error)) if !matches!(error, sqlx::Error::Database(_)))
+    matches!(result, Err(crate::store::StoreError::Database(error)) if broken(error))
+}
+
+/// Whether `error` ended the connection: anything but the database's answer, or its answer of
+/// FATAL or PANIC severity (a backend terminated by an administrator, a server shutting down),
+/// after which the backend is gone.
+fn broken(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(answer) => answer
+            .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+            .is_some_and(|answer| {
+                matches!(
+                    answer.severity(),
+                    sqlx::postgres::PgSeverity::Fatal | sqlx::postgres::PgSeverity::Panic
+                )
+            }),
+        _ => true,
+    }
+}
+
+/// The answers of a group that failed as a whole for want of a connection: `error` for the
+/// first job (which tells [`HeldConnection::run`] to let the connection go) and a note of it for
+/// the others. No job is retried on a connection that is gone, and a claim that may have
+/// committed before the connection broke is never made again (it would read as a reuse).
+fn every_job_failed<R>(error: sqlx::Error, jobs: usize) -> Vec<StoreResult<R>> {
+    let note = format!("a group writer's connection failed: {error}");
+    let mut results = vec![Err(error.into())];
+    results.extend((1..jobs).map(|_| Err(anyhow::anyhow!("{note}").into())));
+    results
 }
 
 /// Tokens of many issues in one statement: each issue's first row (an access token, or a lone
@@ -220,6 +251,7 @@ pub(in crate::store) async fn insert_token_group(
     if issues.len() > 1 && issues.iter().all(|rows| matches!(rows.len(), 1 | 2)) {
         match insert_statement(&mut *conn, &issues).await {
             Ok(ids) => return answers(&issues, &ids),
+            Err(error) if broken(&error) => return every_job_failed(error, issues.len()),
             Err(error) => {
                 tracing::debug!(%error, size = issues.len(), "a group of tokens failed: one by one");
             }
@@ -319,6 +351,7 @@ pub(in crate::store) async fn claim_group(
                 let mut unspent: std::collections::HashSet<i64> = claimed.into_iter().collect();
                 return ids.iter().map(|id| Ok(unspent.remove(id))).collect();
             }
+            Err(error) if broken(&error) => return every_job_failed(error, ids.len()),
             Err(error) => {
                 tracing::debug!(%error, size = ids.len(), "a group of claims failed: one by one");
             }
@@ -345,7 +378,7 @@ pub(in crate::store) async fn throttle_group(
 ) -> Vec<StoreResult<()>> {
     match throttle_statement(&mut *conn, &writes).await {
         Ok(()) => writes.iter().map(|_| Ok(())).collect(),
-        Err(error) if writes.len() > 1 => {
+        Err(error) if writes.len() > 1 && !broken(&error) => {
             tracing::debug!(%error, size = writes.len(), "a group of throttle writes failed: one by one");
             let mut results = Vec::with_capacity(writes.len());
             for write in writes {
@@ -357,7 +390,7 @@ pub(in crate::store) async fn throttle_group(
             }
             results
         }
-        Err(error) => vec![Err(error.into())],
+        Err(error) => every_job_failed(error, writes.len()),
     }
 }
 
@@ -472,6 +505,64 @@ mod tests {
                 Err(_) => assert!(first.is_none() && second.is_none(), "nothing stored"),
             }
         }
+    }
+
+    /// A writer's commit that answers each job, a query of one text value, with that value.
+    fn ask<'c>(
+        conn: &'c mut PgConnection,
+        queries: Vec<&'static str>,
+    ) -> Pin<Box<dyn Future<Output = Vec<StoreResult<String>>> + Send + 'c>> {
+        Box::pin(async move {
+            let mut results = Vec::new();
+            for query in queries {
+                let answer = sqlx::query_scalar(query).fetch_one(&mut *conn).await;
+                results.push(answer.map_err(Into::into));
+            }
+            results
+        })
+    }
+
+    #[tokio::test]
+    async fn only_the_tokens_writer_commits_without_waiting_for_the_wal_flush() {
+        let Some((_store, pool, _)) = postgres().await else {
+            return;
+        };
+        let setting = "SHOW synchronous_commit";
+        let tokens = HeldConnection::writer(WriterKind::Tokens, tokens_connection(&pool), ask);
+        assert_eq!(tokens.write(setting).await.unwrap(), "off");
+        let name = tokens
+            .write("SELECT current_setting('application_name')")
+            .await;
+        assert_eq!(name.unwrap(), TOKENS_WRITER_NAME);
+        let claims = HeldConnection::writer(WriterKind::RefreshClaims, pool.clone(), ask);
+        assert_eq!(claims.write(setting).await.unwrap(), "on");
+    }
+
+    #[tokio::test]
+    async fn a_writer_whose_backend_is_terminated_fails_one_group_then_takes_a_new_connection() {
+        let Some((_store, pool, _)) = postgres().await else {
+            return;
+        };
+        let pid = "SELECT pg_backend_pid()::text";
+        let writer = HeldConnection::writer(WriterKind::Tokens, pool.clone(), ask);
+        let first = writer.write(pid).await.unwrap();
+        assert_eq!(
+            writer.write(pid).await.unwrap(),
+            first,
+            "the connection is held"
+        );
+        let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1::int)")
+            .bind(first.parse::<i32>().unwrap())
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert!(terminated);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        // The group that finds the backend gone fails (PostgreSQL's FATAL answer, or the closed
+        // socket); the connection is let go, so the next group runs on a new backend.
+        assert!(writer.write(pid).await.is_err());
+        let next = writer.write(pid).await.expect("a new connection");
+        assert_ne!(next, first);
     }
 
     #[tokio::test]
