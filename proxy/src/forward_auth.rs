@@ -37,7 +37,7 @@ impl ServeHttp for ForwardAuth {
             Ok(o) => o,
             Err(why) => {
                 let body = serde_json::json!({ "detail": why }).to_string();
-                return reply(StatusCode::BAD_REQUEST, None, body, Vec::new());
+                return reply(StatusCode::BAD_REQUEST, None, body, &[]);
             }
         };
         // The client certificate the ingress verified (its `$ssl_client_escaped_cert` in
@@ -54,11 +54,8 @@ impl ServeHttp for ForwardAuth {
         {
             Ok(allow) => {
                 // The values encoded once per token, as the proxy path sends them upstream.
-                let headers = allow
-                    .identity
-                    .map(|i| i.headers.clone())
-                    .unwrap_or_default();
-                reply(StatusCode::OK, None, String::new(), headers)
+                let identity = allow.identity.as_deref().map_or(&[][..], |i| &i.headers);
+                reply(StatusCode::OK, None, String::new(), identity)
             }
             Err(denial) => {
                 let Refusal {
@@ -69,7 +66,7 @@ impl ServeHttp for ForwardAuth {
                 // No route: 403, as nginx's auth_request passes on only 401 and 403.
                 let status = if status == 404 { 403 } else { status };
                 let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
-                reply(status, www_authenticate, body, Vec::new())
+                reply(status, www_authenticate, body, &[])
             }
         }
     }
@@ -79,7 +76,7 @@ fn reply(
     status: StatusCode,
     challenge: Option<String>,
     body: String,
-    identity: Vec<(&'static str, header::HeaderValue)>,
+    identity: &[(&'static str, header::HeaderValue)],
 ) -> Response<Vec<u8>> {
     let mut resp = Response::new(body.into_bytes());
     *resp.status_mut() = status;
@@ -100,7 +97,7 @@ fn reply(
         headers.insert(header::WWW_AUTHENTICATE, v);
     }
     for (name, value) in identity {
-        headers.insert(name, value);
+        headers.insert(*name, value.clone());
     }
     resp
 }

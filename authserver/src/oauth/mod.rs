@@ -58,7 +58,7 @@ pub fn router(settings: &Settings) -> Router<AppState> {
 }
 
 /// Every method but POST answered `405` with `Allow: POST` and an RFC 6749 error body, before
-/// anything of the request is read.
+/// the request reaches a handler (its body was read within the server's `Limits`).
 fn post_only(route: MethodRouter<AppState>) -> MethodRouter<AppState> {
     route.fallback(|| async { OAuthError::PostOnly })
 }

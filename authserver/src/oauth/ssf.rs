@@ -16,8 +16,8 @@
 //!
 //! [`EventBell`]: crate::store
 
-use super::OAuthError;
 use super::access_jwt::find_presented;
+use super::{OAuthError, no_store};
 use crate::AppState;
 use crate::domain::{SSF_MANAGE_SCOPE, SSF_READ_SCOPE};
 use crate::jwt::set;
@@ -98,7 +98,7 @@ async fn configuration(State(state): State<AppState>) -> Json<Value> {
 /// like RFC 6749's.
 fn refuse(status: StatusCode, error: &str, description: &str) -> Response {
     let body = json!({"error": error, "error_description": description});
-    (status, [(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
+    (status, no_store(super::json(&body))).into_response()
 }
 
 fn no_stream() -> Response {
@@ -261,12 +261,8 @@ async fn create_stream(
         state.store.ring_push();
     }
     tracing::info!(client_id = %client_id, stream_id = %stream.stream_id, "revocation stream created");
-    Ok((
-        StatusCode::CREATED,
-        [(header::CACHE_CONTROL, "no-store")],
-        Json(stream_configuration(&state, &stream)),
-    )
-        .into_response())
+    let created = no_store(super::json(&stream_configuration(&state, &stream)));
+    Ok((StatusCode::CREATED, created).into_response())
 }
 
 /// `GET configuration_endpoint?stream_id=`: one stream of the caller; without `stream_id`, all.
@@ -291,7 +287,7 @@ async fn read_stream(
                 .collect(),
         ),
     };
-    Ok(([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response())
+    Ok(no_store(super::json(&body)))
 }
 
 /// The body of `PATCH` and `PUT` (SSF 1.0 §8.1.1.3-4): the stream, and the receiver-supplied
@@ -374,11 +370,9 @@ async fn change_stream(
         state.store.ring_push();
     }
     tracing::info!(client_id = %client_id, stream_id = %stream.stream_id, "revocation stream updated");
-    Ok((
-        [(header::CACHE_CONTROL, "no-store")],
-        Json(stream_configuration(&state, &stream)),
-    )
-        .into_response())
+    Ok(no_store(super::json(&stream_configuration(
+        &state, &stream,
+    ))))
 }
 
 /// `DELETE configuration_endpoint?stream_id=`: `204`, or `404` for no stream of the caller.
@@ -408,7 +402,7 @@ fn status_response(stream: &StreamRecord) -> Response {
     if let Some(reason) = &stream.status_reason {
         body["reason"] = reason.clone().into();
     }
-    ([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
+    no_store(super::json(&body))
 }
 
 /// `GET status_endpoint?stream_id=` (SSF 1.0 §8.1.2.1).
@@ -743,11 +737,9 @@ async fn poll(
         .into_iter()
         .map(|(jti, token)| (jti, token.into()))
         .collect();
-    Ok((
-        [(header::CACHE_CONTROL, "no-store")],
-        Json(json!({"sets": sets, "moreAvailable": more})),
-    )
-        .into_response())
+    Ok(no_store(super::json(
+        &json!({"sets": sets, "moreAvailable": more}),
+    )))
 }
 
 /// The SETs of `events` for `stream`, signed with the current key: (SET id, SET).

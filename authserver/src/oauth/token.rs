@@ -12,11 +12,10 @@ use crate::config::AccessTokenFormat;
 use crate::protocol::{GrantKind, GrantRequest};
 use crate::request_log::with_caller;
 use crate::store::now;
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::Serialize;
 
 pub async fn token(
@@ -74,11 +73,7 @@ pub async fn token(
     // The user by id: this server's logs never name a username (one typed into the wrong
     // field may be a password).
     let user_id = user.as_ref().map(|(id, _)| id.to_string());
-    let response = with_caller(
-        Json(body).into_response(),
-        &app.client_id,
-        user_id.as_deref(),
-    );
+    let response = with_caller(super::json(&body), &app.client_id, user_id.as_deref());
     Ok(no_store(response))
 }
 
