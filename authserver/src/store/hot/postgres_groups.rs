@@ -278,7 +278,19 @@ fn answers(issues: &[Vec<NewRow>], ids: &HashMap<String, i64>) -> Vec<StoreResul
 }
 
 /// [`INSERT_NEW_FAMILIES`] when every issue is a lone token of a new family, else
-/// [`INSERT_GROUP`], for `issues`: the digests of the first rows inserted, with their ids.
+/// [`INSERT_GROUP`].
+fn group_statement(issues: &[Vec<NewRow>]) -> &'static str {
+    if issues
+        .iter()
+        .all(|rows| rows.len() == 1 && rows[0].new_family)
+    {
+        INSERT_NEW_FAMILIES
+    } else {
+        INSERT_GROUP
+    }
+}
+
+/// [`group_statement`] for `issues`: the digests of the first rows inserted, with their ids.
 async fn insert_statement(
     conn: &mut PgConnection,
     issues: &[Vec<NewRow>],
@@ -290,14 +302,7 @@ async fn insert_statement(
     let number = |f: fn(&[NewRow]) -> Option<i64>| -> Vec<Option<i64>> {
         issues.iter().map(|rows| f(rows)).collect()
     };
-    let new_families = issues
-        .iter()
-        .all(|rows| rows.len() == 1 && rows[0].new_family);
-    let statement = if new_families {
-        INSERT_NEW_FAMILIES
-    } else {
-        INSERT_GROUP
-    };
+    let statement = group_statement(issues);
     let mut query = sqlx::query(statement)
         .bind(column(|r| Some(r[0].kind.as_str())))
         .bind(column(|r| Some(&r[0].digest)))
@@ -309,7 +314,7 @@ async fn insert_statement(
         .bind(number(|r| Some(r[0].issued_at)))
         .bind(number(|r| Some(r[0].expires_at)))
         .bind(column(|r| r[0].cnf_x5t_s256.as_deref()));
-    if !new_families {
+    if statement == INSERT_GROUP {
         query = query
             .bind(column(|r| r.get(1).map(|s| s.kind.as_str())))
             .bind(column(|r| r.get(1).map(|s| s.digest.as_str())))
@@ -622,6 +627,7 @@ mod tests {
             new_family("new-b"),
             new_family("new-c"),
         ];
+        assert_eq!(group_statement(&issues), INSERT_NEW_FAMILIES);
         let ids = insert_statement(&mut conn, &issues)
             .await
             .expect("one statement");
@@ -631,6 +637,7 @@ mod tests {
         // alone is refused.
         assert!(store.revoke_family("revoked-too").await.unwrap());
         let issues = vec![new_family("new-d"), issue(app, "revoked-too", false)];
+        assert_eq!(group_statement(&issues), INSERT_GROUP);
         let results = insert_token_group(&mut conn, issues.clone()).await;
         assert!(results[0].is_ok(), "{results:?}");
         assert!(
