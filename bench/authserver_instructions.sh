@@ -31,20 +31,14 @@ for tool in valgrind callgrind_control h2load; do
 done
 for b in "$AUTH" "$HELLO"; do [ -x "$b" ] || { echo "missing $b: build it (see the top of $0)" >&2; exit 1; }; done
 . bench/common.sh
-SCHEMA=""
 if [[ "${DATABASE_URL:-}" == postgres* ]]; then
-  SCHEMA="bench_cg_$(date +%s)_$$"
-  psql -q "$DATABASE_URL" -c "CREATE SCHEMA $SCHEMA" >/dev/null
-  SEP='?'; [[ "$DATABASE_URL" == *\?* ]] && SEP='&'
-  DB="${DATABASE_URL}${SEP}options=-c%20search_path%3D$SCHEMA"
-  trap 'cleanup; psql -q "$DATABASE_URL" -c "DROP SCHEMA $SCHEMA CASCADE" >/dev/null 2>&1 || true' EXIT
+  pg_schema bench_cg
 fi
 
 $AUTH migrate --database-url "$DB" >/dev/null
 echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
 PW=$($AUTH app create --name pw --database-url "$DB" --json)
 CC=$($AUTH app create --name cc --grant-type client-credentials --introspect --database-url "$DB" --json)
-basic() { printf '%s:%s' "$(field "$1" client_id)" "$(field "$1" client_secret)" | base64 -w0; }
 PW_BASIC=$(basic "$PW"); CC_BASIC=$(basic "$CC")
 
 wait_up() { # $1 url: polls until it answers (valgrind starts a program 20-50x slower)

@@ -16,6 +16,16 @@ wait_http() { # $1 url: polls until the server answers at all
   echo "no answer from $1" >&2; exit 1
 }
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+basic() { printf '%s:%s' "$(field "$1" client_id)" "$(field "$1" client_secret)" | base64 -w0; } # $1: `app create --json`
+# A fresh schema of $DATABASE_URL for this run, dropped on exit: sets SCHEMA, and DB to a URL whose
+# connections use it. $1: the schema name's prefix.
+pg_schema() {
+  SCHEMA="$1_$(date +%s)_$$"
+  psql -q "$DATABASE_URL" -c "CREATE SCHEMA $SCHEMA" >/dev/null
+  trap 'cleanup; psql -q "$DATABASE_URL" -c "DROP SCHEMA $SCHEMA CASCADE" >/dev/null 2>&1 || true' EXIT
+  local sep='?'; [[ "$DATABASE_URL" == *\?* ]] && sep='&'
+  DB="${DATABASE_URL}${sep}options=-c%20search_path%3D$SCHEMA"
+}
 
 # A tokengate proxy configuration in front of the hello upstream: writes $WORK/proxy-$1.yaml.
 # $1 name, $2 route access (YAML), $3 listen port, $4 admin port, $5 extra top-level YAML.

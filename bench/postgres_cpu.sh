@@ -21,16 +21,14 @@ AUTH=${AUTH:-${CARGO_TARGET_DIR:-target}/release/authserver}
 for tool in h2load psql ss; do command -v $tool >/dev/null || { echo "missing $tool" >&2; exit 1; }; done
 [ -x "$AUTH" ] || { echo "missing $AUTH: cargo build --release -p authserver --bin authserver" >&2; exit 1; }
 . bench/common.sh
-SCHEMA="bench_cpu_$(date +%s)_$$"
-psql -q "$DATABASE_URL" -c "CREATE SCHEMA $SCHEMA" >/dev/null
-trap 'cleanup; psql -q "$DATABASE_URL" -c "DROP SCHEMA $SCHEMA CASCADE" >/dev/null 2>&1 || true' EXIT
-SEP='?'; [[ "$DATABASE_URL" == *\?* ]] && SEP='&'
-DB="${DATABASE_URL}${SEP}options=-c%20search_path%3D$SCHEMA"
+pg_schema bench_cpu
+# The PostgreSQL server's port, by which the authserver's backends are found (TCP only).
+PG_PORT=$(python3 -c 'import sys, urllib.parse as u; print(u.urlsplit(sys.argv[1]).port or 5432)' "$DATABASE_URL")
 
 $AUTH migrate --database-url "$DB" >/dev/null
 [ -z "${SQL:-}" ] || psql -q "$DB" -c "$SQL" >/dev/null
 CC=$($AUTH app create --name cc --grant-type client-credentials --introspect --database-url "$DB" --json)
-BASIC=$(printf '%s:%s' "$(field "$CC" client_id)" "$(field "$CC" client_secret)" | base64 -w0)
+BASIC=$(basic "$CC")
 PORT=$(free_port); METRICS_PORT=$(free_port)
 AUTHSERVER_LISTEN=127.0.0.1:$PORT AUTHSERVER_METRICS_LISTEN=127.0.0.1:$METRICS_PORT RUST_LOG=warn \
   "$AUTH" serve --database-url "$DB" & AUTH_PID=$!; PIDS+=($AUTH_PID)
@@ -45,7 +43,7 @@ load() { # $1 requests; fails on anything but 2xx
 # The PIDs of the PostgreSQL backends of the authserver's connections (matched by client port).
 backends() {
   local ports
-  ports=$(ss -tnpH state established '( dport = :5432 )' | grep "pid=$AUTH_PID," \
+  ports=$(ss -tnpH state established "( dport = :$PG_PORT )" | grep "pid=$AUTH_PID," \
     | awk '{ n = split($3, a, ":"); print a[n] }' | paste -sd, -)
   [ -n "$ports" ] || return 0
   psql -At "$DATABASE_URL" -c "SELECT pid FROM pg_stat_activity WHERE client_port IN ($ports)"
@@ -78,6 +76,7 @@ group_sizes() { # "groups writes" of the tokens writer
 load 2000   # warm-up: the pool's connections, the caches, the prepared statements
 sleep 11    # a backend flushes its last statistics once idle for 10 s (PostgreSQL 15)
 read -r -a BACKENDS <<<"$(backends | paste -sd' ' -)"
+[ ${#BACKENDS[@]} -gt 0 ] || { echo "no TCP connection of the authserver to port $PG_PORT (a unix-socket DATABASE_URL?)" >&2; exit 1; }
 read -r -a WRITERS <<<"$(writers | paste -sd' ' -)"
 STATS0=$(table_stats); GROUPS0=$(group_sizes)
 A0=$(ticks "$AUTH_PID"); B0=$(ticks "${BACKENDS[@]}"); W0=$(ticks "${WRITERS[@]}")
