@@ -17,6 +17,20 @@ pub fn random_token() -> String {
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
+/// A new token family's identifier: the time in microseconds as 13 hex digits, then 16 random
+/// bytes from the OS (base64url, 22 characters). Families made together sort together, so a
+/// group of new tokens adds to one page of the family index instead of one page each (SQLite
+/// writes each page it changes to the WAL at every commit); the random part keeps it
+/// unguessable. Only its digest ([`crate::store::family_jti`]) is ever shown.
+pub fn new_family() -> String {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros());
+    let mut bytes = [0u8; 16];
+    OsRng.fill_bytes(&mut bytes);
+    format!("{micros:013x}{}", URL_SAFE_NO_PAD.encode(bytes))
+}
+
 /// A new random client identifier: 20 bytes, base64url (27 characters).
 pub fn random_client_id() -> String {
     let mut bytes = [0u8; 20];

@@ -75,7 +75,7 @@ impl Store {
     pub async fn issue_code(&self, new: &NewCode) -> StoreResult<String> {
         let _timer = StoreTimer::start(StoreOp::IssueCode);
         let code = secrets::random_token();
-        let family = secrets::random_token();
+        let family = secrets::new_family();
         let at = now();
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;

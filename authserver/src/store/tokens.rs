@@ -158,7 +158,7 @@ impl Store {
             application_id: new.application_id,
             user_id: new.user_id,
             scope: new.scope.clone(),
-            family: new.family.clone().unwrap_or_else(secrets::random_token),
+            family: new.family.clone().unwrap_or_else(secrets::new_family),
             new_family: new.family.is_none(),
             access_token_id: None,
             issued_at,
