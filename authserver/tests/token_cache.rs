@@ -577,3 +577,80 @@ async fn one_sqlite_replica_answers_exactly_through_changes() {
     let (hits, _) = counted(&authserver::metrics::METRICS.render());
     assert!(hits > hits_before, "the cache answered none");
 }
+
+/// A change made by another process (the command line) reaches a running server's cache within
+/// the bound: on SQLite, whose store sees other connections' commits by probing
+/// (`authserver::store::FOREIGN_COMMIT_BOUND`); on PostgreSQL, which hears the notification.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_deleted_by_the_cli_reads_inactive_within_the_bound() {
+    for url in testing::all_database_urls().await {
+        let store = Store::connect(&url).await.unwrap();
+        let backend = store.backend();
+        let bound = match backend {
+            authserver::store::Backend::Sqlite => authserver::store::FOREIGN_COMMIT_BOUND,
+            authserver::store::Backend::Postgres => Duration::from_secs(1),
+        };
+        let username = format!("cli-deleted-{}", authserver::secrets::random_client_id());
+        let user = testing::user(&store, &username, "pass-word-1").await;
+        let (app, _) = store
+            .create_application(
+                &application_input(format!("{username}-app"), &["read"]),
+                None,
+                None,
+                None,
+            )
+            .await
+            .unwrap();
+        let token = store
+            .issue_tokens(&NewTokens {
+                application_id: app.id,
+                user_id: Some(user.id),
+                scope: "read".into(),
+                access_lifetime: 600,
+                refresh_lifetime: None,
+                family: None,
+                cnf_x5t_s256: None,
+            })
+            .await
+            .unwrap()
+            .access_token;
+        let caller = testing::application(&store, GrantType::ClientCredentials, true).await;
+        let server = testing::spawn_server(
+            store.clone(),
+            Settings::for_tests("unused"),
+            "127.0.0.1:0".parse().unwrap(),
+        )
+        .await;
+        testing::client_cache_ready(&store).await;
+        let http = reqwest::Client::new();
+        // Read, then answered from the cache.
+        for _ in 0..3 {
+            let said = introspect(&http, &server.base_url, &caller, &token).await;
+            assert_eq!(said, (true, "read".to_owned()));
+        }
+        let out = tokio::task::spawn_blocking({
+            let (url, username) = (url.clone(), username.clone());
+            move || support::binary::run(&["user", "delete", &username], &url, "")
+        })
+        .await
+        .unwrap();
+        let deleted_at = Instant::now();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        loop {
+            let sent = deleted_at.elapsed();
+            let (active, _) = introspect(&http, &server.base_url, &caller, &token).await;
+            if !active {
+                break;
+            }
+            assert!(
+                sent < bound,
+                "{backend:?}: the deleted user's token still reads active {sent:?} after the CLI's commit"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}

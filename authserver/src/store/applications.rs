@@ -129,19 +129,16 @@ impl Store {
     }
 
     /// The application with this client id, from the client cache when it is there
-    /// ([`super::client_cache`]: a change made anywhere counts at once).
+    /// ([`super::client_cache`]: a change made anywhere counts at once, or on SQLite by another
+    /// process within [`super::FOREIGN_COMMIT_BOUND`]).
     pub async fn find_application_by_client_id(
         &self,
         client_id: &str,
     ) -> StoreResult<Option<Application>> {
         let _timer = StoreTimer::start(StoreOp::FindApplication);
-        // On SQLite, any commit since the last lookup by a connection other than the writer
-        // thread's, of any process (an operator rotating a secret from the command line),
-        // empties the cache first.
-        let cacheable = match &self.hot {
-            Hot::Sqlite(local) => local.unless_changed(|| self.clients.forget_all()).is_ok(),
-            Hot::Postgres(_) => true,
-        };
+        // On SQLite, a commit by a connection other than the writer thread's, of any process
+        // (an operator rotating a secret from the command line), empties the cache first.
+        let cacheable = self.caches_current();
         if cacheable && let Some(app) = self.clients.get(client_id).await {
             return Ok(Some(app));
         }

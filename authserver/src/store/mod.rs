@@ -43,6 +43,7 @@ pub use hot::group_writer::{WriterKind, write_group_sizes};
 pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
 pub use purge::Purged;
 pub use sessions::{NewSession, Session};
+pub use sqlite_changes::FOREIGN_COMMIT_BOUND;
 pub use timing::call_durations;
 pub use token_cache::{
     APPLICATION_NAME as TOKEN_CACHE_LISTENER, DEFAULT_TOKEN_CACHE_CAPACITY, Introspected,
@@ -269,6 +270,22 @@ impl Store {
 
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// Whether lookups may use this store's client and token caches now. On SQLite it first
+    /// empties both when another connection, of this process or another, committed before a
+    /// probe of the last [`FOREIGN_COMMIT_BOUND`] ([`sqlite_changes`]); `false` when the
+    /// database cannot be asked. On PostgreSQL the caches hear the changes themselves.
+    fn caches_current(&self) -> bool {
+        match &self.hot {
+            Hot::Sqlite(local) => local
+                .unless_changed(|| {
+                    self.clients.forget_all();
+                    self.token_cache.evict(&token_cache::Eviction::All);
+                })
+                .is_ok(),
+            Hot::Postgres(_) => true,
+        }
     }
 
     /// Before a cold-path write through `self.writer`: on SQLite, pauses the hot path's writer

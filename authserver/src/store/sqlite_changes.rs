@@ -1,13 +1,18 @@
 //! Whether a SQLite connection other than the hot path's writer has committed: what empties the
-//! client cache on SQLite ([`super::client_cache`]), without the writer's own commits (a token
-//! issued) emptying it too.
+//! client and token caches on SQLite ([`super::client_cache`], [`super::token_cache`]), without
+//! the writer's own commits (a token issued) emptying them too.
 //!
 //! `PRAGMA data_version` on a connection changes when any *other* connection, of this process or
 //! another, has committed since it last asked; when nothing changed, asking reads only the WAL
-//! index in shared memory. Two connections ask it:
+//! index in shared memory, but still takes and drops a read lock (two `fcntl` calls). Two
+//! connections ask it:
 //!
-//! - the probe, a read-only connection of its own, before every lookup ([`Changes::notice`]): a
-//!   version other than the one seen last means some commit, the writer's or another's;
+//! - the probe, a read-only connection of its own, before a lookup ([`Changes::notice`]): a
+//!   version other than the one seen last means some commit, the writer's or another's. A lookup
+//!   skips it when a probe that started less than [`FOREIGN_COMMIT_BOUND`] before the lookup
+//!   has completed (and emptied the caches if it had to): so a commit by another connection
+//!   counts for every lookup that starts [`FOREIGN_COMMIT_BOUND`] after it or later, and the
+//!   probes run at most about once per bound instead of once per request;
 //! - the writer's connection, on the writer thread after each of its groups
 //!   ([`Changes::vouch`]): its version moves only with the commits of the others.
 //!
@@ -24,26 +29,44 @@
 //!   other connection committed between `mark`'s state and now, hence none since `seen`'s state:
 //!   every commit the probe sees at `v` beyond `seen` is the writer's, and `v` becomes `seen`
 //!   without emptying anything. Otherwise (another connection committed, or the chain is not
-//!   started) `seen` is forgotten, so the next lookup empties the cache. Either way `w` becomes
-//!   `mark`: no lookup's probe falls between the vouch's two reads, so whatever state the next
-//!   `seen` is taken at comes after the writer's read.
+//!   started) `seen` is forgotten, and so is the last probe's time, so the next lookup probes
+//!   and empties the cache. Either way `w` becomes `mark`: no lookup's probe falls between the
+//!   vouch's two reads, so whatever state the next `seen` is taken at comes after the writer's
+//!   read.
 //!
-//! Hence a commit by another connection (the command line rotating a secret), once made, is
-//! noticed by the first lookup that starts after it: either the probe's version differs from
-//! `seen`, or a vouch since has refused to carry `seen` over it. The cost: the writer asks its
-//! version and the probe's once per group; a lookup between a group's commit and its vouch sees
-//! a new version before it is vouched for and empties the cache, as any commit did before.
-//! Commits by this process's own other connections (the cold path's pool) count as another's,
-//! and those that change an application empty the cache themselves as well.
+//! Hence a commit by another connection (the command line rotating a secret or revoking a
+//! token), once made, is noticed by the first probe that starts after it, which every lookup
+//! starting [`FOREIGN_COMMIT_BOUND`] later waits for or makes: either the probe's version
+//! differs from `seen`, or a vouch since has refused to carry `seen` over it. The cost: the
+//! writer asks its version and the probe's once per group; a probe between a group's commit and
+//! its vouch sees a new version before it is vouched for and empties the caches, as any commit
+//! did before. Commits by this process's own other connections (the cold path's pool) count as
+//! another's, and those that change an application or a token's answer empty the caches
+//! themselves as well.
 
 use super::StoreResult;
 use super::sqlite_local::database;
 use rusqlite::Connection;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long after another connection's commit (another process's: the command line) a lookup
+/// may still be answered from what the caches held before it. Within a process, a change empties
+/// the caches itself, at once.
+pub const FOREIGN_COMMIT_BOUND: Duration = Duration::from_millis(1);
 
 /// The probe connection and what the lookups and the writer have learnt through it.
 pub(super) struct Changes {
     state: Mutex<State>,
+    /// The longest a completed probe stands for the lookups after it ([`FOREIGN_COMMIT_BOUND`]).
+    bound: Duration,
+    /// The origin of `probed`'s times.
+    epoch: Instant,
+    /// When the last probe that left the caches current started, in nanoseconds since `epoch`,
+    /// plus one (0: none, the next lookup probes). Written under `state`'s lock, after the
+    /// caches were emptied if they had to be.
+    probed: AtomicU64,
 }
 
 struct State {
@@ -58,26 +81,41 @@ struct State {
 }
 
 impl Changes {
-    pub(super) fn new(probe: Connection) -> Changes {
+    /// Changes seen through `probe`, each probe standing for the lookups of the next `bound`.
+    pub(super) fn new(probe: Connection, bound: Duration) -> Changes {
         Changes {
             state: Mutex::new(State {
                 probe,
                 seen: None,
                 mark: None,
             }),
+            bound,
+            epoch: Instant::now(),
+            probed: AtomicU64::new(0),
         }
     }
 
-    /// Calls `changed` when a connection other than the writer's may have committed since the
-    /// last call, before returning: calls are serialised, so a caller that returns after another
+    /// Calls `changed` when a connection other than the writer's may have committed before a
+    /// probe that started less than the bound before this call (making that probe when there is
+    /// none), before returning: calls are serialised, so a caller that returns after another
     /// caller's `changed` ran sees the effects of that `changed`. Also calls it, and fails, when
-    /// the database cannot be asked (and the next call then calls it again).
+    /// the database cannot be asked (and the next call then probes again).
     pub(super) fn notice(&self, changed: impl FnOnce()) -> StoreResult<()> {
+        let start = self.now();
+        if self.covered(start) {
+            return Ok(());
+        }
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        // A probe that started while this call waited for the lock stands for it too.
+        if self.covered(start) {
+            return Ok(());
+        }
+        let probe_start = self.now();
         let version = match data_version(&state.probe) {
             Ok(version) => version,
             Err(error) => {
                 state.seen = None;
+                self.probed.store(0, Ordering::Release);
                 changed();
                 return Err(database(error));
             }
@@ -86,7 +124,21 @@ impl Changes {
             changed();
             state.seen = Some(version);
         }
+        self.probed.store(probe_start + 1, Ordering::Release);
         Ok(())
+    }
+
+    /// Whether a completed probe started after `start` less the bound.
+    fn covered(&self, start: u64) -> bool {
+        match self.probed.load(Ordering::Acquire) {
+            0 => false,
+            probed => start.saturating_sub(probed - 1) < self.bound.as_nanos() as u64,
+        }
+    }
+
+    /// Nanoseconds since `epoch`.
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
     }
 
     /// On the writer thread, after its group: carries `seen` over the writer's own commits when
@@ -97,6 +149,7 @@ impl Changes {
             // A transaction left open (a failed rollback) would answer from its own old state.
             state.seen = None;
             state.mark = None;
+            self.probed.store(0, Ordering::Release);
             return;
         }
         let versions =
@@ -107,12 +160,17 @@ impl Changes {
                     Some(_) if state.mark == Some(writer) => Some(probe),
                     _ => None,
                 };
+                if state.seen.is_none() {
+                    // Another connection committed: the next lookup probes (and empties).
+                    self.probed.store(0, Ordering::Release);
+                }
                 state.mark = Some(writer);
             }
             Err(error) => {
                 tracing::warn!(%error, "cannot ask SQLite whether the database changed");
                 state.seen = None;
                 state.mark = None;
+                self.probed.store(0, Ordering::Release);
             }
         }
     }
@@ -158,7 +216,7 @@ mod tests {
                 folder,
                 writer,
                 other,
-                changes: Changes::new(probe),
+                changes: Changes::new(probe, Duration::ZERO),
             }
         }
 
@@ -237,6 +295,46 @@ mod tests {
         assert!(database.lookup_empties());
         database.writer_group();
         assert!(!database.lookup_empties());
+    }
+
+    #[test]
+    fn a_probe_stands_for_the_lookups_of_the_next_bound_unless_a_vouch_saw_another_commit() {
+        let bound = Duration::from_millis(300);
+        let mut database = vouched();
+        database.changes = Changes::new(
+            Connection::open_with_flags(
+                database.folder.join("db.sqlite"),
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .unwrap(),
+            bound,
+        );
+        assert!(database.lookup_empties(), "the first lookup probes");
+        let probed = Instant::now();
+        commit(&database.other);
+        let within = !database.lookup_empties();
+        if probed.elapsed() < bound {
+            assert!(
+                within,
+                "a lookup within the bound of a probe does not probe"
+            );
+        }
+        std::thread::sleep(bound);
+        assert!(
+            database.lookup_empties(),
+            "past the bound the commit counts"
+        );
+        assert!(!database.lookup_empties());
+        // A vouch that finds another connection's commit makes the next lookup probe at once.
+        database.writer_group();
+        database.writer_group();
+        assert!(database.lookup_empties(), "the writer's chain starts again");
+        commit(&database.other);
+        database.writer_group();
+        assert!(
+            database.lookup_empties(),
+            "within the bound, after the vouch saw it"
+        );
     }
 
     #[test]

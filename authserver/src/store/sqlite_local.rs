@@ -9,14 +9,15 @@
 //! and only then does each caller get its answer. Cold-path writes through sqlx first pause the
 //! writer thread ([`SqliteLocal::exclusive`]), so two connections never write at once.
 //!
-//! Whether a connection other than the writer's has committed (what empties the client cache):
-//! [`SqliteLocal::unless_changed`], through `PRAGMA data_version` ([`super::sqlite_changes`]).
+//! Whether a connection other than the writer's has committed (what empties the client and token
+//! caches): [`SqliteLocal::unless_changed`], through `PRAGMA data_version` at most about once per
+//! [`FOREIGN_COMMIT_BOUND`] ([`super::sqlite_changes`]).
 //!
 //! No connection checkpoints the WAL when committing (`wal_autocheckpoint = 0`): a thread of
 //! its own does, every [`CHECKPOINT_EVERY`], so the checkpoint's writes and fsyncs never hold up
 //! the writer (a passive checkpoint runs beside writers and readers).
 
-use super::sqlite_changes::Changes;
+use super::sqlite_changes::{Changes, FOREIGN_COMMIT_BOUND};
 use super::{StoreError, StoreResult};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
@@ -71,7 +72,10 @@ impl SqliteLocal {
     /// Opens the writer thread's connection on `path` (created by sqlx beforehand).
     pub(super) fn open(path: &Path, temporary: Option<PathBuf>) -> StoreResult<SqliteLocal> {
         let connection = open(path, false).map_err(database)?;
-        let changes = Arc::new(Changes::new(open(path, true).map_err(database)?));
+        let changes = Arc::new(Changes::new(
+            open(path, true).map_err(database)?,
+            FOREIGN_COMMIT_BOUND,
+        ));
         let (writer, queue) = mpsc::channel();
         let vouch = changes.clone();
         std::thread::Builder::new()
@@ -116,7 +120,8 @@ impl SqliteLocal {
     }
 
     /// Calls `changed` when a connection other than the writer thread's (of this process or
-    /// another) may have committed since the last call: [`Changes::notice`].
+    /// another) may have committed more than [`FOREIGN_COMMIT_BOUND`] ago and not been noticed
+    /// yet: [`Changes::notice`].
     pub(super) fn unless_changed(&self, changed: impl FnOnce()) -> StoreResult<()> {
         self.changes.notice(changed)
     }

@@ -15,11 +15,12 @@
 //!
 //! While the listener is not listening (not yet, or its connection lost) the cache is empty and
 //! unused; it is used again once the listener listens and has read the log from its position.
-//! An entry lives at most [`ttl`] in any case: the bound for a connection that died without
-//! either side noticing (PostgreSQL), or for a change made by another process (SQLite).
+//! On SQLite a change made by another process (the command line) is not heard but seen: a
+//! commit by any other connection empties the cache for every lookup that starts
+//! [`super::FOREIGN_COMMIT_BOUND`] after it ([`super::sqlite_changes`]). An entry lives at most
+//! [`TTL`] in any case: the bound for a connection that died without either side noticing.
 //!
 //! [`keep`]: TokenCache::keep
-//! [`ttl`]: TokenCache::new
 
 use super::hot::Hot;
 use super::{Backend, Revocation, Store, StoreResult, TokenRecord};
@@ -39,11 +40,8 @@ pub(super) const CHANNEL: &str = "tokengate_token_cache";
 pub const APPLICATION_NAME: &str = "tokengate-token-cache";
 /// The default capacity in entries (about 1.2 KiB each, 60 MiB in all: docs/scaling.md).
 pub const DEFAULT_TOKEN_CACHE_CAPACITY: u64 = 50_000;
-/// The longest an entry lives on PostgreSQL, where every change is heard.
-const TTL_POSTGRES: Duration = Duration::from_secs(30);
-/// The longest an entry lives on SQLite, where a change made by another process (the CLI) is
-/// not heard.
-const TTL_SQLITE: Duration = Duration::from_secs(1);
+/// The longest an entry lives.
+const TTL: Duration = Duration::from_secs(30);
 /// How long the listener waits before listening again after a failure.
 const RETRY: Duration = Duration::from_millis(200);
 
@@ -185,10 +183,10 @@ pub(super) struct TokenCache {
 
 impl TokenCache {
     /// A cache of at most `capacity` entries (0: none), used at once when `in_process` (SQLite:
-    /// every change is made here) and otherwise once [`listen`] listens.
+    /// every change is made here or seen by the store's probe) and otherwise once [`listen`]
+    /// listens.
     pub(super) fn new(capacity: u64, in_process: bool) -> TokenCache {
-        let ttl = if in_process { TTL_SQLITE } else { TTL_POSTGRES };
-        TokenCache::with_ttl(capacity, in_process, ttl)
+        TokenCache::with_ttl(capacity, in_process, TTL)
     }
 
     /// [`TokenCache::new`] with entries living at most `ttl`.
@@ -451,7 +449,8 @@ impl Store {
         token: &str,
     ) -> StoreResult<(Option<Arc<Introspected>>, bool)> {
         let key = TokenKey::of(token);
-        if let Some(hit) = self.token_cache.get(&key).await {
+        let cacheable = self.caches_current();
+        if cacheable && let Some(hit) = self.token_cache.get(&key).await {
             return Ok((Some(hit), true));
         }
         let generation = self.token_cache.generation();
@@ -475,7 +474,9 @@ impl Store {
             record,
             groups,
         });
-        self.token_cache.keep(generation, key, entry.clone()).await;
+        if cacheable {
+            self.token_cache.keep(generation, key, entry.clone()).await;
+        }
         Ok((Some(entry), false))
     }
 
