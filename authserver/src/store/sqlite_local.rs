@@ -6,8 +6,10 @@
 //! discipline: one thread owns the only writing connection and takes jobs from a channel; a
 //! failing job undoes only itself (a job of one statement because SQLite undoes a failed
 //! statement by itself, any other in a savepoint of its own: [`Undo`]), the batch commits once,
-//! and only then does each caller get its answer. Cold-path writes through sqlx first pause the
-//! writer thread ([`SqliteLocal::exclusive`]), so two connections never write at once.
+//! and only then does each caller get its answer. Should SQLite roll the whole transaction back
+//! in the middle of a batch, the jobs that ran in it fail and the rest commit one by one
+//! ([`run_writer`]). Cold-path writes through sqlx first pause the writer thread
+//! ([`SqliteLocal::exclusive`]), so two connections never write at once.
 //!
 //! Whether a connection other than the writer's has committed (what empties the client and token
 //! caches): [`SqliteLocal::unless_changed`], through `PRAGMA data_version` at most about once per
@@ -36,8 +38,9 @@ const MAX_IDLE_READERS: usize = 8;
 /// How often the checkpoint thread copies the WAL back into the database file.
 pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 
-/// What the writer thread hands back after the batch's commit (`Some` when it failed).
-type Deliver = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
+/// What the writer thread hands back once the job's work is committed or undone: `Some` says why
+/// the group's transaction the job ran in did not commit.
+type Deliver = Box<dyn FnOnce(Option<&str>) + Send>;
 /// A job, told whether it runs inside the group's transaction.
 type WriteJob = Box<dyn FnOnce(&Connection, bool) -> Deliver + Send>;
 
@@ -140,9 +143,9 @@ impl SqliteLocal {
                 Undo::Statement if in_transaction => alone(connection, write),
                 _ => in_savepoint(connection, write),
             };
-            Box::new(move |commit_failed| {
-                let result = match commit_failed {
-                    Some(error) => Err(anyhow::anyhow!("SQLite commit failed: {error}").into()),
+            Box::new(move |group_failed| {
+                let result = match group_failed {
+                    Some(failure) => Err(anyhow::Error::msg(failure.to_owned()).into()),
                     None => result,
                 };
                 let _ = answer.send(result);
@@ -246,6 +249,13 @@ fn in_savepoint<T>(
 
 /// The writer thread: takes what has queued (up to `MAX_BATCH`), runs it in one transaction,
 /// commits, then answers. Ends when the store is dropped.
+///
+/// SQLite may roll the whole transaction back when a statement fails (a full disk, an I/O error:
+/// "Response To Errors Within A Transaction" in its documentation), leaving the connection in
+/// autocommit mode. Hence a job counts as run in the group's transaction only if the transaction
+/// is still open after it: once it is not, the jobs that ran in it are failed (their work is
+/// undone) and the rest run as when the transaction could not be begun, each in a savepoint that
+/// is a transaction of its own, answered its own result.
 fn run_writer(connection: Connection, queue: mpsc::Receiver<Message>, changes: &Changes) {
     let mut next = queue.recv().ok();
     while let Some(message) = next.take() {
@@ -276,23 +286,29 @@ fn run_writer(connection: Connection, queue: mpsc::Receiver<Message>, changes: &
         );
         // Without the transaction (the write lock was not to be had), each job runs in a
         // savepoint that is a transaction of its own.
-        let batched = run(&connection, "BEGIN IMMEDIATE").is_ok();
-        let deliveries: Vec<Deliver> = batch
-            .into_iter()
-            .map(|job| job(&connection, batched))
-            .collect();
-        let commit = if batched {
-            run(&connection, "COMMIT").err()
-        } else {
-            None
-        };
-        if commit.is_some() {
+        let mut in_group = run(&connection, "BEGIN IMMEDIATE").is_ok();
+        let mut group_failed = None;
+        // Each job's answer, and whether it ran in the group's transaction.
+        let mut deliveries: Vec<(Deliver, bool)> = Vec::with_capacity(batch.len());
+        for job in batch {
+            deliveries.push((job(&connection, in_group), in_group));
+            if in_group && connection.is_autocommit() {
+                in_group = false;
+                group_failed = Some("SQLite rolled back the transaction of the group".to_owned());
+            }
+        }
+        if in_group && let Err(error) = run(&connection, "COMMIT") {
+            group_failed = Some(format!("SQLite commit failed: {error}"));
             let _ = run(&connection, "ROLLBACK");
         }
         // Before the answers: a lookup after a write's answer finds the write vouched for.
         changes.vouch(&connection);
-        for deliver in deliveries {
-            deliver(commit.as_ref());
+        for (deliver, in_group) in deliveries {
+            deliver(if in_group {
+                group_failed.as_deref()
+            } else {
+                None
+            });
         }
         if next.is_none() {
             next = queue.recv().ok();
@@ -497,5 +513,68 @@ mod tests {
             }
         }
         assert!(stored(local, &taken.digest));
+    }
+
+    /// SQLite rolls the whole transaction back in the middle of a group (here a job's own
+    /// `ROLLBACK`, which the writer cannot tell from SQLite's on a full disk or an I/O error):
+    /// the jobs that ran in it are answered their failure, the jobs after it commit on their own
+    /// and are answered so, and the writer's next group commits as usual.
+    #[tokio::test]
+    async fn a_group_whose_transaction_sqlite_rolled_back_answers_each_job_what_it_became() {
+        let store = crate::testing::sqlite_store().await;
+        let Hot::Sqlite(local) = &store.hot else {
+            panic!("a SQLite store");
+        };
+        let (client_id, _) =
+            crate::testing::application(&store, GrantType::ClientCredentials, false).await;
+        let application = store.find_application_by_client_id(&client_id).await;
+        let application = application.unwrap().unwrap().id;
+        let another_pair = || pair(lone(application), secrets::digest(&secrets::random_token()));
+        // (how the job is undone, its rows, whether it rolls the transaction back, committed)
+        let jobs = [
+            (Undo::Statement, vec![lone(application)], false, false),
+            (Undo::Savepoint, another_pair(), false, false),
+            (Undo::Statement, vec![lone(application)], true, false),
+            (Undo::Statement, vec![lone(application)], false, true),
+            (Undo::Savepoint, another_pair(), false, true),
+            (Undo::Savepoint, another_pair(), true, false),
+            (Undo::Statement, vec![lone(application)], false, true),
+        ];
+        // Queued while the writer is paused: taken together, as one group.
+        let paused = local.exclusive().await.unwrap();
+        let mut writes: Vec<_> = jobs
+            .iter()
+            .map(|(undo, rows, rolls_back, _)| {
+                let (rows, rolls_back) = (rows.clone(), *rolls_back);
+                Box::pin(local.write(*undo, move |c| {
+                    let id = hot::sqlite::insert_tokens(c, &rows)?;
+                    if rolls_back {
+                        run(c, "ROLLBACK").map_err(database)?;
+                    }
+                    Ok(id)
+                }))
+            })
+            .collect();
+        let mut context = Context::from_waker(Waker::noop());
+        for write in &mut writes {
+            assert!(matches!(write.as_mut().poll(&mut context), Poll::Pending));
+        }
+        drop(paused);
+        for (write, (undo, rows, _, committed)) in writes.into_iter().zip(&jobs) {
+            let result = write.await;
+            assert_eq!(result.is_ok(), *committed, "{undo:?} {rows:?}: {result:?}");
+            for row in rows {
+                assert_eq!(stored(local, &row.digest), *committed, "{undo:?} {rows:?}");
+            }
+        }
+        let after = vec![lone(application)];
+        let digest = after[0].digest.clone();
+        local
+            .write(Undo::Statement, move |c| {
+                hot::sqlite::insert_tokens(c, &after)
+            })
+            .await
+            .unwrap();
+        assert!(stored(local, &digest));
     }
 }
