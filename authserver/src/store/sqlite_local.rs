@@ -286,11 +286,15 @@ fn run_writer(connection: Connection, queue: mpsc::Receiver<Message>, changes: &
         );
         // Without the transaction (the write lock was not to be had), each job runs in a
         // savepoint that is a transaction of its own.
+        end_unfinished_transaction(&connection);
         let mut in_group = run(&connection, "BEGIN IMMEDIATE").is_ok();
         let mut group_failed = None;
         // Each job's answer, and whether it ran in the group's transaction.
         let mut deliveries: Vec<(Deliver, bool)> = Vec::with_capacity(batch.len());
         for job in batch {
+            if !in_group {
+                end_unfinished_transaction(&connection);
+            }
             deliveries.push((job(&connection, in_group), in_group));
             if in_group && connection.is_autocommit() {
                 in_group = false;
@@ -313,6 +317,15 @@ fn run_writer(connection: Connection, queue: mpsc::Receiver<Message>, changes: &
         if next.is_none() {
             next = queue.recv().ok();
         }
+    }
+}
+
+/// Rolls back a transaction left open where none should be: a job that ran as a transaction of
+/// its own and whose commit failed (it was answered so), or a group whose `ROLLBACK` failed.
+/// Otherwise the next jobs' savepoints would nest in it and be answered before any commit.
+fn end_unfinished_transaction(connection: &Connection) {
+    if !connection.is_autocommit() {
+        let _ = run(connection, "ROLLBACK");
     }
 }
 
@@ -530,27 +543,29 @@ mod tests {
         let application = store.find_application_by_client_id(&client_id).await;
         let application = application.unwrap().unwrap().id;
         let another_pair = || pair(lone(application), secrets::digest(&secrets::random_token()));
-        // (how the job is undone, its rows, whether it rolls the transaction back, committed)
+        // (how the job is undone, its rows, what it runs after them, committed): `ROLLBACK` ends
+        // whatever transaction it runs in; `ROLLBACK; BEGIN` leaves one open where its own
+        // transaction's commit would come (as a failed commit may), for the next job to find.
         let jobs = [
-            (Undo::Statement, vec![lone(application)], false, false),
-            (Undo::Savepoint, another_pair(), false, false),
-            (Undo::Statement, vec![lone(application)], true, false),
-            (Undo::Statement, vec![lone(application)], false, true),
-            (Undo::Savepoint, another_pair(), false, true),
-            (Undo::Savepoint, another_pair(), true, false),
-            (Undo::Statement, vec![lone(application)], false, true),
+            (Undo::Statement, vec![lone(application)], "", false),
+            (Undo::Savepoint, another_pair(), "", false),
+            (Undo::Statement, vec![lone(application)], "ROLLBACK", false),
+            (Undo::Statement, vec![lone(application)], "", true),
+            (Undo::Savepoint, another_pair(), "", true),
+            (Undo::Savepoint, another_pair(), "ROLLBACK", false),
+            (Undo::Statement, vec![lone(application)], "", true),
+            (Undo::Savepoint, another_pair(), "ROLLBACK; BEGIN", false),
+            (Undo::Statement, vec![lone(application)], "", true),
         ];
         // Queued while the writer is paused: taken together, as one group.
         let paused = local.exclusive().await.unwrap();
         let mut writes: Vec<_> = jobs
             .iter()
-            .map(|(undo, rows, rolls_back, _)| {
-                let (rows, rolls_back) = (rows.clone(), *rolls_back);
+            .map(|(undo, rows, then, _)| {
+                let (rows, then) = (rows.clone(), *then);
                 Box::pin(local.write(*undo, move |c| {
                     let id = hot::sqlite::insert_tokens(c, &rows)?;
-                    if rolls_back {
-                        run(c, "ROLLBACK").map_err(database)?;
-                    }
+                    c.execute_batch(then).map_err(database)?;
                     Ok(id)
                 }))
             })
