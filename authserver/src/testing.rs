@@ -133,7 +133,7 @@ pub async fn all_replica_pairs() -> Vec<(Store, Store)> {
 }
 
 /// Waits until `store` hears other processes' changes to applications and caches them
-/// (PostgreSQL; at most 5 s); returns at once on SQLite, which caches none.
+/// (PostgreSQL; at most 5 s); returns at once on SQLite, whose cache is in use from the start.
 pub async fn client_cache_ready(store: &Store) {
     if store.backend() != crate::store::Backend::Postgres {
         return;
