@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The PostgreSQL pool of the hot statements, with the writer tasks that group its writes.
 pub(in crate::store) struct PgHot {
@@ -120,16 +120,31 @@ type Commit<J, R> = for<'c> fn(
 /// A connection taken from a pool once and kept from one group to the next (a writer task
 /// commits one group at a time). It goes back to the pool, which closes it when broken, after a
 /// group saw it fail; the next group takes another. One idle for [`crate::store::PING_AFTER_IDLE`]
-/// is pinged first, as the pools do.
+/// is pinged first, as the pools do, and one held for [`HELD_LIFETIME`] is closed after its group
+/// (the pool never sees it age, so its own `max_lifetime` would not).
 struct HeldConnection {
     pool: PgPool,
-    held: tokio::sync::Mutex<Option<(PoolConnection<Postgres>, Instant)>>,
+    /// How long a connection is held before it is closed and replaced.
+    lifetime: Duration,
+    held: tokio::sync::Mutex<Option<Held>>,
 }
 
+/// The held connection, with when it was last used and when it was taken.
+struct Held {
+    conn: PoolConnection<Postgres>,
+    last_used: Instant,
+    taken: Instant,
+}
+
+/// How long a writer holds one connection: the pools' own `max_lifetime` (sqlx's default), so a
+/// backend's memory, a failover's new address or a changed setting is picked up as in the pools.
+const HELD_LIFETIME: Duration = Duration::from_secs(30 * 60);
+
 impl HeldConnection {
-    fn new(pool: PgPool) -> HeldConnection {
+    fn new(pool: PgPool, lifetime: Duration) -> HeldConnection {
         HeldConnection {
             pool,
+            lifetime,
             held: tokio::sync::Mutex::new(None),
         }
     }
@@ -138,20 +153,25 @@ impl HeldConnection {
     /// timeout), or a new one from the pool.
     async fn take(
         &self,
-        held: &mut Option<(PoolConnection<Postgres>, Instant)>,
-    ) -> sqlx::Result<PoolConnection<Postgres>> {
-        if let Some((mut conn, last_used)) = held.take() {
+        held: &mut Option<Held>,
+    ) -> sqlx::Result<(PoolConnection<Postgres>, Instant)> {
+        if let Some(Held {
+            mut conn,
+            last_used,
+            taken,
+        }) = held.take()
+        {
             if last_used.elapsed() <= crate::store::PING_AFTER_IDLE
                 || tokio::time::timeout(crate::store::ACQUIRE_TIMEOUT, conn.ping())
                     .await
                     .is_ok_and(|pinged| pinged.is_ok())
             {
-                return Ok(conn);
+                return Ok((conn, taken));
             }
             // Gone: closed here, not handed back to a pool that would ping it again.
             drop(conn.detach());
         }
-        self.pool.acquire().await
+        Ok((self.pool.acquire().await?, Instant::now()))
     }
 
     /// A writer task committing each group with `commit` on a connection of `pool` it holds.
@@ -160,7 +180,7 @@ impl HeldConnection {
         pool: PgPool,
         commit: Commit<J, R>,
     ) -> GroupWriter<J, R> {
-        let held = Arc::new(HeldConnection::new(pool));
+        let held = Arc::new(HeldConnection::new(pool, HELD_LIFETIME));
         GroupWriter::spawn(kind, move |group| {
             let held = held.clone();
             async move { held.run(group, commit).await }
@@ -171,13 +191,22 @@ impl HeldConnection {
     /// none to be had.
     async fn run<J, R>(&self, jobs: Vec<J>, commit: Commit<J, R>) -> Vec<StoreResult<R>> {
         let mut held = self.held.lock().await;
-        let mut conn = match self.take(&mut held).await {
-            Ok(conn) => conn,
+        let (mut conn, taken) = match self.take(&mut held).await {
+            Ok(taken) => taken,
             Err(error) => return every_job_failed(error, jobs.len()),
         };
         let results = commit(&mut conn, jobs).await;
-        if !results.iter().any(connection_failed) {
-            *held = Some((conn, Instant::now()));
+        if results.iter().any(connection_failed) {
+            return results;
+        }
+        if taken.elapsed() < self.lifetime {
+            *held = Some(Held {
+                conn,
+                last_used: Instant::now(),
+                taken,
+            });
+        } else if let Err(error) = conn.close().await {
+            tracing::debug!(%error, "closing a writer's connection at the end of its lifetime");
         }
         results
     }
@@ -568,6 +597,47 @@ mod tests {
         assert!(writer.write(pid).await.is_err());
         let next = writer.write(pid).await.expect("a new connection");
         assert_ne!(next, first);
+    }
+
+    #[tokio::test]
+    async fn a_held_connection_is_closed_at_the_end_of_its_lifetime() {
+        let Some((_store, pool, _)) = postgres().await else {
+            return;
+        };
+        let backend_of = async |held: &HeldConnection| {
+            let mut answers = held.run(vec!["SELECT pg_backend_pid()::text"], ask).await;
+            answers.remove(0).unwrap()
+        };
+        let lasting = HeldConnection::new(pool.clone(), Duration::from_secs(3600));
+        let first = backend_of(&lasting).await;
+        assert_eq!(
+            backend_of(&lasting).await,
+            first,
+            "held within its lifetime"
+        );
+        let brief = HeldConnection::new(pool.clone(), Duration::ZERO);
+        let spent = backend_of(&brief).await;
+        assert_ne!(
+            backend_of(&brief).await,
+            spent,
+            "replaced after its lifetime"
+        );
+        // Closed, not handed back to the pool (whose own lifetime would not have run out).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let alive: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1::int)",
+            )
+            .bind(&spent)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            if !alive {
+                break;
+            }
+            assert!(Instant::now() < deadline, "backend {spent} still connected");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     #[tokio::test]
