@@ -40,7 +40,7 @@ pub fn random_client_id() -> String {
 
 /// Hex SHA-256 of a secret: what storage keeps instead of the secret itself.
 pub fn digest(secret: &str) -> String {
-    hex::encode(digest_bytes(secret))
+    digest_hex(&digest_bytes(secret))
 }
 
 /// SHA-256 of a secret, as bytes ([`digest`] is their hex).
@@ -48,12 +48,26 @@ pub fn digest_bytes(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
 }
 
-/// Whether `secret`'s [`digest`] is `stored`, compared in constant time (and on the stack).
-pub fn digest_matches(stored: &str, secret: &str) -> bool {
+/// A SHA-256 in lowercase hex, as [`digest`] stores it (through a table into one buffer: the
+/// `hex` crate's `encode` collects a `String` one `char` at a time).
+pub fn digest_hex(digest: &[u8; 32]) -> String {
+    String::from_utf8(hex_digits(digest).to_vec()).unwrap_or_default()
+}
+
+/// The 64 hex digits of a SHA-256.
+fn hex_digits(digest: &[u8; 32]) -> [u8; 64] {
     let mut hex = [0u8; 64];
     // Cannot fail: 64 bytes of room for 32 bytes in hex.
-    let _ = hex::encode_to_slice(digest_bytes(secret), &mut hex);
-    stored.as_bytes().ct_eq(&hex).into()
+    let _ = hex::encode_to_slice(digest, &mut hex);
+    hex
+}
+
+/// Whether `secret`'s [`digest`] is `stored`, compared in constant time (and on the stack).
+pub fn digest_matches(stored: &str, secret: &str) -> bool {
+    stored
+        .as_bytes()
+        .ct_eq(&hex_digits(&digest_bytes(secret)))
+        .into()
 }
 
 /// What a log line or a page may show of a secret: the first 8 hex digits of its digest.

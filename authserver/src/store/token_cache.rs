@@ -454,7 +454,7 @@ impl Store {
             return Ok((Some(hit), true));
         }
         let generation = self.token_cache.generation();
-        let digest = hex::encode(key.0);
+        let digest = secrets::digest_hex(&key.0);
         let Some(record) = self.find_token_by_digest(&digest).await? else {
             return Ok((None, false));
         };
