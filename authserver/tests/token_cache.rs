@@ -623,11 +623,13 @@ async fn a_user_deleted_by_the_cli_reads_inactive_within_the_bound() {
         .await;
         testing::client_cache_ready(&store).await;
         let http = reqwest::Client::new();
-        // Read, then answered from the cache.
+        // Read, then answered from the cache (which the server shares with this store).
         for _ in 0..3 {
             let said = introspect(&http, &server.base_url, &caller, &token).await;
             assert_eq!(said, (true, "read".to_owned()));
         }
+        let (_, hit) = store.introspect_token(&token).await.unwrap();
+        assert!(hit, "{backend:?}: the token is answered from the cache");
         let out = tokio::task::spawn_blocking({
             let (url, username) = (url.clone(), username.clone());
             move || support::binary::run(&["user", "delete", &username], &url, "")

@@ -7,14 +7,14 @@
 //! off until it listens again. What remains is a connection that died without either side
 //! noticing: then an entry lives at most [`CLIENT_CACHE_TTL`].
 //!
-//! On SQLite: every lookup first asks the database whether any connection other than the hot
-//! path's writer, of any process, has committed since the last lookup (`PRAGMA data_version`: a
-//! read transaction that, when nothing changed, reads only the WAL index in shared memory), and
-//! empties the cache if so ([`super::sqlite_changes`]). A change made by another process (a
-//! secret rotated with the command line) counts at the next lookup, as when every lookup read
-//! the row. The writer's own commits (tokens issued, claimed, revoked; it never writes an
-//! application) leave the cache as it is, but for a lookup that comes between a commit and the
-//! writer's vouching for it.
+//! On SQLite: a lookup first asks the database whether any connection other than the hot path's
+//! writer, of any process, has committed (`PRAGMA data_version`: a read transaction that, when
+//! nothing changed, reads only the WAL index in shared memory), unless such a probe started less
+//! than [`super::FOREIGN_COMMIT_BOUND`] (1 ms) before it has completed, and empties this cache
+//! and the token cache if so ([`super::sqlite_changes`]). A change made by another process (a
+//! secret rotated with the command line) counts for every lookup that starts 1 ms after its
+//! commit. The writer's own commits (tokens issued, claimed, revoked; it never writes an
+//! application) leave the caches as they are once it has vouched for them.
 
 use super::Application;
 use std::sync::Arc;

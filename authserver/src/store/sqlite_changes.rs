@@ -14,7 +14,7 @@
 //!   counts for every lookup that starts [`FOREIGN_COMMIT_BOUND`] after it or later, and the
 //!   probes run at most about once per bound instead of once per request;
 //! - the writer's connection, on the writer thread after each of its groups
-//!   ([`Changes::vouch`]): its version moves only with the commits of the others.
+//!   ([`Changes::commit_and_vouch`]): its version moves only with the commits of the others.
 //!
 //! Both ask under one lock, in this order, so the database states they see are ordered: each
 //! probe's state comes after every earlier one's, and the writer's answer in a vouch reflects a
@@ -38,11 +38,13 @@
 //! token), once made, is noticed by the first probe that starts after it, which every lookup
 //! starting [`FOREIGN_COMMIT_BOUND`] later waits for or makes: either the probe's version
 //! differs from `seen`, or a vouch since has refused to carry `seen` over it. The cost: the
-//! writer asks its version and the probe's once per group; a probe between a group's commit and
-//! its vouch sees a new version before it is vouched for and empties the caches, as any commit
-//! did before. Commits by this process's own other connections (the cold path's pool) count as
-//! another's, and those that change an application or a token's answer empty the caches
-//! themselves as well.
+//! writer asks its version and the probe's once per group, and commits the group under the lock
+//! ([`Changes::commit_and_vouch`]), so no probe falls between the two; only a job that commits
+//! on its own (the group's transaction could not be had) may be seen by a probe before it is
+//! vouched for, which empties the caches. Commits by this process's own other connections (the
+//! cold path's pool: sessions, authorization codes, the views) count as another's and empty
+//! both caches at the next probe; those that change an application or a token's answer also
+//! empty them themselves, at once.
 
 use super::StoreResult;
 use super::sqlite_local::database;
@@ -141,10 +143,18 @@ impl Changes {
         self.epoch.elapsed().as_nanos() as u64
     }
 
-    /// On the writer thread, after its group: carries `seen` over the writer's own commits when
-    /// no other connection has committed since (see the module's documentation).
-    pub(super) fn vouch(&self, writer: &Connection) {
+    /// On the writer thread, at the end of its group: runs `commit` (the group's `COMMIT`), then
+    /// carries `seen` over the writer's own commits when no other connection has committed since
+    /// (see the module's documentation). Both under the lock, so no lookup's probe falls between
+    /// the group's commit and its vouch (and empties the caches for the writer's own commit).
+    pub(super) fn commit_and_vouch<R>(&self, writer: &Connection, commit: impl FnOnce() -> R) -> R {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let committed = commit();
+        self.vouch(&mut state, writer);
+        committed
+    }
+
+    fn vouch(&self, state: &mut State, writer: &Connection) {
         if !writer.is_autocommit() {
             // A transaction left open (a failed rollback) would answer from its own old state.
             state.seen = None;
@@ -229,8 +239,13 @@ mod tests {
 
         /// A group of the writer: a commit, then its vouch.
         fn writer_group(&self) {
-            commit(&self.writer);
-            self.changes.vouch(&self.writer);
+            self.changes
+                .commit_and_vouch(&self.writer, || commit(&self.writer));
+        }
+
+        /// The writer's vouch for what it committed on its own before.
+        fn vouch(&self) {
+            self.changes.commit_and_vouch(&self.writer, || ());
         }
     }
 
@@ -264,7 +279,7 @@ mod tests {
             assert!(!database.lookup_empties());
         }
         // Nothing committed: nothing to empty.
-        database.changes.vouch(&database.writer);
+        database.vouch();
         assert!(!database.lookup_empties());
     }
 
@@ -283,7 +298,7 @@ mod tests {
         let database = vouched();
         commit(&database.writer);
         commit(&database.other);
-        database.changes.vouch(&database.writer);
+        database.vouch();
         assert!(database.lookup_empties());
         // Alone, with the writer idle since.
         let database = vouched();
@@ -309,8 +324,8 @@ mod tests {
             .unwrap(),
             bound,
         );
-        assert!(database.lookup_empties(), "the first lookup probes");
         let probed = Instant::now();
+        assert!(database.lookup_empties(), "the first lookup probes");
         commit(&database.other);
         let within = !database.lookup_empties();
         if probed.elapsed() < bound {
@@ -342,7 +357,7 @@ mod tests {
         let database = vouched();
         commit(&database.writer);
         assert!(database.lookup_empties(), "not vouched for yet");
-        database.changes.vouch(&database.writer);
+        database.vouch();
         assert!(!database.lookup_empties());
         database.writer_group();
         assert!(!database.lookup_empties());

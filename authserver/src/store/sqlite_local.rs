@@ -301,12 +301,15 @@ fn run_writer(connection: Connection, queue: mpsc::Receiver<Message>, changes: &
                 group_failed = Some("SQLite rolled back the transaction of the group".to_owned());
             }
         }
-        if in_group && let Err(error) = run(&connection, "COMMIT") {
-            group_failed = Some(format!("SQLite commit failed: {error}"));
-            let _ = run(&connection, "ROLLBACK");
-        }
         // Before the answers: a lookup after a write's answer finds the write vouched for.
-        changes.vouch(&connection);
+        changes.commit_and_vouch(&connection, || {
+            if in_group && let Err(error) = run(&connection, "COMMIT") {
+                group_failed = Some(format!("SQLite commit failed: {error}"));
+                let _ = run(&connection, "ROLLBACK");
+            }
+            // Not left open while the writer waits for the next group or is paused.
+            end_unfinished_transaction(&connection);
+        });
         for (deliver, in_group) in deliveries {
             deliver(if in_group {
                 group_failed.as_deref()

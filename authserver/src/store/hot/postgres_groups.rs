@@ -136,8 +136,9 @@ struct Held {
     taken: Instant,
 }
 
-/// How long a writer holds one connection: the pools' own `max_lifetime` (sqlx's default), so a
-/// backend's memory, a failover's new address or a changed setting is picked up as in the pools.
+/// How long a writer holds one connection, from when it took it from its pool: the pools' own
+/// `max_lifetime` (sqlx's default), so a backend's memory, a failover's new address or a changed
+/// setting is picked up as in the pools.
 const HELD_LIFETIME: Duration = Duration::from_secs(30 * 60);
 
 impl HeldConnection {
@@ -205,8 +206,14 @@ impl HeldConnection {
                 last_used: Instant::now(),
                 taken,
             });
-        } else if let Err(error) = conn.close().await {
-            tracing::debug!(%error, "closing a writer's connection at the end of its lifetime");
+        } else {
+            // In the background: the group's callers are not kept waiting for the goodbye.
+            tokio::spawn(async move {
+                let closing = tokio::time::timeout(crate::store::ACQUIRE_TIMEOUT, conn.close());
+                if let Ok(Err(error)) = closing.await {
+                    tracing::debug!(%error, "closing a writer's connection at the end of its lifetime");
+                }
+            });
         }
         results
     }
