@@ -456,19 +456,25 @@ mod tests {
             == 1
     }
 
+    /// A SQLite store and the id of an application of it.
+    async fn store_with_application() -> (crate::store::Store, i64) {
+        let store = crate::testing::sqlite_store().await;
+        let (client_id, _) =
+            crate::testing::application(&store, GrantType::ClientCredentials, false).await;
+        let application = store.find_application_by_client_id(&client_id).await;
+        let application = application.unwrap().unwrap().id;
+        (store, application)
+    }
+
     /// Token inserts of one group, with and without savepoints, some failing: each failure
     /// undoes its own job only (a pair whose second row fails keeps neither row), and every
     /// other job of the group is committed.
     #[tokio::test]
     async fn a_failing_write_undoes_only_itself_in_its_group() {
-        let store = crate::testing::sqlite_store().await;
+        let (store, application) = store_with_application().await;
         let Hot::Sqlite(local) = &store.hot else {
             panic!("a SQLite store");
         };
-        let (client_id, _) =
-            crate::testing::application(&store, GrantType::ClientCredentials, false).await;
-        let application = store.find_application_by_client_id(&client_id).await;
-        let application = application.unwrap().unwrap().id;
         let taken = lone(application);
         let rows = vec![taken.clone()];
         local
@@ -537,14 +543,10 @@ mod tests {
     /// and are answered so, and the writer's next group commits as usual.
     #[tokio::test]
     async fn a_group_whose_transaction_sqlite_rolled_back_answers_each_job_what_it_became() {
-        let store = crate::testing::sqlite_store().await;
+        let (store, application) = store_with_application().await;
         let Hot::Sqlite(local) = &store.hot else {
             panic!("a SQLite store");
         };
-        let (client_id, _) =
-            crate::testing::application(&store, GrantType::ClientCredentials, false).await;
-        let application = store.find_application_by_client_id(&client_id).await;
-        let application = application.unwrap().unwrap().id;
         let another_pair = || pair(lone(application), secrets::digest(&secrets::random_token()));
         // (how the job is undone, its rows, what it runs after them, committed): `ROLLBACK` ends
         // whatever transaction it runs in; `ROLLBACK; BEGIN` leaves one open where its own
