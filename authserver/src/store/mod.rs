@@ -275,15 +275,17 @@ impl Store {
     /// Whether lookups may use this store's client and token caches now. On SQLite it first
     /// empties both when another connection, of this process or another, committed before a
     /// probe of the last [`FOREIGN_COMMIT_BOUND`] ([`sqlite_changes`]); `false` when the
-    /// database cannot be asked. On PostgreSQL the caches hear the changes themselves.
+    /// database cannot be asked, or a due probe would have to wait. On PostgreSQL the caches hear
+    /// the changes themselves.
     fn caches_current(&self) -> bool {
         match &self.hot {
-            Hot::Sqlite(local) => local
-                .unless_changed(|| {
+            Hot::Sqlite(local) => matches!(
+                local.unless_changed(|| {
                     self.clients.forget_all();
                     self.token_cache.evict(&token_cache::Eviction::All);
-                })
-                .is_ok(),
+                }),
+                Ok(true)
+            ),
             Hot::Postgres(_) => true,
         }
     }

@@ -16,6 +16,9 @@
 //! - the writer's connection, on the writer thread after each of its groups
 //!   ([`Changes::commit_and_vouch`]): its version moves only with the commits of the others.
 //!
+//! A lookup never waits for the lock: one that finds it held when its probe is due (the writer
+//! committing under it, another lookup probing) reads the database instead of the caches.
+//!
 //! Both ask under one lock, in this order, so the database states they see are ordered: each
 //! probe's state comes after every earlier one's, and the writer's answer in a vouch reflects a
 //! state no earlier than the probe's in that vouch. The lock guards `seen` (the probe's version
@@ -50,7 +53,7 @@ use super::StoreResult;
 use super::sqlite_local::database;
 use rusqlite::Connection;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 /// How long after another connection's commit (another process's: the command line) a lookup
@@ -99,19 +102,21 @@ impl Changes {
 
     /// Calls `changed` when a connection other than the writer's may have committed before a
     /// probe that started less than the bound before this call (making that probe when there is
-    /// none), before returning: calls are serialised, so a caller that returns after another
-    /// caller's `changed` ran sees the effects of that `changed`. Also calls it, and fails, when
-    /// the database cannot be asked (and the next call then probes again).
-    pub(super) fn notice(&self, changed: impl FnOnce()) -> StoreResult<()> {
+    /// none), before returning `true`: calls are serialised, so a caller that returns after
+    /// another caller's `changed` ran sees the effects of that `changed`. Returns `false`, without
+    /// waiting, when a probe is due but the lock is held (the writer committing, another lookup
+    /// probing): the caller then reads the database instead of the caches. Also calls `changed`,
+    /// and fails, when the database cannot be asked (and the next call then probes again).
+    pub(super) fn notice(&self, changed: impl FnOnce()) -> StoreResult<bool> {
         let start = self.now();
         if self.covered(start) {
-            return Ok(());
+            return Ok(true);
         }
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        // A probe that started while this call waited for the lock stands for it too.
-        if self.covered(start) {
-            return Ok(());
-        }
+        let mut state = match self.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(false),
+        };
         let probe_start = self.now();
         let version = match data_version(&state.probe) {
             Ok(version) => version,
@@ -127,7 +132,7 @@ impl Changes {
             state.seen = Some(version);
         }
         self.probed.store(probe_start + 1, Ordering::Release);
-        Ok(())
+        Ok(true)
     }
 
     /// Whether a completed probe started after `start` less the bound.
@@ -233,7 +238,7 @@ mod tests {
         /// Whether a lookup now would empty the cache.
         fn lookup_empties(&self) -> bool {
             let mut emptied = false;
-            self.changes.notice(|| emptied = true).unwrap();
+            assert!(self.changes.notice(|| emptied = true).unwrap(), "not busy");
             emptied
         }
 
@@ -350,6 +355,28 @@ mod tests {
             database.lookup_empties(),
             "within the bound, after the vouch saw it"
         );
+    }
+
+    #[test]
+    fn a_due_probe_that_finds_the_lock_held_reads_the_database_without_waiting() {
+        let database = vouched();
+        let hold = Duration::from_millis(500);
+        let (asked, answered) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            // Another thread holds the lock (as the writer does while it commits).
+            scope.spawn(|| {
+                let _held = database.changes.state.lock().unwrap();
+                asked.send(()).unwrap();
+                std::thread::sleep(hold);
+            });
+            answered.recv().unwrap();
+            let started = Instant::now();
+            let mut emptied = false;
+            let current = database.changes.notice(|| emptied = true).unwrap();
+            assert!(started.elapsed() < hold, "the lookup waited for the lock");
+            assert!(!current && !emptied, "not current: the caches are not used");
+        });
+        assert!(!database.lookup_empties());
     }
 
     #[test]

@@ -124,8 +124,8 @@ impl SqliteLocal {
 
     /// Calls `changed` when a connection other than the writer thread's (of this process or
     /// another) may have committed more than [`FOREIGN_COMMIT_BOUND`] ago and not been noticed
-    /// yet: [`Changes::notice`].
-    pub(super) fn unless_changed(&self, changed: impl FnOnce()) -> StoreResult<()> {
+    /// yet; `false` when that cannot be known without waiting: [`Changes::notice`].
+    pub(super) fn unless_changed(&self, changed: impl FnOnce()) -> StoreResult<bool> {
         self.changes.notice(changed)
     }
 
