@@ -259,19 +259,9 @@ async fn a_secret_rotated_by_the_cli_is_refused_by_a_running_server_at_once() {
         // The server listens for changes (PostgreSQL) before the CLI makes one.
         testing::client_cache_ready(&store).await;
 
-        let out = tokio::task::spawn_blocking({
-            let (url, client_id) = (url.clone(), client.0.clone());
-            move || binary::run(&["app", "rotate-secret", &client_id, "--json"], &url, "")
-        })
-        .await
-        .unwrap();
+        let out = binary::run_ok(&["app", "rotate-secret", &client.0, "--json"], &url).await;
         let rotated_at = Instant::now();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let rotated: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rotated: Value = serde_json::from_slice(&out).unwrap();
         let new = (
             client.0.clone(),
             rotated["client_secret"].as_str().unwrap().to_owned(),
@@ -353,19 +343,9 @@ async fn a_secret_rotated_by_the_cli_is_refused_at_once_by_a_server_answering_fr
             assert_eq!(reply.json()["active"], true);
         }
 
-        let out = tokio::task::spawn_blocking({
-            let (url, client_id) = (url.clone(), client.0.clone());
-            move || binary::run(&["app", "rotate-secret", &client_id, "--json"], &url, "")
-        })
-        .await
-        .unwrap();
+        let out = binary::run_ok(&["app", "rotate-secret", &client.0, "--json"], &url).await;
         let rotated_at = Instant::now();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let rotated: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rotated: Value = serde_json::from_slice(&out).unwrap();
         let new = (
             client.0.clone(),
             rotated["client_secret"].as_str().unwrap().to_owned(),

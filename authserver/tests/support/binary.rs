@@ -47,3 +47,22 @@ pub fn run(args: &[&str], db: &str, stdin: &str) -> Output {
         .unwrap();
     child.wait_with_output().unwrap()
 }
+
+/// Runs `args` against `db` off the async runtime, as an operator in another process would;
+/// asserts that it succeeded and returns what it printed.
+pub async fn run_ok(args: &[&str], db: &str) -> Vec<u8> {
+    let (args, db): (Vec<String>, String) =
+        (args.iter().map(|a| a.to_string()).collect(), db.into());
+    let out = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&args, &db, "")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
