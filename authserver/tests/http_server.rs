@@ -124,6 +124,52 @@ async fn a_body_with_a_malformed_chunk_is_400() {
         reply.contains("The request body could not be read."),
         "{reply}"
     );
+    assert!(reply.contains("connection: close"), "{reply}");
+}
+
+/// The limit is the largest body accepted: `max_body` bytes reach the handler (which refuses
+/// the form for what it says, not for its size), one byte more is 413.
+#[tokio::test]
+async fn a_body_of_exactly_the_limit_is_read_and_one_byte_more_is_413() {
+    let server = start(QUICK).await;
+    for (length, too_large) in [(QUICK.max_body, false), (QUICK.max_body + 1, true)] {
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let request = format!(
+            "{TOKEN_HEAD}Content-Length: {length}\r\n\r\n{}",
+            "a".repeat(length)
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let (reply, _) = read_all(&mut stream, Duration::from_secs(1)).await;
+        assert_eq!(
+            reply.starts_with("HTTP/1.1 413"),
+            too_large,
+            "{length} bytes: {}",
+            reply.lines().next().unwrap_or_default()
+        );
+        assert!(reply.starts_with("HTTP/1.1 4"), "{reply:?}");
+    }
+}
+
+/// The body is read before routing: a path nothing serves is refused an oversized body with
+/// 413 like any other, and a stalled one with 408, not kept waiting for a 404.
+#[tokio::test]
+async fn the_body_limits_hold_on_a_path_nothing_serves() {
+    let server = start(QUICK).await;
+    let head = "POST /nowhere HTTP/1.1\r\nHost: auth\r\n";
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(format!("{head}Content-Length: 99999999999\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (reply, _) = read_all(&mut stream, Duration::from_secs(1)).await;
+    assert!(reply.starts_with("HTTP/1.1 413"), "{reply:?}");
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(format!("{head}Content-Length: 10\r\n\r\nabc").as_bytes())
+        .await
+        .unwrap();
+    let (reply, _) = read_all(&mut stream, Duration::from_secs(2)).await;
+    assert!(reply.starts_with("HTTP/1.1 408"), "{reply:?}");
 }
 
 #[tokio::test]
