@@ -13,63 +13,56 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use resource_server::cors::{CorsPolicy, DEFAULT_MAX_AGE, Origins, Preflight, preflight_method};
 
-use super::JWKS_PATH;
+use crate::AppState;
 use crate::config::Settings;
+use axum::Router;
 
 /// Where the RFC 8414 metadata is served.
 pub const METADATA_PATH: &str = "/.well-known/oauth-authorization-server";
 /// Where the OpenID Connect discovery document is served.
 pub const OIDC_DISCOVERY_PATH: &str = "/.well-known/openid-configuration";
 
-/// The policies of the endpoints, built once from the settings.
-#[derive(Debug, Default)]
-pub struct CorsPolicies {
-    token: Option<CorsPolicy>,
-    documents: Option<CorsPolicy>,
+/// The policy of the token and revocation endpoints: the configured `cors_origins` (none: no
+/// CORS there).
+pub fn token_policy(settings: &Settings) -> Option<CorsPolicy> {
+    (!settings.cors_origins.is_empty()).then(|| {
+        CorsPolicy::new(
+            Origins::List(settings.cors_origins.clone()),
+            vec![Method::POST],
+            &["authorization", "content-type"],
+            false,
+            DEFAULT_MAX_AGE,
+        )
+    })
 }
 
-impl CorsPolicies {
-    pub fn new(settings: &Settings) -> CorsPolicies {
-        let token = (!settings.cors_origins.is_empty()).then(|| {
-            CorsPolicy::new(
-                Origins::List(settings.cors_origins.clone()),
-                vec![Method::POST],
-                &["authorization", "content-type"],
-                false,
-                DEFAULT_MAX_AGE,
-            )
-        });
-        let documents = settings.cors_metadata_origins.clone().map(|origins| {
-            CorsPolicy::new(
-                origins,
-                vec![Method::GET, Method::HEAD],
-                &[],
-                false,
-                DEFAULT_MAX_AGE,
-            )
-        });
-        CorsPolicies { token, documents }
-    }
+/// The policy of the public documents (metadata, discovery, JWKS): `cors_metadata_origins`.
+pub fn documents_policy(settings: &Settings) -> Option<CorsPolicy> {
+    settings.cors_metadata_origins.clone().map(|origins| {
+        CorsPolicy::new(
+            origins,
+            vec![Method::GET, Method::HEAD],
+            &[],
+            false,
+            DEFAULT_MAX_AGE,
+        )
+    })
+}
 
-    fn for_path(&self, path: &str) -> Option<&CorsPolicy> {
-        match path {
-            "/o/token/" | "/o/revoke_token/" => self.token.as_ref(),
-            METADATA_PATH | OIDC_DISCOVERY_PATH | JWKS_PATH => self.documents.as_ref(),
-            _ => None,
+/// `routes` behind the middleware with `policy` (their routes only, not the fallback), or as
+/// they are without one.
+pub fn with_policy(routes: Router<AppState>, policy: Option<CorsPolicy>) -> Router<AppState> {
+    match policy {
+        Some(policy) => {
+            routes.route_layer(axum::middleware::from_fn_with_state(Arc::new(policy), cors))
         }
+        None => routes,
     }
 }
 
 /// The middleware: answers a preflight for an endpoint with a policy (`204` with its headers,
 /// or `403` with none), and adds the headers to its other answers for an allowed origin.
-pub async fn cors(
-    State(policies): State<Arc<CorsPolicies>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let Some(policy) = policies.for_path(request.uri().path()) else {
-        return next.run(request).await;
-    };
+async fn cors(State(policy): State<Arc<CorsPolicy>>, request: Request, next: Next) -> Response {
     if let Some(asked) = preflight_method(request.method(), request.headers()) {
         let mut response = match policy.preflight(&asked, request.headers()) {
             Preflight::Allowed(headers) => {

@@ -16,7 +16,6 @@ pub mod ssf;
 mod token;
 mod userinfo;
 
-pub use cors::{CorsPolicies, cors};
 pub(crate) use discovery::END_SESSION_PATH;
 pub use error::OAuthError;
 pub(crate) use grants::declared as declared_scopes;
@@ -31,22 +30,20 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use serde::Serialize;
-use std::sync::Arc;
 
-/// The endpoints, the CORS middleware ([`cors`]) only in front of those a browser may call
-/// (introspection, the bulk of the traffic, does without it).
+/// The endpoints, each group a browser may call behind the CORS middleware with its policy
+/// ([`cors`]); introspection, the bulk of the traffic, does without it.
 pub fn router(settings: &Settings) -> Router<AppState> {
-    let policies = Arc::new(CorsPolicies::new(settings));
-    let for_browsers = Router::new()
+    let token = Router::new()
         .route("/o/token/", post_only(post(token::token)))
-        .route("/o/revoke_token/", post_only(post(revoke::revoke)))
+        .route("/o/revoke_token/", post_only(post(revoke::revoke)));
+    let documents = Router::new()
         .route(cors::METADATA_PATH, get(metadata::metadata))
         .route(JWKS_PATH, get(jwks::jwks))
         .route(
             cors::OIDC_DISCOVERY_PATH,
             get(discovery::openid_configuration),
-        )
-        .layer(axum::middleware::from_fn_with_state(policies, cors));
+        );
     Router::new()
         .route("/o/introspect/", post_only(post(introspect::introspect)))
         .route(
@@ -54,7 +51,11 @@ pub fn router(settings: &Settings) -> Router<AppState> {
             get(userinfo::userinfo).post(userinfo::userinfo),
         )
         .merge(ssf::router())
-        .merge(for_browsers)
+        .merge(cors::with_policy(token, cors::token_policy(settings)))
+        .merge(cors::with_policy(
+            documents,
+            cors::documents_policy(settings),
+        ))
 }
 
 /// Every method but POST answered `405` with `Allow: POST` and an RFC 6749 error body, before
