@@ -120,8 +120,8 @@ type Commit<J, R> = for<'c> fn(
 /// A connection taken from a pool once and kept from one group to the next (a writer task
 /// commits one group at a time). It goes back to the pool, which closes it when broken, after a
 /// group saw it fail; the next group takes another. One idle for [`crate::store::PING_AFTER_IDLE`]
-/// is pinged first, as the pools do, and one held for [`HELD_LIFETIME`] is closed after its group
-/// (the pool never sees it age, so its own `max_lifetime` would not).
+/// is pinged first, as the pools do, and one held for its pool's `max_lifetime` is closed after its
+/// group (the pool never sees it age, so it would not).
 struct HeldConnection {
     pool: PgPool,
     /// How long a connection is held before it is closed and replaced.
@@ -135,11 +135,6 @@ struct Held {
     last_used: Instant,
     taken: Instant,
 }
-
-/// How long a writer holds one connection, from when it took it from its pool: the pools' own
-/// `max_lifetime` (sqlx's default), so a backend's memory, a failover's new address or a changed
-/// setting is picked up as in the pools.
-const HELD_LIFETIME: Duration = Duration::from_secs(30 * 60);
 
 impl HeldConnection {
     fn new(pool: PgPool, lifetime: Duration) -> HeldConnection {
@@ -181,7 +176,10 @@ impl HeldConnection {
         pool: PgPool,
         commit: Commit<J, R>,
     ) -> GroupWriter<J, R> {
-        let held = Arc::new(HeldConnection::new(pool, HELD_LIFETIME));
+        // Held, from when it was taken, as long as its pool lets a connection live: a backend's
+        // memory, a failover's new address or a changed setting is picked up as in the pool.
+        let lifetime = pool.options().get_max_lifetime().unwrap_or(Duration::MAX);
+        let held = Arc::new(HeldConnection::new(pool, lifetime));
         GroupWriter::spawn(kind, move |group| {
             let held = held.clone();
             async move { held.run(group, commit).await }
@@ -722,6 +720,15 @@ mod tests {
             "{results:?}"
         );
         assert_stored_as_answered(&pool, &issues, &results).await;
+        // No lookup at all: a family flagged new is stored even where a revoked one of its name
+        // exists (which a family drawn at random never meets).
+        assert!(store.revoke_family("new-but-revoked").await.unwrap());
+        let issues = vec![new_family("new-e"), new_family("new-but-revoked")];
+        assert_eq!(group_statement(&issues), INSERT_NEW_FAMILIES);
+        let ids = insert_statement(&mut conn, &issues)
+            .await
+            .expect("one statement");
+        assert_eq!(ids.len(), 2, "no revocation lookup");
     }
 
     #[tokio::test]

@@ -52,8 +52,9 @@ pub(in crate::store) fn find_token(
         .optional()
 }
 
-/// Inserts the rows in order, none if their family is revoked (`FamilyRevoked`; not asked for
-/// a row's `new_family`: a family made for these rows, which nobody can have revoked); a row with
+/// Inserts the rows of one issue (one family) in order, none if their family is revoked
+/// (`FamilyRevoked`; not asked when `new_family`: a family made for these rows, which nobody can
+/// have revoked); a row with
 /// `access_token_id` None after the first names the first row's id. Returns the first row's id.
 /// On the writer's connection, in its transaction: the family cannot be revoked between the
 /// check and the inserts. One row is one statement that changes the database
@@ -65,17 +66,16 @@ pub(in crate::store) fn insert_tokens(
     rows: &[NewRow],
 ) -> StoreResult<i64> {
     let database = crate::store::sqlite_local::database;
-    for (index, row) in rows.iter().enumerate() {
-        let known_unrevoked = row.new_family || (index > 0 && row.family == rows[index - 1].family);
-        if !known_unrevoked
-            && connection
-                .prepare_cached("SELECT EXISTS (SELECT 1 FROM revoked_families WHERE family = ?1)")
-                .map_err(database)?
-                .query_row([&row.family], |found| found.get::<_, bool>(0))
-                .map_err(database)?
-        {
-            return Err(StoreError::FamilyRevoked);
-        }
+    // The rows of one issue share their family (and whether it is new): one lookup.
+    if let Some(first) = rows.first()
+        && !first.new_family
+        && connection
+            .prepare_cached("SELECT EXISTS (SELECT 1 FROM revoked_families WHERE family = ?1)")
+            .map_err(database)?
+            .query_row([&first.family], |found| found.get::<_, bool>(0))
+            .map_err(database)?
+    {
+        return Err(StoreError::FamilyRevoked);
     }
     // No `RETURNING`: SQLite would gather the returned rows in a temporary table for each
     // statement; the row's id is the connection's last inserted rowid.
