@@ -87,7 +87,11 @@ measure() { # $1 url, $2 script or empty, $3 label to profile under (optional)
   fi
   if [ -n "${2:-}" ]; then out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$2" "$1"); else out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "$1"); fi
   if [ -n "$perf_pid" ]; then
-    wait "$perf_pid" || true
+    # A profile that failed mid-run would read as zeros: stop instead.
+    if ! wait "$perf_pid" || [ ! -s "$WORK/profile-$3.data" ]; then
+      echo "perf record failed during $3: no CPU split" >&2
+      exit 1
+    fi
     echo "$3 $(python3 bench/wrk_stats.py <<<"$out" | cut -d" " -f1) $(perf report -i "$WORK/profile-$3.data" --sort comm,dso --stdio 2>/dev/null | awk '
       /^#/ || NF < 3 { next }
       { share = $1; sub("%", "", share); part = "other" }
