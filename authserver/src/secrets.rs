@@ -17,18 +17,59 @@ pub fn random_token() -> String {
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// A new token family's identifier: the time in microseconds as 13 hex digits, then 16 random
-/// bytes from the OS (base64url, 22 characters). Families made together sort together, so a
-/// group of new tokens adds to one page of the family index instead of one page each (SQLite
-/// writes each page it changes to the WAL at every commit); the random part keeps it
-/// unguessable. Only its digest ([`crate::store::family_jti`]) is ever shown.
+/// A new token family's identifier: [`time_prefix`], then 16 random bytes from the OS
+/// (base64url, 22 characters). Families made together sort together, so a group of new tokens
+/// adds to one page of the family index instead of one page each (SQLite writes each page it
+/// changes to the WAL at every commit); the random part keeps it unguessable. Only its digest
+/// ([`crate::store::family_jti`]) is ever shown.
 pub fn new_family() -> String {
+    let mut bytes = [0u8; 16];
+    OsRng.fill_bytes(&mut bytes);
+    format!("{}{}", time_prefix(), URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// A new access or refresh token: [`time_prefix`], then 32 random bytes from the OS
+/// (base64url: 56 characters in all). Its storage key ([`token_key`]) starts with the same
+/// prefix, so the tokens of a write group add to one page of the key's index, not one page each.
+pub fn new_token() -> String {
+    format!("{}{}", time_prefix(), random_token())
+}
+
+/// The time in microseconds since the epoch, as 13 lowercase hex digits (they sort as the
+/// times do, until the year 2540).
+fn time_prefix() -> String {
     let micros = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_micros());
-    let mut bytes = [0u8; 16];
-    OsRng.fill_bytes(&mut bytes);
-    format!("{micros:013x}{}", URL_SAFE_NO_PAD.encode(bytes))
+    format!("{micros:013x}")
+}
+
+/// Length of [`time_prefix`].
+const TIME_PREFIX_LEN: usize = 13;
+
+/// Where storage finds a token: the hex SHA-256 of the token, after the time prefix of a token
+/// of [`new_token`]'s shape (56 characters, 13 lowercase hex digits first). A token made before
+/// tokens had the prefix (43 characters) is kept under its bare digest, and still found.
+pub fn token_key(token: &str) -> String {
+    token_key_of(token, &digest_bytes(token))
+}
+
+/// [`token_key`] of a token whose SHA-256 ([`digest_bytes`]) is already known.
+pub fn token_key_of(token: &str, sha256: &[u8; 32]) -> String {
+    let hex = hex_digits(sha256);
+    let prefix = token
+        .get(..TIME_PREFIX_LEN)
+        .filter(|prefix| {
+            token.len() == TIME_PREFIX_LEN + 43
+                && prefix
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
+        .unwrap_or_default();
+    let mut key = String::with_capacity(prefix.len() + hex.len());
+    key.push_str(prefix);
+    key.extend(hex.iter().map(|&b| char::from(b)));
+    key
 }
 
 /// A new random client identifier: 20 bytes, base64url (27 characters).
@@ -50,7 +91,7 @@ pub fn digest_bytes(secret: &str) -> [u8; 32] {
 
 /// A SHA-256 in lowercase hex, as [`digest`] stores it (through a table into one buffer: the
 /// `hex` crate's `encode` collects a `String` one `char` at a time).
-pub fn digest_hex(digest: &[u8; 32]) -> String {
+fn digest_hex(digest: &[u8; 32]) -> String {
     String::from_utf8(hex_digits(digest).to_vec()).unwrap_or_default()
 }
 
@@ -150,12 +191,34 @@ mod tests {
     }
 
     #[test]
+    fn tokens_are_kept_under_their_time_then_their_digest() {
+        let first = new_token();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let second = new_token();
+        assert_eq!(first.len(), 56);
+        let (first_key, second_key) = (token_key(&first), token_key(&second));
+        assert_eq!(first_key, format!("{}{}", &first[..13], digest(&first)));
+        assert!(first_key < second_key, "keys sort as the tokens were made");
+        assert_eq!(token_key_of(&first, &digest_bytes(&first)), first_key);
+        // Only the exact shape has a prefix: another length, or upper-case hex.
+        let upper_case = format!("ABCDEF0123456{}", &first[13..]);
+        for other in [format!("{first}x"), upper_case, first[..55].to_owned()] {
+            assert_eq!(token_key(&other), digest(&other), "{other}");
+        }
+    }
+
+    #[test]
     fn digests_and_tokens() {
         let token = random_token();
         assert_eq!(token.len(), 43);
         assert_ne!(token, random_token());
         assert_eq!(digest("abc").len(), 64);
         assert_eq!(fingerprint(&digest("abc")), "ba7816bf");
+        assert_eq!(
+            token_key(&token),
+            digest(&token),
+            "a token without the prefix"
+        );
         assert!(constant_time_eq("same", "same"));
         assert!(!constant_time_eq("same", "diff"));
     }

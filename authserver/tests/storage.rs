@@ -132,7 +132,33 @@ async fn secrets_and_tokens_are_stored_as_digests() {
             .fetch_all(store.pool())
             .await
             .unwrap();
-        assert!(texts.contains(&secrets::digest(&issued.access_token)));
+        assert!(texts.contains(&secrets::token_key(&issued.access_token)));
+        assert_eq!(
+            secrets::token_key(&issued.access_token)[..13],
+            issued.access_token[..13],
+            "a token is kept under its time prefix, then its digest"
+        );
+        // A token issued before tokens had the prefix (43 characters) is kept under its bare
+        // digest, and is still found, through the cache too.
+        let earlier = secrets::random_token();
+        sqlx::query(
+            "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, issued_at, expires_at)
+             SELECT kind, $1, application_id, user_id, scope, family, issued_at, expires_at
+             FROM tokens WHERE digest = $2",
+        )
+        .bind(secrets::digest(&earlier))
+        .bind(secrets::token_key(&issued.access_token))
+        .execute(store.pool())
+        .await
+        .unwrap();
+        assert_eq!(
+            store.find_token(&earlier).await.unwrap().unwrap().scope,
+            "read"
+        );
+        for _ in 0..2 {
+            let (found, _) = store.introspect_token(&earlier).await.unwrap();
+            assert!(found.unwrap().record.is_active());
+        }
         assert!(
             !texts
                 .iter()

@@ -454,8 +454,8 @@ impl Store {
             return Ok((Some(hit), true));
         }
         let generation = self.token_cache.generation();
-        let digest = secrets::digest_hex(&key.0);
-        let Some(record) = self.find_token_by_digest(&digest).await? else {
+        let digest = secrets::token_key_of(token, &key.0);
+        let Some(record) = self.find_token_by_key(&digest).await? else {
             return Ok((None, false));
         };
         let groups = match record.user_id {

@@ -150,11 +150,11 @@ impl Store {
     }
 
     async fn insert_tokens(&self, new: &NewTokens) -> StoreResult<IssuedTokens> {
-        let access_token = secrets::random_token();
+        let access_token = secrets::new_token();
         let issued_at = now();
         let access = NewRow {
             kind: TokenKind::Access,
-            digest: secrets::digest(&access_token),
+            digest: secrets::token_key(&access_token),
             application_id: new.application_id,
             user_id: new.user_id,
             scope: new.scope.clone(),
@@ -167,10 +167,10 @@ impl Store {
         };
         let mut rows = vec![access];
         let refresh_token = new.refresh_lifetime.map(|lifetime| {
-            let refresh = secrets::random_token();
+            let refresh = secrets::new_token();
             rows.push(NewRow {
                 kind: TokenKind::Refresh,
-                digest: secrets::digest(&refresh),
+                digest: secrets::token_key(&refresh),
                 expires_at: issued_at + lifetime,
                 ..rows[0].clone()
             });
@@ -202,18 +202,15 @@ impl Store {
 
     /// The token with this plaintext value, of any kind, whatever its state.
     pub async fn find_token(&self, token: &str) -> StoreResult<Option<TokenRecord>> {
-        self.find_token_by_digest(&secrets::digest(token)).await
+        self.find_token_by_key(&secrets::token_key(token)).await
     }
 
-    /// The token whose digest is `digest`.
-    pub(super) async fn find_token_by_digest(
-        &self,
-        digest: &str,
-    ) -> StoreResult<Option<TokenRecord>> {
+    /// The token kept under `key` ([`secrets::token_key`]).
+    pub(super) async fn find_token_by_key(&self, key: &str) -> StoreResult<Option<TokenRecord>> {
         let _timer = StoreTimer::start(StoreOp::FindToken);
         match &self.hot {
-            Hot::Sqlite(local) => local.read(|conn| hot::sqlite::find_token(conn, digest)),
-            Hot::Postgres(pool) => hot::postgres::find_token(pool, digest).await,
+            Hot::Sqlite(local) => local.read(|conn| hot::sqlite::find_token(conn, key)),
+            Hot::Postgres(pool) => hot::postgres::find_token(pool, key).await,
         }
     }
 
