@@ -17,7 +17,10 @@
 //!
 //! No connection checkpoints the WAL when committing (`wal_autocheckpoint = 0`): a thread of
 //! its own does, every [`CHECKPOINT_EVERY`], so the checkpoint's writes and fsyncs never hold up
-//! the writer (a passive checkpoint runs beside writers and readers).
+//! the writer (a passive checkpoint runs beside writers and readers). A passive checkpoint never
+//! catches up with a writer that commits all the time, and the WAL starts over from its
+//! beginning only once it has been copied back whole: when it holds [`WAL_RESTART_FRAMES`], the
+//! checkpoint thread pauses the writer for the rest of the copy and restarts it.
 
 use super::sqlite_changes::{Changes, FOREIGN_COMMIT_BOUND};
 use super::{StoreError, StoreResult};
@@ -37,6 +40,9 @@ const MAX_BATCH: usize = super::hot::group_writer::MAX_GROUP;
 const MAX_IDLE_READERS: usize = 8;
 /// How often the checkpoint thread copies the WAL back into the database file.
 pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+/// Pages in the WAL (16 MiB of 4 KiB pages) past which the checkpoint thread restarts it, with
+/// the writer paused: without, a steady stream of writes grew it by about 200 MB a second.
+const WAL_RESTART_FRAMES: i64 = 4096;
 
 /// What the writer thread hands back once the job's work is committed or undone: `Some` says why
 /// the group's transaction the job ran in did not commit.
@@ -51,6 +57,23 @@ enum Message {
         paused: tokio::sync::oneshot::Sender<()>,
         resume: mpsc::Receiver<()>,
     },
+}
+
+impl Message {
+    /// A pause, what says when the writer has stopped, and what resumes it when dropped.
+    fn pause() -> (
+        Message,
+        tokio::sync::oneshot::Receiver<()>,
+        mpsc::Sender<()>,
+    ) {
+        let (paused, stopped) = tokio::sync::oneshot::channel();
+        let (resume, wait) = mpsc::channel();
+        let pause = Message::Pause {
+            paused,
+            resume: wait,
+        };
+        (pause, stopped, resume)
+    }
 }
 
 /// The rusqlite side of a SQLite store: read connections and the writer thread's queue.
@@ -87,9 +110,10 @@ impl SqliteLocal {
             .map_err(|error| anyhow::anyhow!("cannot start the SQLite writer thread: {error}"))?;
         let checkpointer = open(path, false).map_err(database)?;
         let (checkpoints, stop) = mpsc::channel();
+        let pause = writer.clone();
         std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
-            .spawn(move || run_checkpoints(checkpointer, stop))
+            .spawn(move || run_checkpoints(checkpointer, stop, pause))
             .map_err(|error| {
                 anyhow::anyhow!("cannot start the SQLite checkpoint thread: {error}")
             })?;
@@ -159,15 +183,9 @@ impl SqliteLocal {
 
     /// Pauses the writer thread (after it commits what it holds) until the guard is dropped.
     pub(super) async fn exclusive(&self) -> StoreResult<Exclusive> {
-        let (paused, stopped) = tokio::sync::oneshot::channel();
-        let (resume, wait) = mpsc::channel();
-        self.writer
-            .send(Message::Pause {
-                paused,
-                resume: wait,
-            })
-            .map_err(|_| writer_gone())?;
-        stopped.await.map_err(|_| writer_gone())?;
+        let (pause, paused, resume) = Message::pause();
+        self.writer.send(pause).map_err(|_| writer_gone())?;
+        paused.await.map_err(|_| writer_gone())?;
         Ok(Exclusive { _resume: resume })
     }
 }
@@ -198,13 +216,40 @@ fn open(path: &Path, read_only: bool) -> rusqlite::Result<Connection> {
     Ok(connection)
 }
 
-/// The checkpoint thread: a passive checkpoint every `CHECKPOINT_EVERY` until the store closes.
-fn run_checkpoints(connection: Connection, stop: mpsc::Receiver<()>) {
+/// The checkpoint thread: a passive checkpoint every `CHECKPOINT_EVERY` until the store closes,
+/// and a restart of the WAL, with the writer paused, once it holds [`WAL_RESTART_FRAMES`].
+fn run_checkpoints(
+    connection: Connection,
+    stop: mpsc::Receiver<()>,
+    writer: mpsc::Sender<Message>,
+) {
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
-        if let Err(error) = connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+        let checkpointed = match checkpoint(&connection, "PASSIVE") {
+            Ok(frames) if frames >= WAL_RESTART_FRAMES => restart_wal(&connection, &writer),
+            other => other,
+        };
+        if let Err(error) = checkpointed {
             tracing::warn!(%error, "SQLite checkpoint failed");
         }
     }
+}
+
+/// Copies the rest of the WAL back and starts it over, the writer paused meanwhile (after it
+/// commits the group it holds; its queue waits).
+fn restart_wal(connection: &Connection, writer: &mpsc::Sender<Message>) -> StoreResult<i64> {
+    let (pause, paused, _resume) = Message::pause();
+    writer.send(pause).map_err(|_| writer_gone())?;
+    paused.blocking_recv().map_err(|_| writer_gone())?;
+    checkpoint(connection, "RESTART")
+}
+
+/// `PRAGMA wal_checkpoint(mode)`: how many pages the WAL holds.
+fn checkpoint(connection: &Connection, mode: &str) -> StoreResult<i64> {
+    connection
+        .query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
+            row.get(1)
+        })
+        .map_err(database)
 }
 
 /// How a write job's failure is undone without undoing the other jobs of its group.
@@ -464,6 +509,57 @@ mod tests {
         let application = store.find_application_by_client_id(&client_id).await;
         let application = application.unwrap().unwrap().id;
         (store, application)
+    }
+
+    /// The restart the checkpoint thread makes of a large WAL: it waits for the readers still
+    /// on the WAL's pages, so the write after it starts the WAL over. (A passive checkpoint
+    /// leaves those pages there: the next write, a reader still on them, adds to the WAL.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restarted_wal_starts_over_at_the_next_write() {
+        let (store, application) = store_with_application().await;
+        let Hot::Sqlite(local) = &store.hot else {
+            panic!("a SQLite store");
+        };
+        let insert = |row: NewRow| {
+            let rows = vec![row];
+            local.write(Undo::Statement, move |c| {
+                hot::sqlite::insert_tokens(c, &rows)
+            })
+        };
+        for _ in 0..50 {
+            insert(lone(application)).await.unwrap();
+        }
+        let reader = open(&local.path, true).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let count = "SELECT COUNT(*) FROM tokens";
+        assert_eq!(
+            reader
+                .query_row(count, [], |row| row.get::<_, i64>(0))
+                .unwrap(),
+            50
+        );
+        let checkpointer = open(&local.path, false).unwrap();
+        let frames = checkpoint(&checkpointer, "PASSIVE").unwrap();
+        assert!(frames >= 100, "{frames} pages in the WAL");
+
+        let reading = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            reader.execute_batch("COMMIT").unwrap();
+        });
+        let writer = local.writer.clone();
+        let checkpointer = tokio::task::spawn_blocking(move || {
+            restart_wal(&checkpointer, &writer).unwrap();
+            checkpointer
+        })
+        .await
+        .unwrap();
+        insert(lone(application)).await.unwrap();
+        reading.join().unwrap();
+        let after = checkpoint(&checkpointer, "PASSIVE").unwrap();
+        assert!(
+            after < frames / 10,
+            "{after} pages in the WAL after one write"
+        );
     }
 
     /// Token inserts of one group, with and without savepoints, some failing: each failure
