@@ -10,26 +10,28 @@ use sha2::{Digest, Sha256};
 use std::sync::OnceLock;
 use subtle::ConstantTimeEq;
 
-/// A new random secret: 32 bytes from the OS, base64url without padding (43 characters).
+/// A new random secret: 32 bytes from [`rand::thread_rng`] (ChaCha12, a cryptographically
+/// secure generator seeded, and reseeded every 64 KiB, from the OS: no system call per secret),
+/// base64url without padding (43 characters).
 pub fn random_token() -> String {
     let mut bytes = [0u8; 32];
-    OsRng.fill_bytes(&mut bytes);
+    rand::thread_rng().fill_bytes(&mut bytes);
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
-/// A new token family's identifier: [`time_prefix`], then 16 random bytes from the OS
-/// (base64url, 22 characters). Families made together sort together, so a group of new tokens
+/// A new token family's identifier: [`time_prefix`], then 16 random bytes (as in
+/// [`random_token`]; base64url, 22 characters). Families made together sort together, so a group of new tokens
 /// adds to one page of the family index instead of one page each (SQLite writes each page it
 /// changes to the WAL at every commit); the random part keeps it unguessable. Only its digest
 /// ([`crate::store::family_jti`]) is ever shown.
 pub fn new_family() -> String {
     let mut bytes = [0u8; 16];
-    OsRng.fill_bytes(&mut bytes);
+    rand::thread_rng().fill_bytes(&mut bytes);
     format!("{}{}", time_prefix(), URL_SAFE_NO_PAD.encode(bytes))
 }
 
-/// A new access or refresh token: [`time_prefix`], then 32 random bytes from the OS
-/// (base64url: 56 characters in all). Its storage key ([`token_key`]) starts with the same
+/// A new access or refresh token: [`time_prefix`], then a [`random_token`] (56 characters in
+/// all). Its storage key ([`token_key`]) starts with the same
 /// prefix, so the tokens of a write group add to one page of the key's index, not one page each.
 pub fn new_token() -> String {
     format!("{}{}", time_prefix(), random_token())
@@ -75,7 +77,7 @@ pub fn token_key_of(token: &str, sha256: &[u8; 32]) -> String {
 /// A new random client identifier: 20 bytes, base64url (27 characters).
 pub fn random_client_id() -> String {
     let mut bytes = [0u8; 20];
-    OsRng.fill_bytes(&mut bytes);
+    rand::thread_rng().fill_bytes(&mut bytes);
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
