@@ -2,7 +2,7 @@
 
 use super::access_jwt::{find_introspected, find_presented};
 use super::params::{Params, authenticate_client_if_presented};
-use super::{OAuthError, json, no_store};
+use super::{OAuthError, json, json_body, no_store, to_json};
 use crate::AppState;
 use crate::request_log::with_caller;
 use crate::store::{Application, ClientType, Introspected, TokenKind};
@@ -28,21 +28,15 @@ pub async fn introspect(
     let found = find_introspected(&state, token).await?;
     // A token whose every scope its application has since lost grants nothing: inactive.
     // Expiry is checked now (`is_active`): a cached lookup never outlives its token.
-    let claims = match found.as_deref() {
-        Some(found)
-            if found.record.is_active()
-                && (found.record.kind == TokenKind::Access || want_refresh) =>
-        {
-            Some(found.current_scope.as_str())
-                .filter(|scope| !scope.is_empty())
-                .map(|scope| active_claims(found, scope))
-        }
-        _ => None,
-    };
-    crate::metrics::METRICS.introspected(claims.is_some());
-    let response = match &claims {
-        Some(claims) => json(claims),
-        None => json(&Inactive { active: false }),
+    let active = found.as_deref().filter(|found| {
+        found.record.is_active()
+            && (found.record.kind == TokenKind::Access || want_refresh)
+            && !found.current_scope.is_empty()
+    });
+    crate::metrics::METRICS.introspected(active.is_some());
+    let response = match active {
+        Some(found) => active_answer(found),
+        None => json_body(Bytes::from_static(br#"{"active":false}"#)),
     };
     Ok(no_store(with_caller(response, &caller, None)))
 }
@@ -114,10 +108,17 @@ pub(super) async fn user_groups(
     }
 }
 
-/// The answer about an inactive (or unknown, or hidden) token.
-#[derive(Serialize)]
-struct Inactive {
-    active: bool,
+/// The answer about an active token: made at its first introspection and kept with the cached
+/// lookup, which never changes (a change evicts it).
+fn active_answer(found: &Introspected) -> Response {
+    if let Some(answer) = found.active_answer.get() {
+        return json_body(answer.clone());
+    }
+    let claims = active_claims(found);
+    match to_json(&claims) {
+        Some(answer) => json_body(found.active_answer.get_or_init(|| answer).clone()),
+        None => json(&claims),
+    }
 }
 
 /// The answer about an active token (RFC 7662 §2.2), its members in alphabetical order.
@@ -146,10 +147,11 @@ struct Confirmation<'a> {
     x5t_s256: &'a str,
 }
 
-/// The claims of an active token with `scope` as it stands now: the user's groups only when the
-/// scope still has [`GROUPS_SCOPE`].
-fn active_claims<'a>(found: &'a Introspected, scope: &'a str) -> ActiveClaims<'a> {
+/// The claims of an active token with its scope as it stands now: the user's groups only when
+/// the scope still has [`GROUPS_SCOPE`].
+fn active_claims(found: &Introspected) -> ActiveClaims<'_> {
     let record = &found.record;
+    let scope = found.current_scope.as_str();
     let groups = found
         .groups
         .as_deref()

@@ -25,7 +25,7 @@ pub use introspect::INTROSPECTION_SCOPE;
 use crate::AppState;
 use crate::config::Settings;
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
@@ -71,18 +71,27 @@ pub const JWKS_PATH: &str = "/.well-known/jwks.json";
 /// into one buffer with room for a token response or an introspection answer, instead of a
 /// growing `BytesMut` written to piece by piece.
 fn json(value: &impl Serialize) -> Response {
-    let mut body = Vec::with_capacity(512);
-    match serde_json::to_writer(&mut body, value) {
-        Ok(()) => {
-            let mut response = Response::new(Body::from(body));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            response
-        }
-        Err(_) => axum::Json(value).into_response(),
+    match to_json(value) {
+        Some(body) => json_body(body),
+        None => axum::Json(value).into_response(),
     }
+}
+
+/// `value` in JSON, `None` when it cannot be (what [`json`] answers then is `axum::Json`'s).
+fn to_json(value: &impl Serialize) -> Option<Bytes> {
+    let mut body = Vec::with_capacity(512);
+    serde_json::to_writer(&mut body, value).ok()?;
+    Some(body.into())
+}
+
+/// A `200` with this JSON body.
+fn json_body(body: Bytes) -> Response {
+    let mut response = Response::new(Body::from(body));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 /// RFC 6749 §5.1: token responses must not be cached.

@@ -26,11 +26,12 @@ use super::hot::Hot;
 use super::{Backend, Revocation, Store, StoreResult, TokenRecord};
 use crate::domain::GROUPS_SCOPE;
 use crate::secrets;
+use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::{Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 /// The channel of the changes that alter introspection answers without being revocations.
@@ -55,6 +56,9 @@ pub struct Introspected {
     pub jti: String,
     /// The names of the user's groups when the token's scope has `groups`.
     pub groups: Option<Vec<String>>,
+    /// The introspection endpoint's answer while the token is active, as it wrote it the first
+    /// time: made from the fields above, which an entry never changes.
+    pub active_answer: OnceLock<Bytes>,
 }
 
 /// The entries a change concerns.
@@ -473,6 +477,7 @@ impl Store {
             current_scope: record.current_scope(),
             record,
             groups,
+            active_answer: OnceLock::new(),
         });
         if cacheable {
             self.token_cache.keep(generation, key, entry.clone()).await;
@@ -539,6 +544,7 @@ mod tests {
             jti: format!("{n:032}"),
             current_scope: "read write groups".into(),
             groups: Some(vec!["staff".into()]),
+            active_answer: OnceLock::new(),
         })
     }
 
