@@ -47,12 +47,22 @@ fn browser_available() -> bool {
     false
 }
 
+/// A port nothing listens on, for a listener opened later (node's pages, the proxy): below the
+/// kernel's ephemeral range (32768 and up), from which `bind(0)` and every outgoing connection
+/// of the servers under test draw theirs; one of those took a port handed out here before node
+/// could bind it. Each call hands out another port.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let start = 20_000 + (std::process::id() % 500) as u16 * 20;
+    let _ = NEXT.compare_exchange(0, start, Ordering::SeqCst, Ordering::SeqCst);
+    loop {
+        let port = NEXT.fetch_add(1, Ordering::SeqCst);
+        assert!(port < 32_000, "no free port below the ephemeral range");
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 /// An upstream that answers with the identity headers the proxy sent it.

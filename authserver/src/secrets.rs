@@ -20,10 +20,10 @@ pub fn random_token() -> String {
 }
 
 /// A new token family's identifier: [`time_prefix`], then 16 random bytes (as in
-/// [`random_token`]; base64url, 22 characters). Families made together sort together, so a group of new tokens
-/// adds to one page of the family index instead of one page each (SQLite writes each page it
-/// changes to the WAL at every commit); the random part keeps it unguessable. Only its digest
-/// ([`crate::store::family_jti`]) is ever shown.
+/// [`random_token`]; base64url, 22 characters). Families made together sort together, so a
+/// group of new tokens adds to one page of the family index instead of one page each (SQLite
+/// writes each page it changes to the WAL at every commit); the random part keeps it
+/// unguessable. Only its digest ([`crate::store::family_jti`]) is ever shown.
 pub fn new_family() -> String {
     let mut bytes = [0u8; 16];
     rand::thread_rng().fill_bytes(&mut bytes);
@@ -31,8 +31,8 @@ pub fn new_family() -> String {
 }
 
 /// A new access or refresh token: [`time_prefix`], then a [`random_token`] (56 characters in
-/// all). Its storage key ([`token_key`]) starts with the same
-/// prefix, so the tokens of a write group add to one page of the key's index, not one page each.
+/// all). Its storage key ([`token_key`]) starts with the same prefix, so the tokens of a write
+/// group add to one page of the key's index, not one page each.
 pub fn new_token() -> String {
     format!("{}{}", time_prefix(), random_token())
 }

@@ -43,6 +43,9 @@ pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 /// Pages in the WAL (16 MiB of 4 KiB pages) past which the checkpoint thread restarts it, with
 /// the writer paused: without, a steady stream of writes grew it by about 200 MB a second.
 const WAL_RESTART_FRAMES: i64 = 4096;
+/// How long a restart of the WAL waits for the readers still on its pages (and for another
+/// process's writer) before it gives up until the next round: the writer is paused meanwhile.
+const RESTART_PATIENCE: Duration = Duration::from_millis(50);
 
 /// What the writer thread hands back once the job's work is committed or undone: `Some` says why
 /// the group's transaction the job ran in did not commit.
@@ -108,7 +111,7 @@ impl SqliteLocal {
             .name("sqlite-writer".into())
             .spawn(move || run_writer(connection, queue, &vouch))
             .map_err(|error| anyhow::anyhow!("cannot start the SQLite writer thread: {error}"))?;
-        let checkpointer = open(path, false).map_err(database)?;
+        let checkpointer = open_checkpointer(path).map_err(database)?;
         let (checkpoints, stop) = mpsc::channel();
         let pause = writer.clone();
         std::thread::Builder::new()
@@ -216,6 +219,13 @@ fn open(path: &Path, read_only: bool) -> rusqlite::Result<Connection> {
     Ok(connection)
 }
 
+/// The checkpoint thread's connection: it waits [`RESTART_PATIENCE`] at most for a lock.
+fn open_checkpointer(path: &Path) -> rusqlite::Result<Connection> {
+    let connection = open(path, false)?;
+    connection.busy_timeout(RESTART_PATIENCE)?;
+    Ok(connection)
+}
+
 /// The checkpoint thread: a passive checkpoint every `CHECKPOINT_EVERY` until the store closes,
 /// and a restart of the WAL, with the writer paused, once it holds [`WAL_RESTART_FRAMES`].
 fn run_checkpoints(
@@ -235,7 +245,8 @@ fn run_checkpoints(
 }
 
 /// Copies the rest of the WAL back and starts it over, the writer paused meanwhile (after it
-/// commits the group it holds; its queue waits). A second passive checkpoint first copies
+/// commits the group it holds; its queue waits) for as long as `connection` waits for a lock
+/// at most (the checkpoint thread's: [`RESTART_PATIENCE`]) and the copy takes. A second passive checkpoint first copies
 /// what came during the first beside the writer: the pause then lasts about 3-4 ms at 50 000
 /// tokens a second, where it lasted 6-10 ms without.
 fn restart_wal(connection: &Connection, writer: &mpsc::Sender<Message>) -> StoreResult<i64> {
@@ -563,6 +574,44 @@ mod tests {
             after < frames / 10,
             "{after} pages in the WAL after one write"
         );
+    }
+
+    /// A reader that stays on the WAL's pages (another process's long read) keeps the WAL
+    /// from starting over, but pauses the writer for [`RESTART_PATIENCE`] at most per round.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restart_gives_up_on_a_long_reader_and_the_writer_goes_on() {
+        let (store, application) = store_with_application().await;
+        let Hot::Sqlite(local) = &store.hot else {
+            panic!("a SQLite store");
+        };
+        let insert = |row: NewRow| {
+            let rows = vec![row];
+            local.write(Undo::Statement, move |c| {
+                hot::sqlite::insert_tokens(c, &rows)
+            })
+        };
+        insert(lone(application)).await.unwrap();
+        let reader = open(&local.path, true).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let count = "SELECT COUNT(*) FROM tokens";
+        assert_eq!(
+            reader
+                .query_row(count, [], |row| row.get::<_, i64>(0))
+                .unwrap(),
+            1
+        );
+
+        let checkpointer = open_checkpointer(&local.path).unwrap();
+        let writer = local.writer.clone();
+        let started = std::time::Instant::now();
+        tokio::task::spawn_blocking(move || restart_wal(&checkpointer, &writer))
+            .await
+            .unwrap()
+            .unwrap();
+        let paused = started.elapsed();
+        assert!(paused < Duration::from_secs(1), "restart took {paused:?}");
+        insert(lone(application)).await.unwrap();
+        reader.execute_batch("COMMIT").unwrap();
     }
 
     /// Token inserts of one group, with and without savepoints, some failing: each failure
