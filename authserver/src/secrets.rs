@@ -14,39 +14,55 @@ use subtle::ConstantTimeEq;
 /// secure generator seeded, and reseeded every 64 KiB, from the OS: no system call per secret),
 /// base64url without padding (43 characters).
 pub fn random_token() -> String {
-    let mut bytes = [0u8; 32];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    URL_SAFE_NO_PAD.encode(bytes)
+    let mut token = String::with_capacity(43);
+    push_random(&mut token, 32);
+    token
 }
 
-/// A new token family's identifier: [`time_prefix`], then 16 random bytes (as in
-/// [`random_token`]; base64url, 22 characters). Families made together sort together, so a
-/// group of new tokens adds to one page of the family index instead of one page each (SQLite
-/// writes each page it changes to the WAL at every commit); the random part keeps it
+/// A new token family's identifier: its time ([`push_time_prefix`]), then 16 random bytes
+/// (as in [`random_token`]; base64url, 22 characters). Families made together sort together,
+/// so a group of new tokens adds to one page of the family index instead of one page each
+/// (SQLite writes each page it changes to the WAL at every commit); the random part keeps it
 /// unguessable. Only its digest ([`crate::store::family_jti`]) is ever shown.
 pub fn new_family() -> String {
-    let mut bytes = [0u8; 16];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    format!("{}{}", time_prefix(), URL_SAFE_NO_PAD.encode(bytes))
+    let mut family = String::with_capacity(TIME_PREFIX_LEN + 22);
+    push_time_prefix(&mut family);
+    push_random(&mut family, 16);
+    family
 }
 
-/// A new access or refresh token: [`time_prefix`], then a [`random_token`] (56 characters in
-/// all). Its storage key ([`token_key`]) starts with the same prefix, so the tokens of a write
-/// group add to one page of the key's index, not one page each.
+/// A new access or refresh token: its time ([`push_time_prefix`]), then a [`random_token`]
+/// (56 characters in all). Its storage key ([`token_key`]) starts with the same prefix, so the
+/// tokens of a write group add to one page of the key's index, not one page each.
 pub fn new_token() -> String {
-    format!("{}{}", time_prefix(), random_token())
+    let mut token = String::with_capacity(TIME_PREFIX_LEN + 43);
+    push_time_prefix(&mut token);
+    push_random(&mut token, 32);
+    token
 }
 
-/// The time in microseconds since the epoch, as 13 lowercase hex digits (they sort as the
-/// times do, until the year 2540).
-fn time_prefix() -> String {
+/// Appends `count` (at most 32) random bytes from [`rand::thread_rng`] in base64url.
+fn push_random(to: &mut String, count: usize) {
+    let mut bytes = [0u8; 32];
+    let bytes = &mut bytes[..count];
+    rand::thread_rng().fill_bytes(bytes);
+    URL_SAFE_NO_PAD.encode_string(bytes, to);
+}
+
+/// Appends the time in microseconds since the epoch, as [`TIME_PREFIX_LEN`] lowercase hex
+/// digits (they sort as the times do, until the year 2540).
+fn push_time_prefix(to: &mut String) {
     let micros = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_micros());
-    format!("{micros:013x}")
+        .map_or(0, |since| since.as_micros() as u64);
+    for place in (0..TIME_PREFIX_LEN).rev() {
+        to.push(char::from(
+            b"0123456789abcdef"[((micros >> (4 * place)) & 0xf) as usize],
+        ));
+    }
 }
 
-/// Length of [`time_prefix`].
+/// Length of a time prefix ([`push_time_prefix`]).
 const TIME_PREFIX_LEN: usize = 13;
 
 /// Where storage finds a token: the hex SHA-256 of the token, after the time prefix of a token
@@ -70,15 +86,15 @@ pub fn token_key_of(token: &str, sha256: &[u8; 32]) -> String {
         .unwrap_or_default();
     let mut key = String::with_capacity(prefix.len() + hex.len());
     key.push_str(prefix);
-    key.extend(hex.iter().map(|&b| char::from(b)));
+    key.push_str(std::str::from_utf8(&hex).unwrap_or_default());
     key
 }
 
 /// A new random client identifier: 20 bytes, base64url (27 characters).
 pub fn random_client_id() -> String {
-    let mut bytes = [0u8; 20];
-    rand::thread_rng().fill_bytes(&mut bytes);
-    URL_SAFE_NO_PAD.encode(bytes)
+    let mut client_id = String::with_capacity(27);
+    push_random(&mut client_id, 20);
+    client_id
 }
 
 /// Hex SHA-256 of a secret: what storage keeps instead of the secret itself.
@@ -198,6 +214,13 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(1));
         let second = new_token();
         assert_eq!(first.len(), 56);
+        let micros = u64::from_str_radix(&first[..13], 16).unwrap();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        let since = now.unwrap().as_micros() as u64 - micros;
+        assert!(since < 60_000_000, "the prefix is the time it was made");
+        let family = new_family();
+        assert_eq!(family.len(), 35);
+        assert!(u64::from_str_radix(&family[..13], 16).unwrap() >= micros);
         let (first_key, second_key) = (token_key(&first), token_key(&second));
         assert_eq!(first_key, format!("{}{}", &first[..13], digest(&first)));
         assert!(first_key < second_key, "keys sort as the tokens were made");
