@@ -525,6 +525,41 @@ mod tests {
         (store, application)
     }
 
+    /// Stores a lone token of `application` through the writer.
+    async fn insert_lone(local: &SqliteLocal, application: i64) {
+        let rows = vec![lone(application)];
+        local
+            .write(Undo::Statement, move |c| {
+                hot::sqlite::insert_tokens(c, &rows)
+            })
+            .await
+            .unwrap();
+    }
+
+    /// A read transaction on the `tokens` rows stored now (another process's, say), held until
+    /// it is committed.
+    fn reader_holding(local: &SqliteLocal, tokens: i64) -> Connection {
+        let reader = open(&local.path, true).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let count = "SELECT COUNT(*) FROM tokens";
+        let counted: i64 = reader.query_row(count, [], |row| row.get(0)).unwrap();
+        assert_eq!(counted, tokens);
+        reader
+    }
+
+    /// [`restart_wal`] of `local`'s writer, off the runtime: how long it took.
+    async fn restart(local: &SqliteLocal, checkpointer: Connection) -> (Connection, Duration) {
+        let writer = local.writer.clone();
+        let started = std::time::Instant::now();
+        let checkpointer = tokio::task::spawn_blocking(move || {
+            restart_wal(&checkpointer, &writer).unwrap();
+            checkpointer
+        })
+        .await
+        .unwrap();
+        (checkpointer, started.elapsed())
+    }
+
     /// The restart the checkpoint thread makes of a large WAL: it waits for the readers still
     /// on the WAL's pages, so the write after it starts the WAL over. (A passive checkpoint
     /// leaves those pages there: the next write, a reader still on them, adds to the WAL.)
@@ -534,24 +569,10 @@ mod tests {
         let Hot::Sqlite(local) = &store.hot else {
             panic!("a SQLite store");
         };
-        let insert = |row: NewRow| {
-            let rows = vec![row];
-            local.write(Undo::Statement, move |c| {
-                hot::sqlite::insert_tokens(c, &rows)
-            })
-        };
         for _ in 0..50 {
-            insert(lone(application)).await.unwrap();
+            insert_lone(local, application).await;
         }
-        let reader = open(&local.path, true).unwrap();
-        reader.execute_batch("BEGIN").unwrap();
-        let count = "SELECT COUNT(*) FROM tokens";
-        assert_eq!(
-            reader
-                .query_row(count, [], |row| row.get::<_, i64>(0))
-                .unwrap(),
-            50
-        );
+        let reader = reader_holding(local, 50);
         let checkpointer = open(&local.path, false).unwrap();
         let frames = checkpoint(&checkpointer, "PASSIVE").unwrap();
         assert!(frames >= 100, "{frames} pages in the WAL");
@@ -560,14 +581,8 @@ mod tests {
             std::thread::sleep(Duration::from_millis(300));
             reader.execute_batch("COMMIT").unwrap();
         });
-        let writer = local.writer.clone();
-        let checkpointer = tokio::task::spawn_blocking(move || {
-            restart_wal(&checkpointer, &writer).unwrap();
-            checkpointer
-        })
-        .await
-        .unwrap();
-        insert(lone(application)).await.unwrap();
+        let (checkpointer, _) = restart(local, checkpointer).await;
+        insert_lone(local, application).await;
         reading.join().unwrap();
         let after = checkpoint(&checkpointer, "PASSIVE").unwrap();
         assert!(
@@ -584,33 +599,12 @@ mod tests {
         let Hot::Sqlite(local) = &store.hot else {
             panic!("a SQLite store");
         };
-        let insert = |row: NewRow| {
-            let rows = vec![row];
-            local.write(Undo::Statement, move |c| {
-                hot::sqlite::insert_tokens(c, &rows)
-            })
-        };
-        insert(lone(application)).await.unwrap();
-        let reader = open(&local.path, true).unwrap();
-        reader.execute_batch("BEGIN").unwrap();
-        let count = "SELECT COUNT(*) FROM tokens";
-        assert_eq!(
-            reader
-                .query_row(count, [], |row| row.get::<_, i64>(0))
-                .unwrap(),
-            1
-        );
-
+        insert_lone(local, application).await;
+        let reader = reader_holding(local, 1);
         let checkpointer = open_checkpointer(&local.path).unwrap();
-        let writer = local.writer.clone();
-        let started = std::time::Instant::now();
-        tokio::task::spawn_blocking(move || restart_wal(&checkpointer, &writer))
-            .await
-            .unwrap()
-            .unwrap();
-        let paused = started.elapsed();
+        let (_, paused) = restart(local, checkpointer).await;
         assert!(paused < Duration::from_secs(1), "restart took {paused:?}");
-        insert(lone(application)).await.unwrap();
+        insert_lone(local, application).await;
         reader.execute_batch("COMMIT").unwrap();
     }
 
