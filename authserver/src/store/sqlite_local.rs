@@ -246,9 +246,9 @@ fn run_checkpoints(
 
 /// Copies the rest of the WAL back and starts it over, the writer paused meanwhile (after it
 /// commits the group it holds; its queue waits) for as long as `connection` waits for a lock
-/// at most (the checkpoint thread's: [`RESTART_PATIENCE`]) and the copy takes. A second passive checkpoint first copies
-/// what came during the first beside the writer: the pause then lasts about 3-4 ms at 50 000
-/// tokens a second, where it lasted 6-10 ms without.
+/// at most (the checkpoint thread's: [`RESTART_PATIENCE`]) and the copy takes. A second
+/// passive checkpoint first copies what came during the first beside the writer: the pause
+/// then lasts about 3-4 ms at 50 000 tokens a second, where it lasted 6-10 ms without.
 fn restart_wal(connection: &Connection, writer: &mpsc::Sender<Message>) -> StoreResult<i64> {
     checkpoint(connection, "PASSIVE")?;
     let (pause, paused, _resume) = Message::pause();

@@ -458,8 +458,8 @@ impl Store {
             return Ok((Some(hit), true));
         }
         let generation = self.token_cache.generation();
-        let digest = secrets::token_key_of(token, &key.0);
-        let Some(record) = self.find_token_by_key(&digest).await? else {
+        let stored_under = secrets::token_key_of(token, &key.0);
+        let Some(record) = self.find_token_by_key(&stored_under).await? else {
             return Ok((None, false));
         };
         let groups = match record.user_id {
