@@ -54,11 +54,11 @@ fn browser_available() -> bool {
 fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
     static NEXT: AtomicU16 = AtomicU16::new(0);
-    let start = 20_000 + (std::process::id() % 500) as u16 * 20;
+    let start = 20_000 + (std::process::id().wrapping_mul(37) % 11_000) as u16;
     let _ = NEXT.compare_exchange(0, start, Ordering::SeqCst, Ordering::SeqCst);
     loop {
         let port = NEXT.fetch_add(1, Ordering::SeqCst);
-        assert!(port < 32_000, "no free port below the ephemeral range");
+        assert!(port < 32_768, "no free port below the ephemeral range");
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }

@@ -50,7 +50,7 @@ fn push_random(to: &mut String, count: usize) {
 }
 
 /// Appends the time in microseconds since the epoch, as [`TIME_PREFIX_LEN`] lowercase hex
-/// digits (they sort as the times do, until the year 2540).
+/// digits (they sort as the times do until 2112, when 13 digits wrap).
 fn push_time_prefix(to: &mut String) {
     let micros = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

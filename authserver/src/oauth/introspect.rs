@@ -116,7 +116,13 @@ fn active_answer(found: &Introspected) -> Response {
     }
     let claims = active_claims(found);
     match to_json(&claims) {
-        Some(answer) => json_body(found.active_answer.get_or_init(|| answer).clone()),
+        // Kept in a buffer of its own size (the one written has room for 512 bytes).
+        Some(answer) => json_body(
+            found
+                .active_answer
+                .get_or_init(|| Bytes::copy_from_slice(&answer))
+                .clone(),
+        ),
         None => json(&claims),
     }
 }

@@ -211,7 +211,7 @@ fn open(path: &Path, read_only: bool) -> rusqlite::Result<Connection> {
     connection.busy_timeout(BUSY_TIMEOUT)?;
     connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     // Pages read through a memory map (no read call per page), and a larger page cache than
-    // the default 2 MB: the token indexes are keyed by random digests.
+    // the default 2 MB: some token indexes are keyed by random digests.
     connection.execute_batch(
         "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;
          PRAGMA mmap_size = 268435456; PRAGMA cache_size = -16384;",
@@ -233,13 +233,31 @@ fn run_checkpoints(
     stop: mpsc::Receiver<()>,
     writer: mpsc::Sender<Message>,
 ) {
+    // A restart put off by a reader that stayed on the WAL is tried again once the WAL has
+    // doubled: a long reader (a backup, another process's read) does not pause the writer
+    // every round.
+    let mut restart_at = WAL_RESTART_FRAMES;
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
-        let checkpointed = match checkpoint(&connection, "PASSIVE") {
-            Ok(frames) if frames >= WAL_RESTART_FRAMES => restart_wal(&connection, &writer),
-            other => other,
-        };
-        if let Err(error) = checkpointed {
-            tracing::warn!(%error, "SQLite checkpoint failed");
+        let checkpointed = checkpoint(&connection, "PASSIVE").and_then(|passive| {
+            let restart = (passive.frames >= restart_at)
+                .then(|| restart_wal(&connection, &writer))
+                .transpose()?;
+            Ok((passive, restart))
+        });
+        match checkpointed {
+            Ok((_, Some(Checkpoint { busy: true, frames }))) => {
+                tracing::info!(
+                    frames,
+                    "SQLite WAL restart put off: a reader is still on it"
+                );
+                restart_at = frames.saturating_mul(2);
+            }
+            Ok((_, Some(_))) => restart_at = WAL_RESTART_FRAMES,
+            Ok((passive, None)) if passive.frames < WAL_RESTART_FRAMES => {
+                restart_at = WAL_RESTART_FRAMES;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "SQLite checkpoint failed"),
         }
     }
 }
@@ -249,7 +267,7 @@ fn run_checkpoints(
 /// at most (the checkpoint thread's: [`RESTART_PATIENCE`]) and the copy takes. A second
 /// passive checkpoint first copies what came during the first beside the writer: the pause
 /// then lasts about 3-4 ms at 50 000 tokens a second, where it lasted 6-10 ms without.
-fn restart_wal(connection: &Connection, writer: &mpsc::Sender<Message>) -> StoreResult<i64> {
+fn restart_wal(connection: &Connection, writer: &mpsc::Sender<Message>) -> StoreResult<Checkpoint> {
     checkpoint(connection, "PASSIVE")?;
     let (pause, paused, _resume) = Message::pause();
     writer.send(pause).map_err(|_| writer_gone())?;
@@ -257,11 +275,23 @@ fn restart_wal(connection: &Connection, writer: &mpsc::Sender<Message>) -> Store
     checkpoint(connection, "RESTART")
 }
 
-/// `PRAGMA wal_checkpoint(mode)`: how many pages the WAL holds.
-fn checkpoint(connection: &Connection, mode: &str) -> StoreResult<i64> {
+/// What `PRAGMA wal_checkpoint` answers.
+#[derive(Debug, Clone, Copy)]
+struct Checkpoint {
+    /// It could not do all it was asked (a lock was not to be had).
+    busy: bool,
+    /// The pages the WAL holds.
+    frames: i64,
+}
+
+/// `PRAGMA wal_checkpoint(mode)`.
+fn checkpoint(connection: &Connection, mode: &str) -> StoreResult<Checkpoint> {
     connection
         .query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
-            row.get(1)
+            Ok(Checkpoint {
+                busy: row.get::<_, i64>(0)? != 0,
+                frames: row.get(1)?,
+            })
         })
         .map_err(database)
 }
@@ -547,17 +577,21 @@ mod tests {
         reader
     }
 
-    /// [`restart_wal`] of `local`'s writer, off the runtime: how long it took.
-    async fn restart(local: &SqliteLocal, checkpointer: Connection) -> (Connection, Duration) {
+    /// [`restart_wal`] of `local`'s writer, off the runtime: whether it was put off, and how
+    /// long it took.
+    async fn restart(
+        local: &SqliteLocal,
+        checkpointer: Connection,
+    ) -> (Connection, bool, Duration) {
         let writer = local.writer.clone();
         let started = std::time::Instant::now();
-        let checkpointer = tokio::task::spawn_blocking(move || {
-            restart_wal(&checkpointer, &writer).unwrap();
-            checkpointer
+        let (checkpointer, restarted) = tokio::task::spawn_blocking(move || {
+            let restarted = restart_wal(&checkpointer, &writer).unwrap();
+            (checkpointer, restarted)
         })
         .await
         .unwrap();
-        (checkpointer, started.elapsed())
+        (checkpointer, restarted.busy, started.elapsed())
     }
 
     /// The restart the checkpoint thread makes of a large WAL: it waits for the readers still
@@ -574,17 +608,18 @@ mod tests {
         }
         let reader = reader_holding(local, 50);
         let checkpointer = open(&local.path, false).unwrap();
-        let frames = checkpoint(&checkpointer, "PASSIVE").unwrap();
+        let frames = checkpoint(&checkpointer, "PASSIVE").unwrap().frames;
         assert!(frames >= 100, "{frames} pages in the WAL");
 
         let reading = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             reader.execute_batch("COMMIT").unwrap();
         });
-        let (checkpointer, _) = restart(local, checkpointer).await;
+        let (checkpointer, put_off, _) = restart(local, checkpointer).await;
+        assert!(!put_off);
         insert_lone(local, application).await;
         reading.join().unwrap();
-        let after = checkpoint(&checkpointer, "PASSIVE").unwrap();
+        let after = checkpoint(&checkpointer, "PASSIVE").unwrap().frames;
         assert!(
             after < frames / 10,
             "{after} pages in the WAL after one write"
@@ -602,7 +637,8 @@ mod tests {
         insert_lone(local, application).await;
         let reader = reader_holding(local, 1);
         let checkpointer = open_checkpointer(&local.path).unwrap();
-        let (_, paused) = restart(local, checkpointer).await;
+        let (_, put_off, paused) = restart(local, checkpointer).await;
+        assert!(put_off, "the reader is still on the WAL");
         assert!(paused < Duration::from_secs(1), "restart took {paused:?}");
         insert_lone(local, application).await;
         reader.execute_batch("COMMIT").unwrap();

@@ -1,4 +1,5 @@
-//! Access and refresh tokens, stored as SHA-256 digests, grouped in rotation families.
+//! Access and refresh tokens, stored under their time and SHA-256 digest
+//! ([`secrets::token_key`]), grouped in rotation families.
 //!
 //! A family is revoked by a row in `revoked_families`, never by updating its tokens: every lookup
 //! joins that table and every insert into a family checks it, so a token issued concurrently with

@@ -24,7 +24,8 @@ pub(super) enum Hot {
 #[derive(Debug, Clone)]
 pub(super) struct NewRow {
     pub kind: TokenKind,
-    /// SHA-256 of the token; the token itself is never stored.
+    /// Where the token is kept ([`crate::secrets::token_key`]: its time, then its SHA-256); the
+    /// token itself is never stored.
     pub digest: String,
     pub application_id: i64,
     pub user_id: Option<i64>,
