@@ -7,7 +7,7 @@
 //! Needs Debian's `chromium` (or `$CHROMIUM`), `node`, and `npm ci` in `tests/browser/`; without
 //! them the test prints a skip notice, or fails when `CI` is set.
 
-use std::net::TcpListener;
+use authserver::testing::free_port;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -45,24 +45,6 @@ fn browser_available() -> bool {
     }
     eprintln!("SKIPPED cors_browser: {message}");
     false
-}
-
-/// A port nothing listens on, for a listener opened later (node's pages, the proxy): below the
-/// kernel's ephemeral range (32768 and up), from which `bind(0)` and every outgoing connection
-/// of the servers under test draw theirs; one of those took a port handed out here before node
-/// could bind it. Each call hands out another port.
-fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let start = 20_000 + (std::process::id().wrapping_mul(37) % 11_000) as u16;
-    let _ = NEXT.compare_exchange(0, start, Ordering::SeqCst, Ordering::SeqCst);
-    loop {
-        let port = NEXT.fetch_add(1, Ordering::SeqCst);
-        assert!(port < 32_768, "no free port below the ephemeral range");
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
 }
 
 /// An upstream that answers with the identity headers the proxy sent it.

@@ -9,8 +9,8 @@
 //! The access lines of the proxy and the authorization server (issue 27) are checked for their
 //! fields, as text and as JSON (`LOG_FORMAT=json`), in the same logs.
 
+use authserver::testing::free_port;
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -21,14 +21,6 @@ use base64::engine::general_purpose::STANDARD;
 use reqwest::StatusCode;
 use reqwest::header::{COOKIE, SET_COOKIE};
 use serde_json::Value;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// The stack binary at `RUST_LOG=trace` on free ports and a fresh SQLite database, its stderr
 /// in a file; the credentials of its first start read from its banner.

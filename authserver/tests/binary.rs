@@ -3,6 +3,7 @@
 
 mod support;
 
+use authserver::testing::free_port;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::binary::{BIN, run};
@@ -13,14 +14,6 @@ fn temp_db() -> String {
         authserver::secrets::random_client_id()
     ));
     format!("sqlite://{}/db.sqlite", dir.display())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

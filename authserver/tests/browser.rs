@@ -11,6 +11,7 @@ mod support;
 use authserver::config::Settings;
 use authserver::store::{GrantType, Store};
 use authserver::testing;
+use authserver::testing::free_port;
 use serde_json::Value;
 use std::process::Command;
 use support::browser::{browser_available, run_scenario, run_script, screenshot_dir};
@@ -129,14 +130,6 @@ async fn a_superuser_creates_a_user_and_a_group_who_then_gets_a_token() {
     assert_eq!(token.user_id, Some(carol.id));
     assert!(screenshot_dir().join("admin-users.png").exists());
     server.stop().await;
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind a loopback port")
-        .local_addr()
-        .expect("its address")
-        .port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,6 +15,7 @@ mod support;
 use authserver::config::Settings;
 use authserver::store::{ApplicationInput, ClientType, GrantType, NewTokens, Store, UserUpdate};
 use authserver::testing;
+use authserver::testing::free_port;
 use rand::{Rng, SeedableRng};
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
@@ -421,14 +422,6 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn serve(database_url: &str) -> Process {

@@ -3,6 +3,7 @@
 //! every request to the other replica than the request before it, whatever the connection, and
 //! records where each went.
 
+use authserver::testing::free_port;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, Method, StatusCode, header};
@@ -92,14 +93,6 @@ impl Drop for ReplicaProcess {
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.log);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind a loopback port")
-        .local_addr()
-        .expect("its address")
-        .port()
 }
 
 /// One request as the front passed it on.
