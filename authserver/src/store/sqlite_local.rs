@@ -233,9 +233,6 @@ fn run_checkpoints(
     stop: mpsc::Receiver<()>,
     writer: mpsc::Sender<Message>,
 ) {
-    // A restart put off by a reader that stayed on the WAL is tried again once the WAL has
-    // doubled: a long reader (a backup, another process's read) does not pause the writer
-    // every round.
     let mut restart_at = WAL_RESTART_FRAMES;
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
         let checkpointed = checkpoint(&connection, "PASSIVE").and_then(|passive| {
@@ -245,20 +242,30 @@ fn run_checkpoints(
             Ok((passive, restart))
         });
         match checkpointed {
-            Ok((_, Some(Checkpoint { busy: true, frames }))) => {
-                tracing::info!(
-                    frames,
-                    "SQLite WAL restart put off: a reader is still on it"
-                );
-                restart_at = frames.saturating_mul(2);
+            Ok((passive, restart)) => {
+                if let Some(Checkpoint { busy: true, frames }) = restart {
+                    tracing::info!(
+                        frames,
+                        "SQLite WAL restart put off: a reader is still on it"
+                    );
+                }
+                restart_at = next_restart_at(restart_at, passive, restart);
             }
-            Ok((_, Some(_))) => restart_at = WAL_RESTART_FRAMES,
-            Ok((passive, None)) if passive.frames < WAL_RESTART_FRAMES => {
-                restart_at = WAL_RESTART_FRAMES;
-            }
-            Ok(_) => {}
             Err(error) => tracing::warn!(%error, "SQLite checkpoint failed"),
         }
+    }
+}
+
+/// The WAL size at which the next restart is tried: [`WAL_RESTART_FRAMES`] once the WAL has
+/// started over (restarted, or small again by itself), twice its size after a restart a reader
+/// put off (a long reader, a backup: the writer is not paused every round meanwhile), else as
+/// it was.
+fn next_restart_at(restart_at: i64, passive: Checkpoint, restart: Option<Checkpoint>) -> i64 {
+    match restart {
+        Some(Checkpoint { busy: true, frames }) => frames.saturating_mul(2),
+        Some(_) => WAL_RESTART_FRAMES,
+        None if passive.frames < WAL_RESTART_FRAMES => WAL_RESTART_FRAMES,
+        None => restart_at,
     }
 }
 
@@ -642,6 +649,33 @@ mod tests {
         assert!(paused < Duration::from_secs(1), "restart took {paused:?}");
         insert_lone(local, application).await;
         reader.execute_batch("COMMIT").unwrap();
+    }
+
+    /// When the checkpoint thread tries its next restart: at once after the WAL started over,
+    /// only at twice the size after a reader put one off, and not sooner for a smaller WAL.
+    #[test]
+    fn a_put_off_restart_is_tried_again_once_the_wal_has_doubled() {
+        let wal = |frames| Checkpoint {
+            busy: false,
+            frames,
+        };
+        let put_off = |frames| Checkpoint { busy: true, frames };
+        let first = WAL_RESTART_FRAMES;
+        assert_eq!(next_restart_at(first, wal(100), None), first);
+        assert_eq!(
+            next_restart_at(first, wal(5000), Some(put_off(5000))),
+            10_000
+        );
+        assert_eq!(next_restart_at(10_000, wal(8000), None), 10_000);
+        assert_eq!(
+            next_restart_at(10_000, wal(12_000), Some(wal(12_000))),
+            first
+        );
+        assert_eq!(
+            next_restart_at(10_000, wal(3), None),
+            first,
+            "started over by itself"
+        );
     }
 
     /// Token inserts of one group, with and without savepoints, some failing: each failure
