@@ -227,7 +227,16 @@ mod tests {
         assert_eq!(token_key_of(&first, &digest_bytes(&first)), first_key);
         // Only the exact shape has a prefix: another length, or upper-case hex.
         let upper_case = format!("ABCDEF0123456{}", &first[13..]);
-        for other in [format!("{first}x"), upper_case, first[..55].to_owned()] {
+        // Hostile shapes: a character of two bytes across the prefix's end, an empty token.
+        let split_char = format!("{}é{}", &first[..12], &first[14..]);
+        assert_eq!(split_char.len(), 56);
+        for other in [
+            format!("{first}x"),
+            upper_case,
+            first[..55].to_owned(),
+            split_char,
+            String::new(),
+        ] {
             assert_eq!(token_key(&other), digest(&other), "{other}");
         }
     }

@@ -138,6 +138,15 @@ async fn secrets_and_tokens_are_stored_as_digests() {
             issued.access_token[..13],
             "a token is kept under its time prefix, then its digest"
         );
+        // The prefix is no handle: the same token under another time is no token.
+        let mut tampered = issued.access_token.clone();
+        let last = if tampered.as_bytes()[12] == b'0' {
+            "1"
+        } else {
+            "0"
+        };
+        tampered.replace_range(12..13, last);
+        assert!(store.find_token(&tampered).await.unwrap().is_none());
         // A token issued before tokens had the prefix (43 characters) is kept under its bare
         // digest, and is still found, through the cache too.
         let earlier = secrets::random_token();
