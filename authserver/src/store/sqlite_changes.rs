@@ -31,9 +31,11 @@
 //! - A vouch reads the probe's version `v`, then the writer's `w`. When `w` equals `mark`, no
 //!   other connection committed between `mark`'s state and now, hence none since `seen`'s state:
 //!   every commit the probe sees at `v` beyond `seen` is the writer's, and `v` becomes `seen`
-//!   without emptying anything. Otherwise (another connection committed, or the chain is not
-//!   started) `seen` is forgotten, and so is the last probe's time, so the next lookup probes
-//!   and empties the cache. Either way `w` becomes `mark`: no lookup's probe falls between the
+//!   without emptying anything; that read of the probe is then a probe that found the caches
+//!   current, and stands for the lookups of the next bound (under steady writes, lookups then
+//!   seldom probe, nor find the lock held by a commit when they would). Otherwise (another
+//!   connection committed, or the chain is not started) `seen` is forgotten, and so is the last
+//!   probe's time, so the next lookup probes and empties the cache. Either way `w` becomes `mark`: no lookup's probe falls between the
 //!   vouch's two reads, so whatever state the next `seen` is taken at comes after the writer's
 //!   read.
 //!
@@ -167,6 +169,7 @@ impl Changes {
             self.probed.store(0, Ordering::Release);
             return;
         }
+        let probe_start = self.now();
         let versions =
             data_version(&state.probe).and_then(|probe| Ok((probe, data_version(writer)?)));
         match versions {
@@ -175,10 +178,15 @@ impl Changes {
                     Some(_) if state.mark == Some(writer) => Some(probe),
                     _ => None,
                 };
-                if state.seen.is_none() {
-                    // Another connection committed: the next lookup probes (and empties).
-                    self.probed.store(0, Ordering::Release);
-                }
+                // Carried over, the vouch's read of the probe is a probe that found the caches
+                // current: it stands for the lookups of the next bound, which then need not
+                // probe while the writer holds the lock for its next commit.
+                let probed = if state.seen.is_some() {
+                    probe_start + 1
+                } else {
+                    0
+                };
+                self.probed.store(probed, Ordering::Release);
                 state.mark = Some(writer);
             }
             Err(error) => {
@@ -377,6 +385,48 @@ mod tests {
             assert!(!current && !emptied, "not current: the caches are not used");
         });
         assert!(!database.lookup_empties());
+    }
+
+    #[test]
+    fn a_vouch_carried_over_stands_for_the_lookups_of_the_next_bound() {
+        let bound = Duration::from_millis(300);
+        let mut database = vouched();
+        database.changes = Changes::new(
+            Connection::open_with_flags(
+                database.folder.join("db.sqlite"),
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .unwrap(),
+            bound,
+        );
+        assert!(database.lookup_empties(), "the first lookup probes");
+        database.writer_group();
+        assert!(database.lookup_empties(), "before any vouch was carried");
+        // That lookup's probe no longer stands for anything; the next vouch is carried over.
+        std::thread::sleep(bound);
+        database.writer_group();
+        let vouched = Instant::now();
+        // While the writer holds the lock (its next commit), a lookup uses the caches instead
+        // of reading the database.
+        let (asked, answered) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let _held = database.changes.state.lock().unwrap();
+                asked.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+            });
+            answered.recv().unwrap();
+            let mut emptied = false;
+            let current = database.changes.notice(|| emptied = true).unwrap();
+            if vouched.elapsed() < bound {
+                assert!(current, "the vouch stood for the lookup");
+            }
+            assert!(!emptied);
+        });
+        // A vouch that sees another connection's commit still makes the next lookup probe.
+        commit(&database.other);
+        database.writer_group();
+        assert!(database.lookup_empties());
     }
 
     #[test]
