@@ -223,6 +223,8 @@ async fn app_of(store: &Store, client: &(String, String)) -> authserver::store::
         .await
         .unwrap()
         .unwrap()
+        .as_ref()
+        .clone()
 }
 
 #[tokio::test]

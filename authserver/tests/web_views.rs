@@ -206,6 +206,8 @@ async fn application_of(state: &AppState, client_id: &str) -> Application {
         .await
         .unwrap()
         .unwrap()
+        .as_ref()
+        .clone()
 }
 
 fn app_input(name: &str) -> ApplicationInput {

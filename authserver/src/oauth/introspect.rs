@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, header};
 use axum::response::Response;
 use serde::Serialize;
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use crate::domain::GROUPS_SCOPE;
 pub use crate::protocol::scope::INTROSPECTION_SCOPE;
@@ -38,16 +39,16 @@ pub async fn introspect(
         Some(found) => active_answer(found),
         None => json_body(Bytes::from_static(br#"{"active":false}"#)),
     };
-    Ok(no_store(with_caller(response, &caller, None)))
+    Ok(no_store(with_caller(response, &caller.client_id, None)))
 }
 
 /// A bearer token carrying the `introspection` scope of an application (still) allowed to
-/// introspect, or the client credentials of such an application; its client id.
+/// introspect, or the client credentials of such an application; that application.
 async fn authorize_caller(
     state: &AppState,
     headers: &HeaderMap,
     params: &Params,
-) -> Result<String, OAuthError> {
+) -> Result<Arc<Application>, OAuthError> {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -72,13 +73,13 @@ async fn authorize_caller(
             .find_application_by_client_id(&caller.client_id)
             .await?;
         return match app {
-            Some(app) if may_introspect(&app) => Ok(app.client_id),
+            Some(app) if may_introspect(&app) => Ok(app),
             _ => Err(OAuthError::Forbidden),
         };
     }
     let cert = crate::mtls::presented(headers, state.settings.proxy_secret.as_ref());
     match authenticate_client_if_presented(&state.store, headers, params, cert.as_ref()).await {
-        Ok(Some(app)) if may_introspect(&app) => Ok(app.client_id),
+        Ok(Some(app)) if may_introspect(&app) => Ok(app),
         Ok(Some(_)) => Err(OAuthError::Forbidden),
         Ok(None) | Err(OAuthError::InvalidClient) => Err(OAuthError::Unauthenticated),
         Err(other) => Err(other),

@@ -6,6 +6,7 @@ use crate::store::{Application, ClientType, Store};
 use axum::http::{HeaderMap, header};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use std::sync::Arc;
 
 /// The parameters of a form body or query string, refused when one is repeated.
 #[derive(Debug, Default)]
@@ -139,7 +140,7 @@ pub async fn authenticate_client(
     headers: &HeaderMap,
     params: &Params,
     cert: Option<&ClientCertificate>,
-) -> Result<Application, OAuthError> {
+) -> Result<Arc<Application>, OAuthError> {
     authenticate_client_if_presented(store, headers, params, cert)
         .await?
         .ok_or(OAuthError::InvalidClient)
@@ -156,7 +157,7 @@ pub async fn authenticate_client_if_presented(
     headers: &HeaderMap,
     params: &Params,
     cert: Option<&ClientCertificate>,
-) -> Result<Option<Application>, OAuthError> {
+) -> Result<Option<Arc<Application>>, OAuthError> {
     let Some(presented) = presented(headers, params)? else {
         return Ok(None);
     };

@@ -132,7 +132,7 @@ async fn caller(state: &AppState, headers: &HeaderMap, scope: &str) -> Result<St
         .find_application_by_client_id(&token.client_id)
         .await?;
     match app {
-        Some(app) if may_use_stream(&app) => Ok(app.client_id),
+        Some(app) if may_use_stream(&app) => Ok(app.client_id.clone()),
         _ => Err(OAuthError::Forbidden),
     }
 }
@@ -864,7 +864,7 @@ async fn push_all(state: &AppState, http: &reqwest::Client) -> Result<bool, OAut
             .store
             .find_application_by_client_id(&stream.client_id)
             .await?;
-        if !app.as_ref().is_some_and(may_use_stream) {
+        if !app.as_deref().is_some_and(may_use_stream) {
             continue;
         }
         let types = delivered(&stream);

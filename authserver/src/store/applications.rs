@@ -6,6 +6,7 @@ use super::{Store, StoreResult, conflict, now};
 use crate::domain::{AccessTokenFormat, TlsClientAuth};
 use crate::secrets;
 use sqlx::Row;
+use std::sync::Arc;
 
 pub use crate::domain::{Application, ClientType, GrantType};
 
@@ -134,7 +135,7 @@ impl Store {
     pub async fn find_application_by_client_id(
         &self,
         client_id: &str,
-    ) -> StoreResult<Option<Application>> {
+    ) -> StoreResult<Option<Arc<Application>>> {
         let _timer = StoreTimer::start(StoreOp::FindApplication);
         // On SQLite, a commit by a connection other than the writer thread's, of any process
         // (an operator rotating a secret from the command line), empties the cache first.
@@ -149,7 +150,10 @@ impl Store {
             }
             Hot::Postgres(pool) => hot::postgres::application_by_client_id(pool, client_id).await?,
         };
-        let app = columns.map(hot::ApplicationColumns::parse).transpose()?;
+        let app = columns
+            .map(hot::ApplicationColumns::parse)
+            .transpose()?
+            .map(Arc::new);
         if cacheable && let Some(app) = &app {
             self.clients.keep(generation, app).await;
         }

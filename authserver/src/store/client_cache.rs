@@ -35,7 +35,7 @@ const NOTIFY: &str = concat!("NOTIFY ", channel!());
 
 /// Applications by client id, for this process.
 pub(super) struct ClientCache {
-    entries: moka::future::Cache<String, Application>,
+    entries: moka::future::Cache<String, Arc<Application>>,
     /// Bumped by every emptying, so a lookup that read the database before a change does not
     /// keep what it read once the change has emptied the cache.
     generation: AtomicU64,
@@ -58,7 +58,7 @@ impl ClientCache {
     }
 
     /// The cached application, when the cache is in use and holds it.
-    pub(super) async fn get(&self, client_id: &str) -> Option<Application> {
+    pub(super) async fn get(&self, client_id: &str) -> Option<Arc<Application>> {
         if !self.active() {
             return None;
         }
@@ -77,7 +77,7 @@ impl ClientCache {
 
     /// Keeps what a lookup read, unless the cache was emptied since `generation` (the read
     /// may predate the change that emptied it).
-    pub(super) async fn keep(&self, generation: u64, app: &Application) {
+    pub(super) async fn keep(&self, generation: u64, app: &Arc<Application>) {
         if !self.active() || self.generation() != generation {
             return;
         }

@@ -23,6 +23,7 @@ use axum::extract::{OriginalUri, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
+use std::sync::Arc;
 
 pub(super) fn router() -> Router<AppState> {
     Router::new().route("/o/authorize/", get(authorize_page).post(authorize_post))
@@ -52,7 +53,11 @@ async fn client_of(
     params: &impl Parameters,
 ) -> Result<Result<(Application, Return), Unredirectable>, WebError> {
     let app = match params.get("client_id") {
-        Some(client_id) => state.store.find_application_by_client_id(client_id).await?,
+        Some(client_id) => state
+            .store
+            .find_application_by_client_id(client_id)
+            .await?
+            .map(Arc::unwrap_or_clone),
         None => None,
     };
     let back = match check_client(app.as_ref(), params) {

@@ -112,7 +112,7 @@ async fn check(
         }
     }
     Ok(Ok(Checked {
-        application: app.map(|a| a.name),
+        application: app.map(|a| a.name.clone()),
         back_to,
         hint_sub: hint.map(|c| c.sub),
         fields,
