@@ -246,6 +246,90 @@ async fn secrets_and_tokens_are_stored_as_digests() {
     }
 }
 
+/// The race `delete_application` cannot see: a token committed after the application's tokens
+/// were deleted. On PostgreSQL, where `tokens` keeps no foreign key to `applications`
+/// (migration 16), its row stays behind; it is found nowhere, by lookup or by refresh, and no
+/// later application takes its application's id. On SQLite the foreign key deletes it.
+#[tokio::test]
+async fn a_token_whose_application_is_gone_is_found_nowhere() {
+    for store in testing::all_stores().await {
+        let user = testing::user(&store, "dora", "pw").await;
+        let input = ApplicationInput {
+            name: "gone".into(),
+            client_type: ClientType::Confidential,
+            grant_type: GrantType::Password,
+            redirect_uris: String::new(),
+            allowed_scopes: vec!["read".into()],
+            may_introspect: false,
+            may_use_ssf: false,
+            pkce_required: true,
+            token_format: None,
+        };
+        let (app, _) = store
+            .create_application(&input, Some(user.id), None, None)
+            .await
+            .unwrap();
+        let issued = store
+            .issue_tokens(&NewTokens {
+                cnf_x5t_s256: None,
+                application_id: app.id,
+                user_id: Some(user.id),
+                scope: "read".into(),
+                access_lifetime: 60,
+                refresh_lifetime: Some(120),
+                family: None,
+            })
+            .await
+            .unwrap();
+        let refresh = issued.refresh_token.clone().unwrap();
+        // The application goes as a concurrent deletion would leave it: its row only.
+        sqlx::query("DELETE FROM applications WHERE id = $1")
+            .bind(app.id)
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM tokens WHERE application_id = $1")
+            .bind(app.id)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        let postgres = store.backend() == authserver::store::Backend::Postgres;
+        assert_eq!(left, if postgres { 2 } else { 0 }, "postgres: {postgres}");
+        for token in [&issued.access_token, &refresh] {
+            assert!(store.find_token(token).await.unwrap().is_none());
+        }
+        // A token asked for it now (a replica whose cache still holds it) is refused.
+        let refused = store
+            .issue_tokens(&NewTokens {
+                cnf_x5t_s256: None,
+                application_id: app.id,
+                user_id: None,
+                scope: "read".into(),
+                access_lifetime: 60,
+                refresh_lifetime: None,
+                family: None,
+            })
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::UnknownApplication)),
+            "{refused:?}"
+        );
+        let (again, _) = store
+            .create_application(&input, Some(user.id), None, None)
+            .await
+            .unwrap();
+        assert_ne!(again.id, app.id, "an application id is never given again");
+        assert!(matches!(
+            store.claim_refresh_token(&refresh, again.id).await.unwrap(),
+            RefreshOutcome::Invalid
+        ));
+        assert!(matches!(
+            store.claim_refresh_token(&refresh, app.id).await.unwrap(),
+            RefreshOutcome::Invalid
+        ));
+    }
+}
+
 #[tokio::test]
 async fn migrations_run_once_and_reopen_cleanly() {
     let dir = std::env::temp_dir().join(format!("tg-reopen-{}", secrets::random_client_id()));

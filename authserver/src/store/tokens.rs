@@ -134,6 +134,13 @@ impl Store {
                 .vanished(new)
                 .await?
                 .unwrap_or(StoreError::Database(error))),
+            // On PostgreSQL an application that is gone is no foreign key violation: the
+            // statement inserts nothing, as for a revoked family (`hot::postgres::INSERT_ONE`).
+            Err(StoreError::FamilyRevoked)
+                if self.forget_deleted_application(new.application_id).await? =>
+            {
+                Err(StoreError::UnknownApplication)
+            }
             other => other,
         }
     }

@@ -53,24 +53,27 @@ pub(in crate::store) async fn find_token(
     Ok(row.as_ref().map(token).transpose()?)
 }
 
-/// One row, unless its family is revoked.
+/// One row, unless its family is revoked or its application gone (`tokens` keeps no foreign
+/// key to `applications` on PostgreSQL: migration 16).
 const INSERT_ONE: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10
-    WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6) RETURNING id";
+    WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6)
+        AND EXISTS (SELECT 1 FROM applications WHERE id = $3) RETURNING id";
 
 /// An access token and the refresh token naming it, in one statement, unless their family is
-/// revoked. Returns the access token's id.
+/// revoked or their application gone. Returns the access token's id.
 const INSERT_PAIR: &str = "WITH access AS (
         INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
         SELECT $1, $2, $3, $4, $5, $6, NULL, $7, $8, $12
-        WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6) RETURNING id),
+        WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6)
+            AND EXISTS (SELECT 1 FROM applications WHERE id = $3) RETURNING id),
     refresh AS (
         INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
         SELECT $9, $10, $3, $4, $5, $6, access.id, $7, $11, $12 FROM access RETURNING access_token_id)
     SELECT access_token_id FROM refresh";
 
-/// Inserts one row, or an access token and its refresh token, unless the family is revoked
-/// (`FamilyRevoked`). Returns the first row's id. On the tokens writer's connection, the commit
+/// Inserts one row, or an access token and its refresh token, unless the family is revoked or
+/// the application gone (`FamilyRevoked`: [`crate::store::Store::issue_tokens`] tells which). Returns the first row's id. On the tokens writer's connection, the commit
 /// does not wait for the WAL flush (see above).
 pub(in crate::store) async fn insert_tokens(
     conn: &mut sqlx::PgConnection,

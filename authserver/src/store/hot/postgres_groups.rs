@@ -2,7 +2,7 @@
 //! tokens, refresh-token claims and the password throttle, each group one multi-row statement
 //! (one round trip, one commit). Each caller still gets its own result: a token whose family is
 //! revoked, or a claim another caller of the group won, fails alone. When a group's statement
-//! fails as a whole (a foreign key, a unique violation, a NUL in a value), its writes are
+//! fails as a whole (a foreign key to a deleted user, a unique violation, a NUL in a value), its writes are
 //! retried one by one with the single statements, so only the failing one fails.
 //!
 //! Durability is what it was one statement at a time: new tokens commit without waiting for the
@@ -262,6 +262,7 @@ const INSERT_GROUP: &str = "WITH issue AS (
         INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
         SELECT kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256
         FROM issue WHERE NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = issue.family)
+            AND EXISTS (SELECT 1 FROM applications a WHERE a.id = issue.application_id)
         RETURNING id, digest),
     second AS (
         INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
@@ -270,10 +271,14 @@ const INSERT_GROUP: &str = "WITH issue AS (
     SELECT digest, id FROM first";
 
 /// Lone tokens of new families (client_credentials) in one statement: none can be revoked, so
-/// nothing is looked up, and no second rows. Returns their digests and ids.
+/// no family is looked up (only the application, which may be gone), and no second rows.
+/// Returns their digests and ids.
 const INSERT_NEW_FAMILIES: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
     SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::text[],
         $7::int8[], $8::int8[], $9::int8[], $10::text[])
+        AS i(kind, digest, application_id, user_id, scope, family, access_token_id, issued_at,
+            expires_at, cnf_x5t_s256)
+    WHERE EXISTS (SELECT 1 FROM applications a WHERE a.id = i.application_id)
     RETURNING digest, id";
 
 /// Inserts each issue's rows (one token, or an access token and its refresh token): the first
@@ -299,7 +304,8 @@ pub(in crate::store) async fn insert_token_group(
 }
 
 /// Each issue's answer from the ids [`INSERT_GROUP`] returned: an issue not inserted was into a
-/// revoked family.
+/// revoked family, or for an application since deleted (`FamilyRevoked` either way:
+/// [`crate::store::Store::issue_tokens`] tells which).
 fn answers(issues: &[Vec<NewRow>], ids: &HashMap<String, i64>) -> Vec<StoreResult<i64>> {
     issues
         .iter()
@@ -729,6 +735,23 @@ mod tests {
             .await
             .expect("one statement");
         assert_eq!(ids.len(), 2, "no revocation lookup");
+        // A deleted application's (no foreign key on PostgreSQL) is inserted by neither
+        // statement, and refused alone.
+        let mut gone_new = issue(i64::MAX, "new-gone", false);
+        gone_new[0].new_family = true;
+        let gone = issue(i64::MAX, "gone", true);
+        for issues in [
+            vec![new_family("new-f"), gone_new],
+            vec![issue(app, "group-g", true), gone],
+        ] {
+            let results = insert_token_group(&mut conn, issues.clone()).await;
+            assert!(results[0].is_ok(), "{results:?}");
+            assert!(
+                matches!(results[1], Err(StoreError::FamilyRevoked)),
+                "{results:?}"
+            );
+            assert_stored_as_answered(&pool, &issues, &results).await;
+        }
     }
 
     #[tokio::test]
@@ -736,8 +759,9 @@ mod tests {
         let Some((_store, pool, app)) = postgres().await else {
             return;
         };
-        // A deleted application (a foreign key) and a NUL in the scope fail the group's
-        // statement; the others are then written one by one and succeed.
+        // A NUL in the scope fails the group's statement; the others are then written one by
+        // one and succeed, but for that of a deleted application (no foreign key on PostgreSQL:
+        // the statement inserts nothing, as for a revoked family).
         let mut nul = issue(app, "family-nul", false);
         nul[0].scope = "read\0".into();
         let issues = vec![
@@ -753,7 +777,7 @@ mod tests {
             assert!(results[i].is_ok(), "{i}: {results:?}");
         }
         assert!(
-            matches!(&results[1], Err(StoreError::Database(sqlx::Error::Database(db))) if db.is_foreign_key_violation()),
+            matches!(results[1], Err(StoreError::FamilyRevoked)),
             "{results:?}"
         );
         assert!(
