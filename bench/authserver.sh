@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Load benchmark of the authorization server against an axum hello-world, in one run.
 # Load comes from wrk in a second process on loopback. Usage: bench/authserver.sh [seconds]
-#   DATABASE_URL=postgres://…   bench on a fresh schema of that PostgreSQL server (default: a
-#                               temporary SQLite file)
+#   DATABASE_URL=postgres://…   bench on fresh schemas of that PostgreSQL server, one per binary
+#                               (default: a temporary SQLite file per binary)
 #   BASELINE_BIN=path           also bench that (earlier) authserver binary, in the same run
 #   BASELINE_CONFIG=path        its settings file, when it does not read today's config/authserver.yaml
 #   SKIP_BUILD=1                use the release binaries already built
@@ -30,33 +30,25 @@ fi
 BIN=target/release/authserver
 for b in "$BIN" target/release/examples/hello target/release/examples/argon2_time ${BASELINE_BIN:+"$BASELINE_BIN"}; do [ -x "$b" ] || { echo "missing $b: build it (cargo build, see the top of $0) or run without SKIP_BUILD" >&2; exit 1; }; done
 WORK=$(mktemp -d)
-SCHEMA=""
+SCHEMAS=()
 cleanup() {
   kill $(jobs -p) 2>/dev/null || true
   wait 2>/dev/null || true
-  [ -z "$SCHEMA" ] || psql -q "$DATABASE_URL" -c "DROP SCHEMA $SCHEMA CASCADE" >/dev/null 2>&1 || true
+  for schema in "${SCHEMAS[@]}"; do
+    psql -q "$DATABASE_URL" -c "DROP SCHEMA $schema CASCADE" >/dev/null 2>&1 || true
+  done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
 if [[ "${DATABASE_URL:-}" == postgres* ]]; then
-  SCHEMA="bench_$(date +%s)_$$"
-  psql -q "$DATABASE_URL" -c "CREATE SCHEMA $SCHEMA" >/dev/null
   SEP='?'; [[ "$DATABASE_URL" == *\?* ]] && SEP='&'
-  DB="${DATABASE_URL}${SEP}options=-c%20search_path%3D$SCHEMA"
   BACKEND=postgres
 else
-  DB="sqlite://$WORK/db.sqlite"
   BACKEND=sqlite
 fi
-
-$BIN migrate --database-url "$DB" >/dev/null
-echo bench-password | $BIN user create --username bench --database-url "$DB" >/dev/null
-PW=$($BIN app create --name pw --database-url "$DB" --json)
-CC=$($BIN app create --name cc --grant-type client-credentials --introspect --database-url "$DB" --json)
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 basic() { printf '%s:%s' "$(field "$1" client_id)" "$(field "$1" client_secret)" | base64 -w0; }
-PW_BASIC=$(basic "$PW"); CC_BASIC=$(basic "$CC")
 
 AUTH_PORT=18101; HELLO_PORT=18102; METRICS_PORT=18103
 wait_for() { # $1 url
@@ -74,8 +66,29 @@ wrk.headers["Authorization"] = "$2"
 wrk.body = "$3"
 LUA
 }
-post_script "$WORK/cc.lua" "Basic $CC_BASIC" "grant_type=client_credentials&scope=read"
-post_script "$WORK/pw.lua" "Basic $PW_BASIC" "grant_type=password&username=bench&password=bench-password"
+
+# A database of its own for one server (a SQLite file, or a schema of DATABASE_URL), migrated
+# and given the bench's user and applications by that server's binary: each binary runs on the
+# schema its own migrations make, and none on the rows another one wrote before it. Sets DB,
+# PW_BASIC, CC_BASIC and the client_credentials and password scripts.
+fresh_database() { # $1 label, $2 binary
+  if [ "$BACKEND" = postgres ]; then
+    local schema="bench_$(date +%s)_$$_$1"
+    psql -q "$DATABASE_URL" -c "CREATE SCHEMA $schema" >/dev/null
+    SCHEMAS+=("$schema")
+    DB="${DATABASE_URL}${SEP}options=-c%20search_path%3D$schema"
+  else
+    DB="sqlite://$WORK/$1.sqlite"
+  fi
+  "$2" migrate --database-url "$DB" >/dev/null
+  echo bench-password | "$2" user create --username bench --database-url "$DB" >/dev/null
+  local pw cc
+  pw=$("$2" app create --name pw --database-url "$DB" --json)
+  cc=$("$2" app create --name cc --grant-type client-credentials --introspect --database-url "$DB" --json)
+  PW_BASIC=$(basic "$pw"); CC_BASIC=$(basic "$cc")
+  post_script "$WORK/cc.lua" "Basic $CC_BASIC" "grant_type=client_credentials&scope=read"
+  post_script "$WORK/pw.lua" "Basic $PW_BASIC" "grant_type=password&username=bench&password=bench-password"
+}
 
 # rps p50_ms p99_ms non2xx from wrk --latency output; with PROFILE=1 and a label ($3), the CPU
 # split of the run's middle into $WORK/profile ("label rps share-by-part...").
@@ -123,6 +136,7 @@ for writer, v in seen.items():
 # One authserver binary through the three cases: lines "label case rps p50 p99 non2xx"; the
 # groups its writers committed during the client_credentials run: "label case writer groups writes".
 bench_server() { # $1 label, $2 binary, $3 settings file
+  fresh_database "$1" "$2"
   AUTHSERVER_CONFIG=$3 AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT AUTHSERVER_METRICS_LISTEN=127.0.0.1:$METRICS_PORT \
     RUST_LOG=warn "$2" serve --database-url "$DB" &
   local pid=$!
@@ -152,7 +166,8 @@ echo "hello hello $(measure "http://127.0.0.1:$HELLO_PORT/" "" hello)" >"$RESULT
 bench_server current "$BIN" config/authserver.yaml
 # PostgreSQL alone, without the authserver: pgbench runs the hot path's single statements (the
 # introspection SELECT; the client_credentials INSERT of one row, as a group of one writes it)
-# with as many connections and threads as wrk uses, prepared, over loopback. The SELECT bounds
+# with as many connections and threads as wrk uses, prepared, over loopback, on the current
+# binary's schema. The SELECT bounds
 # what a server reading PostgreSQL per request could reach (ours answers hits from memory); the
 # INSERT is the ceiling of one write per commit, which grouped writes pass.
 if [ "$BACKEND" = postgres ] && command -v pgbench >/dev/null; then
@@ -174,7 +189,8 @@ SQL
 INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256)
     SELECT 'access', md5(random()::text), $APP_ID, NULL, 'read', md5(random()::text), NULL, 0, 9999999999, NULL
     FROM (SELECT set_config('synchronous_commit', 'off', true)) AS asynchronous_commit
-    WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = md5(random()::text)) RETURNING id;
+    WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = md5(random()::text))
+        AND EXISTS (SELECT 1 FROM applications WHERE id = $APP_ID) RETURNING id;
 SQL
   for case in introspection client_credentials; do
     tps=$(pgbench -n -M prepared -c "$CONNS" -j "$THREADS" -T "$DURATION" -f "$WORK/floor-$case.sql" "$DB" 2>/dev/null \
