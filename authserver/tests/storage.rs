@@ -91,21 +91,40 @@ async fn users_groups_and_memberships() {
     }
 }
 
+/// A confidential application of the password grant, allowed `read`.
+fn reader_app(name: &str) -> ApplicationInput {
+    ApplicationInput {
+        name: name.into(),
+        client_type: ClientType::Confidential,
+        grant_type: GrantType::Password,
+        redirect_uris: String::new(),
+        allowed_scopes: vec!["read".into()],
+        may_introspect: false,
+        may_use_ssf: false,
+        pkce_required: true,
+        token_format: None,
+    }
+}
+
+/// `read` tokens of a new family: an access token for a minute, with a refresh token for two
+/// when `refresh`.
+fn tokens_of(application_id: i64, user_id: Option<i64>, refresh: bool) -> NewTokens {
+    NewTokens {
+        cnf_x5t_s256: None,
+        application_id,
+        user_id,
+        scope: "read".into(),
+        access_lifetime: 60,
+        refresh_lifetime: refresh.then_some(120),
+        family: None,
+    }
+}
+
 #[tokio::test]
 async fn secrets_and_tokens_are_stored_as_digests() {
     for store in testing::all_stores().await {
         let user = testing::user(&store, "bob", "pw").await;
-        let input = ApplicationInput {
-            name: "app".into(),
-            client_type: ClientType::Confidential,
-            grant_type: GrantType::Password,
-            redirect_uris: String::new(),
-            allowed_scopes: vec!["read".into()],
-            may_introspect: false,
-            may_use_ssf: false,
-            pkce_required: true,
-            token_format: None,
-        };
+        let input = reader_app("app");
         let (app, secret) = store
             .create_application(&input, Some(user.id), None, None)
             .await
@@ -115,15 +134,7 @@ async fn secrets_and_tokens_are_stored_as_digests() {
         assert!(!app.secret_matches("guess"));
         assert_eq!(app.allowed_scopes, vec!["read"]);
 
-        let new = NewTokens {
-            cnf_x5t_s256: None,
-            application_id: app.id,
-            user_id: Some(user.id),
-            scope: "read".into(),
-            access_lifetime: 60,
-            refresh_lifetime: Some(120),
-            family: None,
-        };
+        let new = tokens_of(app.id, Some(user.id), true);
         let issued = store.issue_tokens(&new).await.unwrap();
         let refresh = issued.refresh_token.clone().unwrap();
 
@@ -254,31 +265,13 @@ async fn secrets_and_tokens_are_stored_as_digests() {
 async fn a_token_whose_application_is_gone_is_found_nowhere() {
     for store in testing::all_stores().await {
         let user = testing::user(&store, "dora", "pw").await;
-        let input = ApplicationInput {
-            name: "gone".into(),
-            client_type: ClientType::Confidential,
-            grant_type: GrantType::Password,
-            redirect_uris: String::new(),
-            allowed_scopes: vec!["read".into()],
-            may_introspect: false,
-            may_use_ssf: false,
-            pkce_required: true,
-            token_format: None,
-        };
+        let input = reader_app("gone");
         let (app, _) = store
             .create_application(&input, Some(user.id), None, None)
             .await
             .unwrap();
         let issued = store
-            .issue_tokens(&NewTokens {
-                cnf_x5t_s256: None,
-                application_id: app.id,
-                user_id: Some(user.id),
-                scope: "read".into(),
-                access_lifetime: 60,
-                refresh_lifetime: Some(120),
-                family: None,
-            })
+            .issue_tokens(&tokens_of(app.id, Some(user.id), true))
             .await
             .unwrap();
         let refresh = issued.refresh_token.clone().unwrap();
@@ -299,17 +292,7 @@ async fn a_token_whose_application_is_gone_is_found_nowhere() {
             assert!(store.find_token(token).await.unwrap().is_none());
         }
         // A token asked for it now (a replica whose cache still holds it) is refused.
-        let refused = store
-            .issue_tokens(&NewTokens {
-                cnf_x5t_s256: None,
-                application_id: app.id,
-                user_id: None,
-                scope: "read".into(),
-                access_lifetime: 60,
-                refresh_lifetime: None,
-                family: None,
-            })
-            .await;
+        let refused = store.issue_tokens(&tokens_of(app.id, None, false)).await;
         assert!(
             matches!(refused, Err(StoreError::UnknownApplication)),
             "{refused:?}"

@@ -243,6 +243,16 @@ mod tests {
             }
         }
 
+        /// Changes seen through a new probe connection, each probe standing for `bound`.
+        fn probe_anew(&mut self, bound: Duration) {
+            let probe = Connection::open_with_flags(
+                self.folder.join("db.sqlite"),
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .unwrap();
+            self.changes = Changes::new(probe, bound);
+        }
+
         /// Whether a lookup now would empty the cache.
         fn lookup_empties(&self) -> bool {
             let mut emptied = false;
@@ -329,14 +339,7 @@ mod tests {
     fn a_probe_stands_for_the_lookups_of_the_next_bound_unless_a_vouch_saw_another_commit() {
         let bound = Duration::from_millis(300);
         let mut database = vouched();
-        database.changes = Changes::new(
-            Connection::open_with_flags(
-                database.folder.join("db.sqlite"),
-                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-            )
-            .unwrap(),
-            bound,
-        );
+        database.probe_anew(bound);
         let probed = Instant::now();
         assert!(database.lookup_empties(), "the first lookup probes");
         commit(&database.other);
@@ -391,14 +394,7 @@ mod tests {
     fn a_vouch_carried_over_stands_for_the_lookups_of_the_next_bound() {
         let bound = Duration::from_millis(300);
         let mut database = vouched();
-        database.changes = Changes::new(
-            Connection::open_with_flags(
-                database.folder.join("db.sqlite"),
-                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-            )
-            .unwrap(),
-            bound,
-        );
+        database.probe_anew(bound);
         assert!(database.lookup_empties(), "the first lookup probes");
         database.writer_group();
         assert!(database.lookup_empties(), "before any vouch was carried");

@@ -719,13 +719,7 @@ mod tests {
         assert!(store.revoke_family("revoked-too").await.unwrap());
         let issues = vec![new_family("new-d"), issue(app, "revoked-too", false)];
         assert_eq!(group_statement(&issues), INSERT_GROUP);
-        let results = insert_token_group(&mut conn, issues.clone()).await;
-        assert!(results[0].is_ok(), "{results:?}");
-        assert!(
-            matches!(results[1], Err(StoreError::FamilyRevoked)),
-            "{results:?}"
-        );
-        assert_stored_as_answered(&pool, &issues, &results).await;
+        the_second_alone_is_refused(&mut conn, &pool, issues).await;
         // No lookup at all: a family flagged new is stored even where a revoked one of its name
         // exists (which a family drawn at random never meets).
         assert!(store.revoke_family("new-but-revoked").await.unwrap());
@@ -744,14 +738,24 @@ mod tests {
             vec![new_family("new-f"), gone_new],
             vec![issue(app, "group-g", true), gone],
         ] {
-            let results = insert_token_group(&mut conn, issues.clone()).await;
-            assert!(results[0].is_ok(), "{results:?}");
-            assert!(
-                matches!(results[1], Err(StoreError::FamilyRevoked)),
-                "{results:?}"
-            );
-            assert_stored_as_answered(&pool, &issues, &results).await;
+            the_second_alone_is_refused(&mut conn, &pool, issues).await;
         }
+    }
+
+    /// Writes a group of two issues: the first is stored, the second refused (`FamilyRevoked`)
+    /// and stored nowhere.
+    async fn the_second_alone_is_refused(
+        conn: &mut PgConnection,
+        pool: &PgPool,
+        issues: Vec<Vec<NewRow>>,
+    ) {
+        let results = insert_token_group(conn, issues.clone()).await;
+        assert!(results[0].is_ok(), "{results:?}");
+        assert!(
+            matches!(results[1], Err(StoreError::FamilyRevoked)),
+            "{results:?}"
+        );
+        assert_stored_as_answered(pool, &issues, &results).await;
     }
 
     #[tokio::test]
