@@ -35,9 +35,9 @@
 //!   current, and stands for the lookups of the next bound (under steady writes, lookups then
 //!   seldom probe, nor find the lock held by a commit when they would). Otherwise (another
 //!   connection committed, or the chain is not started) `seen` is forgotten, and so is the last
-//!   probe's time, so the next lookup probes and empties the cache. Either way `w` becomes `mark`: no lookup's probe falls between the
-//!   vouch's two reads, so whatever state the next `seen` is taken at comes after the writer's
-//!   read.
+//!   probe's time, so the next lookup probes and empties the cache. Either way `w` becomes
+//!   `mark`: no lookup's probe falls between the vouch's two reads, so whatever state the next
+//!   `seen` is taken at comes after the writer's read.
 //!
 //! Hence a commit by another connection (the command line rotating a secret or revoking a
 //! token), once made, is noticed by the first probe that starts after it, which every lookup

@@ -73,8 +73,9 @@ const INSERT_PAIR: &str = "WITH access AS (
     SELECT access_token_id FROM refresh";
 
 /// Inserts one row, or an access token and its refresh token, unless the family is revoked or
-/// the application gone (`FamilyRevoked`: [`crate::store::Store::issue_tokens`] tells which). Returns the first row's id. On the tokens writer's connection, the commit
-/// does not wait for the WAL flush (see above).
+/// the application gone (`FamilyRevoked`: [`crate::store::Store::issue_tokens`] tells which).
+/// Returns the first row's id. On the tokens writer's connection, the commit does not wait for
+/// the WAL flush (see above).
 pub(in crate::store) async fn insert_tokens(
     conn: &mut sqlx::PgConnection,
     rows: &[NewRow],

@@ -2,8 +2,8 @@
 //! tokens, refresh-token claims and the password throttle, each group one multi-row statement
 //! (one round trip, one commit). Each caller still gets its own result: a token whose family is
 //! revoked, or a claim another caller of the group won, fails alone. When a group's statement
-//! fails as a whole (a foreign key to a deleted user, a unique violation, a NUL in a value), its writes are
-//! retried one by one with the single statements, so only the failing one fails.
+//! fails as a whole (a foreign key to a deleted user, a unique violation, a NUL in a value), its
+//! writes are retried one by one with the single statements, so only the failing one fails.
 //!
 //! Durability is what it was one statement at a time: new tokens commit without waiting for the
 //! WAL flush (see [`super::postgres`]), on a connection of their own whose session has
