@@ -7,7 +7,9 @@
 mod support;
 
 use authserver::oauth::OAuthError;
-use authserver::store::{Backend, GrantType, RefreshOutcome, Store, StoreError};
+use authserver::store::{
+    Backend, FOREIGN_COMMIT_BOUND, GrantType, RefreshOutcome, Store, StoreError,
+};
 use authserver::testing;
 use axum::response::IntoResponse;
 use serde_json::Value;
@@ -22,8 +24,9 @@ const CLIENT_CREDENTIALS: [(&str, &str); 1] = [("grant_type", "client_credential
 
 /// Deletes the application of `client` through `store`. On PostgreSQL without the notification
 /// the views and CLI send (as if it were lost, or not yet delivered), so that the other replica
-/// still holds the application in its cache; on SQLite (no cache) as the views and CLI do.
-/// Whether the other replica is left with a stale entry.
+/// still holds the application in its cache; on SQLite as the views and CLI do, returning once
+/// the deletion counts for the other replica's lookups (a commit by another connection does
+/// [`FOREIGN_COMMIT_BOUND`] after it). Whether the other replica is left with a stale entry.
 async fn delete(store: &Store, client: &(String, String)) -> bool {
     let app = store
         .find_application_by_client_id(&client.0)
@@ -32,6 +35,7 @@ async fn delete(store: &Store, client: &(String, String)) -> bool {
         .unwrap();
     if store.backend() == Backend::Sqlite {
         assert!(store.delete_application(app.id).await.unwrap());
+        tokio::time::sleep(FOREIGN_COMMIT_BOUND * 2).await;
         return false;
     }
     let mut tx = store.pool().begin().await.unwrap();
