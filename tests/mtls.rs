@@ -166,10 +166,7 @@ impl Stack {
 /// The front door, its listener's `client_auth` as given. With `aliases`, the authorization
 /// server announces the front door as its `mtls_endpoint_base`.
 async fn stack(store: &Store, pki: &Pki, bundle: &Path, client_auth: &str, aliases: bool) -> Stack {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = authserver::testing::free_port();
     // The authorization server, believing the proxy's forwarded certificate with its secret.
     let mut settings = Settings::for_tests("unused");
     settings.proxy_secret = Some(ProxySecret::new(AUTH_SECRET).unwrap());

@@ -104,11 +104,7 @@ fn config_errors_name_file_key_and_value_and_exit_non_zero() {
 #[test]
 fn starts_and_serves_behind_the_proxy() {
     // A free port for the binary.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = authserver::testing::free_port();
     let dir =
         std::env::temp_dir().join(format!("example-api-bin-db-{}-{port}", std::process::id()));
     let db = format!("sqlite://{}/db.sqlite", dir.display());
