@@ -29,17 +29,14 @@ fi
 [ -n "${SKIP_BUILD:-}" ] || cargo build --release -q -p authserver --bin authserver --example hello --example argon2_time
 BIN=target/release/authserver
 for b in "$BIN" target/release/examples/hello target/release/examples/argon2_time ${BASELINE_BIN:+"$BASELINE_BIN"}; do [ -x "$b" ] || { echo "missing $b: build it (cargo build, see the top of $0) or run without SKIP_BUILD" >&2; exit 1; }; done
-WORK=$(mktemp -d)
+. bench/common.sh
 SCHEMAS=()
-cleanup() {
-  kill $(jobs -p) 2>/dev/null || true
-  wait 2>/dev/null || true
+drop_schemas() {
   for schema in "${SCHEMAS[@]}"; do
     psql -q "$DATABASE_URL" -c "DROP SCHEMA $schema CASCADE" >/dev/null 2>&1 || true
   done
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
+trap 'cleanup; drop_schemas' EXIT
 
 if [[ "${DATABASE_URL:-}" == postgres* ]]; then
   SEP='?'; [[ "$DATABASE_URL" == *\?* ]] && SEP='&'
@@ -47,16 +44,11 @@ if [[ "${DATABASE_URL:-}" == postgres* ]]; then
 else
   BACKEND=sqlite
 fi
-field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
-basic() { printf '%s:%s' "$(field "$1" client_id)" "$(field "$1" client_secret)" | base64 -w0; }
 
-AUTH_PORT=18101; HELLO_PORT=18102; METRICS_PORT=18103
-wait_for() { # $1 url
-  for _ in $(seq 100); do curl -s -o /dev/null "$1" && return 0; sleep 0.1; done
-  echo "nothing answers at $1"; exit 1
-}
+AUTH_PORT=$(free_port); HELLO_PORT=$(free_port); METRICS_PORT=$(free_port)
 target/release/examples/hello 127.0.0.1:$HELLO_PORT &
-wait_for "http://127.0.0.1:$HELLO_PORT/"
+PIDS+=($!)
+wait_http "http://127.0.0.1:$HELLO_PORT/"
 
 post_script() { # $1 file, $2 authorization, $3 body
   cat > "$1" <<LUA
@@ -133,17 +125,21 @@ for line in sys.stdin:
 for writer, v in seen.items():
     print(writer, v["count"], v["sum"])'
 }
-# One authserver binary through the three cases: lines "label case rps p50 p99 non2xx"; the
+# One authserver binary through its HTTP floor and the three cases: lines "label case rps p50 p99 non2xx"; the
 # groups its writers committed during the client_credentials run: "label case writer groups writes".
 bench_server() { # $1 label, $2 binary, $3 settings file
   fresh_database "$1" "$2"
   AUTHSERVER_CONFIG=$3 AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT AUTHSERVER_METRICS_LISTEN=127.0.0.1:$METRICS_PORT \
     RUST_LOG=warn "$2" serve --database-url "$DB" &
   local pid=$!
-  wait_for "http://127.0.0.1:$AUTH_PORT/healthz"
+  PIDS+=("$pid")
+  wait_http "http://127.0.0.1:$AUTH_PORT/healthz"
   local token
   token=$(curl -s -u "$(echo "$PW_BASIC" | base64 -d)" -d grant_type=password -d username=bench -d password=bench-password "http://127.0.0.1:$AUTH_PORT/o/token/" | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
   post_script "$WORK/introspect.lua" "Basic $CC_BASIC" "token=$token"
+  # The floor: what the server's HTTP layer (server loop, middleware, router) costs with no
+  # handler work at all, the most any endpoint of this binary could reach.
+  echo "$1 healthz $(measure "http://127.0.0.1:$AUTH_PORT/healthz")" >>"$RESULTS"
   echo "$1 introspection $(measure "http://127.0.0.1:$AUTH_PORT/o/introspect/" "$WORK/introspect.lua" "$1-introspection")" >>"$RESULTS"
   # The token cache's hits and misses over the introspection run ("- -" for a binary without).
   echo "$1 $(curl -s "http://127.0.0.1:$METRICS_PORT/metrics" | awk -F'[" ]' '/^tokengate_authserver_token_cache_total/ {n[$2]=$NF} END {print (n["hit"]==""?"-":n["hit"]), (n["miss"]==""?"-":n["miss"])}')" >>"$WORK/cache"
@@ -218,6 +214,8 @@ for label, case, rps, p50, p99, errors in rows:
     rps = float(rps)
     if label == "hello":
         ratio, goal = rps / hello_mean, "(ratios against the mean of the two hello runs)"
+    elif case == "healthz":
+        ratio, goal = rps / hello_mean, "(the HTTP layer alone: the most any endpoint can reach)"
     elif case == "password":
         ratio, goal = rps / ceiling, ">= 0.9 x cores/hash"
     elif label == "postgres-alone":
