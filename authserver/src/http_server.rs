@@ -12,6 +12,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
 use std::pin::{Pin, pin};
+use std::task::Poll;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -134,7 +135,14 @@ async fn read_body(request: hyper::Request<Incoming>, limits: Limits) -> Result<
         ));
     }
     let (parts, body) = request.into_parts();
-    match tokio::time::timeout(limits.body_timeout, collect(body, limits.max_body)).await {
+    // A small body has usually arrived with the headers: the deadline's timer is armed only
+    // for one that has not.
+    let mut collecting = pin!(collect(body, limits.max_body));
+    let collected = match poll_fn(|cx| Poll::Ready(collecting.as_mut().poll(cx))).await {
+        Poll::Ready(collected) => Ok(collected),
+        Poll::Pending => tokio::time::timeout(limits.body_timeout, collecting).await,
+    };
+    match collected {
         Ok(Ok(bytes)) => Ok(Request::from_parts(parts, Body::from(bytes))),
         Ok(Err(BodyError::TooLarge)) => Err(refuse(
             StatusCode::PAYLOAD_TOO_LARGE,

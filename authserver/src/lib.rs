@@ -29,9 +29,13 @@ use std::future::Future;
 use std::sync::Arc;
 use store::Store;
 
-/// What every handler shares.
+/// What every handler shares: one record, so that the clones every request makes (the router's,
+/// each extractor's) are one reference count each.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// The fields of [`AppState`].
+pub struct Shared {
     pub settings: Arc<Settings>,
     pub store: Store,
     /// This replica's copy of the JWT signing keys.
@@ -40,14 +44,26 @@ pub struct AppState {
     pub(crate) csrf_key: Arc<web::CsrfKey>,
 }
 
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
 impl AppState {
     pub fn new(settings: Settings, store: Store) -> Self {
-        Self {
+        Self::with_keys(settings, store, jwt::KeyRing::new())
+    }
+
+    /// [`AppState::new`] with this key ring (a test's shorter key cache).
+    pub fn with_keys(settings: Settings, store: Store, keys: jwt::KeyRing) -> Self {
+        AppState(Arc::new(Shared {
             settings: Arc::new(settings),
             store,
-            keys: Arc::new(jwt::KeyRing::new()),
+            keys: Arc::new(keys),
             csrf_key: Arc::default(),
-        }
+        }))
     }
 }
 
@@ -60,10 +76,7 @@ pub fn app(state: AppState) -> Router {
         .merge(oauth::router(&state.settings))
         .merge(web::router())
         .route("/healthz", get(|| async { "ok" }))
-        .layer(axum::middleware::from_fn_with_state(
-            log,
-            request_log::log_requests,
-        ))
+        .layer(log)
         .with_state(state)
 }
 

@@ -1,17 +1,23 @@
 //! Errors logged in one place, and the access line: a response carries the error behind it in
 //! its extensions ([`with_error`], where the response is made; nothing is logged there), and the
-//! one middleware [`log_requests`] of the authorization server and the example API logs it, then
+//! one middleware [`LogRequests`] of the authorization server and the example API logs it, then
 //! writes the request's access line (`resource_server::access_log`).
 
 use std::fmt::Display;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::Extensions;
-use axum::middleware::Next;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::{Extensions, Method, Uri};
 use axum::response::Response;
+use pin_project_lite::pin_project;
 use resource_server::access_log::{AccessLine, AccessLog};
+use tower::{Layer, Service};
 
 /// The cause of a failed response, for the log only (never sent).
 #[derive(Clone, Debug)]
@@ -30,7 +36,7 @@ pub struct Caller {
     pub user: Option<String>,
 }
 
-/// `response`, carrying `error` for [`log_requests`] to log.
+/// `response`, carrying `error` for [`LogRequests`] to log.
 pub fn with_error(mut response: Response, error: impl Display) -> Response {
     response
         .extensions_mut()
@@ -59,57 +65,127 @@ pub fn note_user(request: &Extensions, user_id: i64) {
     }
 }
 
-/// What [`log_requests`] writes: the access log of the authorization server; `None` for errors
-/// only (the example API, whose requests the proxy in front logs).
+/// What [`LogRequests`] writes: the access log of the authorization server; `None` for errors
+/// only (the example API, whose requests the proxy in front logs). As a layer (`Router::layer`),
+/// it wraps every route in [`LogRequests`].
 #[derive(Clone)]
 pub struct RequestLog(pub Option<Arc<AccessLog>>);
 
+impl<S> Layer<S> for RequestLog {
+    type Service = LogRequests<S>;
+
+    fn layer(&self, inner: S) -> LogRequests<S> {
+        LogRequests {
+            inner,
+            log: self.clone(),
+        }
+    }
+}
+
 /// The middleware: logs the error a response carries at error level, and writes the access line
 /// if the access log wants this request. What only the access line needs (the start time, the
-/// slot for the user) is taken only while the access log is active.
-pub async fn log_requests(
-    State(log): State<RequestLog>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let access = log.0.filter(|access| access.active());
-    let slot = access.is_some().then(|| {
-        let slot = CallerSlot::default();
-        request.extensions_mut().insert(slot.clone());
-        (slot, Instant::now())
-    });
-    let method = request.method().clone();
-    // A clone of the URI and of the matched route shares their bytes: nothing is copied.
-    let uri = request.uri().clone();
-    let route = request.extensions().get::<MatchedPath>().cloned();
-    let route = route.as_ref().map(MatchedPath::as_str);
-    let response = next.run(request).await;
-    let status = response.status().as_u16();
-    let path = uri.path();
-    if let Some(ResponseError(error)) = response.extensions().get() {
-        tracing::error!(%error, %method, path, route, status, "request failed");
+/// slot for the user) is taken only while the access log is active. A service of its own rather
+/// than `axum::middleware::from_fn`, which boxes the route and the future of every request.
+#[derive(Clone)]
+pub struct LogRequests<S> {
+    inner: S,
+    log: RequestLog,
+}
+
+impl<S> Service<Request> for LogRequests<S>
+where
+    S: Service<Request, Response = Response, Error = Infallible>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Logged<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
     }
-    if let (Some(access), Some((slot, start))) = (access, slot)
-        && access.wants(status)
-    {
-        let caller = response.extensions().get::<Caller>();
-        AccessLine {
-            server: "authserver",
-            method: method.as_str(),
-            path,
-            route,
-            decision: response.extensions().get::<Outcome>().map(|o| o.0),
-            client_id: caller.and_then(|c| c.client_id.as_deref()),
-            user: caller
-                .and_then(|c| c.user.as_deref())
-                .or_else(|| slot.0.get().map(String::as_str)),
-            status,
-            upstream_status: None,
-            latency: start.elapsed(),
+
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        let access = self.log.0.clone().filter(|access| access.active());
+        let slot = access.is_some().then(|| {
+            let slot = CallerSlot::default();
+            request.extensions_mut().insert(slot.clone());
+            (slot, Instant::now())
+        });
+        // A clone of the URI and of the matched route shares their bytes: nothing is copied.
+        let asked = Asked {
+            method: request.method().clone(),
+            uri: request.uri().clone(),
+            route: request.extensions().get::<MatchedPath>().cloned(),
+            access: access.zip(slot),
+        };
+        Logged {
+            answer: self.inner.call(request),
+            asked: Some(asked),
         }
-        .emit();
     }
-    response
+}
+
+/// What [`Logged`] keeps of the request until its response.
+struct Asked {
+    method: Method,
+    uri: Uri,
+    route: Option<MatchedPath>,
+    /// The access log, the slot for the user, and the start, while the access log is active.
+    access: Option<(Arc<AccessLog>, (CallerSlot, Instant))>,
+}
+
+pin_project! {
+    /// The response of a route, logged once it is ready.
+    pub struct Logged<F> {
+        #[pin]
+        answer: F,
+        asked: Option<Asked>,
+    }
+}
+
+impl<F: Future<Output = Result<Response, Infallible>>> Future for Logged<F> {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let Ok(response) = ready!(this.answer.poll(cx));
+        if let Some(asked) = this.asked.take() {
+            asked.log(&response);
+        }
+        Poll::Ready(Ok(response))
+    }
+}
+
+impl Asked {
+    fn log(self, response: &Response) {
+        let status = response.status().as_u16();
+        let path = self.uri.path();
+        let route = self.route.as_ref().map(MatchedPath::as_str);
+        let method = &self.method;
+        if let Some(ResponseError(error)) = response.extensions().get() {
+            tracing::error!(%error, %method, path, route, status, "request failed");
+        }
+        if let Some((access, (slot, start))) = self.access
+            && access.wants(status)
+        {
+            let caller = response.extensions().get::<Caller>();
+            AccessLine {
+                server: "authserver",
+                method: method.as_str(),
+                path,
+                route,
+                decision: response.extensions().get::<Outcome>().map(|o| o.0),
+                client_id: caller.and_then(|c| c.client_id.as_deref()),
+                user: caller
+                    .and_then(|c| c.user.as_deref())
+                    .or_else(|| slot.0.get().map(String::as_str)),
+                status,
+                upstream_status: None,
+                latency: start.elapsed(),
+            }
+            .emit();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -177,10 +253,9 @@ mod tests {
                 "/ok",
                 get(|| async { with_caller("fine".into_response(), "app-1", Some("7")) }),
             )
-            .layer(axum::middleware::from_fn_with_state(
-                RequestLog(Some(Arc::new(AccessLog::new(Default::default())))),
-                log_requests,
-            ));
+            .layer(RequestLog(Some(Arc::new(AccessLog::new(
+                Default::default(),
+            )))));
         let request = |uri: &str| {
             axum::http::Request::builder()
                 .uri(uri)

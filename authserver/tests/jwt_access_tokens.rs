@@ -10,7 +10,6 @@ use authserver::{AppState, testing};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde_json::{Value, json};
-use std::sync::Arc;
 use std::time::Duration;
 
 const ISSUER: &str = "http://127.0.0.1:8000";
@@ -46,8 +45,7 @@ impl Server {
         let mut settings = Settings::for_tests("unused");
         settings.access_token_format = format;
         settings.access_token_audience = AUDIENCE.into();
-        let mut state = AppState::new(settings, store);
-        state.keys = Arc::new(KeyRing::with_cache_ttl(key_cache));
+        let state = AppState::with_keys(settings, store, KeyRing::with_cache_ttl(key_cache));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -416,10 +416,9 @@ async fn sign_in_refusals_and_throttling() {
 
 #[tokio::test]
 async fn sign_in_throttling_follows_the_client_address() {
-    let mut state = state().await;
     let mut settings = Settings::for_tests("unused");
     settings.trusted_proxies = vec!["10.0.0.0/8".parse().unwrap()];
-    state.settings = std::sync::Arc::new(settings);
+    let state = AppState::new(settings, state().await.store.clone());
     let page = get(&state, "/accounts/login/", None).await;
     let cookie = page.cookie("tokengate_csrf").unwrap();
     let token = page.csrf();

@@ -74,10 +74,7 @@ pub fn app(state: AppState) -> Router {
         ))
         .route("/readyz", axum::routing::get(guard::readyz))
         .route("/metrics", axum::routing::get(guard::metrics))
-        .layer(axum::middleware::from_fn_with_state(
-            authserver::request_log::RequestLog(None),
-            authserver::request_log::log_requests,
-        ))
+        .layer(authserver::request_log::RequestLog(None))
         .with_state(state)
 }
 
