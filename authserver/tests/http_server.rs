@@ -183,10 +183,47 @@ async fn a_client_that_stalls_in_its_headers_is_disconnected() {
     let started = Instant::now();
     let (_, closed) = read_all(&mut stream, Duration::from_secs(3)).await;
     assert!(closed, "still connected after {:?}", started.elapsed());
+    assert_closed_at_the_deadline(started.elapsed());
     // A connection that never says anything is closed the same way.
     let mut silent = TcpStream::connect(server.addr).await.unwrap();
+    let started = Instant::now();
     let (_, closed) = read_all(&mut silent, Duration::from_secs(3)).await;
     assert!(closed);
+    assert_closed_at_the_deadline(started.elapsed());
+}
+
+/// A connection closed for its headers was closed at [`QUICK`]'s header deadline, not before
+/// and not half a deadline after.
+fn assert_closed_at_the_deadline(after: Duration) {
+    assert!(
+        after >= QUICK.header_timeout - Duration::from_millis(50)
+            && after < QUICK.header_timeout * 3 / 2,
+        "closed after {after:?}, the deadline is {:?}",
+        QUICK.header_timeout
+    );
+}
+
+/// Each request's headers have the whole deadline from the end of the answer before: a kept-alive
+/// connection whose requests come in time stays open for longer than one deadline, and is
+/// closed one deadline after its last answer. (The pauses put that last deadline just after two
+/// deadlines from the connection's start, so a server that checked the deadline only once every
+/// deadline-long interval would close it most of a deadline late.)
+#[tokio::test]
+async fn each_request_on_a_kept_alive_connection_has_its_own_header_deadline() {
+    let server = start(QUICK).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: auth\r\n\r\n";
+    let pause = QUICK.header_timeout * 8 / 15;
+    for _ in 0..3 {
+        stream.write_all(request).await.unwrap();
+        let (reply, closed) = read_all(&mut stream, pause).await;
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply:?}");
+        assert!(!closed, "closed after an answer sent in time");
+    }
+    let last = Instant::now();
+    let (_, closed) = read_all(&mut stream, Duration::from_secs(3)).await;
+    assert!(closed);
+    assert_closed_at_the_deadline(last.elapsed() + pause);
 }
 
 #[tokio::test]
