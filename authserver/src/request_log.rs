@@ -3,14 +3,13 @@
 //! one middleware [`LogRequests`] of the authorization server and the example API logs it, then
 //! writes the request's access line (`resource_server::access_log`).
 
-use std::fmt::Display;
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
-
 use std::convert::Infallible;
+use std::fmt::Display;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
+use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::{Extensions, Method, Uri};
@@ -105,7 +104,12 @@ where
     }
 
     fn call(&mut self, mut request: Request) -> Self::Future {
-        let access = self.log.0.clone().filter(|access| access.active());
+        let access = self
+            .log
+            .0
+            .as_ref()
+            .filter(|access| access.active())
+            .cloned();
         let slot = access.is_some().then(|| {
             let slot = CallerSlot::default();
             request.extensions_mut().insert(slot.clone());
