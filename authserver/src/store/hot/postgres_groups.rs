@@ -250,6 +250,36 @@ fn every_job_failed<R>(error: sqlx::Error, jobs: usize) -> Vec<StoreResult<R>> {
     results
 }
 
+/// A group's answers from its one statement (`together`, when `group` says to try it); when that
+/// statement fails for what it holds rather than for the connection, each job `alone` (the
+/// single statement), so that only the job the database refuses fails. A broken connection, or
+/// a group of one, fails every job with the statement's error ([`every_job_failed`]).
+async fn together_or_one_by_one<J, R>(
+    conn: &mut PgConnection,
+    jobs: Vec<J>,
+    group: bool,
+    what: &str,
+    together: impl AsyncFnOnce(&mut PgConnection, &[J]) -> sqlx::Result<Vec<StoreResult<R>>>,
+    mut alone: impl AsyncFnMut(&mut PgConnection, J) -> StoreResult<R>,
+) -> Vec<StoreResult<R>> {
+    if group {
+        match together(&mut *conn, &jobs).await {
+            Ok(results) => return results,
+            Err(error) if broken(&error) || jobs.len() == 1 => {
+                return every_job_failed(error, jobs.len());
+            }
+            Err(error) => {
+                tracing::debug!(%error, size = jobs.len(), "a group of {what} failed: one by one");
+            }
+        }
+    }
+    let mut results = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        results.push(alone(&mut *conn, job).await);
+    }
+    results
+}
+
 /// Tokens of many issues in one statement: each issue's first row (an access token, or a lone
 /// token), and its second (the refresh token naming the first) when it has one, each issue
 /// unless its family is revoked. Returns the first rows' digests and ids.
@@ -287,20 +317,16 @@ pub(in crate::store) async fn insert_token_group(
     conn: &mut PgConnection,
     issues: Vec<Vec<NewRow>>,
 ) -> Vec<StoreResult<i64>> {
-    if issues.len() > 1 && issues.iter().all(|rows| matches!(rows.len(), 1 | 2)) {
-        match insert_statement(&mut *conn, &issues).await {
-            Ok(ids) => return answers(&issues, &ids),
-            Err(error) if broken(&error) => return every_job_failed(error, issues.len()),
-            Err(error) => {
-                tracing::debug!(%error, size = issues.len(), "a group of tokens failed: one by one");
-            }
-        }
-    }
-    let mut results = Vec::with_capacity(issues.len());
-    for rows in &issues {
-        results.push(postgres::insert_tokens(&mut *conn, rows).await);
-    }
-    results
+    let group = issues.len() > 1 && issues.iter().all(|rows| matches!(rows.len(), 1 | 2));
+    together_or_one_by_one(
+        conn,
+        issues,
+        group,
+        "tokens",
+        async |conn, issues| Ok(answers(issues, &insert_statement(conn, issues).await?)),
+        async |conn, rows| postgres::insert_tokens(conn, &rows).await,
+    )
+    .await
 }
 
 /// Each issue's answer from the ids [`INSERT_GROUP`] returned: an issue not inserted was into a
@@ -385,28 +411,24 @@ pub(in crate::store) async fn claim_group(
     conn: &mut PgConnection,
     ids: Vec<i64>,
 ) -> Vec<StoreResult<bool>> {
-    if ids.len() > 1 {
-        match sqlx::query_scalar(CLAIM_GROUP)
-            .bind(&ids)
-            .bind(crate::store::token_cache::CHANNEL)
-            .fetch_all(&mut *conn)
-            .await
-        {
-            Ok(claimed) => {
-                let mut unspent: std::collections::HashSet<i64> = claimed.into_iter().collect();
-                return ids.iter().map(|id| Ok(unspent.remove(id))).collect();
-            }
-            Err(error) if broken(&error) => return every_job_failed(error, ids.len()),
-            Err(error) => {
-                tracing::debug!(%error, size = ids.len(), "a group of claims failed: one by one");
-            }
-        }
-    }
-    let mut results = Vec::with_capacity(ids.len());
-    for id in ids {
-        results.push(postgres::claim(&mut *conn, id).await);
-    }
-    results
+    let group = ids.len() > 1;
+    together_or_one_by_one(
+        conn,
+        ids,
+        group,
+        "claims",
+        async |conn, ids| {
+            let claimed: Vec<i64> = sqlx::query_scalar(CLAIM_GROUP)
+                .bind(ids)
+                .bind(crate::store::token_cache::CHANNEL)
+                .fetch_all(conn)
+                .await?;
+            let mut unspent: std::collections::HashSet<i64> = claimed.into_iter().collect();
+            Ok(ids.iter().map(|id| Ok(unspent.remove(id))).collect())
+        },
+        async |conn, id| postgres::claim(conn, id).await,
+    )
+    .await
 }
 
 /// The throttle's writes of a group: forgets the failures of the cleared buckets and those
@@ -421,22 +443,18 @@ pub(in crate::store) async fn throttle_group(
     conn: &mut PgConnection,
     writes: Vec<ThrottleWrite>,
 ) -> Vec<StoreResult<()>> {
-    match throttle_statement(&mut *conn, &writes).await {
-        Ok(()) => writes.iter().map(|_| Ok(())).collect(),
-        Err(error) if writes.len() > 1 && !broken(&error) => {
-            tracing::debug!(%error, size = writes.len(), "a group of throttle writes failed: one by one");
-            let mut results = Vec::with_capacity(writes.len());
-            for write in writes {
-                results.push(
-                    throttle_statement(&mut *conn, &[write])
-                        .await
-                        .map_err(Into::into),
-                );
-            }
-            results
-        }
-        Err(error) => every_job_failed(error, writes.len()),
-    }
+    together_or_one_by_one(
+        conn,
+        writes,
+        true,
+        "throttle writes",
+        async |conn, writes| {
+            throttle_statement(conn, writes).await?;
+            Ok(writes.iter().map(|_| Ok(())).collect())
+        },
+        async |conn, write| Ok(throttle_statement(conn, &[write]).await?),
+    )
+    .await
 }
 
 /// [`THROTTLE_GROUP`] for `writes`.
