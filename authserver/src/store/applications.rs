@@ -166,8 +166,9 @@ impl Store {
         self.clients.active()
     }
 
-    /// After a write naming application `id` failed on a foreign key: whether the application is
-    /// gone (deleted, perhaps by another replica). If so, the client cache is emptied.
+    /// After a write naming application `id` failed on a foreign key, or (tokens on PostgreSQL,
+    /// which keep none) inserted nothing: whether the application is gone (deleted, perhaps by
+    /// another replica). If so, the client cache is emptied.
     pub(super) async fn forget_deleted_application(&self, id: i64) -> StoreResult<bool> {
         if self.get_application(id).await?.is_some() {
             return Ok(false);
