@@ -30,16 +30,8 @@ fi
 BIN=target/release/authserver
 for b in "$BIN" target/release/examples/hello target/release/examples/argon2_time ${BASELINE_BIN:+"$BASELINE_BIN"}; do [ -x "$b" ] || { echo "missing $b: build it (cargo build, see the top of $0) or run without SKIP_BUILD" >&2; exit 1; }; done
 . bench/common.sh
-SCHEMAS=()
-drop_schemas() {
-  for schema in "${SCHEMAS[@]}"; do
-    psql -q "$DATABASE_URL" -c "DROP SCHEMA $schema CASCADE" >/dev/null 2>&1 || true
-  done
-}
-trap 'cleanup; drop_schemas' EXIT
 
 if [[ "${DATABASE_URL:-}" == postgres* ]]; then
-  SEP='?'; [[ "$DATABASE_URL" == *\?* ]] && SEP='&'
   BACKEND=postgres
 else
   BACKEND=sqlite
@@ -65,10 +57,7 @@ LUA
 # PW_BASIC, CC_BASIC and the client_credentials and password scripts.
 fresh_database() { # $1 label, $2 binary
   if [ "$BACKEND" = postgres ]; then
-    local schema="bench_$(date +%s)_$$_$1"
-    psql -q "$DATABASE_URL" -c "CREATE SCHEMA $schema" >/dev/null
-    SCHEMAS+=("$schema")
-    DB="${DATABASE_URL}${SEP}options=-c%20search_path%3D$schema"
+    pg_schema "bench_$1"
   else
     DB="sqlite://$WORK/$1.sqlite"
   fi

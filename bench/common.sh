@@ -3,9 +3,13 @@
 WORK=$(mktemp -d)
 DB="sqlite://$WORK/db.sqlite"
 PIDS=()
+SCHEMAS=()
 cleanup() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  for schema in "${SCHEMAS[@]}"; do
+    psql -q "$DATABASE_URL" -c "DROP SCHEMA $schema CASCADE" >/dev/null 2>&1 || true
+  done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -17,12 +21,12 @@ wait_http() { # $1 url: polls until the server answers at all
 }
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 basic() { printf '%s:%s' "$(field "$1" client_id)" "$(field "$1" client_secret)" | base64 -w0; } # $1: `app create --json`
-# A fresh schema of $DATABASE_URL for this run, dropped on exit: sets SCHEMA, and DB to a URL whose
+# A fresh schema of $DATABASE_URL, dropped on exit (cleanup): sets SCHEMA, and DB to a URL whose
 # connections use it. $1: the schema name's prefix.
 pg_schema() {
   SCHEMA="$1_$(date +%s)_$$"
   psql -q "$DATABASE_URL" -c "CREATE SCHEMA $SCHEMA" >/dev/null
-  trap 'cleanup; psql -q "$DATABASE_URL" -c "DROP SCHEMA $SCHEMA CASCADE" >/dev/null 2>&1 || true' EXIT
+  SCHEMAS+=("$SCHEMA")
   local sep='?'; [[ "$DATABASE_URL" == *\?* ]] && sep='&'
   DB="${DATABASE_URL}${sep}options=-c%20search_path%3D$SCHEMA"
 }
