@@ -2,6 +2,7 @@
 
 mod operators;
 mod prompt;
+mod resources;
 
 use crate::config::{Settings, redact_url};
 use crate::jwt::{KeySet, KeyState, rotation};
@@ -63,6 +64,9 @@ pub enum Command {
     /// Client applications.
     #[command(subcommand)]
     App(AppCommand),
+    /// The APIs (RFC 8707 resources) tokens may be requested for, each with its scopes.
+    #[command(subcommand)]
+    Resource(ResourceCommand),
     /// The keys that sign JWT access tokens.
     #[command(subcommand)]
     Keys(KeysCommand),
@@ -173,6 +177,37 @@ pub enum UserGroupsCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ResourceCommand {
+    /// Register an API: tokens requested with `resource=<identifier>` carry it as their
+    /// audience and only its scopes.
+    Create {
+        /// An absolute https URI (http on loopback), e.g. https://orders.example/
+        #[arg(long)]
+        identifier: String,
+        /// What the consent page and the views show (default: the identifier).
+        #[arg(long)]
+        name: Option<String>,
+        /// The scopes this API knows, space-separated, e.g. "orders:read orders:write".
+        #[arg(long)]
+        scopes: String,
+        /// opaque or jwt (default: the application's, then the server's format).
+        #[arg(long)]
+        token_format: Option<String>,
+        /// Access-token lifetime in seconds, at most the server's (default: the server's).
+        #[arg(long)]
+        lifetime: Option<i64>,
+    },
+    /// List the resources.
+    List {
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a resource: no new token names it; tokens issued for it run to their expiry.
+    Delete { identifier: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -447,6 +482,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::User(command) => operators::user(&store, command).await?,
         Command::Group(command) => operators::group(&store, command).await?,
         Command::App(command) => operators::app(&store, &settings, command).await?,
+        Command::Resource(command) => resources::resource(&store, &settings, command).await?,
         Command::Keys(command) => keys_command(&store, &settings, command).await?,
         Command::ApiRole { name } => {
             crate::store::api_role::check_role_name(&name)

@@ -237,3 +237,63 @@ pub struct CodeBinding {
     pub code_challenge: Option<String>,
     pub expires_at: i64,
 }
+
+/// A registered API (RFC 8707 "resource"): tokens requested for it carry its identifier as
+/// their audience and only its scopes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Resource {
+    pub id: i64,
+    /// An absolute URI without a fragment (RFC 8707 §2), e.g. `https://orders.example/`.
+    pub identifier: String,
+    pub name: String,
+    /// The scopes a token for this resource may carry.
+    pub scopes: Vec<String>,
+    /// Its access-token format; None follows the application's, then the server's.
+    pub token_format: Option<AccessTokenFormat>,
+    /// Seconds, at most the server's `access_token_lifetime`; None: the server's.
+    pub access_token_lifetime: Option<i64>,
+    pub created_at: i64,
+}
+
+/// The most characters of a resource identifier.
+pub const MAX_RESOURCE_IDENTIFIER: usize = 512;
+
+/// Why `uri` cannot be a resource identifier (RFC 8707 §2: an absolute URI, no fragment); None
+/// when it can. Only `https`, and `http` on a loopback host, are taken: the identifier is also
+/// where a client finds the resource's metadata (RFC 9728 §3).
+pub fn resource_identifier_problem(uri: &str) -> Option<&'static str> {
+    if uri.is_empty() || uri.len() > MAX_RESOURCE_IDENTIFIER {
+        return Some("must be an absolute URI of at most 512 characters");
+    }
+    if uri.bytes().any(|b| !(0x21..=0x7e).contains(&b)) {
+        return Some("must be an absolute URI without spaces or control characters");
+    }
+    if uri.contains('#') {
+        return Some("must not have a fragment");
+    }
+    let rest = if let Some(rest) = uri.strip_prefix("https://") {
+        rest
+    } else if let Some(rest) = uri.strip_prefix("http://") {
+        let host = rest.split(['/', '?']).next().unwrap_or_default();
+        let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+        let name = match host.strip_prefix('[') {
+            Some(v6) => v6.split(']').next().unwrap_or_default(),
+            None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+        };
+        let loopback = name == "localhost"
+            || name
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return Some("must use https (http only on a loopback host)");
+        }
+        rest
+    } else {
+        return Some("must be an absolute https URI (http only on a loopback host)");
+    };
+    let host = rest.split(['/', '?']).next().unwrap_or_default();
+    if host.is_empty() || host.contains('@') {
+        return Some("must name a host, without user information");
+    }
+    None
+}

@@ -540,3 +540,94 @@ mod tests {
         }
     }
 }
+
+/// Most scopes one resource offers.
+const MAX_RESOURCE_SCOPES: usize = 32;
+
+/// An API resource as entered.
+#[derive(Debug, Clone, Default)]
+pub struct ResourceDraft {
+    pub identifier: String,
+    pub name: String,
+    /// Space-separated.
+    pub scopes: String,
+    /// `opaque`, `jwt`, or empty: the application's, then the server's.
+    pub token_format: String,
+    /// Seconds, or empty: the server's `access_token_lifetime`.
+    pub access_token_lifetime: String,
+}
+
+/// Checks a resource into a [`crate::store::ResourceInput`]; on refusal, the messages per field
+/// (`identifier`, `name`, `scopes`, `token_format`, `access_token_lifetime`).
+pub fn resource(
+    settings: &Settings,
+    draft: &ResourceDraft,
+) -> Result<crate::store::ResourceInput, Refusals> {
+    let mut refusals = Refusals::default();
+    if let Some(problem) = crate::domain::resource_identifier_problem(&draft.identifier) {
+        refusals.add("identifier", format!("The identifier {problem}."));
+    }
+    refusals.check("name", length(&draft.name, "The name", true, 255));
+    let scopes = crate::protocol::scope::dedup(&draft.scopes);
+    let scope_token = |s: &str| {
+        s.len() <= 64
+            && s.bytes()
+                .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+    };
+    if scopes.is_empty() {
+        refusals.add("scopes", "Give at least one scope (space-separated).");
+    } else if scopes.len() > MAX_RESOURCE_SCOPES {
+        refusals.add(
+            "scopes",
+            format!("At most {MAX_RESOURCE_SCOPES} scopes per resource."),
+        );
+    } else if let Some(bad) = scopes.iter().find(|s| !scope_token(s)) {
+        refusals.add(
+            "scopes",
+            format!("{bad:?} is not a scope name (printable ASCII without \" or \\, at most 64)."),
+        );
+    } else if let Some(reserved) = scopes.iter().find(|s| {
+        crate::domain::needs_permission(s) || crate::protocol::oidc::scope_description(s).is_some()
+    }) {
+        refusals.add(
+            "scopes",
+            format!("{reserved:?} is the server's own scope, not an API's."),
+        );
+    }
+    let token_format = match draft.token_format.as_str() {
+        "" => None,
+        name => {
+            let format = AccessTokenFormat::parse(name);
+            if format.is_none() {
+                refusals.add("token_format", "Choose opaque or jwt (or leave it empty).");
+            }
+            format
+        }
+    };
+    let lifetime = match draft.access_token_lifetime.as_str() {
+        "" => None,
+        text => match text.parse::<i64>() {
+            Ok(s) if (1..=settings.access_token_lifetime).contains(&s) => Some(s),
+            _ => {
+                refusals.add(
+                    "access_token_lifetime",
+                    format!(
+                        "Give seconds from 1 to the server's access_token_lifetime ({}).",
+                        settings.access_token_lifetime
+                    ),
+                );
+                None
+            }
+        },
+    };
+    if !refusals.is_empty() {
+        return Err(refusals);
+    }
+    Ok(crate::store::ResourceInput {
+        identifier: draft.identifier.clone(),
+        name: draft.name.clone(),
+        scopes,
+        token_format,
+        access_token_lifetime: lifetime,
+    })
+}

@@ -13,7 +13,7 @@ pub struct AccessTokenClaims {
     pub iss: String,
     /// The user's id, or the client id for a token of the client itself (client_credentials).
     pub sub: String,
-    pub aud: String,
+    pub aud: Audience,
     pub client_id: String,
     pub iat: i64,
     pub exp: i64,
@@ -34,6 +34,14 @@ pub struct AccessTokenClaims {
     /// The client certificate the token is bound to (RFC 8705 §3.1), if it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cnf: Option<Confirmation>,
+}
+
+/// `aud`: one audience as a string, several as an array (RFC 7519 §4.1.3).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum Audience {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// `cnf` of a certificate-bound token.
@@ -122,7 +130,7 @@ mod tests {
         AccessTokenClaims {
             iss: ISSUER.into(),
             sub: "7".into(),
-            aud: ISSUER.into(),
+            aud: Audience::One(ISSUER.into()),
             client_id: "client".into(),
             iat: 100,
             exp,

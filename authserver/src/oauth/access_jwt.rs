@@ -9,7 +9,7 @@
 
 use super::OAuthError;
 use crate::AppState;
-use crate::jwt::access_token::{self, AccessTokenClaims};
+use crate::jwt::access_token::{self, AccessTokenClaims, Audience};
 use crate::jwt::{KeySet, Verified};
 use crate::store::{Introspected, IssuedTokens, TokenKind, TokenRecord, now};
 use std::borrow::Cow;
@@ -51,7 +51,7 @@ pub async fn jwt_for(
     let claims = AccessTokenClaims {
         iss: settings.issuer.clone(),
         sub,
-        aud: settings.access_token_audience.clone(),
+        aud: audience_of(settings, issued.audience.as_deref()),
         client_id: client_id.to_owned(),
         iat: issued_at,
         exp: issued_at + issued.expires_in,
@@ -66,6 +66,16 @@ pub async fn jwt_for(
     };
     access_token::sign(signer, &claims)
         .map_err(|error| OAuthError::Server(anyhow::anyhow!("signing a JWT failed: {error}")))
+}
+
+/// The `aud` of a token whose resources are `identifiers` (space-separated): one identifier as
+/// a string, several as an array; none, the server's default audience.
+pub fn audience_of(settings: &crate::config::Settings, identifiers: Option<&str>) -> Audience {
+    match identifiers {
+        None => Audience::One(settings.access_token_audience.clone()),
+        Some(one) if !one.contains(' ') => Audience::One(one.to_owned()),
+        Some(many) => Audience::Many(many.split(' ').map(str::to_owned).collect()),
+    }
 }
 
 /// The stored token a presented one stands for: a JWT that verifies against our published

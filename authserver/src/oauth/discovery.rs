@@ -26,10 +26,13 @@ const CLAIMS: [&str; 9] = [
     "azp",
 ];
 
-pub async fn openid_configuration(State(state): State<AppState>) -> Json<Value> {
-    let Json(mut document) = super::metadata::metadata(State(state.clone())).await;
+pub async fn openid_configuration(
+    State(state): State<AppState>,
+) -> Result<Json<Value>, super::OAuthError> {
+    let Json(mut document) = super::metadata::metadata(State(state.clone())).await?;
     let issuer = &state.settings.issuer;
-    let mut scopes: Vec<String> = state.settings.scopes.keys().cloned().collect();
+    let mut scopes: Vec<String> = serde_json::from_value(document["scopes_supported"].take())
+        .map_err(|e| super::OAuthError::Server(e.into()))?;
     for (name, _) in oidc::SCOPES {
         if !scopes.iter().any(|s| s == name) {
             scopes.push(name.to_owned());
@@ -73,5 +76,5 @@ pub async fn openid_configuration(State(state): State<AppState>) -> Json<Value> 
             format!("{base}{USERINFO_PATH}").into(),
         );
     }
-    Json(document)
+    Ok(Json(document))
 }

@@ -4,9 +4,12 @@
 use super::OAuthError;
 use super::id_token::OpenIdGrant;
 use crate::AppState;
+use crate::config::AccessTokenFormat;
+use crate::domain::Resource;
 use crate::protocol::GrantRequest;
 use crate::protocol::grant::check_exchange;
 use crate::protocol::oidc;
+use crate::protocol::resource::{self, MAX_RESOURCES};
 use crate::protocol::scope::{self, Declared};
 use crate::store::{
     Application, CodeOutcome, IssuedTokens, NewTokens, RefreshOutcome, StoreError, now,
@@ -15,11 +18,123 @@ use crate::throttle::Throttle;
 use std::net::IpAddr;
 
 /// What a grant issued, and to which user (none for client_credentials); with an ID token to
-/// add when the scope holds `openid` (the authorization code grant and its refreshes).
+/// add when the scope holds `openid` (the authorization code grant and its refreshes), and the
+/// access-token format its resources ask for.
 pub struct Granted {
     pub issued: IssuedTokens,
     pub user: Option<(i64, String)>,
     pub openid: Option<OpenIdGrant>,
+    pub token_format: Option<AccessTokenFormat>,
+}
+
+/// The registered resources among those `values` name (at most one more than a request may
+/// name: [`resource::indicators`] refuses that many anyway).
+pub async fn known_resources(
+    state: &AppState,
+    values: &[&str],
+) -> Result<Vec<Resource>, StoreError> {
+    let mut known = Vec::new();
+    for value in values.iter().take(MAX_RESOURCES + 1) {
+        if let Some(found) = state.store.find_resource(value).await? {
+            known.push(found);
+        }
+    }
+    Ok(known)
+}
+
+/// The audience of new tokens: the resources (RFC 8707) they are for, the scope and lifetime
+/// those allow, and the format they ask for. No resource: the default audience.
+struct Audience {
+    identifiers: Option<String>,
+    lifetime: Option<i64>,
+    token_format: Option<AccessTokenFormat>,
+}
+
+impl Audience {
+    const DEFAULT: Audience = Audience {
+        identifiers: None,
+        lifetime: None,
+        token_format: None,
+    };
+
+    /// For `resources`: the shortest lifetime any sets, the format when they agree on one.
+    fn of(resources: &[&Resource]) -> Audience {
+        if resources.is_empty() {
+            return Audience::DEFAULT;
+        }
+        let formats: Vec<Option<AccessTokenFormat>> =
+            resources.iter().map(|r| r.token_format).collect();
+        Audience {
+            identifiers: Some(
+                resources
+                    .iter()
+                    .map(|r| r.identifier.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            lifetime: resources
+                .iter()
+                .filter_map(|r| r.access_token_lifetime)
+                .min(),
+            token_format: formats
+                .iter()
+                .all(|f| *f == formats[0])
+                .then_some(formats[0])
+                .flatten(),
+        }
+    }
+}
+
+/// Whether `scope` is one of OpenID Connect's, which ride along with any resource's.
+fn is_oidc_scope(scope: &str) -> bool {
+    oidc::scope_description(scope).is_some()
+}
+
+/// The scope and audience of a new grant that names `requested` resources (none: the
+/// declared scopes and the default audience).
+fn scope_and_audience(
+    state: &AppState,
+    app: &Application,
+    requested_scope: Option<&str>,
+    requested: &[String],
+    known: &[Resource],
+) -> Result<(String, Audience), OAuthError> {
+    let targets = resource::registered(requested, known)?;
+    if targets.is_empty() {
+        return Ok((
+            scope::resolve(declared(state), app, requested_scope)?,
+            Audience::DEFAULT,
+        ));
+    }
+    let scope = resource::scope_for(&targets, app, requested_scope, is_oidc_scope)?;
+    Ok((scope, Audience::of(&targets)))
+}
+
+/// The scope and audience of a refresh or a code exchange: `granted_audience` narrowed to the
+/// `requested` resources, and `scope` to what those offer.
+async fn narrowed(
+    state: &AppState,
+    scope: String,
+    granted_audience: Option<&str>,
+    requested: &[String],
+) -> Result<(String, Audience), OAuthError> {
+    let audience = resource::narrow_audience(granted_audience, requested)?;
+    let Some(identifiers) = audience else {
+        return Ok((scope, Audience::DEFAULT));
+    };
+    let values: Vec<&str> = identifiers.split(' ').collect();
+    let known = known_resources(state, &values).await?;
+    // A resource deleted since the grant: no new token names it.
+    let targets = resource::registered(
+        &values.iter().map(|v| (*v).to_owned()).collect::<Vec<_>>(),
+        &known,
+    )?;
+    let scope = if requested.is_empty() {
+        scope
+    } else {
+        resource::scope_within(&scope, &targets, is_oidc_scope)?
+    };
+    Ok((scope, Audience::of(&targets)))
 }
 
 /// The scopes the server declares, for [`scope::resolve`].
@@ -37,13 +152,20 @@ pub struct Client<'a> {
     pub cert_x5t_s256: Option<String>,
 }
 
-/// Issues the tokens `request` asks `client` for (its registration already checked).
+/// Issues the tokens `request` asks `client` for (its registration already checked), for the
+/// `resources` it names (RFC 8707; checked here).
 pub async fn grant(
     state: &AppState,
     client: &Client<'_>,
     request: GrantRequest,
+    resources: &[&str],
     address: Option<IpAddr>,
 ) -> Result<Granted, OAuthError> {
+    let requested = resource::indicators(resources)?;
+    let target = Target {
+        known: known_resources(state, resources).await?,
+        requested,
+    };
     match request {
         GrantRequest::AuthorizationCode {
             code,
@@ -53,6 +175,7 @@ pub async fn grant(
             authorization_code(
                 state,
                 client,
+                &target,
                 &code,
                 &redirect_uri,
                 code_verifier.as_deref(),
@@ -67,6 +190,7 @@ pub async fn grant(
             password_grant(
                 state,
                 client,
+                &target,
                 &username,
                 &password,
                 scope.as_deref(),
@@ -77,11 +201,17 @@ pub async fn grant(
         GrantRequest::RefreshToken {
             refresh_token,
             scope,
-        } => refresh(state, client, &refresh_token, scope.as_deref()).await,
+        } => refresh(state, client, &target, &refresh_token, scope.as_deref()).await,
         GrantRequest::ClientCredentials { scope } => {
-            client_credentials(state, client, scope.as_deref()).await
+            client_credentials(state, client, &target, scope.as_deref()).await
         }
     }
+}
+
+/// The resources a token request names, and those of them that are registered.
+struct Target {
+    requested: Vec<String>,
+    known: Vec<Resource>,
 }
 
 /// Tokens for `client` into `family` (a new one when None), with a refresh token when asked,
@@ -90,7 +220,7 @@ fn new_tokens(
     state: &AppState,
     client: &Client<'_>,
     user_id: Option<i64>,
-    scope: String,
+    (scope, audience): (String, &Audience),
     refresh: bool,
     family: Option<String>,
 ) -> NewTokens {
@@ -98,10 +228,13 @@ fn new_tokens(
         application_id: client.app.id,
         user_id,
         scope,
-        access_lifetime: state.settings.access_token_lifetime,
+        access_lifetime: audience
+            .lifetime
+            .unwrap_or(state.settings.access_token_lifetime),
         refresh_lifetime: refresh.then_some(state.settings.refresh_token_lifetime),
         family,
         cnf_x5t_s256: client.cert_x5t_s256.clone(),
+        audience: audience.identifiers.clone(),
     }
 }
 
@@ -111,6 +244,7 @@ fn new_tokens(
 async fn authorization_code(
     state: &AppState,
     client: &Client<'_>,
+    target: &Target,
     code: &str,
     redirect_uri: &str,
     code_verifier: Option<&str>,
@@ -138,6 +272,8 @@ async fn authorization_code(
     };
     // What the application may still have: an operator may have withdrawn a scope since.
     let scope = scope::narrow(&record.scope, app, None)?;
+    let (scope, audience) =
+        narrowed(state, scope, record.resource.as_deref(), &target.requested).await?;
     let openid = oidc::is_openid(&scope).then(|| OpenIdGrant {
         user_id: user.id,
         // A code issued before OpenID Connect carries no sign-in time.
@@ -149,7 +285,7 @@ async fn authorization_code(
         state,
         client,
         Some(user.id),
-        scope,
+        (scope, &audience),
         true,
         Some(family.clone()),
     );
@@ -168,6 +304,7 @@ async fn authorization_code(
         issued,
         user: Some((user.id, user.username)),
         openid,
+        token_format: audience.token_format,
     })
 }
 
@@ -175,13 +312,15 @@ async fn authorization_code(
 async fn password_grant(
     state: &AppState,
     client: &Client<'_>,
+    target: &Target,
     username: &str,
     password: &str,
     requested: Option<&str>,
     address: Option<IpAddr>,
 ) -> Result<Granted, OAuthError> {
     let app = client.app;
-    let scope = scope::resolve(declared(state), app, requested)?;
+    let (scope, audience) =
+        scope_and_audience(state, app, requested, &target.requested, &target.known)?;
     let throttle = Throttle::check(&state.store, username, address).await?;
     if throttle.refused() {
         tracing::warn!(address = %throttle.client, client_id = %app.client_id, "password grant refused: too many failures");
@@ -193,25 +332,34 @@ async fn password_grant(
         return Err(OAuthError::InvalidGrant("Invalid credentials given."));
     };
     throttle.succeeded(&state.store).await?;
-    let new = new_tokens(state, client, Some(user.id), scope, true, None);
+    let new = new_tokens(state, client, Some(user.id), (scope, &audience), true, None);
     Ok(Granted {
         issued: state.store.issue_tokens(&new).await?,
         user: Some((user.id, user.username)),
         openid: None,
+        token_format: audience.token_format,
     })
 }
 
 async fn client_credentials(
     state: &AppState,
     client: &Client<'_>,
+    target: &Target,
     requested: Option<&str>,
 ) -> Result<Granted, OAuthError> {
-    let scope = scope::resolve(declared(state), client.app, requested)?;
-    let new = new_tokens(state, client, None, scope, false, None);
+    let (scope, audience) = scope_and_audience(
+        state,
+        client.app,
+        requested,
+        &target.requested,
+        &target.known,
+    )?;
+    let new = new_tokens(state, client, None, (scope, &audience), false, None);
     Ok(Granted {
         issued: state.store.issue_tokens(&new).await?,
         user: None,
         openid: None,
+        token_format: audience.token_format,
     })
 }
 
@@ -220,16 +368,25 @@ async fn client_credentials(
 async fn refresh(
     state: &AppState,
     client: &Client<'_>,
+    target: &Target,
     presented: &str,
     requested: Option<&str>,
 ) -> Result<Granted, OAuthError> {
     let app = client.app;
-    // Check the scope against the original before spending the token, so a bad request costs nothing.
+    // Check the scope and audience against the original before spending the token, so a bad
+    // request costs nothing.
     let original = match state.store.find_token(presented).await? {
-        Some(record) if record.application_id == app.id => record.scope,
+        Some(record) if record.application_id == app.id => record,
         _ => return Err(OAuthError::InvalidGrant("Invalid refresh token.")),
     };
-    let scope = scope::narrow(&original, app, requested)?;
+    let scope = scope::narrow(&original.scope, app, requested)?;
+    let (scope, audience) = narrowed(
+        state,
+        scope,
+        original.audience.as_deref(),
+        &target.requested,
+    )
+    .await?;
     let record = match state.store.claim_refresh_token(presented, app.id).await? {
         RefreshOutcome::Claimed(record) => record,
         // A family revoked earlier: no new warning, the reuse that revoked it was logged then.
@@ -259,7 +416,7 @@ async fn refresh(
         state,
         client,
         record.user_id,
-        scope,
+        (scope, &audience),
         true,
         Some(record.family),
     );
@@ -269,5 +426,6 @@ async fn refresh(
         issued: state.store.issue_tokens(&new).await?,
         user: record.user_id.zip(record.username),
         openid,
+        token_format: audience.token_format,
     })
 }

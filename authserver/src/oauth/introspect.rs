@@ -36,7 +36,7 @@ pub async fn introspect(
     });
     crate::metrics::METRICS.introspected(active.is_some());
     let response = match active {
-        Some(found) => active_answer(found),
+        Some(found) => active_answer(found, &state.settings.access_token_audience),
         None => json_body(Bytes::from_static(br#"{"active":false}"#)),
     };
     Ok(no_store(with_caller(response, &caller.client_id, None)))
@@ -111,11 +111,11 @@ pub(super) async fn user_groups(
 
 /// The answer about an active token: made at its first introspection and kept with the cached
 /// lookup, which never changes (a change evicts it).
-fn active_answer(found: &Introspected) -> Response {
+fn active_answer(found: &Introspected, default_audience: &str) -> Response {
     if let Some(answer) = found.active_answer.get() {
         return json_body(answer.clone());
     }
-    let claims = active_claims(found);
+    let claims = active_claims(found, default_audience);
     match to_json(&claims) {
         // Kept in a buffer of its own size (the one written has room for 512 bytes).
         Some(answer) => json_body(
@@ -132,6 +132,7 @@ fn active_answer(found: &Introspected) -> Response {
 #[derive(Serialize)]
 struct ActiveClaims<'a> {
     active: bool,
+    aud: Aud<'a>,
     client_id: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     cnf: Option<Confirmation<'a>>,
@@ -147,6 +148,15 @@ struct ActiveClaims<'a> {
     username: Option<&'a str>,
 }
 
+/// `aud`: the token's one resource (or the server's default audience) as a string, several as
+/// an array, as in its JWT.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Aud<'a> {
+    One(&'a str),
+    Many(Vec<&'a str>),
+}
+
 /// RFC 8705 §3.2: the certificate the token is bound to.
 #[derive(Serialize)]
 struct Confirmation<'a> {
@@ -156,7 +166,7 @@ struct Confirmation<'a> {
 
 /// The claims of an active token with its scope as it stands now: the user's groups only when
 /// the scope still has [`GROUPS_SCOPE`].
-fn active_claims(found: &Introspected) -> ActiveClaims<'_> {
+fn active_claims<'a>(found: &'a Introspected, default_audience: &'a str) -> ActiveClaims<'a> {
     let record = &found.record;
     let scope = found.current_scope.as_str();
     let groups = found
@@ -167,8 +177,14 @@ fn active_claims(found: &Introspected) -> ActiveClaims<'_> {
         (Some(username), Some(id)) => (Cow::Owned(id.to_string()), Some(username.as_str())),
         _ => (Cow::Borrowed(record.client_id.as_str()), None),
     };
+    let aud = match record.audience.as_deref() {
+        None => Aud::One(default_audience),
+        Some(one) if !one.contains(' ') => Aud::One(one),
+        Some(many) => Aud::Many(many.split(' ').collect()),
+    };
     ActiveClaims {
         active: true,
+        aud,
         client_id: &record.client_id,
         cnf: record
             .cnf_x5t_s256

@@ -1,5 +1,6 @@
 //! `GET /.well-known/oauth-authorization-server` (RFC 8414).
 
+use super::OAuthError;
 use crate::AppState;
 use axum::Json;
 use axum::extract::State;
@@ -10,7 +11,11 @@ use serde_json::{Value, json};
 /// With `mtls_endpoint_base`, the endpoints a client authenticates at or presents a bound token
 /// to are also announced there, in `mtls_endpoint_aliases` (RFC 8705 §5): a proxy listener
 /// that requires a client certificate (`client_auth: required`) in front of this server.
-pub async fn metadata(State(state): State<AppState>) -> Json<Value> {
+///
+/// `scopes_supported` lists the declared scopes and those of the registered resources (RFC
+/// 8707); the resources themselves are not listed (each API's sidecar publishes its own
+/// metadata, RFC 9728), only that `resource` is understood.
+pub async fn metadata(State(state): State<AppState>) -> Result<Json<Value>, OAuthError> {
     let issuer = &state.settings.issuer;
     let mtls = state.settings.proxy_secret.is_some();
     let mut auth_methods = vec!["client_secret_basic", "client_secret_post", "none"];
@@ -33,7 +38,8 @@ pub async fn metadata(State(state): State<AppState>) -> Json<Value> {
         "response_modes_supported": ["query"],
         "code_challenge_methods_supported": [crate::protocol::pkce::S256],
         "authorization_response_iss_parameter_supported": true,
-        "scopes_supported": state.settings.scopes.keys().collect::<Vec<_>>(),
+        "scopes_supported": scopes_supported(&state).await?,
+        "resource_indicators_supported": true,
         "token_endpoint_auth_methods_supported": auth_methods,
         "introspection_endpoint_auth_methods_supported": introspection_methods,
         "revocation_endpoint_auth_methods_supported": auth_methods,
@@ -48,5 +54,18 @@ pub async fn metadata(State(state): State<AppState>) -> Json<Value> {
             "revocation_endpoint": format!("{base}/o/revoke_token/"),
         });
     }
-    Json(metadata)
+    Ok(Json(metadata))
+}
+
+/// The declared scopes, then each registered resource's not declared already.
+async fn scopes_supported(state: &AppState) -> Result<Vec<String>, OAuthError> {
+    let mut scopes: Vec<String> = state.settings.scopes.keys().cloned().collect();
+    for resource in state.store.list_resources().await? {
+        for scope in resource.scopes {
+            if !scopes.contains(&scope) {
+                scopes.push(scope);
+            }
+        }
+    }
+    Ok(scopes)
 }

@@ -18,7 +18,7 @@ mod userinfo;
 
 pub(crate) use discovery::END_SESSION_PATH;
 pub use error::OAuthError;
-pub(crate) use grants::declared as declared_scopes;
+pub(crate) use grants::{declared as declared_scopes, known_resources};
 pub(crate) use id_token::read_id_token_hint;
 pub use introspect::INTROSPECTION_SCOPE;
 

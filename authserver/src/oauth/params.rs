@@ -1,4 +1,5 @@
-//! Form parameters (each at most once, RFC 6749 §3.2) and client authentication (Basic or post).
+//! Form parameters (each at most once, RFC 6749 §3.2, but RFC 8707's `resource`) and client
+//! authentication (Basic or post).
 
 use super::OAuthError;
 use crate::mtls::ClientCertificate;
@@ -8,15 +9,19 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use std::sync::Arc;
 
-/// The parameters of a form body or query string, refused when one is repeated.
+/// The parameters of a form body or query string, refused when one is repeated (but those of
+/// [`REPEATABLE`]).
 #[derive(Debug, Default)]
 pub struct Params(Vec<(String, String)>);
+
+/// The parameters a request may repeat: RFC 8707 §2 names one resource per `resource`.
+pub const REPEATABLE: [&str; 1] = ["resource"];
 
 impl Params {
     pub fn parse(bytes: &[u8]) -> Result<Params, OAuthError> {
         let mut pairs: Vec<(String, String)> = Vec::new();
         for (key, value) in form_urlencoded::parse(bytes) {
-            if pairs.iter().any(|(k, _)| *k == key) {
+            if !REPEATABLE.contains(&key.as_ref()) && pairs.iter().any(|(k, _)| *k == key) {
                 return Err(OAuthError::InvalidRequest(format!(
                     "The parameter \"{key}\" is repeated."
                 )));
@@ -72,6 +77,14 @@ impl Params {
 impl crate::protocol::Parameters for Params {
     fn get(&self, name: &str) -> Option<&str> {
         Params::get(self, name)
+    }
+
+    fn get_all(&self, name: &str) -> Vec<&str> {
+        self.0
+            .iter()
+            .filter(|(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| v.as_str())
+            .collect()
     }
 }
 

@@ -9,7 +9,7 @@ use super::{OAuthError, no_store};
 use crate::AppState;
 use crate::client_ip::ClientAddress;
 use crate::config::AccessTokenFormat;
-use crate::protocol::{GrantKind, GrantRequest};
+use crate::protocol::{GrantKind, GrantRequest, Parameters};
 use crate::request_log::with_caller;
 use crate::store::now;
 use axum::body::Bytes;
@@ -32,6 +32,7 @@ pub async fn token(
     let app = authenticate_client(&state.store, &headers, &params, cert.as_ref()).await?;
     kind.check_registered(&app)?;
     let request = GrantRequest::parse(kind, &params)?;
+    let resources = params.get_all("resource");
     let issued_at = now();
     let client = Client {
         app: &app,
@@ -41,8 +42,11 @@ pub async fn token(
         mut issued,
         user,
         openid,
-    } = grant(&state, &client, request, address).await?;
-    if app.access_token_format(state.settings.access_token_format) == AccessTokenFormat::Jwt {
+        token_format,
+    } = grant(&state, &client, request, &resources, address).await?;
+    let format =
+        token_format.unwrap_or_else(|| app.access_token_format(state.settings.access_token_format));
+    if format == AccessTokenFormat::Jwt {
         let subject = match &user {
             Some((id, username)) => Subject::User { id: *id, username },
             None => Subject::Client,

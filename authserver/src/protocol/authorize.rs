@@ -4,8 +4,8 @@
 
 use super::oidc::{self, OidcRequest};
 use super::scope::{self, Declared};
-use super::{OAuthError, Parameters, pkce};
-use crate::domain::{Application, ClientType, GrantType};
+use super::{OAuthError, Parameters, pkce, resource};
+use crate::domain::{Application, ClientType, GrantType, Resource};
 
 /// Why no redirect may be made: shown as an error page.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,8 @@ pub struct Authorization {
     pub redirect_uri: String,
     /// The granted scope, space-separated.
     pub scope: String,
+    /// The resources the tokens will be for (RFC 8707); empty: the default audience.
+    pub resources: Vec<String>,
     pub state: Option<String>,
     pub code_challenge: Option<String>,
     /// OpenID Connect's `nonce` (kept only when the scope holds `openid`).
@@ -90,6 +92,7 @@ impl Authorization {
             ("redirect_uri", self.redirect_uri.clone()),
             ("scope", self.scope.clone()),
         ];
+        out.extend(self.resources.iter().map(|r| ("resource", r.clone())));
         if let Some(state) = &self.state {
             out.push(("state", state.clone()));
         }
@@ -167,9 +170,11 @@ pub fn pkce_required(app: &Application) -> bool {
     app.client_type == ClientType::Public || app.pkce_required
 }
 
-/// Step two, once [`check_client`] passed: response type, grant registration, PKCE and scope.
+/// Step two, once [`check_client`] passed: response type, grant registration, PKCE, resources
+/// (`known`: the registered resources among those the request names) and scope.
 pub fn validate(
     declared: Declared<'_>,
+    known: &[Resource],
     app: &Application,
     back: &Return,
     params: &impl Parameters,
@@ -217,11 +222,15 @@ pub fn validate(
         }
         (Some(challenge), _) => Some(challenge.to_owned()),
     };
-    let scope =
-        scope::resolve(declared, app, params.get("scope")).map_err(|error| AuthorizeError {
-            error: "invalid_scope",
-            description: error.description().unwrap_or_default(),
-        })?;
+    let resources = resource::indicators(&params.get_all("resource"))?;
+    let targets = resource::registered(&resources, known)?;
+    let scope = if targets.is_empty() {
+        scope::resolve(declared, app, params.get("scope"))
+    } else {
+        resource::scope_for(&targets, app, params.get("scope"), |s| {
+            oidc::scope_description(s).is_some()
+        })
+    }?;
     let oidc = oidc::parse(params)?;
     let nonce = params
         .get("nonce")
@@ -231,6 +240,7 @@ pub fn validate(
         client_id: app.client_id.clone(),
         redirect_uri: back.redirect_uri.clone(),
         scope,
+        resources,
         state: back.state.clone(),
         code_challenge,
         nonce,
@@ -320,7 +330,7 @@ mod tests {
             scopes: &scopes,
             defaults: &defaults,
         };
-        validate(declared, app, &back, &params)
+        validate(declared, &[], app, &back, &params)
     }
 
     fn base() -> Vec<(&'static str, &'static str)> {
@@ -494,6 +504,7 @@ mod tests {
             client_id: "c".into(),
             redirect_uri: "https://a/cb".into(),
             scope: "read".into(),
+            resources: vec![],
             state: None,
             code_challenge: None,
             nonce: None,

@@ -11,6 +11,8 @@ pub enum OAuthError {
     UnauthorizedClient(&'static str),
     UnsupportedGrantType,
     InvalidScope(String),
+    /// A `resource` that is malformed, unknown, or not allowed (RFC 8707 §2).
+    InvalidTarget(&'static str),
     /// A protected endpoint called with no credentials or bad ones (401).
     Unauthenticated,
     /// A caller that authenticated but may not use this endpoint (403).
@@ -33,6 +35,7 @@ impl OAuthError {
             OAuthError::UnauthorizedClient(_) => "unauthorized_client",
             OAuthError::UnsupportedGrantType => "unsupported_grant_type",
             OAuthError::InvalidScope(_) => "invalid_scope",
+            OAuthError::InvalidTarget(_) => "invalid_target",
             OAuthError::Unauthenticated => "invalid_token",
             OAuthError::Forbidden => "insufficient_scope",
             OAuthError::Server(_) => "server_error",
@@ -43,9 +46,9 @@ impl OAuthError {
     pub fn description(&self) -> Option<String> {
         match self {
             OAuthError::InvalidRequest(d) | OAuthError::InvalidScope(d) => Some(d.clone()),
-            OAuthError::InvalidGrant(d) | OAuthError::UnauthorizedClient(d) => {
-                Some((*d).to_owned())
-            }
+            OAuthError::InvalidGrant(d)
+            | OAuthError::UnauthorizedClient(d)
+            | OAuthError::InvalidTarget(d) => Some((*d).to_owned()),
             OAuthError::InvalidClient => Some("Client authentication failed.".into()),
             OAuthError::UnsupportedGrantType => Some(
                 "Use authorization_code, password, refresh_token or client_credentials.".into(),

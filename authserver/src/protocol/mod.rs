@@ -7,6 +7,7 @@ mod error;
 pub mod grant;
 pub mod oidc;
 pub mod pkce;
+pub mod resource;
 pub mod scope;
 
 pub use error::OAuthError;
@@ -15,4 +16,9 @@ pub use grant::{CodeBinding, GrantKind, GrantRequest};
 /// Request parameters by name, each at most once, an empty value read as absent (RFC 6749 §3.1).
 pub trait Parameters {
     fn get(&self, name: &str) -> Option<&str>;
+
+    /// Every non-empty value of a parameter that may be repeated (RFC 8707 `resource`).
+    fn get_all(&self, name: &str) -> Vec<&str> {
+        self.get(name).into_iter().collect()
+    }
 }

@@ -26,6 +26,9 @@ pub struct NewCode {
     pub nonce: Option<String>,
     /// OpenID Connect: when the user signed in (the ID token's `auth_time`).
     pub auth_time: Option<i64>,
+    /// The resources the tokens will be for (RFC 8707), space-separated; None: the default
+    /// audience.
+    pub resource: Option<String>,
     /// The browser session it is issued in ([`super::Session::key`]): signing out of it
     /// revokes the tokens of the code ([`Store::sign_out`]).
     pub session_key: Option<String>,
@@ -44,6 +47,8 @@ pub struct CodeRecord {
     pub expires_at: i64,
     pub nonce: Option<String>,
     pub auth_time: Option<i64>,
+    /// The resources it was granted for; an exchange may only narrow them.
+    pub resource: Option<String>,
 }
 
 impl CodeRecord {
@@ -80,8 +85,8 @@ impl Store {
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
         sqlx::query(
-            "INSERT INTO authorization_codes (digest, application_id, user_id, redirect_uri, scope, code_challenge, family, created_at, expires_at, nonce, auth_time)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            "INSERT INTO authorization_codes (digest, application_id, user_id, redirect_uri, scope, code_challenge, family, created_at, expires_at, nonce, auth_time, resource)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
         )
         .bind(secrets::digest(&code))
         .bind(new.application_id)
@@ -94,6 +99,7 @@ impl Store {
         .bind(at + new.lifetime)
         .bind(new.nonce.as_deref())
         .bind(new.auth_time)
+        .bind(new.resource.as_deref())
         .execute(&mut *tx)
         .await?;
         if let Some(session_key) = &new.session_key {
@@ -112,7 +118,7 @@ impl Store {
             let _exclusive = self.exclusive().await?;
             let claimed = sqlx::query(
                 "UPDATE authorization_codes SET used = 1 WHERE digest = $1 AND used = 0
-                 RETURNING application_id, user_id, redirect_uri, scope, code_challenge, family, expires_at, nonce, auth_time",
+                 RETURNING application_id, user_id, redirect_uri, scope, code_challenge, family, expires_at, nonce, auth_time, resource",
             )
             .bind(&digest)
             .fetch_optional(&self.writer)
@@ -141,6 +147,7 @@ impl Store {
                 expires_at: row.try_get("expires_at")?,
                 nonce: row.try_get("nonce")?,
                 auth_time: row.try_get("auth_time")?,
+                resource: row.try_get("resource")?,
             }));
         }
         // After the pause of the hot path's writer ends: the revocation goes through it.

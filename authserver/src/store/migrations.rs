@@ -417,6 +417,33 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "",
         "ALTER TABLE tokens DROP CONSTRAINT IF EXISTS tokens_application_id_fkey",
     ),
+    (
+        17,
+        // API resources and audiences (issue 39, RFC 8707): the registered APIs a token may be
+        // requested for, each with its scopes; a token's audience (its resource identifiers,
+        // space-separated; NULL: the server's default audience); the resources an authorization
+        // code was granted for, which its exchange may only narrow.
+        "CREATE TABLE IF NOT EXISTS resources (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        identifier TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        scopes TEXT NOT NULL,
+        token_format TEXT,
+        access_token_lifetime INTEGER,
+        created_at INTEGER NOT NULL);
+    ALTER TABLE tokens ADD COLUMN audience TEXT;
+    ALTER TABLE authorization_codes ADD COLUMN resource TEXT",
+        "CREATE TABLE IF NOT EXISTS resources (
+        id BIGSERIAL PRIMARY KEY,
+        identifier TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        scopes TEXT NOT NULL,
+        token_format TEXT,
+        access_token_lifetime BIGINT,
+        created_at BIGINT NOT NULL);
+    ALTER TABLE tokens ADD COLUMN IF NOT EXISTS audience TEXT;
+    ALTER TABLE authorization_codes ADD COLUMN IF NOT EXISTS resource TEXT",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory

@@ -533,6 +533,7 @@ mod tests {
             issued_at: crate::store::now(),
             expires_at: crate::store::now() + 600,
             cnf_x5t_s256: None,
+            audience: None,
         }
     }
 

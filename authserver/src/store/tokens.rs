@@ -61,6 +61,9 @@ pub struct TokenRecord {
     /// The thumbprint of the client certificate the token is bound to (RFC 8705
     /// `cnf.x5t#S256`), if it is.
     pub cnf_x5t_s256: Option<String>,
+    /// The resource identifiers it is for (RFC 8707), space-separated; None: the server's
+    /// default audience.
+    pub audience: Option<String>,
 }
 
 impl TokenRecord {
@@ -96,6 +99,8 @@ pub struct NewTokens {
     pub family: Option<String>,
     /// Binds the tokens to this client certificate (RFC 8705 `cnf.x5t#S256`).
     pub cnf_x5t_s256: Option<String>,
+    /// The resource identifiers the tokens are for, space-separated; None: the default audience.
+    pub audience: Option<String>,
 }
 
 /// The plaintext tokens, handed out once and never stored.
@@ -107,6 +112,8 @@ pub struct IssuedTokens {
     pub scope: String,
     /// The rotation family the tokens went into.
     pub family: String,
+    /// The resource identifiers they are for, space-separated; None: the default audience.
+    pub audience: Option<String>,
 }
 
 /// What presenting a refresh token led to.
@@ -172,6 +179,7 @@ impl Store {
             issued_at,
             expires_at: issued_at + new.access_lifetime,
             cnf_x5t_s256: new.cnf_x5t_s256.clone(),
+            audience: new.audience.clone(),
         };
         let mut rows = vec![access];
         let refresh_token = new.refresh_lifetime.map(|lifetime| {
@@ -205,6 +213,7 @@ impl Store {
             expires_in: new.access_lifetime,
             scope: new.scope.clone(),
             family,
+            audience: new.audience.clone(),
         })
     }
 

@@ -33,6 +33,10 @@ impl Parameters for FormData {
     fn get(&self, name: &str) -> Option<&str> {
         FormData::get(self, name).filter(|v| !v.is_empty())
     }
+
+    fn get_all(&self, name: &str) -> Vec<&str> {
+        FormData::all_str(self, name)
+    }
 }
 
 /// An error shown to the user, never redirected (§4.1.2.1).
@@ -99,6 +103,8 @@ async fn grant_code(
             lifetime: state.settings.authorization_code_lifetime,
             nonce: authorization.nonce.clone(),
             auth_time: Some(by.auth_time),
+            resource: (!authorization.resources.is_empty())
+                .then(|| authorization.resources.join(" ")),
             session_key: Some(by.session_key.to_owned()),
         })
         .await?;
@@ -118,7 +124,8 @@ async fn check(state: &AppState, params: &impl Parameters) -> Result<Checked, We
         Err(why) => return Ok(Checked::Answer(error_page(why))),
     };
     let declared = crate::oauth::declared_scopes(state);
-    match authorize::validate(declared, &app, &back, params) {
+    let known = crate::oauth::known_resources(state, &params.get_all("resource")).await?;
+    match authorize::validate(declared, &known, &app, &back, params) {
         Ok(authorization) => Ok(Checked::Valid(Box::new((app, authorization)))),
         Err(error) => {
             tracing::info!(client_id = %app.client_id, error = error.error, "authorization request refused");

@@ -33,12 +33,17 @@ impl FormData {
         self.get(name).unwrap_or_default().trim().to_owned()
     }
 
-    /// Every value sent under `name` (checkbox groups).
+    /// Every non-empty value sent under `name` (checkbox groups), owned.
     pub fn all(&self, name: &str) -> Vec<String> {
+        self.all_str(name).into_iter().map(str::to_owned).collect()
+    }
+
+    /// Every non-empty value sent under `name`, borrowed.
+    pub fn all_str(&self, name: &str) -> Vec<&str> {
         self.0
             .iter()
-            .filter(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
+            .filter(|(k, v)| k == name && !v.is_empty())
+            .map(|(_, v)| v.as_str())
             .collect()
     }
 
