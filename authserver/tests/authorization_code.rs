@@ -1129,3 +1129,94 @@ async fn the_views_register_redirect_uris_pkce_and_token_format() {
         assert!(edit.body.contains("<option value=\"jwt\" selected>"));
     }
 }
+
+/// RFC 8707 on the code flow: the resource named at the authorization request is the audience
+/// of the code's tokens and bounds their scope; the exchange may only narrow it (a wider one
+/// is `invalid_target`), and an unknown resource goes back to the client as `invalid_target`.
+#[tokio::test]
+async fn the_code_carries_the_resource_it_was_granted_for() {
+    use authserver::store::ResourceInput;
+    const ORDERS: &str = "https://orders.example/";
+    for store in testing::all_stores().await {
+        for (identifier, scope) in [
+            (ORDERS, "orders:read"),
+            ("https://billing.example/", "billing:read"),
+        ] {
+            store
+                .create_resource(&ResourceInput {
+                    identifier: identifier.into(),
+                    name: "Orders <API>".into(),
+                    scopes: vec![scope.into()],
+                    token_format: None,
+                    access_token_lifetime: None,
+                })
+                .await
+                .unwrap();
+        }
+        let f = Fixture::start(store, |_| {}).await;
+        let client = f.client(ClientType::Confidential, true, &[]).await;
+        let alice = f.alice().await;
+        let ask = |resource: &'static str, challenge: String| {
+            Fixture::authorize_path(&[
+                ("response_type", Some("code")),
+                ("client_id", Some(client.id.as_str())),
+                ("redirect_uri", Some(REDIRECT)),
+                ("scope", Some("orders:read")),
+                ("state", Some("st")),
+                ("code_challenge", Some(challenge.leak())),
+                ("code_challenge_method", Some("S256")),
+                ("resource", Some(resource)),
+            ])
+        };
+        let mut codes = Vec::new();
+        for round in 0..2 {
+            let (verifier, challenge) = pkce_pair();
+            let page = f.get(&ask(ORDERS, challenge), Some(&alice)).await;
+            let reply = if round == 0 {
+                assert_eq!(page.status, StatusCode::OK, "{}", page.location());
+                // The consent form carries the resource on.
+                assert!(
+                    hidden_fields(&page.body, "consent")
+                        .iter()
+                        .any(|(k, v)| k == "resource" && v == ORDERS),
+                    "{}",
+                    page.body
+                );
+                f.decide(&alice, &page, "allow").await
+            } else {
+                // The consent is remembered.
+                page
+            };
+            codes.push((code_of(&reply.redirected_to(REDIRECT)), verifier));
+        }
+        // Exchanged as granted: the resource is the audience.
+        let reply = f.exchange(&client, &codes[0].0, Some(&codes[0].1)).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        let access = reply.json()["access_token"].as_str().unwrap().to_owned();
+        let record = f.store.find_token(&access).await.unwrap().unwrap();
+        assert_eq!(record.audience.as_deref(), Some(ORDERS));
+        assert_eq!(reply.json()["scope"], "orders:read");
+        // Exchanged for another resource: refused.
+        let (code, verifier) = &codes[1];
+        let form = [
+            ("grant_type", "authorization_code"),
+            ("code", code.as_str()),
+            ("redirect_uri", REDIRECT),
+            ("code_verifier", verifier.as_str()),
+            ("resource", "https://billing.example/"),
+        ];
+        let reply = f.token(&client, &form).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{}", reply.body);
+        assert_eq!(reply.json()["error"], "invalid_target");
+        // An unknown resource goes back to the client.
+        let (_, challenge) = pkce_pair();
+        let reply = f
+            .get(&ask("https://unknown.example/", challenge), Some(&alice))
+            .await;
+        let answer = reply.redirected_to(REDIRECT);
+        assert_eq!(
+            answer.get("error").map(String::as_str),
+            Some("invalid_target")
+        );
+    }
+}

@@ -111,6 +111,7 @@ fn reader_app(name: &str) -> ApplicationInput {
 fn tokens_of(application_id: i64, user_id: Option<i64>, refresh: bool) -> NewTokens {
     NewTokens {
         cnf_x5t_s256: None,
+        audience: None,
         application_id,
         user_id,
         scope: "read".into(),
@@ -213,6 +214,7 @@ async fn secrets_and_tokens_are_stored_as_digests() {
         let next = store
             .issue_tokens(&NewTokens {
                 cnf_x5t_s256: None,
+                audience: None,
                 family: Some(record.family),
                 ..new.clone()
             })

@@ -563,10 +563,8 @@ mod tests {
                     .fetch_all(store.pool())
                     .await
                     .unwrap();
-            assert_eq!(
-                versions,
-                [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15, 16]
-            );
+            let all: Vec<i64> = MIGRATIONS.iter().map(|(v, _, _)| *v).collect();
+            assert_eq!(versions, all);
         }
     }
 
