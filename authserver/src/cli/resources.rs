@@ -28,7 +28,10 @@ pub async fn resource(
             let input = validation::resource(settings, &draft).map_err(|refusals| {
                 let lines: Vec<String> = refusals
                     .iter()
-                    .map(|(field, message)| format!("--{}: {message}", field.replace('_', "-")))
+                    .map(|(field, message)| match field {
+                        "access_token_lifetime" => format!("--lifetime: {message}"),
+                        field => format!("--{}: {message}", field.replace('_', "-")),
+                    })
                     .collect();
                 anyhow::anyhow!("{}", lines.join("\n"))
             })?;
