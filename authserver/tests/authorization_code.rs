@@ -1174,7 +1174,8 @@ async fn the_code_carries_the_resource_it_was_granted_for() {
             let page = f.get(&ask(ORDERS, challenge), Some(&alice)).await;
             let reply = if round == 0 {
                 assert_eq!(page.status, StatusCode::OK, "{}", page.location());
-                // The consent form carries the resource on.
+                // The consent page names the API, and its form carries the resource on.
+                assert!(page.body.contains("At Orders &"), "{}", page.body);
                 assert!(
                     hidden_fields(&page.body, "consent")
                         .iter()

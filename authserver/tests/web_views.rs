@@ -1824,3 +1824,109 @@ async fn the_favicon_is_served_and_named_by_every_page() {
             .contains(r#"<link rel="icon" href="/static/favicon.svg""#)
     );
 }
+
+/// `/admin/resources/`: a superuser registers an API with the rules the CLI checks and deletes
+/// it; a staff member who is no superuser, and a form without its CSRF token, change nothing.
+#[tokio::test]
+async fn admin_manages_api_resources() {
+    let state = state().await;
+    let root = sign_in(&state, "root", "operator-pass").await;
+    let page = root.get(&state, "/admin/resources/").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.body.contains("No APIs yet"));
+    let fields = |identifier: &'static str, scopes: &'static str| {
+        [
+            ("identifier", identifier),
+            ("name", "Orders <API>"),
+            ("scopes", scopes),
+            ("token_format", ""),
+            ("access_token_lifetime", ""),
+        ]
+    };
+    let refused = root
+        .post(
+            &state,
+            "/admin/resources/",
+            &fields("javascript:alert(1)", "orders:read"),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert!(
+        refused.body.contains("identifier-error"),
+        "{}",
+        refused.body
+    );
+    let refused = root
+        .post(
+            &state,
+            "/admin/resources/",
+            &fields("https://orders.example/", "introspection"),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::BAD_REQUEST);
+    assert!(refused.body.contains("scopes-error"));
+    assert!(state.store.list_resources().await.unwrap().is_empty());
+
+    let created = root
+        .post(
+            &state,
+            "/admin/resources/",
+            &fields("https://orders.example/", "orders:read orders:write"),
+        )
+        .await;
+    let listed = root.follow(&state, &created).await;
+    assert!(listed.body.contains("https://orders.example/"));
+    // Escaped as any name.
+    assert!(
+        listed.body.contains("Orders &#60;API&#62;") || listed.body.contains("Orders &lt;API&gt;")
+    );
+    let twice = root
+        .post(
+            &state,
+            "/admin/resources/",
+            &fields("https://orders.example/", "x"),
+        )
+        .await;
+    assert_eq!(twice.status, StatusCode::BAD_REQUEST);
+    assert!(twice.body.contains("already exists"));
+
+    // Not a superuser: 403; no CSRF token: 403; nothing changes.
+    let olivia = sign_in(&state, "olivia", "operator-pass").await;
+    let page = olivia.get(&state, "/admin/resources/").await;
+    assert_eq!(page.status, StatusCode::FORBIDDEN);
+    let reply = olivia
+        .post(
+            &state,
+            "/admin/resources/delete/",
+            &[("identifier", "https://orders.example/")],
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    let reply = post(
+        &state,
+        "/admin/resources/delete/",
+        Some(&root.cookie),
+        &[("identifier", "https://orders.example/")],
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN);
+    assert_eq!(state.store.list_resources().await.unwrap().len(), 1);
+
+    let deleted = root
+        .post(
+            &state,
+            "/admin/resources/delete/",
+            &[("identifier", "https://orders.example/")],
+        )
+        .await;
+    assert_eq!(deleted.status, StatusCode::SEE_OTHER);
+    assert!(state.store.list_resources().await.unwrap().is_empty());
+    let again = root
+        .post(
+            &state,
+            "/admin/resources/delete/",
+            &[("identifier", "https://orders.example/")],
+        )
+        .await;
+    assert_eq!(again.status, StatusCode::NOT_FOUND);
+}

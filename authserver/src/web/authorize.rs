@@ -244,6 +244,8 @@ async fn authorization_request(
             "The user has not consented to this request.",
         );
     }
+    let resources: Vec<&str> = authorization.resources.iter().map(String::as_str).collect();
+    let apis = crate::oauth::known_resources(&state, &resources).await?;
     let scopes = authorization
         .scope
         .split_whitespace()
@@ -255,6 +257,14 @@ async fn authorization_request(
                 .get(name)
                 .cloned()
                 .or_else(|| oidc::scope_description(name).map(str::to_owned))
+                .or_else(|| {
+                    let of: Vec<&str> = apis
+                        .iter()
+                        .filter(|r| r.scopes.iter().any(|s| s == name))
+                        .map(|r| r.name.as_str())
+                        .collect();
+                    (!of.is_empty()).then(|| format!("At {}", of.join(", ")))
+                })
                 .unwrap_or_default(),
             claims: oidc::released_claims(name).join(", "),
         })

@@ -10,6 +10,7 @@ mod csrf;
 mod flash;
 mod forms;
 mod logout;
+mod resources;
 mod session;
 mod templates;
 
@@ -36,6 +37,7 @@ pub fn router() -> Router<AppState> {
         .merge(auth::router())
         .merge(applications::router())
         .merge(admin::router())
+        .merge(resources::router())
         .merge(authorize::router())
         .merge(authorized::router())
         .merge(logout::router())

@@ -317,6 +317,15 @@ pub(crate) struct UserDelete {
     pub errors: Refusals,
 }
 
+#[derive(Template)]
+#[template(path = "admin/resources.html")]
+pub(crate) struct ResourceList {
+    pub nav: Nav,
+    pub resources: Vec<crate::domain::Resource>,
+    pub draft: crate::validation::ResourceDraft,
+    pub errors: Refusals,
+}
+
 /// One line of the groups list.
 pub(crate) struct GroupRow {
     pub id: i64,
