@@ -6,6 +6,7 @@ use std::time::Duration;
 use http::HeaderValue;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 
+use crate::bounded_body::BodyError;
 use crate::claims::{Claims, Malformed};
 use crate::policy::AnswerPolicy;
 
@@ -212,16 +213,12 @@ impl Introspector {
         if !status.is_success() {
             return Err(IntrospectionError::Status(status.as_u16()));
         }
-        if resp.content_length().is_some_and(|n| n > MAX_ANSWER as u64) {
-            return Err(IntrospectionError::TooLarge);
-        }
-        let mut buf = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(transport)? {
-            if buf.len() + chunk.len() > MAX_ANSWER {
-                return Err(IntrospectionError::TooLarge);
-            }
-            buf.extend_from_slice(&chunk);
-        }
+        let buf = crate::bounded_body::read(&mut resp, MAX_ANSWER)
+            .await
+            .map_err(|e| match e {
+                BodyError::TooLarge => IntrospectionError::TooLarge,
+                BodyError::Transport(e) => transport(e),
+            })?;
         Ok(Claims::from_json(&buf)?)
     }
 }

@@ -25,6 +25,7 @@
 
 pub mod access_log;
 pub mod bearer;
+pub mod bounded_body;
 pub mod checker;
 pub mod claims;
 pub mod client_cert;

@@ -486,3 +486,60 @@ async fn a_stream_updated_event_turns_the_stream_unhealthy_until_enabled() {
     }
     assert_eq!(r.metrics.sets_refused.load(Relaxed), 0);
 }
+
+/// A transmitter that answers every poll with a SET that fails verification gets polled with
+/// backoff, not in a busy loop (security round 4: 1.04 M WARN lines in 19 s before), and the
+/// stream is unhealthy meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_events_slow_the_polls_down() {
+    let tx = Transmitter::start(Duration::from_millis(300)).await;
+    let gate = Gate::build(
+        settings(&tx, TokenSource::Introspection, lifetimes(1500, 60_000)),
+        None,
+    )
+    .unwrap();
+    healthy(&gate).await;
+    let r = gate.revocation().unwrap().revoked().clone();
+    tx.set_hostile(Some(ssf_transmitter::HostilePoll::Garbage));
+    let before = tx.polls();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let polls = tx.polls() - before;
+    assert!(polls >= 2, "the receiver kept polling: {polls}");
+    // 100 ms doubling: about 5 in 2 s; a busy loop makes thousands.
+    assert!(polls <= 12, "{polls} polls in 2 s");
+    assert!(r.metrics.sets_refused.load(Relaxed) >= 2);
+    assert!(r.health().is_err());
+    tx.set_hostile(None);
+}
+
+/// A poll answer larger than the receiver reads is a failed poll, retried with backoff, and
+/// nothing in it is applied (`bounded_body`'s own tests show that the rest is never read).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_poll_answer_is_a_failed_poll() {
+    let tx = Transmitter::start(Duration::from_millis(300)).await;
+    let gate = Gate::build(
+        settings(&tx, TokenSource::Introspection, lifetimes(1000, 60_000)),
+        None,
+    )
+    .unwrap();
+    healthy(&gate).await;
+    let r = gate.revocation().unwrap().revoked().clone();
+    let errors_before = r.metrics.poll_errors.load(Relaxed);
+    // 4 MiB: more than 100 SETs of 16 KiB.
+    tx.set_hostile(Some(ssf_transmitter::HostilePoll::Huge(4 << 20)));
+    let until = Instant::now() + Duration::from_secs(10);
+    while r.metrics.poll_errors.load(Relaxed) < errors_before + 2 {
+        assert!(
+            Instant::now() < until,
+            "the oversized answers were not refused"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(r.metrics.sets_applied.load(Relaxed), 0);
+    assert_eq!(
+        r.metrics.sets_refused.load(Relaxed),
+        0,
+        "refused unread, not verified"
+    );
+    tx.set_hostile(None);
+}

@@ -280,17 +280,14 @@ async fn fetch_url(
         .iter()
         .filter_map(|v| v.to_str().ok())
         .find_map(max_age);
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
+    let body = crate::bounded_body::read(&mut response, MAX_JWKS)
         .await
-        .map_err(|e| format!("transport: {e}"))?
-    {
-        if body.len() + chunk.len() > MAX_JWKS {
-            return Err(format!("answer is larger than {MAX_JWKS} bytes"));
-        }
-        body.extend_from_slice(&chunk);
-    }
+        .map_err(|e| match e {
+            crate::bounded_body::BodyError::TooLarge => {
+                format!("answer is larger than {MAX_JWKS} bytes")
+            }
+            crate::bounded_body::BodyError::Transport(e) => format!("transport: {e}"),
+        })?;
     let set = KeySet::from_json(&body).map_err(|e| format!("not a JWKS: {e}"))?;
     Ok((set, max_age))
 }

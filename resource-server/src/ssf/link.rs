@@ -29,6 +29,7 @@ use serde_json::{Map, Value, json};
 
 use super::config::RevocationSettings;
 use super::set::{SetVerifier, events_requested};
+use crate::bounded_body::BodyError;
 use crate::checker::TokenChecker;
 use crate::jwt::JwtValidator;
 use crate::outage::{Backoff, FAILURE_LOG_INTERVAL, LogLimiter};
@@ -43,6 +44,26 @@ const RETRY: Backoff = Backoff {
     initial: Duration::from_millis(100),
     max: Duration::from_secs(5),
 };
+
+/// The largest answer read from the transmitter but a poll's (configuration, metadata, token,
+/// stream): as introspection's.
+const MAX_ANSWER: usize = crate::introspection::MAX_ANSWER;
+/// The largest poll answer: [`MAX_EVENTS`] SETs of up to 16 KiB each. A transmitter that sends
+/// more is answered as one that failed (retried with backoff); nothing past it is buffered.
+const MAX_POLL_ANSWER: usize = MAX_EVENTS * 16 * 1024;
+
+/// The JSON of an answer, read up to `max` bytes ([`crate::bounded_body`]).
+async fn json_of(mut r: reqwest::Response, what: &str, max: usize) -> Result<Value, Failure> {
+    let body = crate::bounded_body::read(&mut r, max)
+        .await
+        .map_err(|e| match e {
+            BodyError::TooLarge => {
+                Failure::Retry(format!("{what}: the answer is larger than {max} bytes"))
+            }
+            BodyError::Transport(e) => transport(what, &e),
+        })?;
+    serde_json::from_slice(&body).map_err(|e| Failure::Retry(format!("{what}: not JSON: {e}")))
+}
 
 /// What events act on besides the deny-list: the gate's introspection cache (evicted from) and
 /// JWT validator (keys refetched when one is withdrawn), set when the gate is built.
@@ -269,9 +290,7 @@ impl Link {
         if !r.status().is_success() {
             return Err(answered(what, r.status()));
         }
-        r.json()
-            .await
-            .map_err(|e| Failure::Retry(format!("{what}: not JSON: {e}")))
+        json_of(r, what, MAX_ANSWER).await
     }
 
     async fn discover(&self) -> Result<Discovered, Failure> {
@@ -367,7 +386,7 @@ impl Link {
         }
         if !status.is_success() {
             // RFC 6749 §5.2's error code says why (invalid_client, invalid_scope...).
-            let body: Value = r.json().await.unwrap_or(Value::Null);
+            let body = json_of(r, what, MAX_ANSWER).await.unwrap_or(Value::Null);
             let error = body.get("error").and_then(Value::as_str).unwrap_or("-");
             return Err(Failure::Retry(format!(
                 "{what}: the token endpoint answered HTTP {} ({error}) to client {:?} asking for \
@@ -376,10 +395,7 @@ impl Link {
                 self.s.client_id
             )));
         }
-        let body: Value = r
-            .json()
-            .await
-            .map_err(|e| Failure::Retry(format!("{what}: not JSON: {e}")))?;
+        let body = json_of(r, what, MAX_ANSWER).await?;
         let value = body
             .get("access_token")
             .and_then(Value::as_str)
@@ -431,10 +447,7 @@ impl Link {
         if !status.is_success() {
             return Err(self.refused(what, status));
         }
-        let body: Value = r
-            .json()
-            .await
-            .map_err(|e| Failure::Retry(format!("{what}: not JSON: {e}")))?;
+        let body = json_of(r, what, MAX_ANSWER).await?;
         let id = body.get("stream_id").and_then(Value::as_str);
         let delivery = &body["delivery"];
         let issuer = body.get("iss").and_then(Value::as_str).unwrap_or_default();
@@ -517,7 +530,7 @@ impl Link {
             .send()
             .await;
         let status = match answer {
-            Ok(r) if r.status().is_success() => r.json::<Value>().await.ok(),
+            Ok(r) if r.status().is_success() => json_of(r, "stream status", MAX_ANSWER).await.ok(),
             _ => None,
         };
         if let Some(status) = status
@@ -574,10 +587,7 @@ impl Link {
         if !status.is_success() {
             return Err(self.refused(what, status));
         }
-        let answer: Value = r
-            .json()
-            .await
-            .map_err(|e| Failure::Retry(format!("{what}: not JSON: {e}")))?;
+        let answer = json_of(r, what, MAX_POLL_ANSWER).await?;
         let sets = match answer.get("sets") {
             Some(Value::Object(sets)) => sets.clone(),
             None | Some(Value::Null) => Map::new(),
@@ -592,21 +602,34 @@ impl Link {
             .polls
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let nothing = sets.is_empty();
+        let mut refused = Vec::new();
         for (jti, set) in sets {
-            self.receive(&jti, set.as_str().unwrap_or_default()).await;
+            if let Some(why) = self.receive(&jti, set.as_str().unwrap_or_default()).await {
+                refused.push(why);
+            }
         }
         // A paused or disabled stream answers nothing, like a quiet one: ask which it is.
         if nothing {
             self.read_status().await;
         }
         self.revoked.purge();
-        Ok(())
+        // Refused events are answered in `setErrs` by the next poll, after the backoff, and
+        // logged with the other failures (rate-limited): a transmitter that sends nothing but
+        // bad SETs gets neither a busy loop nor a log line per event.
+        match refused.first() {
+            None => Ok(()),
+            Some(first) => Err(Failure::Retry(format!(
+                "{} security event token(s) refused (caches flushed, stream unhealthy), the first: {first}",
+                refused.len()
+            ))),
+        }
     }
 
-    /// Verifies and applies one SET, and queues its acknowledgement (or its error).
-    async fn receive(&mut self, jti: &str, set: &str) {
+    /// Verifies and applies one SET, and queues its acknowledgement (or its error); why it was
+    /// refused, if it was.
+    async fn receive(&mut self, jti: &str, set: &str) -> Option<String> {
         use std::sync::atomic::Ordering::Relaxed;
-        let Some(d) = &self.discovered else { return };
+        let d = self.discovered.as_ref()?;
         match d.verifier.verify(set, jti).await {
             Ok(verified) => {
                 let target = self.target();
@@ -643,17 +666,19 @@ impl Link {
                 }
                 m.events_ignored.fetch_add(verified.ignored as u64, Relaxed);
                 self.acks.push(jti.to_owned());
+                None
             }
             Err(e) => {
                 self.revoked.verification_failed();
                 if let Some(c) = self.target().checker {
                     c.flush();
                 }
-                tracing::warn!(set = jti, error = %e, "security event token refused; caches flushed, stream unhealthy for unhealthy_after");
+                tracing::debug!(set = jti, error = %e, "security event token refused");
                 self.errs.insert(
                     jti.to_owned(),
                     json!({"err": e.code(), "description": e.to_string()}),
                 );
+                Some(e.to_string())
             }
         }
     }

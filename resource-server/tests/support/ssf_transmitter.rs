@@ -51,11 +51,24 @@ struct StreamState {
     errors: Vec<(String, String)>,
 }
 
+/// How a hostile transmitter answers every poll.
+#[derive(Clone, Copy, Debug)]
+pub enum HostilePoll {
+    /// A SET that is no JWT, new every poll, at once.
+    Garbage,
+    /// A JSON answer of this many bytes.
+    Huge(usize),
+}
+
 #[derive(Default)]
 struct TxState {
     streams: HashMap<String, StreamState>,
     /// Poll answers 503 while set.
     down: bool,
+    /// Every poll answered this way while set.
+    hostile: Option<HostilePoll>,
+    /// Polls received.
+    polls: usize,
     /// RFC 7662 answers by token.
     tokens: HashMap<String, Value>,
 }
@@ -246,6 +259,17 @@ impl Transmitter {
         self.wake.notify_waiters();
     }
 
+    /// Every poll answered as `hostile` says (None: as the specs say).
+    pub fn set_hostile(&self, hostile: Option<HostilePoll>) {
+        self.state.lock().unwrap().hostile = hostile;
+        self.wake.notify_waiters();
+    }
+
+    /// Polls received so far.
+    pub fn polls(&self) -> usize {
+        self.state.lock().unwrap().polls
+    }
+
     /// Every stream forgotten: polls answer 404.
     pub fn lose_streams(&self) {
         self.state.lock().unwrap().streams.clear();
@@ -358,6 +382,17 @@ async fn poll(
     }
     {
         let mut s = app.state.lock().unwrap();
+        s.polls += 1;
+        match s.hostile {
+            Some(HostilePoll::Garbage) => {
+                let jti = format!("garbage-{}", s.polls);
+                return Json(json!({"sets": {jti: "not.a.set"}})).into_response();
+            }
+            Some(HostilePoll::Huge(n)) => {
+                return Json(json!({"sets": {"big": "x".repeat(n)}})).into_response();
+            }
+            None => {}
+        }
         if let Some(stream) = s.streams.get_mut(&id) {
             for jti in body["ack"].as_array().into_iter().flatten() {
                 let jti = jti.as_str().unwrap_or_default().to_owned();
