@@ -32,6 +32,7 @@ struct RawSettings {
     authorization_code_lifetime: Option<RawDuration>,
     purge_interval: Option<RawDuration>,
     ssf_poll_timeout: Option<RawDuration>,
+    ssf_push_networks: Option<Vec<String>>,
     token_cache_capacity: Option<u64>,
     secrets_system_file: Option<String>,
     access_log: Option<RawAccessLog>,
@@ -85,7 +86,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 23] = [
+const KEYS: [&str; 24] = [
     "listen",
     "issuer",
     "database_url",
@@ -103,6 +104,7 @@ const KEYS: [&str; 23] = [
     "authorization_code_lifetime",
     "purge_interval",
     "ssf_poll_timeout",
+    "ssf_push_networks",
     "token_cache_capacity",
     "secrets_system_file",
     "access_log",
@@ -194,6 +196,9 @@ pub struct Settings {
     /// How long a poll of the revocation stream (RFC 8936, `returnImmediately: false`) waits
     /// for an event before answering with none, seconds (default 25).
     pub ssf_poll_timeout: i64,
+    /// Networks a revocation-stream push may go to although they are not public (loopback,
+    /// private, link-local: [`crate::oauth::ssf_push::is_public`]); none by default.
+    pub ssf_push_networks: Vec<IpRange>,
     /// The most introspection lookups the token cache holds (0: no cache).
     pub token_cache_capacity: u64,
     /// The key-encryption keys of the JWT signing keys, from `AUTHSERVER_SECRETS_SYSTEM` or the
@@ -312,7 +317,8 @@ impl Settings {
             raw.refresh_token_lifetime,
             DEFAULT_REFRESH_TOKEN_LIFETIME,
         )?;
-        let trusted_proxies = source.trusted_proxies(raw.trusted_proxies)?;
+        let trusted_proxies = source.ip_ranges("trusted_proxies", raw.trusted_proxies)?;
+        let ssf_push_networks = source.ip_ranges("ssf_push_networks", raw.ssf_push_networks)?;
         let proxy_secret = read_proxy_secret(
             source.pick("proxy_secret", raw.proxy_secret),
             source.pick("proxy_secret_file", raw.proxy_secret_file),
@@ -385,6 +391,7 @@ impl Settings {
             authorization_code_lifetime,
             purge_interval,
             ssf_poll_timeout,
+            ssf_push_networks,
             token_cache_capacity,
             key_encryption,
             access_log,
@@ -423,6 +430,7 @@ impl Settings {
             authorization_code_lifetime: DEFAULT_AUTHORIZATION_CODE_LIFETIME,
             purge_interval: DEFAULT_PURGE_INTERVAL,
             ssf_poll_timeout: DEFAULT_SSF_POLL_TIMEOUT,
+            ssf_push_networks: Vec::new(),
             token_cache_capacity: crate::store::DEFAULT_TOKEN_CACHE_CAPACITY,
             key_encryption: None,
             access_log: AccessLogSettings::default(),
@@ -614,8 +622,14 @@ impl Source<'_> {
         Ok(Some(CorsOrigins::List(list)))
     }
 
-    fn trusted_proxies(&self, from_file: Option<Vec<String>>) -> Result<Vec<IpRange>, ConfigError> {
-        let (origin, proxies) = self.pick("trusted_proxies", from_file.map(|v| v.join(",")));
+    /// A list of IP addresses or CIDR ranges (`trusted_proxies`, `ssf_push_networks`); none
+    /// by default.
+    fn ip_ranges(
+        &self,
+        key: &'static str,
+        from_file: Option<Vec<String>>,
+    ) -> Result<Vec<IpRange>, ConfigError> {
+        let (origin, proxies) = self.pick(key, from_file.map(|v| v.join(",")));
         let Some(text) = proxies else {
             return Ok(Vec::new());
         };

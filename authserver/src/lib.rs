@@ -146,7 +146,7 @@ pub async fn serve(
         shutdown.await;
         store.close_polls();
     };
-    let pusher = oauth::ssf::spawn_pusher(state.clone());
+    let pusher = oauth::ssf_push::spawn_pusher(state.clone());
     let served =
         http_server::serve(listener, app(state), http_server::Limits::DEFAULT, shutdown).await;
     for task in [purge, metrics].into_iter().flatten() {

@@ -182,6 +182,8 @@ async fn third_party_verify(base: &str, audience: &str, sets: &[String]) -> Vec<
 fn settings(poll_timeout: i64) -> Settings {
     let mut settings = Settings::for_tests("unused");
     settings.ssf_poll_timeout = poll_timeout;
+    // The push receivers of these tests listen on loopback.
+    settings.ssf_push_networks = authserver::client_ip::IpRange::loopback();
     settings
 }
 
@@ -301,6 +303,7 @@ async fn every_change_that_ends_tokens_is_a_verified_set_with_its_subject() {
                 lifetime: 60,
                 nonce: None,
                 auth_time: None,
+                resource: None,
                 session_key: None,
             })
             .await
@@ -1798,5 +1801,187 @@ async fn a_receiver_verifies_its_stream_and_is_unhealthy_while_it_is_paused() {
         )
         .await;
         drop(receiver);
+    }
+}
+
+/// Security round 4, the revocation stream's push delivery: a stream whose receiver never
+/// answers delays no other stream (each stream is pushed in a task of its own, with its own
+/// backoff); a redirect is not followed; without `ssf_push_networks`, push targets on loopback,
+/// private and link-local addresses are refused in every spelling.
+#[tokio::test]
+async fn push_delivery_is_per_stream_follows_no_redirect_and_reaches_no_internal_address() {
+    let store = testing::store().await;
+    let server = start(&store, 25).await;
+    let client = Client::new(&server.base_url);
+    let app = testing::application(&store, GrantType::ClientCredentials, true).await;
+    let token = client.token(&app, STREAM_SCOPES).await;
+    let push_stream = |url: String| {
+        let client = &client;
+        let token = &token;
+        async move {
+            let (status, stream) = client
+                .call(
+                    reqwest::Method::POST,
+                    "/ssf/stream",
+                    Some(token),
+                    Some(json!({"delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url}})),
+                )
+                .await;
+            assert_eq!(status, 201, "{stream}");
+        }
+    };
+    // Six black holes: they take the connection and never answer.
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hole_url = format!("http://{}/events", hole.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = hole.accept().await {
+            held.push(socket);
+        }
+    });
+    for _ in 0..6 {
+        push_stream(hole_url.clone()).await;
+    }
+    // A redirect to a good receiver, and the good receiver itself.
+    let (good_url, pushed) = push_receiver().await;
+    let redirector = axum::Router::new().route(
+        "/events",
+        axum::routing::post({
+            let to = good_url.clone();
+            move || async move { axum::response::Redirect::temporary(&to) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let redirect_url = format!("http://{}/events", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, redirector).await.unwrap() });
+    push_stream(redirect_url).await;
+    push_stream(good_url).await;
+
+    // The receiver refuses its first push (503) and takes the retry: both within the bound,
+    // whatever the black holes do (before: 6 x 5 s in series, then the retry).
+    assert!(store.revoke_family("pushed-past-the-holes").await.unwrap());
+    let took = pushed_count(&pushed, 1, Duration::from_secs(2)).await;
+    eprintln!("first push {took:?} after the revocation, six black holes beside");
+    pushed_count(&pushed, 2, Duration::from_secs(8)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The redirect was not followed: the receiver got the SET twice (503, then 202), never
+    // from the redirector's stream.
+    assert_eq!(pushed.lock().unwrap().len(), 2);
+    drop(server);
+
+    // Internal addresses, as the URL parser reads them too, are refused at creation.
+    let strict = testing::spawn_server(
+        store.clone(),
+        Settings::for_tests("unused"),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await;
+    let client = Client::new(&strict.base_url);
+    for url in [
+        "http://127.0.0.1:9/e",
+        "http://2130706433/e",
+        "http://0x7f.0.0.1/e",
+        "http://[::ffff:127.0.0.1]/e",
+        "http://[::1]/e",
+        "http://10.0.0.8/e",
+        "http://192.168.0.1/e",
+        "http://169.254.169.254/latest/meta-data",
+    ] {
+        let (status, body) = client
+            .call(
+                reqwest::Method::POST,
+                "/ssf/stream",
+                Some(&token),
+                Some(json!({"delivery": {"method": "urn:ietf:rfc:8935", "endpoint_url": url}})),
+            )
+            .await;
+        assert_eq!(status, 400, "{url}: {body}");
+        assert_eq!(body["error"], "invalid_request", "{url}");
+    }
+    // A name is checked where it resolves: localhost reaches nothing.
+    let (status, stream) = client
+        .call(
+            reqwest::Method::POST,
+            "/ssf/stream",
+            Some(&token),
+            Some(json!({"delivery": {"method": "urn:ietf:rfc:8935",
+                                     "endpoint_url": "http://localhost:9/e"}})),
+        )
+        .await;
+    assert_eq!(status, 201, "{stream}");
+}
+
+/// A client may have at most `MAX_STREAMS_PER_CLIENT` streams (a flood of creations made 300
+/// in 0.8 s before); at the limit, its poll streams abandoned for `ABANDONED_AFTER` are
+/// deleted to make room, and without any the creation is refused with 429.
+#[tokio::test]
+async fn a_client_has_a_bounded_number_of_streams() {
+    use authserver::store::{ABANDONED_AFTER, MAX_STREAMS_PER_CLIENT};
+    for store in testing::all_stores().await {
+        for _ in 0..MAX_STREAMS_PER_CLIENT {
+            assert!(
+                store
+                    .create_stream("flood", &[], None)
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+        }
+        assert!(
+            store
+                .create_stream("flood", &[], None)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        // Another client is not limited by it.
+        assert!(
+            store
+                .create_stream("other", &[], None)
+                .await
+                .unwrap()
+                .is_some()
+        );
+        // Through the endpoint: 429.
+        let server = start(&store, 25).await;
+        let client = Client::new(&server.base_url);
+        let app = testing::application(&store, GrantType::ClientCredentials, true).await;
+        let token = client.token(&app, STREAM_SCOPES).await;
+        sqlx::query("UPDATE ssf_streams SET client_id = $1 WHERE client_id = 'flood'")
+            .bind(&app.0)
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let (status, body) = client
+            .call(
+                reqwest::Method::POST,
+                "/ssf/stream",
+                Some(&token),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(status, 429, "{body}");
+        // Abandoned ones make room.
+        sqlx::query("UPDATE ssf_streams SET polled_at = polled_at - $1 - 1 WHERE client_id = $2")
+            .bind(ABANDONED_AFTER)
+            .bind(&app.0)
+            .execute(store.pool())
+            .await
+            .unwrap();
+        let (status, body) = client
+            .call(
+                reqwest::Method::POST,
+                "/ssf/stream",
+                Some(&token),
+                Some(json!({})),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ssf_streams WHERE client_id = $1")
+            .bind(&app.0)
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(left, 1);
     }
 }

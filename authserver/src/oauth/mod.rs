@@ -13,6 +13,7 @@ mod metadata;
 pub(crate) mod params;
 mod revoke;
 pub mod ssf;
+pub mod ssf_push;
 mod token;
 mod userinfo;
 

@@ -56,7 +56,7 @@ pub const PUSH_METHOD: &str = "urn:ietf:rfc:8935";
 /// The most characters of a receiver's `setErrs` entry written to the log.
 const SET_ERROR_LOGGED: usize = 200;
 /// The most SETs one poll answers with, whatever `maxEvents` asks.
-const MAX_EVENTS: i64 = 100;
+pub(super) const MAX_EVENTS: i64 = 100;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -138,7 +138,7 @@ async fn caller(state: &AppState, headers: &HeaderMap, scope: &str) -> Result<St
 }
 
 /// Whether an application may (still) use the revocation stream.
-fn may_use_stream(app: &crate::store::Application) -> bool {
+pub(super) fn may_use_stream(app: &crate::store::Application) -> bool {
     app.may_use_ssf && app.client_type == ClientType::Confidential
 }
 
@@ -154,7 +154,7 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &Bytes, what: &str) -> Result
 
 /// The event types a stream delivers: those asked for that are supported (all when none was
 /// asked for).
-fn delivered(stream: &StreamRecord) -> Vec<&'static str> {
+pub(super) fn delivered(stream: &StreamRecord) -> Vec<&'static str> {
     set::SUPPORTED
         .into_iter()
         .filter(|t| {
@@ -207,8 +207,12 @@ struct Delivery {
 }
 
 /// The push target of a requested delivery: None for poll delivery, an error description for
-/// an unsupported method or a push without an http(s) URL.
-fn push_target(delivery: Option<Delivery>) -> Result<Option<PushTarget>, &'static str> {
+/// an unsupported method, a push without an http(s) URL, or one to an address a push may not
+/// go to ([`super::ssf_push::url_allowed`] with `allowed`, the `ssf_push_networks`).
+fn push_target(
+    delivery: Option<Delivery>,
+    allowed: &[crate::client_ip::IpRange],
+) -> Result<Option<PushTarget>, &'static str> {
     let Some(delivery) = delivery else {
         return Ok(None);
     };
@@ -222,6 +226,10 @@ fn push_target(delivery: Option<Delivery>) -> Result<Option<PushTarget>, &'stati
                         .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host())
                 })
                 .ok_or("Push delivery needs an http or https endpoint_url.")?;
+            let parsed = reqwest::Url::parse(&url).map_err(|_| "Unreadable endpoint_url.")?;
+            if !super::ssf_push::url_allowed(&parsed, allowed) {
+                return Err(super::ssf_push::NOT_PUBLIC);
+            }
             Ok(Some(PushTarget {
                 endpoint_url: url,
                 authorization: delivery.authorization_header,
@@ -248,15 +256,22 @@ async fn create_stream(
             ));
         }
     };
-    let push = match push_target(request.delivery) {
+    let push = match push_target(request.delivery, &state.settings.ssf_push_networks) {
         Ok(push) => push,
         Err(problem) => return Ok(refuse(StatusCode::BAD_REQUEST, "invalid_request", problem)),
     };
     let requested = request.events_requested.unwrap_or_default();
-    let stream = state
+    let Some(stream) = state
         .store
         .create_stream(&client_id, &requested, push)
-        .await?;
+        .await?
+    else {
+        return Ok(refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            "invalid_request",
+            "This client has as many streams as it may: delete one first.",
+        ));
+    };
     if stream.push.is_some() {
         state.store.ring_push();
     }
@@ -347,7 +362,8 @@ async fn change_stream(
         return Ok(no_stream());
     };
     let push = match (request.delivery, replace) {
-        (Some(delivery), _) => match push_target(Some(delivery)) {
+        (Some(delivery), _) => match push_target(Some(delivery), &state.settings.ssf_push_networks)
+        {
             Ok(push) => push,
             Err(problem) => return Ok(refuse(StatusCode::BAD_REQUEST, "invalid_request", problem)),
         },
@@ -743,7 +759,7 @@ async fn poll(
 }
 
 /// The SETs of `events` for `stream`, signed with the current key: (SET id, SET).
-async fn signed(
+pub(super) async fn signed(
     state: &AppState,
     stream: &StreamRecord,
     events: &[LoggedEvent],
@@ -774,7 +790,7 @@ async fn signed(
 
 /// At most `max` pending events of the types the stream delivers, and whether more are
 /// pending. Events of other types are acknowledged on the stream's behalf.
-async fn pending(
+pub(super) async fn pending(
     state: &AppState,
     stream: &StreamRecord,
     types: &[&str],
@@ -803,110 +819,4 @@ async fn pending(
         wanted.truncate(max as usize);
         return Ok((wanted, more));
     }
-}
-
-/// How soon the pusher tries again after a push was not accepted (a receiver that was down).
-const PUSH_RETRY: Duration = Duration::from_secs(5);
-/// How often the pusher reads the log with nothing to wake it (a lost notification).
-const PUSH_RECHECK: Duration = Duration::from_secs(60);
-/// How long one push may take.
-const PUSH_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// RFC 8935 push delivery: until aborted, pushes every push stream's pending SETs, one request
-/// each (`Content-Type: application/secevent+jwt`), woken by each appended event and by a new
-/// push stream; after [`PUSH_RETRY`] when a push was not accepted, else after [`PUSH_RECHECK`]. `202` acknowledges a SET; `400` (the receiver refused it, logged) too; any
-/// other answer or none leaves it pending for the next round. Every replica pushes, so a
-/// receiver may get a SET twice (same `jti`), never not at all.
-pub fn spawn_pusher(state: AppState) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let http = match reqwest::Client::builder().timeout(PUSH_TIMEOUT).build() {
-            Ok(http) => http,
-            Err(error) => {
-                tracing::error!(%error, "cannot build the push client; push streams get nothing");
-                return;
-            }
-        };
-        let bell = state.store.event_bell();
-        let push_bell = state.store.push_bell();
-        while !state.store.polls_closing() {
-            let rung = bell.notified();
-            let pushed = push_bell.notified();
-            tokio::pin!(rung, pushed);
-            rung.as_mut().enable();
-            pushed.as_mut().enable();
-            let again = match push_all(&state, &http).await {
-                Ok(false) => PUSH_RECHECK,
-                Ok(true) => PUSH_RETRY,
-                Err(error) => {
-                    tracing::warn!(error = %format!("{error:?}"), "pushing revocation events failed");
-                    PUSH_RETRY
-                }
-            };
-            tokio::select! {
-                _ = rung => {}
-                _ = pushed => {}
-                _ = tokio::time::sleep(again) => {}
-            }
-        }
-    })
-}
-
-/// One round: every push stream's pending SETs, oldest first, until one is not accepted.
-/// Whether one was not (to be tried again soon).
-async fn push_all(state: &AppState, http: &reqwest::Client) -> Result<bool, OAuthError> {
-    let mut any_stalled = false;
-    for stream in state.store.push_streams().await? {
-        let Some(target) = &stream.push else {
-            continue;
-        };
-        // Nothing to an application that may no longer use the stream.
-        let app = state
-            .store
-            .find_application_by_client_id(&stream.client_id)
-            .await?;
-        if !app.as_deref().is_some_and(may_use_stream) {
-            continue;
-        }
-        let types = delivered(&stream);
-        loop {
-            let (events, more) = pending(state, &stream, &types, MAX_EVENTS).await?;
-            let sets = signed(state, &stream, &events).await?;
-            let mut accepted = Vec::new();
-            let mut stalled = false;
-            for (event, (jti, token)) in events.iter().zip(sets) {
-                let mut request = http
-                    .post(&target.endpoint_url)
-                    .header(header::CONTENT_TYPE, "application/secevent+jwt")
-                    .header(header::ACCEPT, "application/json")
-                    .body(token);
-                if let Some(authorization) = &target.authorization {
-                    request = request.header(header::AUTHORIZATION, authorization);
-                }
-                match request.send().await.map(|r| r.status().as_u16()) {
-                    Ok(202) => accepted.push(event.id),
-                    Ok(400) => {
-                        tracing::warn!(stream_id = %stream.stream_id, jti = %jti, "the receiver refused a pushed SET");
-                        accepted.push(event.id);
-                    }
-                    other => {
-                        let answer = other.map_err(|e| e.to_string());
-                        tracing::warn!(stream_id = %stream.stream_id, ?answer, "push not accepted; trying again later");
-                        stalled = true;
-                        break;
-                    }
-                }
-            }
-            if !accepted.is_empty() {
-                state
-                    .store
-                    .acknowledge(&stream.stream_id, &accepted)
-                    .await?;
-            }
-            any_stalled |= stalled;
-            if stalled || !more {
-                break;
-            }
-        }
-    }
-    Ok(any_stalled)
 }

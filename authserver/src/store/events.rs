@@ -373,6 +373,13 @@ fn stream_from_row(row: &sqlx::any::AnyRow) -> StoreResult<StreamRecord> {
     })
 }
 
+/// The most revocation streams one client may have (one per sidecar that shares its client
+/// id; PostgreSQL replicas creating at once may pass it by a few).
+pub const MAX_STREAMS_PER_CLIENT: i64 = 1000;
+/// A poll stream not polled for this long (seconds: many poll timeouts) is abandoned: deleted
+/// when its client, at its limit, creates another.
+pub const ABANDONED_AFTER: i64 = 600;
+
 impl Store {
     /// When the stream's latest verification was asked for (seconds), if any is still logged.
     pub async fn last_verification(&self, stream_id: &str) -> StoreResult<Option<i64>> {
@@ -435,13 +442,45 @@ impl Store {
     }
 
     /// A new stream of `client_id` (polled, or pushed to `push`), delivering the events
-    /// appended from now on.
+    /// appended from now on; None when the client has [`MAX_STREAMS_PER_CLIENT`] already, once
+    /// its poll streams not polled for [`ABANDONED_AFTER`] are deleted (a sidecar restarted
+    /// makes a new stream and leaves its old one).
     pub async fn create_stream(
         &self,
         client_id: &str,
         events_requested: &[String],
         push: Option<PushTarget>,
-    ) -> StoreResult<StreamRecord> {
+    ) -> StoreResult<Option<StreamRecord>> {
+        if let Some(stream) = self
+            .insert_stream(client_id, events_requested, push.clone())
+            .await?
+        {
+            return Ok(Some(stream));
+        }
+        let abandoned = {
+            let _exclusive = self.exclusive().await?;
+            sqlx::query(
+                "DELETE FROM ssf_streams WHERE client_id = $1 AND push_url IS NULL AND polled_at < $2",
+            )
+            .bind(client_id)
+            .bind(now() - ABANDONED_AFTER)
+            .execute(&self.writer)
+            .await?
+            .rows_affected()
+        };
+        if abandoned > 0 {
+            tracing::info!(client_id, abandoned, "abandoned revocation streams deleted");
+        }
+        self.insert_stream(client_id, events_requested, push).await
+    }
+
+    /// The insert of [`Store::create_stream`], unless the client has its most streams.
+    async fn insert_stream(
+        &self,
+        client_id: &str,
+        events_requested: &[String],
+        push: Option<PushTarget>,
+    ) -> StoreResult<Option<StreamRecord>> {
         let stream = StreamRecord {
             stream_id: secrets::random_client_id(),
             client_id: client_id.to_owned(),
@@ -453,9 +492,12 @@ impl Store {
             status_reason: None,
         };
         let _exclusive = self.exclusive().await?;
-        let after_event: i64 = sqlx::query_scalar(
+        // HAVING: the aggregate's one row only while the client is under its limit.
+        let after_event: Option<i64> = sqlx::query_scalar(
             "INSERT INTO ssf_streams (stream_id, client_id, events_requested, after_event, created_at, polled_at, push_url, push_authorization)
-             SELECT $1, $2, $3, COALESCE(MAX(id), 0), $4, $4, $5, $6 FROM ssf_events RETURNING after_event",
+             SELECT $1, $2, $3, COALESCE(MAX(id), 0), $4, $4, $5, $6 FROM ssf_events
+             HAVING (SELECT COUNT(*) FROM ssf_streams WHERE client_id = $2) < $7
+             RETURNING after_event",
         )
         .bind(&stream.stream_id)
         .bind(client_id)
@@ -463,12 +505,13 @@ impl Store {
         .bind(stream.created_at)
         .bind(stream.push.as_ref().map(|p| p.endpoint_url.clone()))
         .bind(stream.push.as_ref().and_then(|p| p.authorization.clone()))
-        .fetch_one(&self.writer)
+        .bind(MAX_STREAMS_PER_CLIENT)
+        .fetch_optional(&self.writer)
         .await?;
-        Ok(StreamRecord {
+        Ok(after_event.map(|after_event| StreamRecord {
             after_event,
             ..stream
-        })
+        }))
     }
 
     /// The stream `stream_id` if it belongs to `client_id`.

@@ -37,7 +37,10 @@ pub use applications::{Application, ApplicationInput, ClientType, GrantType};
 pub use client_cache::CLIENT_CACHE_TTL;
 pub use codes::{CodeOutcome, CodeRecord, NewCode};
 pub use consents::AuthorizedApplication;
-pub use events::{LoggedEvent, PushTarget, Revocation, StreamRecord, StreamStatus, family_jti};
+pub use events::{
+    ABANDONED_AFTER, LoggedEvent, MAX_STREAMS_PER_CLIENT, PushTarget, Revocation, StreamRecord,
+    StreamStatus, family_jti,
+};
 pub use flash::NewFlash;
 pub use groups::Group;
 pub use hot::group_writer::{WriterKind, write_group_sizes};
