@@ -19,7 +19,7 @@ ROOT = pathlib.Path(os.environ.get("MODULE_GRAPH_ROOT") or pathlib.Path(__file__
 # layers below it, never one above. `lib.rs`/`main.rs` stand above everything.
 LAYERS = {
     "resource-server": [
-        ["metrics"],
+        ["metrics", "bounded_body"],
         ["bearer", "claims", "cors", "identity", "policy", "process", "introspection", "outage", "yaml", "config_error", "revoked"],
         ["rules"],
         ["decision", "checker", "forwarded", "client_cert"],
