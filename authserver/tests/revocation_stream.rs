@@ -1985,3 +1985,40 @@ async fn a_client_has_a_bounded_number_of_streams() {
         assert_eq!(left, 1);
     }
 }
+
+/// Security round 4: on SQLite, an event another process appends to the same file (the command
+/// line's `user delete`, `user set-password`) wakes the waiting polls within a second, not at
+/// their timeout (21-25 s before), so every sidecar hears of it at once.
+#[tokio::test]
+async fn another_process_event_reaches_a_waiting_poll_on_sqlite_at_once() {
+    let url = testing::created_sqlite_url();
+    let store = testing::connect(&url).await;
+    let server = start(&store, 20).await;
+    let client = Client::new(&server.base_url);
+    let (_, token, stream_id) = receiver(&store, &client).await;
+    let waiting = {
+        let client = Client::new(&server.base_url);
+        let (token, stream_id) = (token.clone(), stream_id.clone());
+        tokio::spawn(async move {
+            let asked = Instant::now();
+            let (status, reply) = client
+                .poll(&stream_id, &token, json!({"returnImmediately": false}))
+                .await;
+            (status, reply, asked.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Another connection to the same file, with a bell of its own, as another process has.
+    let other = testing::connect(&url).await;
+    let appended = Instant::now();
+    assert!(other.revoke_family("revoked-elsewhere").await.unwrap());
+    let (status, reply, _) = waiting.await.unwrap();
+    let took = appended.elapsed();
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(sets_of(&reply).len(), 1, "{reply}");
+    assert!(
+        took < Duration::from_secs(1),
+        "the poll answered {took:?} after the event"
+    );
+    eprintln!("another process's event reached the waiting poll in {took:?}");
+}

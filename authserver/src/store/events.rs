@@ -279,6 +279,17 @@ pub(super) fn columns(event: &Revocation) -> (&'static str, &'static str, String
     event.columns()
 }
 
+/// Where the events of other processes are heard from: PostgreSQL's notifications, or a SQLite
+/// file's change counter.
+pub(super) enum BellSource {
+    Postgres(String),
+    Sqlite(std::path::PathBuf),
+}
+
+/// How often a SQLite server looks for events another process appended (the command line's
+/// `user delete`): they reach the waiting polls, so every sidecar, within this and a poll.
+pub const SQLITE_EVENT_WATCH: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Wakes the polls waiting for events.
 pub(super) struct EventBell {
     notify: Arc<Notify>,
@@ -291,9 +302,15 @@ pub(super) struct EventBell {
 }
 
 impl EventBell {
-    pub(super) fn new(postgres_url: Option<String>) -> EventBell {
+    pub(super) fn new(source: BellSource) -> EventBell {
         let notify = Arc::new(Notify::new());
-        let listener = postgres_url.map(|url| listen(url, notify.clone()));
+        let listener = match source {
+            BellSource::Postgres(url) => Some(listen(url, notify.clone())),
+            BellSource::Sqlite(path) => {
+                watch_sqlite(path, Arc::downgrade(&notify));
+                None
+            }
+        };
         EventBell {
             notify,
             push: Arc::new(Notify::new()),
@@ -308,6 +325,49 @@ impl Drop for EventBell {
         if let Some(listener) = &self.listener {
             listener.abort();
         }
+    }
+}
+
+/// On a thread of its own, until the bell is gone: every [`SQLITE_EVENT_WATCH`], when the
+/// file's `data_version` says another connection committed, whether the log has a newer event
+/// than seen last; if so, wakes every waiting poll. This process's own events ring the bell at
+/// once; this is for the others' (the command line on the same file).
+fn watch_sqlite(path: std::path::PathBuf, notify: std::sync::Weak<Notify>) {
+    let spawned = std::thread::Builder::new()
+        .name("tokengate-event-watch".into())
+        .spawn(move || {
+            let Ok(connection) = rusqlite::Connection::open_with_flags(
+                &path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            ) else {
+                tracing::warn!("cannot watch the database for other processes' revocation events; waiting polls see them at their timeout");
+                return;
+            };
+            let read = |sql: &str| {
+                connection
+                    .query_row(sql, [], |row| row.get::<_, Option<i64>>(0))
+                    .ok()
+                    .flatten()
+            };
+            let mut version = read("PRAGMA data_version");
+            let mut newest = read("SELECT MAX(id) FROM ssf_events");
+            loop {
+                std::thread::sleep(SQLITE_EVENT_WATCH);
+                let Some(notify) = notify.upgrade() else { return };
+                let now = read("PRAGMA data_version");
+                if now == version {
+                    continue;
+                }
+                version = now;
+                let latest = read("SELECT MAX(id) FROM ssf_events");
+                if latest > newest {
+                    newest = latest;
+                    notify.notify_waiters();
+                }
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "cannot watch the database for other processes' revocation events");
     }
 }
 

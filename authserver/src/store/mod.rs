@@ -253,6 +253,10 @@ impl Store {
         // Before the token cache, whose listener reads the revocation log from the start.
         migrations::run(&writer, backend).await?;
         let token_cache = token_cache::of_database(&url, &hot, capacity);
+        let bell = match &hot {
+            Hot::Sqlite(local) => events::BellSource::Sqlite(local.path().to_owned()),
+            Hot::Postgres(_) => events::BellSource::Postgres(url.clone()),
+        };
         let store = Store {
             shared: Arc::new(Shared {
                 pool,
@@ -263,7 +267,7 @@ impl Store {
                 listener,
                 token_cache,
                 key_encryption: std::sync::OnceLock::new(),
-                events: events::EventBell::new((backend == Backend::Postgres).then(|| url.clone())),
+                events: events::EventBell::new(bell),
             }),
         };
         Ok(store)

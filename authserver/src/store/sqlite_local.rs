@@ -98,6 +98,11 @@ pub(super) struct Exclusive {
 }
 
 impl SqliteLocal {
+    /// The database file.
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Opens the writer thread's connection on `path` (created by sqlx beforehand).
     pub(super) fn open(path: &Path, temporary: Option<PathBuf>) -> StoreResult<SqliteLocal> {
         let connection = open(path, false).map_err(database)?;
