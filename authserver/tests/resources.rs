@@ -355,3 +355,22 @@ async fn the_metadata_lists_the_resources_scopes() {
     }
     assert_eq!(metadata["resource_indicators_supported"], true);
 }
+
+/// The server's default audience is a resource without being registered: a client that read it
+/// from a sidecar's metadata may name it, and gets a token for it with the declared scopes.
+#[tokio::test]
+async fn the_default_audience_may_be_named_without_being_registered() {
+    let server = start(testing::store().await).await;
+    let (status, token) = server
+        .password_grant(&[("resource", DEFAULT_AUDIENCE), ("scope", "read")])
+        .await;
+    assert_eq!(status, 200, "{token}");
+    let answer = server.introspect(field(&token, "access_token")).await;
+    assert_eq!(answer["aud"], DEFAULT_AUDIENCE);
+    assert_eq!(answer["scope"], "read");
+    // A resource's scope is not the default audience's.
+    let (status, error) = server
+        .password_grant(&[("resource", DEFAULT_AUDIENCE), ("scope", "orders:read")])
+        .await;
+    assert_eq!((status, field(&error, "error")), (400, "invalid_scope"));
+}

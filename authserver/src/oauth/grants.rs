@@ -28,7 +28,9 @@ pub struct Granted {
 }
 
 /// The registered resources among those `values` name (at most one more than a request may
-/// name: [`resource::indicators`] refuses that many anyway).
+/// name: [`resource::indicators`] refuses that many anyway). The server's default audience
+/// (`access_token_audience`) is a resource without being registered, with the declared scopes:
+/// a client that read it from a sidecar's metadata (RFC 9728) may name it.
 pub async fn known_resources(
     state: &AppState,
     values: &[&str],
@@ -37,6 +39,16 @@ pub async fn known_resources(
     for value in values.iter().take(MAX_RESOURCES + 1) {
         if let Some(found) = state.store.find_resource(value).await? {
             known.push(found);
+        } else if *value == state.settings.access_token_audience {
+            known.push(Resource {
+                id: 0,
+                identifier: state.settings.access_token_audience.clone(),
+                name: state.settings.access_token_audience.clone(),
+                scopes: state.settings.scopes.keys().cloned().collect(),
+                token_format: None,
+                access_token_lifetime: None,
+                created_at: 0,
+            });
         }
     }
     Ok(known)
