@@ -66,7 +66,9 @@ start_authserver() {
   cc=$($AUTH app create --name proxy --grant-type client-credentials --introspect --ssf --database-url "$DB" --json)
   CC_ID=$(field "$cc" client_id); CC_SECRET=$(field "$cc" client_secret)
   AUTH_PORT=$(free_port)
-  AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
+  # A key-encryption secret: the revocation stream signs its events (without one it is off).
+  AUTHSERVER_SECRETS_SYSTEM=${AUTHSERVER_SECRETS_SYSTEM:-bench-secret-$(head -c 24 /dev/urandom | base64 | tr -d '/+=')} \
+    AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
   wait_http "http://127.0.0.1:$AUTH_PORT/healthz"
   TOKEN=$(curl -s -u "$(field "$pw" client_id):$(field "$pw" client_secret)" -d grant_type=password \
     -d username=bench -d password=bench-password -d scope=read "http://127.0.0.1:$AUTH_PORT/o/token/" \

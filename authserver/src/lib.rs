@@ -73,7 +73,7 @@ pub fn app(state: AppState) -> Router {
         state.settings.access_log,
     ))));
     Router::new()
-        .merge(oauth::router(&state.settings))
+        .merge(oauth::router(&state))
         .merge(web::router())
         .route("/healthz", get(|| async { "ok" }))
         .layer(log)
@@ -113,6 +113,9 @@ pub async fn serve(
             .keys_with_signer(&state.store, crate::jwt::Alg::EdDSA)
             .await
             .map_err(|e| std::io::Error::other(format!("JWT signing keys: {e}")))?;
+    }
+    if !state.store.has_key_encryption() {
+        tracing::warn!("{}", oauth::ssf::STREAM_OFF);
     }
     let metrics = match state.settings.metrics_listen {
         Some(addr) => {

@@ -2022,3 +2022,40 @@ async fn another_process_event_reaches_a_waiting_poll_on_sqlite_at_once() {
     );
     eprintln!("another process's event reached the waiting poll in {took:?}");
 }
+
+/// A server without a key-encryption secret can sign no event: its stream endpoints answer
+/// 404 with one explanation (a receiver backs off), not 500 to every poll for ever.
+#[tokio::test]
+async fn without_a_key_encryption_secret_the_stream_is_off_with_one_clear_answer() {
+    let store = Store::connect(&testing::sqlite_url()).await.unwrap();
+    let server = start(&store, 25).await;
+    let http = reqwest::Client::new();
+    for (method, path) in [
+        (reqwest::Method::GET, "/.well-known/ssf-configuration"),
+        (reqwest::Method::POST, "/ssf/stream"),
+        (reqwest::Method::POST, "/ssf/poll/any"),
+    ] {
+        let reply = http
+            .request(method.clone(), format!("{}{path}", server.base_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 404, "{method} {path}");
+        let body: Value = reply.json().await.unwrap();
+        assert_eq!(body["error"], "not_found");
+        assert!(
+            body["error_description"]
+                .as_str()
+                .unwrap()
+                .contains("no key-encryption secret"),
+            "{body}"
+        );
+    }
+    // The rest of the server works.
+    let health = http
+        .get(format!("{}/healthz", server.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+}

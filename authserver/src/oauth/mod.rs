@@ -24,7 +24,6 @@ pub(crate) use id_token::read_id_token_hint;
 pub use introspect::INTROSPECTION_SCOPE;
 
 use crate::AppState;
-use crate::config::Settings;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, header};
@@ -34,7 +33,8 @@ use serde::Serialize;
 
 /// The endpoints, each group a browser may call behind the CORS middleware with its policy
 /// ([`cors`]); introspection, the bulk of the traffic, does without it.
-pub fn router(settings: &Settings) -> Router<AppState> {
+pub fn router(state: &AppState) -> Router<AppState> {
+    let settings = &state.settings;
     let token = Router::new()
         .route("/o/token/", post_only(post(token::token)))
         .route("/o/revoke_token/", post_only(post(revoke::revoke)));
@@ -51,7 +51,7 @@ pub fn router(settings: &Settings) -> Router<AppState> {
             discovery::USERINFO_PATH,
             get(userinfo::userinfo).post(userinfo::userinfo),
         )
-        .merge(ssf::router())
+        .merge(ssf::router(state))
         .merge(cors::with_policy(token, cors::token_policy(settings)))
         .merge(cors::with_policy(
             documents,

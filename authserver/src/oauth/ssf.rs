@@ -58,7 +58,7 @@ const SET_ERROR_LOGGED: usize = 200;
 /// The most SETs one poll answers with, whatever `maxEvents` asks.
 pub(super) const MAX_EVENTS: i64 = 100;
 
-pub fn router() -> Router<AppState> {
+pub fn router(state: &AppState) -> Router<AppState> {
     Router::new()
         .route(CONFIGURATION_PATH, get(configuration))
         .route(
@@ -74,6 +74,26 @@ pub fn router() -> Router<AppState> {
         .route(ADD_SUBJECT_PATH, post(add_subject))
         .route(REMOVE_SUBJECT_PATH, post(remove_subject))
         .route(&format!("{POLL_PATH}/{{stream_id}}"), post(poll))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            only_with_key_encryption,
+        ))
+}
+
+/// Why every stream endpoint answers 404 on a server without a key-encryption secret.
+pub const STREAM_OFF: &str = "The revocation stream is off: this server has no key-encryption secret to sign events with (secrets_system_file, AUTHSERVER_SECRETS_SYSTEM).";
+
+/// The stream's endpoints answer only on a server that can sign events; elsewhere `404` with
+/// [`STREAM_OFF`] (a receiver then backs off, instead of polling into `500` for ever).
+async fn only_with_key_encryption(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if state.store.has_key_encryption() {
+        return next.run(request).await;
+    }
+    refuse(StatusCode::NOT_FOUND, "not_found", STREAM_OFF)
 }
 
 /// SSF 1.0 §7.1: the transmitter's configuration metadata.
