@@ -152,11 +152,7 @@ async fn the_quick_start_runs_as_written() {
     })
     .unwrap();
     // What `proxy --check-config proxy.yaml` prints, as the README shows it.
-    let check = format!(
-        "proxy.yaml: OK ({} routes, {} upstreams)",
-        config.gate.rules.routes().len(),
-        config.upstreams.len()
-    );
+    let check = format!("proxy.yaml: OK ({})", proxy::config::summary(&config));
     assert!(sh.contains(&check), "the README should show {check:?}");
     let proxy = tokio::task::spawn_blocking(move || proxy::spawn(config))
         .await

@@ -283,7 +283,15 @@ pub fn application(
     if let Some(unknown) = draft.scopes.iter().find(|s| {
         !settings.scopes.contains_key(*s) && crate::protocol::oidc::scope_description(s).is_none()
     }) {
-        refusals.add("scope", format!("\"{unknown}\" is not a declared scope."));
+        let hint = if unknown.contains(',') {
+            " Scopes are separated by spaces, not commas."
+        } else {
+            ""
+        };
+        refusals.add(
+            "scope",
+            format!("\"{unknown}\" is not a declared scope.{hint}"),
+        );
     }
     if draft.may_introspect && client_type == Some(ClientType::Public) {
         refusals.add(

@@ -53,11 +53,10 @@ fn main() -> ExitCode {
     if let Some(path) = args.check_config {
         return match proxy::load_config(&path) {
             Ok(config) => {
-                let routes = config.gate.rules.routes().len();
-                let upstreams = config.upstreams.len();
                 println!(
-                    "{}: OK ({routes} routes, {upstreams} upstreams)",
-                    path.display()
+                    "{}: OK ({})",
+                    path.display(),
+                    proxy::config::summary(&config)
                 );
                 warn_about_scopes(&config.gate);
                 ExitCode::SUCCESS

@@ -165,7 +165,8 @@ impl AccessLine<'_> {
             user = self.user,
             status = self.status,
             upstream_status = self.upstream_status,
-            latency_ms = self.latency.as_secs_f64() * 1000.0,
+            // Whole microseconds: 41.779, not 41.779000000000004.
+            latency_ms = self.latency.as_micros() as f64 / 1000.0,
             "request"
         );
     }

@@ -248,6 +248,19 @@ pub fn load_named_or_default(
     }
 }
 
+/// What `--check-config` says of a valid configuration: `3 routes, 1 upstream`.
+pub fn summary(config: &ProxyConfig) -> String {
+    let count = |n: usize, one: &str| match n {
+        1 => format!("1 {one}"),
+        n => format!("{n} {one}s"),
+    };
+    format!(
+        "{}, {}",
+        count(config.gate.rules.routes().len(), "route"),
+        count(config.upstreams.len(), "upstream")
+    )
+}
+
 /// Reads, overrides from the process environment, and validates a configuration file.
 pub fn load_config(path: impl AsRef<Path>) -> Result<ProxyConfig, ConfigError> {
     load_config_with_env(path, |k| std::env::var(k).ok())
