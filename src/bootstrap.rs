@@ -5,11 +5,11 @@
 //! stacks on one database never rotate each other's proxy secret.
 
 use anyhow::Context;
-use authserver::key_encryption::{KeyEncryption, SECRETS_VAR};
-use authserver::secrets::random_token;
 use authserver::config::Settings;
 use authserver::jwt::KeyRing;
+use authserver::key_encryption::{KeyEncryption, SECRETS_VAR};
 use authserver::registration;
+use authserver::secrets::random_token;
 use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, OidcClient, Store};
 use std::net::SocketAddr;
 use std::path::Path;

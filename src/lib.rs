@@ -142,7 +142,8 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         PROXY_CLIENT_ID,
     )
     .await?;
-    let proxy_secret = bootstrap::proxy_secret(&store, &config.authserver, &proxy_client_id, &secret_file).await?;
+    let proxy_secret =
+        bootstrap::proxy_secret(&store, &config.authserver, &proxy_client_id, &secret_file).await?;
 
     let mut stops = Vec::new();
     let mut tasks = Vec::new();

@@ -844,7 +844,11 @@ async fn app_create_that_cannot_make_its_key_stores_nothing() {
             .output()
             .unwrap();
         refused(&out, "AUTHSERVER_SECRETS_SYSTEM");
-        assert!(stderr(&out).contains("nothing was stored"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("nothing was stored"),
+            "{}",
+            stderr(&out)
+        );
         let listed = json(&run(&["app", "list", "--json"], &db, ""));
         assert_eq!(listed, serde_json::json!([]), "nothing stored");
         let created = json(&run(&args, &db, ""));

@@ -512,3 +512,65 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
     }
     Ok(())
 }
+
+/// `registration-token`: a new initial access token for dynamic client registration, kept as a
+/// digest with its expiry and number of uses, printed once.
+pub async fn registration_token(
+    store: &Store,
+    settings: &Settings,
+    expires_in: &str,
+    uses: Option<u32>,
+    label: String,
+    json: bool,
+) -> anyhow::Result<()> {
+    let lifetime = resource_server::settings::parse_duration(expires_in)
+        .ok()
+        .and_then(|d| i64::try_from(d.as_secs()).ok())
+        .filter(|secs| (1..=crate::config::MAX_SECONDS).contains(secs))
+        .with_context(|| {
+            format!("--expires-in {expires_in:?}: a duration from 1s to ten years, like 3600, 15m, 10h or 7d")
+        })?;
+    if uses == Some(0) {
+        bail!("--uses 0: a token that registers no client is of no use");
+    }
+    checked_value(
+        "--label",
+        &label,
+        validation::length(&label, "The label", false, 255),
+    )?;
+    if settings.dynamic_registration != crate::config::DynamicRegistration::InitialAccessToken {
+        eprintln!(
+            "note: dynamic_registration is not initial_access_token here: the token works once the server runs with that policy"
+        );
+    }
+    let token = crate::secrets::random_token();
+    let at = crate::store::now();
+    let issued = crate::store::InitialAccessToken {
+        digest: crate::secrets::digest(&token),
+        label,
+        created_at: at,
+        expires_at: at + lifetime,
+        max_uses: uses.map(i64::from),
+        uses: 0,
+    };
+    store.add_initial_access_token(&issued).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "initial_access_token": token, "expires_at": issued.expires_at,
+                "max_uses": issued.max_uses,
+            })
+        );
+    } else {
+        println!("initial_access_token: {token}");
+        let uses = match issued.max_uses {
+            Some(n) => format!("{n} registration(s)"),
+            None => "any number of registrations".to_owned(),
+        };
+        println!(
+            "(valid for {lifetime} s, {uses}; shown only now: send it as `Authorization: Bearer` to POST /o/register)"
+        );
+    }
+    Ok(())
+}

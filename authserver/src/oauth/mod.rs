@@ -11,6 +11,7 @@ mod introspect;
 mod jwks;
 mod metadata;
 pub(crate) mod params;
+mod register;
 mod revoke;
 pub mod ssf;
 mod token;
@@ -21,6 +22,7 @@ pub use error::OAuthError;
 pub(crate) use grants::declared as declared_scopes;
 pub(crate) use id_token::read_id_token_hint;
 pub use introspect::INTROSPECTION_SCOPE;
+pub use register::REGISTER_PATH;
 
 use crate::AppState;
 use crate::config::Settings;
@@ -51,6 +53,7 @@ pub fn router(settings: &Settings) -> Router<AppState> {
             get(userinfo::userinfo).post(userinfo::userinfo),
         )
         .merge(ssf::router())
+        .merge(register::router(settings.dynamic_registration))
         .merge(cors::with_policy(token, cors::token_policy(settings)))
         .merge(cors::with_policy(
             documents,

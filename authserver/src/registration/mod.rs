@@ -5,7 +5,7 @@
 //! process's JWKS before the call returns (other processes' within [`crate::jwt::KEY_CACHE_TTL`]);
 //! a failure stores nothing.
 
-
+pub mod dynamic;
 
 use crate::config::{AccessTokenFormat, Settings};
 use crate::domain::{Permissions, TlsClientAuth, permits};
@@ -13,8 +13,8 @@ use crate::jwt::{Alg, KeyRing, keys};
 use crate::protocol::oidc::OPENID;
 use crate::store::signing_keys::StoredSigningKey;
 use crate::store::{
-    Application, ApplicationInput, ClientType, DynamicRecord, GrantType, NewRegistration, OidcClient,
-    RegistrationUpdate, Store, StoreError, now,
+    Application, ApplicationInput, ClientType, DynamicRecord, GrantType, NewRegistration,
+    OidcClient, RegistrationUpdate, Store, StoreError, now,
 };
 use crate::validation::{self, ApplicationDraft, OidcDraft, Refusals};
 

@@ -230,7 +230,10 @@ impl Store {
     }
 
     /// The initial access token of this digest, if one was issued.
-    pub async fn initial_access_token(&self, digest: &str) -> StoreResult<Option<InitialAccessToken>> {
+    pub async fn initial_access_token(
+        &self,
+        digest: &str,
+    ) -> StoreResult<Option<InitialAccessToken>> {
         let row = sqlx::query(
             "SELECT digest, label, created_at, expires_at, max_uses, uses FROM initial_access_tokens WHERE digest = $1",
         )

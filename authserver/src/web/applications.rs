@@ -266,7 +266,13 @@ async fn detail_page(
         app.allowed_scopes.join(" ")
     };
     let registration = state.store.oidc_client(app.id).await?;
+    let dynamic = state
+        .store
+        .dynamic_client(app.id)
+        .await?
+        .map(|record| utc(record.issued_at));
     Ok(ApplicationDetail {
+        dynamic,
         nav,
         id_token_alg: registration.id_token_alg,
         post_logout_redirect_uris: registration
@@ -326,9 +332,11 @@ async fn list(State(state): State<AppState>, operator: Operator) -> WebResult {
     } else {
         HashMap::new()
     };
+    let dynamic = state.store.dynamic_client_ids().await?;
     let applications = apps
         .into_iter()
         .map(|app| ApplicationRow {
+            dynamic: dynamic.contains(&app.id),
             id: app.id,
             owner: app
                 .owner_id
