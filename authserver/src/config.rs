@@ -1003,6 +1003,38 @@ mod tests {
     }
 
     #[test]
+    fn dynamic_registration_policy_and_scopes() {
+        let shipped = Settings::from_yaml(SHIPPED_CONFIG, "authserver.yaml").unwrap();
+        assert_eq!(shipped.dynamic_registration, DynamicRegistration::Off);
+        assert_eq!(
+            shipped.dynamic_registration_scopes,
+            ["read", "write", "groups", "openid", "profile", "email"]
+        );
+        let open = Settings::from_yaml(
+            "dynamic_registration: open\ndynamic_registration_scopes: [read, openid, read]",
+            "c.yaml",
+        )
+        .unwrap();
+        assert_eq!(open.dynamic_registration, DynamicRegistration::Open);
+        assert_eq!(open.dynamic_registration_scopes, ["read", "openid"]);
+        for (yaml, says) in [
+            ("dynamic_registration: anyone", "is not a policy"),
+            (
+                "dynamic_registration_scopes: [read, introspection]",
+                "needs a permission",
+            ),
+            (
+                "dynamic_registration_scopes: [ssf.read]",
+                "needs a permission",
+            ),
+            ("dynamic_registration_scopes: [admin]", "is not declared"),
+        ] {
+            let error = Settings::from_yaml(yaml, "c.yaml").unwrap_err().to_string();
+            assert!(error.contains(says), "{yaml}: {error}");
+        }
+    }
+
+    #[test]
     fn defaults_match_the_example() {
         let s = Settings::from_yaml("", "x.yaml").unwrap();
         assert_eq!(s.access_token_lifetime, 36000);

@@ -16,9 +16,7 @@ use support::binary::run;
 async fn server(store: &Store, policy: DynamicRegistration) -> RunningServer {
     let mut settings = Settings::for_tests("unused");
     settings.dynamic_registration = policy;
-    let server =
-        testing::spawn_server(store.clone(), settings, "127.0.0.1:0".parse().unwrap()).await;
-    server
+    testing::spawn_server(store.clone(), settings, "127.0.0.1:0".parse().unwrap()).await
 }
 
 /// An answer: status, headers, JSON body (Null when none).
