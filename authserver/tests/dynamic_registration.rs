@@ -19,6 +19,30 @@ async fn server(store: &Store, policy: DynamicRegistration) -> RunningServer {
     testing::spawn_server(store.clone(), settings, "127.0.0.1:0".parse().unwrap()).await
 }
 
+/// Stores an initial access token `token` valid until `expires_at` for `max_uses` registrations
+/// (as `registration-token` does, without the binary).
+async fn issue(store: &Store, token: &str, expires_at: i64, max_uses: Option<i64>) {
+    let issued = InitialAccessToken {
+        digest: authserver::secrets::digest(token),
+        label: String::new(),
+        created_at: now() - 100,
+        expires_at,
+        max_uses,
+        uses: 0,
+    };
+    store.add_initial_access_token(&issued).await.unwrap();
+}
+
+/// The JSON document at `path`.
+async fn document(server: &RunningServer, path: &str) -> Value {
+    reqwest::get(format!("{}{path}", server.base_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// An answer: status, headers, JSON body (Null when none).
 struct Reply {
     status: u16,
@@ -109,12 +133,7 @@ async fn off_by_default_no_endpoint_and_no_metadata() {
         "/.well-known/oauth-authorization-server",
         "/.well-known/openid-configuration",
     ] {
-        let metadata: Value = reqwest::get(format!("{}{path}", server.base_url))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let metadata = document(&server, path).await;
         assert!(
             metadata.get("registration_endpoint").is_none(),
             "{metadata}"
@@ -133,12 +152,7 @@ async fn open_policy_registers_public_clients_and_manages_them() {
         "/.well-known/oauth-authorization-server",
         "/.well-known/openid-configuration",
     ] {
-        let metadata: Value = reqwest::get(format!("{}{path}", server.base_url))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let metadata = document(&server, path).await;
         assert_eq!(
             metadata["registration_endpoint"],
             format!("http://127.0.0.1:8000/o/register"),
@@ -180,12 +194,7 @@ async fn open_policy_registers_public_clients_and_manages_them() {
     assert!(app.pkce_required);
     assert_eq!(app.client_type, authserver::store::ClientType::Public);
     // Its ID-token key is published already (it may ask for openid).
-    let jwks: Value = reqwest::get(format!("{}/.well-known/jwks.json", server.base_url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jwks = document(&server, "/.well-known/jwks.json").await;
     assert_eq!(jwks["keys"][0]["alg"], "RS256", "{jwks}");
 
     // A confidential client needs an initial access token under this policy.
@@ -330,17 +339,7 @@ async fn initial_access_tokens_from_the_cli_admit_confidential_clients() {
         }
         // Expired.
         let expired = "expired-initial-access-token-0123456789abcdef";
-        store
-            .add_initial_access_token(&InitialAccessToken {
-                digest: authserver::secrets::digest(expired),
-                label: String::new(),
-                created_at: now() - 100,
-                expires_at: now() - 1,
-                max_uses: None,
-                uses: 0,
-            })
-            .await
-            .unwrap();
+        issue(&store, expired, now() - 1, None).await;
         let reply = register(&server, Some(expired), &service_client()).await;
         assert_refused(&reply, 401, "invalid_token", "expired");
         // A refused registration leaves the use.
@@ -388,17 +387,7 @@ async fn hostile_metadata_is_refused_with_rfc_7591_errors() {
     let store = testing::store().await;
     let server = server(&store, DynamicRegistration::InitialAccessToken).await;
     let token = "hostile-inputs-initial-access-token-0123456789";
-    store
-        .add_initial_access_token(&InitialAccessToken {
-            digest: authserver::secrets::digest(token),
-            label: String::new(),
-            created_at: now(),
-            expires_at: now() + 3600,
-            max_uses: None,
-            uses: 0,
-        })
-        .await
-        .unwrap();
+    issue(&store, token, now() + 3600, None).await;
     let code = |uris: Value| json!({"redirect_uris": uris});
     let with = |name: &str, value: Value| {
         let mut body = code(json!(["https://app.example/cb"]));
@@ -686,17 +675,7 @@ async fn operators_see_registered_clients_and_revoke_them_in_the_views() {
     support::staff(&store, "root", "operator-pass", true).await;
     let server = server(&store, DynamicRegistration::InitialAccessToken).await;
     let token = "views-initial-access-token-0123456789abcdef";
-    store
-        .add_initial_access_token(&InitialAccessToken {
-            digest: authserver::secrets::digest(token),
-            label: String::new(),
-            created_at: now(),
-            expires_at: now() + 3600,
-            max_uses: Some(1),
-            uses: 0,
-        })
-        .await
-        .unwrap();
+    issue(&store, token, now() + 3600, Some(1)).await;
     let reply = register(&server, Some(token), &service_client()).await;
     assert_eq!(reply.status, 201, "{}", reply.body);
     let client_id = reply.body["client_id"].as_str().unwrap().to_owned();
@@ -867,17 +846,7 @@ async fn authlib_registers_a_client_and_uses_it() {
     settings.set_issuer(format!("http://{addr}"));
     let server = testing::spawn_server(store.clone(), settings, addr).await;
     let token = "authlib-initial-access-token-0123456789abcdef";
-    store
-        .add_initial_access_token(&InitialAccessToken {
-            digest: authserver::secrets::digest(token),
-            label: "authlib".into(),
-            created_at: now(),
-            expires_at: now() + 3600,
-            max_uses: Some(1),
-            uses: 0,
-        })
-        .await
-        .unwrap();
+    issue(&store, token, now() + 3600, Some(1)).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dcr_client.py");
     let mut command = std::process::Command::new("python3");
     command.args([script, &server.base_url, token]);
