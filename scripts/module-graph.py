@@ -32,6 +32,7 @@ LAYERS = {
         ["domain"],
         ["config", "protocol", "store"],
         ["jwt", "throttle", "validation", "purge", "testing", "metrics"],
+        ["registration"],
         ["oauth", "cli"],
         ["web"],
     ],

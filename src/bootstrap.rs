@@ -5,9 +5,12 @@
 //! stacks on one database never rotate each other's proxy secret.
 
 use anyhow::Context;
+use authserver::config::Settings;
+use authserver::jwt::KeyRing;
 use authserver::key_encryption::{KeyEncryption, SECRETS_VAR};
+use authserver::registration;
 use authserver::secrets::random_token;
-use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
+use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, OidcClient, Store};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -41,7 +44,7 @@ impl std::fmt::Debug for FirstRun {
 /// On an empty database: creates `admin` (staff, superuser), a confidential password-grant
 /// application "demo" (not allowed to introspect), and a client-credentials application
 /// "resource-server" allowed to introspect, all with random secrets. Otherwise does nothing.
-pub async fn first_run(store: &Store) -> anyhow::Result<Option<FirstRun>> {
+pub async fn first_run(store: &Store, settings: &Settings) -> anyhow::Result<Option<FirstRun>> {
     if store.count_users().await? > 0 {
         return Ok(None);
     }
@@ -66,21 +69,40 @@ pub async fn first_run(store: &Store) -> anyhow::Result<Option<FirstRun>> {
         pkce_required: true,
         token_format: None,
     };
-    let (app, secret) = store
-        .create_application(&demo, Some(admin.id), None, None)
-        .await?;
+    let demo = register(store, settings, demo, Some(admin.id), None).await?;
     let resource_server = introspection_client("resource-server");
-    let (rs, rs_secret) = store
-        .create_application(&resource_server, Some(admin.id), None, None)
-        .await?;
+    let rs = register(store, settings, resource_server, Some(admin.id), None).await?;
     Ok(Some(FirstRun {
         admin_username: admin.username,
         admin_password,
-        client_id: app.client_id,
-        client_secret: secret.unwrap_or_default(),
-        resource_server_id: rs.client_id,
-        resource_server_secret: rs_secret.unwrap_or_default(),
+        client_id: demo.app.client_id,
+        client_secret: demo.secret.unwrap_or_default(),
+        resource_server_id: rs.app.client_id,
+        resource_server_secret: rs.secret.unwrap_or_default(),
     }))
+}
+
+/// Registers `input` through the authorization server's one registration service (with the
+/// signing keys its tokens need).
+async fn register(
+    store: &Store,
+    settings: &Settings,
+    input: ApplicationInput,
+    owner_id: Option<i64>,
+    client_id: Option<String>,
+) -> anyhow::Result<registration::Registered> {
+    let create = registration::Create {
+        registration: registration::Registration {
+            input,
+            tls_client_auth: None,
+            oidc: OidcClient::default(),
+        },
+        owner_id,
+        client_id,
+        client_secret: None,
+        dynamic: None,
+    };
+    Ok(registration::create(store, &KeyRing::new(), settings, create).await?)
 }
 
 /// The client id of the proxy's introspection client for this data directory: the one kept in
@@ -132,6 +154,7 @@ pub async fn proxy_client_id(
 /// A second stack on the same data directory thus reuses the secret and the first keeps working.
 pub async fn proxy_secret(
     store: &Store,
+    settings: &Settings,
     client_id: &str,
     secret_file: &Path,
 ) -> anyhow::Result<String> {
@@ -147,10 +170,9 @@ pub async fn proxy_secret(
         Some(app) => store.regenerate_secret(app.id).await?,
         None => {
             let input = introspection_client("tokengate proxy (introspection)");
-            store
-                .create_application(&input, None, Some(client_id.into()), None)
+            register(store, settings, input, None, Some(client_id.into()))
                 .await?
-                .1
+                .secret
         }
     };
     let secret =

@@ -133,7 +133,7 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
     };
     config.authserver.key_encryption = Some(key_encryption.clone());
     store.use_key_encryption(key_encryption).await?;
-    let first_run = bootstrap::first_run(&store).await?;
+    let first_run = bootstrap::first_run(&store, &config.authserver).await?;
     let secret_file = config.data_dir.join(PROXY_SECRET_FILE);
     let proxy_client_id = bootstrap::proxy_client_id(
         &store,
@@ -142,7 +142,8 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         PROXY_CLIENT_ID,
     )
     .await?;
-    let proxy_secret = bootstrap::proxy_secret(&store, &proxy_client_id, &secret_file).await?;
+    let proxy_secret =
+        bootstrap::proxy_secret(&store, &config.authserver, &proxy_client_id, &secret_file).await?;
 
     let mut stops = Vec::new();
     let mut tasks = Vec::new();

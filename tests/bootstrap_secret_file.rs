@@ -25,6 +25,7 @@ async fn the_proxy_secret_is_never_written_through_a_planted_symlink() {
     .unwrap();
     let result = tokengate::bootstrap::proxy_secret(
         &store,
+        &authserver::config::Settings::for_tests("unused"),
         tokengate::PROXY_CLIENT_ID,
         &dir.join(tokengate::PROXY_SECRET_FILE),
     )

@@ -309,6 +309,7 @@ async fn a_data_directory_from_before_keeps_its_proxy_client() {
     let store = authserver::testing::connect(&database_url).await;
     tokengate::bootstrap::proxy_secret(
         &store,
+        &authserver::config::Settings::for_tests("unused"),
         tokengate::PROXY_CLIENT_ID,
         &dir.join(tokengate::PROXY_SECRET_FILE),
     )

@@ -70,6 +70,22 @@ pub enum Command {
     /// The keys that sign JWT access tokens.
     #[command(subcommand)]
     Keys(KeysCommand),
+    /// Issue an initial access token for dynamic client registration (RFC 7591; policy
+    /// `dynamic_registration: initial_access_token`) and print it (the only time it is shown).
+    RegistrationToken {
+        /// How long it may register clients: seconds or 90s, 15m, 10h, 7d (default 1d).
+        #[arg(long, default_value = "1d")]
+        expires_in: String,
+        /// How many clients it may register (default: any number until it expires).
+        #[arg(long)]
+        uses: Option<u32>,
+        /// A note for operators (who it was given to).
+        #[arg(long, default_value = "")]
+        label: String,
+        /// Print JSON instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// PostgreSQL: create the example API's login role (or give it a new password), limited to
     /// the user and group tables; the password is read from stdin (at least 32 characters).
     /// Run by the bootstrap step as the authorization server's database user (needs CREATEROLE).
@@ -484,6 +500,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::App(command) => operators::app(&store, &settings, command).await?,
         Command::Resource(command) => resources::resource(&store, &settings, command).await?,
         Command::Keys(command) => keys_command(&store, &settings, command).await?,
+        Command::RegistrationToken {
+            expires_in,
+            uses,
+            label,
+            json,
+        } => {
+            operators::registration_token(&store, &settings, &expires_in, uses, label, json).await?
+        }
         Command::ApiRole { name } => {
             crate::store::api_role::check_role_name(&name)
                 .map_err(|problem| anyhow::anyhow!("role name: {problem}"))?;

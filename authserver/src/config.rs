@@ -40,6 +40,8 @@ struct RawSettings {
     cors_origins: Option<Vec<String>>,
     cors_metadata_origins: Option<Vec<String>>,
     metrics_listen: Option<String>,
+    dynamic_registration: Option<String>,
+    dynamic_registration_scopes: Option<Vec<String>>,
 }
 
 /// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
@@ -86,7 +88,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 24] = [
+const KEYS: [&str; 26] = [
     "listen",
     "issuer",
     "database_url",
@@ -111,6 +113,8 @@ const KEYS: [&str; 24] = [
     "cors_origins",
     "cors_metadata_origins",
     "metrics_listen",
+    "dynamic_registration",
+    "dynamic_registration_scopes",
 ];
 
 /// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
@@ -218,6 +222,35 @@ pub struct Settings {
     /// Where Prometheus `/metrics` is served (`metrics_listen`, an address of its own, never
     /// the front door); default none.
     pub metrics_listen: Option<SocketAddr>,
+    /// Who may register a client at `POST /o/register` (RFC 7591): nobody (the default), holders
+    /// of an initial access token, or anyone for a public client.
+    pub dynamic_registration: DynamicRegistration,
+    /// The scopes a dynamically registered client may have (each declared; never
+    /// `introspection` nor the revocation stream's). Default: `default_scopes` and OpenID
+    /// Connect's.
+    pub dynamic_registration_scopes: Vec<String>,
+}
+
+/// The operator's policy for dynamic client registration (RFC 7591).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DynamicRegistration {
+    /// No registration endpoint.
+    Off,
+    /// Registration with an initial access token issued by `authserver registration-token`.
+    InitialAccessToken,
+    /// Anyone may register a public client (PKCE required, https or loopback redirect URIs).
+    Open,
+}
+
+impl DynamicRegistration {
+    pub fn parse(name: &str) -> Option<DynamicRegistration> {
+        match name {
+            "off" => Some(DynamicRegistration::Off),
+            "initial_access_token" => Some(DynamicRegistration::InitialAccessToken),
+            "open" => Some(DynamicRegistration::Open),
+            _ => None,
+        }
+    }
 }
 
 /// Which origins the CORS policy of an endpoint lets in.
@@ -351,6 +384,12 @@ impl Settings {
             .or(Some(CorsOrigins::Any))
             .filter(|o| *o != CorsOrigins::List(Vec::new()));
         let key_encryption = source.key_encryption(raw.secrets_system_file)?;
+        let dynamic_registration = source.dynamic_registration(raw.dynamic_registration)?;
+        let dynamic_registration_scopes = source.dynamic_registration_scopes(
+            raw.dynamic_registration_scopes,
+            &scopes,
+            &default_scopes,
+        )?;
         let (origin, metrics_listen) = source.pick("metrics_listen", raw.metrics_listen);
         let metrics_listen = metrics_listen
             .map(|text| {
@@ -399,6 +438,8 @@ impl Settings {
             cors_origins,
             cors_metadata_origins,
             metrics_listen,
+            dynamic_registration,
+            dynamic_registration_scopes,
         })
     }
 
@@ -438,6 +479,15 @@ impl Settings {
             cors_origins: Vec::new(),
             cors_metadata_origins: Some(CorsOrigins::Any),
             metrics_listen: None,
+            dynamic_registration: DynamicRegistration::Off,
+            dynamic_registration_scopes: vec![
+                "read".into(),
+                "write".into(),
+                "groups".into(),
+                "openid".into(),
+                "profile".into(),
+                "email".into(),
+            ],
         }
     }
 }
@@ -714,6 +764,72 @@ impl Source<'_> {
         }
     }
 
+    /// `dynamic_registration`: `off` (the default), `initial_access_token` or `open`.
+    fn dynamic_registration(
+        &self,
+        from_file: Option<String>,
+    ) -> Result<DynamicRegistration, ConfigError> {
+        let (origin, policy) = self.pick("dynamic_registration", from_file);
+        match policy.as_deref().map(str::trim) {
+            None => Ok(DynamicRegistration::Off),
+            Some(name) => DynamicRegistration::parse(name).ok_or_else(|| {
+                fail(
+                    &origin,
+                    format!("\"{name}\" is not a policy (off, initial_access_token or open)"),
+                )
+            }),
+        }
+    }
+
+    /// `dynamic_registration_scopes` (default: the default scopes and OpenID Connect's), each
+    /// declared, none that needs a permission (`introspection`, `ssf.*`).
+    fn dynamic_registration_scopes(
+        &self,
+        from_file: Option<Vec<String>>,
+        scopes: &BTreeMap<String, String>,
+        default_scopes: &[String],
+    ) -> Result<Vec<String>, ConfigError> {
+        let (origin, given) = self.pick(
+            "dynamic_registration_scopes",
+            from_file.map(|v| v.join(" ")),
+        );
+        let list: Vec<String> = match given {
+            Some(text) => list_items(&text).map(str::to_owned).collect(),
+            None => default_scopes
+                .iter()
+                .cloned()
+                .chain(
+                    crate::protocol::oidc::SCOPES
+                        .iter()
+                        .map(|(name, _)| name.to_string()),
+                )
+                .collect(),
+        };
+        let mut out: Vec<String> = Vec::new();
+        for scope in list {
+            if crate::domain::needs_permission(&scope) {
+                return Err(fail(
+                    &origin,
+                    format!(
+                        "scope \"{scope}\" needs a permission an operator grants: a client that registers itself cannot have it"
+                    ),
+                ));
+            }
+            if !scopes.contains_key(&scope)
+                && crate::protocol::oidc::scope_description(&scope).is_none()
+            {
+                return Err(fail(
+                    &origin,
+                    format!("scope \"{scope}\" is not declared in scopes"),
+                ));
+            }
+            if !out.contains(&scope) {
+                out.push(scope);
+            }
+        }
+        Ok(out)
+    }
+
     /// The key-encryption keys: `AUTHSERVER_SECRETS_SYSTEM`, or the file of
     /// `secrets_system_file`, not both.
     fn key_encryption(
@@ -897,6 +1013,38 @@ mod tests {
                 error.contains("mtls_endpoint_base") && error.contains(says),
                 "{yaml}: {error}"
             );
+        }
+    }
+
+    #[test]
+    fn dynamic_registration_policy_and_scopes() {
+        let shipped = Settings::from_yaml(SHIPPED_CONFIG, "authserver.yaml").unwrap();
+        assert_eq!(shipped.dynamic_registration, DynamicRegistration::Off);
+        assert_eq!(
+            shipped.dynamic_registration_scopes,
+            ["read", "write", "groups", "openid", "profile", "email"]
+        );
+        let open = Settings::from_yaml(
+            "dynamic_registration: open\ndynamic_registration_scopes: [read, openid, read]",
+            "c.yaml",
+        )
+        .unwrap();
+        assert_eq!(open.dynamic_registration, DynamicRegistration::Open);
+        assert_eq!(open.dynamic_registration_scopes, ["read", "openid"]);
+        for (yaml, says) in [
+            ("dynamic_registration: anyone", "is not a policy"),
+            (
+                "dynamic_registration_scopes: [read, introspection]",
+                "needs a permission",
+            ),
+            (
+                "dynamic_registration_scopes: [ssf.read]",
+                "needs a permission",
+            ),
+            ("dynamic_registration_scopes: [admin]", "is not declared"),
+        ] {
+            let error = Settings::from_yaml(yaml, "c.yaml").unwrap_err().to_string();
+            assert!(error.contains(says), "{yaml}: {error}");
         }
     }
 

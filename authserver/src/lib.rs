@@ -14,6 +14,7 @@ pub mod oauth;
 pub mod private_files;
 pub mod protocol;
 pub mod purge;
+pub mod registration;
 pub mod request_log;
 pub mod secrets;
 pub mod store;

@@ -30,15 +30,22 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 pub enum Throttled {
     PasswordGrant,
     SignIn,
+    /// Dynamic client registration (RFC 7591), per address.
+    Registration,
 }
 
 impl Throttled {
-    const ALL: [Throttled; 2] = [Throttled::PasswordGrant, Throttled::SignIn];
+    const ALL: [Throttled; 3] = [
+        Throttled::PasswordGrant,
+        Throttled::SignIn,
+        Throttled::Registration,
+    ];
 
     fn as_str(self) -> &'static str {
         match self {
             Throttled::PasswordGrant => "password_grant",
             Throttled::SignIn => "sign_in",
+            Throttled::Registration => "registration",
         }
     }
 }
@@ -51,7 +58,7 @@ pub struct Metrics {
     /// Active, inactive.
     introspections: [Counter; 2],
     /// By [`Throttled::ALL`] position.
-    throttled: [Counter; 2],
+    throttled: [Counter; 3],
     /// Introspection lookups answered by the token cache (hit), read from the database (miss).
     token_cache: [Counter; 2],
     registry: Registry,

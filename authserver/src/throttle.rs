@@ -166,6 +166,44 @@ impl Throttle {
     }
 }
 
+/// Dynamic client registrations (RFC 7591) allowed from one address within
+/// [`FAILURE_WINDOW`].
+pub const MAX_REGISTRATIONS_PER_ADDRESS: i64 = 10;
+
+/// A registration from `address` that may go ahead: it holds the address's one place among the
+/// registrations under way in this process until it is dropped.
+pub struct Registering {
+    bucket: String,
+    _under_way: UnderWay,
+}
+
+impl Registering {
+    /// Waits for the address's turn, then counts its registrations; None when it had
+    /// [`MAX_REGISTRATIONS_PER_ADDRESS`] within the window. The same store table and window as
+    /// failed sign-ins, under a bucket of its own.
+    pub async fn check(store: &Store, address: Option<IpAddr>) -> StoreResult<Option<Registering>> {
+        let client = address.map_or_else(|| "unknown".to_owned(), client_bucket);
+        let bucket = format!("register:{client}");
+        let under_way = UnderWay::enter(&bucket, 1).await;
+        let [count, _] = store
+            .count_login_failures([&bucket, &bucket], FAILURE_WINDOW)
+            .await?;
+        Ok(
+            (count < MAX_REGISTRATIONS_PER_ADDRESS).then_some(Registering {
+                bucket,
+                _under_way: under_way,
+            }),
+        )
+    }
+
+    /// Counts a registration that was stored.
+    pub async fn registered(self, store: &Store) -> StoreResult<()> {
+        store
+            .record_login_failure(std::slice::from_ref(&self.bucket), FAILURE_WINDOW)
+            .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -766,3 +766,96 @@ async fn the_revocation_stream_permission_is_set_with_its_own_flag() {
         );
     }
 }
+
+/// The JWKS a server started now on `db` publishes.
+async fn published_jwks(db: &str) -> serde_json::Value {
+    let store = testing::connect(db).await;
+    let server = support::Replica::start(store).await;
+    let jwks = server.get_json("/.well-known/jwks.json").await;
+    server.stop().await;
+    jwks
+}
+
+/// Issue 37: an OpenID client of the code flow registered with the default scopes (every
+/// declared scope, `openid` among them) has its ID-token key in the JWKS as soon as `app create`
+/// returns, not only once the first ID token is signed (a relying party that fetched the JWKS
+/// first then failed with "key not found"); and one asking for EdDSA ID tokens has that key.
+#[tokio::test]
+async fn an_openid_client_from_the_command_line_has_its_key_in_the_jwks_at_once() {
+    for db in testing::all_database_urls().await {
+        let create = |name: &str, extra: &[&str]| {
+            let mut args = vec![
+                "app",
+                "create",
+                "--name",
+                name,
+                "--grant-type",
+                "authorization-code",
+                "--redirect-uri",
+                "https://rp.example/cb",
+                "--json",
+            ];
+            args.extend(extra);
+            json(&run(&args, &db, ""))
+        };
+        create("rp", &[]);
+        let jwks = published_jwks(&db).await;
+        let algs: Vec<&str> = jwks["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["alg"].as_str().unwrap())
+            .collect();
+        assert_eq!(algs, ["RS256"], "{jwks}");
+        create("rp-eddsa", &["--id-token-alg", "EdDSA"]);
+        let jwks = published_jwks(&db).await;
+        let mut algs: Vec<&str> = jwks["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["alg"].as_str().unwrap())
+            .collect();
+        algs.sort();
+        assert_eq!(algs, ["EdDSA", "RS256"], "{jwks}");
+    }
+}
+
+/// Issue 37: `app create --token-format jwt` without the key-encryption secret fails before
+/// storing anything: the retry with the secret registers it (no "already exists") and shows the
+/// secret.
+#[tokio::test]
+async fn app_create_that_cannot_make_its_key_stores_nothing() {
+    for db in testing::all_database_urls().await {
+        let args = [
+            "app",
+            "create",
+            "--name",
+            "jwt-app",
+            "--client-id",
+            "jwt-app",
+            "--grant-type",
+            "client-credentials",
+            "--token-format",
+            "jwt",
+            "--json",
+        ];
+        let out = support::binary::bare_command(&args)
+            .arg("--database-url")
+            .arg(&db)
+            .output()
+            .unwrap();
+        refused(&out, "AUTHSERVER_SECRETS_SYSTEM");
+        assert!(
+            stderr(&out).contains("nothing was stored"),
+            "{}",
+            stderr(&out)
+        );
+        let listed = json(&run(&["app", "list", "--json"], &db, ""));
+        assert_eq!(listed, serde_json::json!([]), "nothing stored");
+        let created = json(&run(&args, &db, ""));
+        assert_eq!(created["client_id"], "jwt-app");
+        assert!(created["client_secret"].is_string(), "{created}");
+        let keys = stdout(&run(&["keys", "list"], &db, ""));
+        assert!(keys.contains("[EdDSA]"), "{keys}");
+    }
+}

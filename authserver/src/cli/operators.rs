@@ -3,7 +3,8 @@
 
 use super::prompt;
 use super::{AppCommand, CreateApp, GroupCommand, UserCommand, UserGroupsCommand};
-use crate::config::{AccessTokenFormat, Settings};
+use crate::config::Settings;
+use crate::registration::{self, Registration, RegistrationError};
 use crate::store::{ClientType, NewUser, Store, StoreError};
 use crate::validation::{self, ApplicationDraft};
 use anyhow::{Context, bail};
@@ -352,93 +353,48 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         tls_client_auth: registration_text(tls_client_auth.unwrap_or_default().trim())?,
     };
 
-    let input = validation::application(settings, &draft).map_err(|refusals| {
-        let lines: Vec<String> = refusals
-            .iter()
-            .map(|(field, message)| {
-                let (flag, value) = app_field(&draft, field, uri_flag);
-                format!("{flag} {value:?}: {message}")
-            })
-            .collect();
-        anyhow::anyhow!("{}", lines.join("\n"))
-    })?;
     let oidc = validation::OidcDraft {
         post_logout_redirect_uris: post_logout_redirect_uri.join(" "),
         id_token_alg: id_token_alg.unwrap_or_default().trim().to_owned(),
     };
-    let registration = validation::oidc_registration(&oidc).map_err(|refusals| {
-        let lines: Vec<String> = refusals
-            .iter()
-            .map(|(field, message)| match field {
-                "id_token_alg" => format!("--id-token-alg {:?}: {message}", oidc.id_token_alg),
-                _ => format!(
-                    "--post-logout-redirect-uri {:?}: {message}",
-                    oidc.post_logout_redirect_uris
-                ),
-            })
-            .collect();
-        anyhow::anyhow!("{}", lines.join("\n"))
-    })?;
-    if let Some(id) = &client_id {
-        checked(
-            "--client-id",
-            validation::length(id, "The client id", true, 100),
-        )?;
-        // A client's tokens carry its client id as `sub`, a user's tokens the user's
-        // numeric id: an all-digit client id could pass for a user (RFC 9068 §5).
-        if id.bytes().all(|b| b.is_ascii_digit()) {
-            bail!("--client-id {id:?}: may not be all digits (users' ids are)");
-        }
-        if store.find_application_by_client_id(id).await?.is_some() {
-            bail!("--client-id: an application with client id {id:?} already exists");
-        }
+    // Every flag checked before the secret is read, so a typo is refused before anyone types it.
+    let registration = Registration::check(settings, &draft, &oidc)
+        .map_err(|refusals| refused(&refusals, &draft, &oidc, uri_flag))?;
+    if let Some(id) = &client_id
+        && let Some(problem) = registration::client_id_problem(id)
+    {
+        bail!("--client-id {id:?}: {problem}");
     }
-    let tls_client_auth = draft.tls_client_auth();
-    if tls_client_auth.is_some() && client_secret_stdin {
+    if let Some(id) = &client_id
+        && store.find_application_by_client_id(id).await?.is_some()
+    {
+        bail!("--client-id: an application with client id {id:?} already exists");
+    }
+    if registration.tls_client_auth.is_some() && client_secret_stdin {
         bail!("--tls-client-auth: a client authenticating with a certificate has no secret");
     }
-    let secret = match (client_secret_stdin, input.client_type) {
-        (false, _) => None,
-        (true, ClientType::Public) => {
-            bail!("--client-secret-stdin: a public client has no secret")
-        }
-        (true, ClientType::Confidential) => {
-            let secret = prompt::read_secret("client secret", false).await?;
-            checked("--client-secret-stdin", validation::client_secret(&secret))?;
-            Some(secret)
-        }
+    if client_secret_stdin && registration.input.client_type == ClientType::Public {
+        bail!("--client-secret-stdin: a public client has no secret");
+    }
+    let client_secret = if client_secret_stdin {
+        Some(prompt::read_secret("client secret", false).await?)
+    } else {
+        None
     };
-    let (app, secret) = store
-        .create_application(&input, None, client_id, secret)
+    let create = registration::Create {
+        registration,
+        owner_id: None,
+        client_id,
+        client_secret,
+        dynamic: None,
+    };
+    let registered = registration::create(store, &crate::jwt::KeyRing::new(), settings, create)
         .await
-        .map_err(|e| conflict(e, "--client-id: that client id is taken"))?;
-    // A certificate replaces the secret: the one generated is never shown, nor accepted.
-    let secret = match &tls_client_auth {
-        Some(auth) => {
-            store.set_tls_client_auth(app.id, Some(auth)).await?;
-            None
-        }
-        None => secret,
-    };
-    store.set_oidc_client(app.id, &registration).await?;
-    if app.access_token_format(settings.access_token_format) == AccessTokenFormat::Jwt {
-        // Its tokens are verifiable from the first one: the JWKS has a key already.
-        crate::jwt::KeyRing::new()
-            .keys_with_signer(store, crate::jwt::Alg::EdDSA)
-            .await?;
-    }
-    if app
-        .allowed_scopes
-        .iter()
-        .any(|s| s == crate::protocol::oidc::OPENID)
-    {
-        // The same for its ID tokens.
-        let alg =
-            crate::jwt::Alg::parse(&registration.id_token_alg).unwrap_or(crate::jwt::Alg::RS256);
-        crate::jwt::KeyRing::new()
-            .keys_with_signer(store, alg)
-            .await?;
-    }
+        .map_err(|error| match error {
+            RegistrationError::Refused(refusals) => refused(&refusals, &draft, &oidc, uri_flag),
+            other => other.into(),
+        })?;
+    let (app, secret) = (registered.app, registered.secret);
     if json {
         println!(
             "{}",
@@ -452,6 +408,32 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         }
     }
     Ok(())
+}
+
+/// The refusals of `app create` as lines naming the flag and the value given (never a secret).
+fn refused(
+    refusals: &validation::Refusals,
+    draft: &ApplicationDraft,
+    oidc: &validation::OidcDraft,
+    uri_flag: &'static str,
+) -> anyhow::Error {
+    let lines: Vec<String> = refusals
+        .iter()
+        .map(|(field, message)| match field {
+            "id_token_alg" => format!("--id-token-alg {:?}: {message}", oidc.id_token_alg),
+            "post_logout_redirect_uris" => format!(
+                "--post-logout-redirect-uri {:?}: {message}",
+                oidc.post_logout_redirect_uris
+            ),
+            "client_id" => format!("--client-id: {message}"),
+            "client_secret" => format!("--client-secret-stdin: {message}"),
+            _ => {
+                let (flag, value) = app_field(draft, field, uri_flag);
+                format!("{flag} {value:?}: {message}")
+            }
+        })
+        .collect();
+    anyhow::anyhow!("{}", lines.join("\n"))
 }
 
 pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> anyhow::Result<()> {
@@ -496,7 +478,7 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
                 .find_application_by_client_id(&client_id)
                 .await?
                 .with_context(|| format!("no application with client id {client_id:?}"))?;
-            if !store.delete_application(app.id).await? {
+            if !registration::delete(store, app.id).await? {
                 bail!("no application with client id {client_id:?}");
             }
             println!(
@@ -509,13 +491,13 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
                 .find_application_by_client_id(&client_id)
                 .await?
                 .with_context(|| format!("no application with client id {client_id:?}"))?;
-            if app.client_type != ClientType::Confidential {
-                bail!("{client_id} is a public client: it has no secret");
-            }
-            let secret = store
-                .regenerate_secret(app.id)
-                .await?
-                .with_context(|| format!("no application with client id {client_id:?}"))?;
+            let secret = match registration::rotate_secret(store, app.id).await {
+                Err(RegistrationError::PublicClient) => {
+                    bail!("{client_id} is a public client: it has no secret")
+                }
+                rotated => rotated?
+                    .with_context(|| format!("no application with client id {client_id:?}"))?,
+            };
             if json {
                 println!(
                     "{}",
@@ -527,6 +509,68 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
                 println!("(the previous secret no longer works; this one is shown only now)");
             }
         }
+    }
+    Ok(())
+}
+
+/// `registration-token`: a new initial access token for dynamic client registration, kept as a
+/// digest with its expiry and number of uses, printed once.
+pub async fn registration_token(
+    store: &Store,
+    settings: &Settings,
+    expires_in: &str,
+    uses: Option<u32>,
+    label: String,
+    json: bool,
+) -> anyhow::Result<()> {
+    let lifetime = resource_server::settings::parse_duration(expires_in)
+        .ok()
+        .and_then(|d| i64::try_from(d.as_secs()).ok())
+        .filter(|secs| (1..=crate::config::MAX_SECONDS).contains(secs))
+        .with_context(|| {
+            format!("--expires-in {expires_in:?}: a duration from 1s to ten years, like 3600, 15m, 10h or 7d")
+        })?;
+    if uses == Some(0) {
+        bail!("--uses 0: a token that registers no client is of no use");
+    }
+    checked_value(
+        "--label",
+        &label,
+        validation::length(&label, "The label", false, 255),
+    )?;
+    if settings.dynamic_registration != crate::config::DynamicRegistration::InitialAccessToken {
+        eprintln!(
+            "note: dynamic_registration is not initial_access_token here: the token works once the server runs with that policy"
+        );
+    }
+    let token = crate::secrets::random_token();
+    let at = crate::store::now();
+    let issued = crate::store::InitialAccessToken {
+        digest: crate::secrets::digest(&token),
+        label,
+        created_at: at,
+        expires_at: at + lifetime,
+        max_uses: uses.map(i64::from),
+        uses: 0,
+    };
+    store.add_initial_access_token(&issued).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "initial_access_token": token, "expires_at": issued.expires_at,
+                "max_uses": issued.max_uses,
+            })
+        );
+    } else {
+        println!("initial_access_token: {token}");
+        let uses = match issued.max_uses {
+            Some(n) => format!("{n} registration(s)"),
+            None => "any number of registrations".to_owned(),
+        };
+        println!(
+            "(valid for {lifetime} s, {uses}; shown only now: send it as `Authorization: Bearer` to POST /o/register)"
+        );
     }
     Ok(())
 }

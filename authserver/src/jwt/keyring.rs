@@ -105,6 +105,12 @@ impl KeyRing {
         .into())
     }
 
+    /// The keys read from the database now (after a change this process made: a registration
+    /// that added the first key of a type publishes it at once).
+    pub async fn reload(&self, store: &Store) -> StoreResult<Arc<KeySet>> {
+        self.read_after(store, Instant::now()).await
+    }
+
     fn copy_fresher_than(&self, age: Duration) -> Option<Arc<KeySet>> {
         let snapshot = self.snapshot.read().unwrap_or_else(|e| e.into_inner());
         snapshot

@@ -47,6 +47,9 @@ pub async fn metadata(State(state): State<AppState>) -> Result<Json<Value>, OAut
     if mtls {
         metadata["tls_client_certificate_bound_access_tokens"] = true.into();
     }
+    if state.settings.dynamic_registration != crate::config::DynamicRegistration::Off {
+        metadata["registration_endpoint"] = format!("{issuer}{}", super::REGISTER_PATH).into();
+    }
     if let Some(base) = &state.settings.mtls_endpoint_base {
         metadata["mtls_endpoint_aliases"] = json!({
             "token_endpoint": format!("{base}/o/token/"),

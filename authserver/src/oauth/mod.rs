@@ -11,6 +11,7 @@ mod introspect;
 mod jwks;
 mod metadata;
 pub(crate) mod params;
+mod register;
 mod revoke;
 pub mod ssf;
 pub mod ssf_push;
@@ -22,6 +23,7 @@ pub use error::OAuthError;
 pub(crate) use grants::{declared as declared_scopes, known_resources};
 pub(crate) use id_token::read_id_token_hint;
 pub use introspect::INTROSPECTION_SCOPE;
+pub use register::REGISTER_PATH;
 
 use crate::AppState;
 use axum::Router;
@@ -52,6 +54,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
             get(userinfo::userinfo).post(userinfo::userinfo),
         )
         .merge(ssf::router(state))
+        .merge(register::router(settings.dynamic_registration))
         .merge(cors::with_policy(token, cors::token_policy(settings)))
         .merge(cors::with_policy(
             documents,

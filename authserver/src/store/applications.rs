@@ -83,8 +83,10 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
 }
 
 impl Store {
-    /// Registers an application. The client id is generated unless given; the secret is
-    /// generated unless given, returned once, and stored only as a digest. Public clients get none.
+    /// Registers an application alone (no certificate, OpenID Connect defaults, no keys: what
+    /// tests and [`Store::register`]'s callers build on). The client id is generated unless
+    /// given; the secret is generated unless given, returned once, and stored only as a digest.
+    /// Public clients get none.
     pub async fn create_application(
         &self,
         input: &ApplicationInput,
@@ -96,28 +98,51 @@ impl Store {
             ClientType::Confidential => Some(client_secret.unwrap_or_else(secrets::random_token)),
             ClientType::Public => None,
         };
-        let _exclusive = self.exclusive().await?;
+        let new = super::NewRegistration {
+            input: input.clone(),
+            tls_client_auth: None,
+            oidc: None,
+            owner_id,
+            client_id,
+            secret: secret.clone(),
+            keys: Vec::new(),
+            dynamic: None,
+        };
+        Ok((self.register(&new).await?, secret))
+    }
+
+    /// Inserts the application row of `new` in `tx`.
+    pub(super) async fn insert_application(
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        new: &super::NewRegistration,
+    ) -> StoreResult<Application> {
+        let input = &new.input;
         let row = sqlx::query(&format!(
-            "INSERT INTO applications (name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, may_use_ssf)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING {COLUMNS}"
+            "INSERT INTO applications (name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, may_use_ssf, tls_client_auth)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING {COLUMNS}"
         ))
         .bind(&input.name)
-        .bind(client_id.unwrap_or_else(secrets::random_client_id))
-        .bind(secret.as_deref().map(secrets::digest))
+        .bind(
+            new.client_id
+                .clone()
+                .unwrap_or_else(secrets::random_client_id),
+        )
+        .bind(new.secret.as_deref().map(secrets::digest))
         .bind(input.client_type.as_str())
         .bind(input.grant_type.as_str())
         .bind(&input.redirect_uris)
         .bind(input.allowed_scopes.join(" "))
         .bind(i64::from(input.may_introspect))
-        .bind(owner_id)
+        .bind(new.owner_id)
         .bind(now())
         .bind(i64::from(input.pkce_required))
         .bind(input.token_format.map(AccessTokenFormat::as_str))
         .bind(i64::from(input.may_use_ssf))
-        .fetch_one(&self.writer)
+        .bind(new.tls_client_auth.as_ref().map(ToString::to_string))
+        .fetch_one(&mut **tx)
         .await
         .map_err(conflict("an application with that client id"))?;
-        Ok((from_row(&row)?, secret))
+        from_row(&row)
     }
 
     pub async fn get_application(&self, id: i64) -> StoreResult<Option<Application>> {
@@ -204,6 +229,23 @@ impl Store {
     ) -> StoreResult<Option<Application>> {
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
+        let (app, narrowed) = self.update_in(&mut tx, id, input).await?;
+        self.announce_application_change(tx).await?;
+        if let Some(event) = &narrowed {
+            self.ring_events(event);
+        }
+        Ok(app)
+    }
+
+    /// Updates application `id` to `input` in `tx`: the application as it is now (None: no such
+    /// application), and the event logged when the change took from its tokens what they may
+    /// carry (to ring once committed).
+    pub(super) async fn update_in(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        id: i64,
+        input: &ApplicationInput,
+    ) -> StoreResult<(Option<Application>, Option<super::Revocation>)> {
         let lock = match self.backend {
             super::Backend::Postgres => " FOR UPDATE",
             super::Backend::Sqlite => "",
@@ -212,7 +254,7 @@ impl Store {
             "SELECT allowed_scopes, may_introspect, client_type, client_id, may_use_ssf FROM applications WHERE id = $1{lock}"
         ))
         .bind(id)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut **tx)
         .await?;
         let row = sqlx::query(&format!(
             "UPDATE applications SET name = $1, client_type = $2, grant_type = $3, redirect_uris = $4, allowed_scopes = $5, may_introspect = $6, pkce_required = $7, token_format = $8, may_use_ssf = $9
@@ -228,7 +270,7 @@ impl Store {
         .bind(input.token_format.map(AccessTokenFormat::as_str))
         .bind(i64::from(input.may_use_ssf))
         .bind(id)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut **tx)
         .await?;
         let mut narrowed = None;
         if let Some(before) = &before {
@@ -242,15 +284,11 @@ impl Store {
                 let event = super::Revocation::Client {
                     client_id: before.try_get(3)?,
                 };
-                super::events::append(&mut tx, self.backend, &event).await?;
+                super::events::append(tx, self.backend, &event).await?;
                 narrowed = Some(event);
             }
         }
-        self.announce_application_change(tx).await?;
-        if let Some(event) = &narrowed {
-            self.ring_events(event);
-        }
-        row.as_ref().map(from_row).transpose()
+        Ok((row.as_ref().map(from_row).transpose()?, narrowed))
     }
 
     /// Sets how the application authenticates with a client certificate (RFC 8705); None: by
@@ -262,13 +300,9 @@ impl Store {
     ) -> StoreResult<bool> {
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
-        let done = sqlx::query("UPDATE applications SET tls_client_auth = $1 WHERE id = $2")
-            .bind(auth.map(ToString::to_string))
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        let done = set_tls_client_auth_in(&mut tx, id, auth).await?;
         self.announce_application_change(tx).await?;
-        Ok(done.rows_affected() == 1)
+        Ok(done)
     }
 
     /// Replaces the secret with a new random one, returned once; tokens already issued stay valid.
@@ -276,13 +310,9 @@ impl Store {
         let secret = secrets::random_token();
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
-        let done = sqlx::query("UPDATE applications SET client_secret_digest = $1 WHERE id = $2")
-            .bind(secrets::digest(&secret))
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        let done = set_secret_in(&mut tx, id, &secret).await?;
         self.announce_application_change(tx).await?;
-        Ok((done.rows_affected() == 1).then_some(secret))
+        Ok(done.then_some(secret))
     }
 
     /// Whether any application has its own format `format` (JWT keys are made at start when one
@@ -331,7 +361,7 @@ impl Store {
 
     /// Commits a change to the applications, announcing it to every other process on PostgreSQL
     /// (delivered with the commit), and empties this process's client cache.
-    async fn announce_application_change(
+    pub(super) async fn announce_application_change(
         &self,
         mut tx: sqlx::Transaction<'_, sqlx::Any>,
     ) -> StoreResult<()> {
@@ -345,6 +375,34 @@ impl Store {
         self.evicted(&super::token_cache::Eviction::All);
         Ok(())
     }
+}
+
+/// Sets the certificate registration of application `id` in `tx`; whether it exists.
+pub(super) async fn set_tls_client_auth_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    id: i64,
+    auth: Option<&TlsClientAuth>,
+) -> StoreResult<bool> {
+    let done = sqlx::query("UPDATE applications SET tls_client_auth = $1 WHERE id = $2")
+        .bind(auth.map(ToString::to_string))
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Keeps the digest of `secret` as application `id`'s secret, in `tx`; whether it exists.
+pub(super) async fn set_secret_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    id: i64,
+    secret: &str,
+) -> StoreResult<bool> {
+    let done = sqlx::query("UPDATE applications SET client_secret_digest = $1 WHERE id = $2")
+        .bind(secrets::digest(secret))
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(done.rows_affected() == 1)
 }
 
 /// Whether `input` takes from an application something its tokens may carry: a scope it was

@@ -444,6 +444,40 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ALTER TABLE tokens ADD COLUMN IF NOT EXISTS audience TEXT;
     ALTER TABLE authorization_codes ADD COLUMN IF NOT EXISTS resource TEXT",
     ),
+    (
+        18,
+        // Dynamic client registration (RFC 7591, issue 39): the record of an application that
+        // registered itself (the SHA-256 digest of its RFC 7592 registration access token, its
+        // metadata as registered, the initial access token it used), gone with the application;
+        // and the initial access tokens an operator issues (`authserver registration-token`),
+        // kept as digests with an expiry and an optional number of uses.
+        "CREATE TABLE IF NOT EXISTS dynamic_clients (
+        application_id INTEGER PRIMARY KEY REFERENCES applications(id) ON DELETE CASCADE,
+        access_token_digest TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        initial_token_digest TEXT,
+        issued_at INTEGER NOT NULL);
+    CREATE TABLE IF NOT EXISTS initial_access_tokens (
+        digest TEXT PRIMARY KEY,
+        label TEXT NOT NULL DEFAULT '',
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        max_uses INTEGER,
+        uses INTEGER NOT NULL DEFAULT 0)",
+        "CREATE TABLE IF NOT EXISTS dynamic_clients (
+        application_id BIGINT PRIMARY KEY REFERENCES applications(id) ON DELETE CASCADE,
+        access_token_digest TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        initial_token_digest TEXT,
+        issued_at BIGINT NOT NULL);
+    CREATE TABLE IF NOT EXISTS initial_access_tokens (
+        digest TEXT PRIMARY KEY,
+        label TEXT NOT NULL DEFAULT '',
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        max_uses BIGINT,
+        uses BIGINT NOT NULL DEFAULT 0)",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory

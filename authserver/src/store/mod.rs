@@ -22,6 +22,7 @@ mod migrations;
 mod oidc;
 pub mod purge;
 mod resources;
+mod registrations;
 mod server_keys;
 mod session_families;
 mod sessions;
@@ -47,6 +48,9 @@ pub use hot::group_writer::{WriterKind, write_group_sizes};
 pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
 pub use purge::Purged;
 pub use resources::ResourceInput;
+pub use registrations::{
+    DynamicClient, DynamicRecord, InitialAccessToken, NewRegistration, RegistrationUpdate,
+};
 pub use sessions::{NewSession, Session};
 pub use sqlite_changes::FOREIGN_COMMIT_BOUND;
 pub use timing::call_durations;
@@ -93,6 +97,10 @@ pub enum StoreError {
     /// NUL in text): the client's mistake, not the server's.
     #[error("a value holds a character that cannot be stored")]
     UnstorableText,
+    /// A dynamic registration's initial access token expired or was used up before the
+    /// registration could take its use (nothing was stored).
+    #[error("the initial access token is expired or used up")]
+    InitialAccessTokenSpent,
     #[error("database error: {0}")]
     Database(sqlx::Error),
     #[error(transparent)]

@@ -27,6 +27,27 @@ impl Default for OidcClient {
     }
 }
 
+/// Sets the OIDC registration of application `id` in `tx`.
+pub(super) async fn set_oidc_client_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    application_id: i64,
+    client: &OidcClient,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO oidc_clients (application_id, id_token_alg, post_logout_redirect_uris)
+         VALUES ($1, $2, $3)
+         ON CONFLICT (application_id) DO UPDATE
+         SET id_token_alg = excluded.id_token_alg,
+             post_logout_redirect_uris = excluded.post_logout_redirect_uris",
+    )
+    .bind(application_id)
+    .bind(&client.id_token_alg)
+    .bind(&client.post_logout_redirect_uris)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 /// A user with the directory fields only OpenID Connect reads.
 #[derive(Debug, Clone)]
 pub struct Profile {
@@ -61,18 +82,9 @@ impl Store {
         client: &OidcClient,
     ) -> StoreResult<()> {
         let _exclusive = self.exclusive().await?;
-        sqlx::query(
-            "INSERT INTO oidc_clients (application_id, id_token_alg, post_logout_redirect_uris)
-             VALUES ($1, $2, $3)
-             ON CONFLICT (application_id) DO UPDATE
-             SET id_token_alg = excluded.id_token_alg,
-                 post_logout_redirect_uris = excluded.post_logout_redirect_uris",
-        )
-        .bind(application_id)
-        .bind(&client.id_token_alg)
-        .bind(&client.post_logout_redirect_uris)
-        .execute(&self.writer)
-        .await?;
+        let mut tx = self.writer.begin().await?;
+        set_oidc_client_in(&mut tx, application_id, client).await?;
+        tx.commit().await?;
         Ok(())
     }
 

@@ -218,12 +218,34 @@ impl Store {
     /// another rotation that got there first.
     /// The private key is sealed under the current key-encryption key.
     pub async fn add_signing_key(&self, key: &StoredSigningKey) -> StoreResult<bool> {
+        let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
+        let added = self.insert_signing_key(&mut tx, key).await?;
+        tx.commit().await?;
+        Ok(added)
+    }
+
+    /// Whether the store can keep signing keys: an error naming the settings that give it the
+    /// key-encryption keys when it cannot.
+    pub fn can_store_signing_keys(&self) -> StoreResult<()> {
+        self.key_encryption
+            .get()
+            .map(|_| ())
+            .ok_or_else(|| no_key_encryption("store"))
+    }
+
+    /// [`Store::add_signing_key`] inside the transaction `tx` (an application's registration
+    /// adds the keys it needs with it: [`Store::register`]).
+    pub(super) async fn insert_signing_key(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        key: &StoredSigningKey,
+    ) -> StoreResult<bool> {
         let kek = self
             .key_encryption
             .get()
             .ok_or_else(|| no_key_encryption("store"))?;
         let (kek_id, sealed) = seal(kek, &key.kid, &key.private_key)?;
-        let _exclusive = self.exclusive().await?;
         let done = sqlx::query(&format!(
             "INSERT INTO signing_keys ({COLUMNS})
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING"
@@ -236,7 +258,7 @@ impl Store {
         .bind(key.created_at)
         .bind(key.signs_from)
         .bind(&kek_id)
-        .execute(&self.writer)
+        .execute(&mut **tx)
         .await?;
         Ok(done.rows_affected() == 1)
     }

@@ -15,6 +15,7 @@ use crate::config::{AccessTokenFormat, Settings};
 use crate::domain::Permissions;
 use crate::jwt::Alg;
 use crate::protocol::oidc;
+use crate::registration::{self, Registration, RegistrationError};
 use crate::store::{
     Application, ApplicationInput, ClientType, DEFAULT_ID_TOKEN_ALG, GrantType, OidcClient,
 };
@@ -79,35 +80,15 @@ pub(crate) fn validate(
     (values, result)
 }
 
-/// The OpenID Connect fields of the form, checked ([`validation::oidc_registration`]).
-fn validate_oidc(form: &FormData) -> (OidcDraft, Result<OidcClient, Refusals>) {
-    let draft = OidcDraft {
+/// The OpenID Connect fields of the form, as entered.
+fn oidc_draft(form: &FormData) -> OidcDraft {
+    OidcDraft {
         post_logout_redirect_uris: form
             .get("post_logout_redirect_uris")
             .unwrap_or_default()
             .trim()
             .to_owned(),
         id_token_alg: form.text("id_token_alg"),
-    };
-    let result = validation::oidc_registration(&draft);
-    (draft, result)
-}
-
-/// Both checks of a submitted form: the application and its OIDC registration, or every
-/// message of either.
-fn checked(
-    input: Result<ApplicationInput, Refusals>,
-    oidc: Result<OidcClient, Refusals>,
-) -> Result<(ApplicationInput, OidcClient), Refusals> {
-    match (input, oidc) {
-        (Ok(input), Ok(oidc)) => Ok((input, oidc)),
-        (input, oidc) => {
-            let mut errors = input.err().unwrap_or_default();
-            for (field, message) in oidc.err().unwrap_or_default().iter() {
-                errors.add(field, message.to_owned());
-            }
-            Err(errors)
-        }
     }
 }
 
@@ -285,7 +266,13 @@ async fn detail_page(
         app.allowed_scopes.join(" ")
     };
     let registration = state.store.oidc_client(app.id).await?;
+    let dynamic = state
+        .store
+        .dynamic_client(app.id)
+        .await?
+        .map(|record| utc(record.issued_at));
     Ok(ApplicationDetail {
+        dynamic,
         nav,
         id_token_alg: registration.id_token_alg,
         post_logout_redirect_uris: registration
@@ -345,9 +332,11 @@ async fn list(State(state): State<AppState>, operator: Operator) -> WebResult {
     } else {
         HashMap::new()
     };
+    let dynamic = state.store.dynamic_client_ids().await?;
     let applications = apps
         .into_iter()
         .map(|app| ApplicationRow {
+            dynamic: dynamic.contains(&app.id),
             id: app.id,
             owner: app
                 .owner_id
@@ -388,55 +377,53 @@ async fn register_page(State(state): State<AppState>, operator: Operator) -> Web
 
 async fn register(State(state): State<AppState>, operator: Operator, form: FormData) -> WebResult {
     csrf::verify(&operator, &form)?;
-    let (values, input) = validate(&state.settings, &form);
-    let (oidc_draft, registration) = validate_oidc(&form);
-    let (mut input, registration) = match checked(input, registration) {
-        Ok(both) => both,
+    let (values, oidc_draft, registration) = checked(&state.settings, &form);
+    let mut registration = match registration {
+        Ok(registration) => registration,
         Err(errors) => {
             let page = form_page(&state, &operator, None, values, oidc_draft, errors);
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
-    permission_flags(&operator, &mut input, Permissions::default());
-    let (app, secret) = state
-        .store
-        .create_application(&input, Some(operator.user.id), None, None)
-        .await?;
-    // A certificate replaces the secret: the one generated is never shown, nor accepted.
-    let tls_client_auth = values.tls_client_auth();
-    let secret = match &tls_client_auth {
-        Some(auth) => {
-            state.store.set_tls_client_auth(app.id, Some(auth)).await?;
-            None
-        }
-        None => secret,
+    permission_flags(&operator, &mut registration.input, Permissions::default());
+    let create = registration::Create {
+        registration,
+        owner_id: Some(operator.user.id),
+        client_id: None,
+        client_secret: None,
+        dynamic: None,
     };
-    state.store.set_oidc_client(app.id, &registration).await?;
+    let registered = registration::create(&state.store, &state.keys, &state.settings, create)
+        .await
+        .map_err(registration_failed)?;
+    let app = registered.app;
     tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "application registered");
-    ensure_signing_key(&state, &app).await?;
     let flash = Flash {
         notice: "Application registered.".into(),
-        secret,
+        secret: registered.secret,
     };
     flash::redirect(&state.store, &operator, &detail_path(app.id), flash).await
 }
 
-/// An application that issues JWTs has a signing key in the JWKS before its first token, and
-/// one that lists `openid` the key of its ID tokens (made here, by an operator, rather than by
-/// a request from outside).
-async fn ensure_signing_key(state: &AppState, app: &Application) -> Result<(), WebError> {
-    if app.access_token_format(state.settings.access_token_format) == AccessTokenFormat::Jwt {
-        state
-            .keys
-            .keys_with_signer(&state.store, Alg::EdDSA)
-            .await?;
+/// The form's values, its OpenID Connect values, and the registration they make (or every
+/// refusal), by the service's shared rules.
+fn checked(
+    settings: &Settings,
+    form: &FormData,
+) -> (ApplicationValues, OidcDraft, Result<Registration, Refusals>) {
+    let (values, _) = validate(settings, form);
+    let oidc = oidc_draft(form);
+    let registration = Registration::check(settings, &values, &oidc);
+    (values, oidc, registration)
+}
+
+/// A registration the service refused after the form's checks passed: a server error (the form
+/// was checked by the same rules; what is left is the keys or the database).
+fn registration_failed(error: RegistrationError) -> WebError {
+    match error {
+        RegistrationError::Store(error) => error.into(),
+        other => WebError::Internal(other.to_string()),
     }
-    if app.allowed_scopes.iter().any(|s| s == oidc::OPENID) {
-        let registration = state.store.oidc_client(app.id).await?;
-        let alg = Alg::parse(&registration.id_token_alg).unwrap_or(Alg::RS256);
-        state.keys.keys_with_signer(&state.store, alg).await?;
-    }
-    Ok(())
 }
 
 /// Where an application's page is.
@@ -516,48 +503,36 @@ async fn update(
 ) -> WebResult {
     csrf::verify(&operator, &form)?;
     let app = load_owned(&state, &operator, &id).await?;
-    let (values, input) = validate(&state.settings, &form);
-    let (oidc_draft, registration) = validate_oidc(&form);
-    let (mut input, registration) = match checked(input, registration) {
-        Ok(both) => both,
+    let (values, oidc_draft, registration) = checked(&state.settings, &form);
+    let mut registration = match registration {
+        Ok(registration) => registration,
         Err(errors) => {
             let page = form_page(&state, &operator, Some(&app), values, oidc_draft, errors);
             return Ok(render(StatusCode::BAD_REQUEST, &page));
         }
     };
-    permission_flags(&operator, &mut input, app.permissions());
-    let mut updated = state
-        .store
-        .update_application(app.id, &input)
-        .await?
-        .ok_or(WebError::NotFound)?;
-    let tls_client_auth = values.tls_client_auth();
-    if tls_client_auth != updated.tls_client_auth {
-        state
-            .store
-            .set_tls_client_auth(updated.id, tls_client_auth.as_ref())
-            .await?;
-        updated.tls_client_auth = tls_client_auth;
-    }
-    state
-        .store
-        .set_oidc_client(updated.id, &registration)
-        .await?;
-    tracing::info!(user_id = operator.user.id, client_id = %updated.client_id, "application updated");
-    ensure_signing_key(&state, &updated).await?;
-    // A public client turned confidential needs its first secret, shown once like any other.
-    let flash = if updated.client_type == ClientType::Confidential
-        && updated.tls_client_auth.is_none()
-        && updated.client_secret_digest.is_none()
-    {
-        Flash {
+    permission_flags(&operator, &mut registration.input, app.permissions());
+    let updated = registration::update(
+        &state.store,
+        &state.keys,
+        &state.settings,
+        app.id,
+        registration,
+        None,
+    )
+    .await
+    .map_err(registration_failed)?
+    .ok_or(WebError::NotFound)?;
+    tracing::info!(user_id = operator.user.id, client_id = %updated.app.client_id, "application updated");
+    // A public client turned confidential has its first secret, shown once like any other.
+    let flash = match updated.secret {
+        Some(secret) => Flash {
             notice: "Saved. The application is now confidential: here is its first secret.".into(),
-            secret: Some(new_secret(&state, updated.id).await?),
-        }
-    } else {
-        flash::notice("Saved.")
+            secret: Some(secret),
+        },
+        None => flash::notice("Saved."),
     };
-    flash::redirect(&state.store, &operator, &detail_path(updated.id), flash).await
+    flash::redirect(&state.store, &operator, &detail_path(updated.app.id), flash).await
 }
 
 /// Asks before regenerating: the current secret stops working at once.
@@ -601,10 +576,9 @@ async fn regenerate(
 
 /// Gives application `id` a new secret, returned this once.
 async fn new_secret(state: &AppState, id: i64) -> Result<String, WebError> {
-    state
-        .store
-        .regenerate_secret(id)
-        .await?
+    registration::rotate_secret(&state.store, id)
+        .await
+        .map_err(registration_failed)?
         .ok_or(WebError::NotFound)
 }
 
@@ -631,7 +605,9 @@ async fn delete(
 ) -> WebResult {
     csrf::verify(&operator, &form)?;
     let app = load_owned(&state, &operator, &id).await?;
-    state.store.delete_application(app.id).await?;
+    registration::delete(&state.store, app.id)
+        .await
+        .map_err(registration_failed)?;
     tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "application deleted");
     Ok(see_other("/o/applications/"))
 }

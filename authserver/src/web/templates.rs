@@ -126,6 +126,8 @@ pub(crate) struct ApplicationRow {
     pub client_type: &'static str,
     pub grant_label: &'static str,
     pub owner: String,
+    /// Registered by the client itself (RFC 7591), not by an operator.
+    pub dynamic: bool,
 }
 
 #[derive(Template)]
@@ -183,6 +185,8 @@ pub(crate) struct ApplicationDetail {
     pub token_format: String,
     /// How it authenticates at the token endpoint, in words (RFC 8705 method and registration).
     pub client_auth: String,
+    /// Registered by the client itself (RFC 7591): when, in words.
+    pub dynamic: Option<String>,
 }
 
 #[derive(Template)]

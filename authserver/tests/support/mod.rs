@@ -52,6 +52,23 @@ impl Replica {
         }
     }
 
+    /// The JSON body of a `GET` of `path` that must answer 200.
+    pub async fn get_json(&self, path: &str) -> Value {
+        let reply = self
+            .http
+            .get(format!("{}{path}", self.server.base_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status(), 200, "GET {path}");
+        reply.json().await.unwrap()
+    }
+
+    /// Stops the server and waits for it to end.
+    pub async fn stop(self) {
+        self.server.stop().await;
+    }
+
     /// A form posted with `client`'s credentials (HTTP Basic): the status and the JSON body.
     pub async fn post(
         &self,
