@@ -1115,9 +1115,17 @@ async fn the_views_register_redirect_uris_pkce_and_token_format() {
                 .contains("optional (this confidential client opted out)")
         );
         assert!(detail.body.contains("JWT (RFC 9068"));
-        // The key is published before the application's first token.
+        // The keys are published before the application's first token: the JWT access tokens'
+        // (EdDSA) and, since the client may ask for `openid`, its ID tokens' (RS256).
         let keys = f.get("/.well-known/jwks.json", None).await.json();
-        assert_eq!(keys["keys"].as_array().unwrap().len(), 1, "{keys}");
+        let mut algs: Vec<&str> = keys["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["alg"].as_str().unwrap())
+            .collect();
+        algs.sort();
+        assert_eq!(algs, ["EdDSA", "RS256"], "{keys}");
         // The edit form shows the stored choices.
         let edit = f
             .get(
