@@ -432,6 +432,10 @@ impl Validator<'_> {
             jwt: raw.jwt,
             routes: raw.routes,
             revocation: raw.revocation,
+            resource: raw.resource,
+            audience: raw.audience,
+            authorization_servers: raw.authorization_servers,
+            resource_name: raw.resource_name,
         }
         .resolve(
             self.file,
