@@ -285,7 +285,12 @@ fn jwt_section_errors_name_the_field() {
     ));
     assert!(e.contains("key \"jwt.algorithms\": \"none\""), "{e}");
     // Local validation needs an audience (the gate's, or its old spelling jwt.audience).
-    assert!(parse(&format!("jwt: {{ jwks_url: 'http://x/', issuer: i }}\n{GOOD}")).is_ok());
+    assert!(
+        parse(&format!(
+            "jwt: {{ jwks_url: 'http://x/', issuer: i }}\n{GOOD}"
+        ))
+        .is_ok()
+    );
     let e = error(&format!(
         "token_source: jwt\njwt: {{ jwks_url: 'http://x/', issuer: i }}\n{GOOD}"
     ));
