@@ -228,14 +228,17 @@ impl Introspector {
     }
 }
 
+/// The `aud` of the stand-in's active answers (a proxy configured with no audience ignores it).
+pub const AUDIENCE: &str = "tokengate-api";
+
 /// Fixed answers: `read`, `rw`, `groups`, `none` (no scope), `slow-*` (read, answered after
-/// 300 ms) are active, `admin` (read, in the groups `admins` and `ops team`) too; anything else
-/// is inactive.
+/// 300 ms) are active, `admin` (read, in the groups `admins` and `ops team`) too, all for
+/// [`AUDIENCE`]; anything else is inactive.
 fn claims(token: &str) -> Value {
     if token == "admin" {
         let exp = unix_now() + 3600;
         return json!({"active": true, "scope": "read", "client_id": "app-1", "username": "root",
-                      "exp": exp, "groups": ["admins", "ops team"]});
+                      "exp": exp, "groups": ["admins", "ops team"], "aud": AUDIENCE});
     }
     let scope = match token {
         "read" => "read",
@@ -246,7 +249,8 @@ fn claims(token: &str) -> Value {
         _ => return json!({"active": false}),
     };
     let exp = unix_now() + 3600;
-    json!({"active": true, "scope": scope, "client_id": "app-1", "username": "alice", "exp": exp, "token_type": "Bearer"})
+    json!({"active": true, "scope": scope, "client_id": "app-1", "username": "alice", "exp": exp,
+           "token_type": "Bearer", "aud": AUDIENCE})
 }
 
 /// Seconds since the Unix epoch, as introspection answers give times.
