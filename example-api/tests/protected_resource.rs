@@ -82,7 +82,8 @@ async fn metadata_challenge_and_audience() {
         a.www_authenticate.as_deref().unwrap().contains(
             r#"error_description="The access token is not meant for this API.", resource_metadata="#
         ),
-        "{a:?}"
+        "{:?}",
+        a.www_authenticate
     );
     api.stop().await;
 }
