@@ -91,13 +91,7 @@ impl TwoApis {
         let introspection = serve(move |req| {
             let audiences = audiences.clone();
             async move {
-                let form = String::from_utf8_lossy(&req.body).into_owned();
-                let token = form
-                    .split('&')
-                    .find_map(|kv| kv.strip_prefix("token="))
-                    .unwrap_or_default()
-                    .to_owned();
-                (200, introspection_answer(&token, &audiences))
+                (200, introspection_answer(&req.form_token(), &audiences))
             }
         })
         .await;

@@ -817,10 +817,8 @@ mod tests {
         assert!(r.authorization_servers.is_empty(), "no issuer known");
         // An explicit audience wins; the issuers the gate knows are the servers by default.
         let s = resolve(
-            &format!(
-                "introspection: {{url: 'http://a/i/', client_id: c, client_secret: s, issuer: 'https://as.example'}}\n\
-                 resource: 'https://api.example'\naudience: [legacy]\nresource_name: Orders"
-            ),
+            "introspection: {url: 'http://a/i/', client_id: c, client_secret: s, issuer: 'https://as.example'}\n\
+             resource: 'https://api.example'\naudience: [legacy]\nresource_name: Orders",
             &[],
         )
         .unwrap();

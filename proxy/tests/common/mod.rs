@@ -54,6 +54,15 @@ impl Request {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
+
+    /// The `token` of an introspection request's form (empty when there is none).
+    pub fn form_token(&self) -> String {
+        let form = String::from_utf8_lossy(&self.body).into_owned();
+        form.split('&')
+            .find_map(|kv| kv.strip_prefix("token="))
+            .unwrap_or_default()
+            .to_owned()
+    }
 }
 
 /// Reads one request (Content-Length or chunked body); `None` at end of stream.
@@ -195,12 +204,7 @@ impl Introspector {
                 if req.header("authorization") != Some(&format!("Bearer {INTROSPECTOR_TOKEN}")) {
                     return (401, json!({"error": "invalid_client"}));
                 }
-                let form = String::from_utf8_lossy(&req.body).into_owned();
-                let token = form
-                    .split('&')
-                    .find_map(|kv| kv.strip_prefix("token="))
-                    .unwrap_or_default()
-                    .to_owned();
+                let token = req.form_token();
                 *counted.lock().unwrap().entry(token.clone()).or_default() += 1;
                 if token.starts_with("slow-") {
                     tokio::time::sleep(Duration::from_millis(300)).await;
