@@ -90,9 +90,7 @@ impl TwoApis {
             .collect();
         let introspection = serve(move |req| {
             let audiences = audiences.clone();
-            async move {
-                (200, introspection_answer(&req.form_token(), &audiences))
-            }
+            async move { (200, introspection_answer(&req.form_token(), &audiences)) }
         })
         .await;
         let introspection_url = format!("http://{introspection}/o/introspect/");

@@ -686,7 +686,10 @@ routes:
             format!("Bearer realm=\"api\", {named}")
         );
         assert_eq!(
-            with(Decision::InvalidToken("The access token is not meant for this API.")).unwrap(),
+            with(Decision::InvalidToken(
+                "The access token is not meant for this API."
+            ))
+            .unwrap(),
             format!(
                 "Bearer realm=\"api\", error=\"invalid_token\", error_description=\"The access \
                  token is not meant for this API.\", {named}"
