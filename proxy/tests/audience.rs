@@ -1,9 +1,9 @@
 //! Two APIs behind two proxies, each its own `resource`: a token is good only at the API it was
 //! issued for, introspected (a stand-in authorization server that puts `aud` in its answers) or
 //! a JWT (Ed25519, keys from a JWKS file), and a token without `aud` is good at neither. Each
-//! proxy serves its RFC 9728 metadata (both path forms) and points to it from its 401s; its
-//! forward-auth listener does the same; and a client nobody here wrote (Python's httpx and
-//! requests) finds the metadata from the 401 alone.
+//! proxy serves its RFC 9728 metadata (both path forms) and points to it from its 401s (gRPC
+//! refusals too); its forward-auth listener does the same; and a client nobody here wrote
+//! (Python's httpx and requests) finds the metadata from the 401 alone.
 
 mod common;
 
@@ -317,6 +317,31 @@ async fn forward_auth_answers_the_metadata_and_the_challenge_the_proxy_would() {
         challenge(&resp).ends_with(&format!(
             "error_description=\"{DESCRIPTION}\", resource_metadata=\"{}\"",
             t.billing.metadata
+        )),
+        "{}",
+        challenge(&resp)
+    );
+    t.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_grpc_call_gets_the_same_challenge_with_its_status() {
+    let t = TwoApis::start().await;
+    // Over HTTP/1.1 the gRPC status is in the headers (over h2, in the trailers).
+    let resp = t
+        .client
+        .post(t.orders.url("/shop.Orders/Get"))
+        .header("content-type", "application/grpc")
+        .bearer_auth(t.token("introspection", Some(&t.billing)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["grpc-status"], "16", "UNAUTHENTICATED");
+    assert!(
+        challenge(&resp).ends_with(&format!(
+            "error_description=\"{DESCRIPTION}\", resource_metadata=\"{}\"",
+            t.orders.metadata
         )),
         "{}",
         challenge(&resp)
