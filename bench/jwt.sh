@@ -77,10 +77,10 @@ start_proxy() { # $1 case, $2 route access (YAML), $3 extra top-level YAML
   wait_http "http://127.0.0.1:$admin/healthz"
 }
 JWT_YAML="token_source: jwt
+audience: $AUDIENCE
 jwt:
   jwks_file: $WORK/jwks.json
   issuer: $ISSUER
-  audience: $AUDIENCE
   algorithms: [EdDSA, RS256]"
 start_proxy off "public: true" ""
 start_proxy intro-hit "scopes: [read]" ""

@@ -211,6 +211,7 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         client_id: proxy_client_id,
         client_secret: proxy_secret,
     };
+    front_door_resource(&mut config.proxy, &config.authserver);
     let proxy = tokio::task::spawn_blocking(move || proxy::spawn(config.proxy)).await??;
     Ok(Stack {
         front_door: proxy.listen_addr(),
@@ -294,6 +295,41 @@ fn override_upstream<T>(
     config.upstreams.insert(name.to_owned(), Arc::new(upstream));
     config.upstream_overrides.0.insert(var, value);
     Ok(out)
+}
+
+/// Makes the front door a protected resource (RFC 9728) when the proxy's file names none: its
+/// `resource` is the audience the authorization server gives tokens requested without
+/// `resource` (its `access_token_audience`: by default its issuer, the front door's URL), so
+/// that such tokens (the seed's password flow) still pass, and its `authorization_servers` is
+/// that issuer. Kept on every rule reload (as the `PROXY_RESOURCE` and
+/// `PROXY_AUTHORIZATION_SERVERS` overrides). An audience that is not a URL stays the proxy's
+/// audience, without metadata.
+fn front_door_resource(proxy: &mut ProxyConfig, authserver: &Settings) {
+    let gate = &mut proxy.gate;
+    if gate.resource.is_some() {
+        return;
+    }
+    let audience = &authserver.access_token_audience;
+    if resource_server::protected_resource::check_resource(audience).is_err() {
+        if gate.audience.is_none() {
+            gate.audience = resource_server::Audience::new(vec![audience.clone()]).ok();
+        }
+        return;
+    }
+    let overrides = &mut proxy.upstream_overrides.0;
+    overrides.insert("PROXY_RESOURCE".into(), audience.clone());
+    overrides.insert(
+        "PROXY_AUTHORIZATION_SERVERS".into(),
+        authserver.issuer.clone(),
+    );
+    gate.resource = Some(resource_server::ResourceSettings {
+        resource: audience.clone(),
+        authorization_servers: vec![authserver.issuer.clone()],
+        resource_name: None,
+    });
+    if gate.audience.is_none() {
+        gate.audience = resource_server::Audience::new(vec![audience.clone()]).ok();
+    }
 }
 
 /// The issuer the stack advertises: a loopback `http://` issuer (the shipped default) follows the

@@ -241,7 +241,7 @@ async fn every_row_of_spec_3_through_the_front_door() {
 
     let (status, challenge, body) = refusal(door.get("/users/", None).await).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
-    assert_eq!(challenge, "Bearer realm=\"api\"");
+    assert_eq!(challenge, "Bearer realm=\"api\", scope=\"read\"");
     assert_eq!(
         body["detail"],
         "Authentication credentials were not provided."

@@ -174,6 +174,70 @@ async fn every_endpoint_the_metadata_advertises_is_routed_at_the_front_door() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The front door is a protected resource (RFC 9728) of its own authorization server: its
+/// metadata answers beside the authorization server's, names the issuer exactly as the
+/// authorization server's metadata does, and every 401 points to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_front_door_publishes_its_protected_resource_metadata() {
+    let dir = std::env::temp_dir().join(format!(
+        "tg-stack-{}",
+        authserver::secrets::random_client_id()
+    ));
+    let database_url = format!("sqlite://{}/authserver.db", dir.display());
+    let stack = tokengate::start(config(&database_url, &[])).await.unwrap();
+    let http = reqwest::Client::new();
+    let base = format!("http://{}", stack.front_door);
+    let get = |path: &str| http.get(format!("{base}{path}")).send();
+    let server: Value = get("/.well-known/oauth-authorization-server")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let issuer = server["issuer"].as_str().unwrap();
+    let response = get("/.well-known/oauth-protected-resource").await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()["access-control-allow-origin"],
+        "*",
+        "public metadata, readable from any page"
+    );
+    let metadata: Value = response.json().await.unwrap();
+    // The shipped authserver.yaml leaves access_token_audience to default: the issuer.
+    assert_eq!(metadata["resource"], issuer);
+    assert_eq!(
+        metadata["authorization_servers"],
+        serde_json::json!([issuer])
+    );
+    assert_eq!(
+        metadata["scopes_supported"],
+        serde_json::json!(["groups", "read", "write"])
+    );
+    assert_eq!(
+        metadata["bearer_methods_supported"],
+        serde_json::json!(["header"])
+    );
+    // Still the authorization server's own.
+    for path in [
+        "/.well-known/openid-configuration",
+        "/.well-known/oauth-authorization-server",
+    ] {
+        assert_eq!(get(path).await.unwrap().status(), StatusCode::OK, "{path}");
+    }
+    let refused = get("/users/").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        refused.headers()["www-authenticate"],
+        format!(
+            "Bearer realm=\"api\", scope=\"read\", \
+             resource_metadata=\"{issuer}/.well-known/oauth-protected-resource\""
+        )
+        .as_str()
+    );
+    stack.shutdown().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_stack_on_the_same_data_leaves_the_first_serving() {
     let dir = std::env::temp_dir().join(format!(

@@ -1,13 +1,14 @@
 //! The access check in front of every handler: the configured `resource_server::Gate`
 //! (introspection, local JWT validation, both, or the proxy's identity headers) answers each
-//! request, and a refusal is written as it is.
+//! request, and a refusal is written as it is. With a `resource`, the gate's RFC 9728 metadata
+//! is answered before any handler, with no token looked at.
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use resource_server::{Check, Gate, Refusal};
+use resource_server::{Check, Gate, MetadataAnswer, Refusal};
 
 use crate::AppState;
 use crate::config::{Config, ConfigError};
@@ -96,6 +97,9 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 /// The middleware: refuses with the shared refusal, or runs the handler.
 pub async fn check(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let gate = &state.guard.gate;
+    if let Some(answer) = gate.metadata(request.method(), request.uri().path()) {
+        return metadata_response(answer);
+    }
     // Behind the proxy, the client certificate it verified (believed with its secret only).
     let client_cert = gate.forwarded_client_cert(request.headers());
     let verdict = gate
@@ -113,6 +117,14 @@ pub async fn check(State(state): State<AppState>, request: Request, next: Next) 
             refusal_response(&denial.refusal)
         }
     }
+}
+
+/// The gate's answer to a protected resource metadata request, as it is.
+fn metadata_response(answer: MetadataAnswer) -> Response {
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::NOT_FOUND);
+    let mut response = (status, Body::from(answer.body)).into_response();
+    response.headers_mut().extend(answer.headers);
+    response
 }
 
 /// A [`Refusal`] as an HTTP response (status, `WWW-Authenticate`, JSON body), untouched.

@@ -134,7 +134,7 @@ async fn hostile_answers_are_503_or_401_never_200() {
             "other audience",
             answer("aud", Some(j!(["web"]))),
             401,
-            Some("revoked"),
+            Some("not meant for this API"),
         ),
     ];
     for (name, reply, status, description) in cases {

@@ -97,7 +97,7 @@ async fn tokens_scopes_and_refusals() {
         let a = get(&http, &api.url("/users/"), None).await;
         assert_eq!(
             (a.status, a.www_authenticate.as_deref()),
-            (401, Some(r#"Bearer realm="api""#))
+            (401, Some(r#"Bearer realm="api", scope="read""#))
         );
         assert_eq!(
             a.json,

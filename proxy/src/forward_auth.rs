@@ -1,7 +1,9 @@
 //! Forward-auth mode: a decision endpoint on a listener of its own, for an ingress that proxies
 //! itself (nginx `auth_request`, Traefik `forwardAuth`, Envoy `ext_authz` as an HTTP service).
 //! The same gate and rules as the proxy, no upstream: 200 with the `X-Auth-*` identity headers,
-//! or the 401/403 and `WWW-Authenticate` the proxy would send.
+//! or the 401/403 and `WWW-Authenticate` the proxy would send. With a `resource`, a request for
+//! the RFC 9728 metadata (the ingress routing `/.well-known/oauth-protected-resource` here) is
+//! answered with the document, as the proxy answers it.
 
 use async_trait::async_trait;
 use http::{Response, StatusCode, header};
@@ -47,6 +49,16 @@ impl ServeHttp for ForwardAuth {
             false => None,
         };
         let routing = self.shared.routing();
+        if let Some(answer) = routing.gate.metadata(&method, uri.path()) {
+            let mut resp = Response::new(answer.body.into_bytes());
+            *resp.status_mut() =
+                StatusCode::from_u16(answer.status).unwrap_or(StatusCode::NOT_FOUND);
+            let len = resp.body().len();
+            let headers = resp.headers_mut();
+            headers.extend(answer.headers);
+            headers.insert(header::CONTENT_LENGTH, len.into());
+            return resp;
+        }
         match routing
             .gate
             .authorize(&method, &uri, &req.headers, client_cert.as_ref())

@@ -2,7 +2,9 @@
 //! (`resource_server::Gate::authorize`) and writes its refusals; then the route's upstream, and
 //! identity and `Authorization` headers rewritten on the way up; the access line and the
 //! JSON answer for an upstream that fails. On a route with `cors:`, preflights are answered here
-//! (no token, never forwarded) and every answer gets the route's CORS headers.
+//! (no token, never forwarded) and every answer gets the route's CORS headers. With a
+//! `resource`, the RFC 9728 metadata (`/.well-known/oauth-protected-resource...`) is answered
+//! here too, before any route, with no token looked at.
 
 use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
@@ -20,7 +22,7 @@ use pingora::upstreams::peer::Peer as _;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use resource_server::access_log::AccessLine;
 use resource_server::cors::{self, CorsPolicy, Preflight};
-use resource_server::{EncodedIdentity, Refusal};
+use resource_server::{EncodedIdentity, MetadataAnswer, Refusal};
 
 use crate::balance::{Lease, Pool, http_peer};
 use crate::drain::InFlight;
@@ -91,6 +93,13 @@ impl ProxyHttp for Gateway {
         ctx.client_cert = client_cert.map(|c| c.escaped_pem.clone());
         let thumbprint = client_cert.map(|c| c.thumbprint);
         let req = session.req_header();
+        // This API's protected resource metadata: public, before the routes.
+        if let Some(answer) = routing.gate.metadata(&req.method, req.uri.path()) {
+            ctx.routing = Some(routing);
+            self.close_if_draining(session);
+            write_metadata(session, answer).await?;
+            return Ok(true);
+        }
         // A real preflight for a route with `cors:` is the proxy's to answer: no token.
         if let Some(asked) = cors::preflight_method(&req.method, &req.headers)
             && let Some(route) = routing.gate.rules().find(&asked, req.uri.path())
@@ -512,6 +521,23 @@ async fn write_preflight(session: &mut Session, answer: Preflight, vary: bool) -
     session.write_response_header(Box::new(resp), end).await?;
     if let Some(body) = body {
         session.write_response_body(Some(body), true).await?;
+    }
+    Ok(())
+}
+
+/// Writes the gate's answer to a protected resource metadata request as it is.
+async fn write_metadata(session: &mut Session, answer: MetadataAnswer) -> Result<()> {
+    let mut resp = ResponseHeader::build(answer.status, Some(answer.headers.len() + 1))?;
+    for (name, value) in answer.headers {
+        resp.insert_header(name, value)?;
+    }
+    resp.insert_header("Content-Length", answer.body.len().to_string())?;
+    let end = answer.body.is_empty();
+    session.write_response_header(Box::new(resp), end).await?;
+    if !end {
+        session
+            .write_response_body(Some(Bytes::from(answer.body)), true)
+            .await?;
     }
     Ok(())
 }

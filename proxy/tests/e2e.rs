@@ -50,7 +50,7 @@ async fn missing_token_is_401_with_the_reference_body() {
     assert_eq!(resp.status(), 401);
     assert_eq!(
         header(&resp, "www-authenticate"),
-        Some(r#"Bearer realm="api""#)
+        Some(r#"Bearer realm="api", scope="read""#)
     );
     assert_eq!(header(&resp, "content-type"), Some("application/json"));
     assert_eq!(resp.text().await.unwrap(), NO_CREDENTIALS);

@@ -288,10 +288,11 @@ fn cases() -> Vec<(&'static str, Reply, Want)> {
             with("iss", Some(j!("https://evil.example"))),
             Invalid(INACTIVE_TOKEN, true),
         ),
+        // The gate's audience, not the answer policy: not counted as refused.
         (
             "other audience",
             with("aud", Some(j!(["web"]))),
-            Invalid(INACTIVE_TOKEN, true),
+            Invalid(resource_server::WRONG_AUDIENCE, false),
         ),
         (
             "exp past",

@@ -14,12 +14,13 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Introspector, ROUTES, config_yaml, echo_upstream, echoed, free_port, start_proxy};
+use common::{
+    AUDIENCE, Introspector, ROUTES, config_yaml, echo_upstream, echoed, free_port, start_proxy,
+};
 use jwks::{Corpus, JwksServer};
 use serde_json::{Value, json};
 
 const ISSUER: &str = "https://login.example.test/realms/shop";
-const AUDIENCE: &str = "tokengate-api";
 
 fn corpus() -> &'static Corpus {
     static C: OnceLock<Corpus> = OnceLock::new();
@@ -218,7 +219,8 @@ async fn the_adversarial_corpus_is_refused_by_the_proxy() {
     );
     let metrics = p.metrics().await;
     for line in [
-        "tokengate_proxy_jwt_validations_total{outcome=\"verified\"} 1\n",
+        // rs256, and wrong_aud: its signature holds, the gate's audience refuses it.
+        "tokengate_proxy_jwt_validations_total{outcome=\"verified\"} 2\n",
         "tokengate_proxy_jwt_validations_total{outcome=\"unknown_key\"} 5\n",
         "tokengate_proxy_jwt_validations_total{outcome=\"bad_signature\"} 15\n",
         "tokengate_proxy_jwt_jwks_fetches_total 2\n",

@@ -40,12 +40,7 @@ fn x5t(pem: &Path) -> String {
 /// thumbprint X5T; `jkt` bound by a key (DPoP) the gate cannot check; anything else inactive.
 async fn introspector() -> String {
     let addr = serve(|req| async move {
-        let form = String::from_utf8_lossy(&req.body).into_owned();
-        let token = form
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("token="))
-            .unwrap_or_default()
-            .to_owned();
+        let token = req.form_token();
         let mut claims = json!({"active": true, "scope": "read", "client_id": "app-1",
                                 "exp": unix_now() + 3600, "token_type": "Bearer"});
         match token.strip_prefix("bound-") {

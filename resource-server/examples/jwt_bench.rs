@@ -45,7 +45,6 @@ async fn main() {
     let server = JwksServer::start(&jwks_doc, "max-age=3600").await;
     let v = JwtValidator::new(JwtSettings::new(
         "https://issuer",
-        Some("api"),
         JwksSettings::new(JwksSource::Url(server.url())),
     ))
     .unwrap();

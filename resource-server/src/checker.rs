@@ -97,7 +97,7 @@ pub struct CheckerMetrics {
     pub errors: AtomicU64,
     /// Failed calls whose 2xx answer was not a valid RFC 7662 answer (also in `errors`).
     pub malformed: AtomicU64,
-    /// Active answers refused by the [`AnswerPolicy`] (refresh token, issuer, audience).
+    /// Active answers refused by the [`AnswerPolicy`] (refresh token, issuer).
     pub refused: AtomicU64,
     /// Answers served from the stale grace while the server was unavailable.
     pub stale_served: AtomicU64,
@@ -184,7 +184,7 @@ impl CheckerMetrics {
             ),
             (
                 "introspection_refused",
-                "Active introspection answers refused: refresh token, issuer or audience mismatch",
+                "Active introspection answers refused: refresh token or issuer mismatch",
                 self.refused(),
             ),
             (
@@ -756,7 +756,7 @@ mod tests {
         let e = TokenChecker::new(s.clone(), CacheSettings::default()).unwrap_err();
         assert_eq!(e.to_string(), "introspection leeway: at most 300s");
         s.policy.leeway = Duration::ZERO;
-        s.policy.audience = Some(String::new());
+        s.policy.issuer = Some(String::new());
         assert!(matches!(
             TokenChecker::new(s, CacheSettings::default()),
             Err(CheckerError::Settings(_))

@@ -31,8 +31,9 @@ pub enum Credential {
 pub enum Decision {
     /// Forward it; with the caller's identity on authenticated routes, `None` on public ones.
     Allow(Option<Arc<EncodedIdentity>>),
-    /// 401: no credentials on a protected route.
-    Unauthenticated,
+    /// 401: no credentials on a protected route; the scopes it needs (space-separated, the
+    /// challenge's `scope` hint; empty: any token).
+    Unauthenticated(String),
     /// 400: malformed credentials on a protected route.
     BadRequest(&'static str),
     /// 401: inactive (unknown, expired, revoked) token; the text becomes `error_description`.
@@ -89,7 +90,7 @@ impl Outcome {
     pub fn of(decision: &Decision) -> Outcome {
         match decision {
             Decision::Allow(_) => Outcome::Allow,
-            Decision::Unauthenticated => Outcome::Unauthenticated,
+            Decision::Unauthenticated(_) => Outcome::Unauthenticated,
             Decision::BadRequest(_) => Outcome::BadRequest,
             Decision::InvalidToken(_) => Outcome::InvalidToken,
             Decision::InsufficientScope(_) => Outcome::InsufficientScope,
@@ -174,49 +175,54 @@ impl Decision {
     }
 
     /// `Ok` with the identity to forward (`None` on a public route), or the [`Denial`]: its
-    /// response (status, `WWW-Authenticate`, JSON body) and its metrics label.
+    /// response (status, `WWW-Authenticate`, JSON body) and its metrics label. See
+    /// [`Decision::into_result_with`].
     pub fn into_result(self) -> Result<Option<Arc<EncodedIdentity>>, Denial> {
+        self.into_result_with(None)
+    }
+
+    /// [`Decision::into_result`], every challenge naming the resource's metadata URL when there
+    /// is one (`resource_metadata`, RFC 9728 §5.1). The one place challenges are written:
+    /// `Bearer realm="api"`, then `error`, `error_description` and `scope` as the refusal has
+    /// them (RFC 6750 §3; `scope` also on the 401 for a missing token, when the route needs
+    /// scopes), then `resource_metadata`.
+    pub fn into_result_with(
+        self,
+        resource_metadata: Option<&str>,
+    ) -> Result<Option<Arc<EncodedIdentity>>, Denial> {
         let outcome = Outcome::of(&self);
-        let (status, challenge, detail) = match self {
-            Decision::Allow(identity) => return Ok(identity),
-            Decision::Unauthenticated => (
+        let challenge = |params: &[(&str, &str)]| Some(challenge(params, resource_metadata));
+        let (status, challenge, detail) = match &self {
+            Decision::Allow(identity) => return Ok(identity.clone()),
+            Decision::Unauthenticated(scope) if scope.is_empty() => (
                 401,
-                Some(format!("Bearer realm={}", quote(REALM))),
+                challenge(&[]),
                 "Authentication credentials were not provided.",
             ),
-            Decision::BadRequest(reason) => (
-                400,
-                Some(format!(
-                    "Bearer realm={}, error=\"invalid_request\"",
-                    quote(REALM)
-                )),
-                reason,
+            Decision::Unauthenticated(scope) => (
+                401,
+                challenge(&[("scope", scope)]),
+                "Authentication credentials were not provided.",
             ),
+            Decision::BadRequest(reason) => {
+                (400, challenge(&[("error", "invalid_request")]), *reason)
+            }
             Decision::InvalidToken(reason) => (
                 401,
-                Some(format!(
-                    "Bearer realm={}, error=\"invalid_token\", error_description={}",
-                    quote(REALM),
-                    quote(reason)
-                )),
+                challenge(&[("error", "invalid_token"), ("error_description", reason)]),
                 "Invalid token.",
             ),
             Decision::InsufficientScope(scope) => (
                 403,
-                Some(format!(
-                    "Bearer realm={}, error=\"insufficient_scope\", scope={}",
-                    quote(REALM),
-                    quote(&scope)
-                )),
+                challenge(&[("error", "insufficient_scope"), ("scope", scope)]),
                 "You do not have permission to perform this action.",
             ),
             Decision::NotInGroup => (
                 403,
-                Some(format!(
-                    "Bearer realm={}, error=\"insufficient_scope\", error_description={}",
-                    quote(REALM),
-                    quote(NOT_IN_GROUP)
-                )),
+                challenge(&[
+                    ("error", "insufficient_scope"),
+                    ("error_description", NOT_IN_GROUP),
+                ]),
                 "You do not have permission to perform this action.",
             ),
             Decision::Unavailable => (503, None, "Authorization server unavailable."),
@@ -256,6 +262,20 @@ impl Denial {
     pub fn no_route() -> Denial {
         Denial::new(Outcome::NoRoute, 404, None, "Not found.")
     }
+}
+
+/// A `Bearer` challenge: the realm, `params` (each value quoted), then `resource_metadata` when
+/// given.
+fn challenge(params: &[(&str, &str)], resource_metadata: Option<&str>) -> String {
+    let mut out = format!("Bearer realm={}", quote(REALM));
+    let metadata = resource_metadata.map(|url| ("resource_metadata", url));
+    for (name, value) in params.iter().copied().chain(metadata) {
+        out.push_str(", ");
+        out.push_str(name);
+        out.push('=');
+        out.push_str(&quote(value));
+    }
+    out
 }
 
 /// An RFC 7230 quoted-string.
@@ -304,7 +324,7 @@ pub fn decide_at(
         Access::Authenticated { all_of, any_of } => (all_of, any_of),
     };
     let claims = match token {
-        Credential::Missing => return Decision::Unauthenticated,
+        Credential::Missing => return Decision::Unauthenticated(required_scopes(all_of, any_of)),
         Credential::Malformed(reason) => return Decision::BadRequest(reason),
         Credential::Unavailable => return Decision::Unavailable,
         Credential::Invalid(reason) => return Decision::InvalidToken(reason),
@@ -323,13 +343,18 @@ pub fn decide_at(
     let all_ok = all_of.iter().all(|s| claims.has_scope(s));
     let any_ok = any_of.is_empty() || any_of.iter().any(|s| claims.has_scope(s));
     if !(all_ok && any_ok) {
-        let required: Vec<&str> = all_of.iter().chain(any_of).map(String::as_str).collect();
-        return Decision::InsufficientScope(required.join(" "));
+        return Decision::InsufficientScope(required_scopes(all_of, any_of));
     }
     if !route.groups_any.is_empty() && !claims.in_any_group(&route.groups_any) {
         return Decision::NotInGroup;
     }
     Decision::Allow(Some(claims.identity()))
+}
+
+/// The scopes a route needs, space-separated: `all_of` then `any_of` (the challenge's `scope`).
+fn required_scopes(all_of: &[String], any_of: &[String]) -> String {
+    let required: Vec<&str> = all_of.iter().chain(any_of).map(String::as_str).collect();
+    required.join(" ")
 }
 
 #[cfg(test)]
@@ -468,11 +493,16 @@ routes:
         let inactive = Claims::inactive();
         let mut expired = active("read write groups");
         expired.exp = Some(NOW);
-        for name in ["any-token", "all", "any", "both"] {
+        for (name, needed) in [
+            ("any-token", ""),
+            ("all", "read write"),
+            ("any", "groups admin"),
+            ("both", "read groups admin"),
+        ] {
             let rt = Some(route(&r, name));
             assert_eq!(
                 decide_at(rt, &Credential::Missing, NOW, Duration::ZERO),
-                Decision::Unauthenticated
+                Decision::Unauthenticated(needed.into())
             );
             assert_eq!(
                 decide_at(
@@ -581,12 +611,16 @@ routes:
         assert_eq!(Decision::Allow(None).refusal(), None);
         assert_eq!(allow("read").refusal(), None);
         assert_eq!(
-            refusal(Decision::Unauthenticated),
+            refusal(Decision::Unauthenticated(String::new())),
             (
                 401,
                 Some(r#"Bearer realm="api""#.into()),
                 serde_json::json!({"detail": "Authentication credentials were not provided."})
             )
+        );
+        assert_eq!(
+            refusal(Decision::Unauthenticated("read write".into())).1,
+            Some(r#"Bearer realm="api", scope="read write""#.into()),
         );
         assert_eq!(
             refusal(Decision::InvalidToken(INACTIVE_TOKEN)),
@@ -631,6 +665,46 @@ routes:
             Decision::NoRoute.refusal().unwrap().body,
             r#"{"detail":"Not found."}"#
         );
+    }
+
+    #[test]
+    fn every_challenge_names_the_resource_metadata_last() {
+        let url = "https://api.example/.well-known/oauth-protected-resource/orders";
+        let with = |d: Decision| {
+            d.into_result_with(Some(url))
+                .unwrap_err()
+                .refusal
+                .www_authenticate
+        };
+        let named = format!("resource_metadata=\"{url}\"");
+        assert_eq!(
+            with(Decision::Unauthenticated("read".into())).unwrap(),
+            format!("Bearer realm=\"api\", scope=\"read\", {named}")
+        );
+        assert_eq!(
+            with(Decision::Unauthenticated(String::new())).unwrap(),
+            format!("Bearer realm=\"api\", {named}")
+        );
+        assert_eq!(
+            with(Decision::InvalidToken(
+                "The access token is not meant for this API."
+            ))
+            .unwrap(),
+            format!(
+                "Bearer realm=\"api\", error=\"invalid_token\", error_description=\"The access \
+                 token is not meant for this API.\", {named}"
+            )
+        );
+        assert_eq!(
+            with(Decision::InsufficientScope("write".into())).unwrap(),
+            format!("Bearer realm=\"api\", error=\"insufficient_scope\", scope=\"write\", {named}")
+        );
+        for d in [Decision::BadRequest("x"), Decision::NotInGroup] {
+            assert!(with(d).unwrap().ends_with(&named));
+        }
+        // No challenge where there was none.
+        assert_eq!(with(Decision::Unavailable), None);
+        assert_eq!(with(Decision::NoRoute), None);
     }
 
     #[test]
@@ -705,7 +779,7 @@ routes:
     fn refusals_map_to_grpc_codes_with_an_encoded_message() {
         let code = |d: Decision| d.refusal().unwrap().grpc();
         assert_eq!(
-            code(Decision::Unauthenticated),
+            code(Decision::Unauthenticated(String::new())),
             (16, "Authentication credentials were not provided.".into())
         );
         assert_eq!(code(Decision::InvalidToken("expired")).0, 16);

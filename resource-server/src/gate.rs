@@ -2,13 +2,17 @@
 //! token [`Check`], is built once from [`crate::GateSettings`] and replaced as a unit on reload;
 //! [`Gate::authorize`] answers one request: `Ok(`[`Allow`]`)` or `Err(`[`Denial`]`)`, a denial
 //! always carrying its response and its metrics label. With a revocation stream
-//! ([`crate::ssf::Receiver`]), every checked token is screened against its deny-list.
+//! ([`crate::ssf::Receiver`]), every checked token is screened against its deny-list; with an
+//! audience ([`crate::audience`]), every checked token must be meant for this API. With a
+//! `resource`, [`Gate::metadata`] answers RFC 9728 metadata requests and every challenge names
+//! the metadata ([`crate::protected_resource`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, Method, Uri};
 
+use crate::audience::Audience;
 use crate::bearer::{Bearer, bearer_token};
 use crate::checker::TokenChecker;
 use crate::client_cert::{CertThumbprint, bind, forwarded_cert};
@@ -17,6 +21,7 @@ use crate::forwarded::{ForwardedIdentity, ProxySecret};
 use crate::gate_config::{GateSettings, TokenSource};
 use crate::identity::EncodedIdentity;
 use crate::jwt::JwtValidator;
+use crate::protected_resource::{MetadataAnswer, ProtectedResource, ResourceSettings};
 use crate::revoked::REVOKED_TOKEN;
 use crate::rules::{Access, Route, Rules};
 use crate::ssf::Receiver;
@@ -136,6 +141,10 @@ pub struct Gate {
     /// certificate the proxy forwards is believed with it ([`Gate::forwarded_client_cert`]).
     proxy_secret: Option<ProxySecret>,
     revocation: Option<Receiver>,
+    /// What a checked token's `aud` must name one of (`None`: not checked).
+    audience: Option<Audience>,
+    /// This API's RFC 9728 metadata, when a `resource` is configured.
+    resource: Option<Arc<ProtectedResource>>,
 }
 
 impl Gate {
@@ -145,7 +154,21 @@ impl Gate {
             check,
             proxy_secret: None,
             revocation: None,
+            audience: None,
+            resource: None,
         }
+    }
+
+    /// This gate, holding every checked token to `audience`.
+    pub fn with_audience(self, audience: Option<Audience>) -> Gate {
+        Gate { audience, ..self }
+    }
+
+    /// This gate, serving the metadata of `resource` (its scopes the rules') and naming it in
+    /// every challenge.
+    pub fn with_resource(self, resource: Option<&ResourceSettings>) -> Gate {
+        let resource = resource.map(|r| Arc::new(ProtectedResource::new(r, &self.rules)));
+        Gate { resource, ..self }
     }
 
     /// The gate `settings` describe. `previous` is the gate this one replaces on a reload: its
@@ -212,12 +235,38 @@ impl Gate {
             }),
             TokenSource::Unchecked => Check::Unchecked,
         };
+        // The proxy's identity headers carry no audience: the proxy checked it.
+        let audience = settings
+            .audience
+            .filter(|_| settings.token_source.checks_tokens());
         Ok(Gate {
             rules: settings.rules,
             check,
             proxy_secret: settings.proxy_secret,
             revocation,
-        })
+            audience: None,
+            resource: None,
+        }
+        .with_audience(audience)
+        .with_resource(settings.resource.as_ref()))
+    }
+
+    /// The answer to a request for protected resource metadata (a path under
+    /// `/.well-known/oauth-protected-resource`), given before any route is matched, with no
+    /// token looked at; `None` for any other path, and for every path when no `resource` is
+    /// configured (then the routes decide, and without a route for it the answer is 404).
+    pub fn metadata(&self, method: &Method, path: &str) -> Option<MetadataAnswer> {
+        self.resource.as_ref()?.answer(method, path)
+    }
+
+    /// This API's metadata, when a `resource` is configured.
+    pub fn protected_resource(&self) -> Option<&ProtectedResource> {
+        self.resource.as_deref()
+    }
+
+    /// The audiences checked tokens must name one of, if any.
+    pub fn audience(&self) -> Option<&Audience> {
+        self.audience.as_ref()
     }
 
     /// The revocation stream receiver, when there is one.
@@ -271,9 +320,13 @@ impl Gate {
         {
             credential = Credential::Invalid(REVOKED_TOKEN);
         }
+        if let Some(audience) = &self.audience {
+            credential = audience.screen(credential);
+        }
         let credential = bind(credential, client_cert);
+        let resource_metadata = self.resource.as_deref().map(ProtectedResource::url);
         decide(Some(route), &credential, self.check.leeway())
-            .into_result()
+            .into_result_with(resource_metadata)
             .map(allow)
             .map_err(|denial| denial.on_route(route.index()))
     }

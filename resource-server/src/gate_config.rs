@@ -1,26 +1,35 @@
 //! The gate's part of a binary's YAML, the same in the proxy and the example API:
-//! `token_source`, `introspection`, `jwt` and `routes` ([`GateConfig`]), resolved in one place,
+//! `token_source`, `introspection`, `jwt`, `routes`, and this API's identity (`resource`,
+//! `audience`, `authorization_servers`, `resource_name`) ([`GateConfig`]), resolved in one place,
 //! with the binary's environment variables, into [`GateSettings`]: plain data, from which
 //! [`crate::Gate::build`] makes the gate.
 //!
 //! The variables, for a binary whose prefix is `PROXY` or `EXAMPLE_API`:
 //! `<PREFIX>_TOKEN_SOURCE`, `<PREFIX>_INTROSPECTION_URL`, `<PREFIX>_AUTH_TOKEN` (replaces any
-//! client credentials of the file), `<PREFIX>_CLIENT_ID`, `<PREFIX>_CLIENT_SECRET`. Empty values
-//! are ignored. The `revocation:` section's variables are in [`crate::ssf::config`].
+//! client credentials of the file), `<PREFIX>_CLIENT_ID`, `<PREFIX>_CLIENT_SECRET`,
+//! `<PREFIX>_RESOURCE`, `<PREFIX>_AUTHORIZATION_SERVERS` (comma-separated). Empty values are
+//! ignored. The `revocation:` section's variables are in [`crate::ssf::config`].
+//!
+//! One audience for every token source: `audience` (one identifier or a list; default: the
+//! `resource`). `introspection.audience` and `jwt.audience` are its old spellings, still read
+//! with a warning; a file whose spellings disagree is refused.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::audience::{Audience, AudienceSetting, RawAudience};
 use crate::checker::CacheSettings;
 use crate::config_error::ConfigError;
 use crate::forwarded::ProxySecret;
 use crate::introspection::{ClientAuth, IntrospectionSettings};
 use crate::jwt::JwtSettings;
 use crate::jwt::raw::RawJwt;
+use crate::protected_resource::{ResourceSettings, check_issuer, check_resource};
 use crate::rules::{RouteSpec, Rules};
 use crate::settings::{RawIntrospection, SettingError};
 use crate::ssf::{RawRevocation, RevocationSettings};
+use crate::yaml::OneOrMany;
 
 /// How a deployment establishes who is calling (`token_source`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -126,6 +135,15 @@ pub struct GateConfig {
     pub routes: Vec<RouteSpec>,
     /// The revocation stream (see [`crate::ssf`]).
     pub revocation: Option<RawRevocation>,
+    /// This API's resource identifier (RFC 8707, RFC 9728): an absolute `https` URI (`http` on
+    /// loopback). Default audience; with it, the metadata is served and named in challenges.
+    pub resource: Option<String>,
+    /// The audiences a token must name one of (default: `[resource]`; none: not checked).
+    pub audience: Option<RawAudience>,
+    /// The metadata's `authorization_servers` (default: `jwt.issuer`, `introspection.issuer`).
+    pub authorization_servers: Option<OneOrMany>,
+    /// The metadata's `resource_name`.
+    pub resource_name: Option<String>,
 }
 
 /// Where the gate's environment variables come from: the binary's prefix and a lookup (the
@@ -186,6 +204,10 @@ pub struct GateSettings {
     pub rules: Rules,
     /// The revocation stream receiver's settings, when tokens are checked and it is configured.
     pub revocation: Option<RevocationSettings>,
+    /// The audiences every checked token must name one of; `None`: not checked.
+    pub audience: Option<Audience>,
+    /// The protected resource metadata's settings, when a `resource` is configured.
+    pub resource: Option<ResourceSettings>,
 }
 
 impl GateConfig {
@@ -211,6 +233,7 @@ impl GateConfig {
         };
         let jwt = self
             .jwt
+            .as_ref()
             .map(|raw| raw.settings())
             .transpose()
             .map_err(setting)?;
@@ -225,6 +248,8 @@ impl GateConfig {
                 ),
             ));
         }
+        let resource = resource(&self, file, env)?;
+        let audience = audience(&self, file, token_source, resource.as_ref())?;
         let leeway = match &self.introspection {
             Some(raw) => raw.policy().map_err(setting)?.leeway,
             None => crate::AnswerPolicy::DEFAULT_LEEWAY,
@@ -276,7 +301,183 @@ impl GateConfig {
             proxy_secret: None,
             rules,
             revocation,
+            audience,
+            resource,
         })
+    }
+}
+
+/// `resource`, `authorization_servers` and `resource_name` with their environment variables:
+/// `None` without a resource (then the other two must be left out).
+fn resource(
+    config: &GateConfig,
+    file: &str,
+    env: &GateEnv<'_>,
+) -> Result<Option<ResourceSettings>, ConfigError> {
+    let (resource_env, resource) = match env.var("RESOURCE") {
+        Some((var, value)) => (Some(var), Some(value)),
+        None => (None, config.resource.clone()),
+    };
+    let (servers_env, servers) = match env.var("AUTHORIZATION_SERVERS") {
+        Some((var, value)) => (
+            Some(var),
+            Some(value.split(',').map(|s| s.trim().to_owned()).collect()),
+        ),
+        None => (
+            None,
+            config.authorization_servers.as_ref().map(OneOrMany::to_vec),
+        ),
+    };
+    let Some(resource) = resource else {
+        let described = [
+            ("authorization_servers", servers.is_some()),
+            ("resource_name", config.resource_name.is_some()),
+        ];
+        if let Some((key, _)) = described.into_iter().find(|(_, given)| *given) {
+            return Err(invalid(
+                file,
+                key,
+                None,
+                "(set)",
+                "describes this API's resource: give resource too",
+            ));
+        }
+        return Ok(None);
+    };
+    check_resource(&resource)
+        .map_err(|problem| invalid(file, "resource", resource_env, &resource, problem))?;
+    let authorization_servers = match servers {
+        Some(list) => {
+            if list.is_empty() {
+                return Err(invalid(
+                    file,
+                    "authorization_servers",
+                    servers_env,
+                    "[]",
+                    "empty: leave the key out for the issuer of jwt or introspection",
+                ));
+            }
+            if let Some(bad) = list.iter().find(|s| check_issuer(s).is_err()) {
+                let problem = check_issuer(bad).unwrap_err();
+                return Err(invalid(
+                    file,
+                    "authorization_servers",
+                    servers_env,
+                    bad,
+                    problem,
+                ));
+            }
+            list
+        }
+        // The issuers the gate already checks tokens against, as written.
+        None => {
+            let mut issuers: Vec<String> = [
+                config.jwt.as_ref().and_then(|j| j.issuer.clone()),
+                config.introspection.as_ref().and_then(|i| i.issuer.clone()),
+            ]
+            .into_iter()
+            .flatten()
+            .filter(|i| !i.trim().is_empty())
+            .collect();
+            issuers.dedup();
+            issuers
+        }
+    };
+    let resource_name = match &config.resource_name {
+        Some(name) if name.trim().is_empty() => {
+            return Err(invalid(
+                file,
+                "resource_name",
+                None,
+                name,
+                "empty (leave the key out)",
+            ));
+        }
+        other => other.clone(),
+    };
+    Ok(Some(ResourceSettings {
+        resource,
+        authorization_servers,
+        resource_name,
+    }))
+}
+
+/// The one audience: `audience`, else its old spellings (`introspection.audience`,
+/// `jwt.audience`, with a warning), else `[resource]`, else none. A spelling that disagrees
+/// with another is refused, naming it; a token source that validates JWTs needs an audience
+/// (or `audience: {disabled: true}`), as RFC 9068 §4 requires the check.
+fn audience(
+    config: &GateConfig,
+    file: &str,
+    token_source: TokenSource,
+    resource: Option<&ResourceSettings>,
+) -> Result<Option<Audience>, ConfigError> {
+    let read = |key: &str, raw: &RawAudience| {
+        raw.setting()
+            .map_err(|problem| invalid(file, key, None, raw.written(), problem))
+    };
+    let given = config
+        .audience
+        .as_ref()
+        .map(|raw| read("audience", raw))
+        .transpose()?;
+    let old_spellings = [
+        (
+            "introspection.audience",
+            config
+                .introspection
+                .as_ref()
+                .and_then(|i| i.audience.clone())
+                .map(RawAudience::One),
+        ),
+        (
+            "jwt.audience",
+            config.jwt.as_ref().and_then(|j| j.audience.clone()),
+        ),
+    ];
+    let mut chosen: Option<(&str, AudienceSetting)> = given.map(|g| ("audience", g));
+    for (key, raw) in old_spellings {
+        let Some(raw) = raw else { continue };
+        let setting = read(key, &raw)?;
+        match &chosen {
+            Some((by, first)) if !first.same_as(&setting) => {
+                return Err(invalid(
+                    file,
+                    key,
+                    None,
+                    raw.written(),
+                    format!(
+                        "the old spelling of audience, and {by} says {first}: the gate has one \
+                         audience for every token source; keep only audience"
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None => chosen = Some((key, setting)),
+        }
+        tracing::warn!(
+            "{file}: {key} is the old spelling of audience (one for every token source): it \
+             still works, but write audience"
+        );
+    }
+    match chosen {
+        Some((_, setting)) => Ok(setting.into_audience()),
+        None => match resource {
+            Some(r) => Ok(Some(
+                Audience::new(vec![r.resource.clone()]).expect("a checked resource"),
+            )),
+            None if token_source.uses_jwt() => Err(invalid(
+                file,
+                "audience",
+                None,
+                "(missing)",
+                format!(
+                    "token_source {token_source} needs this API's audience (or resource, which \
+                     is then the audience; audience: {{disabled: true}} accepts any aud)"
+                ),
+            )),
+            None => Ok(None),
+        },
     }
 }
 
@@ -397,6 +598,10 @@ mod tests {
             #[serde(default)]
             routes: Vec<RouteSpec>,
             revocation: Option<RawRevocation>,
+            resource: Option<String>,
+            audience: Option<RawAudience>,
+            authorization_servers: Option<OneOrMany>,
+            resource_name: Option<String>,
         }
         let f: File = serde_yaml_ng::from_str(yaml).unwrap();
         GateConfig {
@@ -405,6 +610,10 @@ mod tests {
             jwt: f.jwt,
             routes: f.routes,
             revocation: f.revocation,
+            resource: f.resource,
+            audience: f.audience,
+            authorization_servers: f.authorization_servers,
+            resource_name: f.resource_name,
         }
     }
 
@@ -499,5 +708,198 @@ mod tests {
         assert_eq!(key(e), "\"introspection.url\"");
         let e = resolve("introspection: {url: 'http://a/i/', client_id: c}", &[]).unwrap_err();
         assert_eq!(key(e), "\"introspection.client_secret\"");
+    }
+
+    /// The whole message of a refused configuration.
+    fn message(yaml: &str, vars: &[(&str, &str)]) -> String {
+        resolve(yaml, vars).unwrap_err().to_string()
+    }
+
+    fn accepted(s: &GateSettings) -> Option<Vec<&str>> {
+        s.audience
+            .as_ref()
+            .map(|a| a.accepted().iter().map(String::as_str).collect())
+    }
+
+    const JWT: &str = "jwt: {jwks_url: 'https://idp/jwks', issuer: 'https://idp'";
+
+    #[test]
+    fn one_audience_written_once_or_in_its_old_spellings() {
+        // The gate's key, one or a list.
+        let s = resolve(&format!("{URL}audience: api"), &[]).unwrap();
+        assert_eq!(accepted(&s), Some(vec!["api"]));
+        let s = resolve(&format!("{URL}audience: [a, b]"), &[]).unwrap();
+        assert_eq!(accepted(&s), Some(vec!["a", "b"]));
+        // The old spellings still work.
+        let old =
+            "introspection: {url: 'http://a/i/', client_id: c, client_secret: s, audience: api}";
+        assert_eq!(accepted(&resolve(old, &[]).unwrap()), Some(vec!["api"]));
+        let s = resolve(
+            &format!("token_source: jwt\n{JWT}, audience: [x, y]}}"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(accepted(&s), Some(vec!["x", "y"]));
+        // Saying the same twice is fine (order and repetitions aside).
+        let s = resolve(
+            &format!("{URL}audience: [y, x]\n{JWT}, audience: [x, y, x]}}"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(accepted(&s), Some(vec!["y", "x"]));
+        // Disabled, on purpose: nothing checked, also for JWTs.
+        let s = resolve(
+            &format!("token_source: jwt\n{JWT}, audience: {{disabled: true}}}}"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(accepted(&s), None);
+        // Nothing said: introspection checks none; JWT validation needs one.
+        assert_eq!(accepted(&resolve(URL, &[]).unwrap()), None);
+        let e = message(&format!("token_source: jwt\n{JWT}}}"), &[]);
+        assert!(
+            e.starts_with("g.yaml: key \"audience\": (missing): token_source jwt needs"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn spellings_that_disagree_are_refused_naming_file_key_and_value() {
+        let e = message(
+            &format!("{URL}audience: orders\n{JWT}, audience: billing}}"),
+            &[],
+        );
+        assert_eq!(
+            e,
+            "g.yaml: key \"jwt.audience\": \"billing\": the old spelling of audience, and \
+             audience says orders: the gate has one audience for every token source; keep only \
+             audience"
+        );
+        let two_old =
+            "introspection: {url: 'http://a/i/', client_id: c, client_secret: s, audience: a}\n";
+        let e = message(
+            &format!("{two_old}{JWT}, audience: {{disabled: true}}}}"),
+            &[],
+        );
+        assert!(
+            e.starts_with(
+                "g.yaml: key \"jwt.audience\": \"{disabled: true}\": the old spelling of \
+                 audience, and introspection.audience says a"
+            ),
+            "{e}"
+        );
+        for (yaml, key, value) in [
+            (format!("{URL}audience: ''"), "audience", "\"\""),
+            (format!("{URL}audience: []"), "audience", "\"[]\""),
+            (format!("{URL}audience: {{disabled: false}}"), "audience", "\"{disabled: false}\""),
+            (
+                "introspection: {url: 'http://a/i/', client_id: c, client_secret: s, audience: ' '}"
+                    .to_owned(),
+                "introspection.audience",
+                "\" \"",
+            ),
+            (format!("{URL}{JWT}, audience: ['']}}"), "jwt.audience", "\"[]\""),
+        ] {
+            let e = message(&yaml, &[]);
+            assert!(
+                e.starts_with(&format!("g.yaml: key \"{key}\": {value}")),
+                "{yaml}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_resource_is_the_default_audience_and_the_metadatas_subject() {
+        let s = resolve(&format!("{URL}resource: 'https://api.example/orders'"), &[]).unwrap();
+        assert_eq!(accepted(&s), Some(vec!["https://api.example/orders"]));
+        let r = s.resource.unwrap();
+        assert_eq!(r.resource, "https://api.example/orders");
+        assert!(r.authorization_servers.is_empty(), "no issuer known");
+        // An explicit audience wins; the issuers the gate knows are the servers by default.
+        let s = resolve(
+            "introspection: {url: 'http://a/i/', client_id: c, client_secret: s, issuer: 'https://as.example'}\n\
+             resource: 'https://api.example'\naudience: [legacy]\nresource_name: Orders",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(accepted(&s), Some(vec!["legacy"]));
+        let r = s.resource.unwrap();
+        assert_eq!(r.authorization_servers, ["https://as.example"]);
+        assert_eq!(r.resource_name.as_deref(), Some("Orders"));
+        // The environment gives both (the stack's way, and a sidecar's).
+        let s = resolve(
+            &format!(
+                "{URL}resource: 'https://file.example'\nauthorization_servers: 'https://a.example'"
+            ),
+            &[
+                ("PROXY_RESOURCE", "http://127.0.0.1:9000"),
+                (
+                    "PROXY_AUTHORIZATION_SERVERS",
+                    "http://127.0.0.1:9000, https://b.example",
+                ),
+            ],
+        )
+        .unwrap();
+        let r = s.resource.clone().unwrap();
+        assert_eq!(r.resource, "http://127.0.0.1:9000");
+        assert_eq!(
+            r.authorization_servers,
+            ["http://127.0.0.1:9000", "https://b.example"]
+        );
+        assert_eq!(accepted(&s), Some(vec!["http://127.0.0.1:9000"]));
+    }
+
+    #[test]
+    fn bad_resource_settings_are_named() {
+        for (yaml, vars, origin, value) in [
+            (
+                "resource: 'http://api.example'",
+                &[][..],
+                "g.yaml: key \"resource\"",
+                "\"http://api.example\"",
+            ),
+            (
+                "resource: 'https://api.example/?q=1'",
+                &[],
+                "g.yaml: key \"resource\"",
+                "\"https://api.example/?q=1\"",
+            ),
+            (
+                "token_source: introspection",
+                &[("PROXY_RESOURCE", "api")],
+                "environment variable PROXY_RESOURCE",
+                "\"api\"",
+            ),
+            (
+                "resource: 'https://api.example'\nauthorization_servers: [auth]",
+                &[],
+                "g.yaml: key \"authorization_servers\"",
+                "\"auth\"",
+            ),
+            (
+                "resource: 'https://api.example'\nauthorization_servers: []",
+                &[],
+                "g.yaml: key \"authorization_servers\"",
+                "\"[]\"",
+            ),
+            (
+                "resource: 'https://api.example'\nresource_name: ''",
+                &[],
+                "g.yaml: key \"resource_name\"",
+                "\"\"",
+            ),
+            (
+                "resource_name: Orders",
+                &[],
+                "g.yaml: key \"resource_name\"",
+                "(set)",
+            ),
+        ] {
+            let e = message(&format!("{URL}{yaml}"), vars);
+            assert!(
+                e.starts_with(&format!("{origin}: {value}: ")),
+                "{yaml}: {e}"
+            );
+        }
     }
 }

@@ -20,10 +20,15 @@
 //! events evict cached answers and fill a deny-list the gate screens every checked token with,
 //! and the stream's health bounds how long cached answers live.
 //!
+//! With an `audience` (or a `resource`, its default), [`audience`] refuses every checked token
+//! that is not meant for this API; with a `resource`, [`protected_resource`] serves its RFC 9728
+//! metadata and names it in every challenge.
+//!
 //! [`settings`] is the `introspection:` section as written and its durations, [`jwt::raw`] the
-//! `jwt:` section, [`gate_config`] the four keys together.
+//! `jwt:` section, [`gate_config`] the gate's keys together.
 
 pub mod access_log;
+pub mod audience;
 pub mod bearer;
 pub mod bounded_body;
 pub mod checker;
@@ -43,12 +48,14 @@ pub mod metrics;
 pub mod outage;
 pub mod policy;
 pub mod process;
+pub mod protected_resource;
 pub mod revoked;
 pub mod rules;
 pub mod settings;
 pub mod ssf;
 pub mod yaml;
 
+pub use audience::{Audience, RawAudience, WRONG_AUDIENCE};
 pub use bearer::{Bearer, bearer_token};
 pub use checker::{CacheSettings, CheckerError, CheckerMetrics, TokenChecker, Unavailable};
 pub use claims::Claims;
@@ -63,6 +70,7 @@ pub use introspection::{ClientAuth, IntrospectionSettings};
 pub use jwt::raw::RawJwt;
 pub use jwt::{JwtSettings, JwtValidator};
 pub use policy::AnswerPolicy;
+pub use protected_resource::{MetadataAnswer, ProtectedResource, ResourceSettings};
 pub use revoked::Revoked;
 pub use rules::{Access, Route, RouteSpec, Rules};
 pub use ssf::{RawRevocation, Receiver, RevocationSettings};

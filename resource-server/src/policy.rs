@@ -1,18 +1,17 @@
 //! Which active introspection answers are accepted beyond `active: true`: never a refresh token,
-//! and, when configured, only the expected issuer and audience; plus the clock leeway for
-//! `exp`/`nbf`, which [`crate::decide`] applies at decision time.
+//! and, when configured, only the expected issuer; plus the clock leeway for `exp`/`nbf`, which
+//! [`crate::decide`] applies at decision time. The audience is the gate's, checked for every
+//! token source ([`crate::audience`]).
 
 use std::time::Duration;
 
 use crate::claims::Claims;
 
-/// What an active answer must also satisfy. The default checks no issuer or audience.
+/// What an active answer must also satisfy. The default checks no issuer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AnswerPolicy {
     /// When set, `iss` must be exactly this.
     pub issuer: Option<String>,
-    /// When set, `aud` must contain this (an answer without `aud` does not).
-    pub audience: Option<String>,
     /// How far past `exp`, or before `nbf`, a token is still accepted (whole seconds count).
     pub leeway: Duration,
 }
@@ -21,7 +20,6 @@ impl Default for AnswerPolicy {
     fn default() -> Self {
         AnswerPolicy {
             issuer: None,
-            audience: None,
             leeway: Self::DEFAULT_LEEWAY,
         }
     }
@@ -34,8 +32,6 @@ pub enum Refused {
     RefreshToken,
     /// `iss` is not the configured issuer.
     Issuer,
-    /// `aud` does not contain the configured audience.
-    Audience,
 }
 
 impl Refused {
@@ -44,7 +40,6 @@ impl Refused {
         match self {
             Refused::RefreshToken => "refresh token",
             Refused::Issuer => "issuer mismatch",
-            Refused::Audience => "audience mismatch",
         }
     }
 }
@@ -71,24 +66,17 @@ impl AnswerPolicy {
         {
             return Some(Refused::Issuer);
         }
-        if let Some(audience) = &self.audience
-            && !c.aud.contains(audience)
-        {
-            return Some(Refused::Audience);
-        }
         None
     }
 
     /// The first setting that does not do, as `(key, problem)`: a leeway over
-    /// [`AnswerPolicy::MAX_LEEWAY`], or an empty issuer or audience.
+    /// [`AnswerPolicy::MAX_LEEWAY`], or an empty issuer.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         if self.leeway > Self::MAX_LEEWAY {
             return Err(("leeway", format!("at most {}s", Self::MAX_LEEWAY.as_secs())));
         }
-        for (key, value) in [("issuer", &self.issuer), ("audience", &self.audience)] {
-            if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
-                return Err((key, "empty (leave the key out to accept any)".into()));
-            }
+        if self.issuer.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(("issuer", "empty (leave the key out to accept any)".into()));
         }
         Ok(())
     }
@@ -108,10 +96,9 @@ mod tests {
         }
     }
 
-    fn expecting(issuer: Option<&str>, audience: Option<&str>) -> AnswerPolicy {
+    fn expecting(issuer: Option<&str>) -> AnswerPolicy {
         AnswerPolicy {
             issuer: issuer.map(Into::into),
-            audience: audience.map(Into::into),
             ..AnswerPolicy::default()
         }
     }
@@ -142,8 +129,8 @@ mod tests {
     }
 
     #[test]
-    fn issuer_and_audience() {
-        let p = expecting(Some("https://auth.example"), Some("api"));
+    fn issuer() {
+        let p = expecting(Some("https://auth.example"));
         assert_eq!(p.refusal(&active()), None);
         let wrong_iss = Claims {
             iss: Some("https://auth.example/".into()),
@@ -155,19 +142,14 @@ mod tests {
             ..active()
         };
         assert_eq!(p.refusal(&no_iss), Some(Refused::Issuer));
-        let wrong_aud = Claims {
-            aud: vec!["API".into()],
-            ..active()
-        };
-        assert_eq!(p.refusal(&wrong_aud), Some(Refused::Audience));
+        // The audience is the gate's (crate::audience), not the answer policy's.
         let no_aud = Claims {
             aud: vec![],
             ..active()
         };
-        assert_eq!(p.refusal(&no_aud), Some(Refused::Audience));
+        assert_eq!(p.refusal(&no_aud), None);
         // Not configured: not checked.
-        assert_eq!(AnswerPolicy::default().refusal(&no_aud), None);
-        assert_eq!(expecting(None, Some("api")).refusal(&no_iss), None);
+        assert_eq!(AnswerPolicy::default().refusal(&no_iss), None);
         // Inactive answers are left as they are.
         assert_eq!(p.refusal(&Claims::inactive()), None);
     }
@@ -181,7 +163,6 @@ mod tests {
             ..AnswerPolicy::default()
         };
         assert_eq!(p.check().unwrap_err().0, "leeway");
-        assert_eq!(expecting(Some(" "), None).check().unwrap_err().0, "issuer");
-        assert_eq!(expecting(None, Some("")).check().unwrap_err().0, "audience");
+        assert_eq!(expecting(Some(" ")).check().unwrap_err().0, "issuer");
     }
 }

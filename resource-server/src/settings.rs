@@ -41,7 +41,8 @@ pub struct RawIntrospection<Url = Option<String>> {
     /// When set, only answers whose `iss` is exactly this are accepted.
     #[serde(default)]
     pub issuer: Option<String>,
-    /// When set, only answers whose `aud` contains this are accepted.
+    /// The old spelling of the gate's `audience` (read by [`crate::GateConfig::resolve`], with a
+    /// deprecation warning; [`RawIntrospection::policy`] ignores it).
     #[serde(default)]
     pub audience: Option<String>,
 }
@@ -66,11 +67,10 @@ impl<Url: fmt::Debug> fmt::Debug for RawIntrospection<Url> {
 }
 
 impl<Url> RawIntrospection<Url> {
-    /// `leeway`, `issuer` and `audience`, checked by [`AnswerPolicy::check`].
+    /// `leeway` and `issuer`, checked by [`AnswerPolicy::check`].
     pub fn policy(&self) -> Result<AnswerPolicy, SettingError> {
         let policy = AnswerPolicy {
             issuer: self.issuer.clone(),
-            audience: self.audience.clone(),
             leeway: duration(
                 "introspection.leeway",
                 self.leeway.as_ref(),
@@ -81,7 +81,6 @@ impl<Url> RawIntrospection<Url> {
             field: format!("introspection.{key}"),
             value: match key {
                 "issuer" => policy.issuer.clone().unwrap_or_default(),
-                "audience" => policy.audience.clone().unwrap_or_default(),
                 _ => self
                     .leeway
                     .as_ref()
@@ -285,7 +284,6 @@ mod tests {
             raw("{leeway: 2s, issuer: 'https://a', audience: api}").policy(),
             Ok(AnswerPolicy {
                 issuer: Some("https://a".into()),
-                audience: Some("api".into()),
                 leeway: Duration::from_secs(2),
             })
         );
@@ -300,11 +298,6 @@ mod tests {
         );
         let e = raw("leeway: soon").policy().unwrap_err();
         assert_eq!(e.field, "introspection.leeway");
-        let e = raw("audience: ''").policy().unwrap_err();
-        assert_eq!(
-            (e.field.as_str(), e.value.as_str()),
-            ("introspection.audience", "")
-        );
         let e = raw("issuer: ' '").policy().unwrap_err();
         assert_eq!(
             (e.field.as_str(), e.value.as_str()),

@@ -16,6 +16,24 @@ use std::path::Path;
 use saphyr_parser::{Event, Parser, ScanError};
 use serde::de::DeserializeOwned;
 
+/// A key that takes one string or a list of them (`typ: JWT`, `typ: [at+jwt, JWT]`).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    /// The strings, in order.
+    pub fn to_vec(&self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s.clone()],
+            OneOrMany::Many(list) => list.clone(),
+        }
+    }
+}
+
 /// What a document may be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {

@@ -1,7 +1,7 @@
 //! A hostile RFC 7662 server: wrong types, strings for booleans, numbers out of range, refresh
 //! tokens, tokens not yet valid, other issuers and audiences, slow, truncated, oversized and
-//! non-JSON answers, 5xx. For each, the exact outcome of `TokenChecker::check` + `decide`, and
-//! the counters: nothing is ever allowed, unreadable answers are 503 and counted as malformed,
+//! non-JSON answers, 5xx. For each, the exact outcome of `TokenChecker::check` + the gate's
+//! audience + `decide`, and the counters: nothing is ever allowed, unreadable answers are 503 and counted as malformed,
 //! answers that say "not for you" are 401.
 
 #[path = "support/fake_server.rs"]
@@ -14,8 +14,8 @@ use http::Method;
 use resource_server::decision::{EXPIRED_TOKEN, INACTIVE_TOKEN, NOT_YET_VALID_TOKEN};
 use resource_server::outage::PROBE_BACKOFF;
 use resource_server::{
-    AnswerPolicy, CacheSettings, ClientAuth, Credential, Decision, IntrospectionSettings, Rules,
-    TokenChecker, Unavailable, decide,
+    AnswerPolicy, Audience, CacheSettings, ClientAuth, Credential, Decision, IntrospectionSettings,
+    Rules, TokenChecker, Unavailable, WRONG_AUDIENCE, decide,
 };
 use serde_json::{Value, json as j};
 
@@ -74,7 +74,6 @@ fn checker(server: &FakeServer, cache: CacheSettings) -> TokenChecker {
         request_timeout: TIMEOUT,
         policy: AnswerPolicy {
             issuer: Some(ISSUER.into()),
-            audience: Some(AUDIENCE.into()),
             leeway: Duration::from_secs(5),
         },
     };
@@ -98,14 +97,17 @@ fn rules() -> Rules {
     .unwrap()
 }
 
-/// What the proxy or the example API decides for `GET /api/x` with `token`.
+/// What the proxy or the example API decides for `GET /api/x` with `token`, its audience
+/// [`AUDIENCE`].
 async fn outcome(checker: &TokenChecker, rules: &Rules, token: &str) -> Decision {
     let route = rules.find(&Method::GET, "/api/x");
     assert!(route.is_some());
-    match checker.check(token).await {
-        Ok(claims) => decide(route, &Credential::Checked(claims), checker.leeway()),
-        Err(Unavailable) => decide(route, &Credential::Unavailable, checker.leeway()),
-    }
+    let credential = match checker.check(token).await {
+        Ok(claims) => Credential::Checked(claims),
+        Err(Unavailable) => Credential::Unavailable,
+    };
+    let audience = Audience::new(vec![AUDIENCE.into()]).unwrap();
+    decide(route, &audience.screen(credential), checker.leeway())
 }
 
 /// After a failure that began an outage, waits until the checker's next probe is due, so that
@@ -354,17 +356,17 @@ fn cases() -> Vec<(&'static str, Reply, Want)> {
         (
             "other audience",
             json(&with("aud", Some(j!(["web", "API"])))),
-            Invalid(INACTIVE_TOKEN, true),
+            Invalid(WRONG_AUDIENCE, false),
         ),
         (
             "audience missing",
             json(&with("aud", None)),
-            Invalid(INACTIVE_TOKEN, true),
+            Invalid(WRONG_AUDIENCE, false),
         ),
         (
             "audience empty",
             json(&with("aud", Some(j!([])))),
-            Invalid(INACTIVE_TOKEN, true),
+            Invalid(WRONG_AUDIENCE, false),
         ),
         (
             "expired",
@@ -451,7 +453,7 @@ async fn hostile_answers_are_never_allowed() {
     // Malformed answers were asked for twice (never cached); refusals once.
     let malformed = 2 * count(|w| *w == Want::Malformed);
     let refused = count(|w| matches!(w, Want::Invalid(_, true)));
-    assert_eq!(refused, 8);
+    assert_eq!(refused, 5);
     assert!(
         text.contains(&format!(
             "# TYPE tokengate_proxy_introspection_malformed counter\ntokengate_proxy_introspection_malformed_total {malformed}\n"
@@ -559,19 +561,24 @@ async fn stale_grace_never_serves_malformed_or_refused_answers() {
     server.set(json(&with("aud", Some(j!("web")))));
     assert_eq!(
         outcome(&checker, &rules, "turns-other-audience").await,
-        Decision::InvalidToken(INACTIVE_TOKEN)
+        Decision::InvalidToken(WRONG_AUDIENCE)
     );
     assert_eq!(checker.metrics().stale_served(), 0);
-    // Now the server is down: only the token whose last answer was good is served stale.
+    // Now the server is down: only the token whose last answer was good is served stale; the
+    // one whose last answer names another API is served as it was, and still refused.
     server.stop();
     tokio::time::sleep(Duration::from_millis(250)).await;
-    for token in ["turns-malformed", "turns-refresh", "turns-other-audience"] {
+    for token in ["turns-malformed", "turns-refresh"] {
         assert_eq!(
             outcome(&checker, &rules, token).await,
             Decision::Unavailable,
             "{token}"
         );
     }
+    assert_eq!(
+        outcome(&checker, &rules, "turns-other-audience").await,
+        Decision::InvalidToken(WRONG_AUDIENCE)
+    );
     assert!(outcome(&checker, &rules, "stays-good").await.is_allow());
-    assert_eq!(checker.metrics().stale_served(), 1);
+    assert_eq!(checker.metrics().stale_served(), 2);
 }

@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderValue, Method};
 use jwks::{Corpus, JwksServer};
 use resource_server::jwt::{JwksSettings, JwksSource, Validation};
 use resource_server::{
-    Check, Credential, Denial, Gate, Identity, JwtSettings, JwtValidator, Outcome, Rules,
+    Audience, Check, Credential, Denial, Gate, Identity, JwtSettings, JwtValidator, Outcome, Rules,
 };
 
 const ISSUER: &str = "https://idp.test/realms/demo";
@@ -29,7 +29,7 @@ fn corpus() -> &'static Corpus {
 fn settings(server: &JwksServer) -> JwtSettings {
     let mut jwks = JwksSettings::new(JwksSource::Url(server.url()));
     jwks.refresh_min = Duration::from_secs(60);
-    JwtSettings::new(ISSUER, Some(AUDIENCE), jwks)
+    JwtSettings::new(ISSUER, jwks)
 }
 
 fn keycloak(mut s: JwtSettings) -> JwtSettings {
@@ -70,8 +70,20 @@ fn bearer(token: &str) -> HeaderMap {
     h
 }
 
+/// The gate's decision with this API's audience ([`AUDIENCE`]).
 async fn authorize(v: &JwtValidator, path: &str, token: &str) -> Result<Option<Identity>, Denial> {
-    let gate = Gate::new(rules(), Check::Jwt(v.clone()));
+    let audience = Audience::new(vec![AUDIENCE.into()]).unwrap();
+    authorize_for(v, Some(audience), path, token).await
+}
+
+/// The gate's decision with `audience` (`None`: any `aud`).
+async fn authorize_for(
+    v: &JwtValidator,
+    audience: Option<Audience>,
+    path: &str,
+    token: &str,
+) -> Result<Option<Identity>, Denial> {
+    let gate = Gate::new(rules(), Check::Jwt(v.clone())).with_audience(audience);
     gate.authorize(&Method::GET, &path.parse().unwrap(), &bearer(token), None)
         .await
         .map(|allow| allow.identity.map(|i| i.identity.clone()))
@@ -185,8 +197,9 @@ async fn the_adversarial_corpus_is_refused() {
         "the start, and one refetch for the unknown kid"
     );
     let m = v.metrics();
-    assert_eq!(m.validations(Validation::Verified), 0);
-    assert_eq!(m.validations(Validation::Cached), 0);
+    // Only wrong_aud verifies (then from the cache): its audience is the gate's to refuse.
+    assert_eq!(m.validations(Validation::Verified), 1);
+    assert_eq!(m.validations(Validation::Cached), 2);
     assert_eq!(m.validations(Validation::UnknownKey), 3);
     assert_eq!(m.validations(Validation::BadSignature), 9);
     // The sound token still goes through.
@@ -388,12 +401,7 @@ async fn no_key_known_fails_closed_with_503() {
 async fn a_static_jwks_file() {
     let path = std::env::temp_dir().join(format!("tokengate-jwks-{}.json", std::process::id()));
     std::fs::write(&path, corpus().jwks.to_string()).unwrap();
-    let mut s = JwtSettings::new(
-        ISSUER,
-        Some(AUDIENCE),
-        JwksSettings::new(JwksSource::File(path.clone())),
-    );
-    s.claims.audience = None;
+    let s = JwtSettings::new(ISSUER, JwksSettings::new(JwksSource::File(path.clone())));
     let v = JwtValidator::new(s).unwrap();
     assert!(
         authorize(&v, "/read", corpus().token("rs256"))
@@ -402,7 +410,7 @@ async fn a_static_jwks_file() {
     );
     // Audience disabled: another API's token is accepted.
     assert!(
-        authorize(&v, "/read", corpus().token("wrong_aud"))
+        authorize_for(&v, None, "/read", corpus().token("wrong_aud"))
             .await
             .is_ok()
     );
@@ -416,10 +424,6 @@ async fn a_static_jwks_file() {
     );
     std::fs::remove_file(&path).unwrap();
     // A missing file is a configuration error.
-    let s = JwtSettings::new(
-        ISSUER,
-        Some(AUDIENCE),
-        JwksSettings::new(JwksSource::File(path)),
-    );
+    let s = JwtSettings::new(ISSUER, JwksSettings::new(JwksSource::File(path)));
     assert!(JwtValidator::new(s).unwrap_err().starts_with("jwks: "));
 }

@@ -4,16 +4,14 @@
 //! or the key was replaced under the same `kid` (the cache now remembers the verifying key
 //! itself). The others are attacks that held.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+#[path = "support/ed25519_jwt.rs"]
+mod ed25519_jwt;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use ed25519_dalek::{Signer, SigningKey};
+use ed25519_jwt::{JwksFile, b64, jwk, key, sign, sign_raw};
 use http::{HeaderMap, HeaderValue, Method};
-use resource_server::jwt::{JwksSettings, JwksSource};
-use resource_server::{Check, Credential, Gate, JwtSettings, JwtValidator, Outcome, Rules};
+use resource_server::{Check, Credential, Gate, JwtValidator, Outcome, Rules};
 use serde_json::{Value, json};
 
 const ISSUER: &str = "https://idp.review";
@@ -26,76 +24,10 @@ fn now() -> i64 {
         .as_secs() as i64
 }
 
-fn b64(bytes: impl AsRef<[u8]>) -> String {
-    URL_SAFE_NO_PAD.encode(bytes)
-}
-
-fn key(seed: u8) -> SigningKey {
-    SigningKey::from_bytes(&[seed; 32])
-}
-
-/// The public JWK of `sk`, with `kid` when given.
-fn jwk(sk: &SigningKey, kid: Option<&str>) -> Value {
-    let mut k = json!({"kty": "OKP", "crv": "Ed25519", "use": "sig",
-                       "x": b64(sk.verifying_key().to_bytes())});
-    if let Some(kid) = kid {
-        k["kid"] = json!(kid);
-    }
-    k
-}
-
 fn claims(scope: &str) -> Value {
     let t = now();
     json!({"iss": ISSUER, "aud": AUDIENCE, "exp": t + 3600, "iat": t, "sub": "mallory",
            "client_id": "app", "jti": format!("j-{t}"), "scope": scope})
-}
-
-/// A JWS signed by `sk` with this header and payload.
-fn sign_raw(sk: &SigningKey, header: &Value, payload: &Value) -> String {
-    let message = format!("{}.{}", b64(header.to_string()), b64(payload.to_string()));
-    let sig = sk.sign(message.as_bytes());
-    format!("{message}.{}", b64(sig.to_bytes()))
-}
-
-fn sign(sk: &SigningKey, kid: Option<&str>, payload: &Value) -> String {
-    let mut header = json!({"alg": "EdDSA", "typ": "at+jwt"});
-    if let Some(kid) = kid {
-        header["kid"] = json!(kid);
-    }
-    sign_raw(sk, &header, payload)
-}
-
-/// A JWKS file of its own for each test.
-struct JwksFile(PathBuf);
-
-impl JwksFile {
-    fn new(keys: &[Value]) -> JwksFile {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "tokengate-review-jwks-{}-{}.json",
-            std::process::id(),
-            N.fetch_add(1, Ordering::SeqCst)
-        ));
-        let f = JwksFile(path);
-        f.set(keys);
-        f
-    }
-
-    fn set(&self, keys: &[Value]) {
-        std::fs::write(&self.0, json!({ "keys": keys }).to_string()).unwrap();
-    }
-
-    fn settings(&self) -> JwtSettings {
-        let mut jwks = JwksSettings::new(JwksSource::File(self.0.clone()));
-        jwks.refresh_min = Duration::from_millis(50);
-        JwtSettings::new(ISSUER, Some(AUDIENCE), jwks)
-    }
-}
-
-impl Drop for JwksFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
 }
 
 /// Makes the validator re-read its JWKS, the way any token naming an unknown `kid` does.
@@ -110,7 +42,7 @@ async fn reread_jwks(v: &JwtValidator) {
 async fn publish_instead(file: &JwksFile, v: &JwtValidator, keys: &[Value], token: &str) {
     file.set(keys);
     reread_jwks(v).await;
-    let fresh = JwtValidator::new(file.settings()).unwrap();
+    let fresh = JwtValidator::new(file.settings(ISSUER)).unwrap();
     assert!(
         matches!(fresh.validate(token).await, Credential::Invalid(_)),
         "its key is gone: a fresh validator refuses it"
@@ -133,7 +65,7 @@ fn is_checked(c: &Credential) -> bool {
 async fn cached_token_without_kid_outlives_the_removal_of_its_key() {
     let (old, new) = (key(1), key(2));
     let file = JwksFile::new(&[jwk(&old, Some("key-1"))]);
-    let v = JwtValidator::new(file.settings()).unwrap();
+    let v = JwtValidator::new(file.settings(ISSUER)).unwrap();
     // A token without kid, valid until the year 9999 (what a holder of a leaked key would
     // mint): verified with the only key that fits (key-1), and cached until its exp.
     let mut forged = claims("read write groups admin");
@@ -151,7 +83,7 @@ async fn cached_token_without_kid_outlives_the_removal_of_its_key() {
 async fn cached_token_of_a_kidless_key_outlives_its_replacement() {
     let (old, new) = (key(3), key(4));
     let file = JwksFile::new(&[jwk(&old, None)]);
-    let v = JwtValidator::new(file.settings()).unwrap();
+    let v = JwtValidator::new(file.settings(ISSUER)).unwrap();
     let token = sign(&old, None, &claims("read"));
     assert!(is_checked(&v.validate(&token).await));
     publish_instead(&file, &v, &[jwk(&new, None)], &token).await;
@@ -163,7 +95,7 @@ async fn cached_token_of_a_kidless_key_outlives_its_replacement() {
 async fn cached_token_outlives_a_key_replaced_under_the_same_kid() {
     let (old, new) = (key(5), key(6));
     let file = JwksFile::new(&[jwk(&old, Some("1"))]);
-    let v = JwtValidator::new(file.settings()).unwrap();
+    let v = JwtValidator::new(file.settings(ISSUER)).unwrap();
     let token = sign(&old, Some("1"), &claims("read write"));
     assert!(is_checked(&v.validate(&token).await));
     publish_instead(&file, &v, &[jwk(&new, Some("1"))], &token).await;
@@ -177,7 +109,7 @@ async fn cached_token_outlives_a_key_replaced_under_the_same_kid() {
 async fn header_keys_and_key_urls_are_ignored() {
     let (issuer_key, attacker) = (key(7), key(8));
     let file = JwksFile::new(&[jwk(&issuer_key, Some("k"))]);
-    let v = JwtValidator::new(file.settings()).unwrap();
+    let v = JwtValidator::new(file.settings(ISSUER)).unwrap();
     let payload = claims("read write groups");
     for extra in [
         json!({"jwk": jwk(&attacker, Some("k"))}),
@@ -204,7 +136,7 @@ async fn header_keys_and_key_urls_are_ignored() {
 async fn header_confusions_are_refused() {
     let k = key(9);
     let file = JwksFile::new(&[jwk(&k, Some("k"))]);
-    let v = JwtValidator::new(file.settings()).unwrap();
+    let v = JwtValidator::new(file.settings(ISSUER)).unwrap();
     let p = claims("read");
     let inner = sign(&k, Some("k"), &p);
     let cases = [
@@ -269,8 +201,9 @@ fn bearer(token: &str) -> HeaderMap {
 async fn claim_confusions_grant_nothing() {
     let k = key(10);
     let file = JwksFile::new(&[jwk(&k, Some("k"))]);
-    let v = JwtValidator::new(file.settings()).unwrap();
-    let gate = Gate::new(rules(), Check::Jwt(v.clone()));
+    let v = JwtValidator::new(file.settings(ISSUER)).unwrap();
+    let audience = resource_server::Audience::new(vec![AUDIENCE.into()]).unwrap();
+    let gate = Gate::new(rules(), Check::Jwt(v.clone())).with_audience(Some(audience));
     let outcome = |token: String| {
         let gate = &gate;
         async move {
@@ -340,7 +273,7 @@ async fn claim_confusions_grant_nothing() {
 async fn duplicate_kids_never_accept_a_stranger() {
     let (a, b, stranger) = (key(11), key(12), key(13));
     let file = JwksFile::new(&[jwk(&a, Some("dup")), jwk(&b, Some("dup"))]);
-    let v = JwtValidator::new(file.settings()).unwrap();
+    let v = JwtValidator::new(file.settings(ISSUER)).unwrap();
     let p = claims("read");
     assert!(is_checked(&v.validate(&sign(&a, Some("dup"), &p)).await));
     assert!(matches!(
@@ -360,7 +293,7 @@ async fn duplicate_kids_never_accept_a_stranger() {
 async fn a_token_about_nobody_is_refused() {
     let k = key(14);
     let file = JwksFile::new(&[jwk(&k, Some("k"))]);
-    let v = JwtValidator::new(file.settings()).unwrap();
+    let v = JwtValidator::new(file.settings(ISSUER)).unwrap();
     for sub in [None, Some(Value::Null)] {
         let mut p = claims("admin");
         match sub {
@@ -388,7 +321,7 @@ async fn a_token_about_nobody_is_refused() {
 async fn the_username_header_is_the_username_not_the_numeric_sub() {
     let k = key(15);
     let file = JwksFile::new(&[jwk(&k, Some("k"))]);
-    let v = JwtValidator::new(file.settings()).unwrap();
+    let v = JwtValidator::new(file.settings(ISSUER)).unwrap();
     let gate = Gate::new(rules(), Check::Jwt(v));
     let uri = "/admin".parse().unwrap();
     let mut p = claims("admin");

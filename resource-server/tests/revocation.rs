@@ -46,7 +46,6 @@ fn settings(tx: &Transmitter, source: TokenSource, l: Lifetimes) -> GateSettings
     };
     let mut jwt = JwtSettings::new(
         &tx.issuer,
-        Some("api"),
         JwksSettings::new(JwksSource::Url(format!("{}/jwks", tx.url))),
     );
     jwt.algorithms = vec![jsonwebtoken::Algorithm::EdDSA];
@@ -62,6 +61,8 @@ fn settings(tx: &Transmitter, source: TokenSource, l: Lifetimes) -> GateSettings
         )
         .unwrap(),
         revocation: Some(revocation),
+        audience: None,
+        resource: None,
     }
 }
 

@@ -189,6 +189,10 @@ impl Validator<'_> {
             jwt: raw.jwt,
             routes: raw.routes.unwrap_or_default(),
             revocation: raw.revocation,
+            resource: raw.resource,
+            audience: raw.audience,
+            authorization_servers: raw.authorization_servers,
+            resource_name: raw.resource_name,
         }
         .resolve(
             self.file,

@@ -2,7 +2,8 @@
 
 use resource_server::RouteSpec;
 pub use resource_server::settings::{RawCache, RawDuration, RawIntrospection};
-pub use resource_server::{RawJwt, RawRevocation};
+pub use resource_server::yaml::OneOrMany;
+pub use resource_server::{RawAudience, RawJwt, RawRevocation};
 use serde::Deserialize;
 
 /// The whole file; every key but `routes` is optional with a named default.
@@ -40,6 +41,20 @@ pub struct RawConfig {
     /// (or env `EXAMPLE_API_PROXY_SECRET`, `EXAMPLE_API_PROXY_SECRET_FILE`).
     #[serde(default)]
     pub proxy_secret_file: Option<String>,
+    /// This API's resource identifier (RFC 8707, RFC 9728; `EXAMPLE_API_RESOURCE`): the default
+    /// audience; with it, the metadata is served and named in every 401 (when the API checks
+    /// tokens itself).
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// The audiences a token must name one of (default: `[resource]`).
+    #[serde(default)]
+    pub audience: Option<RawAudience>,
+    /// The metadata's `authorization_servers` (default: the issuer of `jwt` or `introspection`).
+    #[serde(default)]
+    pub authorization_servers: Option<OneOrMany>,
+    /// The metadata's `resource_name`.
+    #[serde(default)]
+    pub resource_name: Option<String>,
     /// Access rules in the resource-server route format (`upstream` omitted).
     #[serde(default)]
     pub routes: Option<Vec<RouteSpec>>,

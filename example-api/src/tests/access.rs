@@ -43,13 +43,14 @@ fn table() -> Vec<(Method, &'static str, &'static str)> {
 #[tokio::test]
 async fn no_credentials_is_401_on_every_route() {
     let app = app_on_sqlite().await;
-    for (method, path, _) in table() {
+    for (method, path, needed) in table() {
         let head = method == Method::HEAD;
         let a = send(&app, method.clone(), path, &[], None).await;
         assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{method} {path}");
+        // The challenge says which scopes the route needs (RFC 6750 §3).
         assert_eq!(
             a.header("www-authenticate"),
-            Some(r#"Bearer realm="api""#),
+            Some(format!(r#"Bearer realm="api", scope="{needed}""#).as_str()),
             "{method} {path}"
         );
         assert_eq!(a.header("content-type"), Some("application/json"));

@@ -80,9 +80,10 @@ pub struct ProxyConfig {
     pub gate: GateSettings,
     /// The upstreams the routes name.
     pub upstreams: HashMap<String, Arc<Upstream>>,
-    /// Upstream settings given by whoever started the proxy in process (the one-command stack),
-    /// as `PROXY_UPSTREAM_<NAME>_*` variables that win over the environment on every reload
-    /// too. Empty when the proxy runs as its own binary.
+    /// Settings given by whoever started the proxy in process (the one-command stack): upstream
+    /// addresses and secrets as `PROXY_UPSTREAM_<NAME>_*` variables, and the gate's
+    /// `PROXY_RESOURCE` and `PROXY_AUTHORIZATION_SERVERS`, that win over the environment on
+    /// every reload too. Empty when the proxy runs as its own binary.
     pub upstream_overrides: Overrides,
     /// The application's probes the admin listener answers (`PROXY_APP_PROBES`, written by
     /// `proxy inject`); empty unless set.
@@ -445,6 +446,10 @@ impl Validator<'_> {
             jwt: raw.jwt,
             routes: raw.routes,
             revocation: raw.revocation,
+            resource: raw.resource,
+            audience: raw.audience,
+            authorization_servers: raw.authorization_servers,
+            resource_name: raw.resource_name,
         }
         .resolve(
             self.file,

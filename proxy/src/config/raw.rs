@@ -6,7 +6,8 @@ use resource_server::RouteSpec;
 pub use resource_server::access_log::RawAccessLog;
 pub use resource_server::logging::LogFormat;
 pub use resource_server::settings::{RawCache, RawDuration};
-pub use resource_server::{RawJwt, RawRevocation};
+pub use resource_server::yaml::OneOrMany;
+pub use resource_server::{RawAudience, RawJwt, RawRevocation};
 use serde::Deserialize;
 
 /// The whole file. Durations are strings such as `500ms`, `3s`, `5m` (a bare number = seconds).
@@ -64,6 +65,20 @@ pub struct RawConfig {
     pub revocation: Option<RawRevocation>,
     #[serde(default)]
     pub routes: Vec<RouteSpec>,
+    /// This API's resource identifier (RFC 8707, RFC 9728; `PROXY_RESOURCE`): the default
+    /// audience, and with it the protected resource metadata is served and named in every 401.
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// The audiences a token must name one of, for every token source (default: `[resource]`).
+    #[serde(default)]
+    pub audience: Option<RawAudience>,
+    /// The metadata's `authorization_servers` (`PROXY_AUTHORIZATION_SERVERS`; default: the
+    /// issuer of `jwt` or `introspection`).
+    #[serde(default)]
+    pub authorization_servers: Option<OneOrMany>,
+    /// The metadata's `resource_name`.
+    #[serde(default)]
+    pub resource_name: Option<String>,
     /// Start with no routes at all (every request answered 404). Off by default: an empty rule
     /// set is almost always a truncated file. A reload never swaps in an empty rule set.
     #[serde(default)]

@@ -206,9 +206,11 @@ fn answer_policy_leeway_issuer_audience() {
     .unwrap();
     let expected = AnswerPolicy {
         issuer: Some("https://auth.example".into()),
-        audience: Some("api".into()),
         leeway: Duration::from_secs(2),
     };
+    // introspection.audience, the old spelling, is the gate's audience (for every source).
+    let audience = c.gate.audience.as_ref().map(|a| a.accepted().to_vec());
+    assert_eq!(audience, Some(vec!["api".to_owned()]));
     // What the checker is built with.
     assert_eq!(policy(&c), expected);
     let e = error(&with("  leeway: 10m"));
@@ -264,7 +266,8 @@ fn the_shipped_jwt_example_is_valid_once_uncommented() {
     assert_eq!(c.gate.token_source, TokenSource::Jwt);
     let jwt = c.gate.jwt.unwrap();
     assert_eq!(jwt.claims.issuer, "http://127.0.0.1:8001");
-    assert_eq!(jwt.claims.audience, Some(vec!["my-api".to_owned()]));
+    let audience = c.gate.audience.as_ref().map(|a| a.accepted().to_vec());
+    assert_eq!(audience, Some(vec!["https://api.example.com".to_owned()]));
     assert_eq!(jwt.typ, ["at+jwt"]);
 }
 
@@ -281,10 +284,17 @@ fn jwt_section_errors_name_the_field() {
         "jwt: {{ jwks_url: 'http://x/', issuer: i, audience: a, algorithms: [none] }}\n{GOOD}"
     ));
     assert!(e.contains("key \"jwt.algorithms\": \"none\""), "{e}");
+    // Local validation needs an audience (the gate's, or its old spelling jwt.audience).
+    assert!(
+        parse(&format!(
+            "jwt: {{ jwks_url: 'http://x/', issuer: i }}\n{GOOD}"
+        ))
+        .is_ok()
+    );
     let e = error(&format!(
-        "jwt: {{ jwks_url: 'http://x/', issuer: i }}\n{GOOD}"
+        "token_source: jwt\njwt: {{ jwks_url: 'http://x/', issuer: i }}\n{GOOD}"
     ));
-    assert!(e.contains("key \"jwt.audience\""), "{e}");
+    assert!(e.contains("key \"audience\": (missing)"), "{e}");
 }
 
 #[test]

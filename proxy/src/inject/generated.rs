@@ -149,7 +149,8 @@ pub fn config_map(
             audience,
         } => {
             rules["token_source"] = json!("jwt");
-            rules["jwt"] = json!({"jwks_url": jwks_url, "issuer": issuer, "audience": audience});
+            rules["audience"] = json!(audience);
+            rules["jwt"] = json!({"jwks_url": jwks_url, "issuer": issuer});
         }
     }
     rules["routes"] = json!([

@@ -54,6 +54,15 @@ impl Request {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
+
+    /// The `token` of an introspection request's form (empty when there is none).
+    pub fn form_token(&self) -> String {
+        let form = String::from_utf8_lossy(&self.body).into_owned();
+        form.split('&')
+            .find_map(|kv| kv.strip_prefix("token="))
+            .unwrap_or_default()
+            .to_owned()
+    }
 }
 
 /// Reads one request (Content-Length or chunked body); `None` at end of stream.
@@ -195,12 +204,7 @@ impl Introspector {
                 if req.header("authorization") != Some(&format!("Bearer {INTROSPECTOR_TOKEN}")) {
                     return (401, json!({"error": "invalid_client"}));
                 }
-                let form = String::from_utf8_lossy(&req.body).into_owned();
-                let token = form
-                    .split('&')
-                    .find_map(|kv| kv.strip_prefix("token="))
-                    .unwrap_or_default()
-                    .to_owned();
+                let token = req.form_token();
                 *counted.lock().unwrap().entry(token.clone()).or_default() += 1;
                 if token.starts_with("slow-") {
                     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -228,14 +232,17 @@ impl Introspector {
     }
 }
 
+/// The `aud` of the stand-in's active answers (a proxy configured with no audience ignores it).
+pub const AUDIENCE: &str = "tokengate-api";
+
 /// Fixed answers: `read`, `rw`, `groups`, `none` (no scope), `slow-*` (read, answered after
-/// 300 ms) are active, `admin` (read, in the groups `admins` and `ops team`) too; anything else
-/// is inactive.
+/// 300 ms) are active, `admin` (read, in the groups `admins` and `ops team`) too, all for
+/// [`AUDIENCE`]; anything else is inactive.
 fn claims(token: &str) -> Value {
     if token == "admin" {
         let exp = unix_now() + 3600;
         return json!({"active": true, "scope": "read", "client_id": "app-1", "username": "root",
-                      "exp": exp, "groups": ["admins", "ops team"]});
+                      "exp": exp, "groups": ["admins", "ops team"], "aud": AUDIENCE});
     }
     let scope = match token {
         "read" => "read",
@@ -246,7 +253,8 @@ fn claims(token: &str) -> Value {
         _ => return json!({"active": false}),
     };
     let exp = unix_now() + 3600;
-    json!({"active": true, "scope": scope, "client_id": "app-1", "username": "alice", "exp": exp, "token_type": "Bearer"})
+    json!({"active": true, "scope": scope, "client_id": "app-1", "username": "alice", "exp": exp,
+           "token_type": "Bearer", "aud": AUDIENCE})
 }
 
 /// Seconds since the Unix epoch, as introspection answers give times.

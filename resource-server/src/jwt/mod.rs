@@ -67,7 +67,7 @@ pub const ASYMMETRIC: [Algorithm; 9] = [
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JwtSettings {
     pub jwks: JwksSettings,
-    /// Issuer, audience, claim names, `jti`, leeway.
+    /// Issuer, claim names, `jti`, leeway (the audience is the gate's: [`crate::audience`]).
     pub claims: ClaimRules,
     /// The allow-list (a subset of [`ASYMMETRIC`]).
     pub algorithms: Vec<Algorithm>,
@@ -83,13 +83,12 @@ impl JwtSettings {
     pub const DEFAULT_TYP: &'static str = "at+jwt";
     pub const DEFAULT_CACHE_CAPACITY: u64 = 100_000;
 
-    /// The default settings for an issuer, audience and JWKS.
-    pub fn new(issuer: &str, audience: Option<&str>, jwks: JwksSettings) -> Self {
+    /// The default settings for an issuer and JWKS.
+    pub fn new(issuer: &str, jwks: JwksSettings) -> Self {
         JwtSettings {
             jwks,
             claims: ClaimRules {
                 issuer: issuer.to_owned(),
-                audience: audience.map(|a| vec![a.to_owned()]),
                 scope_claim: "scope".into(),
                 username_claim: ClaimRules::DEFAULT_USERNAME_CLAIM.into(),
                 client_id_claim: "client_id".into(),
@@ -106,13 +105,6 @@ impl JwtSettings {
     pub fn check(&self) -> Result<(), String> {
         if self.claims.issuer.trim().is_empty() {
             return Err("issuer: required (the exact `iss` of the tokens)".into());
-        }
-        if let Some(aud) = &self.claims.audience
-            && (aud.is_empty() || aud.iter().any(|a| a.trim().is_empty()))
-        {
-            return Err(
-                "audience: empty (to accept any audience, write audience: {disabled: true})".into(),
-            );
         }
         if self.algorithms.is_empty() {
             return Err("algorithms: empty".into());

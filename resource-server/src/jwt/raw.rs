@@ -7,7 +7,7 @@
 //! jwt:
 //!   jwks_url: https://idp.example.com/.well-known/jwks.json   # or jwks_file: /etc/keys.json
 //!   issuer: https://idp.example.com/                          # required, exact `iss`
-//!   audience: my-api            # or a list; `audience: {disabled: true}` accepts any `aud`
+//!   audience: my-api            # deprecated: the gate's `audience` (see crate::gate_config)
 //!   algorithms: [RS256, ES256, EdDSA]   # default; never none or HS*
 //!   typ: [at+jwt]               # default; Keycloak and Entra ID send JWT
 //!   leeway: 5s
@@ -30,22 +30,8 @@ use serde::Deserialize;
 use super::{ClaimRules, JwksSettings, JwksSource, JwtSettings};
 use crate::settings::{RawDuration, SettingError, duration};
 
-/// `audience:` — one audience, a list (any of them), or `{disabled: true}`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-pub enum RawAudience {
-    One(String),
-    Any(Vec<String>),
-    Disabled { disabled: bool },
-}
-
-/// `typ:` — one value or a list.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
-pub enum RawTyp {
-    One(String),
-    Any(Vec<String>),
-}
+pub use crate::audience::RawAudience;
+use crate::yaml::OneOrMany;
 
 /// The `jwt:` section.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -57,12 +43,14 @@ pub struct RawJwt {
     pub jwks_file: Option<PathBuf>,
     #[serde(default)]
     pub issuer: Option<String>,
+    /// The old spelling of the gate's `audience` (read by [`crate::GateConfig::resolve`], with
+    /// a deprecation warning; [`RawJwt::settings`] ignores it).
     #[serde(default)]
     pub audience: Option<RawAudience>,
     #[serde(default)]
     pub algorithms: Option<Vec<String>>,
     #[serde(default)]
-    pub typ: Option<RawTyp>,
+    pub typ: Option<OneOrMany>,
     #[serde(default)]
     pub leeway: Option<RawDuration>,
     #[serde(default)]
@@ -131,25 +119,6 @@ impl RawJwt {
                 "required: the exact `iss` of the tokens",
             ));
         };
-        let audience = match &self.audience {
-            None => {
-                return Err(error(
-                    "audience",
-                    "(missing)",
-                    "required: this API's audience (or audience: {disabled: true} to accept any)",
-                ));
-            }
-            Some(RawAudience::Disabled { disabled: true }) => None,
-            Some(RawAudience::Disabled { disabled: false }) => {
-                return Err(error(
-                    "audience",
-                    "{disabled: false}",
-                    "give the audience itself",
-                ));
-            }
-            Some(RawAudience::One(a)) => Some(vec![a.clone()]),
-            Some(RawAudience::Any(list)) => Some(list.clone()),
-        };
         let algorithms = match &self.algorithms {
             None => JwtSettings::DEFAULT_ALGORITHMS.to_vec(),
             Some(names) => names
@@ -170,8 +139,7 @@ impl RawJwt {
         };
         let typ = match &self.typ {
             None => vec![JwtSettings::DEFAULT_TYP.to_owned()],
-            Some(RawTyp::One(t)) => vec![t.clone()],
-            Some(RawTyp::Any(list)) => list.clone(),
+            Some(list) => list.to_vec(),
         };
         let d = |key: &str, v: &Option<RawDuration>, default| {
             duration(&format!("jwt.{key}"), v.as_ref(), default)
@@ -200,7 +168,6 @@ impl RawJwt {
             jwks,
             claims: ClaimRules {
                 issuer,
-                audience,
                 scope_claim: name(&self.scope_claim, "scope"),
                 username_claim: name(&self.username_claim, ClaimRules::DEFAULT_USERNAME_CLAIM),
                 client_id_claim: name(&self.client_id_claim, "client_id"),
@@ -240,43 +207,12 @@ mod tests {
         let s = raw(&format!("{BASE}}}")).settings().unwrap();
         assert_eq!(s.algorithms, JwtSettings::DEFAULT_ALGORITHMS);
         assert_eq!(s.typ, ["at+jwt"]);
-        assert_eq!(s.claims.audience, Some(vec!["api".to_owned()]));
         assert_eq!(s.claims.scope_claim, "scope");
         assert_eq!(s.claims.client_id_claim, "client_id");
         assert!(s.claims.require_jti);
         assert_eq!(s.claims.leeway_secs, 5);
         assert_eq!(s.jwks.source, JwksSource::Url("https://idp/jwks".into()));
         assert_eq!(s.jwks.refresh_min, JwksSettings::DEFAULT_REFRESH_MIN);
-    }
-
-    #[test]
-    fn audience_is_required_unless_disabled() {
-        let e = err("{jwks_url: 'https://idp/jwks', issuer: 'https://idp'}");
-        assert_eq!(
-            (e.field.as_str(), e.value.as_str()),
-            ("jwt.audience", "(missing)")
-        );
-        let s = raw(
-            "{jwks_url: 'https://idp/jwks', issuer: 'https://idp', audience: {disabled: true}}",
-        )
-        .settings()
-        .unwrap();
-        assert_eq!(s.claims.audience, None);
-        let s = raw("{jwks_url: 'https://idp/jwks', issuer: 'https://idp', audience: [a, b]}")
-            .settings()
-            .unwrap();
-        assert_eq!(s.claims.audience, Some(vec!["a".into(), "b".into()]));
-        assert_eq!(
-            err(
-                "{jwks_url: 'https://idp/jwks', issuer: 'https://idp', audience: {disabled: false}}"
-            )
-            .field,
-            "jwt.audience"
-        );
-        assert_eq!(
-            err("{jwks_url: 'https://idp/jwks', issuer: 'https://idp', audience: ''}").field,
-            "jwt.audience"
-        );
     }
 
     #[test]
