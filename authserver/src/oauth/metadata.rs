@@ -63,11 +63,9 @@ pub async fn metadata(State(state): State<AppState>) -> Result<Json<Value>, OAut
 /// The declared scopes, then each registered resource's not declared already.
 async fn scopes_supported(state: &AppState) -> Result<Vec<String>, OAuthError> {
     let mut scopes: Vec<String> = state.settings.scopes.keys().cloned().collect();
-    for resource in state.store.list_resources().await? {
-        for scope in resource.scopes {
-            if !scopes.contains(&scope) {
-                scopes.push(scope);
-            }
+    for scope in state.store.resource_scopes().await? {
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
         }
     }
     Ok(scopes)

@@ -186,7 +186,12 @@ async fn register(
     let Checked {
         registration,
         metadata,
-    } = dynamic::check(&state.settings, policy, &map)?;
+    } = dynamic::check(
+        &state.settings,
+        &state.store.resource_scopes().await?,
+        policy,
+        &map,
+    )?;
     let access_token = secrets::random_token();
     let create = registration::Create {
         registration,
@@ -311,7 +316,12 @@ async fn update(
     let Checked {
         registration,
         metadata,
-    } = dynamic::check(&state.settings, policy, &map)?;
+    } = dynamic::check(
+        &state.settings,
+        &state.store.resource_scopes().await?,
+        policy,
+        &map,
+    )?;
     let updated = registration::update(
         &state.store,
         &state.keys,

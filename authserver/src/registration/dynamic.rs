@@ -208,8 +208,12 @@ fn grant_type(grant_types: &[String]) -> Result<GrantType, MetadataError> {
 
 /// Checks `map` (a registration request, or an RFC 7592 update) under `settings`' policy.
 /// `policy` is the policy the request came in under: `open` registers public clients only.
+/// A client may register for `dynamic_registration_scopes` and for `resource_scopes`, the
+/// scopes of the registered APIs (RFC 8707: an MCP client registers for the scope a sidecar's
+/// challenge named).
 pub fn check(
     settings: &Settings,
+    resource_scopes: &[String],
     policy: DynamicRegistration,
     map: &Map<String, Value>,
 ) -> Result<Checked, MetadataError> {
@@ -272,7 +276,10 @@ pub fn check(
     if scopes.is_empty() {
         return Err(metadata_error("scope holds no scope."));
     }
-    if scopes.iter().any(|s| !allowed.contains(s)) {
+    if scopes
+        .iter()
+        .any(|s| !allowed.contains(s) && !resource_scopes.contains(s))
+    {
         return Err(metadata_error(
             "scope holds a scope this server does not let a client register for.",
         ));
@@ -347,7 +354,22 @@ mod tests {
 
     fn checked(policy: DynamicRegistration, body: Value) -> Result<Checked, MetadataError> {
         let Value::Object(map) = body else { panic!() };
-        check(&settings(), policy, &map)
+        check(&settings(), &["orders:read".to_owned()], policy, &map)
+    }
+
+    #[test]
+    fn a_client_may_register_for_a_registered_apis_scope() {
+        let ok = checked(
+            DynamicRegistration::Open,
+            json!({"redirect_uris": ["http://127.0.0.1:9/cb"], "scope": "orders:read"}),
+        )
+        .unwrap();
+        assert_eq!(ok.registration.input.allowed_scopes, ["orders:read"]);
+        let refused = checked(
+            DynamicRegistration::Open,
+            json!({"redirect_uris": ["http://127.0.0.1:9/cb"], "scope": "billing:read"}),
+        );
+        assert_eq!(refused.err().unwrap().code, "invalid_client_metadata");
     }
 
     #[test]

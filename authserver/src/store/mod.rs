@@ -21,8 +21,8 @@ mod hot;
 mod migrations;
 mod oidc;
 pub mod purge;
-mod resources;
 mod registrations;
+mod resources;
 mod server_keys;
 mod session_families;
 mod sessions;
@@ -47,10 +47,10 @@ pub use groups::Group;
 pub use hot::group_writer::{WriterKind, write_group_sizes};
 pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
 pub use purge::Purged;
-pub use resources::ResourceInput;
 pub use registrations::{
     DynamicClient, DynamicRecord, InitialAccessToken, NewRegistration, RegistrationUpdate,
 };
+pub use resources::ResourceInput;
 pub use sessions::{NewSession, Session};
 pub use sqlite_changes::FOREIGN_COMMIT_BOUND;
 pub use timing::call_durations;

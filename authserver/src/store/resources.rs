@@ -59,6 +59,19 @@ impl Store {
         rows.iter().map(from_row).collect()
     }
 
+    /// Every scope of a registered resource, each once.
+    pub async fn resource_scopes(&self) -> StoreResult<Vec<String>> {
+        let mut scopes: Vec<String> = Vec::new();
+        for resource in self.list_resources().await? {
+            for scope in resource.scopes {
+                if !scopes.contains(&scope) {
+                    scopes.push(scope);
+                }
+            }
+        }
+        Ok(scopes)
+    }
+
     /// The resource registered under `identifier` (compared exactly).
     pub async fn find_resource(&self, identifier: &str) -> StoreResult<Option<Resource>> {
         let row = sqlx::query(&format!(
