@@ -14,7 +14,7 @@ import html
 import json
 import re
 import sys
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import httpx2
@@ -75,7 +75,12 @@ async def sign_in_and_consent(authorization_url: str) -> None:
         consent = browser.get(signed_in.headers["location"])
         assert consent.status_code == 200, (consent.status_code, consent.headers, consent.text)
         fields = hidden_fields(consent.text, "consent") + [("decision", "allow")]
-        allowed = browser.post("/o/authorize/", data=fields)
+        # Repeated names (resource may be) as a list of pairs.
+        allowed = browser.post(
+            "/o/authorize/",
+            content=urlencode(fields),
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
         assert allowed.status_code == 303, allowed.text
     location = allowed.headers["location"]
     assert location.startswith(REDIRECT_URI), location
