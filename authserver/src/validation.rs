@@ -236,8 +236,12 @@ impl ApplicationDraft {
 /// Checks an application into an [`ApplicationInput`]; on refusal, the messages per form field
 /// (`name`, `client_type`, `grant_type`, `redirect_uris`, `scope`, `pkce_optional`,
 /// `token_format`, `tls_client_auth`).
+/// A scope is known when the settings declare it, OpenID Connect defines it, or it is a scope of
+/// a registered API (`resource_scopes`, RFC 8707: an application limited to an API's scopes gets
+/// tokens for that API only).
 pub fn application(
     settings: &Settings,
+    resource_scopes: &[String],
     draft: &ApplicationDraft,
 ) -> Result<ApplicationInput, Refusals> {
     let mut refusals = Refusals::default();
@@ -281,7 +285,9 @@ pub fn application(
         );
     }
     if let Some(unknown) = draft.scopes.iter().find(|s| {
-        !settings.scopes.contains_key(*s) && crate::protocol::oidc::scope_description(s).is_none()
+        !settings.scopes.contains_key(*s)
+            && crate::protocol::oidc::scope_description(s).is_none()
+            && !resource_scopes.contains(s)
     }) {
         let hint = if unknown.contains(',') {
             " Scopes are separated by spaces, not commas."
@@ -468,7 +474,7 @@ mod tests {
             token_format: "JWT".into(),
             tls_client_auth: "san_dns:app.example".into(),
         };
-        let refusals = application(&settings, &draft).unwrap_err();
+        let refusals = application(&settings, &[], &draft).unwrap_err();
         for field in [
             "grant_type",
             "redirect_uris",
@@ -489,7 +495,7 @@ mod tests {
             token_format: "jwt".into(),
             ..draft
         };
-        let input = application(&settings, &ok).unwrap();
+        let input = application(&settings, &[], &ok).unwrap();
         assert_eq!(
             ok.tls_client_auth(),
             Some(TlsClientAuth::SanDns("app.example".into()))
@@ -499,7 +505,7 @@ mod tests {
             ..ok.clone()
         };
         assert!(
-            application(&settings, &bad)
+            application(&settings, &[], &bad)
                 .unwrap_err()
                 .get("tls_client_auth")
                 .is_some()
@@ -510,6 +516,7 @@ mod tests {
         assert_eq!(input.token_format, Some(AccessTokenFormat::Jwt));
         let default = application(
             &settings,
+            &[],
             &ApplicationDraft {
                 token_format: String::new(),
                 pkce_optional: false,

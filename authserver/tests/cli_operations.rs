@@ -265,6 +265,37 @@ fn resources_are_registered_listed_and_deleted() {
         serde_json::json!(["orders:read", "orders:write"])
     );
     assert_eq!(list[0]["access_token_lifetime"], 300);
+    // An application may be limited to an API's scopes (and so to that API's tokens).
+    let app = |scopes: &str| {
+        run(
+            &[
+                "app",
+                "create",
+                "--name",
+                "orders client",
+                "--grant-type",
+                "client-credentials",
+                "--scopes",
+                scopes,
+            ],
+            &url,
+            "",
+        )
+    };
+    ok(&app("orders:read"));
+    let unknown = app("billing:read");
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(
+        stderr(&unknown).contains("not a declared scope"),
+        "{}",
+        stderr(&unknown)
+    );
+    let commas = app("orders:read,orders:write");
+    assert!(
+        stderr(&commas).contains("separated by spaces"),
+        "{}",
+        stderr(&commas)
+    );
     ok(&run(
         &["resource", "delete", "https://orders.example/"],
         &url,

@@ -358,7 +358,8 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         id_token_alg: id_token_alg.unwrap_or_default().trim().to_owned(),
     };
     // Every flag checked before the secret is read, so a typo is refused before anyone types it.
-    let registration = Registration::check(settings, &draft, &oidc)
+    let resource_scopes = store.resource_scopes().await?;
+    let registration = Registration::check(settings, &resource_scopes, &draft, &oidc)
         .map_err(|refusals| refused(&refusals, &draft, &oidc, uri_flag))?;
     if let Some(id) = &client_id
         && let Some(problem) = registration::client_id_problem(id)

@@ -39,11 +39,12 @@ impl Registration {
     /// refusal, every message of either, by form field.
     pub fn check(
         settings: &Settings,
+        resource_scopes: &[String],
         app: &ApplicationDraft,
         oidc: &OidcDraft,
     ) -> Result<Registration, Refusals> {
         match (
-            validation::application(settings, app),
+            validation::application(settings, resource_scopes, app),
             validation::oidc_registration(oidc),
         ) {
             (Ok(input), Ok(oidc)) => Ok(Registration {

@@ -52,6 +52,7 @@ pub(super) fn router() -> Router<AppState> {
 /// the messages per field. Either way the entered values come back, to show the form again.
 pub(crate) fn validate(
     settings: &Settings,
+    resource_scopes: &[String],
     form: &FormData,
 ) -> (ApplicationValues, Result<ApplicationInput, Refusals>) {
     let mut scopes: Vec<String> = Vec::new();
@@ -76,7 +77,7 @@ pub(crate) fn validate(
         token_format: form.text("token_format"),
         tls_client_auth: form.text("tls_client_auth"),
     };
-    let result = validation::application(settings, &values);
+    let result = validation::application(settings, resource_scopes, &values);
     (values, result)
 }
 
@@ -377,7 +378,8 @@ async fn register_page(State(state): State<AppState>, operator: Operator) -> Web
 
 async fn register(State(state): State<AppState>, operator: Operator, form: FormData) -> WebResult {
     csrf::verify(&operator, &form)?;
-    let (values, oidc_draft, registration) = checked(&state.settings, &form);
+    let resource_scopes = state.store.resource_scopes().await?;
+    let (values, oidc_draft, registration) = checked(&state.settings, &resource_scopes, &form);
     let mut registration = match registration {
         Ok(registration) => registration,
         Err(errors) => {
@@ -409,11 +411,12 @@ async fn register(State(state): State<AppState>, operator: Operator, form: FormD
 /// refusal), by the service's shared rules.
 fn checked(
     settings: &Settings,
+    resource_scopes: &[String],
     form: &FormData,
 ) -> (ApplicationValues, OidcDraft, Result<Registration, Refusals>) {
-    let (values, _) = validate(settings, form);
+    let (values, _) = validate(settings, resource_scopes, form);
     let oidc = oidc_draft(form);
-    let registration = Registration::check(settings, &values, &oidc);
+    let registration = Registration::check(settings, resource_scopes, &values, &oidc);
     (values, oidc, registration)
 }
 
@@ -503,7 +506,8 @@ async fn update(
 ) -> WebResult {
     csrf::verify(&operator, &form)?;
     let app = load_owned(&state, &operator, &id).await?;
-    let (values, oidc_draft, registration) = checked(&state.settings, &form);
+    let resource_scopes = state.store.resource_scopes().await?;
+    let (values, oidc_draft, registration) = checked(&state.settings, &resource_scopes, &form);
     let mut registration = match registration {
         Ok(registration) => registration,
         Err(errors) => {
@@ -621,6 +625,7 @@ mod tests {
         let settings = Settings::for_tests("sqlite::memory:");
         let (_, input) = validate(
             &settings,
+            &[],
             &FormData::from_pairs(&[
                 ("name", " App "),
                 ("client_type", "confidential"),
@@ -653,6 +658,7 @@ mod tests {
         let settings = Settings::for_tests("sqlite::memory:");
         let (values, input) = validate(
             &settings,
+            &[],
             &FormData::from_pairs(&[
                 ("name", ""),
                 ("client_type", "public"),
@@ -668,6 +674,7 @@ mod tests {
         assert_eq!(values.client_type, "public");
         let (_, input) = validate(
             &settings,
+            &[],
             &FormData::from_pairs(&[
                 ("name", "x"),
                 ("client_type", "secret"),
