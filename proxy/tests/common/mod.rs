@@ -229,9 +229,13 @@ impl Introspector {
 }
 
 /// Fixed answers: `read`, `rw`, `groups`, `none` (no scope), `slow-*` (read, answered after
-/// 300 ms) are active, `admin` (read, in the groups `admins` and `ops team`) too; anything else
-/// is inactive.
+/// 300 ms) are active, `admin` (read, in the groups `admins` and `ops team`) too, and
+/// `bound-X5T` (read, bound to the certificate thumbprint X5T); anything else is inactive.
 fn claims(token: &str) -> Value {
+    if let Some(x5t) = token.strip_prefix("bound-") {
+        return json!({"active": true, "scope": "read", "client_id": "app-1", "username": "alice",
+                      "exp": unix_now() + 3600, "cnf": { "x5t#S256": x5t }});
+    }
     if token == "admin" {
         let exp = unix_now() + 3600;
         return json!({"active": true, "scope": "read", "client_id": "app-1", "username": "root",
