@@ -20,6 +20,7 @@ pub mod downstream;
 pub mod drain;
 pub mod forward_auth;
 pub mod gateway;
+pub mod h2_conn;
 pub mod headers;
 pub mod ingress;
 pub mod inject;
