@@ -42,6 +42,7 @@ LAYERS = {
         ["routes"],
     ],
     "proxy": [
+        ["h2_conn"],
         ["downstream", "tls", "ingress", "scope_check"],
         ["headers", "drain", "metrics", "app_probes"],
         ["config", "inject"],
