@@ -33,6 +33,7 @@ use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::h2_conn::H2Watch;
+use crate::waiting::{self, Wait, Waiting};
 
 /// Largest request head read (request line and headers): `431` beyond it. Browsers' cookie
 /// limits stay well under it; nginx's default is 32 KiB too.
@@ -126,6 +127,8 @@ pub struct ListenerGate {
     tls_failures: AtomicU64,
     /// The HTTP/2 connections of this listener, their preface and body deadlines.
     pub h2: Arc<H2Watch>,
+    /// On a listener that makes room at its cap: the connections waiting for their client.
+    waiting: Option<Waiting>,
     /// Refusals counted in the last log line, and when the next may be written (ms since epoch).
     refused_logged: AtomicU64,
     next_log_ms: AtomicU64,
@@ -152,10 +155,30 @@ impl ListenerGate {
             head_timeouts: AtomicU64::new(0),
             tls_failures: AtomicU64::new(0),
             h2: H2Watch::new(body_idle),
+            waiting: None,
             refused_logged: AtomicU64::new(0),
             next_log_ms: AtomicU64::new(0),
             epoch: Instant::now(),
         })
+    }
+
+    /// The same for a listener that, at its cap, closes the connection that has waited longest
+    /// for its client (a handshake, a request head) to let a new one in, rather than refuse it:
+    /// the admin listener, whose probes idle connections would otherwise keep out.
+    pub fn making_room(name: &'static str, max: usize, body_idle: Duration) -> Arc<ListenerGate> {
+        let mut gate = Arc::into_inner(Self::new(name, max, body_idle)).expect("just made");
+        gate.waiting = Some(Waiting::default());
+        Arc::new(gate)
+    }
+
+    /// Connections closed to make room for a new one at the cap.
+    pub fn evicted(&self) -> u64 {
+        self.waiting.as_ref().map_or(0, Waiting::evicted)
+    }
+
+    /// The connection starts waiting for its client (on a listener that makes room).
+    fn wait(&self) -> Option<Wait> {
+        self.waiting.as_ref().map(Waiting::wait)
     }
 
     /// Connections open now.
@@ -182,6 +205,12 @@ impl ListenerGate {
         let mut open = self.open.load(Ordering::Acquire);
         loop {
             if open >= self.max {
+                // The evicted connection gives its slot back in a moment: until then the count
+                // is over the cap by the evictions under way.
+                if self.waiting.as_ref().is_some_and(Waiting::evict_oldest) {
+                    self.open.fetch_add(1, Ordering::AcqRel);
+                    return Some(Slot(self.clone()));
+                }
                 self.refuse();
                 return None;
             }
@@ -260,12 +289,15 @@ impl<A> Guarded<A> {
         let peer = tcp
             .get_socket_digest()
             .and_then(|d| d.peer_addr().map(ToString::to_string));
-        let failure =
-            match tokio::time::timeout(self.limits.head_timeout, tls.tls_handshake(tcp)).await {
+        let wait = self.gate.wait();
+        let failure = tokio::select! {
+            done = tokio::time::timeout(self.limits.head_timeout, tls.tls_handshake(tcp)) => match done {
                 Ok(Ok(tls)) => return Some(Box::new(tls)),
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => "not finished within connections.head_timeout".to_owned(),
-            };
+            },
+            _ = waiting::evicted(wait.as_ref()) => return None,
+        };
         self.gate.tls_failures.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             listener = self.gate.name,
@@ -392,6 +424,9 @@ impl<A> Guarded<A> {
         let mut stopping = shutdown.clone();
         let stopping = stopping.wait_for(|stop| *stop);
         tokio::pin!(stopping);
+        let wait = self.gate.wait();
+        let evicted = waiting::evicted(wait.as_ref());
+        tokio::pin!(evicted);
         let mut head = BytesMut::new();
         if !first {
             head.reserve(HEAD_CHUNK);
@@ -404,6 +439,7 @@ impl<A> Guarded<A> {
                     }
                 }
                 _ = &mut stopping => return Head::Gone,
+                _ = &mut evicted => return Head::Gone,
             }
         }
         let deadline = tokio::time::Instant::now() + self.limits.head_timeout;
@@ -432,6 +468,7 @@ impl<A> Guarded<A> {
                     }
                 }
                 _ = &mut stopping => return Head::Gone,
+                _ = &mut evicted => return Head::Gone,
             }
         }
     }

@@ -30,6 +30,7 @@ pub mod scrape;
 pub mod server;
 pub mod state;
 pub mod tls;
+pub mod waiting;
 
 pub use config::{
     ConfigError, ProxyConfig, Upstream, load_config, load_config_with_env, parse_config,

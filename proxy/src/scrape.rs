@@ -97,6 +97,11 @@ fn collect_listeners(gates: &[Arc<ListenerGate>], s: &mut Scrape) -> std::fmt::R
         by_listener(ListenerGate::tls_failures),
     )?;
     s.counters(
+        "connections_evicted",
+        "Connections waiting for their client closed to let a new one in at the cap (admin listener)",
+        by_listener(ListenerGate::evicted),
+    )?;
+    s.counters(
         "h2_body_timeouts",
         "HTTP/2 connections closed because a request body stopped for connections.body_idle_timeout",
         by_listener(|g| g.h2.body_timeouts()),

@@ -137,7 +137,7 @@ impl Shared {
             drain: Arc::default(),
             listeners: [
                 ListenerGate::new("proxy", config.connections.max, body_idle),
-                ListenerGate::new("admin", config.connections.admin_max, body_idle),
+                ListenerGate::making_room("admin", config.connections.admin_max, body_idle),
             ],
             forward_auth: config
                 .forward_auth

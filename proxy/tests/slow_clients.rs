@@ -414,6 +414,64 @@ async fn connections_beyond_the_cap_are_refused_counted_and_logged_once() {
     assert_eq!(proxy.get("/public/again").await, Some(200));
 }
 
+/// Security round 4, item 4: idle connections that fill the admin listener's cap (and are opened
+/// again as fast as they are closed) do not keep the probes out: a new connection at the cap
+/// closes the one that has waited longest for its request head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_answers_probes_under_an_idle_flood() {
+    let proxy = Proxy::start("  admin_max: 8\n").await;
+    let admin = proxy.admin.clone();
+    // The flood: 8 connections that send nothing, each opened again once it is closed.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reopened = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let flood: Vec<_> = (0..8)
+        .map(|_| {
+            let (admin, stop, reopened) = (admin.clone(), stop.clone(), reopened.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(&admin).await else {
+                        continue;
+                    };
+                    let mut buf = [0u8; 64];
+                    let _ = tokio::time::timeout(Duration::from_secs(20), s.read(&mut buf)).await;
+                    reopened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut answered = 0;
+    for _ in 0..20 {
+        if raw_get(&proxy.admin, "/healthz").await == Some(200) {
+            answered += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let evicted = proxy
+        .metric("tokengate_proxy_connections_evicted_total", "admin")
+        .await;
+    for f in flood {
+        f.abort();
+    }
+    assert_eq!(answered, 20, "every probe answered under the flood");
+    assert!(
+        evicted >= 20,
+        "each probe made room by closing an idle connection ({evicted})"
+    );
+    assert!(
+        reopened.load(std::sync::atomic::Ordering::Relaxed) >= 20,
+        "the idle connections were closed and opened again"
+    );
+    // The proxy listener still refuses at its cap (connections_beyond_the_cap_… above).
+    assert_eq!(
+        proxy
+            .metric("tokengate_proxy_connections_evicted_total", "proxy")
+            .await,
+        0
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_alive_connection_gets_the_same_deadline_and_an_idle_limit() {
     let proxy = Proxy::start("  head_timeout: 1s\n  keepalive_timeout: 2s\n").await;
