@@ -28,7 +28,7 @@ use pingora::listeners::{ALPN, L4BufferSettings, ListenerConfig};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::http::v2::server::{H2Options, default_h2_options};
 use pingora::protocols::l4::stream::Stream as L4Stream;
-use pingora::protocols::{GetSocketDigest, Stream};
+use pingora::protocols::{GetSocketDigest, Peek, Stream};
 use pingora::server::ShutdownWatch;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -286,14 +286,21 @@ impl<A> Guarded<A> {
                 return None;
             }
         };
-        let peer = tcp
-            .get_socket_digest()
-            .and_then(|d| d.peer_addr().map(ToString::to_string));
+        let socket = tcp.get_socket_digest();
+        let handshake = async move {
+            // rustls's state and buffers are made once the ClientHello starts: a connection
+            // that sends nothing costs its task and socket only.
+            let mut tcp = tcp;
+            tcp.try_peek(&mut [0u8; 1])
+                .await
+                .map_err(|e| format!("before the ClientHello: {e}"))?;
+            tls.tls_handshake(tcp).await.map_err(|e| e.to_string())
+        };
         let wait = self.gate.wait();
         let failure = tokio::select! {
-            done = tokio::time::timeout(self.limits.head_timeout, tls.tls_handshake(tcp)) => match done {
+            done = tokio::time::timeout(self.limits.head_timeout, handshake) => match done {
                 Ok(Ok(tls)) => return Some(Box::new(tls)),
-                Ok(Err(e)) => e.to_string(),
+                Ok(Err(e)) => e,
                 Err(_) => "not finished within connections.head_timeout".to_owned(),
             },
             _ = waiting::evicted(wait.as_ref()) => return None,
@@ -301,7 +308,10 @@ impl<A> Guarded<A> {
         self.gate.tls_failures.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(
             listener = self.gate.name,
-            peer,
+            peer = socket
+                .as_ref()
+                .and_then(|d| d.peer_addr())
+                .map(ToString::to_string),
             failure,
             "TLS handshake failed"
         );

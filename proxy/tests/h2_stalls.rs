@@ -8,14 +8,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader as StdBufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::pki::Pki;
-use common::{config_yaml, echo_upstream, temp_path, two_free_ports};
+use common::{Collected, config_yaml, echo_upstream, temp_path, two_free_ports};
 use serde_json::Value;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -55,7 +54,7 @@ fn raise_own_open_files(want: u64) {
 }
 
 struct Proxy {
-    child: Child,
+    process: Collected,
     listen: u16,
     admin: u16,
     stderr: Arc<Mutex<String>>,
@@ -64,23 +63,13 @@ struct Proxy {
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.config);
     }
 }
 
 impl Proxy {
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-            * 1024
+        self.process.rss()
     }
 
     async fn metric(&self, name: &str) -> u64 {
@@ -118,28 +107,17 @@ async fn start(pki: &Pki) -> Proxy {
     );
     let config = temp_path("h2-stalls");
     std::fs::write(&config, yaml).unwrap();
-    let mut child = Command::new("prlimit")
-        .arg("--nofile=1024:8192")
-        .arg(BIN)
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = Arc::new(Mutex::new(String::new()));
-    let lines = StdBufReader::new(child.stderr.take().unwrap());
-    let sink = stderr.clone();
-    std::thread::spawn(move || {
-        for line in lines.lines().map_while(Result::ok) {
-            let mut all = sink.lock().unwrap();
-            all.push_str(&line);
-            all.push('\n');
-        }
-    });
+    let process = Collected::spawn(
+        Command::new("prlimit")
+            .arg("--nofile=1024:8192")
+            .arg(BIN)
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "info"),
+    );
+    let stderr = process.stderr.clone();
     let proxy = Proxy {
-        child,
+        process,
         listen,
         admin,
         stderr,

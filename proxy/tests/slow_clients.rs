@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader as StdBufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{config_yaml, echo_upstream, temp_path, two_free_ports};
+use common::{Collected, config_yaml, echo_upstream, temp_path, two_free_ports};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -23,7 +22,7 @@ const MIB: u64 = 1024 * 1024;
 
 /// The `proxy` binary on free ports, its stderr collected.
 struct Proxy {
-    child: Child,
+    process: Collected,
     listen: String,
     admin: String,
     stderr: Arc<Mutex<String>>,
@@ -46,27 +45,16 @@ impl Proxy {
         );
         let config = temp_path("slow");
         std::fs::write(&config, yaml).unwrap();
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .env_remove("MIMALLOC_PURGE_DELAY")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let lines = StdBufReader::new(child.stderr.take().unwrap());
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in lines.lines().map_while(Result::ok) {
-                let mut all = sink.lock().unwrap();
-                all.push_str(&line);
-                all.push('\n');
-            }
-        });
+        let process = Collected::spawn(
+            Command::new(BIN)
+                .arg("--config")
+                .arg(&config)
+                .env("RUST_LOG", "info")
+                .env_remove("MIMALLOC_PURGE_DELAY"),
+        );
+        let stderr = process.stderr.clone();
         let proxy = Proxy {
-            child,
+            process,
             listen: format!("127.0.0.1:{listen}"),
             admin: format!("127.0.0.1:{admin}"),
             stderr,
@@ -126,21 +114,12 @@ impl Proxy {
     }
 
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap();
-        kb * 1024
+        self.process.rss()
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.config);
     }
 }

@@ -422,3 +422,53 @@ impl Fixture {
             .unwrap();
     }
 }
+
+/// A child process (the `proxy` binary) whose stderr is collected as it comes; killed on drop.
+pub struct Collected {
+    pub child: std::process::Child,
+    pub stderr: Arc<Mutex<String>>,
+}
+
+impl Collected {
+    /// Spawns `command` with stdout discarded and stderr collected.
+    pub fn spawn(command: &mut std::process::Command) -> Collected {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the process starts");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let lines = std::io::BufReader::new(child.stderr.take().unwrap());
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in lines.lines().map_while(Result::ok) {
+                let mut all = sink.lock().unwrap();
+                all.push_str(&line);
+                all.push('\n');
+            }
+        });
+        Collected { child, stderr }
+    }
+
+    /// Its resident set size in bytes (0 once it is gone).
+    pub fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    }
+}
+
+impl Drop for Collected {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
