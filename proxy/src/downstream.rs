@@ -350,7 +350,9 @@ where
             return None;
         };
         if let Some(tls) = &self.tls {
-            stream = self.handshake(tls, stream).await?;
+            // Boxed: the handshake's future is some kilobytes, which every connection's task
+            // would otherwise carry, TLS or not, for as long as it lives.
+            stream = Box::pin(self.handshake(tls, stream)).await?;
         }
         if self.is_h2(&mut stream).await? {
             // Pingora's HTTP/2 loop, with the app's h2_options and h2_idle_timeout; the client's
