@@ -44,6 +44,7 @@ LAYERS = {
         ["routes"],
     ],
     "proxy": [
+        ["h2_conn", "waiting"],
         ["downstream", "tls", "ingress", "scope_check"],
         ["headers", "drain", "metrics", "app_probes"],
         ["config", "inject"],

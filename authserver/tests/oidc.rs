@@ -476,6 +476,13 @@ async fn userinfo_answers_by_scope_and_refuses_as_rfc6750_says() {
         assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.body);
         assert!(challenge(&reply).contains("error=\"insufficient_scope\""));
         assert!(challenge(&reply).contains("scope=\"openid\""));
+        // A client's own token (client credentials): no user, so invalid_token, 401, not the
+        // 403 insufficient_scope a user's token without openid gets.
+        let receiver = Receiver::start(&f).await;
+        let reply = userinfo(&f, &receiver.token, "GET").await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.body);
+        assert!(challenge(&reply).contains("error=\"invalid_token\""));
+        assert_eq!(reply.json()["error"], "invalid_token");
         // No token: a challenge without an error code; garbage: invalid_token.
         let none = userinfo(&f, "", "NONE").await;
         assert_eq!(none.status, StatusCode::UNAUTHORIZED);

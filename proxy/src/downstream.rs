@@ -1,16 +1,20 @@
 //! Limits on client connections that Pingora 0.9 lacks: a deadline for the whole request head, a
-//! body idle timeout, and a cap on the connections open at once on each listener.
+//! body idle timeout, a cap on the connections open at once on each listener, and TLS handshakes
+//! inside that cap under the head deadline.
 //!
 //! Pingora reads a request head with a timeout per read (60 s) and none for the whole head, so a
 //! client sending a header byte every few seconds holds its connection for ever. [`Guarded`]
 //! wraps a Pingora HTTP app (the proxy, the admin endpoints): it reads each request head itself
 //! under the deadline, then hands the bytes to Pingora as a pipelined prefix, which Pingora parses
 //! before it reads the socket again. That holds for HTTP/1.x in cleartext and over TLS (the head
-//! is read from the decrypted stream; the TLS handshake itself has Pingora's 60 s limit, before
-//! the connection reaches the cap). An HTTP/2 connection (ALPN `h2`, or the h2c preface on a
-//! listener with `h2c: true`) is handed whole to Pingora's own HTTP/2 loop after the cap, its
-//! client preface due within `head_timeout` ([`FirstBytes`]), then the [`h2_options`] limits and
-//! an idle timeout between streams.
+//! is read from the decrypted stream). Pingora's listeners would do the TLS handshake before the
+//! app sees the connection, uncounted, for up to 60 s each and with an ERROR line per failure:
+//! the listeners are plain TCP for Pingora, and [`Guarded`] does the handshake itself once the
+//! connection holds its slot, within `head_timeout`, failures logged at debug and counted. An
+//! HTTP/2 connection (ALPN `h2`, or the h2c preface on a listener with `h2c: true`) is handed
+//! whole to Pingora's own HTTP/2 loop after the cap, wrapped by [`crate::h2_conn`] (the client
+//! preface due within `head_timeout`, request bodies within `body_idle_timeout`), with the
+//! [`h2_options`] limits and an idle timeout between streams.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -19,14 +23,17 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::{BufMut, BytesMut};
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, HttpServerOptions, ServerApp};
+use pingora::listeners::tls::Acceptor;
 use pingora::listeners::{ALPN, L4BufferSettings, ListenerConfig};
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::http::v2::server::{H2Options, default_h2_options};
-use pingora::protocols::{self, Stream};
+use pingora::protocols::l4::stream::Stream as L4Stream;
+use pingora::protocols::{GetSocketDigest, Peek, Stream};
 use pingora::server::ShutdownWatch;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::h2_conn::H2Watch;
+use crate::waiting::{self, Wait, Waiting};
 
 /// Largest request head read (request line and headers): `431` beyond it. Browsers' cookie
 /// limits stay well under it; nginx's default is 32 KiB too.
@@ -117,6 +124,11 @@ pub struct ListenerGate {
     open: AtomicUsize,
     refused: AtomicU64,
     head_timeouts: AtomicU64,
+    tls_failures: AtomicU64,
+    /// The HTTP/2 connections of this listener, their preface and body deadlines.
+    pub h2: Arc<H2Watch>,
+    /// On a listener that makes room at its cap: the connections waiting for their client.
+    waiting: Option<Waiting>,
     /// Refusals counted in the last log line, and when the next may be written (ms since epoch).
     refused_logged: AtomicU64,
     next_log_ms: AtomicU64,
@@ -133,17 +145,40 @@ impl Drop for Slot {
 }
 
 impl ListenerGate {
-    pub fn new(name: &'static str, max: usize) -> Arc<ListenerGate> {
+    /// A listener's gate; `body_idle`: how long an HTTP/2 request body may stop coming.
+    pub fn new(name: &'static str, max: usize, body_idle: Duration) -> Arc<ListenerGate> {
         Arc::new(ListenerGate {
             name,
             max,
             open: AtomicUsize::new(0),
             refused: AtomicU64::new(0),
             head_timeouts: AtomicU64::new(0),
+            tls_failures: AtomicU64::new(0),
+            h2: H2Watch::new(body_idle),
+            waiting: None,
             refused_logged: AtomicU64::new(0),
             next_log_ms: AtomicU64::new(0),
             epoch: Instant::now(),
         })
+    }
+
+    /// The same for a listener that, at its cap, closes the connection that has waited longest
+    /// for its client (a handshake, a request head) to let a new one in, rather than refuse it:
+    /// the admin listener, whose probes idle connections would otherwise keep out.
+    pub fn making_room(name: &'static str, max: usize, body_idle: Duration) -> Arc<ListenerGate> {
+        let mut gate = Arc::into_inner(Self::new(name, max, body_idle)).expect("just made");
+        gate.waiting = Some(Waiting::default());
+        Arc::new(gate)
+    }
+
+    /// Connections closed to make room for a new one at the cap.
+    pub fn evicted(&self) -> u64 {
+        self.waiting.as_ref().map_or(0, Waiting::evicted)
+    }
+
+    /// The connection starts waiting for its client (on a listener that makes room).
+    fn wait(&self) -> Option<Wait> {
+        self.waiting.as_ref().map(Waiting::wait)
     }
 
     /// Connections open now.
@@ -156,15 +191,26 @@ impl ListenerGate {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Connections closed because their request head did not arrive in time.
+    /// Connections closed because their request head (or HTTP/2 preface) did not arrive in time.
     pub fn head_timeouts(&self) -> u64 {
-        self.head_timeouts.load(Ordering::Relaxed)
+        self.head_timeouts.load(Ordering::Relaxed) + self.h2.preface_timeouts()
+    }
+
+    /// Connections closed because their TLS handshake failed or did not finish in time.
+    pub fn tls_failures(&self) -> u64 {
+        self.tls_failures.load(Ordering::Relaxed)
     }
 
     fn enter(self: &Arc<Self>) -> Option<Slot> {
         let mut open = self.open.load(Ordering::Acquire);
         loop {
             if open >= self.max {
+                // The evicted connection gives its slot back in a moment: until then the count
+                // is over the cap by the evictions under way.
+                if self.waiting.as_ref().is_some_and(Waiting::evict_oldest) {
+                    self.open.fetch_add(1, Ordering::AcqRel);
+                    return Some(Slot(self.clone()));
+                }
                 self.refuse();
                 return None;
             }
@@ -209,6 +255,8 @@ pub struct Guarded<A> {
     app: Arc<A>,
     limits: ConnectionLimits,
     gate: Arc<ListenerGate>,
+    /// The listener's TLS, when it serves TLS (its listener is plain TCP for Pingora).
+    tls: Option<Acceptor>,
 }
 
 impl<A> Guarded<A> {
@@ -217,7 +265,57 @@ impl<A> Guarded<A> {
             app: Arc::new(app),
             limits,
             gate,
+            tls: None,
         }
+    }
+
+    /// The same, doing `tls`'s handshake on each connection once it holds its slot.
+    pub fn with_tls(mut self, tls: Option<Acceptor>) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// The TLS handshake on `stream` (the accepted TCP connection) within `head_timeout`;
+    /// `None` (counted, logged at debug: a scanner's failures are no operator's concern) when it
+    /// fails or does not finish.
+    async fn handshake(&self, tls: &Acceptor, stream: Stream) -> Option<Stream> {
+        let tcp = match stream.into_any().downcast::<L4Stream>() {
+            Ok(tcp) => *tcp,
+            Err(_) => {
+                tracing::warn!(listener = self.gate.name, "not a TCP connection: closed");
+                return None;
+            }
+        };
+        let socket = tcp.get_socket_digest();
+        let handshake = async move {
+            // rustls's state and buffers are made once the ClientHello starts: a connection
+            // that sends nothing costs its task and socket only.
+            let mut tcp = tcp;
+            tcp.try_peek(&mut [0u8; 1])
+                .await
+                .map_err(|e| format!("before the ClientHello: {e}"))?;
+            tls.tls_handshake(tcp).await.map_err(|e| e.to_string())
+        };
+        let wait = self.gate.wait();
+        let failure = tokio::select! {
+            done = tokio::time::timeout(self.limits.head_timeout, handshake) => match done {
+                Ok(Ok(tls)) => return Some(Box::new(tls)),
+                Ok(Err(e)) => e,
+                Err(_) => "not finished within connections.head_timeout".to_owned(),
+            },
+            _ = waiting::evicted(wait.as_ref()) => return None,
+        };
+        self.gate.tls_failures.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(
+            listener = self.gate.name,
+            peer = socket
+                .as_ref()
+                .and_then(|d| d.peer_addr())
+                .map(ToString::to_string),
+            failure,
+            "TLS handshake failed"
+        );
+        None
     }
 }
 
@@ -245,13 +343,22 @@ where
         shutdown: &ShutdownWatch,
     ) -> Option<Stream> {
         let Some(_slot) = self.gate.enter() else {
-            reply(&mut stream, "503 Service Unavailable", "Retry-After: 1\r\n").await;
+            // Over TLS, before any handshake: just closed.
+            if self.tls.is_none() {
+                reply(&mut stream, "503 Service Unavailable", "Retry-After: 1\r\n").await;
+            }
             return None;
         };
+        if let Some(tls) = &self.tls {
+            // Boxed: the handshake's future is some kilobytes, which every connection's task
+            // would otherwise carry, TLS or not, for as long as it lives.
+            stream = Box::pin(self.handshake(tls, stream)).await?;
+        }
         if self.is_h2(&mut stream).await? {
             // Pingora's HTTP/2 loop, with the app's h2_options and h2_idle_timeout; the client's
-            // preface must come within head_timeout (Pingora waits for it for ever).
-            let stream = FirstBytes::wrap(stream, self.limits.head_timeout, self.gate.clone());
+            // preface must come within head_timeout (Pingora waits for it for ever), and request
+            // bodies within body_idle_timeout (Pingora has no timeout there).
+            let stream = self.gate.h2.wrap(stream, self.limits.head_timeout);
             return ServerApp::process_new(&self.app, stream, shutdown).await;
         }
         let mut persistent: Option<HttpPersistentSettings> = None;
@@ -329,6 +436,9 @@ impl<A> Guarded<A> {
         let mut stopping = shutdown.clone();
         let stopping = stopping.wait_for(|stop| *stop);
         tokio::pin!(stopping);
+        let wait = self.gate.wait();
+        let evicted = waiting::evicted(wait.as_ref());
+        tokio::pin!(evicted);
         let mut head = BytesMut::new();
         if !first {
             head.reserve(HEAD_CHUNK);
@@ -341,6 +451,7 @@ impl<A> Guarded<A> {
                     }
                 }
                 _ = &mut stopping => return Head::Gone,
+                _ = &mut evicted => return Head::Gone,
             }
         }
         let deadline = tokio::time::Instant::now() + self.limits.head_timeout;
@@ -369,6 +480,7 @@ impl<A> Guarded<A> {
                     }
                 }
                 _ = &mut stopping => return Head::Gone,
+                _ = &mut evicted => return Head::Gone,
             }
         }
     }
@@ -416,167 +528,6 @@ async fn reply(stream: &mut Stream, status: &str, extra_headers: &str) {
     .await;
 }
 
-/// The HTTP/2 client connection preface (RFC 9113 §3.4): what must arrive within the deadline.
-const H2_PREFACE_LEN: usize = 24;
-
-/// A client stream whose first [`H2_PREFACE_LEN`] bytes must arrive within a deadline: a read
-/// still waiting at the deadline fails with `TimedOut` (counted as a head timeout); once they
-/// have come, it is the stream itself. Everything else is the wrapped stream's.
-#[derive(Debug)]
-struct FirstBytes {
-    inner: Stream,
-    /// `None` once the first bytes came.
-    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
-    left: usize,
-    gate: Arc<ListenerGate>,
-}
-
-impl FirstBytes {
-    fn wrap(inner: Stream, within: Duration, gate: Arc<ListenerGate>) -> Stream {
-        Box::new(FirstBytes {
-            inner,
-            deadline: Some(Box::pin(tokio::time::sleep(within))),
-            left: H2_PREFACE_LEN,
-            gate,
-        })
-    }
-}
-
-impl AsyncRead for FirstBytes {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                let n = buf.filled().len() - before;
-                this.left = this.left.saturating_sub(n);
-                if this.left == 0 || n == 0 {
-                    this.deadline = None;
-                }
-                Poll::Ready(Ok(()))
-            }
-            Poll::Pending => {
-                let expired = this
-                    .deadline
-                    .as_mut()
-                    .is_some_and(|d| d.as_mut().poll(cx).is_ready());
-                if !expired {
-                    return Poll::Pending;
-                }
-                this.deadline = None;
-                this.gate.head_timeouts.fetch_add(1, Ordering::Relaxed);
-                Poll::Ready(Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "no HTTP/2 preface within head_timeout",
-                )))
-            }
-            other => other,
-        }
-    }
-}
-
-impl AsyncWrite for FirstBytes {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-}
-
-#[async_trait]
-impl protocols::Shutdown for FirstBytes {
-    async fn shutdown(&mut self) {
-        protocols::Shutdown::shutdown(&mut *self.inner).await
-    }
-}
-
-impl protocols::UniqueID for FirstBytes {
-    fn id(&self) -> protocols::UniqueIDType {
-        self.inner.id()
-    }
-}
-
-impl protocols::Ssl for FirstBytes {
-    fn get_ssl(&self) -> Option<&protocols::tls::TlsRef> {
-        self.inner.get_ssl()
-    }
-
-    fn get_ssl_digest(&self) -> Option<Arc<protocols::tls::SslDigest>> {
-        self.inner.get_ssl_digest()
-    }
-
-    fn selected_alpn_proto(&self) -> Option<ALPN> {
-        self.inner.selected_alpn_proto()
-    }
-}
-
-impl protocols::GetTimingDigest for FirstBytes {
-    fn get_timing_digest(&self) -> Vec<Option<protocols::TimingDigest>> {
-        self.inner.get_timing_digest()
-    }
-
-    fn get_read_pending_time(&self) -> Duration {
-        self.inner.get_read_pending_time()
-    }
-
-    fn get_write_pending_time(&self) -> Duration {
-        self.inner.get_write_pending_time()
-    }
-}
-
-impl protocols::GetProxyDigest for FirstBytes {
-    fn get_proxy_digest(&self) -> Option<Arc<protocols::raw_connect::ProxyDigest>> {
-        self.inner.get_proxy_digest()
-    }
-
-    fn set_proxy_digest(&mut self, digest: protocols::raw_connect::ProxyDigest) {
-        self.inner.set_proxy_digest(digest)
-    }
-}
-
-impl protocols::GetSocketDigest for FirstBytes {
-    fn get_socket_digest(&self) -> Option<Arc<protocols::SocketDigest>> {
-        self.inner.get_socket_digest()
-    }
-
-    fn set_socket_digest(&mut self, digest: protocols::SocketDigest) {
-        self.inner.set_socket_digest(digest)
-    }
-}
-
-#[async_trait]
-impl protocols::Peek for FirstBytes {
-    async fn try_peek(&mut self, buf: &mut [u8]) -> std::io::Result<bool> {
-        self.inner.try_peek(buf).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -609,7 +560,7 @@ mod tests {
 
     #[test]
     fn the_gate_counts_refuses_and_frees() {
-        let gate = ListenerGate::new("proxy", 2);
+        let gate = ListenerGate::new("proxy", 2, Duration::from_secs(1));
         let a = gate.enter().unwrap();
         let _b = gate.enter().unwrap();
         assert!(gate.enter().is_none());

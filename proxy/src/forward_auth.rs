@@ -31,10 +31,10 @@ impl ServeHttp for ForwardAuth {
         let req = session.req_header();
         let (method, uri) = match original(
             &req.method,
-            &req.uri,
+            req.raw_path(),
             &req.headers,
             trusted,
-            self.config.path_prefix.as_deref(),
+            &self.config,
         ) {
             Ok(o) => o,
             Err(why) => {
@@ -43,8 +43,9 @@ impl ServeHttp for ForwardAuth {
             }
         };
         // The client certificate the ingress verified (its `$ssl_client_escaped_cert` in
-        // `X-Tokengate-Client-Cert`), believed from trusted peers only, as the original URI is.
-        let client_cert = match trusted {
+        // `X-Tokengate-Client-Cert`): believed only when the configuration says the ingress
+        // sets (or clears) that header on every check, and from trusted peers only.
+        let client_cert = match trusted && self.config.client_cert_header {
             true => cert_header(&req.headers).map(|der| CertThumbprint::of_der(&der)),
             false => None,
         };

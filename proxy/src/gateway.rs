@@ -26,6 +26,7 @@ use resource_server::{EncodedIdentity, MetadataAnswer, Refusal};
 
 use crate::balance::{Lease, Pool, http_peer};
 use crate::drain::InFlight;
+use crate::h2_conn::BodyClock;
 use crate::headers::{is_identity_header, names_to_strip};
 use crate::metrics::{Outcome, UNMATCHED};
 use crate::state::{Routing, SharedState};
@@ -60,6 +61,9 @@ pub struct RequestCtx {
     cors: Option<Arc<CorsPolicy>>,
     /// The client certificate the connection was verified with (escaped PEM), for upstreams.
     client_cert: Option<HeaderValue>,
+    /// An HTTP/2 stream's request body, still to come: its progress, for the connection's
+    /// deadline ([`crate::h2_conn`]).
+    body_clock: Option<Arc<BodyClock>>,
     /// Counts the request as in flight for the drain until the context is dropped (Pingora
     /// makes the context once the request head is read, and drops it once the answer is sent).
     _in_flight: InFlight,
@@ -83,6 +87,7 @@ impl ProxyHttp for Gateway {
             upstream_status: None,
             cors: None,
             client_cert: None,
+            body_clock: None,
             _in_flight: self.shared.drain.enter(),
         }
     }
@@ -128,6 +133,15 @@ impl ProxyHttp for Gateway {
                     // would cut it (and Pingora would write an HTTP error into the WebSocket
                     // stream). Its own ping/pong keeps it honest; the connection cap still holds.
                     session.set_read_timeout(None);
+                }
+                if session.is_http2() {
+                    // Pingora bounds HTTP/2 writes (zero windows included) only if asked, and
+                    // reads not at all: the connection watches the body instead.
+                    let h2 = &self.shared.listeners[0].h2;
+                    session.set_write_timeout(Some(h2.idle));
+                    if !session.is_body_done() {
+                        ctx.body_clock = h2.body(session.digest());
+                    }
                 }
                 let index = allow.route.index();
                 let target = routing.routes.get(index);
@@ -220,6 +234,23 @@ impl ProxyHttp for Gateway {
             (reused, ctx.upstream.as_ref(), peer.address().as_inet())
         {
             up.connected(*addr);
+        }
+        // The body is read from now on: the time spent connecting is not the client's.
+        if let Some(clock) = &ctx.body_clock {
+            clock.progress(false);
+        }
+        Ok(())
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<()> {
+        if let Some(clock) = &ctx.body_clock {
+            clock.progress(end_of_stream || body.is_none());
         }
         Ok(())
     }

@@ -9,12 +9,55 @@ use http::{HeaderMap, Method, Uri};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ForwardAuthConfig {
     pub listen: std::net::SocketAddr,
-    /// Peers whose `X-Original-*` / `X-Forwarded-*` headers are believed.
+    /// Which ingress asks, so which one header family names the original request.
+    pub ingress: Ingress,
+    /// Peers whose original-request headers (and client certificate) are believed.
     pub trusted_peers: Vec<Cidr>,
     /// Envoy: the original path follows this prefix in the check request's path.
     pub path_prefix: Option<String>,
+    /// Whether `X-Tokengate-Client-Cert` from a trusted peer is the client's certificate (the
+    /// ingress then sets it on every check, or clears it).
+    pub client_cert_header: bool,
     /// TLS with the proxy listener's certificate.
     pub tls: bool,
+}
+
+/// The ingress in front of the forward-auth endpoint: each names the original request its own
+/// way, and only that way is read (a client's look-alike headers of another family, which
+/// Traefik copies to the check, are ignored).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ingress {
+    /// nginx `auth_request`: `X-Original-Method` and `X-Original-URI` (set by the documented
+    /// block; the check itself is a GET subrequest).
+    Nginx,
+    /// Traefik `forwardAuth`: `X-Forwarded-Method` and `X-Forwarded-Uri`, which Traefik sets
+    /// over whatever the client sent (unless `trustForwardHeader`).
+    Traefik,
+    /// Envoy `ext_authz` (HTTP service): the check request's own method, and its path under
+    /// `path_prefix`.
+    Envoy,
+}
+
+impl Ingress {
+    pub const NAMES: &'static str = "nginx, traefik or envoy";
+
+    pub fn parse(name: &str) -> Option<Ingress> {
+        match name {
+            "nginx" => Some(Ingress::Nginx),
+            "traefik" => Some(Ingress::Traefik),
+            "envoy" => Some(Ingress::Envoy),
+            _ => None,
+        }
+    }
+
+    /// The headers that carry the original method and target, if this ingress uses headers.
+    fn headers(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Ingress::Nginx => Some(("x-original-method", "x-original-uri")),
+            Ingress::Traefik => Some(("x-forwarded-method", "x-forwarded-uri")),
+            Ingress::Envoy => None,
+        }
+    }
 }
 
 /// An address block: `10.0.0.0/8`, or one address.
@@ -71,47 +114,59 @@ impl Cidr {
     }
 }
 
-/// The request the ingress asks about: from a trusted peer, nginx's `X-Original-Method` and
-/// `X-Original-URI`, else Traefik's `X-Forwarded-Method` and `X-Forwarded-Uri`; otherwise (and
-/// from any other peer, whose such headers are ignored) the check request's own method, and its
-/// path with `path_prefix` removed (Envoy).
+/// The request the ingress asks about. From a trusted peer of nginx or Traefik, the method and
+/// target in that ingress's two headers, both required, each exactly once; otherwise (Envoy, or
+/// a peer that is not trusted, whose such headers are ignored) the check request's own method,
+/// and its target (`raw_target`, as received) with `path_prefix` removed. A target must be in
+/// origin form (`/path?query`) and carry no `#`: what follows a `#` would be dropped by the
+/// parser and decided as another path than the one the ingress hands to the app.
 pub fn original(
     method: &Method,
-    uri: &Uri,
+    raw_target: &[u8],
     headers: &HeaderMap,
     trusted: bool,
-    path_prefix: Option<&str>,
-) -> Result<(Method, Uri), &'static str> {
-    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if trusted {
-        for (m, u) in [
-            ("x-original-method", "x-original-uri"),
-            ("x-forwarded-method", "x-forwarded-uri"),
-        ] {
-            if let Some(target) = get(u) {
-                let method = match get(m) {
-                    Some(m) => m.parse().map_err(|_| "bad original method")?,
-                    None => method.clone(),
-                };
-                let uri: Uri = target.parse().map_err(|_| "bad original URI")?;
-                return Ok((method, uri));
-            }
-        }
+    config: &ForwardAuthConfig,
+) -> Result<(Method, Uri), String> {
+    if trusted && let Some((method_header, target_header)) = config.ingress.headers() {
+        let method = one(headers, method_header)?
+            .parse()
+            .map_err(|_| format!("{method_header} is not a method"))?;
+        let uri = origin_form(one(headers, target_header)?.as_bytes())
+            .map_err(|why| format!("{target_header} {why}"))?;
+        return Ok((method, uri));
     }
-    let path = uri.path();
-    let path = match path_prefix {
-        Some(prefix) => match path.strip_prefix(prefix) {
-            Some(rest) if rest.starts_with('/') => rest,
-            _ => return Err("the path does not start with forward_auth.path_prefix"),
+    let target = match &config.path_prefix {
+        Some(prefix) => match raw_target.strip_prefix(prefix.as_bytes()) {
+            Some(rest) if rest.starts_with(b"/") => rest,
+            _ => return Err("the path does not start with forward_auth.path_prefix".into()),
         },
-        None => path,
+        None => raw_target,
     };
-    let target = match uri.query() {
-        Some(q) => format!("{path}?{q}"),
-        None => path.to_owned(),
-    };
-    let uri = target.parse().map_err(|_| "bad original URI")?;
+    let uri = origin_form(target).map_err(|why| format!("the request target {why}"))?;
     Ok((method.clone(), uri))
+}
+
+/// The one value of `name`: missing, repeated or not visible ASCII is refused.
+fn one<'h>(headers: &'h HeaderMap, name: &str) -> Result<&'h str, String> {
+    let mut values = headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (Some(v), None) => v
+            .to_str()
+            .map_err(|_| format!("{name} is not visible ASCII")),
+        (None, _) => Err(format!("{name} is missing")),
+        (Some(_), Some(_)) => Err(format!("{name} is repeated")),
+    }
+}
+
+/// `target` parsed, if it is in origin form (RFC 9112 section 3.2.1) and has no fragment.
+fn origin_form(target: &[u8]) -> Result<Uri, &'static str> {
+    if !target.starts_with(b"/") {
+        return Err("is not in origin form (/path?query)");
+    }
+    if target.contains(&b'#') {
+        return Err("carries a fragment (#)");
+    }
+    Uri::try_from(target).map_err(|_| "is not a valid request target")
 }
 
 #[cfg(test)]
@@ -125,70 +180,148 @@ mod tests {
             .collect()
     }
 
+    fn config(ingress: Ingress, prefix: Option<&str>) -> ForwardAuthConfig {
+        ForwardAuthConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ingress,
+            trusted_peers: Vec::new(),
+            path_prefix: prefix.map(str::to_owned),
+            client_cert_header: false,
+            tls: false,
+        }
+    }
+
     fn seen(
+        ingress: Ingress,
         method: &str,
-        uri: &str,
+        target: &str,
         pairs: &[(&'static str, &'static str)],
         trusted: bool,
         prefix: Option<&str>,
-    ) -> Result<(String, String), &'static str> {
+    ) -> Result<(String, String), String> {
         original(
             &method.parse().unwrap(),
-            &uri.parse().unwrap(),
+            target.as_bytes(),
             &headers(pairs),
             trusted,
-            prefix,
+            &config(ingress, prefix),
         )
         .map(|(m, u)| (m.to_string(), u.to_string()))
     }
 
-    fn ok(m: &str, u: &str) -> Result<(String, String), &'static str> {
+    fn ok(m: &str, u: &str) -> Result<(String, String), String> {
         Ok((m.to_owned(), u.to_owned()))
     }
 
+    const NGINX: [(&str, &str); 2] = [
+        ("x-original-method", "POST"),
+        ("x-original-uri", "/users/?page=2"),
+    ];
+    const TRAEFIK: [(&str, &str); 3] = [
+        ("x-forwarded-method", "DELETE"),
+        ("x-forwarded-uri", "/users/7/"),
+        ("x-forwarded-host", "api.example"),
+    ];
+
     #[test]
     fn nginx_traefik_and_envoy_shapes() {
-        let nginx = [
-            ("x-original-method", "POST"),
-            ("x-original-uri", "/users/?page=2"),
-        ];
+        use Ingress::*;
+        // nginx's auth_request subrequest is a GET to its own location.
         assert_eq!(
-            seen("GET", "/auth", &nginx, true, None),
+            seen(Nginx, "GET", "/_auth", &NGINX, true, None),
             ok("POST", "/users/?page=2")
         );
-        let traefik = [
-            ("x-forwarded-method", "DELETE"),
-            ("x-forwarded-uri", "/users/7/"),
-            ("x-forwarded-host", "api.example"),
-        ];
         assert_eq!(
-            seen("GET", "/", &traefik, true, None),
+            seen(Traefik, "GET", "/", &TRAEFIK, true, None),
             ok("DELETE", "/users/7/")
         );
         // Envoy ext_authz (HTTP service): the original method, the path under the prefix.
+        let envoy = |target| seen(Envoy, "PUT", target, &[], true, Some("/ext-authz"));
+        assert_eq!(envoy("/ext-authz/users/7/?x=1"), ok("PUT", "/users/7/?x=1"));
+        assert!(envoy("/elsewhere/users/").is_err());
+        assert!(envoy("/ext-authzusers/").is_err());
+    }
+
+    #[test]
+    fn one_family_per_ingress_and_no_fallback() {
+        use Ingress::*;
+        // Traefik copies the client's headers to the check: a client's nginx-shaped headers
+        // are not read behind Traefik, Traefik's own are.
+        let mut behind_traefik = TRAEFIK.to_vec();
+        behind_traefik.extend([("x-original-uri", "/health"), ("x-original-method", "GET")]);
         assert_eq!(
-            seen(
-                "PUT",
-                "/ext-authz/users/7/?x=1",
-                &[],
-                true,
-                Some("/ext-authz")
-            ),
-            ok("PUT", "/users/7/?x=1")
+            seen(Traefik, "GET", "/", &behind_traefik, true, None),
+            ok("DELETE", "/users/7/")
         );
-        assert!(seen("GET", "/elsewhere/users/", &[], true, Some("/ext-authz")).is_err());
-        assert!(seen("GET", "/ext-authzusers/", &[], true, Some("/ext-authz")).is_err());
+        // And the other way round.
+        let mut behind_nginx = NGINX.to_vec();
+        behind_nginx.extend([
+            ("x-forwarded-uri", "/health"),
+            ("x-forwarded-method", "GET"),
+        ]);
+        assert_eq!(
+            seen(Nginx, "GET", "/_auth", &behind_nginx, true, None),
+            ok("POST", "/users/?page=2")
+        );
+        // The family's headers missing: refused, not decided on the check's own /_auth.
+        let only_other = [
+            ("x-forwarded-uri", "/health"),
+            ("x-forwarded-method", "GET"),
+        ];
+        let err = seen(Nginx, "GET", "/_auth", &only_other, true, None).unwrap_err();
+        assert_eq!(err, "x-original-method is missing");
+        let err = seen(Nginx, "GET", "/_auth", &NGINX[1..], true, None).unwrap_err();
+        assert_eq!(err, "x-original-method is missing");
+        let err = seen(Traefik, "GET", "/", &NGINX, true, None).unwrap_err();
+        assert_eq!(err, "x-forwarded-method is missing");
+        // Envoy reads no header at all: its check carries the original method and path.
+        let nginx_like = [("x-original-uri", "/health"), ("x-original-method", "GET")];
+        assert_eq!(
+            seen(Envoy, "DELETE", "/api/7", &nginx_like, true, None),
+            ok("DELETE", "/api/7")
+        );
+        let mut twice = NGINX.to_vec();
+        twice.push(("x-original-uri", "/health"));
+        let err = seen(Nginx, "GET", "/_auth", &twice, true, None).unwrap_err();
+        assert_eq!(err, "x-original-uri is repeated");
+    }
+
+    #[test]
+    fn targets_in_origin_form_without_fragment_only() {
+        use Ingress::*;
+        let with_target = |t: &'static str| {
+            let h = [("x-original-method", "GET"), ("x-original-uri", t)];
+            seen(Nginx, "GET", "/_auth", &h, true, None)
+        };
+        assert_eq!(
+            with_target("/health#/../admin-area/x").unwrap_err(),
+            "x-original-uri carries a fragment (#)"
+        );
+        assert!(with_target("/a?b#c").is_err());
+        for bad in ["http://app/admin-area/x", "*", "admin-area/x", "", "/a b"] {
+            let err = with_target(bad).unwrap_err();
+            assert!(err.starts_with("x-original-uri "), "{bad:?}: {err}");
+        }
+        assert_eq!(with_target("/a/b?c=d%20e"), ok("GET", "/a/b?c=d%20e"));
+        // The check request's own target too (Envoy, untrusted peers).
+        assert!(seen(Envoy, "GET", "/health#/../admin", &[], false, None).is_err());
+        assert!(seen(Envoy, "GET", "/x/health#", &[], false, Some("/x")).is_err());
     }
 
     #[test]
     fn the_headers_are_believed_only_from_trusted_peers() {
         let nginx = [("x-original-method", "GET"), ("x-original-uri", "/public/")];
         assert_eq!(
-            seen("GET", "/groups/", &nginx, false, None),
+            seen(Ingress::Nginx, "GET", "/groups/", &nginx, false, None),
             ok("GET", "/groups/")
         );
-        let bad = [("x-original-uri", "not a uri")];
-        assert!(seen("GET", "/", &bad, true, None).is_err());
+        let bad = [
+            ("x-original-method", "GET"),
+            ("x-original-uri", "not a uri"),
+        ];
+        assert!(seen(Ingress::Nginx, "GET", "/", &bad, true, None).is_err());
+        let bad_method = [("x-original-method", "G ET"), ("x-original-uri", "/")];
+        assert!(seen(Ingress::Nginx, "GET", "/", &bad_method, true, None).is_err());
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod downstream;
 pub mod drain;
 pub mod forward_auth;
 pub mod gateway;
+pub mod h2_conn;
 pub mod headers;
 pub mod ingress;
 pub mod inject;
@@ -29,6 +30,7 @@ pub mod scrape;
 pub mod server;
 pub mod state;
 pub mod tls;
+pub mod waiting;
 
 pub use config::{
     ConfigError, ProxyConfig, Upstream, load_config, load_config_with_env, parse_config,

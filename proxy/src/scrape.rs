@@ -65,8 +65,8 @@ fn collect_state(shared: &SharedState, s: &mut Scrape) -> std::fmt::Result {
     Ok(())
 }
 
-/// The connection counts of the listeners: open, the cap, refused at the cap, and closed for a
-/// request head that did not arrive in time.
+/// The connection counts of the listeners: open, the cap, refused at the cap, closed for a
+/// request head that did not arrive in time, a failed TLS handshake, a stalled HTTP/2 body.
 fn collect_listeners(gates: &[Arc<ListenerGate>], s: &mut Scrape) -> std::fmt::Result {
     let by_listener = |read: fn(&ListenerGate) -> u64| {
         gates.iter().map(move |g| ([("listener", g.name)], read(g)))
@@ -90,5 +90,20 @@ fn collect_listeners(gates: &[Arc<ListenerGate>], s: &mut Scrape) -> std::fmt::R
         "head_timeouts",
         "Connections closed because a request head did not arrive within connections.head_timeout",
         by_listener(ListenerGate::head_timeouts),
+    )?;
+    s.counters(
+        "tls_handshake_failures",
+        "Connections closed because their TLS handshake failed or took longer than connections.head_timeout",
+        by_listener(ListenerGate::tls_failures),
+    )?;
+    s.counters(
+        "connections_evicted",
+        "Connections waiting for their client closed to let a new one in at the cap (admin listener)",
+        by_listener(ListenerGate::evicted),
+    )?;
+    s.counters(
+        "h2_body_timeouts",
+        "HTTP/2 connections closed because a request body stopped for connections.body_idle_timeout",
+        by_listener(|g| g.h2.body_timeouts()),
     )
 }

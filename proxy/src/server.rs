@@ -7,7 +7,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use pingora::listeners::{ALPN, ListenerConfig};
+use pingora::listeners::ALPN;
+use pingora::listeners::tls::Acceptor;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 use pingora::services::background::background_service;
@@ -166,22 +167,16 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     http.h2_options = Some(downstream::h2_options());
     let mut proxy = Service::new(
         "tokengate proxy".to_owned(),
-        Guarded::new(http, config.connections, proxy_gate),
+        Guarded::new(http, config.connections, proxy_gate)
+            .with_tls(shared.tls.as_ref().map(|t| t.settings(true).build())),
     );
-    let mut endpoint = downstream::endpoint(&config.listen.to_string());
-    if let Some(tls) = &shared.tls {
-        endpoint = endpoint.tls(tls.settings(true));
-    }
-    proxy.add_listener(endpoint);
+    proxy.add_listener(downstream::endpoint(&config.listen.to_string()));
     let mut admin = Service::new(
         "tokengate admin".to_owned(),
-        Guarded::new(Admin::new(&shared), config.connections, admin_gate),
+        Guarded::new(Admin::new(&shared), config.connections, admin_gate)
+            .with_tls(listener_tls(config.admin_tls, &shared)),
     );
-    admin.add_listener(listener_tls(
-        downstream::endpoint(&config.admin_listen.to_string()),
-        config.admin_tls,
-        &shared,
-    ));
+    admin.add_listener(downstream::endpoint(&config.admin_listen.to_string()));
     admin.threads = Some(1);
     server.add_service(proxy);
     server.add_service(admin);
@@ -195,13 +190,10 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
                 },
                 config.connections,
                 gate,
-            ),
+            )
+            .with_tls(listener_tls(f.tls, &shared)),
         );
-        service.add_listener(listener_tls(
-            downstream::endpoint(&f.listen.to_string()),
-            f.tls,
-            &shared,
-        ));
+        service.add_listener(downstream::endpoint(&f.listen.to_string()));
         service.threads = Some(1);
         server.add_service(service);
     }
@@ -244,17 +236,13 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     Ok(handle)
 }
 
-/// `endpoint` with TLS when `tls`: the proxy listener's certificate (reloaded with it), ALPN
-/// `http/1.1` only (the admin and forward-auth endpoints speak HTTP/1.1).
-fn listener_tls(endpoint: ListenerConfig, tls: bool, shared: &Shared) -> ListenerConfig {
-    match (&shared.tls, tls) {
-        (Some(store), true) => {
-            let mut settings = store.settings(false);
-            settings.set_alpn(ALPN::H1);
-            endpoint.tls(settings)
-        }
-        _ => endpoint,
-    }
+/// TLS when `tls`: the proxy listener's certificate (reloaded with it), ALPN `http/1.1` only
+/// (the admin and forward-auth endpoints speak HTTP/1.1).
+fn listener_tls(tls: bool, shared: &Shared) -> Option<Acceptor> {
+    let store = shared.tls.as_ref().filter(|_| tls)?;
+    let mut settings = store.settings(false);
+    settings.set_alpn(ALPN::H1);
+    Some(settings.build())
 }
 
 /// Checks that `addr` can be bound (so that a busy port is an error here, not a panic inside

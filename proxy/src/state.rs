@@ -129,19 +129,20 @@ impl Shared {
             Some(files) => Some(CertStore::open(files.clone()).map_err(|e| e.to_string())?),
             None => None,
         };
+        let body_idle = config.connections.body_idle_timeout;
         Ok(Shared {
             routing: RwLock::new(Arc::new(routing)),
             metrics,
             access_log: AccessLog::new(config.access_log),
             drain: Arc::default(),
             listeners: [
-                ListenerGate::new("proxy", config.connections.max),
-                ListenerGate::new("admin", config.connections.admin_max),
+                ListenerGate::new("proxy", config.connections.max, body_idle),
+                ListenerGate::making_room("admin", config.connections.admin_max, body_idle),
             ],
             forward_auth: config
                 .forward_auth
                 .as_ref()
-                .map(|_| ListenerGate::new("forward_auth", config.connections.max)),
+                .map(|_| ListenerGate::new("forward_auth", config.connections.max, body_idle)),
             tls,
             routing_changed: Notify::new(),
             balance_loops: AtomicUsize::new(0),

@@ -639,11 +639,16 @@ async fn forward_auth_believes_the_ingress_certificate_from_trusted_peers_only()
     let escaped = |pem: &Path| encode(&std::fs::read_to_string(pem).unwrap());
     let gate = introspection_section(&introspector().await);
     let client = reqwest::Client::new();
-    for (peers, alice_status) in [("127.0.0.1", 200), ("10.0.0.0/8", 401)] {
+    // Believed only when switched on, and then from trusted peers only.
+    for (peers, on, alice_status) in [
+        ("127.0.0.1", true, 200),
+        ("127.0.0.1", false, 401),
+        ("10.0.0.0/8", true, 401),
+    ] {
         let (yaml, _, _, _) = config(&pki, "", &gate).await;
         let port = common::free_port();
         let yaml = format!(
-            "forward_auth: {{ listen: \"127.0.0.1:{port}\", trusted_peers: [{peers}] }}\n{yaml}"
+            "forward_auth: {{ listen: \"127.0.0.1:{port}\", ingress: nginx, trusted_peers: [{peers}], client_cert_header: {on} }}\n{yaml}"
         );
         let (proxy, path) = start_proxy("mtls-forward-auth", &yaml).await;
         let auth = proxy.forward_auth_addr().unwrap();
@@ -651,6 +656,7 @@ async fn forward_auth_believes_the_ingress_certificate_from_trusted_peers_only()
             let mut request = client
                 .get(format!("http://{auth}/read"))
                 .header("X-Original-URI", "/read")
+                .header("X-Original-Method", "GET")
                 .bearer_auth(&bound);
             if let Some(cert) = cert {
                 request = request.header("X-Tokengate-Client-Cert", cert);
@@ -660,7 +666,7 @@ async fn forward_auth_believes_the_ingress_certificate_from_trusted_peers_only()
         let status = check(Some(escaped(&alice.0))).await.unwrap().status();
         assert_eq!(
             status, alice_status,
-            "alice's certificate, trusted peers {peers}"
+            "alice's certificate, trusted peers {peers}, client_cert_header: {on}"
         );
         let status = check(Some(escaped(&bob.0))).await.unwrap().status();
         assert_eq!(status, 401, "bob's certificate, trusted peers {peers}");

@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader as StdBufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{config_yaml, echo_upstream, temp_path, two_free_ports};
+use common::{Collected, config_yaml, echo_upstream, temp_path, two_free_ports};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -23,7 +22,7 @@ const MIB: u64 = 1024 * 1024;
 
 /// The `proxy` binary on free ports, its stderr collected.
 struct Proxy {
-    child: Child,
+    process: Collected,
     listen: String,
     admin: String,
     stderr: Arc<Mutex<String>>,
@@ -46,27 +45,16 @@ impl Proxy {
         );
         let config = temp_path("slow");
         std::fs::write(&config, yaml).unwrap();
-        let mut child = Command::new(BIN)
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .env_remove("MIMALLOC_PURGE_DELAY")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let lines = StdBufReader::new(child.stderr.take().unwrap());
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in lines.lines().map_while(Result::ok) {
-                let mut all = sink.lock().unwrap();
-                all.push_str(&line);
-                all.push('\n');
-            }
-        });
+        let process = Collected::spawn(
+            Command::new(BIN)
+                .arg("--config")
+                .arg(&config)
+                .env("RUST_LOG", "info")
+                .env_remove("MIMALLOC_PURGE_DELAY"),
+        );
+        let stderr = process.stderr.clone();
         let proxy = Proxy {
-            child,
+            process,
             listen: format!("127.0.0.1:{listen}"),
             admin: format!("127.0.0.1:{admin}"),
             stderr,
@@ -126,21 +114,12 @@ impl Proxy {
     }
 
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let kb: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap();
-        kb * 1024
+        self.process.rss()
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.config);
     }
 }
@@ -412,6 +391,64 @@ async fn connections_beyond_the_cap_are_refused_counted_and_logged_once() {
     held.clear();
     proxy.wait_for_open_connections(0).await;
     assert_eq!(proxy.get("/public/again").await, Some(200));
+}
+
+/// Security round 4, item 4: idle connections that fill the admin listener's cap (and are opened
+/// again as fast as they are closed) do not keep the probes out: a new connection at the cap
+/// closes the one that has waited longest for its request head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_answers_probes_under_an_idle_flood() {
+    let proxy = Proxy::start("  admin_max: 8\n").await;
+    let admin = proxy.admin.clone();
+    // The flood: 8 connections that send nothing, each opened again once it is closed.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reopened = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let flood: Vec<_> = (0..8)
+        .map(|_| {
+            let (admin, stop, reopened) = (admin.clone(), stop.clone(), reopened.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(&admin).await else {
+                        continue;
+                    };
+                    let mut buf = [0u8; 64];
+                    let _ = tokio::time::timeout(Duration::from_secs(20), s.read(&mut buf)).await;
+                    reopened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut answered = 0;
+    for _ in 0..20 {
+        if raw_get(&proxy.admin, "/healthz").await == Some(200) {
+            answered += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let evicted = proxy
+        .metric("tokengate_proxy_connections_evicted_total", "admin")
+        .await;
+    for f in flood {
+        f.abort();
+    }
+    assert_eq!(answered, 20, "every probe answered under the flood");
+    assert!(
+        evicted >= 20,
+        "each probe made room by closing an idle connection ({evicted})"
+    );
+    assert!(
+        reopened.load(std::sync::atomic::Ordering::Relaxed) >= 20,
+        "the idle connections were closed and opened again"
+    );
+    // The proxy listener still refuses at its cap (connections_beyond_the_cap_… above).
+    assert_eq!(
+        proxy
+            .metric("tokengate_proxy_connections_evicted_total", "proxy")
+            .await,
+        0
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -275,7 +275,7 @@ async fn admin_and_forward_auth_over_tls_and_a_bad_certificate_holds_back_only_i
     let (cert, key) = pki.server("a");
     let fa = common::free_port();
     let extra = format!(
-        "{}admin_tls: true\nforward_auth: {{ listen: 127.0.0.1:{fa}, tls: true }}\n",
+        "{}admin_tls: true\nforward_auth: {{ listen: 127.0.0.1:{fa}, ingress: envoy, tls: true }}\n",
         tls_section(&cert, &key)
     );
     let (yaml, listen, admin) = yaml_with(&extra).await;
@@ -366,7 +366,7 @@ fn tls_on_other_listeners_needs_the_tls_section() {
     for (extra, field) in [
         ("admin_tls: true\n", "admin_tls"),
         (
-            "forward_auth: { listen: 127.0.0.1:5, tls: true }\n",
+            "forward_auth: { listen: 127.0.0.1:5, ingress: nginx, tls: true }\n",
             "forward_auth.tls",
         ),
     ] {

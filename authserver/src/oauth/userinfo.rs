@@ -162,13 +162,15 @@ async fn claims_of(
             ));
         }
     }
+    // A client's own token (client credentials) has no user: no scope would make it one, so it
+    // is invalid_token (401) here, not insufficient_scope (403), whatever its scope.
+    let Some(user_id) = record.user_id else {
+        return Err(Refusal::InvalidToken("The access token is not a user's."));
+    };
     let scope = record.current_scope();
     if !oidc::is_openid(&scope) {
         return Err(Refusal::InsufficientScope);
     }
-    let Some(user_id) = record.user_id else {
-        return Err(Refusal::InvalidToken("The access token is not a user's."));
-    };
     let Some(profile) = state.store.profile(user_id).await? else {
         return Err(INVALID);
     };

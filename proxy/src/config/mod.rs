@@ -23,7 +23,7 @@ use resource_server::{GateConfig, GateEnv, GateSettings, ProxySecret, TokenSourc
 
 use crate::app_probes::{self, AppProbes};
 use crate::downstream::ConnectionLimits;
-use crate::ingress::{Cidr, ForwardAuthConfig};
+use crate::ingress::{Cidr, ForwardAuthConfig, Ingress};
 use crate::tls::{self, TlsFiles, UpstreamTls};
 use raw::{
     RawAddress, RawConfig, RawConnections, RawDuration, RawEject, RawForwardAuth, RawHealthCheck,
@@ -544,6 +544,25 @@ impl Validator<'_> {
             raw.listen,
             env,
         )?;
+        let ingress = match raw.ingress.as_deref() {
+            Some(name) => Ingress::parse(name).ok_or_else(|| {
+                self.invalid(
+                    "forward_auth.ingress",
+                    quoted(name),
+                    format!("expected {}", Ingress::NAMES),
+                )
+            })?,
+            None => {
+                return Err(self.invalid(
+                    "forward_auth.ingress",
+                    "(missing)",
+                    format!(
+                        "say which ingress asks ({}): only its headers name the original request",
+                        Ingress::NAMES
+                    ),
+                ));
+            }
+        };
         let mut trusted_peers = Vec::new();
         for (i, p) in raw.trusted_peers.iter().enumerate() {
             let cidr: Cidr = p.parse().map_err(|m: String| {
@@ -560,10 +579,19 @@ impl Validator<'_> {
                 "expected a path starting with / and not ending with / (e.g. /ext-authz)",
             ));
         }
+        if raw.path_prefix.is_some() && ingress != Ingress::Envoy {
+            return Err(self.invalid(
+                "forward_auth.path_prefix",
+                quoted(raw.path_prefix.as_deref().unwrap_or_default()),
+                "only for ingress: envoy (nginx and Traefik name the original target in headers)",
+            ));
+        }
         Ok(ForwardAuthConfig {
             listen,
+            ingress,
             trusted_peers,
             path_prefix: raw.path_prefix,
+            client_cert_header: raw.client_cert_header,
             tls: raw.tls,
         })
     }

@@ -116,10 +116,17 @@ pub struct RawTls {
 pub struct RawForwardAuth {
     /// Address of the decision endpoint, `host:port`.
     pub listen: String,
-    /// IP addresses or CIDR blocks whose `X-Original-*` (nginx) and `X-Forwarded-*` (Traefik)
+    /// `nginx`, `traefik` or `envoy` (required): the one header family read.
+    #[serde(default)]
+    pub ingress: Option<String>,
+    /// IP addresses or CIDR blocks whose `X-Original-*` (nginx) or `X-Forwarded-*` (Traefik)
     /// headers are believed (default: none).
     #[serde(default)]
     pub trusted_peers: Vec<String>,
+    /// Believe `X-Tokengate-Client-Cert` from trusted peers (default false): only when the
+    /// ingress sets it from the verified client certificate, or clears it, on every check.
+    #[serde(default)]
+    pub client_cert_header: bool,
     /// Envoy `ext_authz`: the original path follows this prefix (default: the path as is).
     #[serde(default)]
     pub path_prefix: Option<String>,

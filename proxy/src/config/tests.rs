@@ -151,6 +151,41 @@ fn rule_errors_come_from_resource_server() {
 }
 
 #[test]
+fn forward_auth_names_its_ingress() {
+    let with = |section: &str| format!("forward_auth: {section}\n{GOOD}");
+    let c = parse(&with("{ listen: 127.0.0.1:8004, ingress: traefik }")).unwrap();
+    let f = c.forward_auth.unwrap();
+    assert_eq!(f.ingress, Ingress::Traefik);
+    assert!(
+        !f.client_cert_header,
+        "the certificate header is off unless asked for"
+    );
+    let c = parse(&with(
+        "{ listen: 127.0.0.1:8004, ingress: envoy, path_prefix: /ext-authz, client_cert_header: true }",
+    ))
+    .unwrap();
+    let f = c.forward_auth.unwrap();
+    assert_eq!((f.ingress, f.client_cert_header), (Ingress::Envoy, true));
+    let e = error(&with("{ listen: 127.0.0.1:8004 }"));
+    assert!(
+        e.contains("forward_auth.ingress") && e.contains("nginx, traefik or envoy"),
+        "{e}"
+    );
+    let e = error(&with("{ listen: 127.0.0.1:8004, ingress: haproxy }"));
+    assert!(
+        e.contains("forward_auth.ingress") && e.contains("haproxy"),
+        "{e}"
+    );
+    let e = error(&with(
+        "{ listen: 127.0.0.1:8004, ingress: nginx, path_prefix: /ext-authz }",
+    ));
+    assert!(
+        e.contains("forward_auth.path_prefix") && e.contains("envoy"),
+        "{e}"
+    );
+}
+
+#[test]
 fn credentials_one_way_or_the_other() {
     let e = error(&GOOD.replace("  client_secret: s3cret\n", ""));
     assert!(e.contains("client_secret"), "{e}");

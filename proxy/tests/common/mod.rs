@@ -236,9 +236,14 @@ impl Introspector {
 pub const AUDIENCE: &str = "tokengate-api";
 
 /// Fixed answers: `read`, `rw`, `groups`, `none` (no scope), `slow-*` (read, answered after
-/// 300 ms) are active, `admin` (read, in the groups `admins` and `ops team`) too, all for
-/// [`AUDIENCE`]; anything else is inactive.
+/// 300 ms) are active, `admin` (read, in the groups `admins` and `ops team`) too, and
+/// `bound-X5T` (read, bound to the certificate thumbprint X5T); anything else is inactive. All
+/// for [`AUDIENCE`].
 fn claims(token: &str) -> Value {
+    if let Some(x5t) = token.strip_prefix("bound-") {
+        return json!({"active": true, "scope": "read", "client_id": "app-1", "username": "alice",
+                      "exp": unix_now() + 3600, "cnf": { "x5t#S256": x5t }, "aud": AUDIENCE});
+    }
     if token == "admin" {
         let exp = unix_now() + 3600;
         return json!({"active": true, "scope": "read", "client_id": "app-1", "username": "root",
@@ -424,5 +429,55 @@ impl Fixture {
         tokio::task::spawn_blocking(move || proxy.shutdown_now())
             .await
             .unwrap();
+    }
+}
+
+/// A child process (the `proxy` binary) whose stderr is collected as it comes; killed on drop.
+pub struct Collected {
+    pub child: std::process::Child,
+    pub stderr: Arc<Mutex<String>>,
+}
+
+impl Collected {
+    /// Spawns `command` with stdout discarded and stderr collected.
+    pub fn spawn(command: &mut std::process::Command) -> Collected {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the process starts");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let lines = std::io::BufReader::new(child.stderr.take().unwrap());
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in lines.lines().map_while(Result::ok) {
+                let mut all = sink.lock().unwrap();
+                all.push_str(&line);
+                all.push('\n');
+            }
+        });
+        Collected { child, stderr }
+    }
+
+    /// Its resident set size in bytes (0 once it is gone).
+    pub fn rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+            * 1024
+    }
+}
+
+impl Drop for Collected {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
