@@ -140,11 +140,9 @@ async fn other_endpoints_do_not_fail_for_an_application_deleted_elsewhere() {
         let stale = delete(&a, &client).await;
         // Its tokens went with it: a refresh is refused (the token is unknown now; or, where B
         // reads the deletion, the client is).
-        let refused = if stale {
-            (400, "invalid_grant")
-        } else {
-            (401, "invalid_client")
-        };
+        // The client-cache channel is the database's, not the schema's (issue 37): another
+        // test's change in another schema may empty B's cache first, and then B reads the
+        // deletion too. Either refusal, never a 500.
         let reply = server
             .post(
                 "/o/token/",
@@ -152,7 +150,12 @@ async fn other_endpoints_do_not_fail_for_an_application_deleted_elsewhere() {
                 &[("grant_type", "refresh_token"), ("refresh_token", refresh)],
             )
             .await;
-        assert_eq!(error_of(&reply), refused, "{backend:?}: {}", reply.1);
+        let got = error_of(&reply);
+        assert!(
+            got == (401, "invalid_client") || (stale && got == (400, "invalid_grant")),
+            "{backend:?}: {}",
+            reply.1
+        );
         // Inactive once B's token cache has heard the deletion (within its propagation bound).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {

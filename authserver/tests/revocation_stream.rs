@@ -594,8 +594,9 @@ async fn a_poll_on_one_replica_is_woken_by_a_revocation_on_the_other() {
     eprintln!("PostgreSQL, across replicas: woken after {latencies:?}");
 }
 
-/// An event appended without the in-process wake or a notification (another process on
-/// SQLite, a lost NOTIFY on PostgreSQL) reaches the waiting poll at its timeout.
+/// An event appended without the in-process wake or a notification reaches the waiting poll:
+/// on SQLite through the file's change counter, within a second; on PostgreSQL (a lost NOTIFY)
+/// at the poll's timeout.
 #[tokio::test]
 async fn an_event_whose_notification_is_lost_is_delivered_at_the_poll_timeout() {
     for store in testing::all_stores().await {
@@ -619,11 +620,11 @@ async fn an_event_whose_notification_is_lost_is_delivered_at_the_poll_timeout() 
         assert_eq!(status, 200);
         assert_eq!(sets_of(&reply).len(), 1, "{reply}");
         assert!(took < Duration::from_secs(4), "{took:?}");
-        // Nothing woke the poll on SQLite: the read at the timeout delivered it. On PostgreSQL
-        // the channel is the database's, so another test's event (another schema) may wake it
-        // earlier; the delivery within the timeout is what counts there.
+        // On SQLite the change counter woke the poll well before its timeout (2 s). On
+        // PostgreSQL the channel is the database's, so another test's event (another schema)
+        // may wake it earlier; the delivery within the timeout is what counts there.
         if store.backend() == authserver::store::Backend::Sqlite {
-            assert!(took >= Duration::from_millis(1500), "{took:?}");
+            assert!(took < Duration::from_millis(1500), "{took:?}");
         }
         // With nothing at all, a poll answers empty at its timeout.
         let acks: Vec<String> = sets_of(&reply).into_iter().map(|(jti, _)| jti).collect();
@@ -1858,11 +1859,12 @@ async fn push_delivery_is_per_stream_follows_no_redirect_and_reaches_no_internal
     push_stream(good_url).await;
 
     // The receiver refuses its first push (503) and takes the retry: both within the bound,
-    // whatever the black holes do (before: 6 x 5 s in series, then the retry).
+    // whatever the black holes do (before: 6 x 5 s in series, then the retry). The bounds leave
+    // room for a loaded test machine; in series the first push alone would take 30 s.
     assert!(store.revoke_family("pushed-past-the-holes").await.unwrap());
-    let took = pushed_count(&pushed, 1, Duration::from_secs(2)).await;
+    let took = pushed_count(&pushed, 1, Duration::from_secs(5)).await;
     eprintln!("first push {took:?} after the revocation, six black holes beside");
-    pushed_count(&pushed, 2, Duration::from_secs(8)).await;
+    pushed_count(&pushed, 2, Duration::from_secs(15)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     // The redirect was not followed: the receiver got the SET twice (503, then 202), never
     // from the redirector's stream.
