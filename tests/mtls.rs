@@ -488,7 +488,7 @@ async fn mtls_endpoint_aliases_a_registered_jwks_and_awkward_subject_dns() {
     assert_eq!(s.api(&token, Some(&other)).await.0, "401");
 
     // UserInfo: the bound token with another certificate is refused as bound; with its own it
-    // gets past the binding (and is then refused for its scope: no `openid`).
+    // gets past the binding (and is then refused as a client's own token, not a user's).
     let bearer = format!("Authorization: Bearer {token}");
     let (status, answer) = s
         .curl(Some(&other), &["-D", "-", "-H", &bearer], "/o/userinfo/")
@@ -498,7 +498,12 @@ async fn mtls_endpoint_aliases_a_registered_jwks_and_awkward_subject_dns() {
     let (status, answer) = s
         .curl(Some(&one), &["-D", "-", "-H", &bearer], "/o/userinfo/")
         .await;
-    assert_eq!(status, "403", "{answer}");
+    assert_eq!(status, "401", "{answer}");
+    assert!(answer.contains("not a user's"), "{answer}");
+    assert!(
+        !answer.contains("bound to a client certificate"),
+        "{answer}"
+    );
 
     // Subject DNs: a `,` inside a value is not a separator, and `+` joins one RDN.
     for (client_id, good, bad) in [

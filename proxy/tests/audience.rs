@@ -102,7 +102,7 @@ impl TwoApis {
             let routes = "routes:\n  - { name: read, prefix: /, upstream: api, scopes: [read] }\n";
             let extra = match name {
                 "billing" => format!(
-                    "forward_auth: {{ listen: \"127.0.0.1:{forward_auth}\", trusted_peers: [127.0.0.1] }}\n"
+                    "forward_auth: {{ listen: \"127.0.0.1:{forward_auth}\", ingress: nginx, trusted_peers: [127.0.0.1] }}\n"
                 ),
                 _ => String::new(),
             };
