@@ -164,6 +164,16 @@ async fn push_all(
     backoff: &mut HashMap<String, Backoff>,
 ) -> Result<Duration, OAuthError> {
     let streams = state.store.push_streams().await?;
+    if streams.is_empty() {
+        backoff.clear();
+        return Ok(PUSH_RECHECK);
+    }
+    // The signing key made once, before the streams' tasks sign at the same time: racing to
+    // make the first key, all but one would fail, and wait out a backoff.
+    state
+        .keys
+        .keys_with_signer(&state.store, crate::jwt::Alg::EdDSA)
+        .await?;
     let now = Instant::now();
     backoff.retain(|id, _| streams.iter().any(|s| &s.stream_id == id));
     let mut tasks = tokio::task::JoinSet::new();
