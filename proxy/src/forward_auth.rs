@@ -29,6 +29,24 @@ impl ServeHttp for ForwardAuth {
             .and_then(|a| a.as_inet())
             .is_some_and(|a| self.config.trusted_peers.iter().any(|c| c.contains(a.ip())));
         let req = session.req_header();
+        let routing = self.shared.routing();
+        // The metadata asked for directly (the ingress proxies its path here, with no
+        // original-request headers), or through a check of that path.
+        let metadata = |method: &http::Method, path: &str| {
+            routing.gate.metadata(method, path).map(|answer| {
+                let mut resp = Response::new(answer.body.into_bytes());
+                *resp.status_mut() =
+                    StatusCode::from_u16(answer.status).unwrap_or(StatusCode::NOT_FOUND);
+                let len = resp.body().len();
+                let headers = resp.headers_mut();
+                headers.extend(answer.headers);
+                headers.insert(header::CONTENT_LENGTH, len.into());
+                resp
+            })
+        };
+        if let Some(resp) = metadata(&req.method, req.uri.path()) {
+            return resp;
+        }
         let (method, uri) = match original(
             &req.method,
             req.raw_path(),
@@ -49,15 +67,7 @@ impl ServeHttp for ForwardAuth {
             true => cert_header(&req.headers).map(|der| CertThumbprint::of_der(&der)),
             false => None,
         };
-        let routing = self.shared.routing();
-        if let Some(answer) = routing.gate.metadata(&method, uri.path()) {
-            let mut resp = Response::new(answer.body.into_bytes());
-            *resp.status_mut() =
-                StatusCode::from_u16(answer.status).unwrap_or(StatusCode::NOT_FOUND);
-            let len = resp.body().len();
-            let headers = resp.headers_mut();
-            headers.extend(answer.headers);
-            headers.insert(header::CONTENT_LENGTH, len.into());
+        if let Some(resp) = metadata(&method, uri.path()) {
             return resp;
         }
         match routing

@@ -23,16 +23,23 @@ async def stall(host, port, ctx, streams, path, result):
         result["failed"] += 1
         return
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    for _ in range(streams):
-        conn.send_headers(
-            conn.get_next_available_stream_id(),
-            [(":method", "POST"), (":path", path), (":scheme", "https"),
-             (":authority", "localhost"), ("content-length", "100")],
-            end_stream=False,
-        )
-    writer.write(conn.data_to_send())
-    await writer.drain()
+    try:
+        conn.initiate_connection()
+        for _ in range(streams):
+            conn.send_headers(
+                conn.get_next_available_stream_id(),
+                [(":method", "POST"), (":path", path), (":scheme", "https"),
+                 (":authority", "localhost"), ("content-length", "100")],
+                end_stream=False,
+            )
+        writer.write(conn.data_to_send())
+        await asyncio.wait_for(writer.drain(), 20)
+    except Exception:
+        # Reset or closed before its streams were sent (a busy proxy at its cap): counted,
+        # never left uncounted (the wait for "ready" below would never end).
+        result["failed"] += 1
+        writer.close()
+        return
     sent = time.monotonic()
     result["open"] += 1
     try:
@@ -60,7 +67,9 @@ async def main():
     for _ in range(int(conns)):
         tasks.append(asyncio.create_task(stall(host, int(port), ctx, int(streams), path, result)))
         await asyncio.sleep(0)
-    while result["open"] + result["failed"] < int(conns):
+    # Every connection opened or failed, or at most HOLD seconds.
+    deadline = time.monotonic() + float(hold)
+    while result["open"] + result["failed"] < int(conns) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     print("ready", result["open"], flush=True)
     await asyncio.wait(tasks, timeout=float(hold))
