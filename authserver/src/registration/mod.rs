@@ -328,16 +328,22 @@ pub async fn update(
     }
 }
 
-/// Gives confidential application `id` a new random secret, returned this once (the previous one
-/// stops working at once); None when there is no such application.
-pub async fn rotate_secret(store: &Store, id: i64) -> Result<Option<String>, RegistrationError> {
+/// Gives confidential application `id` a new random secret, returned this once; None when there
+/// is no such application. The secret it replaces stays accepted for `grace` (zero: it stops
+/// working at once), so the clients holding it can be given the new one without an outage; a
+/// later rotation replaces it.
+pub async fn rotate_secret(
+    store: &Store,
+    id: i64,
+    grace: std::time::Duration,
+) -> Result<Option<String>, RegistrationError> {
     let Some(app) = store.get_application(id).await? else {
         return Ok(None);
     };
     if app.client_type != ClientType::Confidential {
         return Err(RegistrationError::PublicClient);
     }
-    Ok(store.regenerate_secret(id).await?)
+    Ok(store.regenerate_secret(id, grace).await?)
 }
 
 /// Deletes application `id` and every token issued to it (their events go to the revocation

@@ -578,9 +578,10 @@ async fn regenerate(
     flash::redirect(&state.store, &operator, &detail_path(app.id), flash).await
 }
 
-/// Gives application `id` a new secret, returned this once.
+/// Gives application `id` a new secret, returned this once; the previous one stops working at
+/// once (a grace period is chosen with `authserver app rotate-secret --grace`).
 async fn new_secret(state: &AppState, id: i64) -> Result<String, WebError> {
-    registration::rotate_secret(&state.store, id)
+    registration::rotate_secret(&state.store, id, std::time::Duration::ZERO)
         .await
         .map_err(registration_failed)?
         .ok_or(WebError::NotFound)
