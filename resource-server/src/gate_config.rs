@@ -262,9 +262,18 @@ impl GateConfig {
                     .map(|(_, v)| v)
                     .or_else(|| file.clone().filter(|v| !v.is_empty()))
             };
+            let from_file = || {
+                secret_file(raw, file, env)
+                    .ok()
+                    .flatten()
+                    .map(|(_, _, secret)| secret)
+            };
             Some((
                 pick("CLIENT_ID", &raw.client_id)?,
-                pick("CLIENT_SECRET", &raw.client_secret)?,
+                env.var("CLIENT_SECRET")
+                    .map(|(_, v)| v)
+                    .or_else(from_file)
+                    .or_else(|| raw.client_secret.clone().filter(|v| !v.is_empty()))?,
             ))
         });
         let introspection = match (token_source.uses_introspection(), self.introspection) {
@@ -520,6 +529,33 @@ fn introspection(
     Ok(IntrospectionConfig { settings, cache })
 }
 
+/// The introspection client secret from `introspection.client_secret_file` (or env
+/// `<PREFIX>_CLIENT_SECRET_FILE`): the variable it came from, the file and the secret.
+fn secret_file(
+    raw: &RawIntrospection,
+    file: &str,
+    env: &GateEnv<'_>,
+) -> Result<Option<(Option<String>, std::path::PathBuf, String)>, ConfigError> {
+    let (var, path) = match env.var("CLIENT_SECRET_FILE") {
+        Some((var, path)) => (Some(var), path),
+        None => match raw.client_secret_file.clone().filter(|p| !p.is_empty()) {
+            Some(path) => (None, path),
+            None => return Ok(None),
+        },
+    };
+    let path = std::path::PathBuf::from(path);
+    let secret = crate::introspection::read_secret_file(&path).map_err(|problem| {
+        invalid(
+            file,
+            "introspection.client_secret_file",
+            var.clone(),
+            path.display().to_string(),
+            problem,
+        )
+    })?;
+    Ok(Some((var, path, secret)))
+}
+
 /// How the gate authenticates to the introspection endpoint. `<PREFIX>_AUTH_TOKEN` is the
 /// deployment's final word: it replaces whatever credentials the file gives.
 fn credentials(
@@ -539,13 +575,29 @@ fn credentials(
     };
     let token = raw.auth_token.clone().filter(|t| !t.is_empty());
     let id = pick("CLIENT_ID", &raw.client_id);
-    let secret = pick("CLIENT_SECRET", &raw.client_secret);
+    let from_file = secret_file(raw, file, env)?;
+    if from_file.is_some() && raw.client_secret.as_ref().is_some_and(|s| !s.is_empty()) {
+        return Err(invalid(
+            file,
+            "introspection.client_secret_file",
+            None,
+            "(hidden)",
+            "set either client_secret or client_secret_file, not both",
+        ));
+    }
+    // `<PREFIX>_CLIENT_SECRET` replaces the file: nothing to read again then.
+    let (secret, secret_path) = match (env.var("CLIENT_SECRET"), from_file) {
+        (Some((var, value)), _) => (Some((Some(var), value)), None),
+        (None, Some((var, path, secret))) => (Some((var, secret)), Some(path)),
+        (None, None) => (pick("CLIENT_SECRET", &raw.client_secret), None),
+    };
     let prefix = env.prefix;
     match (token, id, secret) {
         (Some(t), None, None) => Ok(ClientAuth::Bearer(t)),
         (None, Some((_, client_id)), Some((_, client_secret))) => Ok(ClientAuth::ClientSecret {
             client_id,
             client_secret,
+            secret_file: secret_path,
         }),
         (Some(_), _, _) => Err(invalid(
             file,
@@ -677,7 +729,8 @@ mod tests {
             i.auth,
             ClientAuth::ClientSecret {
                 client_id: "c".into(),
-                client_secret: "env-secret".into()
+                client_secret: "env-secret".into(),
+                secret_file: None,
             }
         );
         let s = resolve(URL, &[("PROXY_AUTH_TOKEN", "t")]).unwrap();

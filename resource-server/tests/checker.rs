@@ -318,6 +318,7 @@ async fn sends_basic_auth_with_form_encoded_credentials() {
     s.auth = ClientAuth::ClientSecret {
         client_id: "my client".into(),
         client_secret: "s3cr:t/+é".into(),
+        secret_file: None,
     };
     let checker = TokenChecker::new(s, cache(60_000, 100, 0)).unwrap();
     checker.check("tok").await.unwrap();
