@@ -742,6 +742,73 @@ mod tests {
         assert_eq!(origin(e), "environment variable PROXY_INTROSPECTION_URL");
     }
 
+    /// `client_secret_file`: read at start, trimmed, kept to read again; a missing, empty or
+    /// oversized file, or a secret given twice, is refused naming the file.
+    #[test]
+    fn the_client_secret_may_come_from_a_file() {
+        let dir = std::env::temp_dir().join(format!("gate-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secret");
+        std::fs::write(&path, "  from-file\n").unwrap();
+        let yaml = format!(
+            "introspection: {{url: 'http://a/i/', client_id: c, client_secret_file: '{}'}}",
+            path.display()
+        );
+        let auth = resolve(&yaml, &[])
+            .unwrap()
+            .introspection
+            .unwrap()
+            .settings
+            .auth;
+        assert_eq!(
+            auth,
+            ClientAuth::ClientSecret {
+                client_id: "c".into(),
+                client_secret: "from-file".into(),
+                secret_file: Some(path.clone()),
+            }
+        );
+        // PROXY_CLIENT_SECRET replaces the file, which is then not read again.
+        let auth = resolve(&yaml, &[("PROXY_CLIENT_SECRET", "env")])
+            .unwrap()
+            .introspection
+            .unwrap()
+            .settings
+            .auth;
+        assert!(matches!(
+            auth,
+            ClientAuth::ClientSecret {
+                secret_file: None,
+                ..
+            }
+        ));
+        let both = format!("{}, client_secret: s}}", yaml.trim_end_matches('}'));
+        let e = resolve(&both, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("client_secret_file") && e.contains("not both"),
+            "{e}"
+        );
+        for (content, problem) in [
+            ("\n \n".to_owned(), "empty"),
+            ("x".repeat(5000), "larger than"),
+        ] {
+            std::fs::write(&path, content).unwrap();
+            let e = resolve(&yaml, &[]).unwrap_err().to_string();
+            assert!(
+                e.contains(problem) && e.contains(&*path.to_string_lossy()),
+                "{e}"
+            );
+        }
+        std::fs::remove_file(&path).unwrap();
+        let e = resolve(&yaml, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("cannot read") && e.contains(&*path.to_string_lossy()),
+            "{e}"
+        );
+        assert!(!e.contains("from-file"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn each_source_requires_its_sections() {
         let key = |e| origin(e).trim_start_matches("g.yaml: key ").to_owned();
