@@ -18,18 +18,6 @@ use authserver::store::GrantType;
 use authserver::testing::{self, free_port};
 use reqwest::StatusCode;
 
-/// Waits until something accepts connections on `port`.
-async fn listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "{what} never listened on {port}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Writes `secret` to `path` the way the kubelet updates a Secret volume: whole, then swapped in.
 fn write_secret(path: &std::path::Path, secret: &str) {
     let next = path.with_extension("next");
@@ -102,7 +90,7 @@ routes:
         .await
         .unwrap()
         .expect("start the proxy");
-    listening(proxy_port, "the proxy").await;
+    common::listening(proxy_port, "the proxy").await;
 
     // Steady load: two clients, each request with a token of its own.
     let counts = Arc::new(Counts::default());

@@ -183,7 +183,7 @@ impl Application {
     /// its grace period ends, the previous one's: the one rule of every client authentication
     /// by secret. Both digests are always compared, so the time taken does not say which matched.
     pub fn secret_matches(&self, presented: &str) -> bool {
-        self.secret_matches_at(presented, crate::store::now())
+        self.secret_matches_at(presented, now())
     }
 
     /// [`Self::secret_matches`] at `now` (seconds since the epoch).
@@ -205,6 +205,14 @@ impl Application {
             .as_deref()
             .map(secrets::fingerprint)
     }
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
 }
 
 /// The secret a rotation with a grace period replaced: still accepted until `expires_at`.

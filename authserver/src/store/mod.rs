@@ -418,12 +418,7 @@ pub(crate) fn split_scopes(scopes: &str) -> Vec<String> {
 }
 
 /// Seconds since the Unix epoch.
-pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or_default()
-}
+pub use crate::domain::now;
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {
