@@ -493,12 +493,8 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
             json,
         } => {
             let grace_text = grace;
-            let grace = resource_server::settings::parse_duration(&grace_text)
-                .ok()
-                .filter(|d| d.as_secs() <= crate::config::MAX_SECONDS as u64)
-                .with_context(|| {
-                    format!("--grace {grace_text:?}: a duration up to ten years, like 0, 3600, 15m, 1h or 7d")
-                })?;
+            let grace = registration::parse_grace(&grace_text)
+                .map_err(|expected| anyhow::anyhow!("--grace {grace_text:?}: {expected}"))?;
             let app = store
                 .find_application_by_client_id(&client_id)
                 .await?

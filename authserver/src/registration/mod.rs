@@ -328,6 +328,15 @@ pub async fn update(
     }
 }
 
+/// A rotation's grace period as an operator writes it (`0`, `3600`, `15m`, `1h`, `7d`; at most
+/// ten years), for the command line and the views alike; the refusal says what is expected.
+pub fn parse_grace(text: &str) -> Result<std::time::Duration, String> {
+    resource_server::settings::parse_duration(text)
+        .ok()
+        .filter(|d| d.as_secs() <= crate::config::MAX_SECONDS as u64)
+        .ok_or_else(|| "a duration up to ten years, like 0, 3600, 15m, 1h or 7d".to_owned())
+}
+
 /// Gives confidential application `id` a new random secret, returned this once; None when there
 /// is no such application. The secret it replaces stays accepted for `grace` (zero: it stops
 /// working at once), so the clients holding it can be given the new one without an outage; a
