@@ -153,9 +153,14 @@ pub struct Introspector {
 struct SecretFile {
     client_id: String,
     path: PathBuf,
-    /// One re-read at a time; the others wait for it and use what it found.
-    reading: tokio::sync::Mutex<()>,
+    /// One re-read at a time (the others wait for it and use what it found), and when the last
+    /// one found nothing new: refusals are not answered by more than one read per
+    /// [`REREAD_INTERVAL`] while the file has not changed.
+    reading: tokio::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// The least time between two reads of a secret file that held nothing new.
+pub const REREAD_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The largest secret file read.
 pub const MAX_SECRET_FILE: u64 = 4096;
@@ -251,7 +256,7 @@ impl Introspector {
             } => Some(Arc::new(SecretFile {
                 client_id: client_id.clone(),
                 path: path.clone(),
-                reading: tokio::sync::Mutex::new(()),
+                reading: tokio::sync::Mutex::new(None),
             })),
             _ => None,
         };
@@ -284,11 +289,15 @@ impl Introspector {
     /// another secret (or another call already replaced it); None otherwise.
     async fn reread_secret(&self, refused: &Arc<HeaderValue>) -> Option<Arc<HeaderValue>> {
         let file = self.secret_file.as_ref()?;
-        let _reading = file.reading.lock().await;
+        let mut nothing_new_at = file.reading.lock().await;
         let current = self.authorization.load_full();
         if !Arc::ptr_eq(&current, refused) {
             return Some(current);
         }
+        if nothing_new_at.is_some_and(|at| at.elapsed() < REREAD_INTERVAL) {
+            return None;
+        }
+        *nothing_new_at = Some(std::time::Instant::now());
         let path = file.path.clone();
         let read = tokio::task::spawn_blocking(move || read_secret_file(&path)).await;
         let secret = match read {
@@ -304,6 +313,7 @@ impl Introspector {
             tracing::warn!(file = %file.path.display(), "introspection credentials refused and the secret file holds the same secret");
             return None;
         }
+        *nothing_new_at = None;
         tracing::info!(file = %file.path.display(), "introspection credentials refused: using the secret the file now holds");
         let header = Arc::new(header);
         self.authorization.store(header.clone());

@@ -361,15 +361,19 @@ async fn a_refused_secret_is_read_again_from_its_file_and_retried_once() {
     // Same secret in the file: refused, not retried.
     assert!(checker.check("t1").await.is_err());
     assert_eq!(server.calls(), 1);
-    // Rotated: one retry, with the new secret.
+    // Another refusal within REREAD_INTERVAL of that read: the file is not read again.
     std::fs::write(&path, "new\n").unwrap();
+    assert!(checker.check("t1b").await.is_err());
+    assert_eq!(server.calls(), 2);
+    // Rotated, and the interval past: one retry, with the new secret.
+    sleep_ms(resource_server::introspection::REREAD_INTERVAL.as_millis() as u64 + 50).await;
     assert!(checker.check("t2").await.is_err());
-    assert_eq!(server.calls(), 3);
+    assert_eq!(server.calls(), 4);
     assert_eq!(server.last().header("authorization"), Some(&*basic("new")));
     // Accepted now: the new secret is sent first, once.
     server.set(json(r#"{"active":false}"#));
     assert!(!checker.check("t3").await.unwrap().active);
-    assert_eq!(server.calls(), 4);
+    assert_eq!(server.calls(), 5);
     assert_eq!(server.last().header("authorization"), Some(&*basic("new")));
     // An unreadable file: the refusal stands, nothing retried.
     server.set(Reply::Json {
@@ -379,6 +383,6 @@ async fn a_refused_secret_is_read_again_from_its_file_and_retried_once() {
     });
     std::fs::remove_file(&path).unwrap();
     assert!(checker.check("t4").await.is_err());
-    assert_eq!(server.calls(), 5);
+    assert_eq!(server.calls(), 6);
     let _ = std::fs::remove_dir_all(&dir);
 }
