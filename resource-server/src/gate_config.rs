@@ -296,8 +296,27 @@ impl GateConfig {
             let shared = shared
                 .as_ref()
                 .map(|(id, secret)| (id.as_str(), secret.as_str()));
-            crate::ssf::config::resolve(self.revocation, &|name| env.var(name), shared)
-                .map_err(|(error, env)| ConfigError::setting(file, error, env.as_deref()))?
+            let mut revocation =
+                crate::ssf::config::resolve(self.revocation, &|name| env.var(name), shared)
+                    .map_err(|(error, env)| ConfigError::setting(file, error, env.as_deref()))?;
+            // Sharing the introspection client's secret from its file: read it again too.
+            if let (
+                Some(r),
+                Some(ClientAuth::ClientSecret {
+                    client_id,
+                    client_secret,
+                    secret_file: Some(path),
+                }),
+            ) = (
+                revocation.as_mut(),
+                introspection.as_ref().map(|i| &i.settings.auth),
+            ) && r.client_secret_file.is_none()
+                && r.client_id == *client_id
+                && r.client_secret == *client_secret
+            {
+                r.client_secret_file = Some(path.clone());
+            }
+            revocation
         } else {
             None
         };
@@ -799,6 +818,14 @@ mod tests {
                 "{e}"
             );
         }
+        // The revocation stream sharing those credentials reads the same file again.
+        std::fs::write(&path, "from-file").unwrap();
+        let with_stream = format!("{yaml}\nrevocation: {{configuration_url: 'http://a/c'}}");
+        let stream = resolve(&with_stream, &[]).unwrap().revocation.unwrap();
+        assert_eq!(
+            (stream.client_secret.as_str(), stream.client_secret_file),
+            ("from-file", Some(path.clone()))
+        );
         std::fs::remove_file(&path).unwrap();
         let e = resolve(&yaml, &[]).unwrap_err().to_string();
         assert!(
