@@ -236,26 +236,10 @@ pub fn resolve(
     };
     let secret = match (var("REVOCATION_CLIENT_SECRET"), secret_file) {
         (Some((_, v)), _) => Some(v),
-        (None, Some((name, path))) => {
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                invalid(
-                    "client_secret_file",
-                    name.clone(),
-                    &path,
-                    &format!("cannot read: {e}"),
-                )
-            })?;
-            let text = text.trim().to_owned();
-            if text.is_empty() {
-                return Err(invalid(
-                    "client_secret_file",
-                    name,
-                    &path,
-                    "the file is empty",
-                ));
-            }
-            Some(text)
-        }
+        (None, Some((name, path))) => Some(
+            crate::introspection::read_secret_file(std::path::Path::new(&path))
+                .map_err(|problem| invalid("client_secret_file", name, &path, &problem))?,
+        ),
         (None, None) => raw
             .client_secret
             .clone()
