@@ -167,7 +167,11 @@ pub async fn proxy_secret(
         return Ok(kept.to_owned());
     }
     let secret = match app {
-        Some(app) => store.regenerate_secret(app.id).await?,
+        Some(app) => {
+            store
+                .regenerate_secret(app.id, std::time::Duration::ZERO)
+                .await?
+        }
         None => {
             let input = introspection_client("tokengate proxy (introspection)");
             register(store, settings, input, None, Some(client_id.into()))

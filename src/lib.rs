@@ -210,6 +210,7 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
     introspection.settings.auth = ClientAuth::ClientSecret {
         client_id: proxy_client_id,
         client_secret: proxy_secret,
+        secret_file: None,
     };
     front_door_resource(&mut config.proxy, &config.authserver);
     let proxy = tokio::task::spawn_blocking(move || proxy::spawn(config.proxy)).await??;

@@ -10,12 +10,13 @@
 //! Needs `python3` (or `$PYTHON`) with `mcp` (PyPI); without it the test prints a skip notice, or
 //! fails when `CI` is set. On PostgreSQL when `DATABASE_URL` names one, else on SQLite.
 
+mod common;
+
 use authserver::config::{DynamicRegistration, Settings};
 use authserver::store::{GrantType, ResourceInput};
 use authserver::testing::{self, free_port};
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 const CLIENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
 
@@ -46,18 +47,6 @@ impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
-    }
-}
-
-/// Waits until something accepts connections on `port`.
-async fn listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "{what} never listened on {port}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -106,7 +95,7 @@ async fn the_mcp_sdk_discovers_registers_signs_in_and_calls_a_tool_through_the_p
             .spawn()
             .expect("start the MCP server"),
     );
-    listening(mcp_port, "the MCP server").await;
+    common::listening(mcp_port, "the MCP server").await;
     let yaml = format!(
         r#"
 listen: 127.0.0.1:{proxy_port}
@@ -134,7 +123,7 @@ routes:
         .await
         .unwrap()
         .expect("start the proxy");
-    listening(proxy_port, "the proxy").await;
+    common::listening(proxy_port, "the proxy").await;
 
     // The SDK's client, knowing nothing but the MCP server's URL and the user's password.
     let run = tokio::task::spawn_blocking(move || {

@@ -129,7 +129,11 @@ async fn the_quick_start_runs_as_written() {
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("the quick start registers {client_id:?}"));
-        store.regenerate_secret(app.id).await.unwrap().unwrap()
+        store
+            .regenerate_secret(app.id, std::time::Duration::ZERO)
+            .await
+            .unwrap()
+            .unwrap()
     };
     // The client id the YAML names is the one the first command registered, allowed to introspect.
     let sidecar = secret_of("sidecar").await;

@@ -259,10 +259,14 @@ pub enum AppCommand {
         client_id: String,
     },
     /// Give an application a new secret and print it (the only time it is shown); the previous
-    /// secret stops working at once.
+    /// secret keeps working for `--grace` (default 0: it stops working at once).
     RotateSecret {
         #[arg(allow_hyphen_values = true)]
         client_id: String,
+        /// How long the previous secret stays valid, like 3600, 15m, 1h or 7d (at most ten
+        /// years); the default 0 makes it stop working at once. Rotating again replaces it.
+        #[arg(long, default_value = "0")]
+        grace: String,
         /// Print JSON instead of lines.
         #[arg(long)]
         json: bool,

@@ -142,6 +142,9 @@ pub struct Application {
     pub client_id: String,
     #[serde(skip)]
     pub client_secret_digest: Option<String>,
+    /// The secret the last rotation replaced, while its grace period lasts.
+    #[serde(skip)]
+    pub previous_secret: Option<PreviousSecret>,
     pub client_type: ClientType,
     pub grant_type: GrantType,
     pub redirect_uris: String,
@@ -176,18 +179,58 @@ impl Application {
         self.token_format.unwrap_or(default)
     }
 
-    /// Constant-time check of a presented secret against the stored digest.
+    /// Constant-time check of a presented secret against the current secret's digest and, until
+    /// its grace period ends, the previous one's: the one rule of every client authentication
+    /// by secret. Both digests are always compared, so the time taken does not say which matched.
     pub fn secret_matches(&self, presented: &str) -> bool {
-        match &self.client_secret_digest {
-            Some(stored) => secrets::digest_matches(stored, presented),
-            None => false,
-        }
+        self.secret_matches_at(presented, now())
+    }
+
+    /// [`Self::secret_matches`] at `now` (seconds since the epoch).
+    pub fn secret_matches_at(&self, presented: &str, now: i64) -> bool {
+        let current = self
+            .client_secret_digest
+            .as_deref()
+            .is_some_and(|stored| secrets::digest_matches(stored, presented));
+        let previous = self.previous_secret.as_ref().is_some_and(|previous| {
+            // Compared before the expiry is looked at, so the timing is the same either way.
+            let matches = secrets::digest_matches(&previous.digest, presented);
+            matches & (now < previous.expires_at)
+        });
+        current | previous
     }
     /// What the views show of the secret after creation.
     pub fn secret_fingerprint(&self) -> Option<&str> {
         self.client_secret_digest
             .as_deref()
             .map(secrets::fingerprint)
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default()
+}
+
+/// The secret a rotation with a grace period replaced: still accepted until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviousSecret {
+    /// Its digest, as `client_secret_digest` holds the current one's.
+    pub digest: String,
+    /// Seconds since the epoch; refused from then on.
+    pub expires_at: i64,
+}
+
+impl PreviousSecret {
+    /// The previous secret its two stored columns describe, if both are set.
+    pub fn from_columns(digest: Option<String>, expires_at: Option<i64>) -> Option<Self> {
+        Some(PreviousSecret {
+            digest: digest?,
+            expires_at: expires_at?,
+        })
     }
 }
 

@@ -126,6 +126,7 @@ async fn the_example_apis_role_runs_its_queries_and_reads_no_secret() {
         "SELECT digest FROM tokens",
         "DELETE FROM tokens",
         "SELECT client_secret_digest FROM applications",
+        "SELECT previous_secret_digest FROM applications",
         "UPDATE applications SET may_introspect = 1",
         "SELECT id_digest FROM sessions",
         "SELECT password_hash FROM users",

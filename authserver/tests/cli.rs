@@ -678,6 +678,21 @@ async fn rotate_secret_and_user_delete_touch_only_what_they_name() {
         assert!(svc.secret_matches(new_secret) && !svc.secret_matches(STRONG));
         let other = store.get_application(apps[1]).await.unwrap().unwrap();
         assert!(other.secret_matches(OTHER_SECRET) && !other.secret_matches(new_secret));
+        // --grace keeps the replaced secret working (and says so); a bad duration is refused.
+        let graced = json(&run(
+            &["app", "rotate-secret", "svc", "--grace", "1h", "--json"],
+            &db,
+            "",
+        ));
+        assert_eq!(graced["previous_secret_valid_for"], 3600);
+        let newest = graced["client_secret"].as_str().unwrap();
+        let svc = store.get_application(apps[0]).await.unwrap().unwrap();
+        assert!(svc.secret_matches(newest) && svc.secret_matches(new_secret));
+        assert!(!svc.secret_matches(STRONG) && !svc.secret_matches(OTHER_SECRET));
+        refused(
+            &run(&["app", "rotate-secret", "svc", "--grace", "1x"], &db, ""),
+            "--grace \"1x\"",
+        );
         for pair in tokens.iter().flatten() {
             assert_eq!(
                 introspected_active(&server, &introspector, pair).await,

@@ -245,6 +245,25 @@ async fn over_http_every_view_works_with_each_request_on_the_other_replica() {
     assert_eq!(old.status, StatusCode::UNAUTHORIZED, "{}", old.body);
     let new = root.token((&client_id, &regenerated), &credentials).await;
     assert_eq!(new.status, StatusCode::OK, "{}", new.body);
+    // With a grace chosen in the form, the replaced secret keeps working; a grace the form does
+    // not offer in a form the server cannot read is a bad request, and changes nothing.
+    let (_, page) = root
+        .post_and_follow(&format!("{app_path}regenerate-secret/"), &[("grace", "1h")])
+        .await;
+    let graced = shown(&page.body, "client-secret").expect("the newest secret");
+    assert!(page.body.contains("keeps working for 3600 more seconds"));
+    for secret in [&graced, &regenerated] {
+        let granted = root.token((&client_id, secret), &credentials).await;
+        assert_eq!(granted.status, StatusCode::OK, "{}", granted.body);
+    }
+    for bad in ["soon", "-1h", "99999999999d", ""] {
+        let reply = root
+            .post(&format!("{app_path}regenerate-secret/"), &[("grace", bad)])
+            .await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{bad:?}");
+    }
+    let kept = root.token((&client_id, &graced), &credentials).await;
+    assert_eq!(kept.status, StatusCode::OK, "{}", kept.body);
 
     // The administration's notices.
     let (_, page) = root
@@ -312,7 +331,7 @@ async fn over_http_every_view_works_with_each_request_on_the_other_replica() {
 
     let forwarded = front.forwarded();
     let [a, b] = &replicas;
-    assert_eq!(assert_alternation(&forwarded, &[a, b]), 5, "{forwarded:#?}");
+    assert_eq!(assert_alternation(&forwarded, &[a, b]), 6, "{forwarded:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -295,7 +295,11 @@ async fn a_secret_rotated_by_the_cli_is_refused_by_a_running_server_at_once() {
             .unwrap()
             .id;
         assert_eq!(client_credentials(base, &new).await.status, StatusCode::OK);
-        let newer = store.regenerate_secret(id).await.unwrap().unwrap();
+        let newer = store
+            .regenerate_secret(id, std::time::Duration::ZERO)
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             client_credentials(base, &new).await.status,
             StatusCode::UNAUTHORIZED,

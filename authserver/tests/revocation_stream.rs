@@ -361,7 +361,7 @@ async fn every_change_that_ends_tokens_is_a_verified_set_with_its_subject() {
         let service = testing::application(&store, GrantType::ClientCredentials, true).await;
         let service_app = app_of(&store, &service).await;
         store
-            .regenerate_secret(service_app.id)
+            .regenerate_secret(service_app.id, std::time::Duration::ZERO)
             .await
             .unwrap()
             .unwrap();

@@ -238,7 +238,11 @@ async fn secrets_and_tokens_are_stored_as_digests() {
         ));
 
         // Regenerating a secret and deleting the application.
-        let new_secret = store.regenerate_secret(app.id).await.unwrap().unwrap();
+        let new_secret = store
+            .regenerate_secret(app.id, std::time::Duration::ZERO)
+            .await
+            .unwrap()
+            .unwrap();
         let app = store.get_application(app.id).await.unwrap().unwrap();
         assert!(app.secret_matches(&new_secret) && !app.secret_matches(&secret));
         assert!(store.delete_application(app.id).await.unwrap());

@@ -52,7 +52,11 @@ async fn changes_on_one_replica_reach_the_other(a: Store, b: Store) {
 
     // B listens for changes before A makes them (PostgreSQL).
     testing::client_cache_ready(&b).await;
-    let new_secret = a.regenerate_secret(rotated_id).await.unwrap().unwrap();
+    let new_secret = a
+        .regenerate_secret(rotated_id, std::time::Duration::ZERO)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(a.delete_application(deleted_id).await.unwrap());
     let changed = std::time::Instant::now();
     while b

@@ -262,9 +262,18 @@ impl GateConfig {
                     .map(|(_, v)| v)
                     .or_else(|| file.clone().filter(|v| !v.is_empty()))
             };
+            let from_file = || {
+                secret_file(raw, file, env)
+                    .ok()
+                    .flatten()
+                    .map(|(_, _, secret)| secret)
+            };
             Some((
                 pick("CLIENT_ID", &raw.client_id)?,
-                pick("CLIENT_SECRET", &raw.client_secret)?,
+                env.var("CLIENT_SECRET")
+                    .map(|(_, v)| v)
+                    .or_else(from_file)
+                    .or_else(|| raw.client_secret.clone().filter(|v| !v.is_empty()))?,
             ))
         });
         let introspection = match (token_source.uses_introspection(), self.introspection) {
@@ -287,8 +296,27 @@ impl GateConfig {
             let shared = shared
                 .as_ref()
                 .map(|(id, secret)| (id.as_str(), secret.as_str()));
-            crate::ssf::config::resolve(self.revocation, &|name| env.var(name), shared)
-                .map_err(|(error, env)| ConfigError::setting(file, error, env.as_deref()))?
+            let mut revocation =
+                crate::ssf::config::resolve(self.revocation, &|name| env.var(name), shared)
+                    .map_err(|(error, env)| ConfigError::setting(file, error, env.as_deref()))?;
+            // Sharing the introspection client's secret from its file: read it again too.
+            if let (
+                Some(r),
+                Some(ClientAuth::ClientSecret {
+                    client_id,
+                    client_secret,
+                    secret_file: Some(path),
+                }),
+            ) = (
+                revocation.as_mut(),
+                introspection.as_ref().map(|i| &i.settings.auth),
+            ) && r.client_secret_file.is_none()
+                && r.client_id == *client_id
+                && r.client_secret == *client_secret
+            {
+                r.client_secret_file = Some(path.clone());
+            }
+            revocation
         } else {
             None
         };
@@ -520,6 +548,33 @@ fn introspection(
     Ok(IntrospectionConfig { settings, cache })
 }
 
+/// The introspection client secret from `introspection.client_secret_file` (or env
+/// `<PREFIX>_CLIENT_SECRET_FILE`): the variable it came from, the file and the secret.
+fn secret_file(
+    raw: &RawIntrospection,
+    file: &str,
+    env: &GateEnv<'_>,
+) -> Result<Option<(Option<String>, std::path::PathBuf, String)>, ConfigError> {
+    let (var, path) = match env.var("CLIENT_SECRET_FILE") {
+        Some((var, path)) => (Some(var), path),
+        None => match raw.client_secret_file.clone().filter(|p| !p.is_empty()) {
+            Some(path) => (None, path),
+            None => return Ok(None),
+        },
+    };
+    let path = std::path::PathBuf::from(path);
+    let secret = crate::introspection::read_secret_file(&path).map_err(|problem| {
+        invalid(
+            file,
+            "introspection.client_secret_file",
+            var.clone(),
+            path.display().to_string(),
+            problem,
+        )
+    })?;
+    Ok(Some((var, path, secret)))
+}
+
 /// How the gate authenticates to the introspection endpoint. `<PREFIX>_AUTH_TOKEN` is the
 /// deployment's final word: it replaces whatever credentials the file gives.
 fn credentials(
@@ -539,13 +594,29 @@ fn credentials(
     };
     let token = raw.auth_token.clone().filter(|t| !t.is_empty());
     let id = pick("CLIENT_ID", &raw.client_id);
-    let secret = pick("CLIENT_SECRET", &raw.client_secret);
+    let from_file = secret_file(raw, file, env)?;
+    if from_file.is_some() && raw.client_secret.as_ref().is_some_and(|s| !s.is_empty()) {
+        return Err(invalid(
+            file,
+            "introspection.client_secret_file",
+            None,
+            "(hidden)",
+            "set either client_secret or client_secret_file, not both",
+        ));
+    }
+    // `<PREFIX>_CLIENT_SECRET` replaces the file: nothing to read again then.
+    let (secret, secret_path) = match (env.var("CLIENT_SECRET"), from_file) {
+        (Some((var, value)), _) => (Some((Some(var), value)), None),
+        (None, Some((var, path, secret))) => (Some((var, secret)), Some(path)),
+        (None, None) => (pick("CLIENT_SECRET", &raw.client_secret), None),
+    };
     let prefix = env.prefix;
     match (token, id, secret) {
         (Some(t), None, None) => Ok(ClientAuth::Bearer(t)),
         (None, Some((_, client_id)), Some((_, client_secret))) => Ok(ClientAuth::ClientSecret {
             client_id,
             client_secret,
+            secret_file: secret_path,
         }),
         (Some(_), _, _) => Err(invalid(
             file,
@@ -677,7 +748,8 @@ mod tests {
             i.auth,
             ClientAuth::ClientSecret {
                 client_id: "c".into(),
-                client_secret: "env-secret".into()
+                client_secret: "env-secret".into(),
+                secret_file: None,
             }
         );
         let s = resolve(URL, &[("PROXY_AUTH_TOKEN", "t")]).unwrap();
@@ -687,6 +759,81 @@ mod tests {
         );
         let e = resolve(URL, &[("PROXY_INTROSPECTION_URL", "ftp://x")]).unwrap_err();
         assert_eq!(origin(e), "environment variable PROXY_INTROSPECTION_URL");
+    }
+
+    /// `client_secret_file`: read at start, trimmed, kept to read again; a missing, empty or
+    /// oversized file, or a secret given twice, is refused naming the file.
+    #[test]
+    fn the_client_secret_may_come_from_a_file() {
+        let dir = std::env::temp_dir().join(format!("gate-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secret");
+        std::fs::write(&path, "  from-file\n").unwrap();
+        let yaml = format!(
+            "introspection: {{url: 'http://a/i/', client_id: c, client_secret_file: '{}'}}",
+            path.display()
+        );
+        let auth = resolve(&yaml, &[])
+            .unwrap()
+            .introspection
+            .unwrap()
+            .settings
+            .auth;
+        assert_eq!(
+            auth,
+            ClientAuth::ClientSecret {
+                client_id: "c".into(),
+                client_secret: "from-file".into(),
+                secret_file: Some(path.clone()),
+            }
+        );
+        // PROXY_CLIENT_SECRET replaces the file, which is then not read again.
+        let auth = resolve(&yaml, &[("PROXY_CLIENT_SECRET", "env")])
+            .unwrap()
+            .introspection
+            .unwrap()
+            .settings
+            .auth;
+        assert!(matches!(
+            auth,
+            ClientAuth::ClientSecret {
+                secret_file: None,
+                ..
+            }
+        ));
+        let both = format!("{}, client_secret: s}}", yaml.trim_end_matches('}'));
+        let e = resolve(&both, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("client_secret_file") && e.contains("not both"),
+            "{e}"
+        );
+        for (content, problem) in [
+            ("\n \n".to_owned(), "empty"),
+            ("x".repeat(5000), "larger than"),
+        ] {
+            std::fs::write(&path, content).unwrap();
+            let e = resolve(&yaml, &[]).unwrap_err().to_string();
+            assert!(
+                e.contains(problem) && e.contains(&*path.to_string_lossy()),
+                "{e}"
+            );
+        }
+        // The revocation stream sharing those credentials reads the same file again.
+        std::fs::write(&path, "from-file").unwrap();
+        let with_stream = format!("{yaml}\nrevocation: {{configuration_url: 'http://a/c'}}");
+        let stream = resolve(&with_stream, &[]).unwrap().revocation.unwrap();
+        assert_eq!(
+            (stream.client_secret.as_str(), stream.client_secret_file),
+            ("from-file", Some(path.clone()))
+        );
+        std::fs::remove_file(&path).unwrap();
+        let e = resolve(&yaml, &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("cannot read") && e.contains(&*path.to_string_lossy()),
+            "{e}"
+        );
+        assert!(!e.contains("from-file"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! RFC 7662 introspection client: one pooled reqwest client that POSTs `token=…` to any
 //! introspection endpoint, authenticated by a bearer token or HTTP Basic client credentials.
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use http::HeaderValue;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 
@@ -28,6 +31,9 @@ pub enum ClientAuth {
     ClientSecret {
         client_id: String,
         client_secret: String,
+        /// The file the secret was read from (`introspection.client_secret_file`): read again,
+        /// and the call retried once, when the endpoint refuses the secret (a rotation).
+        secret_file: Option<std::path::PathBuf>,
     },
 }
 
@@ -36,10 +42,15 @@ impl std::fmt::Debug for ClientAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ClientAuth::Bearer(_) => f.write_str("Bearer(<redacted>)"),
-            ClientAuth::ClientSecret { client_id, .. } => f
+            ClientAuth::ClientSecret {
+                client_id,
+                secret_file,
+                ..
+            } => f
                 .debug_struct("ClientSecret")
                 .field("client_id", client_id)
                 .field("client_secret", &"<redacted>")
+                .field("secret_file", secret_file)
                 .finish(),
         }
     }
@@ -130,7 +141,65 @@ pub const MAX_ANSWER: usize = 64 * 1024;
 pub struct Introspector {
     client: reqwest::Client,
     url: reqwest::Url,
-    authorization: HeaderValue,
+    /// The `Authorization` header sent: read without a lock on every call, replaced only when
+    /// a secret file's new secret is accepted ([`Self::reread_secret`]).
+    authorization: Arc<ArcSwap<HeaderValue>>,
+    /// The client id and secret file, when the secret came from a file.
+    secret_file: Option<Arc<SecretFile>>,
+}
+
+/// Where a rotated client secret is read again.
+#[derive(Debug)]
+struct SecretFile {
+    client_id: String,
+    path: PathBuf,
+    /// One re-read at a time (the others wait for it and use what it found), and when the last
+    /// one found nothing new: refusals are not answered by more than one read per
+    /// [`REREAD_INTERVAL`] while the file has not changed.
+    reading: tokio::sync::Mutex<Option<std::time::Instant>>,
+}
+
+/// The least time between two reads of a secret file that held nothing new.
+pub const REREAD_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The largest secret file read.
+pub const MAX_SECRET_FILE: u64 = 4096;
+
+/// The client secret in `path`: one bounded read, trimmed; the error names the file.
+pub fn read_secret_file(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)
+        .map_err(|e| format!("client secret file {}: cannot read: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(MAX_SECRET_FILE + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("client secret file {}: cannot read: {e}", path.display()))?;
+    if text.len() as u64 > MAX_SECRET_FILE {
+        return Err(format!(
+            "client secret file {}: larger than {MAX_SECRET_FILE} bytes",
+            path.display()
+        ));
+    }
+    let secret = text.trim();
+    if secret.is_empty() {
+        return Err(format!(
+            "client secret file {}: the file is empty",
+            path.display()
+        ));
+    }
+    Ok(secret.to_owned())
+}
+
+/// The HTTP Basic header of a client id and secret, each form-URL-encoded first.
+fn basic_header(client_id: &str, client_secret: &str) -> Result<HeaderValue, CheckerError> {
+    use base64::Engine as _;
+    let pair = format!("{}:{}", form_encode(client_id), form_encode(client_secret));
+    let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+    let mut value = HeaderValue::from_str(&format!("Basic {encoded}")).map_err(|_| {
+        CheckerError::Settings("cannot build the Basic authorization header".into())
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
 }
 
 impl Introspector {
@@ -175,34 +244,92 @@ impl Introspector {
             ClientAuth::ClientSecret {
                 client_id,
                 client_secret,
-            } => {
-                // Let reqwest do the base64; take the header it builds.
-                let req = client
-                    .post(url.clone())
-                    .basic_auth(form_encode(client_id), Some(form_encode(client_secret)))
-                    .build()
-                    .map_err(CheckerError::Client)?;
-                req.headers().get(AUTHORIZATION).cloned().ok_or_else(|| {
-                    CheckerError::Settings("cannot build the Basic authorization header".into())
-                })?
-            }
+                ..
+            } => basic_header(client_id, client_secret)?,
         };
         authorization.set_sensitive(true);
+        let secret_file = match &settings.auth {
+            ClientAuth::ClientSecret {
+                client_id,
+                secret_file: Some(path),
+                ..
+            } => Some(Arc::new(SecretFile {
+                client_id: client_id.clone(),
+                path: path.clone(),
+                reading: tokio::sync::Mutex::new(None),
+            })),
+            _ => None,
+        };
         Ok(Introspector {
             client,
             url,
-            authorization,
+            authorization: Arc::new(ArcSwap::from_pointee(authorization)),
+            secret_file,
         })
     }
 
     /// One RFC 7662 call: `POST token=<t>&token_type_hint=access_token`. Any 2xx with a valid
     /// answer ([`Claims::from_json`]) is an answer (active or not); everything else is an error.
+    ///
+    /// When the endpoint refuses our credentials (401/403) and the secret came from a file, the
+    /// file is read again and, if it holds another secret, the call is retried once with it (a
+    /// rotated secret reaches the proxy without a restart).
     pub async fn introspect(&self, token: &str) -> Result<Claims, IntrospectionError> {
+        let sent = self.authorization.load_full();
+        match self.introspect_with(token, &sent).await {
+            Err(error) if error.credentials_refused() => match self.reread_secret(&sent).await {
+                Some(newer) => self.introspect_with(token, &newer).await,
+                None => Err(error),
+            },
+            answer => answer,
+        }
+    }
+
+    /// After `refused` was refused: the header to retry with, if the secret file now holds
+    /// another secret (or another call already replaced it); None otherwise.
+    async fn reread_secret(&self, refused: &Arc<HeaderValue>) -> Option<Arc<HeaderValue>> {
+        let file = self.secret_file.as_ref()?;
+        let mut nothing_new_at = file.reading.lock().await;
+        let current = self.authorization.load_full();
+        if !Arc::ptr_eq(&current, refused) {
+            return Some(current);
+        }
+        if nothing_new_at.is_some_and(|at| at.elapsed() < REREAD_INTERVAL) {
+            return None;
+        }
+        *nothing_new_at = Some(std::time::Instant::now());
+        let path = file.path.clone();
+        let read = tokio::task::spawn_blocking(move || read_secret_file(&path)).await;
+        let secret = match read {
+            Ok(Ok(secret)) => secret,
+            Ok(Err(message)) => {
+                tracing::warn!(%message, "introspection credentials refused; cannot read the secret again");
+                return None;
+            }
+            Err(_) => return None,
+        };
+        let header = basic_header(&file.client_id, &secret).ok()?;
+        if header == *current {
+            tracing::warn!(file = %file.path.display(), "introspection credentials refused and the secret file holds the same secret");
+            return None;
+        }
+        *nothing_new_at = None;
+        tracing::info!(file = %file.path.display(), "introspection credentials refused: using the secret the file now holds");
+        let header = Arc::new(header);
+        self.authorization.store(header.clone());
+        Some(header)
+    }
+
+    async fn introspect_with(
+        &self,
+        token: &str,
+        authorization: &HeaderValue,
+    ) -> Result<Claims, IntrospectionError> {
         let body = format!("token={}&token_type_hint=access_token", form_encode(token));
         let mut resp = self
             .client
             .post(self.url.clone())
-            .header(AUTHORIZATION, self.authorization.clone())
+            .header(AUTHORIZATION, authorization.clone())
             .header(ACCEPT, "application/json")
             .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
             .body(body)
@@ -283,7 +410,8 @@ mod tests {
             ClientAuth::Bearer("tok123".into()),
             ClientAuth::ClientSecret {
                 client_id: "id".into(),
-                client_secret: "sec456".into()
+                client_secret: "sec456".into(),
+                secret_file: None,
             }
         );
         assert!(!s.contains("tok123") && !s.contains("sec456"), "{s}");

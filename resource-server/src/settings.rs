@@ -26,6 +26,11 @@ pub struct RawIntrospection<Url = Option<String>> {
     pub client_id: Option<String>,
     #[serde(default)]
     pub client_secret: Option<String>,
+    /// A file holding the client secret instead (a mounted Kubernetes Secret): read at start,
+    /// and again whenever the endpoint refuses the secret, so a rotated secret is picked up
+    /// without a restart.
+    #[serde(default)]
+    pub client_secret_file: Option<String>,
     /// Default `1s` ([`IntrospectionSettings::DEFAULT_CONNECT_TIMEOUT`]).
     #[serde(default)]
     pub connect_timeout: Option<RawDuration>,
@@ -56,6 +61,7 @@ impl<Url: fmt::Debug> fmt::Debug for RawIntrospection<Url> {
             .field("auth_token", &redacted(&self.auth_token))
             .field("client_id", &self.client_id)
             .field("client_secret", &redacted(&self.client_secret))
+            .field("client_secret_file", &self.client_secret_file)
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("cache", &self.cache)

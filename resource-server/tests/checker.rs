@@ -318,6 +318,7 @@ async fn sends_basic_auth_with_form_encoded_credentials() {
     s.auth = ClientAuth::ClientSecret {
         client_id: "my client".into(),
         client_secret: "s3cr:t/+é".into(),
+        secret_file: None,
     };
     let checker = TokenChecker::new(s, cache(60_000, 100, 0)).unwrap();
     checker.check("tok").await.unwrap();
@@ -327,4 +328,61 @@ async fn sends_basic_auth_with_form_encoded_credentials() {
         Some("Basic bXkrY2xpZW50OnMzY3IlM0F0JTJGJTJCJUMzJUE5")
     );
     assert_eq!(server.last().body, "token=tok&token_type_hint=access_token");
+}
+
+/// A refused secret read from a file: the file is read again and the call retried once with
+/// the new secret, which later calls send first; when the file holds the same secret, no retry.
+#[tokio::test]
+async fn a_refused_secret_is_read_again_from_its_file_and_retried_once() {
+    let server = FakeServer::start(Reply::Json {
+        status: 401,
+        body: r#"{"error":"invalid_client"}"#.into(),
+        delay: Duration::ZERO,
+    })
+    .await;
+    let dir = std::env::temp_dir().join(format!("checker-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("secret");
+    std::fs::write(&path, "old\n").unwrap();
+    let mut s = settings(&server);
+    s.auth = ClientAuth::ClientSecret {
+        client_id: "c".into(),
+        client_secret: "old".into(),
+        secret_file: Some(path.clone()),
+    };
+    let checker = TokenChecker::new(s, cache(0, 0, 0)).unwrap();
+    let basic = |secret: &str| {
+        use base64::Engine as _;
+        format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("c:{secret}"))
+        )
+    };
+    // Same secret in the file: refused, not retried.
+    assert!(checker.check("t1").await.is_err());
+    assert_eq!(server.calls(), 1);
+    // Another refusal within REREAD_INTERVAL of that read: the file is not read again.
+    std::fs::write(&path, "new\n").unwrap();
+    assert!(checker.check("t1b").await.is_err());
+    assert_eq!(server.calls(), 2);
+    // Rotated, and the interval past: one retry, with the new secret.
+    sleep_ms(resource_server::introspection::REREAD_INTERVAL.as_millis() as u64 + 50).await;
+    assert!(checker.check("t2").await.is_err());
+    assert_eq!(server.calls(), 4);
+    assert_eq!(server.last().header("authorization"), Some(&*basic("new")));
+    // Accepted now: the new secret is sent first, once.
+    server.set(json(r#"{"active":false}"#));
+    assert!(!checker.check("t3").await.unwrap().active);
+    assert_eq!(server.calls(), 5);
+    assert_eq!(server.last().header("authorization"), Some(&*basic("new")));
+    // An unreadable file: the refusal stands, nothing retried.
+    server.set(Reply::Json {
+        status: 401,
+        body: "{}".into(),
+        delay: Duration::ZERO,
+    });
+    std::fs::remove_file(&path).unwrap();
+    assert!(checker.check("t4").await.is_err());
+    assert_eq!(server.calls(), 6);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -544,3 +544,26 @@ async fn an_oversized_poll_answer_is_a_failed_poll() {
     );
     tx.set_hostile(None);
 }
+
+/// A receiver whose secret comes from a file reads the file before each token request: the
+/// secret it was started with is stale (rotated since), the file holds the current one, and
+/// the stream turns healthy; without the file the same stale secret never gets a token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_reads_its_rotated_secret_from_its_file() {
+    let tx = Transmitter::start(Duration::from_millis(200)).await;
+    let path = std::env::temp_dir().join(format!("ssf-rotated-{}", std::process::id()));
+    std::fs::write(&path, format!("{CLIENT_SECRET}\n")).unwrap();
+    let mut s = settings(&tx, TokenSource::Introspection, lifetimes(5000, 60_000));
+    let revocation = s.revocation.as_mut().unwrap();
+    revocation.client_secret = "stale-secret".into();
+    revocation.client_secret_file = Some(path.clone());
+    let gate = Gate::build(s, None).unwrap();
+    healthy(&gate).await;
+
+    let mut stale = settings(&tx, TokenSource::Introspection, lifetimes(5000, 60_000));
+    stale.revocation.as_mut().unwrap().client_secret = "stale-secret".into();
+    let gate = Gate::build(stale, None).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(gate.revocation().unwrap().revoked().health().is_err());
+    let _ = std::fs::remove_file(&path);
+}

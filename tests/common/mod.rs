@@ -94,3 +94,18 @@ pub async fn client_credentials_token(
     assert_eq!(status, StatusCode::OK, "{body}");
     body["access_token"].as_str().unwrap().to_owned()
 }
+
+/// Waits until something accepts connections on `port` (30 s at most).
+pub async fn listening(port: u16, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} never listened on {port}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -487,12 +487,19 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
                 app.name, app.client_id
             );
         }
-        AppCommand::RotateSecret { client_id, json } => {
+        AppCommand::RotateSecret {
+            client_id,
+            grace,
+            json,
+        } => {
+            let grace_text = grace;
+            let grace = registration::parse_grace(&grace_text)
+                .map_err(|expected| anyhow::anyhow!("--grace {grace_text:?}: {expected}"))?;
             let app = store
                 .find_application_by_client_id(&client_id)
                 .await?
                 .with_context(|| format!("no application with client id {client_id:?}"))?;
-            let secret = match registration::rotate_secret(store, app.id).await {
+            let secret = match registration::rotate_secret(store, app.id, grace).await {
                 Err(RegistrationError::PublicClient) => {
                     bail!("{client_id} is a public client: it has no secret")
                 }
@@ -502,12 +509,22 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({ "client_id": app.client_id, "client_secret": secret })
+                    serde_json::json!({
+                        "client_id": app.client_id,
+                        "client_secret": secret,
+                        "previous_secret_valid_for": grace.as_secs(),
+                    })
                 );
             } else {
                 println!("client_id: {}", app.client_id);
                 println!("client_secret: {secret}");
-                println!("(the previous secret no longer works; this one is shown only now)");
+                if grace.is_zero() {
+                    println!("(the previous secret no longer works; this one is shown only now)");
+                } else {
+                    println!(
+                        "(the previous secret keeps working for {grace_text}; this one is shown only now)"
+                    );
+                }
             }
         }
     }

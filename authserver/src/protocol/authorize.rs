@@ -302,6 +302,7 @@ mod tests {
             name: "a".into(),
             client_id: "cid".into(),
             client_secret_digest: None,
+            previous_secret: None,
             client_type,
             grant_type: GrantType::AuthorizationCode,
             redirect_uris: "https://a.example/cb http://127.0.0.1:9/cb?x=1".into(),

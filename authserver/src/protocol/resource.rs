@@ -154,6 +154,7 @@ mod tests {
             name: "a".into(),
             client_id: "a".into(),
             client_secret_digest: None,
+            previous_secret: None,
             client_type: ClientType::Confidential,
             grant_type: GrantType::ClientCredentials,
             redirect_uris: String::new(),

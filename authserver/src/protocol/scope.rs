@@ -144,6 +144,7 @@ mod tests {
             name: "a".into(),
             client_id: "c".into(),
             client_secret_digest: None,
+            previous_secret: None,
             client_type: ClientType::Public,
             grant_type: GrantType::AuthorizationCode,
             redirect_uris: String::new(),

@@ -328,16 +328,31 @@ pub async fn update(
     }
 }
 
-/// Gives confidential application `id` a new random secret, returned this once (the previous one
-/// stops working at once); None when there is no such application.
-pub async fn rotate_secret(store: &Store, id: i64) -> Result<Option<String>, RegistrationError> {
+/// A rotation's grace period as an operator writes it (`0`, `3600`, `15m`, `1h`, `7d`; at most
+/// ten years), for the command line and the views alike; the refusal says what is expected.
+pub fn parse_grace(text: &str) -> Result<std::time::Duration, String> {
+    resource_server::settings::parse_duration(text)
+        .ok()
+        .filter(|d| d.as_secs() <= crate::config::MAX_SECONDS as u64)
+        .ok_or_else(|| "a duration up to ten years, like 0, 3600, 15m, 1h or 7d".to_owned())
+}
+
+/// Gives confidential application `id` a new random secret, returned this once; None when there
+/// is no such application. The secret it replaces stays accepted for `grace` (zero: it stops
+/// working at once), so the clients holding it can be given the new one without an outage; a
+/// later rotation replaces it.
+pub async fn rotate_secret(
+    store: &Store,
+    id: i64,
+    grace: std::time::Duration,
+) -> Result<Option<String>, RegistrationError> {
     let Some(app) = store.get_application(id).await? else {
         return Ok(None);
     };
     if app.client_type != ClientType::Confidential {
         return Err(RegistrationError::PublicClient);
     }
-    Ok(store.regenerate_secret(id).await?)
+    Ok(store.regenerate_secret(id, grace).await?)
 }
 
 /// Deletes application `id` and every token issued to it (their events go to the revocation

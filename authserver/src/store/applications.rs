@@ -62,6 +62,10 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
         name: row.try_get("name")?,
         client_id: row.try_get("client_id")?,
         client_secret_digest: row.try_get("client_secret_digest")?,
+        previous_secret: crate::domain::PreviousSecret::from_columns(
+            row.try_get("previous_secret_digest")?,
+            row.try_get("previous_secret_expires_at")?,
+        ),
         client_type: row
             .try_get::<String, _>("client_type")?
             .parse()
@@ -306,13 +310,57 @@ impl Store {
     }
 
     /// Replaces the secret with a new random one, returned once; tokens already issued stay valid.
-    pub async fn regenerate_secret(&self, id: i64) -> StoreResult<Option<String>> {
+    /// With a `grace` above zero the replaced secret stays accepted that long (replacing any
+    /// previous one); with zero it dies at once.
+    pub async fn regenerate_secret(
+        &self,
+        id: i64,
+        grace: std::time::Duration,
+    ) -> StoreResult<Option<String>> {
         let secret = secrets::random_token();
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
-        let done = set_secret_in(&mut tx, id, &secret).await?;
+        // With a grace period the current secret becomes the previous one (replacing any
+        // previous one); without, no previous secret is left.
+        let grace = i64::try_from(grace.as_secs()).unwrap_or(i64::MAX);
+        let expires_at = (grace > 0).then(|| super::now().saturating_add(grace));
+        let done = sqlx::query(
+            "UPDATE applications SET
+                previous_secret_digest = CASE WHEN $1 IS NULL THEN NULL ELSE client_secret_digest END,
+                previous_secret_expires_at = $1,
+                client_secret_digest = $2
+             WHERE id = $3",
+        )
+        .bind(expires_at)
+        .bind(secrets::digest(&secret))
+        .bind(id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected()
+            == 1;
         self.announce_application_change(tx).await?;
         Ok(done.then_some(secret))
+    }
+
+    /// Clears the previous secrets whose grace period has ended (they are refused already);
+    /// how many.
+    pub async fn purge_expired_previous_secrets(&self, now: i64) -> StoreResult<u64> {
+        let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
+        let done = sqlx::query(
+            "UPDATE applications SET previous_secret_digest = NULL, previous_secret_expires_at = NULL
+             WHERE previous_secret_expires_at IS NOT NULL AND previous_secret_expires_at <= $1",
+        )
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if done == 0 {
+            tx.commit().await?;
+        } else {
+            self.announce_application_change(tx).await?;
+        }
+        Ok(done)
     }
 
     /// Whether any application has its own format `format` (JWT keys are made at start when one

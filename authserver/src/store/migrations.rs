@@ -478,6 +478,16 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         max_uses BIGINT,
         uses BIGINT NOT NULL DEFAULT 0)",
     ),
+    (
+        19,
+        // Client-secret rotation with a grace period (issue 38): the digest of the secret a
+        // rotation replaced and when it stops being accepted (seconds since the epoch); NULL when
+        // the last rotation had no grace. The purge clears those past their expiry.
+        "ALTER TABLE applications ADD COLUMN previous_secret_digest TEXT;
+    ALTER TABLE applications ADD COLUMN previous_secret_expires_at INTEGER",
+        "ALTER TABLE applications ADD COLUMN IF NOT EXISTS previous_secret_digest TEXT;
+    ALTER TABLE applications ADD COLUMN IF NOT EXISTS previous_secret_expires_at BIGINT",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory

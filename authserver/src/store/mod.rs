@@ -5,7 +5,7 @@
 /// The `applications` columns every query reads, in the order both backends decode them.
 macro_rules! application_columns {
     () => {
-        "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, tls_client_auth, may_use_ssf"
+        "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, tls_client_auth, may_use_ssf, previous_secret_digest, previous_secret_expires_at"
     };
 }
 
@@ -418,12 +418,7 @@ pub(crate) fn split_scopes(scopes: &str) -> Vec<String> {
 }
 
 /// Seconds since the Unix epoch.
-pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or_default()
-}
+pub use crate::domain::now;
 
 impl From<sqlx::Error> for StoreError {
     fn from(error: sqlx::Error) -> Self {

@@ -16,6 +16,8 @@
 //! - a session until its expiry, and the record of the token families begun in it
 //!   (`session_families`) while it exists, and for [`TOKEN_GRACE`] after it was made.
 //!
+//! Previous client secrets are cleared once their grace period has ended.
+//!
 //! Signing keys are pruned by [`crate::jwt::rotation::prune_expired`].
 
 use super::{Store, StoreResult, now};
@@ -141,6 +143,8 @@ impl Store {
                 tokio::task::yield_now().await;
             }
         }
+        // Previous client secrets past their grace (refused already; a few rows at most).
+        self.purge_expired_previous_secrets(at).await?;
         Ok(purged)
     }
 }

@@ -539,7 +539,8 @@ async fn update(
     flash::redirect(&state.store, &operator, &detail_path(updated.app.id), flash).await
 }
 
-/// Asks before regenerating: the current secret stops working at once.
+/// Asks before regenerating, and for how long the current secret keeps working (default: not
+/// at all).
 async fn regenerate_page(
     State(state): State<AppState>,
     operator: Operator,
@@ -569,21 +570,29 @@ async fn regenerate(
     if app.client_type != ClientType::Confidential {
         return Ok(see_other(&detail_path(app.id)));
     }
-    let secret = new_secret(&state, app.id).await?;
-    tracing::info!(user_id = operator.user.id, client_id = %app.client_id, "client secret regenerated");
+    // The grace the form chose (absent: none); anything else is a bad request.
+    let grace = match form.get("grace") {
+        None => std::time::Duration::ZERO,
+        Some(text) => registration::parse_grace(text).map_err(|_| WebError::BadRequest)?,
+    };
+    let secret = registration::rotate_secret(&state.store, app.id, grace)
+        .await
+        .map_err(registration_failed)?
+        .ok_or(WebError::NotFound)?;
+    tracing::info!(user_id = operator.user.id, client_id = %app.client_id, grace_seconds = grace.as_secs(), "client secret regenerated");
+    let notice = if grace.is_zero() {
+        "New secret generated. The previous secret no longer works.".to_owned()
+    } else {
+        format!(
+            "New secret generated. The previous secret keeps working for {} more seconds.",
+            grace.as_secs()
+        )
+    };
     let flash = Flash {
-        notice: "New secret generated. The previous secret no longer works.".into(),
+        notice,
         secret: Some(secret),
     };
     flash::redirect(&state.store, &operator, &detail_path(app.id), flash).await
-}
-
-/// Gives application `id` a new secret, returned this once.
-async fn new_secret(state: &AppState, id: i64) -> Result<String, WebError> {
-    registration::rotate_secret(&state.store, id)
-        .await
-        .map_err(registration_failed)?
-        .ok_or(WebError::NotFound)
 }
 
 async fn delete_page(

@@ -70,7 +70,8 @@ fn defaults_and_introspect_mode() {
         i.settings.auth,
         ClientAuth::ClientSecret {
             client_id: "id".into(),
-            client_secret: "s".into()
+            client_secret: "s".into(),
+            secret_file: None,
         }
     );
     assert_eq!(i.settings.connect_timeout, Duration::from_secs(1));

@@ -213,7 +213,8 @@ fn environment_overrides() {
         auth(&c),
         ClientAuth::ClientSecret {
             client_id: "proxy".into(),
-            client_secret: "from-env".into()
+            client_secret: "from-env".into(),
+            secret_file: None,
         }
     );
     let token_env = |k: &str| (k == "PROXY_AUTH_TOKEN").then(|| "tok".to_owned());

@@ -84,6 +84,10 @@ pub struct RevocationSettings {
     pub replica_urls: Vec<String>,
     pub client_id: String,
     pub client_secret: String,
+    /// The file `client_secret` was read from (its own `client_secret_file`, or the
+    /// introspection client's it shares): read again before each token request, so a rotated
+    /// secret is used without a restart.
+    pub client_secret_file: Option<std::path::PathBuf>,
     pub token_url: Option<String>,
     pub audience: String,
     pub jwks_uri: Option<String>,
@@ -99,6 +103,7 @@ impl fmt::Debug for RevocationSettings {
             .field("replica_urls", &self.replica_urls)
             .field("client_id", &self.client_id)
             .field("client_secret", &"<redacted>")
+            .field("client_secret_file", &self.client_secret_file)
             .field("token_url", &self.token_url)
             .field("audience", &self.audience)
             .field("jwks_uri", &self.jwks_uri)
@@ -117,6 +122,7 @@ impl RevocationSettings {
             replica_urls: Vec::new(),
             client_id: client_id.into(),
             client_secret: client_secret.into(),
+            client_secret_file: None,
             token_url: None,
             audience: client_id.into(),
             jwks_uri: None,
@@ -224,28 +230,16 @@ pub fn resolve(
         Some((name, path)) => Some((Some(name), path)),
         None => raw.client_secret_file.clone().map(|p| (None, p)),
     };
+    let own_file = match (var("REVOCATION_CLIENT_SECRET"), &secret_file) {
+        (None, Some((_, path))) => Some(std::path::PathBuf::from(path)),
+        _ => None,
+    };
     let secret = match (var("REVOCATION_CLIENT_SECRET"), secret_file) {
         (Some((_, v)), _) => Some(v),
-        (None, Some((name, path))) => {
-            let text = std::fs::read_to_string(&path).map_err(|e| {
-                invalid(
-                    "client_secret_file",
-                    name.clone(),
-                    &path,
-                    &format!("cannot read: {e}"),
-                )
-            })?;
-            let text = text.trim().to_owned();
-            if text.is_empty() {
-                return Err(invalid(
-                    "client_secret_file",
-                    name,
-                    &path,
-                    "the file is empty",
-                ));
-            }
-            Some(text)
-        }
+        (None, Some((name, path))) => Some(
+            crate::introspection::read_secret_file(std::path::Path::new(&path))
+                .map_err(|problem| invalid("client_secret_file", name, &path, &problem))?,
+        ),
         (None, None) => raw
             .client_secret
             .clone()
@@ -314,6 +308,7 @@ pub fn resolve(
         replica_urls,
         client_id,
         client_secret,
+        client_secret_file: own_file,
         token_url: raw.token_url,
         audience,
         jwks_uri: raw.jwks_uri,
@@ -418,6 +413,30 @@ mod tests {
             field(run(Some(y), &[], Some(("p", "s")))).0,
             "revocation.unhealthy_after"
         );
+        // Its own file is kept, to be read again before each token request.
+        let own = std::env::temp_dir().join(format!("ssf-secret-{}", std::process::id()));
+        std::fs::write(&own, "own\n").unwrap();
+        let y = format!(
+            "{{configuration_url: 'http://a/c', client_secret_file: '{}'}}",
+            own.display()
+        );
+        let s = run(Some(&y), &[], Some(("p", "s"))).unwrap().unwrap();
+        assert_eq!(
+            (s.client_secret.as_str(), s.client_secret_file),
+            ("own", Some(own.clone()))
+        );
+        let s = run(
+            Some(&y),
+            &[("REVOCATION_CLIENT_SECRET", "env")],
+            Some(("p", "s")),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (s.client_secret.as_str(), s.client_secret_file),
+            ("env", None)
+        );
+        std::fs::remove_file(&own).unwrap();
         let y = "{configuration_url: 'http://a/c', client_secret_file: /nonexistent/x}";
         assert_eq!(
             field(run(Some(y), &[], Some(("p", "s")))).0,

@@ -363,16 +363,36 @@ impl Link {
         Err(last)
     }
 
+    /// The client secret: read from its file when it has one (a rotated secret is used at the
+    /// next token request), else, or when the file cannot be read, the one read at start.
+    async fn client_secret(&self) -> String {
+        let Some(path) = self.s.client_secret_file.clone() else {
+            return self.s.client_secret.clone();
+        };
+        let read =
+            tokio::task::spawn_blocking(move || crate::introspection::read_secret_file(&path))
+                .await;
+        match read {
+            Ok(Ok(secret)) => secret,
+            Ok(Err(message)) => {
+                tracing::warn!(%message, "revocation stream: using the client secret read at start");
+                self.s.client_secret.clone()
+            }
+            Err(_) => self.s.client_secret.clone(),
+        }
+    }
+
     async fn fetch_token(&self) -> Result<Token, Failure> {
         let Some(d) = &self.discovered else {
             return Err(Failure::Retry("not discovered".into()));
         };
         let what = "token";
+        let secret = self.client_secret().await;
         let r = self
             .http
             .post(&d.token_url)
             .timeout(self.s.timeout)
-            .basic_auth(&self.s.client_id, Some(&self.s.client_secret))
+            .basic_auth(&self.s.client_id, Some(&secret))
             .form(&[
                 ("grant_type", "client_credentials"),
                 ("scope", "ssf.read ssf.manage"),

@@ -112,6 +112,8 @@ pub(super) struct ApplicationColumns {
     pub token_format: Option<String>,
     pub tls_client_auth: Option<String>,
     pub may_use_ssf: i64,
+    pub previous_secret_digest: Option<String>,
+    pub previous_secret_expires_at: Option<i64>,
 }
 
 impl ApplicationColumns {
@@ -122,6 +124,10 @@ impl ApplicationColumns {
             name: self.name,
             client_id: self.client_id,
             client_secret_digest: self.client_secret_digest,
+            previous_secret: crate::domain::PreviousSecret::from_columns(
+                self.previous_secret_digest,
+                self.previous_secret_expires_at,
+            ),
             client_type: self.client_type.parse().map_err(parse_err)?,
             grant_type: self.grant_type.parse().map_err(parse_err)?,
             redirect_uris: self.redirect_uris,

@@ -233,6 +233,8 @@ fn application(row: &PgRow) -> sqlx::Result<ApplicationColumns> {
         token_format: row.try_get(12)?,
         tls_client_auth: row.try_get(13)?,
         may_use_ssf: row.try_get(14)?,
+        previous_secret_digest: row.try_get(15)?,
+        previous_secret_expires_at: row.try_get(16)?,
     })
 }
 

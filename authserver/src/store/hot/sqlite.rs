@@ -200,6 +200,8 @@ fn application(row: &Row) -> rusqlite::Result<ApplicationColumns> {
         token_format: row.get(12)?,
         tls_client_auth: row.get(13)?,
         may_use_ssf: row.get(14)?,
+        previous_secret_digest: row.get(15)?,
+        previous_secret_expires_at: row.get(16)?,
     })
 }
 
