@@ -130,6 +130,22 @@ fn token(headers: &HeaderMap, missing: &'static str) -> Result<String, Refusal> 
     }
 }
 
+/// `map` checked under `policy` ([`dynamic::check`]), with the registered APIs' scopes a
+/// client may also register for.
+async fn checked(
+    state: &AppState,
+    policy: DynamicRegistration,
+    map: &Map<String, Value>,
+) -> Result<Checked, Refusal> {
+    let resource_scopes = state.store.resource_scopes().await?;
+    Ok(dynamic::check(
+        &state.settings,
+        &resource_scopes,
+        policy,
+        map,
+    )?)
+}
+
 /// The body as a metadata object: `application/json` only, at most [`MAX_BODY`] bytes.
 async fn metadata_body(headers: &HeaderMap, body: Body) -> Result<Map<String, Value>, Refusal> {
     let json = headers
@@ -186,12 +202,7 @@ async fn register(
     let Checked {
         registration,
         metadata,
-    } = dynamic::check(
-        &state.settings,
-        &state.store.resource_scopes().await?,
-        policy,
-        &map,
-    )?;
+    } = checked(&state, policy, &map).await?;
     let access_token = secrets::random_token();
     let create = registration::Create {
         registration,
@@ -316,12 +327,7 @@ async fn update(
     let Checked {
         registration,
         metadata,
-    } = dynamic::check(
-        &state.settings,
-        &state.store.resource_scopes().await?,
-        policy,
-        &map,
-    )?;
+    } = checked(&state, policy, &map).await?;
     let updated = registration::update(
         &state.store,
         &state.keys,
