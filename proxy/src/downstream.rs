@@ -205,9 +205,12 @@ impl ListenerGate {
         let mut open = self.open.load(Ordering::Acquire);
         loop {
             if open >= self.max {
-                // The evicted connection gives its slot back in a moment: until then the count
-                // is over the cap by the evictions under way.
-                if self.waiting.as_ref().is_some_and(Waiting::evict_oldest) {
+                // The evicted connection gives its slot back in a moment (at most
+                // `waiting::EVICTION_GRACE`): until then the count is over the cap by the
+                // evictions under way, and never over twice the cap.
+                if open < self.max.saturating_mul(2)
+                    && self.waiting.as_ref().is_some_and(Waiting::evict_oldest)
+                {
                     self.open.fetch_add(1, Ordering::AcqRel);
                     return Some(Slot(self.clone()));
                 }

@@ -6,8 +6,15 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// A connection told to make room this soon after it started waiting keeps reading until this
+/// age: a flood that keeps evicting its own connections must not close a probe in the moment
+/// between its connect and its first bytes. (The listener bounds the connections so kept open.)
+const EVICTION_GRACE: Duration = Duration::from_millis(250);
 
 /// Entries kept before the dead ones (connections no longer waiting) are swept out.
 const FIRST_SWEEP: usize = 256;
@@ -22,11 +29,17 @@ pub struct Waiting {
 /// A connection waiting for its client, until dropped; [`Wait::evicted`] completes when a newer
 /// connection took its place.
 #[derive(Debug)]
-pub struct Wait(Arc<Notify>);
+pub struct Wait {
+    notify: Arc<Notify>,
+    since: Instant,
+}
 
 impl Wait {
+    /// Completes once a newer connection took this one's place, and it has waited
+    /// [`EVICTION_GRACE`].
     pub async fn evicted(&self) {
-        self.0.notified().await
+        self.notify.notified().await;
+        tokio::time::sleep_until(self.since + EVICTION_GRACE).await;
     }
 }
 
@@ -58,7 +71,10 @@ impl Waiting {
             queue.retain(|w| w.strong_count() > 0);
             *sweep_at = (queue.len() * 2).max(FIRST_SWEEP);
         }
-        Wait(notify)
+        Wait {
+            notify,
+            since: Instant::now(),
+        }
     }
 
     /// Tells the oldest connection still waiting to close; whether there was one.
@@ -100,6 +116,25 @@ mod tests {
         third.evicted().await;
         assert!(!waiting.evict_oldest(), "nobody left waiting");
         assert_eq!(waiting.evicted(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_evicted_as_it_starts_waiting_gets_the_grace_first() {
+        let waiting = Waiting::default();
+        let young = waiting.wait();
+        assert!(waiting.evict_oldest());
+        let started = Instant::now();
+        young.evicted().await;
+        assert!(started.elapsed() >= EVICTION_GRACE - Duration::from_millis(20));
+        let old = waiting.wait();
+        tokio::time::sleep(EVICTION_GRACE).await;
+        assert!(waiting.evict_oldest());
+        let started = Instant::now();
+        old.evicted().await;
+        assert!(
+            started.elapsed() < EVICTION_GRACE / 2,
+            "an old one goes at once"
+        );
     }
 
     #[test]
