@@ -19,7 +19,7 @@ ROOT = pathlib.Path(os.environ.get("MODULE_GRAPH_ROOT") or pathlib.Path(__file__
 # layers below it, never one above. `lib.rs`/`main.rs` stand above everything.
 LAYERS = {
     "resource-server": [
-        ["metrics", "bounded_body"],
+        ["metrics", "bounded_body", "secret_file"],
         ["bearer", "claims", "cors", "identity", "policy", "process", "introspection", "outage", "yaml", "config_error", "revoked"],
         ["rules"],
         ["decision", "checker", "forwarded", "client_cert", "protected_resource"],
@@ -32,9 +32,10 @@ LAYERS = {
         ["secrets", "private_files", "key_encryption", "client_ip", "http_server", "request_log", "mtls"],
         ["domain"],
         ["config", "protocol", "store"],
-        ["jwt", "throttle", "validation", "purge", "testing", "metrics"],
+        ["jwt", "throttle", "validation", "purge", "metrics"],
         ["registration"],
-        ["oauth", "cli"],
+        ["oauth"],
+        ["server", "cli", "testing"],
         ["web"],
     ],
     "example-api": [

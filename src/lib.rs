@@ -104,14 +104,6 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
             config.api.file
         );
     }
-    let store = Store::connect(&config.authserver.database_url)
-        .await
-        .with_context(|| {
-            format!(
-                "cannot open {}",
-                authserver::config::redact_url(&config.authserver.database_url)
-            )
-        })?;
     // The example API believes the proxy's identity headers, and the authorization server its
     // X-Forwarded-For, only with this per-start secret, which the proxy adds and strips from
     // clients: not from any other process that reaches their loopback ports. One the operator
@@ -123,7 +115,13 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
     };
     config.api.gate.proxy_secret = Some(proxy_proof.clone());
     config.authserver.proxy_secret = Some(proxy_proof.clone());
-    if let Some(issuer) = front_door_issuer(&config.authserver.issuer, config.proxy.listen) {
+    // The front door's port is chosen now (port 0: a free one), so that the issuer can name it.
+    config.proxy.listen = proxy::server::claim_port(config.proxy.listen)?;
+    if let Some(issuer) = front_door_issuer(
+        &config.authserver.issuer,
+        config.authserver.issuer_is_listen,
+        config.proxy.listen,
+    ) {
         tracing::info!(%issuer, "the issuer (and a defaulted JWT audience) follows the front door's address");
         config.authserver.set_issuer(issuer);
     }
@@ -131,8 +129,8 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         Some(kek) => kek,
         None => bootstrap::key_encryption(&config.data_dir.join(SECRETS_SYSTEM_FILE))?,
     };
-    config.authserver.key_encryption = Some(key_encryption.clone());
-    store.use_key_encryption(key_encryption).await?;
+    config.authserver.key_encryption = Some(key_encryption);
+    let store = authserver::server::open_store(&config.authserver).await?;
     let first_run = bootstrap::first_run(&store, &config.authserver).await?;
     let secret_file = config.data_dir.join(PROXY_SECRET_FILE);
     let proxy_client_id = bootstrap::proxy_client_id(
@@ -152,7 +150,7 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
     let api_listener = bind(config.api.listen, "example API").await?;
     let api_addr = api_listener.local_addr()?;
 
-    let state = authserver::AppState::new(config.authserver.clone(), store.clone());
+    let state = authserver::server::ready(config.authserver.clone(), store.clone()).await?;
     let (stop, stopped) = oneshot::channel();
     stops.push(stop);
     tasks.push(tokio::spawn(authserver::serve(
@@ -333,14 +331,15 @@ fn front_door_resource(proxy: &mut ProxyConfig, authserver: &Settings) {
     }
 }
 
-/// The issuer the stack advertises: a loopback `http://` issuer (the shipped default) follows the
-/// front door's address when that is fixed; any other issuer is the operator's and stays.
-fn front_door_issuer(issuer: &str, front_door: SocketAddr) -> Option<String> {
+/// The issuer the stack advertises: one left to default (the authserver's listen address) or a
+/// loopback `http://` one follows the front door's address when that is known; any other issuer
+/// is the operator's and stays.
+fn front_door_issuer(issuer: &str, defaulted: bool, front_door: SocketAddr) -> Option<String> {
     let authority = issuer.strip_prefix("http://")?.trim_end_matches('/');
     let loopback = authority.starts_with("127.0.0.1:")
         || authority.starts_with("localhost:")
         || authority.starts_with("[::1]:");
-    (loopback && front_door.port() != 0 && authority != front_door.to_string())
+    ((defaulted || loopback) && front_door.port() != 0 && authority != front_door.to_string())
         .then(|| format!("http://{front_door}"))
 }
 #[cfg(test)]
@@ -352,14 +351,29 @@ mod tests {
     fn a_loopback_issuer_follows_the_front_door() {
         let door = "127.0.0.1:9000".parse().unwrap();
         assert_eq!(
-            front_door_issuer("http://127.0.0.1:8000", door).as_deref(),
+            front_door_issuer("http://127.0.0.1:8000", false, door).as_deref(),
             Some("http://127.0.0.1:9000")
         );
-        assert_eq!(front_door_issuer("http://127.0.0.1:9000", door), None);
-        assert_eq!(front_door_issuer("https://auth.example.com", door), None);
         assert_eq!(
-            front_door_issuer("http://127.0.0.1:8000", "127.0.0.1:0".parse().unwrap()),
+            front_door_issuer("http://127.0.0.1:9000", false, door),
             None
+        );
+        assert_eq!(
+            front_door_issuer("https://auth.example.com", false, door),
+            None
+        );
+        assert_eq!(
+            front_door_issuer(
+                "http://127.0.0.1:8000",
+                false,
+                "127.0.0.1:0".parse().unwrap()
+            ),
+            None
+        );
+        // Left to default, the authserver's own listen address: the front door's, whatever it is.
+        assert_eq!(
+            front_door_issuer("http://0.0.0.0:8001", true, door).as_deref(),
+            Some("http://127.0.0.1:9000")
         );
     }
 

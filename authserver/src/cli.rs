@@ -7,7 +7,7 @@ mod resources;
 use crate::config::{Settings, redact_url};
 use crate::jwt::{KeySet, KeyState, rotation};
 use crate::store::{Store, now};
-use crate::{AppState, serve, shutdown_signal};
+use crate::{serve, shutdown_signal};
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
@@ -449,40 +449,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             file.display()
         );
     }
-    let store =
-        Store::connect_with_token_cache(&settings.database_url, settings.token_cache_capacity)
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot open the database {}",
-                    redact_url(&settings.database_url)
-                )
-            })?;
-    match &settings.key_encryption {
-        Some(kek) => {
-            let sealed = store.use_key_encryption(kek.clone()).await?;
-            if sealed > 0 {
-                tracing::info!(
-                    sealed,
-                    kek = kek.current_id(),
-                    "encrypted the signing keys stored in the clear"
-                );
-            }
-        }
-        None if matches!(command, Command::Serve) && store.has_signing_keys().await? => bail!(
-            "the database holds JWT signing keys, kept encrypted at rest: set {} or {} (Kubernetes: the Secret key secrets-system)",
-            crate::key_encryption::SECRETS_VAR,
-            crate::key_encryption::SECRETS_FILE_VAR
-        ),
-        None => {}
-    }
+    let store = crate::server::open_store(&settings).await?;
     match command {
         Command::Serve => {
             let listener = tokio::net::TcpListener::bind(settings.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", settings.listen))?;
-            tracing::info!(listen = %settings.listen, issuer = %settings.issuer, "authorization server listening");
-            serve(listener, AppState::new(settings, store), shutdown_signal()).await?;
+            let mut settings = settings;
+            settings.follow_bound_address(listener.local_addr()?);
+            let state = crate::server::ready(settings, store).await?;
+            tracing::info!(listen = %state.settings.listen, issuer = %state.settings.issuer, "authorization server listening");
+            serve(listener, state, shutdown_signal()).await?;
         }
         Command::Migrate => println!(
             "database {}: schema up to date",

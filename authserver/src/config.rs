@@ -5,6 +5,7 @@ use crate::domain::INTROSPECTION_SCOPE;
 use crate::key_encryption::{KeyEncryption, SECRETS_VAR};
 use resource_server::access_log::{AccessLogSettings, RawAccessLog};
 use resource_server::logging::LogFormat;
+use resource_server::yaml::YamlError;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -186,6 +187,9 @@ pub struct Settings {
     pub access_token_format: AccessTokenFormat,
     /// The `aud` claim of JWT access tokens (default: the issuer).
     pub access_token_audience: String,
+    /// Whether `issuer` was left to default (`http://` and the listen address), so that it
+    /// follows the address actually bound ([`Settings::follow_bound_address`]).
+    pub issuer_is_listen: bool,
     /// Whether `access_token_audience` was left to default, so that it follows the issuer when
     /// [`Settings::set_issuer`] moves it (the stack's front door).
     pub access_token_audience_is_issuer: bool,
@@ -303,14 +307,26 @@ impl Settings {
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
         let file = path.display().to_string();
-        let text = match std::fs::read_to_string(&path) {
+        // The bounded reader every binary uses: size, nesting and aliases limited.
+        let text = match resource_server::yaml::read_file(
+            &path,
+            &resource_server::yaml::Limits::DEFAULT,
+        ) {
             Ok(text) => text,
-            Err(error) if explicit.is_none() && error.kind() == std::io::ErrorKind::NotFound => {
+            Err(YamlError::Read(error))
+                if explicit.is_none() && error.kind() == std::io::ErrorKind::NotFound =>
+            {
                 SHIPPED_CONFIG.to_owned()
             }
-            Err(error) => return Err(ConfigError::Read { file: named, error }),
+            Err(YamlError::Read(error)) => return Err(ConfigError::Read { file: named, error }),
+            Err(error) => {
+                return Err(ConfigError::Syntax {
+                    file: named,
+                    message: error.to_string(),
+                });
+            }
         };
-        let raw = serde_yaml_ng::from_str::<Option<RawSettings>>(&text)
+        let raw = resource_server::yaml::from_str::<Option<RawSettings>>(&text)
             .map_err(|error| ConfigError::Syntax {
                 file: file.clone(),
                 message: error.to_string(),
@@ -321,7 +337,7 @@ impl Settings {
 
     /// Parses YAML text (for tests and embedding), with no environment overrides.
     pub fn from_yaml(text: &str, file: &str) -> Result<Settings, ConfigError> {
-        let raw = serde_yaml_ng::from_str::<Option<RawSettings>>(text)
+        let raw = resource_server::yaml::from_str::<Option<RawSettings>>(text)
             .map_err(|error| ConfigError::Syntax {
                 file: file.to_owned(),
                 message: error.to_string(),
@@ -336,7 +352,8 @@ impl Settings {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Settings, ConfigError> {
         let source = Source { file, env: &env };
-        let (listen, issuer) = source.listen_and_issuer(raw.listen, raw.issuer)?;
+        let (listen, issuer, issuer_is_listen) =
+            source.listen_and_issuer(raw.listen, raw.issuer)?;
         let database_url = source.database_url(raw.database_url)?;
         let scopes = declared_scopes(raw.scopes, file)?;
         let default_scopes = source.default_scopes(raw.default_scopes, &scopes)?;
@@ -415,6 +432,7 @@ impl Settings {
         Ok(Settings {
             listen,
             issuer,
+            issuer_is_listen,
             database_url,
             scopes,
             default_scopes,
@@ -443,6 +461,21 @@ impl Settings {
         })
     }
 
+    /// The listener is bound to `bound`: a defaulted issuer names it (port 0 was asked, say),
+    /// with a warning when clients elsewhere could not reach it by that name.
+    pub fn follow_bound_address(&mut self, bound: SocketAddr) {
+        if !self.issuer_is_listen {
+            return;
+        }
+        self.set_issuer(format!("http://{bound}"));
+        if !bound.ip().is_loopback() {
+            tracing::warn!(
+                issuer = %self.issuer,
+                "the issuer defaults to the listen address: set issuer (AUTHSERVER_ISSUER) to the URL clients use"
+            );
+        }
+    }
+
     /// Moves the issuer; the audience follows it when it was left to default.
     pub fn set_issuer(&mut self, issuer: String) {
         if self.access_token_audience_is_issuer {
@@ -456,6 +489,7 @@ impl Settings {
         Settings {
             listen: DEFAULT_LISTEN.parse().expect("constant address"),
             issuer: "http://127.0.0.1:8000".into(),
+            issuer_is_listen: false,
             database_url: database_url.into(),
             scopes: example_scopes(),
             default_scopes: vec!["read".into(), "write".into(), "groups".into()],
@@ -513,12 +547,13 @@ impl Source<'_> {
         }
     }
 
-    /// `listen`, and `issuer` (default: `http://` and the listen address, no trailing `/`).
+    /// `listen`, and `issuer` (default: `http://` and the listen address, no trailing `/`), and
+    /// whether the issuer was left to default.
     fn listen_and_issuer(
         &self,
         listen: Option<String>,
         issuer: Option<String>,
-    ) -> Result<(SocketAddr, String), ConfigError> {
+    ) -> Result<(SocketAddr, String, bool), ConfigError> {
         let (origin, listen) = self.pick("listen", listen);
         let listen_text = listen.unwrap_or_else(|| DEFAULT_LISTEN.into());
         let listen = listen_text.parse::<SocketAddr>().map_err(|_| {
@@ -528,11 +563,12 @@ impl Source<'_> {
             )
         })?;
         let (origin, issuer) = self.pick("issuer", issuer);
+        let defaulted = issuer.is_none();
         let issuer = issuer.unwrap_or_else(|| format!("http://{listen}"));
         if !(issuer.starts_with("http://") || issuer.starts_with("https://")) {
             return Err(fail(&origin, format!("\"{issuer}\" is not an http(s) URL")));
         }
-        Ok((listen, issuer.trim_end_matches('/').to_owned()))
+        Ok((listen, issuer.trim_end_matches('/').to_owned(), defaulted))
     }
 
     /// `mtls_endpoint_base`: an `https://` URL (no query or fragment; trailing `/` dropped),
@@ -900,8 +936,8 @@ fn read_proxy_secret(
         }
         (Some(text), None) => (text_origin, text),
         (None, Some(path)) => {
-            let text = std::fs::read_to_string(&path).map_err(|error| {
-                ConfigError::problem(&file_origin, format!("cannot read {path}: {error}"))
+            let text = resource_server::secret_file::read(Path::new(&path)).map_err(|error| {
+                ConfigError::problem(&file_origin, format!("{path}: {error}"))
             })?;
             (format!("{file_origin} ({path})"), text)
         }
@@ -1186,6 +1222,43 @@ mod tests {
         assert!(s.trusted_proxies.is_empty());
         assert!(s.proxy_secret.is_none());
         assert_eq!(s.default_scopes, ["read", "write", "groups"]);
+    }
+
+    #[test]
+    fn the_file_is_read_with_the_bounded_yaml_reader() {
+        let path = std::env::temp_dir().join(format!(
+            "tg-deep-{}.yaml",
+            crate::secrets::random_client_id()
+        ));
+        std::fs::write(
+            &path,
+            format!("scopes: {}{}\n", "[".repeat(200), "]".repeat(200)),
+        )
+        .unwrap();
+        let error = Settings::load_with_env(Some(&path), |_| None)
+            .unwrap_err()
+            .to_string();
+        let _ = std::fs::remove_file(&path);
+        assert!(error.contains("nested deeper than 128 levels"), "{error}");
+        assert!(error.contains(&path.display().to_string()), "{error}");
+    }
+
+    #[test]
+    fn a_defaulted_issuer_names_the_bound_address_and_a_given_one_stays() {
+        let env = |key: &str| (key == "AUTHSERVER_LISTEN").then(|| "127.0.0.1:0".to_owned());
+        let mut defaulted = Settings::from_raw(RawSettings::default(), "f.yaml", env).unwrap();
+        assert!(defaulted.issuer_is_listen);
+        defaulted.follow_bound_address("127.0.0.1:9123".parse().unwrap());
+        assert_eq!(defaulted.issuer, "http://127.0.0.1:9123");
+        assert_eq!(defaulted.access_token_audience, "http://127.0.0.1:9123");
+        let given = |key: &str| match key {
+            "AUTHSERVER_LISTEN" => Some("127.0.0.1:0".to_owned()),
+            "AUTHSERVER_ISSUER" => Some("https://auth.example.com".to_owned()),
+            _ => None,
+        };
+        let mut given = Settings::from_raw(RawSettings::default(), "f.yaml", given).unwrap();
+        given.follow_bound_address("127.0.0.1:9123".parse().unwrap());
+        assert_eq!(given.issuer, "https://auth.example.com");
     }
 
     #[test]

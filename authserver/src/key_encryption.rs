@@ -90,8 +90,7 @@ impl KeyEncryption {
 
     /// The KEKs of the secrets in the file at `path`, one a line (blank lines skipped).
     pub fn from_file(path: &std::path::Path, origin: &str) -> Result<KeyEncryption, String> {
-        let text =
-            std::fs::read_to_string(path).map_err(|error| format!("cannot read: {error}"))?;
+        let text = resource_server::secret_file::read(path)?;
         let secrets: Vec<&str> = text
             .lines()
             .map(str::trim)

@@ -170,6 +170,18 @@ async fn the_server_works_over_a_real_socket_with_a_third_party_client() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ready, "the server did not come up");
+    // Issue 37: the issuer, left to default, is the address the server listens on (the shipped
+    // settings named the stack's front door, 127.0.0.1:8000, whatever the listen address).
+    let metadata: serde_json::Value = http
+        .get(format!("{base}/.well-known/oauth-authorization-server"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(metadata["issuer"], base.as_str());
+    assert_eq!(metadata["token_endpoint"], format!("{base}/o/token/"));
 
     let token: serde_json::Value = http
         .post(format!("{base}/o/token/"))

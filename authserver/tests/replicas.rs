@@ -43,7 +43,8 @@ async fn delete(store: &Store, client: &(String, String)) -> bool {
         "DELETE FROM tokens WHERE application_id = $1",
         "DELETE FROM applications WHERE id = $1",
         // The token caches do hear it (docs/scaling.md#introspection-from-memory).
-        "SELECT pg_notify('tokengate_token_cache', 'all') WHERE $1::bigint IS NOT NULL",
+        // The channel is named after the schema (docs/scaling.md), as the store names it.
+        "SELECT pg_notify('tokengate_token_cache_' || md5(current_schema()), 'all') WHERE $1::bigint IS NOT NULL",
     ] {
         sqlx::query(statement)
             .bind(app.id)

@@ -247,7 +247,7 @@ fn listener_tls(tls: bool, shared: &Shared) -> Option<Acceptor> {
 
 /// Checks that `addr` can be bound (so that a busy port is an error here, not a panic inside
 /// Pingora) and picks a free port for port 0.
-fn claim_port(addr: SocketAddr) -> Result<SocketAddr, StartError> {
+pub fn claim_port(addr: SocketAddr) -> Result<SocketAddr, StartError> {
     let listener = TcpListener::bind(addr).map_err(|source| StartError::Bind { addr, source })?;
     listener
         .local_addr()

@@ -162,32 +162,10 @@ struct SecretFile {
 /// The least time between two reads of a secret file that held nothing new.
 pub const REREAD_INTERVAL: Duration = Duration::from_millis(250);
 
-/// The largest secret file read.
-pub const MAX_SECRET_FILE: u64 = 4096;
-
-/// The client secret in `path`: one bounded read, trimmed; the error names the file.
+/// The client secret in `path` ([`crate::secret_file::read`]); the error names the file.
 pub fn read_secret_file(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)
-        .map_err(|e| format!("client secret file {}: cannot read: {e}", path.display()))?;
-    let mut text = String::new();
-    file.take(MAX_SECRET_FILE + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("client secret file {}: cannot read: {e}", path.display()))?;
-    if text.len() as u64 > MAX_SECRET_FILE {
-        return Err(format!(
-            "client secret file {}: larger than {MAX_SECRET_FILE} bytes",
-            path.display()
-        ));
-    }
-    let secret = text.trim();
-    if secret.is_empty() {
-        return Err(format!(
-            "client secret file {}: the file is empty",
-            path.display()
-        ));
-    }
-    Ok(secret.to_owned())
+    crate::secret_file::read(path)
+        .map_err(|problem| format!("client secret file {}: {problem}", path.display()))
 }
 
 /// The HTTP Basic header of a client id and secret, each form-URL-encoded first.

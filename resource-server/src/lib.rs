@@ -51,6 +51,7 @@ pub mod process;
 pub mod protected_resource;
 pub mod revoked;
 pub mod rules;
+pub mod secret_file;
 pub mod settings;
 pub mod ssf;
 pub mod yaml;

@@ -24,14 +24,9 @@ use std::time::Duration;
 /// The longest an entry is reused without reading the database again.
 pub const CLIENT_CACHE_TTL: Duration = Duration::from_secs(5);
 
-macro_rules! channel {
-    () => {
-        "tokengate_applications"
-    };
-}
-/// The notification channel every change to an application is announced on.
-pub(super) const CHANNEL: &str = channel!();
-const NOTIFY: &str = concat!("NOTIFY ", channel!());
+/// The notification channel every change to an application is announced on (its base name:
+/// [`super::channels`]).
+pub(super) const CHANNEL: &str = "tokengate_applications";
 
 /// Applications by client id, for this process.
 pub(super) struct ClientCache {
@@ -152,12 +147,18 @@ const RETRY: Duration = Duration::from_secs(1);
 
 async fn connect(url: &str) -> sqlx::Result<sqlx::postgres::PgListener> {
     let mut listener = sqlx::postgres::PgListener::connect(url).await?;
-    listener.listen(CHANNEL).await?;
+    let channel = super::channels::name(&mut listener, CHANNEL).await?;
+    listener.listen(&channel).await?;
     Ok(listener)
 }
 
 /// Announces a change to the applications in the transaction that makes it (PostgreSQL delivers
 /// it when that transaction commits, and never if it does not).
 pub(super) async fn announce(connection: &mut sqlx::AnyConnection) -> sqlx::Result<()> {
-    sqlx::Executor::execute(connection, NOTIFY).await.map(drop)
+    sqlx::query(super::channels::NOTIFY)
+        .bind(CHANNEL)
+        .bind("")
+        .execute(connection)
+        .await
+        .map(drop)
 }

@@ -17,7 +17,8 @@ use sqlx::Row;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
-/// The PostgreSQL channel every appended event is announced on.
+/// The PostgreSQL channel every appended event is announced on (its base name:
+/// [`super::channels`]).
 pub(super) const CHANNEL: &str = "tokengate_ssf_events";
 
 /// How long a listener that lost its connection waits before listening again.
@@ -191,9 +192,6 @@ pub fn family_jti(family: &str) -> String {
 }
 
 const INSERT: &str = "INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at, stream_id) VALUES ($1, $2, $3, $4, $5) RETURNING id";
-/// Announces an appended event on [`CHANNEL`], with its [`payload`]: polls only wake on it, the
-/// token cache evicts what it names ([`super::token_cache`]).
-const NOTIFY: &str = "SELECT pg_notify($1, $2)";
 
 /// The notification payload of an appended event: `<id> <type> <format> <subject>`.
 fn payload(id: i64, event: &Revocation) -> String {
@@ -249,8 +247,10 @@ pub(super) async fn append(
         .bind(event.stream())
         .fetch_one(&mut *tx)
         .await?;
+    // Announced on [`CHANNEL`] with its [`payload`]: polls only wake on it, the token cache
+    // evicts what it names ([`super::token_cache`]).
     if backend == Backend::Postgres {
-        sqlx::query(NOTIFY)
+        sqlx::query(super::channels::NOTIFY)
             .bind(CHANNEL)
             .bind(payload(id, event))
             .execute(&mut *tx)
@@ -380,7 +380,8 @@ fn listen(url: String, notify: Arc<Notify>) -> tokio::task::JoinHandle<()> {
             let Some(active) = listener.as_mut() else {
                 let connected = async {
                     let mut l = sqlx::postgres::PgListener::connect(&url).await?;
-                    l.listen(CHANNEL).await?;
+                    let channel = super::channels::name(&mut l, CHANNEL).await?;
+                    l.listen(&channel).await?;
                     Ok::<_, sqlx::Error>(l)
                 }
                 .await;

@@ -11,6 +11,7 @@ macro_rules! application_columns {
 
 pub mod api_role;
 mod applications;
+mod channels;
 mod client_cache;
 mod codes;
 mod consents;

@@ -34,7 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-/// The channel of the changes that alter introspection answers without being revocations.
+/// The channel of the changes that alter introspection answers without being revocations (its
+/// base name: [`super::channels`]).
 pub(super) const CHANNEL: &str = "tokengate_token_cache";
 /// The `application_name` of the listening connection (operators can find it in
 /// `pg_stat_activity`).
@@ -332,9 +333,9 @@ fn listen(
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let _off = Off(cache.clone());
-        let mut listener: Option<sqlx::postgres::PgListener> = None;
+        let mut listener: Option<(sqlx::postgres::PgListener, Channels)> = None;
         loop {
-            let Some(active) = listener.as_mut() else {
+            let Some((active, channels)) = listener.as_mut() else {
                 match connect(&url, &pool, &cache).await {
                     Ok(connected) => {
                         listener = Some(connected);
@@ -348,9 +349,12 @@ fn listen(
                 continue;
             };
             match active.try_recv().await {
-                Ok(Some(notification)) => {
-                    heard(&cache, notification.channel(), notification.payload())
-                }
+                Ok(Some(notification)) => heard(
+                    &cache,
+                    channels,
+                    notification.channel(),
+                    notification.payload(),
+                ),
                 // The connection broke and was opened again: what was said meanwhile is lost.
                 Ok(None) => {
                     cache.set_usable(false);
@@ -367,9 +371,15 @@ fn listen(
     })
 }
 
+/// The names of the three channels listened on, in this schema ([`super::channels`]).
+struct Channels {
+    events: String,
+    tokens: String,
+}
+
 /// Evicts what one notification concerns.
-fn heard(cache: &TokenCache, channel: &str, payload: &str) {
-    let eviction = if channel == super::events::CHANNEL {
+fn heard(cache: &TokenCache, channels: &Channels, channel: &str, payload: &str) {
+    let eviction = if channel == channels.events {
         match super::events::parse_payload(payload) {
             Some((id, event)) => {
                 cache.position.fetch_max(id, Ordering::AcqRel);
@@ -377,7 +387,7 @@ fn heard(cache: &TokenCache, channel: &str, payload: &str) {
             }
             None => Eviction::All,
         }
-    } else if channel == CHANNEL {
+    } else if channel == channels.tokens {
         Eviction::parse(payload)
     } else {
         Eviction::All
@@ -401,18 +411,23 @@ async fn connect(
     url: &str,
     pool: &sqlx::PgPool,
     cache: &TokenCache,
-) -> sqlx::Result<sqlx::postgres::PgListener> {
+) -> sqlx::Result<(sqlx::postgres::PgListener, Channels)> {
     let options: sqlx::postgres::PgConnectOptions = url.parse()?;
     let listening_pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect_with(options.application_name(APPLICATION_NAME))
         .await?;
     let mut listener = sqlx::postgres::PgListener::connect_with(&listening_pool).await?;
+    let channels = Channels {
+        events: super::channels::name(&mut listener, super::events::CHANNEL).await?,
+        tokens: super::channels::name(&mut listener, CHANNEL).await?,
+    };
+    let applications = super::channels::name(&mut listener, super::client_cache::CHANNEL).await?;
     listener
         .listen_all([
-            super::events::CHANNEL,
-            super::client_cache::CHANNEL,
-            CHANNEL,
+            channels.events.as_str(),
+            applications.as_str(),
+            channels.tokens.as_str(),
         ])
         .await?;
     let position = cache.position.load(Ordering::Acquire);
@@ -427,7 +442,7 @@ async fn connect(
             cache.evict(&event.as_ref().map_or(Eviction::All, Eviction::of));
         }
     }
-    Ok(listener)
+    Ok((listener, channels))
 }
 
 /// Announces `eviction` to every other process in the transaction that makes the change
@@ -436,7 +451,7 @@ pub(super) async fn announce(
     connection: &mut sqlx::AnyConnection,
     eviction: &Eviction,
 ) -> sqlx::Result<()> {
-    sqlx::query("SELECT pg_notify($1, $2)")
+    sqlx::query(super::channels::NOTIFY)
         .bind(CHANNEL)
         .bind(eviction.payload())
         .execute(connection)

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 pub use resource_server::ConfigError;
 use resource_server::config_error::{env_origin, key_origin};
+use resource_server::yaml::YamlError;
 use resource_server::{GateConfig, GateEnv, GateSettings, ProxySecret, TokenSource};
 
 use raw::RawConfig;
@@ -54,12 +55,15 @@ impl Config {
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_PATH));
         let file = path.display().to_string();
-        let text = match std::fs::read_to_string(&path) {
+        let limits = resource_server::yaml::Limits::DEFAULT;
+        let text = match resource_server::yaml::read_file(&path, &limits) {
             Ok(text) => text,
-            Err(e) if explicit.is_none() && e.kind() == std::io::ErrorKind::NotFound => {
+            Err(YamlError::Read(e))
+                if explicit.is_none() && e.kind() == std::io::ErrorKind::NotFound =>
+            {
                 EXAMPLE_CONFIG.to_owned()
             }
-            Err(source) => {
+            Err(YamlError::Read(source)) => {
                 // A file named by the variable is named by it.
                 let file = match (&explicit, from_arg) {
                     (Some(_), false) => format!("EXAMPLE_API_CONFIG={file}"),
@@ -68,6 +72,12 @@ impl Config {
                 return Err(ConfigError::Read {
                     file,
                     error: source,
+                });
+            }
+            Err(error) => {
+                return Err(ConfigError::Syntax {
+                    file,
+                    message: error.to_string(),
                 });
             }
         };
@@ -151,9 +161,8 @@ impl Validator<'_> {
                 let Some(path) = picked.value else {
                     return Ok(None);
                 };
-                let text = std::fs::read_to_string(&path).map_err(|e| {
-                    Self::invalid(&picked.origin, &path, format!("cannot read: {e}"))
-                })?;
+                let text = resource_server::secret_file::read(Path::new(&path))
+                    .map_err(|problem| Self::invalid(&picked.origin, &path, problem))?;
                 (picked.origin, text)
             }
         };

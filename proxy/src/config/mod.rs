@@ -1053,13 +1053,8 @@ impl Validator<'_> {
             (Some(text), _) => (env_origin(&var), text),
             (None, Some(path)) => {
                 let origin = key_origin(self.file, &format!("{prefix}.proxy_secret_file"));
-                let text = std::fs::read_to_string(&path).map_err(|e| {
-                    Self::at(
-                        origin.clone(),
-                        format!("{path:?}"),
-                        format!("cannot read: {e}"),
-                    )
-                })?;
+                let text = resource_server::secret_file::read(std::path::Path::new(&path))
+                    .map_err(|problem| Self::at(origin.clone(), format!("{path:?}"), problem))?;
                 (origin, text)
             }
             (None, None) => return Ok(None),

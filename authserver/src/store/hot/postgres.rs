@@ -8,6 +8,7 @@
 //! refresh-token claims wait for the flush as before, so none is forgotten.
 
 use super::{ApplicationColumns, NewRow, UserColumns};
+use crate::store::channels::channel_of;
 use crate::store::split_scopes;
 use crate::store::{StoreError, StoreResult, TokenKind, TokenRecord};
 use sqlx::postgres::PgRow;
@@ -125,16 +126,18 @@ pub(in crate::store) async fn insert_tokens(
 /// access token in the same statement, announcing it to the token caches
 /// ([`crate::store::token_cache`]). Whether this call spent it.
 pub(in crate::store) async fn claim(conn: &mut sqlx::PgConnection, id: i64) -> StoreResult<bool> {
-    let claimed: i64 = sqlx::query_scalar(
+    let claimed: i64 = sqlx::query_scalar(concat!(
         "WITH claimed AS (
             UPDATE tokens SET revoked = 1 WHERE id = $1 AND revoked = 0
             AND NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = tokens.family)
             RETURNING access_token_id, family),
         spent AS (
             UPDATE tokens SET revoked = 1 WHERE id IN (SELECT access_token_id FROM claimed))
-        SELECT COUNT(*) + 0 * (SELECT COUNT(pg_notify($2, 'family ' || family)) FROM claimed)
+        SELECT COUNT(*) + 0 * (SELECT COUNT(pg_notify(",
+        channel_of!("$2"),
+        ", 'family ' || family)) FROM claimed)
         FROM claimed",
-    )
+    ))
     .bind(id)
     .bind(crate::store::token_cache::CHANNEL)
     .fetch_one(conn)
@@ -153,7 +156,7 @@ pub(in crate::store) async fn revoke_family(
     let (event_type, format, subject) = crate::store::events::columns(event);
     // The notification's payload is the event's (`crate::store::events`): id, type, format,
     // subject.
-    let revoked: i64 = sqlx::query_scalar(
+    let revoked: i64 = sqlx::query_scalar(concat!(
         "WITH revoked AS (
             INSERT INTO revoked_families (family, revoked_at) VALUES ($1, $2)
             ON CONFLICT (family) DO NOTHING RETURNING family),
@@ -161,9 +164,11 @@ pub(in crate::store) async fn revoke_family(
             INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at)
             SELECT $3, $4, $5, $2 FROM revoked RETURNING id)
         SELECT (SELECT COUNT(*) FROM revoked)
-            + 0 * (SELECT COUNT(pg_notify($6, id::text || ' ' || $3 || ' ' || $4 || ' ' || $5))
+            + 0 * (SELECT COUNT(pg_notify(",
+        channel_of!("$6"),
+        ", id::text || ' ' || $3 || ' ' || $4 || ' ' || $5))
                 FROM logged)",
-    )
+    ))
     .bind(family)
     .bind(at)
     .bind(event_type)

@@ -19,6 +19,7 @@
 use super::group_writer::{GroupWriter, WriterKind};
 use super::{NewRow, postgres};
 use crate::store::StoreResult;
+use crate::store::channels::channel_of;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{Connection, PgPool, Postgres, Row};
@@ -397,14 +398,18 @@ async fn insert_statement(
 /// Spends the refresh tokens `ids` (as [`postgres::claim`] does each): whether each call spent
 /// its token. Of calls in one group naming the same token, only the first spends it. Each spent
 /// family is announced to the token caches, as [`postgres::claim`] does.
-const CLAIM_GROUP: &str = "WITH claimed AS (
+const CLAIM_GROUP: &str = concat!(
+    "WITH claimed AS (
         UPDATE tokens SET revoked = 1 WHERE id = ANY($1) AND revoked = 0
         AND NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = tokens.family)
         RETURNING id, access_token_id, family),
     spent AS (
         UPDATE tokens SET revoked = 1 WHERE id IN (SELECT access_token_id FROM claimed))
     SELECT id FROM claimed,
-        (SELECT COUNT(pg_notify($2, 'family ' || family)) FROM claimed) AS announced";
+        (SELECT COUNT(pg_notify(",
+    channel_of!("$2"),
+    ", 'family ' || family)) FROM claimed) AS announced"
+);
 
 /// Claims each refresh token: whether that call spent it (a token named twice in the group is
 /// spent by its first call only, as two calls one after the other would be).

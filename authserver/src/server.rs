@@ -1,0 +1,144 @@
+//! Opening and serving the authorization server, the one way the command line, the stack and
+//! the tests do it: storage with every storage setting, the key-encryption key, the signing keys
+//! the registered applications need, then the state and the serve loop.
+
+use crate::config::{self, Settings, redact_url};
+use crate::store::Store;
+use crate::{AppState, app, http_server, jwt, metrics, oauth, protocol, purge};
+use anyhow::{Context, bail};
+use std::future::Future;
+
+/// Opens the storage `settings` name with every storage setting (the token cache's capacity),
+/// and installs the key-encryption key when the settings have one (sealing signing keys stored
+/// in the clear). What every command that reads or writes the database starts with.
+pub async fn open_store(settings: &Settings) -> anyhow::Result<Store> {
+    let store =
+        Store::connect_with_token_cache(&settings.database_url, settings.token_cache_capacity)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot open the database {}",
+                    redact_url(&settings.database_url)
+                )
+            })?;
+    if let Some(kek) = &settings.key_encryption {
+        let sealed = store.use_key_encryption(kek.clone()).await?;
+        if sealed > 0 {
+            tracing::info!(
+                sealed,
+                kek = kek.current_id(),
+                "encrypted the signing keys stored in the clear"
+            );
+        }
+    }
+    Ok(store)
+}
+
+/// Opens the server: [`open_store`], then [`ready`].
+pub async fn open(settings: Settings) -> anyhow::Result<AppState> {
+    let store = open_store(&settings).await?;
+    ready(settings, store).await
+}
+
+/// The state of a server about to serve `store` (opened by [`open_store`]): refuses a database
+/// whose signing keys it could not read, and makes the signing keys the registered applications
+/// need before the first request, so that the JWKS a validator reads early already has them and
+/// no anonymous GET writes to the database. (Applications registered later get theirs from the
+/// registration service.)
+pub async fn ready(settings: Settings, store: Store) -> anyhow::Result<AppState> {
+    if !store.has_key_encryption() {
+        if store.has_signing_keys().await? {
+            bail!(
+                "the database holds JWT signing keys, kept encrypted at rest: set {} or {} (Kubernetes: the Secret key secrets-system)",
+                crate::key_encryption::SECRETS_VAR,
+                crate::key_encryption::SECRETS_FILE_VAR
+            );
+        }
+        tracing::warn!("{}", oauth::ssf::STREAM_OFF);
+    }
+    let state = AppState::new(settings, store);
+    let jwt = config::AccessTokenFormat::Jwt;
+    // JWT access tokens (the server's default format or an application's own), or EdDSA ID
+    // tokens: the EdDSA key.
+    let issues_jwts = state.settings.access_token_format == jwt
+        || state.store.any_application_with_format(jwt).await?
+        || state.store.any_oidc_client_signing_with("EdDSA").await?;
+    if issues_jwts {
+        state
+            .keys
+            .keys_with_signer(&state.store, jwt::Alg::EdDSA)
+            .await
+            .context("JWT signing keys")?;
+    }
+    // OpenID Connect clients: the RS256 key of their ID tokens.
+    let openid = state
+        .store
+        .any_application_allowing(protocol::oidc::OPENID)
+        .await?;
+    if openid && state.store.has_key_encryption() {
+        state
+            .keys
+            .keys_with_signer(&state.store, jwt::Alg::RS256)
+            .await
+            .context("RS256 signing key")?;
+    }
+    Ok(state)
+}
+
+/// Serves the app on `listener` until `shutdown` completes, then drains in-flight requests
+/// (with the limits of [`http_server::Limits::DEFAULT`]). Meanwhile purges expired data every
+/// `purge_interval` ([`purge::spawn_periodic`]), pushes revocation events, and serves
+/// `/metrics` on `metrics_listen` when set.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let metrics = match state.settings.metrics_listen {
+        Some(addr) => {
+            let (bound, task) = metrics::spawn(addr)
+                .await
+                .map_err(|e| std::io::Error::other(format!("metrics_listen {addr}: {e}")))?;
+            tracing::info!(listen = %bound, "metrics listening");
+            Some(task)
+        }
+        None => None,
+    };
+    let purge = purge::spawn_periodic(state.store.clone(), state.settings.clone());
+    // Revocation-stream polls held open answer at once when the server stops.
+    let store = state.store.clone();
+    let shutdown = async move {
+        shutdown.await;
+        store.close_polls();
+    };
+    let pusher = oauth::ssf_push::spawn_pusher(state.clone());
+    let served =
+        http_server::serve(listener, app(state), http_server::Limits::DEFAULT, shutdown).await;
+    for task in [purge, metrics].into_iter().flatten() {
+        task.abort();
+    }
+    pusher.abort();
+    served
+}
+
+/// Resolves on Ctrl-C or SIGTERM (how Kubernetes stops a pod).
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = terminate => {},
+    }
+}

@@ -1,0 +1,32 @@
+//! The PostgreSQL notification channels, named after the schema the connection works in: two
+//! deployments in schemas of one database do not wake each other or empty each other's caches
+//! (NOTIFY channels are database-wide). The default schema, `public`, keeps the plain names.
+
+/// SQL naming the channel whose base name is the bind parameter `$param` (a string literal such
+/// as `"$1"`) for the schema the statement runs in.
+macro_rules! channel_of {
+    ($param:literal) => {
+        concat!(
+            "(CASE WHEN current_schema() = 'public' THEN ",
+            $param,
+            "::text ELSE ",
+            $param,
+            "::text || '_' || md5(current_schema()) END)"
+        )
+    };
+}
+pub(crate) use channel_of;
+
+/// `SELECT pg_notify(<channel $1 of this schema>, $2)`.
+pub(super) const NOTIFY: &str = concat!("SELECT pg_notify(", channel_of!("$1"), ", $2)");
+
+/// The name of the channel `base` for the schema `listener`'s connection works in.
+pub(super) async fn name(
+    listener: &mut sqlx::postgres::PgListener,
+    base: &str,
+) -> sqlx::Result<String> {
+    sqlx::query_scalar(concat!("SELECT ", channel_of!("$1")))
+        .bind(base)
+        .fetch_one(listener)
+        .await
+}
