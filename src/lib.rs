@@ -150,7 +150,11 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
     let api_listener = bind(config.api.listen, "example API").await?;
     let api_addr = api_listener.local_addr()?;
 
-    let state = authserver::server::ready(config.authserver.clone(), store.clone()).await?;
+    let state = authserver::server::ready(authserver::AppState::new(
+        config.authserver.clone(),
+        store.clone(),
+    ))
+    .await?;
     let (stop, stopped) = oneshot::channel();
     stops.push(stop);
     tasks.push(tokio::spawn(authserver::serve(

@@ -70,14 +70,17 @@ async fn key_rotation_under_load_through_the_proxy_fails_no_request() {
     config.authserver.listen = format!("127.0.0.1:{auth_port}").parse().unwrap();
     config.authserver.access_token_format = authserver::config::AccessTokenFormat::Jwt;
     config.authserver.jwks_max_age = 1;
-    // The shipped proxy file, validating the authorization server's JWTs locally.
-    let issuer = config.authserver.issuer.clone();
+    // The shipped proxy file, validating the authorization server's JWTs locally; the issuer is
+    // the front door's address (the stack moves it there).
+    let front_port = free_port();
+    let issuer = format!("http://127.0.0.1:{front_port}");
     let yaml = format!(
         "{}\ntoken_source: jwt_or_introspection\njwt:\n  jwks_url: http://127.0.0.1:{auth_port}/.well-known/jwks.json\n  issuer: {issuer}\n  audience: {issuer}\n  algorithms: [EdDSA]\n  username_claim: username\n  jwks_refresh_min: 200ms\n",
         std::fs::read_to_string("config/proxy.yaml").unwrap()
     );
     let env = |key: &str| match key {
-        "PROXY_LISTEN" | "PROXY_ADMIN_LISTEN" => Some("127.0.0.1:0".to_owned()),
+        "PROXY_LISTEN" => Some(format!("127.0.0.1:{front_port}")),
+        "PROXY_ADMIN_LISTEN" => Some("127.0.0.1:0".to_owned()),
         _ => None,
     };
     let mut proxy = proxy::parse_config(&yaml, "proxy.yaml", env).unwrap();

@@ -457,7 +457,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot listen on {}", settings.listen))?;
             let mut settings = settings;
             settings.follow_bound_address(listener.local_addr()?);
-            let state = crate::server::ready(settings, store).await?;
+            let state = crate::server::ready(crate::AppState::new(settings, store)).await?;
             tracing::info!(listen = %state.settings.listen, issuer = %state.settings.issuer, "authorization server listening");
             serve(listener, state, shutdown_signal()).await?;
         }

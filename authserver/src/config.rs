@@ -936,9 +936,8 @@ fn read_proxy_secret(
         }
         (Some(text), None) => (text_origin, text),
         (None, Some(path)) => {
-            let text = resource_server::secret_file::read(Path::new(&path)).map_err(|error| {
-                ConfigError::problem(&file_origin, format!("{path}: {error}"))
-            })?;
+            let text = resource_server::secret_file::read(Path::new(&path))
+                .map_err(|error| ConfigError::problem(&file_origin, format!("{path}: {error}")))?;
             (format!("{file_origin} ({path})"), text)
         }
     };
@@ -1457,7 +1456,7 @@ mod tests {
             .to_string();
         assert!(
             err.starts_with(
-                "environment variable AUTHSERVER_PROXY_SECRET_FILE: cannot read /nonexistent/p"
+                "environment variable AUTHSERVER_PROXY_SECRET_FILE: /nonexistent/p: cannot read"
             ),
             "{err}"
         );

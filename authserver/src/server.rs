@@ -37,17 +37,17 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Store> {
 /// Opens the server: [`open_store`], then [`ready`].
 pub async fn open(settings: Settings) -> anyhow::Result<AppState> {
     let store = open_store(&settings).await?;
-    ready(settings, store).await
+    ready(AppState::new(settings, store)).await
 }
 
-/// The state of a server about to serve `store` (opened by [`open_store`]): refuses a database
+/// The state of a server about to serve its store (opened by [`open_store`]): refuses a database
 /// whose signing keys it could not read, and makes the signing keys the registered applications
 /// need before the first request, so that the JWKS a validator reads early already has them and
 /// no anonymous GET writes to the database. (Applications registered later get theirs from the
 /// registration service.)
-pub async fn ready(settings: Settings, store: Store) -> anyhow::Result<AppState> {
-    if !store.has_key_encryption() {
-        if store.has_signing_keys().await? {
+pub async fn ready(state: AppState) -> anyhow::Result<AppState> {
+    if !state.store.has_key_encryption() {
+        if state.store.has_signing_keys().await? {
             bail!(
                 "the database holds JWT signing keys, kept encrypted at rest: set {} or {} (Kubernetes: the Secret key secrets-system)",
                 crate::key_encryption::SECRETS_VAR,
@@ -56,7 +56,6 @@ pub async fn ready(settings: Settings, store: Store) -> anyhow::Result<AppState>
         }
         tracing::warn!("{}", oauth::ssf::STREAM_OFF);
     }
-    let state = AppState::new(settings, store);
     let jwt = config::AccessTokenFormat::Jwt;
     // JWT access tokens (the server's default format or an application's own), or EdDSA ID
     // tokens: the EdDSA key.

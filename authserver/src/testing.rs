@@ -3,8 +3,8 @@
 
 use crate::config::Settings;
 use crate::key_encryption::KeyEncryption;
-use crate::serve;
 use crate::store::{ApplicationInput, ClientType, GrantType, NewUser, Store};
+use crate::{AppState, serve};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -236,7 +236,7 @@ pub async fn spawn_server(store: Store, settings: Settings, addr: SocketAddr) ->
         .expect("bind a loopback port");
     let addr = listener.local_addr().expect("bound address");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let state = crate::server::ready(settings, store)
+    let state = crate::server::ready(AppState::new(settings, store))
         .await
         .expect("the server's state");
     let task = tokio::spawn(async move {

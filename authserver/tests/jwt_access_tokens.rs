@@ -46,6 +46,7 @@ impl Server {
         settings.access_token_format = format;
         settings.access_token_audience = AUDIENCE.into();
         let state = AppState::with_keys(settings, store, KeyRing::with_cache_ttl(key_cache));
+        let state = authserver::server::ready(state).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

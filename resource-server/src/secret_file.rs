@@ -40,7 +40,11 @@ mod tests {
         assert_eq!(read(&path).unwrap_err(), "the file is empty");
         std::fs::write(&path, "x".repeat(5000)).unwrap();
         assert_eq!(read(&path).unwrap_err(), "larger than 4096 bytes");
-        assert!(read(&dir.join("missing")).unwrap_err().starts_with("cannot read: "));
+        assert!(
+            read(&dir.join("missing"))
+                .unwrap_err()
+                .starts_with("cannot read: ")
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
