@@ -205,7 +205,7 @@ pub struct Settings {
     /// for an event before answering with none, seconds (default 25).
     pub ssf_poll_timeout: i64,
     /// Networks a revocation-stream push may go to although they are not public (loopback,
-    /// private, link-local: [`crate::oauth::ssf_push::is_public`]); none by default.
+    /// private, link-local: [`crate::oauth::push_networks::is_public`]); none by default.
     pub ssf_push_networks: Vec<IpRange>,
     /// The most introspection lookups the token cache holds (0: no cache).
     pub token_cache_capacity: u64,

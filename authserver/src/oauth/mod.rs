@@ -11,6 +11,7 @@ mod introspect;
 mod jwks;
 mod metadata;
 pub(crate) mod params;
+pub mod push_networks;
 mod register;
 mod revoke;
 pub mod ssf;

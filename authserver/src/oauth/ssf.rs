@@ -247,8 +247,8 @@ fn push_target(
                 })
                 .ok_or("Push delivery needs an http or https endpoint_url.")?;
             let parsed = reqwest::Url::parse(&url).map_err(|_| "Unreadable endpoint_url.")?;
-            if !super::ssf_push::url_allowed(&parsed, allowed) {
-                return Err(super::ssf_push::NOT_PUBLIC);
+            if !super::push_networks::url_allowed(&parsed, allowed) {
+                return Err(super::push_networks::NOT_PUBLIC);
             }
             Ok(Some(PushTarget {
                 endpoint_url: url,
