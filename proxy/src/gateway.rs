@@ -310,7 +310,11 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         ctx.upstream_status = Some(upstream_response.status.as_u16());
-        if let (Some(up), Some(addr)) = (ctx.upstream.as_ref(), ctx.address) {
+        // Only an authenticated request's answer counts for passive ejection (see
+        // `Pool::responded`); a failed connection counts whoever asked (`fail_to_connect`).
+        if let (Some(up), Some(addr), Some(_)) =
+            (ctx.upstream.as_ref(), ctx.address, ctx.identity.as_ref())
+        {
             up.responded(addr, upstream_response.status.as_u16());
         }
         // What runs behind the proxy is not announced.
