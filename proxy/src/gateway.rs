@@ -26,7 +26,7 @@ use resource_server::{EncodedIdentity, MetadataAnswer, Refusal};
 
 use crate::balance::{Lease, Pool, http_peer};
 use crate::drain::InFlight;
-use crate::h2_conn::BodyClock;
+use crate::h2_conn::{ANSWERED_IDLE, BodyClock};
 use crate::headers::{is_identity_header, names_to_strip};
 use crate::metrics::{Outcome, UNMATCHED};
 use crate::state::{Routing, SharedState};
@@ -253,6 +253,31 @@ impl ProxyHttp for Gateway {
             clock.progress(end_of_stream || body.is_none());
         }
         Ok(())
+    }
+
+    /// A response complete while its request body is still to come: the body may pause only
+    /// [`ANSWERED_IDLE`] from now on. Pingora holds the upstream connection until the request
+    /// body ends (to finish sending it), though the upstream has answered; this releases it
+    /// within a second of a client that stops, instead of `body_idle_timeout`. On HTTP/2 the
+    /// stream's clock ends the connection ([`crate::h2_conn`]); on HTTP/1 the read timeout does.
+    fn response_body_filter(
+        &self,
+        session: &mut Session,
+        _body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<std::time::Duration>> {
+        if end_of_stream && ctx.upstream.is_some() && !session.is_body_done() {
+            match &ctx.body_clock {
+                Some(clock) => clock.answered(),
+                None if !session.is_http2() && !session.was_upgraded() => {
+                    let idle = self.shared.listeners[0].h2.idle;
+                    session.set_read_timeout(Some(idle.min(ANSWERED_IDLE)));
+                }
+                None => {}
+            }
+        }
+        Ok(None)
     }
 
     async fn upstream_request_filter(
