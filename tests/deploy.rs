@@ -217,7 +217,10 @@ fn compose_builds_one_image_publishes_on_loopback_and_keeps_the_database() {
     );
     assert!(compose["volumes"].get("postgres-data").is_some());
     // The revocation stream over TLS is explained where it is configured.
-    assert!(text.contains("PROXY_REVOCATION_URL: https://"), "compose: TLS");
+    assert!(
+        text.contains("PROXY_REVOCATION_URL: https://"),
+        "compose: TLS"
+    );
     let sidecar = std::fs::read_to_string("deploy/kubernetes/sidecar.yaml").unwrap();
     assert!(
         sidecar.contains("configuration_url: https://"),
@@ -251,10 +254,15 @@ fn the_shipped_network_policy_admits_the_admin_port_from_the_metrics_namespace_o
         .collect();
     // Whatever admits the admin port names where from: a namespace, never the whole cluster.
     for (rule, ports) in rules.iter().zip(&ports) {
-        assert!(!ports.contains(&8002), "the API's own port is never admitted");
+        assert!(
+            !ports.contains(&8002),
+            "the API's own port is never admitted"
+        );
         if ports.contains(&8003) {
             assert_eq!(ports, &[8003]);
-            let from = rule["from"].as_sequence().expect("the admin port needs a from");
+            let from = rule["from"]
+                .as_sequence()
+                .expect("the admin port needs a from");
             assert_eq!(from.len(), 1);
             assert_eq!(
                 from[0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
@@ -262,7 +270,10 @@ fn the_shipped_network_policy_admits_the_admin_port_from_the_metrics_namespace_o
             );
         }
     }
-    let open = rules.iter().zip(&ports).any(|(r, p)| p == &[8000] && r.get("from").is_none());
+    let open = rules
+        .iter()
+        .zip(&ports)
+        .any(|(r, p)| p == &[8000] && r.get("from").is_none());
     assert!(open, "the proxy's port from anywhere");
     assert!(ports.iter().any(|p| p == &[8003]));
 }

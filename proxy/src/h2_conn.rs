@@ -67,6 +67,15 @@ pub struct BodyClock {
 }
 
 impl BodyClock {
+    /// A stream's clock, started now, on the connection `conn`.
+    fn started(conn: Weak<Conn>) -> BodyClock {
+        BodyClock {
+            last: Mutex::new(Some(Instant::now())),
+            answered: AtomicBool::new(false),
+            conn,
+        }
+    }
+
     /// A piece of the body was read (`end`: the last).
     pub fn progress(&self, end: bool) {
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = (!end).then(Instant::now);
@@ -161,11 +170,7 @@ impl H2Watch {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key(socket))?
             .upgrade()?;
-        let clock = Arc::new(BodyClock {
-            last: Mutex::new(Some(Instant::now())),
-            answered: AtomicBool::new(false),
-            conn: Arc::downgrade(&conn),
-        });
+        let clock = Arc::new(BodyClock::started(Arc::downgrade(&conn)));
         conn.bodies
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -399,10 +404,10 @@ mod tests {
         let idle = Duration::from_secs(10);
         let conn = Conn::default();
         assert_eq!(conn.deadline(idle), None);
-        let first = Arc::new(BodyClock(Mutex::new(Some(Instant::now()))));
+        let first = Arc::new(BodyClock::started(Weak::new()));
         conn.bodies.lock().unwrap().push(Arc::downgrade(&first));
         tokio::time::advance(Duration::from_secs(3)).await;
-        let second = Arc::new(BodyClock(Mutex::new(Some(Instant::now()))));
+        let second = Arc::new(BodyClock::started(Weak::new()));
         conn.bodies.lock().unwrap().push(Arc::downgrade(&second));
         let start = Instant::now() - Duration::from_secs(3);
         assert_eq!(conn.deadline(idle), Some(start + idle));
@@ -420,5 +425,26 @@ mod tests {
             "complete and dropped bodies are not awaited"
         );
         assert!(conn.bodies.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answered_stream_may_pause_only_a_second() {
+        let idle = Duration::from_secs(10);
+        let conn = Arc::new(Conn::default());
+        let clock = Arc::new(BodyClock::started(Arc::downgrade(&conn)));
+        conn.bodies.lock().unwrap().push(Arc::downgrade(&clock));
+        let start = Instant::now();
+        assert_eq!(conn.deadline(idle), Some(start + idle));
+        clock.answered();
+        assert_eq!(conn.deadline(idle), Some(start + ANSWERED_IDLE));
+        // The body may still come at its pace: each piece moves the deadline.
+        tokio::time::advance(Duration::from_millis(800)).await;
+        clock.progress(false);
+        assert_eq!(conn.deadline(idle), Some(Instant::now() + ANSWERED_IDLE));
+        // Never longer than body_idle_timeout.
+        assert_eq!(
+            conn.deadline(Duration::from_millis(300)),
+            Some(Instant::now() + Duration::from_millis(300))
+        );
     }
 }
