@@ -267,15 +267,8 @@ impl ProxyHttp for Gateway {
         end_of_stream: bool,
         ctx: &mut RequestCtx,
     ) -> Result<Option<std::time::Duration>> {
-        if end_of_stream && ctx.upstream.is_some() && !session.is_body_done() {
-            match &ctx.body_clock {
-                Some(clock) => clock.answered(),
-                None if !session.is_http2() && !session.was_upgraded() => {
-                    let idle = self.shared.listeners[0].h2.idle;
-                    session.set_read_timeout(Some(idle.min(ANSWERED_IDLE)));
-                }
-                None => {}
-            }
+        if end_of_stream {
+            self.answered(session, ctx);
         }
         Ok(None)
     }
@@ -335,6 +328,10 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         ctx.upstream_status = Some(upstream_response.status.as_u16());
+        // A response with no body is complete with its head (no body filter follows).
+        if has_no_body(session.req_header(), upstream_response) {
+            self.answered(session, ctx);
+        }
         // Only an authenticated request's answer counts for passive ejection (see
         // `Pool::responded`); a failed connection counts whoever asked (`fail_to_connect`).
         if let (Some(up), Some(addr), Some(_)) =
@@ -468,6 +465,22 @@ impl Gateway {
 
     /// While draining, the response about to be written is the connection's last
     /// (`Connection: close`), whenever its request began.
+    /// The response is complete: if the request body is still to come, it may pause only
+    /// [`ANSWERED_IDLE`] from now on (see `response_body_filter`).
+    fn answered(&self, session: &mut Session, ctx: &RequestCtx) {
+        if ctx.upstream.is_none() || session.is_body_done() {
+            return;
+        }
+        match &ctx.body_clock {
+            Some(clock) => clock.answered(),
+            None if !session.is_http2() && !session.was_upgraded() => {
+                let idle = self.shared.listeners[0].h2.idle;
+                session.set_read_timeout(Some(idle.min(ANSWERED_IDLE)));
+            }
+            None => {}
+        }
+    }
+
     fn close_if_draining(&self, session: &mut Session) {
         if self.shared.drain.is_draining() {
             session.set_keepalive(None);
@@ -500,6 +513,19 @@ const X_FORWARDED_FOR_NAME: http::HeaderName = http::HeaderName::from_static("x-
 
 /// The standard `X-Forwarded-For`: the lines a client or an earlier proxy sent, joined, and our
 /// peer appended as the right-most entry, all in one line (built in one allocation).
+/// Whether a response is complete with its head: `HEAD`, `204`, `304`, or `Content-Length: 0`
+/// (an informational or upgrade answer is not the end).
+fn has_no_body(req: &RequestHeader, response: &ResponseHeader) -> bool {
+    let status = response.status.as_u16();
+    req.method == http::Method::HEAD
+        || matches!(status, 204 | 304)
+        || (status >= 200
+            && response
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .is_some_and(|v| v.as_bytes() == b"0"))
+}
+
 fn forwarded_for(lines: GetAll<'_, HeaderValue>, peer: IpAddr) -> Vec<u8> {
     // Room for the lines, their separators, and an IPv6 address.
     let len = lines.iter().map(|l| l.len() + 2).sum::<usize>() + 39;

@@ -3,7 +3,8 @@
 //! `H2_MAX_STREAMS`, 100: the 50 streams beyond are refused), and an upstream connection is
 //! released about a second after the upstream has answered, though the request body never
 //! comes (Pingora keeps it to send the rest of the body; the proxy's `body_idle_timeout`, 30 s
-//! here, would otherwise decide), over HTTP/2 (python `h2` as the client) and HTTP/1.1.
+//! here, would otherwise decide), over HTTP/2 (python `h2` as the client) and HTTP/1.1, an
+//! answer with a body or one complete with its head.
 
 mod common;
 
@@ -31,6 +32,8 @@ struct Upstream {
     most: Arc<AtomicUsize>,
     accepted: Arc<AtomicUsize>,
     last_close: Arc<Mutex<Option<Instant>>>,
+    /// Answer `401` with no body (`Content-Length: 0`) instead.
+    empty: bool,
 }
 
 impl Upstream {
@@ -61,7 +64,11 @@ impl Upstream {
                     head.extend_from_slice(&buf[..n]);
                     if !answered && head.windows(4).any(|w| w == b"\r\n\r\n") {
                         answered = true;
-                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        let answer: &[u8] = if self.empty {
+                            b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n"
+                        } else {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+                        };
                         if stream.write_all(answer).await.is_err() {
                             break;
                         }
@@ -189,7 +196,17 @@ async fn one_h2_connection_holds_at_most_100_upstream_connections_released_once_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http1_upstream_connection_is_released_once_answered() {
-    let upstream = Upstream::default();
+    // A body, then an answer complete with its head (no body filter follows it).
+    for empty in [false, true] {
+        http1_released(empty).await;
+    }
+}
+
+async fn http1_released(empty: bool) {
+    let upstream = Upstream {
+        empty,
+        ..Upstream::default()
+    };
     let addr = upstream.start().await;
     let (handle, path, listen) = proxy("h1-upstream-release", addr).await;
 
@@ -204,7 +221,8 @@ async fn an_http1_upstream_connection_is_released_once_answered() {
     let mut got = Vec::new();
     let mut buf = [0u8; 1024];
     let answered = Instant::now();
-    while !got.windows(2).any(|w| w == b"ok") {
+    let end: &[u8] = if empty { b"\r\n\r\n" } else { b"ok" };
+    while !got.windows(end.len()).any(|w| w == end) {
         let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf))
             .await
             .expect("answered")
@@ -213,12 +231,18 @@ async fn an_http1_upstream_connection_is_released_once_answered() {
         got.extend_from_slice(&buf[..n]);
     }
     assert!(
-        got.starts_with(b"HTTP/1.1 200"),
+        got.starts_with(if empty {
+            b"HTTP/1.1 401"
+        } else {
+            b"HTTP/1.1 200"
+        }),
         "{}",
         String::from_utf8_lossy(&got)
     );
     let released = upstream.all_closed(RELEASED_WITHIN).await;
-    eprintln!("HTTP/1.1: upstream connection released {released:?} after the answer");
+    eprintln!(
+        "HTTP/1.1 (empty: {empty}): upstream connection released {released:?} after the answer"
+    );
     assert!(
         released.is_some(),
         "the upstream connection was still held {:?} after the answer",
