@@ -100,6 +100,7 @@ fn the_image_is_named_in_one_place_and_the_install_steps_render() {
         "kubectl apply -k deploy/kubernetes",
         "proxy inject --image \"$IMAGE\"",
         "kubectl rollout status",
+        "kubectl kustomize deploy/kubernetes | grep -nE",
     ] {
         assert!(section.contains(step), "the install section lacks {step:?}");
     }
@@ -145,6 +146,17 @@ fn the_image_is_named_in_one_place_and_the_install_steps_render() {
             .all(|i| *i == "registry.example.com/team/tokengate:0.1.0"),
         "{images:?}"
     );
+    // The values "Before you start" says to replace are there to be found by its check.
+    for example in [
+        "REPLACE-WITH-INGRESS-CONTROLLER-CIDR",
+        "value: https://auth.example.com",
+        "kubernetes.io/metadata.name: monitoring",
+    ] {
+        assert!(
+            text.contains(example),
+            "the rendered manifests lack {example:?}"
+        );
+    }
     let out = dir.join("rendered.yaml");
     std::fs::write(&out, &text).unwrap();
     if let Some(output) = validate(
