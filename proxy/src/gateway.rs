@@ -463,8 +463,6 @@ impl Gateway {
         Ok(true)
     }
 
-    /// While draining, the response about to be written is the connection's last
-    /// (`Connection: close`), whenever its request began.
     /// The response is complete: if the request body is still to come, it may pause only
     /// [`ANSWERED_IDLE`] from now on (see `response_body_filter`).
     fn answered(&self, session: &mut Session, ctx: &RequestCtx) {
@@ -481,6 +479,8 @@ impl Gateway {
         }
     }
 
+    /// While draining, the response about to be written is the connection's last
+    /// (`Connection: close`), whenever its request began.
     fn close_if_draining(&self, session: &mut Session) {
         if self.shared.drain.is_draining() {
             session.set_keepalive(None);
@@ -511,21 +511,21 @@ const X_FORWARDED_FOR: &str = "X-Forwarded-For";
 /// For lookups: parsed once, not on every request.
 const X_FORWARDED_FOR_NAME: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
 
-/// The standard `X-Forwarded-For`: the lines a client or an earlier proxy sent, joined, and our
-/// peer appended as the right-most entry, all in one line (built in one allocation).
 /// Whether a response is complete with its head: `HEAD`, `204`, `304`, or `Content-Length: 0`
 /// (an informational or upgrade answer is not the end).
 fn has_no_body(req: &RequestHeader, response: &ResponseHeader) -> bool {
     let status = response.status.as_u16();
-    req.method == http::Method::HEAD
-        || matches!(status, 204 | 304)
-        || (status >= 200
-            && response
+    status >= 200
+        && (req.method == http::Method::HEAD
+            || matches!(status, 204 | 304)
+            || response
                 .headers
                 .get(http::header::CONTENT_LENGTH)
                 .is_some_and(|v| v.as_bytes() == b"0"))
 }
 
+/// The standard `X-Forwarded-For`: the lines a client or an earlier proxy sent, joined, and our
+/// peer appended as the right-most entry, all in one line (built in one allocation).
 fn forwarded_for(lines: GetAll<'_, HeaderValue>, peer: IpAddr) -> Vec<u8> {
     // Room for the lines, their separators, and an IPv6 address.
     let len = lines.iter().map(|l| l.len() + 2).sum::<usize>() + 39;
@@ -680,6 +680,30 @@ async fn write_refusal(
 mod tests {
     use super::*;
     use http::HeaderMap;
+
+    #[test]
+    fn responses_complete_with_their_head() {
+        let get = RequestHeader::build("GET", b"/", None).unwrap();
+        let head = RequestHeader::build("HEAD", b"/", None).unwrap();
+        let answer = |status: u16, length: Option<&str>| {
+            let mut r = ResponseHeader::build(status, None).unwrap();
+            if let Some(length) = length {
+                r.insert_header("content-length", length).unwrap();
+            }
+            r
+        };
+        assert!(has_no_body(&get, &answer(204, None)));
+        assert!(has_no_body(&get, &answer(304, None)));
+        assert!(has_no_body(&get, &answer(401, Some("0"))));
+        assert!(has_no_body(&head, &answer(200, Some("12"))));
+        assert!(!has_no_body(&get, &answer(200, Some("12"))));
+        assert!(
+            !has_no_body(&get, &answer(200, None)),
+            "chunked or to the close"
+        );
+        assert!(!has_no_body(&get, &answer(100, Some("0"))), "informational");
+        assert!(!has_no_body(&head, &answer(103, None)), "informational");
+    }
 
     #[test]
     fn forwarded_for_joins_every_line_and_appends_the_peer() {
