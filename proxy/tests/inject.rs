@@ -477,6 +477,24 @@ fn the_metrics_namespace_and_the_revocation_stream_are_flags() {
         Some("https://auth.example.com/.well-known/ssf-configuration"),
         "at the introspection URL's origin"
     );
+    let jwt = [
+        "--jwks-url",
+        "https://a.example/jwks",
+        "--issuer",
+        "https://a.example",
+        "--audience",
+        "api",
+    ];
+    assert_eq!(
+        options(&jwt).revocation_url,
+        None,
+        "no client to follow it with"
+    );
+    let both = ["inject", "--revocation-url", "https://a.example/x"].into_iter();
+    assert!(
+        Cli::try_parse_from(both.chain(jwt)).is_err(),
+        "--revocation-url with --jwks-url is refused"
+    );
     let off = options(&["--metrics-namespace", "none", "--revocation-url", "none"]);
     assert_eq!((off.metrics_namespace, off.revocation_url), (None, None));
     // No metrics namespace: the admin port is admitted from nowhere (the node's probes pass).

@@ -975,8 +975,9 @@ pub struct InjectArgs {
     pub metrics_namespace: String,
     /// Starter rules: the revocation stream's SSF configuration URL (default: at the
     /// introspection URL's origin; `none`: no revocation section, cached answers then live up
-    /// to 60 s after a revocation).
-    #[arg(long)]
+    /// to 60 s after a revocation). Not with --jwks-url: the stream needs a client of its own
+    /// there (add a revocation section with one).
+    #[arg(long, conflicts_with = "jwks_url")]
     pub revocation_url: Option<String>,
     /// The scope the starter rules file requires on every path.
     #[arg(long, default_value = "read")]
