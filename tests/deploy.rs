@@ -5,7 +5,9 @@
 //! (`deploy/kubernetes/kustomization.yaml`, rendered by `kubectl kustomize`) with the install
 //! steps of `docs/kubernetes.md`; and the containers' bootstrap script (`deploy/bootstrap.sh`)
 //! run twice against a real database. Without the tools the tests print a skip notice, and fail
-//! when `CI` is set.
+//! when `CI` is set. And what the files promise: compose builds one image, publishes on
+//! 127.0.0.1 only and keeps PostgreSQL in a volume; the shipped NetworkPolicy admits the admin
+//! port from the metrics namespace only; both say how to run the revocation stream over TLS.
 
 use std::process::Command;
 
@@ -98,6 +100,7 @@ fn the_image_is_named_in_one_place_and_the_install_steps_render() {
         "kubectl apply -k deploy/kubernetes",
         "proxy inject --image \"$IMAGE\"",
         "kubectl rollout status",
+        "kubectl kustomize deploy/kubernetes | grep -nE",
     ] {
         assert!(section.contains(step), "the install section lacks {step:?}");
     }
@@ -143,6 +146,17 @@ fn the_image_is_named_in_one_place_and_the_install_steps_render() {
             .all(|i| *i == "registry.example.com/team/tokengate:0.1.0"),
         "{images:?}"
     );
+    // The values "Before you start" says to replace are there to be found by its check.
+    for example in [
+        "REPLACE-WITH-INGRESS-CONTROLLER-CIDR",
+        "value: https://auth.example.com",
+        "kubernetes.io/metadata.name: monitoring",
+    ] {
+        assert!(
+            text.contains(example),
+            "the rendered manifests lack {example:?}"
+        );
+    }
     let out = dir.join("rendered.yaml");
     std::fs::write(&out, &text).unwrap();
     if let Some(output) = validate(
@@ -169,6 +183,111 @@ fn the_compose_file_follows_the_compose_specification() {
     if let Some(output) = validate("check-jsonschema", &args) {
         assert_valid(output, "docker-compose.yml");
     }
+}
+
+#[test]
+fn compose_builds_one_image_publishes_on_loopback_and_keeps_the_database() {
+    let text = std::fs::read_to_string("docker-compose.yml").unwrap();
+    let docs = resource_server::yaml::documents(&text, &Default::default()).unwrap();
+    let compose = &docs[0];
+    let services = compose["services"].as_mapping().unwrap();
+    // One image name, built by one service; the others run it and never pull it.
+    let ours: Vec<_> = services
+        .iter()
+        .filter(|(_, s)| s["image"] == "tokengate:local")
+        .collect();
+    assert_eq!(ours.len(), 4, "the four tokengate services share one image");
+    let builders: Vec<_> = services
+        .iter()
+        .filter(|(_, s)| s.get("build").is_some())
+        .map(|(name, _)| name.as_str().unwrap())
+        .collect();
+    assert_eq!(builders, ["bootstrap"]);
+    for (name, service) in &ours {
+        if service.get("build").is_none() {
+            assert_eq!(service["pull_policy"], "never", "{name:?}");
+        }
+    }
+    // Published ports on 127.0.0.1 only.
+    let mut published = 0;
+    for (name, service) in services {
+        for port in service["ports"].as_sequence().into_iter().flatten() {
+            let port = port.as_str().unwrap();
+            assert!(port.starts_with("127.0.0.1:"), "{name:?} publishes {port}");
+            published += 1;
+        }
+    }
+    assert_eq!(published, 2);
+    // PostgreSQL's data in a named volume.
+    let postgres = &compose["services"]["postgres"];
+    assert!(
+        postgres["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|v| v.as_str() == Some("postgres-data:/var/lib/postgresql/data"))
+    );
+    assert!(compose["volumes"].get("postgres-data").is_some());
+    // The revocation stream over TLS is explained where it is configured.
+    assert!(
+        text.contains("PROXY_REVOCATION_URL: https://"),
+        "compose: TLS"
+    );
+    let sidecar = std::fs::read_to_string("deploy/kubernetes/sidecar.yaml").unwrap();
+    assert!(
+        sidecar.contains("configuration_url: https://"),
+        "sidecar.yaml: TLS"
+    );
+}
+
+#[test]
+fn the_shipped_network_policy_admits_the_admin_port_from_the_metrics_namespace_only() {
+    let text = std::fs::read_to_string("deploy/kubernetes/sidecar.yaml").unwrap();
+    let docs = resource_server::yaml::documents(&text, &Default::default()).unwrap();
+    let policy = docs
+        .iter()
+        .find(|d| d["kind"] == "NetworkPolicy")
+        .expect("sidecar.yaml has a NetworkPolicy");
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"]["app"],
+        "example-api"
+    );
+    let rules = policy["spec"]["ingress"].as_sequence().unwrap();
+    let ports: Vec<Vec<u64>> = rules
+        .iter()
+        .map(|rule| {
+            rule["ports"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|p| p["port"].as_u64().unwrap())
+                .collect()
+        })
+        .collect();
+    // Whatever admits the admin port names where from: a namespace, never the whole cluster.
+    for (rule, ports) in rules.iter().zip(&ports) {
+        assert!(
+            !ports.contains(&8002),
+            "the API's own port is never admitted"
+        );
+        if ports.contains(&8003) {
+            assert_eq!(ports, &[8003]);
+            let from = rule["from"]
+                .as_sequence()
+                .expect("the admin port needs a from");
+            assert_eq!(from.len(), 1);
+            assert_eq!(
+                from[0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+                "monitoring"
+            );
+        }
+    }
+    let open = rules
+        .iter()
+        .zip(&ports)
+        .any(|(r, p)| p == &[8000] && r.get("from").is_none());
+    assert!(open, "the proxy's port from anywhere");
+    assert!(ports.iter().any(|p| p == &[8003]));
 }
 
 /// The workspace's `authserver` binary next to this test's build directory.

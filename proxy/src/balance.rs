@@ -2,7 +2,9 @@
 //! upstream holds its addresses (DNS names resolved to every address they have, at start, on
 //! reload and every `resolve_interval`), picks one per request (weighted round robin, or least
 //! connections per weight), and leaves out addresses that active health checks find down or
-//! that failed in a row (passive ejection: refused connections, and the statuses configured).
+//! that failed in a row (passive ejection: refused connections, and the statuses configured,
+//! counted only on requests that passed the token check). When every address is down or
+//! ejected, they are all tried anyway, in turn.
 //! The background loops (health checks, re-resolution) are started and stopped by
 //! [`crate::background`] for the pools in force only.
 
@@ -97,6 +99,8 @@ pub struct Pool {
     /// without asking the balancer.
     single: Option<Backend>,
     stats: Arc<StatsTable>,
+    /// The turn of [`Pool::any_untried`], when no address is up.
+    fallback_turn: AtomicUsize,
 }
 
 impl std::fmt::Debug for Pool {
@@ -141,6 +145,7 @@ impl Pool {
             lb,
             single,
             stats,
+            fallback_turn: AtomicUsize::new(0),
         }
     }
 
@@ -165,8 +170,8 @@ impl Pool {
     }
 
     /// An address for a request, none of `tried`: one the health checks find up and not
-    /// ejected, by the pool's policy; when there is none, any other (every address down still
-    /// gets tried rather than answering 502 unasked).
+    /// ejected, by the pool's policy; when there is none, any other, in turn (every address
+    /// down still gets tried rather than answering 502 unasked, and the traffic stays spread).
     pub fn select(&self, tried: &[SocketAddr]) -> Option<Backend> {
         let untried = |b: &Backend| inet(b).is_some_and(|a| !tried.contains(&a));
         if let Some(only) = &self.single {
@@ -177,7 +182,20 @@ impl Pool {
             .select_with(|b, healthy| {
                 healthy && untried(b) && stats_of(b).is_none_or(|s| !s.ejected(now))
             })
-            .or_else(|| self.lb.select_with(|b, _| untried(b)))
+            .or_else(|| self.any_untried(untried))
+    }
+
+    /// One of the addresses `untried` accepts, round robin over them all. Not the balancer's
+    /// own fallback: a selection that accepts nothing advances its round-robin counter by the
+    /// same even number of steps every time, so its next pick was always the same address.
+    fn any_untried(&self, untried: impl Fn(&Backend) -> bool) -> Option<Backend> {
+        let current = self.lb.current();
+        let candidates: Vec<&Backend> = current.iter().filter(|b| untried(b)).collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        let turn = self.fallback_turn.fetch_add(1, Relaxed);
+        Some(candidates[turn % candidates.len()].clone())
     }
 
     /// Counts a request to `backend` in flight until the lease is dropped.
@@ -193,7 +211,9 @@ impl Pool {
     }
 
     /// `addr` answered with `status`: a failure when `eject.statuses` lists it, else the end
-    /// of its run of failures.
+    /// of its run of failures. The gateway reports only the answers to requests that passed
+    /// the token check: an anonymous client (a public route) cannot eject an address by asking
+    /// for what fails, nor keep one in by asking for what succeeds.
     pub fn responded(&self, addr: SocketAddr, status: u16) {
         if self.upstream.eject.statuses.contains(&status) {
             self.failed(addr, "failed answers");

@@ -26,7 +26,7 @@ use resource_server::{EncodedIdentity, MetadataAnswer, Refusal};
 
 use crate::balance::{Lease, Pool, http_peer};
 use crate::drain::InFlight;
-use crate::h2_conn::BodyClock;
+use crate::h2_conn::{ANSWERED_IDLE, BodyClock};
 use crate::headers::{is_identity_header, names_to_strip};
 use crate::metrics::{Outcome, UNMATCHED};
 use crate::state::{Routing, SharedState};
@@ -255,6 +255,24 @@ impl ProxyHttp for Gateway {
         Ok(())
     }
 
+    /// A response complete while its request body is still to come: the body may pause only
+    /// [`ANSWERED_IDLE`] from now on. Pingora holds the upstream connection until the request
+    /// body ends (to finish sending it), though the upstream has answered; this releases it
+    /// within a second of a client that stops, instead of `body_idle_timeout`. On HTTP/2 the
+    /// stream's clock ends the connection ([`crate::h2_conn`]); on HTTP/1 the read timeout does.
+    fn response_body_filter(
+        &self,
+        session: &mut Session,
+        _body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut RequestCtx,
+    ) -> Result<Option<std::time::Duration>> {
+        if end_of_stream {
+            self.answered(session, ctx);
+        }
+        Ok(None)
+    }
+
     async fn upstream_request_filter(
         &self,
         session: &mut Session,
@@ -310,7 +328,15 @@ impl ProxyHttp for Gateway {
         ctx: &mut RequestCtx,
     ) -> Result<()> {
         ctx.upstream_status = Some(upstream_response.status.as_u16());
-        if let (Some(up), Some(addr)) = (ctx.upstream.as_ref(), ctx.address) {
+        // A response with no body is complete with its head (no body filter follows).
+        if has_no_body(session.req_header(), upstream_response) {
+            self.answered(session, ctx);
+        }
+        // Only an authenticated request's answer counts for passive ejection (see
+        // `Pool::responded`); a failed connection counts whoever asked (`fail_to_connect`).
+        if let (Some(up), Some(addr), Some(_)) =
+            (ctx.upstream.as_ref(), ctx.address, ctx.identity.as_ref())
+        {
             up.responded(addr, upstream_response.status.as_u16());
         }
         // What runs behind the proxy is not announced.
@@ -437,6 +463,22 @@ impl Gateway {
         Ok(true)
     }
 
+    /// The response is complete: if the request body is still to come, it may pause only
+    /// [`ANSWERED_IDLE`] from now on (see `response_body_filter`).
+    fn answered(&self, session: &mut Session, ctx: &RequestCtx) {
+        if ctx.upstream.is_none() || session.is_body_done() {
+            return;
+        }
+        match &ctx.body_clock {
+            Some(clock) => clock.answered(),
+            None if !session.is_http2() && !session.was_upgraded() => {
+                let idle = self.shared.listeners[0].h2.idle;
+                session.set_read_timeout(Some(idle.min(ANSWERED_IDLE)));
+            }
+            None => {}
+        }
+    }
+
     /// While draining, the response about to be written is the connection's last
     /// (`Connection: close`), whenever its request began.
     fn close_if_draining(&self, session: &mut Session) {
@@ -468,6 +510,19 @@ fn failure_answer(e: &Error) -> (u16, &'static str) {
 const X_FORWARDED_FOR: &str = "X-Forwarded-For";
 /// For lookups: parsed once, not on every request.
 const X_FORWARDED_FOR_NAME: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
+
+/// Whether a response is complete with its head: `HEAD`, `204`, `304`, or `Content-Length: 0`
+/// (an informational or upgrade answer is not the end).
+fn has_no_body(req: &RequestHeader, response: &ResponseHeader) -> bool {
+    let status = response.status.as_u16();
+    status >= 200
+        && (req.method == http::Method::HEAD
+            || matches!(status, 204 | 304)
+            || response
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .is_some_and(|v| v.as_bytes() == b"0"))
+}
 
 /// The standard `X-Forwarded-For`: the lines a client or an earlier proxy sent, joined, and our
 /// peer appended as the right-most entry, all in one line (built in one allocation).
@@ -625,6 +680,30 @@ async fn write_refusal(
 mod tests {
     use super::*;
     use http::HeaderMap;
+
+    #[test]
+    fn responses_complete_with_their_head() {
+        let get = RequestHeader::build("GET", b"/", None).unwrap();
+        let head = RequestHeader::build("HEAD", b"/", None).unwrap();
+        let answer = |status: u16, length: Option<&str>| {
+            let mut r = ResponseHeader::build(status, None).unwrap();
+            if let Some(length) = length {
+                r.insert_header("content-length", length).unwrap();
+            }
+            r
+        };
+        assert!(has_no_body(&get, &answer(204, None)));
+        assert!(has_no_body(&get, &answer(304, None)));
+        assert!(has_no_body(&get, &answer(401, Some("0"))));
+        assert!(has_no_body(&head, &answer(200, Some("12"))));
+        assert!(!has_no_body(&get, &answer(200, Some("12"))));
+        assert!(
+            !has_no_body(&get, &answer(200, None)),
+            "chunked or to the close"
+        );
+        assert!(!has_no_body(&get, &answer(100, Some("0"))), "informational");
+        assert!(!has_no_body(&head, &answer(103, None)), "informational");
+    }
 
     #[test]
     fn forwarded_for_joins_every_line_and_appends_the_peer() {

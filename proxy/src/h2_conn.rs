@@ -12,11 +12,13 @@
 //! then ends with an error, every stream's task with it (an upstream connection held for the
 //! stream included), and its file descriptor is closed. Writes, zero windows included, are
 //! bounded by Pingora's HTTP/2 write timeout, which the gateway sets to the same
-//! `body_idle_timeout`.
+//! `body_idle_timeout`. Once a stream's response is complete ([`BodyClock::answered`]), its body
+//! may pause only [`ANSWERED_IDLE`]: Pingora keeps the upstream connection of a stream until its
+//! request body ends, though the upstream has answered.
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -50,14 +52,54 @@ struct Conn {
     reader: Mutex<Option<Waker>>,
 }
 
-/// When a stream's request body last made progress; `None` once it is complete.
+/// How long a request body may stop coming once the response is complete (at most
+/// `body_idle_timeout`): Pingora holds the stream's upstream connection until the body ends,
+/// though the upstream has answered.
+pub const ANSWERED_IDLE: Duration = Duration::from_secs(1);
+
+/// When a stream's request body last made progress (`None` once it is complete), and whether
+/// its response is complete.
 #[derive(Debug)]
-pub struct BodyClock(Mutex<Option<Instant>>);
+pub struct BodyClock {
+    last: Mutex<Option<Instant>>,
+    answered: AtomicBool,
+    conn: Weak<Conn>,
+}
 
 impl BodyClock {
+    /// A stream's clock, started now, on the connection `conn`.
+    fn started(conn: Weak<Conn>) -> BodyClock {
+        BodyClock {
+            last: Mutex::new(Some(Instant::now())),
+            answered: AtomicBool::new(false),
+            conn,
+        }
+    }
+
     /// A piece of the body was read (`end`: the last).
     pub fn progress(&self, end: bool) {
-        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = (!end).then(Instant::now);
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = (!end).then(Instant::now);
+    }
+
+    /// The response is complete while the body is still to come: from now on a pause of
+    /// [`ANSWERED_IDLE`] ends the connection (the body may still come at its pace).
+    pub fn answered(&self) {
+        if !self.answered.swap(true, Ordering::Relaxed)
+            && let Some(conn) = self.conn.upgrade()
+        {
+            conn.wake_reader();
+        }
+    }
+
+    /// When the connection must end if the body makes no progress; `None` once it is complete.
+    fn deadline(&self, idle: Duration) -> Option<Instant> {
+        let last = (*self.last.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let allowed = if self.answered.load(Ordering::Relaxed) {
+            idle.min(ANSWERED_IDLE)
+        } else {
+            idle
+        };
+        Some(last + allowed)
     }
 }
 
@@ -71,13 +113,25 @@ impl Conn {
             let Some(clock) = w.upgrade() else {
                 return false;
             };
-            let last = *clock.0.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(last) = last {
-                earliest = Some(earliest.map_or(last, |e| e.min(last)));
+            let deadline = clock.deadline(idle);
+            if let Some(at) = deadline {
+                earliest = Some(earliest.map_or(at, |e| e.min(at)));
             }
-            last.is_some()
+            deadline.is_some()
         });
-        earliest.map(|e| e + idle)
+        earliest
+    }
+
+    /// Wakes the connection's reader, which then sets its timer for the earliest deadline.
+    fn wake_reader(&self) {
+        if let Some(reader) = self
+            .reader
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            reader.wake_by_ref();
+        }
     }
 }
 
@@ -116,19 +170,12 @@ impl H2Watch {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key(socket))?
             .upgrade()?;
-        let clock = Arc::new(BodyClock(Mutex::new(Some(Instant::now()))));
+        let clock = Arc::new(BodyClock::started(Arc::downgrade(&conn)));
         conn.bodies
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(Arc::downgrade(&clock));
-        if let Some(reader) = conn
-            .reader
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
-            reader.wake_by_ref();
-        }
+        conn.wake_reader();
         Some(clock)
     }
 
@@ -357,10 +404,10 @@ mod tests {
         let idle = Duration::from_secs(10);
         let conn = Conn::default();
         assert_eq!(conn.deadline(idle), None);
-        let first = Arc::new(BodyClock(Mutex::new(Some(Instant::now()))));
+        let first = Arc::new(BodyClock::started(Weak::new()));
         conn.bodies.lock().unwrap().push(Arc::downgrade(&first));
         tokio::time::advance(Duration::from_secs(3)).await;
-        let second = Arc::new(BodyClock(Mutex::new(Some(Instant::now()))));
+        let second = Arc::new(BodyClock::started(Weak::new()));
         conn.bodies.lock().unwrap().push(Arc::downgrade(&second));
         let start = Instant::now() - Duration::from_secs(3);
         assert_eq!(conn.deadline(idle), Some(start + idle));
@@ -378,5 +425,26 @@ mod tests {
             "complete and dropped bodies are not awaited"
         );
         assert!(conn.bodies.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answered_stream_may_pause_only_a_second() {
+        let idle = Duration::from_secs(10);
+        let conn = Arc::new(Conn::default());
+        let clock = Arc::new(BodyClock::started(Arc::downgrade(&conn)));
+        conn.bodies.lock().unwrap().push(Arc::downgrade(&clock));
+        let start = Instant::now();
+        assert_eq!(conn.deadline(idle), Some(start + idle));
+        clock.answered();
+        assert_eq!(conn.deadline(idle), Some(start + ANSWERED_IDLE));
+        // The body may still come at its pace: each piece moves the deadline.
+        tokio::time::advance(Duration::from_millis(800)).await;
+        clock.progress(false);
+        assert_eq!(conn.deadline(idle), Some(Instant::now() + ANSWERED_IDLE));
+        // Never longer than body_idle_timeout.
+        assert_eq!(
+            conn.deadline(Duration::from_millis(300)),
+            Some(Instant::now() + Duration::from_millis(300))
+        );
     }
 }

@@ -4,7 +4,9 @@
 //! sooner; a reload swaps the pools and their health-check loops without leaving one behind; a
 //! DNS name with several addresses (a hosts file in a mount namespace) is used fully and
 //! followed when it changes; weights spread traffic in proportion; an address answering 502s
-//! is ejected, retried after the period, and used again once it answers well.
+//! to authenticated requests is ejected, retried after the period, and used again once it
+//! answers well; anonymous requests to a public route eject nothing, whatever the upstream
+//! answers; with every address ejected the traffic is still spread.
 
 mod common;
 
@@ -124,6 +126,7 @@ introspection:
   auth_token: {INTROSPECTOR_TOKEN}
 routes:
   - {{ name: public, prefix: /public/, upstream: api, public: true }}
+  - {{ name: api, prefix: /api/, upstream: api }}
 "#,
         introspector.url()
     )
@@ -199,6 +202,34 @@ async fn wait_metric(
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A client whose every request carries the stand-in's `read` token.
+fn authenticated_client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_static("Bearer read"),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
+/// How many of `counts` were answered with `status` (counted as "503 Service Unavailable").
+fn answered(counts: &HashMap<String, usize>, status: &str) -> usize {
+    counts
+        .iter()
+        .filter(|(k, _)| k.split(' ').next() == Some(status))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+fn ejections_line(addr: SocketAddr) -> String {
+    format!(
+        "tokengate_proxy_upstream_address_ejections_total{{upstream=\"api\",address=\"{addr}\"}}"
+    )
 }
 
 fn up_line(addr: SocketAddr) -> String {
@@ -579,8 +610,9 @@ async fn an_address_answering_502_is_ejected_retried_after_the_period_and_used_a
     );
     let (proxy, path) =
         start_proxy("eject502", &yaml(listen, admin, &introspector, &upstream)).await;
-    let client = reqwest::Client::new();
-    let url = format!("http://127.0.0.1:{listen}/public/x");
+    // Answers count only for requests that passed the token check.
+    let client = authenticated_client();
+    let url = format!("http://127.0.0.1:{listen}/api/x");
     let ejections = format!(
         "tokengate_proxy_upstream_address_ejections_total{{upstream=\"api\",address=\"{}\"}}",
         a.addr
@@ -635,6 +667,119 @@ async fn an_address_answering_502_is_ejected_retried_after_the_period_and_used_a
     let counts = spread(&client, &url, 100, 4).await;
     assert_eq!(bad(&counts), 0, "{counts:?}");
     assert!(counts.get("a").copied().unwrap_or(0) >= 30, "{counts:?}");
+
+    let _ = std::fs::remove_file(path);
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anonymous_requests_to_a_public_route_answered_503_eject_nothing() {
+    let introspector = Introspector::start().await;
+    let a = Server::start("a", "127.0.0.1:0".parse().unwrap(), Duration::ZERO);
+    let b = Server::start("b", "127.0.0.1:0".parse().unwrap(), Duration::ZERO);
+    a.status.store(503, Ordering::Relaxed);
+    b.status.store(503, Ordering::Relaxed);
+    let (listen, admin) = two_free_ports();
+    let upstream = format!(
+        "    addresses: [\"{}\", \"{}\"]\n    eject: {{ after_failures: 1, duration: 30s, statuses: [503] }}",
+        a.addr, b.addr
+    );
+    let (proxy, path) =
+        start_proxy("eject-anon", &yaml(listen, admin, &introspector, &upstream)).await;
+    let anonymous = reqwest::Client::new();
+
+    // The attack of the report was 2 requests; 20 show it is not a matter of count.
+    let counts = spread(
+        &anonymous,
+        &format!("http://127.0.0.1:{listen}/public/x"),
+        20,
+        2,
+    )
+    .await;
+    assert_eq!(answered(&counts, "503"), 20, "{counts:?}");
+    for addr in [a.addr, b.addr] {
+        assert_eq!(
+            metric(&anonymous, admin, &ejections_line(addr)).await,
+            Some(0.0)
+        );
+        assert_eq!(metric(&anonymous, admin, &up_line(addr)).await, Some(1.0));
+    }
+    // A token on an unauthenticated route changes nothing: the public route never reads it.
+    let counts = spread(
+        &authenticated_client(),
+        &format!("http://127.0.0.1:{listen}/public/x"),
+        4,
+        1,
+    )
+    .await;
+    assert_eq!(answered(&counts, "503"), 4, "{counts:?}");
+    assert_eq!(
+        metric(&anonymous, admin, &ejections_line(a.addr)).await,
+        Some(0.0)
+    );
+
+    // The same answers to authenticated requests do eject (the feature still works).
+    let counts = spread(
+        &authenticated_client(),
+        &format!("http://127.0.0.1:{listen}/api/x"),
+        2,
+        1,
+    )
+    .await;
+    assert_eq!(answered(&counts, "503"), 2, "{counts:?}");
+    assert_eq!(
+        metric(&anonymous, admin, &ejections_line(a.addr)).await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric(&anonymous, admin, &ejections_line(b.addr)).await,
+        Some(1.0)
+    );
+
+    let _ = std::fs::remove_file(path);
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_address_ejected_requests_still_spread_over_them_all() {
+    let introspector = Introspector::start().await;
+    let a = Server::start("a", "127.0.0.1:0".parse().unwrap(), Duration::ZERO);
+    let b = Server::start("b", "127.0.0.1:0".parse().unwrap(), Duration::ZERO);
+    a.status.store(503, Ordering::Relaxed);
+    b.status.store(503, Ordering::Relaxed);
+    let (listen, admin) = two_free_ports();
+    let upstream = format!(
+        "    addresses: [\"{}\", \"{}\"]\n    eject: {{ after_failures: 1, duration: 60s, statuses: [503] }}",
+        a.addr, b.addr
+    );
+    let (proxy, path) =
+        start_proxy("eject-all", &yaml(listen, admin, &introspector, &upstream)).await;
+    let client = authenticated_client();
+    let url = format!("http://127.0.0.1:{listen}/api/x");
+
+    // One failure each ejects both (for 60 s, longer than the test).
+    let counts = spread(&client, &url, 2, 1).await;
+    assert_eq!(answered(&counts, "503"), 2, "{counts:?}");
+    for addr in [a.addr, b.addr] {
+        assert_eq!(metric(&client, admin, &up_line(addr)).await, Some(0.0));
+    }
+    // Both answer well again but stay ejected: the proxy takes them in turn, not one only.
+    a.status.store(200, Ordering::Relaxed);
+    b.status.store(200, Ordering::Relaxed);
+    let counts = spread(&client, &url, 40, 2).await;
+    let (on_a, on_b) = (
+        counts.get("a").copied().unwrap_or(0),
+        counts.get("b").copied().unwrap_or(0),
+    );
+    assert_eq!(on_a + on_b, 40, "{counts:?}");
+    assert!(on_a >= 10 && on_b >= 10, "spread over both: {counts:?}");
+    for addr in [a.addr, b.addr] {
+        assert_eq!(metric(&client, admin, &up_line(addr)).await, Some(0.0));
+    }
 
     let _ = std::fs::remove_file(path);
     tokio::task::spawn_blocking(move || proxy.shutdown_now())

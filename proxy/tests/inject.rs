@@ -182,12 +182,25 @@ fn what_the_sidecar_gets_and_what_is_left_alone() {
         policy["spec"]["podSelector"]["matchLabels"]["app"],
         "ledger"
     );
-    let ports = &policy["spec"]["ingress"][0]["ports"];
-    assert_eq!(
-        (&ports[0]["port"], &ports[1]["port"]),
-        (&8000.into(), &8003.into())
+    // The proxy's port from anywhere; the admin port (metrics, probes) only from the pods of the
+    // metrics namespace: the kubelet's probes come from the node, which no policy blocks.
+    let ingress = policy["spec"]["ingress"].as_sequence().unwrap();
+    assert_eq!(ingress.len(), 2);
+    assert_eq!(ingress[0]["ports"].as_sequence().unwrap().len(), 1);
+    assert_eq!(ingress[0]["ports"][0]["port"], 8000);
+    assert!(
+        ingress[0].get("from").is_none(),
+        "the proxy's port: from anywhere"
     );
-    assert_eq!(policy["spec"]["ingress"].as_sequence().unwrap().len(), 1);
+    assert_eq!(ingress[1]["ports"].as_sequence().unwrap().len(), 1);
+    assert_eq!(ingress[1]["ports"][0]["port"], 8003);
+    let from = ingress[1]["from"].as_sequence().unwrap();
+    assert_eq!(from.len(), 1);
+    assert_eq!(
+        from[0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
+    assert!(from[0].get("podSelector").is_none() && from[0].get("ipBlock").is_none());
     let debug = by("Pod", None, "debug");
     assert_eq!(
         debug["spec"]["initContainers"][0]["name"],
@@ -205,7 +218,11 @@ fn lists_ports_by_name_and_the_starter_config() {
     assert_eq!(docs.len(), 1, "still one List");
     let items = docs[0]["items"].as_sequence().unwrap();
     let service = doc(items, "Service", "shop");
-    assert_eq!(service["spec"]["ports"][0]["targetPort"], 8000, "named web");
+    // A named target port stays named: the proxy's own port name.
+    assert_eq!(
+        service["spec"]["ports"][0]["targetPort"], "tokengate",
+        "named web"
+    );
     assert_eq!(service["spec"]["ports"][1]["targetPort"], "metrics");
     let rules = doc(items, "ConfigMap", "shop-tokengate")["data"]["proxy.yaml"]
         .as_str()
@@ -216,6 +233,8 @@ fn lists_ports_by_name_and_the_starter_config() {
         "127.0.0.1:3000"
     );
     assert_eq!(config.gate.token_source.as_str(), "jwt");
+    // JWTs: no introspection client to follow the stream with, so no revocation section.
+    assert!(config.gate.revocation.is_none() && !rules.contains("revocation:"));
     let sidecar =
         &doc(items, "Deployment", "shop")["spec"]["template"]["spec"]["initContainers"][0];
     assert!(
@@ -240,6 +259,18 @@ fn lists_ports_by_name_and_the_starter_config() {
         }
     );
     assert!(!rules.contains("from-the-secret") && !rules.contains("client_secret"));
+    // It follows the revocation stream, at the introspection URL's origin, with the
+    // introspection client (and its secret from the environment).
+    let revocation = config
+        .gate
+        .revocation
+        .as_ref()
+        .expect("a revocation section");
+    assert_eq!(
+        revocation.configuration_url,
+        "http://authserver:8001/.well-known/ssf-configuration"
+    );
+    assert_eq!(revocation.client_id, "tokengate-proxy");
     let cron = doc(&docs, "CronJob", "nightly");
     assert_eq!(
         cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["initContainers"][0]["restartPolicy"],
@@ -423,4 +454,56 @@ fn hostile_yaml_is_refused_within_a_second_in_bounded_memory() {
         assert!(stderr.contains(expected), "{what}: {stderr}");
         assert!(took < Duration::from_secs(1), "{what} took {took:?}");
     }
+}
+
+#[test]
+fn the_metrics_namespace_and_the_revocation_stream_are_flags() {
+    let options = |flags: &[&str]| {
+        let args = std::iter::once("inject").chain(flags.iter().copied());
+        Cli::try_parse_from(args).unwrap().inject.options()
+    };
+    let defaults = options(&[]);
+    assert_eq!(defaults.metrics_namespace.as_deref(), Some("monitoring"));
+    assert_eq!(
+        defaults.revocation_url.as_deref(),
+        Some("http://authserver:8001/.well-known/ssf-configuration")
+    );
+    let elsewhere = options(&[
+        "--introspection-url",
+        "https://auth.example.com/o/introspect/",
+    ]);
+    assert_eq!(
+        elsewhere.revocation_url.as_deref(),
+        Some("https://auth.example.com/.well-known/ssf-configuration"),
+        "at the introspection URL's origin"
+    );
+    let jwt = [
+        "--jwks-url",
+        "https://a.example/jwks",
+        "--issuer",
+        "https://a.example",
+        "--audience",
+        "api",
+    ];
+    assert_eq!(
+        options(&jwt).revocation_url,
+        None,
+        "no client to follow it with"
+    );
+    let both = ["inject", "--revocation-url", "https://a.example/x"].into_iter();
+    assert!(
+        Cli::try_parse_from(both.chain(jwt)).is_err(),
+        "--revocation-url with --jwks-url is refused"
+    );
+    let off = options(&["--metrics-namespace", "none", "--revocation-url", "none"]);
+    assert_eq!((off.metrics_namespace, off.revocation_url), (None, None));
+    // No metrics namespace: the admin port is admitted from nowhere (the node's probes pass).
+    let input = std::fs::read_to_string(dir().join("workloads.in.yaml")).unwrap();
+    let out = inject(&input, &options(&["--metrics-namespace", "none"])).unwrap();
+    let docs = resource_server::yaml::documents(&out.yaml, &Default::default()).unwrap();
+    let policy = doc(&docs, "NetworkPolicy", "ledger-tokengate");
+    let ingress = policy["spec"]["ingress"].as_sequence().unwrap();
+    assert_eq!(ingress.len(), 1);
+    assert_eq!(ingress[0]["ports"].as_sequence().unwrap().len(), 1);
+    assert_eq!(ingress[0]["ports"][0]["port"], 8000);
 }

@@ -1,30 +1,36 @@
 //! The example API's own PostgreSQL role (`authserver api-role`): it logs in, reads and writes
-//! the user and group tables through the columns the API uses, and has no right on anything
-//! else (signing keys, tokens, applications, sessions, codes). Created, or given a new password,
+//! the user and group tables through the columns and rows the API uses, deletes a user through
+//! a database function, and has no right on anything else (signing keys, tokens, applications, sessions, codes). Created, or given a new password,
 //! by the bootstrap step (compose's `bootstrap` service, the Kubernetes Job), which runs as the
 //! authorization server's own database user and so needs `CREATEROLE`.
 
 use super::{Backend, Store, StoreResult};
 
-/// What the role may do, statement by statement (`{role}` replaced by its name). Users: every
-/// column but the password hash is read, and the flags can be neither set nor changed (a user is
-/// created ordinary; deletions take the user's tokens along by the foreign keys, run as the
-/// tables' owner). Groups: everything; memberships: deleted with a user or group only. The
-/// revocation log: appended to, its contents never read.
+/// What the role may do, statement by statement (`{role}` replaced by its name). What an
+/// earlier version granted is taken back first (grants add up). Users: every column but the
+/// password hash is read; a user is created ordinary (the flags and `email_verified` are not
+/// among the columns it may write, and a changed email is unverified by a trigger); only an
+/// ordinary user's names and email are changed (a restrictive row policy: a staff or superuser
+/// row is out of reach); a user is deleted only through `delete_ordinary_user` (migration 22),
+/// which runs as the tables' owner, refuses staff and superusers, and appends the revocation
+/// event itself (the role cannot write `ssf_events`, so it cannot forge an event every sidecar
+/// would apply; deletions take the user's tokens along by the foreign keys). Groups:
+/// everything; memberships: deleted with a user or group only.
 pub const GRANTS: &[&str] = &[
+    "REVOKE ALL ON users, ssf_events FROM {role}",
+    "REVOKE ALL ON SEQUENCE ssf_events_id_seq FROM {role}",
     "GRANT USAGE ON SCHEMA {schema} TO {role}",
     "GRANT SELECT ON schema_migrations TO {role}",
     "GRANT SELECT (id, username, email, first_name, last_name, is_active, is_staff, is_superuser, date_joined, email_verified, updated_at),
        INSERT (username, email, first_name, last_name, password_hash, is_active, date_joined),
-       UPDATE (username, email, first_name, last_name, updated_at, email_verified), DELETE ON users TO {role}",
+       UPDATE (username, email, first_name, last_name, updated_at) ON users TO {role}",
+    "DROP POLICY IF EXISTS {role}_ordinary_rows ON users",
+    "CREATE POLICY {role}_ordinary_rows ON users AS RESTRICTIVE FOR UPDATE TO {role}
+       USING (is_staff = 0 AND is_superuser = 0) WITH CHECK (is_staff = 0 AND is_superuser = 0)",
+    "GRANT EXECUTE ON FUNCTION delete_ordinary_user(BIGINT) TO {role}",
     "GRANT SELECT, INSERT, UPDATE (name), DELETE ON groups TO {role}",
     "GRANT SELECT, DELETE ON user_groups TO {role}",
     "GRANT USAGE ON SEQUENCE users_id_seq, groups_id_seq TO {role}",
-    // A user deleted through the API appends its revocation event (issue 24) and announces it
-    // with the id its INSERT returns (issue 25's token caches); the log's contents stay
-    // unreadable to the role.
-    "GRANT INSERT, SELECT (id) ON ssf_events TO {role}",
-    "GRANT USAGE ON SEQUENCE ssf_events_id_seq TO {role}",
 ];
 
 /// Checks a role name: lower-case letters, digits and `_`, not starting with a digit, at most

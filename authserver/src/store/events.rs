@@ -250,12 +250,23 @@ pub(super) async fn append(
     // Announced on [`CHANNEL`] with its [`payload`]: polls only wake on it, the token cache
     // evicts what it names ([`super::token_cache`]).
     if backend == Backend::Postgres {
-        sqlx::query(super::channels::NOTIFY)
-            .bind(CHANNEL)
-            .bind(payload(id, event))
-            .execute(&mut *tx)
-            .await?;
+        notify_appended(tx, id, event).await?;
     }
+    Ok(())
+}
+
+/// Announces the event `id`, appended in this transaction (PostgreSQL): by [`append`], or by a
+/// database function that appends it (the example API's `delete_ordinary_user`).
+pub(super) async fn notify_appended(
+    tx: &mut sqlx::AnyConnection,
+    id: i64,
+    event: &Revocation,
+) -> StoreResult<()> {
+    sqlx::query(super::channels::NOTIFY)
+        .bind(CHANNEL)
+        .bind(payload(id, event))
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 

@@ -488,6 +488,38 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "ALTER TABLE applications ADD COLUMN IF NOT EXISTS previous_secret_digest TEXT;
     ALTER TABLE applications ADD COLUMN IF NOT EXISTS previous_secret_expires_at BIGINT",
     ),
+    (
+        22,
+        // The example API's database role (issue 38 item 8), PostgreSQL only (on SQLite the API
+        // opens the file itself). A user is deleted through `delete_ordinary_user`, which runs as
+        // the tables' owner: never a staff or superuser account, and its revocation event
+        // written by the function, so the role needs no right to insert into `ssf_events`. Its
+        // search path is fixed at creation to the schema then pg_temp (the set_config below,
+        // local to the migration's transaction): a caller's temporary table named `users` or
+        // `ssf_events` is never the one written. Nobody may call it until `api-role` grants it.
+        // A changed email is no longer verified, by a trigger: the role needs no right on
+        // `email_verified`. Row security on `users`: every role sees and writes every row (one
+        // permissive policy), until `api-role` adds the role's restrictive one.
+        "",
+        "SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp', true);
+    CREATE OR REPLACE FUNCTION delete_ordinary_user(target BIGINT) RETURNS BIGINT
+        LANGUAGE sql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+        WITH gone AS (
+            DELETE FROM users WHERE id = target AND is_staff = 0 AND is_superuser = 0 RETURNING id)
+        INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at)
+            SELECT 'session-revoked', 'iss_sub', gone.id::text,
+                   EXTRACT(EPOCH FROM clock_timestamp())::BIGINT FROM gone
+            RETURNING id $$;
+    REVOKE ALL ON FUNCTION delete_ordinary_user(BIGINT) FROM PUBLIC;
+    CREATE OR REPLACE FUNCTION unverify_changed_email() RETURNS trigger
+        LANGUAGE plpgsql AS $$ BEGIN NEW.email_verified := 0; RETURN NEW; END $$;
+    DROP TRIGGER IF EXISTS changed_email_unverified ON users;
+    CREATE TRIGGER changed_email_unverified BEFORE UPDATE OF email ON users FOR EACH ROW
+        WHEN (NEW.email IS DISTINCT FROM OLD.email) EXECUTE FUNCTION unverify_changed_email();
+    ALTER TABLE users ENABLE ROW LEVEL SECURITY;
+    DROP POLICY IF EXISTS every_row ON users;
+    CREATE POLICY every_row ON users USING (true) WITH CHECK (true)",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
@@ -536,7 +568,7 @@ async fn apply(conn: &mut sqlx::AnyConnection, backend: Backend) -> StoreResult<
             sqlite
         };
         let mut tx = conn.begin().await?;
-        for statement in script.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        for statement in statements(script) {
             if backend == Backend::Sqlite
                 && let Some((table, column)) = added_column(statement)
             {
@@ -563,6 +595,30 @@ async fn apply(conn: &mut sqlx::AnyConnection, backend: Backend) -> StoreResult<
     Ok(())
 }
 
+/// The statements of a migration script: split at each `;` outside a dollar-quoted body
+/// (`$$ ... $$`, a function's), trimmed, empty ones left out.
+fn statements(script: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted) = (0, false);
+    let bytes = script.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at..].starts_with(b"$$") {
+            quoted = !quoted;
+            at += 2;
+            continue;
+        }
+        if bytes[at] == b';' && !quoted {
+            out.push(script[start..at].trim());
+            start = at + 1;
+        }
+        at += 1;
+    }
+    out.push(script[start..].trim());
+    out.retain(|s| !s.is_empty());
+    out
+}
+
 /// The table and column of an `ALTER TABLE t ADD COLUMN c …` statement: SQLite has no
 /// `ADD COLUMN IF NOT EXISTS`, so the runner skips a column that exists.
 fn added_column(statement: &str) -> Option<(&str, &str)> {
@@ -583,6 +639,15 @@ fn added_column(statement: &str) -> Option<(&str, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn statements_split_outside_dollar_quoted_bodies() {
+        assert_eq!(statements("A; B ;\n;"), ["A", "B"]);
+        assert_eq!(
+            statements("CREATE F AS $$ BEGIN X; RETURN Y; END $$; DROP Z"),
+            ["CREATE F AS $$ BEGIN X; RETURN Y; END $$", "DROP Z"]
+        );
+    }
 
     #[test]
     fn added_columns_are_recognised() {

@@ -5,7 +5,7 @@ use super::hot::{self, Hot};
 use super::timing::{StoreOp, StoreTimer};
 use super::token_cache::Eviction;
 use super::tokens::revoke_user_families;
-use super::{Store, StoreResult, conflict, now};
+use super::{Backend, Store, StoreResult, conflict, now};
 use crate::secrets;
 use serde::Serialize;
 use sqlx::Row;
@@ -62,7 +62,7 @@ pub enum Guarded<T> {
 }
 
 /// Which accounts a change may touch.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Reach {
     Any,
     /// Neither staff nor superuser.
@@ -268,7 +268,11 @@ impl Store {
             // OpenID Connect's `updated_at`; a changed email is no longer verified (the SET
             // expressions read the row as it was).
             assignments.push(format!("updated_at = {}", now()));
-            if let Some(at) = set.iter().position(|c| *c == "email") {
+            // On PostgreSQL a trigger does it (migration 22): the example API's role has no
+            // right on that column.
+            if self.backend != Backend::Postgres
+                && let Some(at) = set.iter().position(|c| *c == "email")
+            {
                 assignments.push(format!(
                     "email_verified = CASE WHEN email = ${} THEN email_verified ELSE 0 END",
                     at + 2
@@ -376,23 +380,40 @@ impl Store {
     /// (memberships, tokens, codes, consents and sessions deleted, applications left without an
     /// owner), which PostgreSQL runs as the tables' owner: the example API's database role
     /// deletes users without any right on the tokens or applications tables.
+    ///
+    /// On PostgreSQL an ordinary user is deleted by the database function
+    /// `delete_ordinary_user` (migration 22), which appends the revocation event itself: the
+    /// example API's role may call it, and may neither delete from `users` nor insert into
+    /// `ssf_events` directly.
     async fn delete_user_where(&self, id: i64, reach: Reach) -> StoreResult<bool> {
         let exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
-        let done = sqlx::query(&format!(
-            "DELETE FROM users WHERE id = $1 AND {}",
-            reach.condition()
-        ))
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        let deleted = done.rows_affected() == 1;
         let event = Revocation::User {
             sub: id.to_string(),
         };
-        if deleted {
-            events::append(&mut tx, self.backend, &event).await?;
-        }
+        let deleted = if self.backend == Backend::Postgres && reach == Reach::Ordinary {
+            let appended: Option<i64> = sqlx::query_scalar("SELECT delete_ordinary_user($1)")
+                .bind(id)
+                .fetch_one(&mut *tx)
+                .await?;
+            if let Some(event_id) = appended {
+                events::notify_appended(&mut tx, event_id, &event).await?;
+            }
+            appended.is_some()
+        } else {
+            let done = sqlx::query(&format!(
+                "DELETE FROM users WHERE id = $1 AND {}",
+                reach.condition()
+            ))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+            let deleted = done.rows_affected() == 1;
+            if deleted {
+                events::append(&mut tx, self.backend, &event).await?;
+            }
+            deleted
+        };
         tx.commit().await?;
         drop(exclusive);
         if deleted {

@@ -153,6 +153,10 @@ pub fn config_map(
             rules["jwt"] = json!({"jwks_url": jwks_url, "issuer": issuer});
         }
     }
+    if let Some(url) = &options.revocation_url {
+        // The stream's client defaults to the introspection client (registered with --ssf).
+        rules["revocation"] = json!({"configuration_url": url});
+    }
     rules["routes"] = json!([
         {"name": "app", "prefix": "/", "upstream": "app", "scopes": [options.scope]},
     ]);
@@ -165,6 +169,13 @@ pub fn config_map(
             "# The client secret comes from PROXY_CLIENT_SECRET (the Secret), never this file.\n",
         );
     }
+    if options.revocation_url.is_some() {
+        text.push_str(
+            "# revocation: the authorization server's revocation stream, so a revoked token is\n\
+             # refused within a second (its client registered with --ssf); over TLS, an https://\n\
+             # configuration_url whose certificate chains to a public root (docs/kubernetes.md).\n",
+        );
+    }
     let rules = ordered(
         rules,
         &[
@@ -174,6 +185,7 @@ pub fn config_map(
             "token_source",
             "introspection",
             "jwt",
+            "revocation",
         ],
     );
     text.push_str(&serde_yaml_ng::to_string(&rules).expect("rules serialise"));
@@ -188,8 +200,11 @@ pub fn config_map(
     )
 }
 
-/// A NetworkPolicy admitting ingress to the pods only on the proxy's two ports, so nothing in
-/// the cluster reaches the application past the proxy, even one listening on every address.
+/// A NetworkPolicy admitting ingress to the pods only on the proxy's port, from anywhere, and on
+/// its admin port from the pods of the metrics namespace only (Prometheus: `/metrics`; the
+/// admin port also serves the probes and the application's moved probes, which the kubelet
+/// sends from the node, and a NetworkPolicy never blocks a pod's own node). Nothing in the
+/// cluster reaches the application past the proxy, even one listening on every address.
 pub fn network_policy(
     name: &str,
     namespace: Option<&str>,
@@ -204,12 +219,23 @@ pub fn network_policy(
             "spec": {
                 "podSelector": {"matchLabels": selector},
                 "policyTypes": ["Ingress"],
-                "ingress": [{"ports": [
-                    {"protocol": "TCP", "port": options.proxy_port},
-                    {"protocol": "TCP", "port": options.admin_port},
-                ]}],
+                "ingress": ingress_rules(options),
             },
         }),
         &RESOURCE,
     )
+}
+
+/// The proxy's port from anywhere; the admin port from the metrics namespace, if any.
+fn ingress_rules(options: &InjectOptions) -> serde_json::Value {
+    let mut rules = vec![json!({"ports": [{"protocol": "TCP", "port": options.proxy_port}]})];
+    if let Some(namespace) = &options.metrics_namespace {
+        rules.push(json!({
+            "from": [{"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": namespace,
+            }}}],
+            "ports": [{"protocol": "TCP", "port": options.admin_port}],
+        }));
+    }
+    json!(rules)
 }

@@ -9,9 +9,12 @@
 //! - moves the application's httpGet and tcpSocket probes onto the proxy's admin listener
 //!   ([`probes`]), since the application listens on loopback only;
 //! - points the `targetPort` of every Service in the input that selects the pods and aimed at the
-//!   application's port (by number or by name) at the proxy; other ports stay;
-//! - emits a starter rules ConfigMap (unless `--config-map`) and a NetworkPolicy admitting
-//!   ingress only on the proxy's ports (unless `--no-network-policy`), see [`generated`].
+//!   application's port (by number, or by name: then the proxy's port name) at the proxy; other
+//!   ports stay;
+//! - emits a starter rules ConfigMap (unless `--config-map`) that follows the revocation stream
+//!   (introspection), and a NetworkPolicy admitting ingress only on the proxy's port, and on its
+//!   admin port from the metrics namespace only (unless `--no-network-policy`), see
+//!   [`generated`].
 //!
 //! What it changed is kept in the `tokengate.io/injected` annotation (the original probes and
 //! target ports), which is how `--remove` restores the input. Other kinds pass through as they
@@ -30,6 +33,12 @@ use serde::{Deserialize, Serialize};
 use serde_yaml_ng::{Mapping, Value};
 
 pub use generated::MANAGED_BY;
+
+/// The namespace allowed to scrape the admin port by default (kube-prometheus's, and the
+/// Prometheus Operator's usual one).
+pub const DEFAULT_METRICS_NAMESPACE: &str = "monitoring";
+/// The SSF configuration's path at the authorization server's origin.
+const SSF_CONFIGURATION_PATH: &str = "/.well-known/ssf-configuration";
 
 /// Name of the sidecar container, and of the ports it adds.
 pub const CONTAINER: &str = "tokengate-proxy";
@@ -118,6 +127,13 @@ pub struct InjectOptions {
     pub legacy_sidecar: bool,
     /// Emit a NetworkPolicy admitting ingress only on the proxy's ports.
     pub network_policy: bool,
+    /// The namespace whose pods (Prometheus) may reach the admin port (`/metrics`), by its
+    /// `kubernetes.io/metadata.name` label; `None`: none may (the kubelet's probes come from
+    /// the node, which a NetworkPolicy never blocks).
+    pub metrics_namespace: Option<String>,
+    /// The starter rules follow this revocation stream (`revocation.configuration_url`);
+    /// `None`: no `revocation:` section.
+    pub revocation_url: Option<String>,
     /// The scope the starter rules file requires on every path.
     pub scope: String,
     pub token_check: TokenCheck,
@@ -134,6 +150,8 @@ impl Default for InjectOptions {
             admin_port: 8003,
             legacy_sidecar: false,
             network_policy: true,
+            metrics_namespace: Some(DEFAULT_METRICS_NAMESPACE.into()),
+            revocation_url: Some("http://authserver:8001/.well-known/ssf-configuration".into()),
             scope: "read".into(),
             token_check: TokenCheck::Introspection {
                 url: "http://authserver:8001/o/introspect/".into(),
@@ -892,8 +910,13 @@ fn retarget_service(service: &mut Value, served: &[Served], proxy_port: u16) {
             _ => false,
         };
         if at_app {
+            // A named target stays named: the proxy's container port has a name of its own.
+            let proxy = match aimed {
+                Some(Value::String(_)) => Value::from(PORT_NAME),
+                _ => Value::from(proxy_port),
+            };
             let original = port
-                .insert("targetPort".into(), Value::from(proxy_port))
+                .insert("targetPort".into(), proxy)
                 .unwrap_or(Value::Null);
             record.target_ports.insert(index, original);
         }
@@ -941,9 +964,21 @@ pub struct InjectArgs {
     /// never completes: the proxy keeps running).
     #[arg(long)]
     pub legacy_sidecar: bool,
-    /// Write no NetworkPolicy (by default one admits ingress only on the proxy's ports).
+    /// Write no NetworkPolicy (by default one admits ingress only on the proxy's port, and on
+    /// its admin port from --metrics-namespace).
     #[arg(long)]
     pub no_network_policy: bool,
+    /// The namespace whose pods (Prometheus) may reach the admin port's /metrics, matched by its
+    /// `kubernetes.io/metadata.name` label; `none`: no pod may (the kubelet's probes come from
+    /// the node, which a NetworkPolicy does not block).
+    #[arg(long, default_value = DEFAULT_METRICS_NAMESPACE)]
+    pub metrics_namespace: String,
+    /// Starter rules: the revocation stream's SSF configuration URL (default: at the
+    /// introspection URL's origin; `none`: no revocation section, cached answers then live up
+    /// to 60 s after a revocation). Not with --jwks-url: the stream needs a client of its own
+    /// there (add a revocation section with one).
+    #[arg(long, conflicts_with = "jwks_url")]
+    pub revocation_url: Option<String>,
     /// The scope the starter rules file requires on every path.
     #[arg(long, default_value = "read")]
     pub scope: String,
@@ -979,6 +1014,17 @@ impl InjectArgs {
                 client_id: self.client_id,
             },
         };
+        let revocation_url = match self.revocation_url.as_deref() {
+            Some("none") => None,
+            Some(url) => Some(url.to_owned()),
+            None => match &token_check {
+                TokenCheck::Introspection { url, .. } => {
+                    origin(url).map(|o| format!("{o}{SSF_CONFIGURATION_PATH}"))
+                }
+                TokenCheck::Jwt { .. } => None,
+            },
+        };
+        let metrics_namespace = Some(self.metrics_namespace).filter(|n| n != "none");
         InjectOptions {
             image: self.image,
             config_map: self.config_map,
@@ -988,10 +1034,21 @@ impl InjectArgs {
             admin_port: self.admin_port,
             legacy_sidecar: self.legacy_sidecar,
             network_policy: !self.no_network_policy,
+            metrics_namespace,
+            revocation_url,
             scope: self.scope,
             token_check,
         }
     }
+}
+
+/// `scheme://authority` of an absolute http(s) URL; `None` for anything else.
+fn origin(url: &str) -> Option<&str> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    (!authority.is_empty()).then(|| &url[..url.len() - rest.len() + authority.len()])
 }
 
 /// Runs `proxy inject`: 0 with the YAML on stdout and notes on stderr, 1 with a message naming
@@ -1049,6 +1106,18 @@ spec:
       containers:
         - { name: api, image: api:1, ports: [{ name: http, containerPort: 8080 }] }
 ";
+
+    #[test]
+    fn the_origin_of_a_url() {
+        assert_eq!(
+            origin("http://authserver:8001/o/introspect/"),
+            Some("http://authserver:8001")
+        );
+        assert_eq!(origin("https://a.example?x"), Some("https://a.example"));
+        for bad in ["authserver:8001/o/", "http:///x", "ftp://a/"] {
+            assert_eq!(origin(bad), None, "{bad}");
+        }
+    }
 
     fn injected(input: &str, options: &InjectOptions) -> String {
         inject(input, options).unwrap().yaml
