@@ -5,6 +5,10 @@ For each crate named in LAYERS: every `crate::<module>` a source file mentions (
 paths alike) is an arrow from the file's top-level module to that module. The check fails on an
 import circle between top-level modules, and on an arrow from a lower layer to a higher one.
 
+Between files too: every `crate::…`, `super::…` and `self::…` path a file names is an arrow to the
+deepest module file it reaches, and the check fails on an import circle between files. A module
+and the modules inside it (`store/mod.rs` and `store/events.rs`) are one unit and not counted.
+
     scripts/module-graph.py           # check every crate; exit 1 naming what is wrong
     scripts/module-graph.py --print   # also print each crate's arrows
 """
@@ -87,6 +91,58 @@ def arrows(crate: str) -> dict:
     return graph
 
 
+PATH = re.compile(r"\b((?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+)(?:::\{([^;}]*)\})?")
+
+
+def module_files(src: pathlib.Path) -> dict:
+    """Module path (a tuple of names; () for lib.rs/main.rs) to its file."""
+    found = {}
+    for path in src.rglob("*.rs"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
+        if parts[-1] == "mod":
+            parts = parts[:-1]
+        if parts in (["lib"], ["main"]):
+            parts = []
+        found[tuple(parts)] = path
+    return found
+
+
+def file_arrows(crate: str) -> dict:
+    """Arrows between the module files of `crate`, none between a module and one inside it."""
+    src = ROOT / crate / "src"
+    files = module_files(src)
+    graph: dict = {}
+
+    def deepest(path: list):
+        for n in range(len(path), 0, -1):
+            if tuple(path[:n]) in files:
+                return tuple(path[:n])
+        return None
+
+    for here, path in files.items():
+        text = path.read_text().split("#[cfg(test)]")[0]
+        text = "\n".join(l.split("//")[0] for l in text.splitlines())
+        for found in PATH.finditer(text):
+            segments = found.group(1).split("::")
+            if segments[0] == "crate":
+                base, rest = [], segments[1:]
+            else:
+                base, rest = list(here), segments
+                while rest and rest[0] in ("super", "self"):
+                    if rest[0] == "super":
+                        base = base[:-1]
+                    rest = rest[1:]
+            targets = [base + rest]
+            for item in re.findall(r"(?:^|,)\s*([A-Za-z_][A-Za-z0-9_:]*)", found.group(2) or ""):
+                targets.append(base + rest + item.split("::"))
+            for target in targets:
+                there = deepest(target)
+                if there is None or there[: len(here)] == here or here[: len(there)] == there:
+                    continue
+                graph.setdefault(here, set()).add(there)
+    return graph
+
+
 def circles(graph: dict) -> list:
     """Strongly connected components of more than one module (Tarjan)."""
     index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
@@ -140,6 +196,9 @@ def main() -> int:
             problems.append(f"{crate}: arrow from a lower layer to a higher one: {u}")
         for c in circles(graph):
             problems.append(f"{crate}: import circle: {' <-> '.join(c)}")
+        for c in circles(file_arrows(crate)):
+            names = ["::".join(m) or "lib" for m in c]
+            problems.append(f"{crate}: import circle between files: {' <-> '.join(sorted(names))}")
         if show:
             n = sum(len(t) for t in graph.values())
             print(f"{crate}: {n} arrows, {len(upward)} upward, {len(circles(graph))} circles")

@@ -9,6 +9,7 @@
 
 use super::OAuthError;
 use crate::AppState;
+use crate::domain::GROUPS_SCOPE;
 use crate::jwt::access_token::{self, AccessTokenClaims, Audience};
 use crate::jwt::{KeySet, Verified};
 use crate::store::{Introspected, IssuedTokens, TokenKind, TokenRecord, now};
@@ -47,7 +48,7 @@ pub async fn jwt_for(
         Subject::User { id, username } => (id.to_string(), Some(username.to_owned()), Some(id)),
         Subject::Client => (client_id.to_owned(), None, None),
     };
-    let groups = super::introspect::user_groups(state, user_id, &issued.scope).await?;
+    let groups = user_groups(state, user_id, &issued.scope).await?;
     let claims = AccessTokenClaims {
         iss: settings.issuer.clone(),
         sub,
@@ -139,4 +140,20 @@ async fn verified_value(state: &AppState, token: &str) -> Result<Option<String>,
         Verified::StoredValue(value) => Some(value),
         Verified::UnknownKid | Verified::Invalid => None,
     })
+}
+
+/// The names of the groups of the token's user, as they are now, when the token has the
+/// [`GROUPS_SCOPE`]; `None` otherwise (and for a client's own token).
+async fn user_groups(
+    state: &AppState,
+    user_id: Option<i64>,
+    scope: &str,
+) -> Result<Option<Vec<String>>, OAuthError> {
+    match user_id {
+        Some(id) if scope.split_whitespace().any(|s| s == GROUPS_SCOPE) => {
+            let groups = state.store.user_groups(id).await?;
+            Ok(Some(groups.into_iter().map(|g| g.name).collect()))
+        }
+        _ => Ok(None),
+    }
 }

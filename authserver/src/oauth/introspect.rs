@@ -93,22 +93,6 @@ fn may_introspect(app: &Application) -> bool {
     app.may_introspect && app.client_type == ClientType::Confidential
 }
 
-/// The names of the groups of the token's user, as they are now, when the token has the
-/// [`GROUPS_SCOPE`]; `None` otherwise (and for a client's own token).
-pub(super) async fn user_groups(
-    state: &AppState,
-    user_id: Option<i64>,
-    scope: &str,
-) -> Result<Option<Vec<String>>, OAuthError> {
-    match user_id {
-        Some(id) if scope.split_whitespace().any(|s| s == GROUPS_SCOPE) => {
-            let groups = state.store.user_groups(id).await?;
-            Ok(Some(groups.into_iter().map(|g| g.name).collect()))
-        }
-        _ => Ok(None),
-    }
-}
-
 /// The answer about an active token: made at its first introspection and kept with the cached
 /// lookup, which never changes (a change evicts it).
 fn active_answer(found: &Introspected, default_audience: &str) -> Response {

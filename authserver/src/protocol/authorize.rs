@@ -2,6 +2,7 @@
 //! §4.1.2.1: first the client and its redirect URI, whose failures are shown to the user and
 //! never redirected; then everything else, whose failures go back to the client.
 
+pub use super::AuthorizeError;
 use super::oidc::{self, OidcRequest};
 use super::scope::{self, Declared};
 use super::{OAuthError, Parameters, pkce, resource};
@@ -30,30 +31,6 @@ impl Unredirectable {
                 "The redirect_uri is not one registered for this application."
             }
             Unredirectable::RepeatedParameter => "The request repeats a parameter.",
-        }
-    }
-}
-
-/// An error sent back to the client's redirect URI (`error`, `error_description`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuthorizeError {
-    pub error: &'static str,
-    pub description: String,
-}
-
-impl AuthorizeError {
-    fn invalid_request(description: impl Into<String>) -> AuthorizeError {
-        AuthorizeError {
-            error: "invalid_request",
-            description: description.into(),
-        }
-    }
-
-    /// The user said no.
-    pub fn access_denied() -> AuthorizeError {
-        AuthorizeError {
-            error: "access_denied",
-            description: "The user denied the request.".into(),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! The OAuth 2.0 errors of the token, introspection and revocation endpoints (RFC 6749 §5.2,
-//! RFC 7662, RFC 7009) as the protocol names them; `crate::oauth` turns them into responses.
+//! The OAuth 2.0 errors as the protocol names them: those of the token, introspection and
+//! revocation endpoints (RFC 6749 §5.2, RFC 7662, RFC 7009), which `crate::oauth` turns into
+//! responses, and those an authorization request sends back to the client (§4.1.2.1).
 
 /// Every way an OAuth endpoint refuses. Client-authentication failures of any kind collapse into
 /// `InvalidClient`, so a caller cannot probe which part was wrong.
@@ -62,6 +63,30 @@ impl OAuthError {
                 Some("Use POST with an application/x-www-form-urlencoded body.".into())
             }
             OAuthError::Server(_) => None,
+        }
+    }
+}
+
+/// An error sent back to the client's redirect URI (`error`, `error_description`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuthorizeError {
+    pub error: &'static str,
+    pub description: String,
+}
+
+impl AuthorizeError {
+    pub(super) fn invalid_request(description: impl Into<String>) -> AuthorizeError {
+        AuthorizeError {
+            error: "invalid_request",
+            description: description.into(),
+        }
+    }
+
+    /// The user said no.
+    pub fn access_denied() -> AuthorizeError {
+        AuthorizeError {
+            error: "access_denied",
+            description: "The user denied the request.".into(),
         }
     }
 }

@@ -10,7 +10,7 @@ pub mod pkce;
 pub mod resource;
 pub mod scope;
 
-pub use error::OAuthError;
+pub use error::{AuthorizeError, OAuthError};
 pub use grant::{CodeBinding, GrantKind, GrantRequest};
 
 /// Request parameters by name, each at most once, an empty value read as absent (RFC 6749 §3.1).

@@ -3,8 +3,7 @@
 //! `id_token_hint`; `claims`, `request` and `request_uri` refused), whether a sign-in or the
 //! consent page is needed, which claims a scope releases, and the post-logout redirect check.
 
-use super::Parameters;
-use super::authorize::AuthorizeError;
+use super::{AuthorizeError, Parameters};
 
 /// The scope that makes an authorization request an OpenID Connect one.
 pub const OPENID: &str = "openid";

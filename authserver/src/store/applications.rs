@@ -28,31 +28,6 @@ pub struct ApplicationInput {
     pub token_format: Option<AccessTokenFormat>,
 }
 
-/// A stored token format, or an error naming it.
-pub(super) fn parse_token_format(
-    stored: Option<String>,
-) -> super::StoreResult<Option<AccessTokenFormat>> {
-    stored
-        .map(|name| {
-            AccessTokenFormat::parse(&name).ok_or_else(|| {
-                super::StoreError::Other(anyhow::anyhow!("unknown token format {name:?}"))
-            })
-        })
-        .transpose()
-}
-
-/// A stored certificate registration, or an error naming it.
-pub(super) fn parse_tls_client_auth(
-    stored: Option<String>,
-) -> super::StoreResult<Option<TlsClientAuth>> {
-    stored
-        .map(|text| {
-            TlsClientAuth::read_stored(&text)
-                .map_err(|e| super::StoreError::Other(anyhow::anyhow!("tls_client_auth: {e}")))
-        })
-        .transpose()
-}
-
 const COLUMNS: &str = application_columns!();
 
 fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
@@ -79,8 +54,8 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
         may_introspect: row.try_get::<i64, _>("may_introspect")? != 0,
         may_use_ssf: row.try_get::<i64, _>("may_use_ssf")? != 0,
         pkce_required: row.try_get::<i64, _>("pkce_required")? != 0,
-        token_format: parse_token_format(row.try_get("token_format")?)?,
-        tls_client_auth: parse_tls_client_auth(row.try_get("tls_client_auth")?)?,
+        token_format: super::parse_token_format(row.try_get("token_format")?)?,
+        tls_client_auth: super::parse_tls_client_auth(row.try_get("tls_client_auth")?)?,
         owner_id: row.try_get("owner_id")?,
         created_at: row.try_get("created_at")?,
     })

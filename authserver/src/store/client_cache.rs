@@ -2,7 +2,7 @@
 //! application wherever it is made.
 //!
 //! On PostgreSQL: by this process itself, and by every other process when PostgreSQL delivers
-//! the notification the change's transaction sends (channel [`CHANNEL`]). The cache is used only
+//! the notification the change's transaction sends (channel [`super::channels::APPLICATIONS`]). The cache is used only
 //! while this process is listening; a listening connection that breaks empties it and turns it
 //! off until it listens again. What remains is a connection that died without either side
 //! noticing: then an entry lives at most [`CLIENT_CACHE_TTL`].
@@ -23,10 +23,6 @@ use std::time::Duration;
 
 /// The longest an entry is reused without reading the database again.
 pub const CLIENT_CACHE_TTL: Duration = Duration::from_secs(5);
-
-/// The notification channel every change to an application is announced on (its base name:
-/// [`super::channels`]).
-pub(super) const CHANNEL: &str = "tokengate_applications";
 
 /// Applications by client id, for this process.
 pub(super) struct ClientCache {
@@ -97,7 +93,7 @@ impl ClientCache {
     }
 }
 
-/// Listens for [`CHANNEL`] on a connection of its own and empties `cache` on every
+/// Listens for [`super::channels::APPLICATIONS`] on a connection of its own and empties `cache` on every
 /// notification; turns the cache off while it cannot listen. Ends when the task is aborted.
 pub(super) fn listen(url: String, cache: Arc<ClientCache>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -147,7 +143,7 @@ const RETRY: Duration = Duration::from_secs(1);
 
 async fn connect(url: &str) -> sqlx::Result<sqlx::postgres::PgListener> {
     let mut listener = sqlx::postgres::PgListener::connect(url).await?;
-    let channel = super::channels::name(&mut listener, CHANNEL).await?;
+    let channel = super::channels::name(&mut listener, super::channels::APPLICATIONS).await?;
     listener.listen(&channel).await?;
     Ok(listener)
 }
@@ -156,7 +152,7 @@ async fn connect(url: &str) -> sqlx::Result<sqlx::postgres::PgListener> {
 /// it when that transaction commits, and never if it does not).
 pub(super) async fn announce(connection: &mut sqlx::AnyConnection) -> sqlx::Result<()> {
     sqlx::query(super::channels::NOTIFY)
-        .bind(CHANNEL)
+        .bind(super::channels::APPLICATIONS)
         .bind("")
         .execute(connection)
         .await

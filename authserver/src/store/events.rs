@@ -7,7 +7,7 @@
 //! (two PostgreSQL replicas) is still delivered, since no cursor moves past it.
 //!
 //! Waiting polls are woken by [`EventBell`]: in process by the store that committed the event,
-//! and, on PostgreSQL, by the notification every appending transaction sends on [`CHANNEL`]
+//! and, on PostgreSQL, by the notification every appending transaction sends on [`super::channels::EVENTS`]
 //! (delivered with its commit to every replica's listener). A lost notification delays delivery
 //! until the poll's own timeout, when the log is read again.
 
@@ -16,10 +16,6 @@ use crate::secrets;
 use sqlx::Row;
 use std::sync::Arc;
 use tokio::sync::Notify;
-
-/// The PostgreSQL channel every appended event is announced on (its base name:
-/// [`super::channels`]).
-pub(super) const CHANNEL: &str = "tokengate_ssf_events";
 
 /// How long a listener that lost its connection waits before listening again.
 const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -247,7 +243,7 @@ pub(super) async fn append(
         .bind(event.stream())
         .fetch_one(&mut *tx)
         .await?;
-    // Announced on [`CHANNEL`] with its [`payload`]: polls only wake on it, the token cache
+    // Announced on [`super::channels::EVENTS`] with its [`payload`]: polls only wake on it, the token cache
     // evicts what it names ([`super::token_cache`]).
     if backend == Backend::Postgres {
         notify_appended(tx, id, event).await?;
@@ -263,7 +259,7 @@ pub(super) async fn notify_appended(
     event: &Revocation,
 ) -> StoreResult<()> {
     sqlx::query(super::channels::NOTIFY)
-        .bind(CHANNEL)
+        .bind(super::channels::EVENTS)
         .bind(payload(id, event))
         .execute(&mut *tx)
         .await?;
@@ -308,7 +304,7 @@ pub(super) struct EventBell {
     push: Arc<Notify>,
     /// Set when the server stops: waiting polls answer at once.
     closing: std::sync::atomic::AtomicBool,
-    /// PostgreSQL: the task listening on [`CHANNEL`].
+    /// PostgreSQL: the task listening on [`super::channels::EVENTS`].
     listener: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -382,7 +378,7 @@ fn watch_sqlite(path: std::path::PathBuf, notify: std::sync::Weak<Notify>) {
     }
 }
 
-/// Listens on [`CHANNEL`] and wakes every waiting poll on each notification, and on every
+/// Listens on [`super::channels::EVENTS`] and wakes every waiting poll on each notification, and on every
 /// reconnection (what was said meanwhile is lost; the polls read the log again).
 fn listen(url: String, notify: Arc<Notify>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -391,7 +387,7 @@ fn listen(url: String, notify: Arc<Notify>) -> tokio::task::JoinHandle<()> {
             let Some(active) = listener.as_mut() else {
                 let connected = async {
                     let mut l = sqlx::postgres::PgListener::connect(&url).await?;
-                    let channel = super::channels::name(&mut l, CHANNEL).await?;
+                    let channel = super::channels::name(&mut l, super::channels::EVENTS).await?;
                     l.listen(&channel).await?;
                     Ok::<_, sqlx::Error>(l)
                 }

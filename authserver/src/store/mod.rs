@@ -29,6 +29,7 @@ mod session_families;
 mod sessions;
 pub mod signing_keys;
 mod sqlite_changes;
+mod sqlite_error;
 mod sqlite_local;
 mod timing;
 mod token_cache;
@@ -411,6 +412,30 @@ fn private_file(path: &std::path::Path) -> std::io::Result<()> {
         Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         other => other.map(drop),
     }
+}
+
+/// A stored token format, or an error naming it.
+pub(crate) fn parse_token_format(
+    stored: Option<String>,
+) -> StoreResult<Option<crate::domain::AccessTokenFormat>> {
+    stored
+        .map(|name| {
+            crate::domain::AccessTokenFormat::parse(&name)
+                .ok_or_else(|| StoreError::Other(anyhow::anyhow!("unknown token format {name:?}")))
+        })
+        .transpose()
+}
+
+/// A stored certificate registration, or an error naming it.
+pub(crate) fn parse_tls_client_auth(
+    stored: Option<String>,
+) -> StoreResult<Option<crate::domain::TlsClientAuth>> {
+    stored
+        .map(|text| {
+            crate::domain::TlsClientAuth::read_stored(&text)
+                .map_err(|e| StoreError::Other(anyhow::anyhow!("tls_client_auth: {e}")))
+        })
+        .transpose()
 }
 
 /// A stored space-separated scope list (an application's allowed scopes).

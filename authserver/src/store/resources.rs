@@ -23,7 +23,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Resource> {
         identifier: row.try_get("identifier")?,
         name: row.try_get("name")?,
         scopes: super::split_scopes(&row.try_get::<String, _>("scopes")?),
-        token_format: super::applications::parse_token_format(row.try_get("token_format")?)?,
+        token_format: crate::store::parse_token_format(row.try_get("token_format")?)?,
         access_token_lifetime: row.try_get("access_token_lifetime")?,
         created_at: row.try_get("created_at")?,
     })

@@ -52,7 +52,7 @@
 //! empty them themselves, at once.
 
 use super::StoreResult;
-use super::sqlite_local::database;
+use super::sqlite_error::database;
 use rusqlite::Connection;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, TryLockError};

@@ -7,7 +7,7 @@
 //! notifies one of three channels, which a listener of this process (connection named
 //! [`APPLICATION_NAME`]) reads in commit order: the revocation log's own channel (the event, with
 //! its id, in the payload; the highest id heard is the resumption position), the applications'
-//! channel (any change to an application empties the cache), and [`CHANNEL`] for the changes
+//! channel (any change to an application empties the cache), and [`super::channels::TOKENS`] for the changes
 //! that are no revocation (a user's row or groups, a refresh token spent). A lookup that read the
 //! database before an eviction never keeps what it read (the generation check of [`keep`]).
 //!
@@ -34,9 +34,6 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-/// The channel of the changes that alter introspection answers without being revocations (its
-/// base name: [`super::channels`]).
-pub(super) const CHANNEL: &str = "tokengate_token_cache";
 /// The `application_name` of the listening connection (operators can find it in
 /// `pg_stat_activity`).
 pub const APPLICATION_NAME: &str = "tokengate-token-cache";
@@ -97,7 +94,7 @@ impl Eviction {
         }
     }
 
-    /// The payload announcing it on [`CHANNEL`].
+    /// The payload announcing it on [`super::channels::TOKENS`].
     pub(super) fn payload(&self) -> String {
         match self {
             Eviction::User(id) => format!("user {id}"),
@@ -106,7 +103,7 @@ impl Eviction {
         }
     }
 
-    /// A [`CHANNEL`] payload read back; anything unknown empties the cache.
+    /// A [`super::channels::TOKENS`] payload read back; anything unknown empties the cache.
     fn parse(payload: &str) -> Eviction {
         match payload.split_once(' ') {
             Some(("user", id)) => id.parse().map_or(Eviction::All, Eviction::User),
@@ -419,10 +416,10 @@ async fn connect(
         .await?;
     let mut listener = sqlx::postgres::PgListener::connect_with(&listening_pool).await?;
     let channels = Channels {
-        events: super::channels::name(&mut listener, super::events::CHANNEL).await?,
-        tokens: super::channels::name(&mut listener, CHANNEL).await?,
+        events: super::channels::name(&mut listener, super::channels::EVENTS).await?,
+        tokens: super::channels::name(&mut listener, super::channels::TOKENS).await?,
     };
-    let applications = super::channels::name(&mut listener, super::client_cache::CHANNEL).await?;
+    let applications = super::channels::name(&mut listener, super::channels::APPLICATIONS).await?;
     listener
         .listen_all([
             channels.events.as_str(),
@@ -452,7 +449,7 @@ pub(super) async fn announce(
     eviction: &Eviction,
 ) -> sqlx::Result<()> {
     sqlx::query(super::channels::NOTIFY)
-        .bind(CHANNEL)
+        .bind(super::channels::TOKENS)
         .bind(eviction.payload())
         .execute(connection)
         .await

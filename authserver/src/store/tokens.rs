@@ -261,7 +261,7 @@ impl Store {
                 local
                     .write(Undo::Savepoint, move |conn| {
                         hot::sqlite::claim(conn, id, access_id)
-                            .map_err(super::sqlite_local::database)
+                            .map_err(super::sqlite_error::database)
                     })
                     .await?
             }
@@ -305,7 +305,7 @@ impl Store {
                 // The family's row and its event: two statements.
                 local
                     .write(Undo::Savepoint, move |conn| {
-                        let database = super::sqlite_local::database;
+                        let database = super::sqlite_error::database;
                         let revoked =
                             hot::sqlite::revoke_family(conn, &family, at).map_err(database)?;
                         if revoked {

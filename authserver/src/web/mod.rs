@@ -7,6 +7,7 @@ mod auth;
 mod authorize;
 mod authorized;
 mod csrf;
+mod extractors;
 mod flash;
 mod forms;
 mod logout;

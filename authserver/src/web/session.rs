@@ -1,14 +1,12 @@
-//! The session cookie and the extractors that turn it into a signed-in user, an operator (staff)
-//! or a superuser, sending anonymous visitors to the sign-in page with a `next` that brings
-//! them back; signed-in users without the rank get 403.
+//! The session cookie and who it signs in: a user, an operator (staff) or a superuser (the
+//! extractors that read them from a request: [`super::extractors`]); where a visitor goes to
+//! sign in and comes back to.
 
 use super::WebError;
 use crate::AppState;
 use crate::store::{Session, User};
-use axum::extract::{FromRequestParts, OriginalUri};
-use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, header};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::Response;
 
 /// The cookie that carries the session id; the database keeps only its SHA-256 digest.
 pub const SESSION_COOKIE: &str = "tokengate_session";
@@ -146,7 +144,7 @@ pub(crate) async fn current_session(
 }
 
 /// [`current_session`], with the cookie's value.
-async fn session_and_cookie(
+pub(super) async fn session_and_cookie(
     state: &AppState,
     headers: &HeaderMap,
 ) -> Result<Option<(Session, String)>, WebError> {
@@ -159,85 +157,8 @@ async fn session_and_cookie(
         .map(|s| (s, session_id.to_owned())))
 }
 
-impl FromRequestParts<AppState> for SignedIn {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        match session_and_cookie(state, &parts.headers).await {
-            Ok(Some((session, session_cookie))) => Ok(SignedIn {
-                user: {
-                    crate::request_log::note_user(&parts.extensions, session.user.id);
-                    session.user
-                },
-                form_token: super::csrf::session_token(state, &session.csrf_token)
-                    .await
-                    .map_err(IntoResponse::into_response)?,
-                csrf_token: session.csrf_token,
-                session_cookie,
-            }),
-            Ok(None) => {
-                // Only a page can be come back to; after a refused POST the visitor lands home.
-                let uri = parts
-                    .extensions
-                    .get::<OriginalUri>()
-                    .map(|o| o.0.clone())
-                    .unwrap_or_else(|| parts.uri.clone());
-                let next = (parts.method == Method::GET || parts.method == Method::HEAD)
-                    .then(|| uri.path_and_query().map(|pq| pq.as_str().to_owned()))
-                    .flatten();
-                Err(Redirect::to(&login_url(next.as_deref())).into_response())
-            }
-            Err(error) => Err(error.into_response()),
-        }
-    }
-}
-
-/// Signed in but not staff: 403 (anonymous visitors still go to the sign-in page).
-impl FromRequestParts<AppState> for Operator {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let SignedIn {
-            user,
-            csrf_token,
-            form_token,
-            session_cookie,
-            ..
-        } = SignedIn::from_request_parts(parts, state).await?;
-        if is_operator(&user) {
-            Ok(Operator {
-                user,
-                csrf_token,
-                form_token,
-                session_cookie,
-            })
-        } else {
-            tracing::info!(
-                user_id = user.id,
-                "operator view refused to a user who is not staff"
-            );
-            let nav = super::templates::Nav::signed_in(&user, &form_token);
-            Err(WebError::Forbidden(Box::new(nav)).into_response())
-        }
-    }
-}
-
 /// A signed-in superuser: everyone else who is signed in gets 403.
 pub(crate) struct Superuser(pub Operator);
-
-impl FromRequestParts<AppState> for Superuser {
-    type Rejection = Response;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
-        let operator = Operator::from_request_parts(parts, state).await?;
-        if operator.user.is_superuser {
-            Ok(Superuser(operator))
-        } else {
-            let nav = super::templates::Nav::of(&operator);
-            Err(WebError::Forbidden(Box::new(nav)).into_response())
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -135,8 +135,8 @@ impl ApplicationColumns {
             may_introspect: self.may_introspect != 0,
             may_use_ssf: self.may_use_ssf != 0,
             pkce_required: self.pkce_required != 0,
-            token_format: super::applications::parse_token_format(self.token_format)?,
-            tls_client_auth: super::applications::parse_tls_client_auth(self.tls_client_auth)?,
+            token_format: crate::store::parse_token_format(self.token_format)?,
+            tls_client_auth: crate::store::parse_tls_client_auth(self.tls_client_auth)?,
             owner_id: self.owner_id,
             created_at: self.created_at,
         })

@@ -139,7 +139,7 @@ pub(in crate::store) async fn claim(conn: &mut sqlx::PgConnection, id: i64) -> S
         FROM claimed",
     ))
     .bind(id)
-    .bind(crate::store::token_cache::CHANNEL)
+    .bind(crate::store::channels::TOKENS)
     .fetch_one(conn)
     .await?;
     Ok(claimed == 1)
@@ -174,7 +174,7 @@ pub(in crate::store) async fn revoke_family(
     .bind(event_type)
     .bind(format)
     .bind(subject)
-    .bind(crate::store::events::CHANNEL)
+    .bind(crate::store::channels::EVENTS)
     .fetch_one(pool)
     .await?;
     Ok(revoked == 1)

@@ -426,7 +426,7 @@ pub(in crate::store) async fn claim_group(
         async |conn, ids| {
             let claimed: Vec<i64> = sqlx::query_scalar(CLAIM_GROUP)
                 .bind(ids)
-                .bind(crate::store::token_cache::CHANNEL)
+                .bind(crate::store::channels::TOKENS)
                 .fetch_all(conn)
                 .await?;
             let mut unspent: std::collections::HashSet<i64> = claimed.into_iter().collect();
@@ -838,7 +838,7 @@ mod tests {
         // The group's statement itself (no one-by-one retry) spends a token named twice once.
         let spent: Vec<i64> = sqlx::query_scalar(CLAIM_GROUP)
             .bind(vec![h, h])
-            .bind(crate::store::token_cache::CHANNEL)
+            .bind(crate::store::channels::TOKENS)
             .fetch_all(&pool)
             .await
             .expect("one statement");

@@ -66,7 +66,7 @@ pub(in crate::store) fn insert_tokens(
     connection: &Connection,
     rows: &[NewRow],
 ) -> StoreResult<i64> {
-    let database = crate::store::sqlite_local::database;
+    let database = crate::store::sqlite_error::database;
     // The rows of one issue share their family (and whether it is new): one lookup.
     if let Some(first) = rows.first()
         && !first.new_family
