@@ -9,6 +9,7 @@ pub mod oidc;
 pub mod pkce;
 pub mod resource;
 pub mod scope;
+pub mod totp;
 
 pub use error::OAuthError;
 pub use grant::{CodeBinding, GrantKind, GrantRequest};

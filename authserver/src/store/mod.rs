@@ -15,6 +15,7 @@ mod client_cache;
 mod codes;
 mod consents;
 mod events;
+mod factors;
 mod flash;
 mod groups;
 mod hot;
@@ -42,6 +43,7 @@ pub use events::{
     ABANDONED_AFTER, LoggedEvent, MAX_STREAMS_PER_CLIENT, PushTarget, Revocation, StreamRecord,
     StreamStatus, family_jti,
 };
+pub use factors::TotpFactor;
 pub use flash::NewFlash;
 pub use groups::Group;
 pub use hot::group_writer::{WriterKind, write_group_sizes};

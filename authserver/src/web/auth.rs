@@ -157,25 +157,40 @@ async fn login(
     };
 
     throttle.succeeded(&state.store).await?;
+    if state.store.has_second_factor(user.id).await? {
+        return Ok(super::second_factor::ask_for_code(&state, &user, &next).await?);
+    }
+    start_session(&state, &headers, &user, "pwd", &next).await
+}
+
+/// Signs `user` in with the methods `amr` (RFC 8176 values, space-separated): a new session and
+/// its cookie, then on to `next`.
+pub(super) async fn start_session(
+    state: &AppState,
+    headers: &HeaderMap,
+    user: &crate::store::User,
+    amr: &str,
+    next: &str,
+) -> WebResult {
     let session = state
         .store
-        .create_session(user.id, SESSION_LIFETIME)
+        .create_session_signed_in_with(user.id, SESSION_LIFETIME, amr)
         .await?;
     // A fresh session id at every sign-in; an older session of this browser ends, handing what
     // it led to over to the new one when it was the same user's.
-    if let Some(old) = cookie(&headers, SESSION_COOKIE) {
+    if let Some(old) = cookie(headers, SESSION_COOKIE) {
         state
             .store
             .replace_session(old, &session.session_id, user.id)
             .await?;
     }
-    tracing::info!(user_id = user.id, username = %user.username, "user signed in");
-    let next = if next == HOME { home_of(&user) } else { &next };
+    tracing::info!(user_id = user.id, username = %user.username, amr, "user signed in");
+    let next = if next == HOME { home_of(user) } else { next };
     let mut response = see_other(next);
     append_cookie(
         &mut response,
         &set_cookie(
-            &state,
+            state,
             SESSION_COOKIE,
             &session.session_id,
             "/",

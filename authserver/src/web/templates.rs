@@ -118,6 +118,34 @@ pub(crate) struct LoginPage {
     pub application: Option<String>,
 }
 
+#[derive(Template)]
+#[template(path = "login_code.html")]
+pub(crate) struct LoginCodePage {
+    pub nav: Nav,
+    pub csrf_token: String,
+    pub next: String,
+    pub error: Option<String>,
+    /// The application an authorization in progress is for, named on the page.
+    pub application: Option<String>,
+}
+
+/// `/accounts/two-factor/`: enrolment (`setup`), the codes shown once (`recovery`), or the
+/// factor in use (`enabled`).
+#[derive(Template)]
+#[template(path = "two_factor.html")]
+pub(crate) struct TwoFactorPage {
+    pub nav: Nav,
+    pub stage: &'static str,
+    pub otpauth_uri: String,
+    /// The QR code of the URI as a `data:image/svg+xml` URI.
+    pub qr_data_uri: String,
+    /// The secret in base32, for typing into an app.
+    pub secret: String,
+    pub recovery_codes: Vec<String>,
+    pub recovery_left: i64,
+    pub error: Option<String>,
+}
+
 /// One line of the applications list.
 pub(crate) struct ApplicationRow {
     pub id: i64,
