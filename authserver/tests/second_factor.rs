@@ -83,3 +83,119 @@ async fn pyotp_enrols_and_signs_in_with_totp_and_recovery_codes() {
     assert_eq!(store.recovery_codes_left(user.id).await.unwrap(), 9);
     server.stop().await;
 }
+
+/// An application of the code flow (openid, JWT access tokens) and an introspecting client:
+/// (client id, secret, introspector id, introspector secret).
+async fn code_flow_apps(store: &authserver::store::Store) -> (String, String, String, String) {
+    use authserver::config::AccessTokenFormat;
+    use authserver::store::{ApplicationInput, ClientType, GrantType};
+    let input = ApplicationInput {
+        name: "step-up app".into(),
+        client_type: ClientType::Confidential,
+        grant_type: GrantType::AuthorizationCode,
+        redirect_uris: REDIRECT.into(),
+        allowed_scopes: Vec::new(),
+        may_introspect: false,
+        may_use_ssf: false,
+        pkce_required: true,
+        token_format: Some(AccessTokenFormat::Jwt),
+    };
+    let (app, secret) = store
+        .create_application(&input, None, None, None)
+        .await
+        .unwrap();
+    let (introspector, introspector_secret) =
+        testing::application(store, GrantType::ClientCredentials, true).await;
+    (
+        app.client_id,
+        secret.unwrap(),
+        introspector,
+        introspector_secret,
+    )
+}
+
+const REDIRECT: &str = "http://127.0.0.1:9/callback";
+
+/// `acr`, `amr` and `auth_time` in the ID token, the JWT access token and the introspection
+/// answer of each authorization: a password session gives `urn:tokengate:acr:pwd` and
+/// `["pwd"]`; `acr_values=urn:tokengate:acr:mfa` sends that session to sign in again with a
+/// code (pyotp) and gives `urn:tokengate:acr:mfa` and `["pwd","otp","mfa"]` with a later
+/// `auth_time`; that session then meets the request without a sign-in; `prompt=login` and
+/// `max_age=0` force one (the password and a code, or a recovery code).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acr_amr_and_auth_time_follow_the_sign_in_and_acr_values_steps_up() {
+    if !have_python("pyotp, requests") {
+        return;
+    }
+    let store = testing::store().await;
+    testing::user(&store, "acr-bob", "a long enough password").await;
+    let (client_id, secret, introspector, introspector_secret) = code_flow_apps(&store).await;
+    let server = testing::spawn_server(
+        store.clone(),
+        Settings::for_tests("unused"),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await;
+    let s = python(
+        "acr_client.py",
+        vec![
+            server.base_url.clone(),
+            client_id,
+            secret,
+            REDIRECT.into(),
+            "acr-bob".into(),
+            "a long enough password".into(),
+            introspector,
+            introspector_secret,
+        ],
+    )
+    .await;
+    let started = s["started"].as_i64().unwrap();
+    let pwd = serde_json::json!(["pwd"]);
+    let mfa = serde_json::json!(["pwd", "otp", "mfa"]);
+    for (case, acr, amr, signed_in, asked_code) in [
+        (
+            "password_session",
+            "urn:tokengate:acr:pwd",
+            &pwd,
+            false,
+            false,
+        ),
+        ("step_up", "urn:tokengate:acr:mfa", &mfa, true, true),
+        ("mfa_session", "urn:tokengate:acr:mfa", &mfa, false, false),
+        ("prompt_login", "urn:tokengate:acr:mfa", &mfa, true, true),
+        ("max_age_0", "urn:tokengate:acr:mfa", &mfa, true, true),
+        ("no_max_age", "urn:tokengate:acr:mfa", &mfa, false, false),
+    ] {
+        let answer = &s[case];
+        assert_eq!(answer["signed_in"], signed_in, "{case}: {answer}");
+        assert_eq!(answer["asked_code"], asked_code, "{case}: {answer}");
+        let tokens = &answer["tokens"];
+        let auth_time = tokens["id_token"]["auth_time"].as_i64().unwrap();
+        for (what, claims) in tokens.as_object().unwrap() {
+            assert_eq!(claims["acr"], acr, "{case} {what}: {answer}");
+            assert_eq!(&claims["amr"], amr, "{case} {what}: {answer}");
+            assert_eq!(claims["auth_time"], auth_time, "{case} {what}: {answer}");
+        }
+        if case == "password_session" {
+            assert!(auth_time <= started + 1, "{case}: the first sign-in");
+        } else {
+            assert!(auth_time >= started, "{case}");
+        }
+    }
+    // The discovery document lists the values.
+    let discovery: Value = reqwest::get(format!(
+        "{}/.well-known/openid-configuration",
+        server.base_url
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(
+        discovery["acr_values_supported"],
+        serde_json::json!(["urn:tokengate:acr:pwd", "urn:tokengate:acr:mfa"])
+    );
+    server.stop().await;
+}

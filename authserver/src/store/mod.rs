@@ -47,7 +47,7 @@ pub use factors::TotpFactor;
 pub use flash::NewFlash;
 pub use groups::Group;
 pub use hot::group_writer::{WriterKind, write_group_sizes};
-pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
+pub use oidc::{DEFAULT_ID_TOKEN_ALG, FamilySignIn, OidcClient, Profile};
 pub use purge::Purged;
 pub use registrations::{
     DynamicClient, DynamicRecord, InitialAccessToken, NewRegistration, RegistrationUpdate,

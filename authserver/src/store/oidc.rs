@@ -6,6 +6,9 @@
 use super::{Store, StoreResult, User, now};
 use sqlx::Row;
 
+/// The `amr` of a sign-in whose methods were not recorded: a password.
+const PASSWORD_AMR: &str = "pwd";
+
 /// An application's OpenID Connect registration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OidcClient {
@@ -55,6 +58,15 @@ pub struct Profile {
     pub email_verified: bool,
     /// When the profile last changed (Unix seconds): `date_joined` until it does.
     pub updated_at: i64,
+}
+
+/// When and how the user of a token family signed in (issue 41).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilySignIn {
+    /// Seconds since the epoch (OpenID Connect's `auth_time`).
+    pub auth_time: i64,
+    /// RFC 8176 method values, space-separated.
+    pub amr: String,
 }
 
 impl Store {
@@ -116,28 +128,53 @@ impl Store {
         user_id: i64,
         auth_time: i64,
     ) -> StoreResult<()> {
+        self.remember_sign_in(family, user_id, auth_time, PASSWORD_AMR)
+            .await
+    }
+
+    /// Remembers when and how (`amr`, RFC 8176 values space-separated) `user_id` signed in for
+    /// the tokens of `family` (first write wins): what their ID tokens, JWTs and introspection
+    /// answers say.
+    pub async fn remember_sign_in(
+        &self,
+        family: &str,
+        user_id: i64,
+        auth_time: i64,
+        amr: &str,
+    ) -> StoreResult<()> {
         let _exclusive = self.exclusive().await?;
         sqlx::query(
-            "INSERT INTO oidc_families (family, user_id, auth_time, created_at)
-             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            "INSERT INTO oidc_families (family, user_id, auth_time, created_at, amr)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
         )
         .bind(family)
         .bind(user_id)
         .bind(auth_time)
         .bind(now())
+        .bind(amr)
         .execute(&self.writer)
         .await?;
         Ok(())
     }
 
-    /// When the user of the tokens of `family` signed in, if an ID token was issued into it.
+    /// When the user of the tokens of `family` signed in, if it was remembered.
     pub async fn auth_time_of(&self, family: &str) -> StoreResult<Option<i64>> {
-        Ok(
-            sqlx::query_scalar("SELECT auth_time FROM oidc_families WHERE family = $1")
-                .bind(family)
-                .fetch_optional(&self.pool)
-                .await?,
-        )
+        Ok(self.sign_in_of(family).await?.map(|s| s.auth_time))
+    }
+
+    /// When and how the user of the tokens of `family` signed in, if it was remembered.
+    pub async fn sign_in_of(&self, family: &str) -> StoreResult<Option<FamilySignIn>> {
+        let row = sqlx::query("SELECT auth_time, amr FROM oidc_families WHERE family = $1")
+            .bind(family)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(FamilySignIn {
+            auth_time: row.try_get("auth_time")?,
+            amr: row
+                .try_get::<Option<String>, _>("amr")?
+                .unwrap_or_else(|| PASSWORD_AMR.to_owned()),
+        }))
     }
 
     /// Forgets the sign-in time of every family none of whose tokens is stored any more (the
