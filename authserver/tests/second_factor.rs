@@ -199,3 +199,109 @@ async fn acr_amr_and_auth_time_follow_the_sign_in_and_acr_values_steps_up() {
     );
     server.stop().await;
 }
+
+/// Operators: an application registered with "require a second factor" (`require_mfa`, through
+/// the registration service's OIDC registration) refuses a user without one (`access_denied`)
+/// and asks a password-only session for the code once they have one; a superuser's reset of the
+/// user's factor from the admin ends their session and tokens (a `session-revoked` event on the
+/// revocation stream) and leaves them a password sign-in; with `require_mfa_for_staff` the admin
+/// sends a superuser without a factor to set one up, then to sign in again with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_require_second_factors_and_reset_them() {
+    if !have_python("pyotp, requests") {
+        return;
+    }
+    let store = testing::store().await;
+    let user = testing::user(&store, "mfa-dave", "dave's long password").await;
+    let admin = store
+        .create_user(&authserver::store::NewUser {
+            username: "mfa-root".into(),
+            password: Some("root's long password".into()),
+            is_active: true,
+            is_staff: true,
+            is_superuser: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let (client_id, secret, introspector, introspector_secret) = code_flow_apps(&store).await;
+    let app = store
+        .find_application_by_client_id(&client_id)
+        .await
+        .unwrap()
+        .unwrap();
+    let registration = authserver::store::OidcClient {
+        require_mfa: true,
+        ..Default::default()
+    };
+    store.set_oidc_client(app.id, &registration).await.unwrap();
+    let server = testing::spawn_server(
+        store.clone(),
+        Settings::for_tests("unused"),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await;
+    let mut staff_settings = Settings::for_tests("unused");
+    staff_settings.require_mfa_for_staff = true;
+    let staff_server = testing::spawn_server(
+        store.clone(),
+        staff_settings,
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .await;
+    let s = python(
+        "operator_mfa.py",
+        vec![
+            server.base_url.clone(),
+            staff_server.base_url.clone(),
+            client_id,
+            secret,
+            REDIRECT.into(),
+            "mfa-root".into(),
+            "root's long password".into(),
+            "mfa-dave".into(),
+            "dave's long password".into(),
+            user.id.to_string(),
+            introspector,
+            introspector_secret,
+        ],
+    )
+    .await;
+    assert_eq!(s["without_factor"]["error"], "access_denied", "{s}");
+    assert!(
+        s["without_factor"]["error_description"]
+            .as_str()
+            .unwrap()
+            .contains("/accounts/two-factor/")
+    );
+    assert_eq!(
+        s["after_enrolment"],
+        serde_json::json!({"signed_in_again": true, "acr": "urn:tokengate:acr:mfa", "amr": ["pwd", "otp", "mfa"]})
+    );
+    assert_eq!(s["admin_saw_factor"], true, "{s}");
+    assert_eq!(s["reset_notice"], true, "{s}");
+    assert_eq!(s["user_session_after_reset"], 303, "{s}");
+    assert_eq!(s["token_after_reset"], false, "{s}");
+    assert_eq!(s["password_alone_after_reset"], "/o/authorized-tokens/");
+    assert_eq!(
+        s["staff_without_factor"],
+        serde_json::json!([303, "/accounts/two-factor/"])
+    );
+    assert_eq!(
+        s["staff_password_session"],
+        serde_json::json!([303, "/accounts/login/?next=%2Fadmin%2F&prompt=login"])
+    );
+    assert_eq!(s["staff_after_code"], 200, "{s}");
+    assert!(!store.has_second_factor(user.id).await.unwrap());
+    assert!(store.has_second_factor(admin.id).await.unwrap());
+    let events: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM ssf_events WHERE event_type = 'session-revoked' AND subject_format = 'iss_sub' AND subject = $1",
+    )
+    .bind(user.id.to_string())
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(events, 1);
+    server.stop().await;
+    staff_server.stop().await;
+}

@@ -2,6 +2,8 @@
 //! the server has one), the last step it accepted, their recovery codes (SHA-256 digests, each
 //! spent once), and the sign-ins that wait for a second factor.
 
+use super::events::{self, Revocation};
+use super::tokens::revoke_user_families;
 use super::{Store, StoreResult, User, now};
 use crate::secrets;
 use base64::Engine;
@@ -176,19 +178,45 @@ impl Store {
     /// Removes `user_id`'s second factors (TOTP and recovery codes) and their sign-ins waiting
     /// for one; whether they had a factor.
     pub async fn reset_second_factors(&self, user_id: i64) -> StoreResult<bool> {
-        let _exclusive = self.exclusive().await?;
+        self.reset_factors(user_id, false).await
+    }
+
+    /// An operator's reset of `user_id`'s second factors (lost or exposed): with them, in the
+    /// same transaction, every session and token of the user ends, and the revocation stream
+    /// carries a `session-revoked` event for the user; whether they had a factor.
+    pub async fn reset_second_factors_and_sign_out(&self, user_id: i64) -> StoreResult<bool> {
+        self.reset_factors(user_id, true).await
+    }
+
+    async fn reset_factors(&self, user_id: i64, sign_out: bool) -> StoreResult<bool> {
+        let exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
         let done = sqlx::query("DELETE FROM totp_factors WHERE user_id = $1")
             .bind(user_id)
             .execute(&mut *tx)
             .await?;
-        for table in ["recovery_codes", "pending_sign_ins"] {
+        let mut tables = vec!["recovery_codes", "pending_sign_ins"];
+        if sign_out {
+            tables.push("sessions");
+        }
+        for table in tables {
             sqlx::query(&format!("DELETE FROM {table} WHERE user_id = $1"))
                 .bind(user_id)
                 .execute(&mut *tx)
                 .await?;
         }
+        let event = Revocation::User {
+            sub: user_id.to_string(),
+        };
+        if sign_out {
+            revoke_user_families(&mut tx, user_id, None).await?;
+            events::append(&mut tx, self.backend, &event).await?;
+        }
         tx.commit().await?;
+        drop(exclusive);
+        if sign_out {
+            self.ring_events(&event);
+        }
         Ok(done.rows_affected() > 0)
     }
 

@@ -495,8 +495,8 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         // code, with the last step accepted (a code is never accepted twice); their recovery
         // codes as SHA-256 digests, each spent once; sign-ins waiting for their second factor
         // (the digest of a cookie's value); the methods (`amr`, space-separated) a session, a
-        // code and a token family were signed in with; and the applications that require a
-        // second factor.
+        // code and a token family were signed in with; and the applications whose users must sign
+        // in with a second factor (beside their other sign-in settings, `oidc_clients`).
         "CREATE TABLE IF NOT EXISTS totp_factors (
         user_id INTEGER PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
         secret TEXT NOT NULL,
@@ -517,7 +517,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ALTER TABLE sessions ADD COLUMN amr TEXT;
     ALTER TABLE authorization_codes ADD COLUMN amr TEXT;
     ALTER TABLE oidc_families ADD COLUMN amr TEXT;
-    ALTER TABLE applications ADD COLUMN require_mfa INTEGER NOT NULL DEFAULT 0",
+    ALTER TABLE oidc_clients ADD COLUMN require_mfa INTEGER NOT NULL DEFAULT 0",
         "CREATE TABLE IF NOT EXISTS totp_factors (
         user_id BIGINT PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
         secret TEXT NOT NULL,
@@ -538,7 +538,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ALTER TABLE sessions ADD COLUMN IF NOT EXISTS amr TEXT;
     ALTER TABLE authorization_codes ADD COLUMN IF NOT EXISTS amr TEXT;
     ALTER TABLE oidc_families ADD COLUMN IF NOT EXISTS amr TEXT;
-    ALTER TABLE applications ADD COLUMN IF NOT EXISTS require_mfa BIGINT NOT NULL DEFAULT 0",
+    ALTER TABLE oidc_clients ADD COLUMN IF NOT EXISTS require_mfa BIGINT NOT NULL DEFAULT 0",
     ),
 ];
 

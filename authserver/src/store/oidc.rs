@@ -16,6 +16,9 @@ pub struct OidcClient {
     pub id_token_alg: String,
     /// Where RP-initiated logout may send the browser back to, space-separated, matched exactly.
     pub post_logout_redirect_uris: String,
+    /// Its users sign in with a second factor (issue 41): an authorization of a session signed
+    /// in with a password alone asks for the code, and a user without a factor is refused.
+    pub require_mfa: bool,
 }
 
 /// The ID-token algorithm of an application that chose none (OpenID Connect Registration 1.0).
@@ -26,6 +29,7 @@ impl Default for OidcClient {
         OidcClient {
             id_token_alg: DEFAULT_ID_TOKEN_ALG.to_owned(),
             post_logout_redirect_uris: String::new(),
+            require_mfa: false,
         }
     }
 }
@@ -37,15 +41,17 @@ pub(super) async fn set_oidc_client_in(
     client: &OidcClient,
 ) -> StoreResult<()> {
     sqlx::query(
-        "INSERT INTO oidc_clients (application_id, id_token_alg, post_logout_redirect_uris)
-         VALUES ($1, $2, $3)
+        "INSERT INTO oidc_clients (application_id, id_token_alg, post_logout_redirect_uris, require_mfa)
+         VALUES ($1, $2, $3, $4)
          ON CONFLICT (application_id) DO UPDATE
          SET id_token_alg = excluded.id_token_alg,
-             post_logout_redirect_uris = excluded.post_logout_redirect_uris",
+             post_logout_redirect_uris = excluded.post_logout_redirect_uris,
+             require_mfa = excluded.require_mfa",
     )
     .bind(application_id)
     .bind(&client.id_token_alg)
     .bind(&client.post_logout_redirect_uris)
+    .bind(i64::from(client.require_mfa))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -73,7 +79,7 @@ impl Store {
     /// The OIDC registration of application `id` (the defaults when it has none).
     pub async fn oidc_client(&self, application_id: i64) -> StoreResult<OidcClient> {
         let row = sqlx::query(
-            "SELECT id_token_alg, post_logout_redirect_uris FROM oidc_clients WHERE application_id = $1",
+            "SELECT id_token_alg, post_logout_redirect_uris, require_mfa FROM oidc_clients WHERE application_id = $1",
         )
         .bind(application_id)
         .fetch_optional(&self.pool)
@@ -82,6 +88,7 @@ impl Store {
             Some(row) => OidcClient {
                 id_token_alg: row.try_get("id_token_alg")?,
                 post_logout_redirect_uris: row.try_get("post_logout_redirect_uris")?,
+                require_mfa: row.try_get::<i64, _>("require_mfa")? != 0,
             },
             None => OidcClient::default(),
         })

@@ -98,19 +98,47 @@ impl<'a> Grantor<'a> {
     }
 }
 
-/// Whether `session` must sign in again with its second factor before `authorization` of
-/// `app`: the request's `acr_values` ask for one, and the user has one the session did not use.
-async fn needs_step_up(
+/// What `session` lacks for `authorization` of `app`: nothing; a sign-in again with its second
+/// factor (the request's `acr_values` or the application ask for one, and the user has one the
+/// session did not use); or, for an application that requires one, a factor the user has yet to
+/// set up.
+#[derive(Debug, PartialEq, Eq)]
+enum SecondFactor {
+    Enough,
+    StepUp,
+    Missing,
+}
+
+async fn second_factor(
     state: &AppState,
+    app: &Application,
     authorization: &Authorization,
     session: &Session,
-) -> Result<bool, WebError> {
-    let wanted = acr::asks_for_mfa(authorization.oidc.acr_values.as_deref());
-    if !wanted || acr::is_multi_factor(&session.amr) {
-        return Ok(false);
+) -> Result<SecondFactor, WebError> {
+    if acr::is_multi_factor(&session.amr) {
+        return Ok(SecondFactor::Enough);
+    }
+    let required = state.store.oidc_client(app.id).await?.require_mfa;
+    let wanted = required || acr::asks_for_mfa(authorization.oidc.acr_values.as_deref());
+    if !wanted {
+        return Ok(SecondFactor::Enough);
     }
     let has_factor = state.store.has_second_factor(session.user.id).await?;
-    Ok(acr::needs_step_up(wanted, &session.amr, has_factor))
+    Ok(if acr::needs_step_up(wanted, &session.amr, has_factor) {
+        SecondFactor::StepUp
+    } else if required {
+        SecondFactor::Missing
+    } else {
+        SecondFactor::Enough
+    })
+}
+
+/// `access_denied` for a user without the second factor an application requires.
+fn factor_missing() -> AuthorizeError {
+    AuthorizeError {
+        error: "access_denied",
+        description: "This application requires a sign-in with a second factor: set one up at /accounts/two-factor/ and try again.".into(),
+    }
 }
 
 /// A new code for `authorization`, granted by `by`, and the redirect that carries it.
@@ -246,14 +274,19 @@ async fn authorization_request(
     let mut sign_in = oidc::sign_in(&authorization.oidc, auth_time, hint_is_user, now());
     if sign_in == SignIn::Current
         && let Some(session) = &session
-        && needs_step_up(&state, &authorization, session).await?
     {
-        // A stronger sign-in than the session's: the sign-in again, with the second factor.
-        sign_in = if authorization.oidc.prompt.none {
-            SignIn::LoginRequired
-        } else {
-            SignIn::Required
-        };
+        match second_factor(&state, &app, &authorization, session).await? {
+            SecondFactor::Enough => {}
+            // A stronger sign-in than the session's: the sign-in again, with the second factor.
+            SecondFactor::StepUp if authorization.oidc.prompt.none => {
+                sign_in = SignIn::LoginRequired;
+            }
+            SecondFactor::StepUp => sign_in = SignIn::Required,
+            SecondFactor::Missing => {
+                tracing::info!(user_id = session.user.id, client_id = %app.client_id, "authorization refused: the application requires a second factor");
+                return Ok(redirect_error(&state, &back, &factor_missing()));
+            }
+        }
     }
     match sign_in {
         SignIn::Current => {}
@@ -355,20 +388,13 @@ async fn decide(state: &AppState, signed_in: Session, form: &Params) -> WebResul
         .store
         .remember_consent(signed_in.user.id, app.id, &remembered)
         .await?;
-    if needs_step_up(state, &authorization, &signed_in).await? {
+    if second_factor(state, &app, &authorization, &signed_in).await? != SecondFactor::Enough {
         // The consent page is shown only after the step-up: a form posted without it.
         let back = Return {
             redirect_uri: authorization.redirect_uri,
             state: authorization.state,
         };
-        return Ok(redirect_error(
-            state,
-            &back,
-            &AuthorizeError {
-                error: "access_denied",
-                description: "A sign-in with a second factor is required.".into(),
-            },
-        ));
+        return Ok(redirect_error(state, &back, &factor_missing()));
     }
     grant_code(state, &app, Grantor::of(&signed_in), &authorization).await
 }

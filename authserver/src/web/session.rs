@@ -116,6 +116,8 @@ pub(crate) struct SignedIn {
     /// The session cookie's value (the store keeps only its digest): what one-time messages
     /// for this session are sealed with ([`super::flash`]).
     pub session_cookie: String,
+    /// How the session signed in (RFC 8176 values, space-separated).
+    pub amr: String,
 }
 
 /// A signed-in operator (see [`is_operator`]), their session's secret and the CSRF token their
@@ -174,6 +176,7 @@ impl FromRequestParts<AppState> for SignedIn {
                     .map_err(IntoResponse::into_response)?,
                 csrf_token: session.csrf_token,
                 session_cookie,
+                amr: session.amr,
             }),
             Ok(None) => {
                 // Only a page can be come back to; after a refused POST the visitor lands home.
@@ -202,8 +205,14 @@ impl FromRequestParts<AppState> for Operator {
             csrf_token,
             form_token,
             session_cookie,
-            ..
+            amr,
         } = SignedIn::from_request_parts(parts, state).await?;
+        if is_operator(&user)
+            && state.settings.require_mfa_for_staff
+            && !crate::protocol::acr::is_multi_factor(&amr)
+        {
+            return Err(staff_second_factor(state, &user, parts).await);
+        }
         if is_operator(&user) {
             Ok(Operator {
                 user,
@@ -219,6 +228,33 @@ impl FromRequestParts<AppState> for Operator {
             let nav = super::templates::Nav::signed_in(&user, &form_token);
             Err(WebError::Forbidden(Box::new(nav)).into_response())
         }
+    }
+}
+
+/// Where a staff member whose session lacks a second factor goes (`require_mfa_for_staff`):
+/// to sign in again with it, back to the page asked for; or, without one, to set it up.
+async fn staff_second_factor(state: &AppState, user: &User, parts: &Parts) -> Response {
+    match state.store.has_second_factor(user.id).await {
+        Ok(true) => {
+            let next = (parts.method == Method::GET)
+                .then(|| parts.uri.path_and_query().map(|pq| pq.as_str().to_owned()))
+                .flatten();
+            let url = login_url(next.as_deref());
+            let separator = if url.contains('?') { '&' } else { '?' };
+            tracing::info!(
+                user_id = user.id,
+                "operator view: a sign-in with the second factor asked"
+            );
+            Redirect::to(&format!("{url}{separator}prompt=login")).into_response()
+        }
+        Ok(false) => {
+            tracing::info!(
+                user_id = user.id,
+                "operator view: a second factor must be set up first"
+            );
+            Redirect::to(super::second_factor::TWO_FACTOR_PAGE).into_response()
+        }
+        Err(error) => WebError::from(error).into_response(),
     }
 }
 

@@ -199,6 +199,8 @@ pub(crate) struct ApplicationDetail {
     pub app: Application,
     /// OpenID Connect: `id_token_signed_response_alg`.
     pub id_token_alg: String,
+    /// Its users must sign in with a second factor.
+    pub require_mfa: bool,
     pub post_logout_redirect_uris: Vec<String>,
     /// The secret in full: only right after registration or regeneration.
     pub secret: Option<String>,
@@ -331,6 +333,8 @@ pub(crate) struct UserForm {
     pub groups: Vec<Group>,
     /// When the profile last changed (OpenID Connect's `updated_at`), for an existing user.
     pub updated_at: Option<String>,
+    /// Whether the user signs in with a second factor.
+    pub two_factor: bool,
 }
 
 #[derive(Template)]
