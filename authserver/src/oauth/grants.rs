@@ -268,7 +268,7 @@ async fn authorization_code(
     const INVALID: OAuthError = OAuthError::InvalidGrant("Invalid authorization code.");
     let app = client.app;
     let record = match state.store.claim_code(code).await? {
-        CodeOutcome::Claimed(record) => record,
+        CodeOutcome::Claimed(record) => *record,
         CodeOutcome::Unknown => return Err(INVALID),
         CodeOutcome::Reused => {
             tracing::warn!(client_id = %app.client_id, "authorization code reused: its tokens are revoked");

@@ -158,7 +158,7 @@ async fn login(
 
     throttle.succeeded(&state.store).await?;
     if state.store.has_second_factor(user.id).await? {
-        return Ok(super::second_factor::ask_for_code(&state, &user, &next).await?);
+        return super::second_factor::ask_for_code(&state, &user, &next).await;
     }
     start_session(&state, &headers, &user, "pwd", &next).await
 }
