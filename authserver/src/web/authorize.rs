@@ -388,13 +388,21 @@ async fn decide(state: &AppState, signed_in: Session, form: &Params) -> WebResul
         .store
         .remember_consent(signed_in.user.id, app.id, &remembered)
         .await?;
-    if second_factor(state, &app, &authorization, &signed_in).await? != SecondFactor::Enough {
+    let refusal = match second_factor(state, &app, &authorization, &signed_in).await? {
+        SecondFactor::Enough => None,
         // The consent page is shown only after the step-up: a form posted without it.
+        SecondFactor::StepUp => Some(AuthorizeError {
+            error: "access_denied",
+            description: "A sign-in with a second factor is required.".into(),
+        }),
+        SecondFactor::Missing => Some(factor_missing()),
+    };
+    if let Some(refusal) = refusal {
         let back = Return {
             redirect_uri: authorization.redirect_uri,
             state: authorization.state,
         };
-        return Ok(redirect_error(state, &back, &factor_missing()));
+        return Ok(redirect_error(state, &back, &refusal));
     }
     grant_code(state, &app, Grantor::of(&signed_in), &authorization).await
 }
