@@ -326,6 +326,9 @@ pub struct CreateApp {
     /// OpenID Connect: the ID-token signing algorithm, RS256 (default) or EdDSA.
     #[arg(long, value_name = "RS256|EdDSA")]
     id_token_alg: Option<String>,
+    /// Its users must sign in with a second factor (TOTP).
+    #[arg(long)]
+    require_mfa: bool,
     /// Print JSON instead of lines.
     #[arg(long)]
     json: bool,

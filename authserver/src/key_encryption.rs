@@ -116,6 +116,12 @@ impl KeyEncryption {
 
     /// `plaintext` sealed under the current KEK for the row `row_id`: (KEK id, base64 text).
     pub fn seal(&self, row_id: &str, plaintext: &[u8]) -> anyhow::Result<(String, String)> {
+        self.seal_bound(&aad(row_id), plaintext)
+    }
+
+    /// `plaintext` sealed under the current KEK, bound to `context` (associated data naming the
+    /// row it belongs in, as `tokengate totp user=7`): (KEK id, base64 text).
+    pub fn seal_bound(&self, context: &[u8], plaintext: &[u8]) -> anyhow::Result<(String, String)> {
         let kek = &self.keks[0];
         let mut nonce = [0u8; NONCE_LEN];
         SystemRandom::new()
@@ -125,10 +131,10 @@ impl KeyEncryption {
         kek.key
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad(row_id)),
+                Aad::from(context),
                 &mut sealed,
             )
-            .map_err(|_| anyhow::anyhow!("cannot encrypt a signing key"))?;
+            .map_err(|_| anyhow::anyhow!("cannot encrypt a secret"))?;
         let mut out = nonce.to_vec();
         out.extend_from_slice(&sealed);
         Ok((kek.id.clone(), STANDARD.encode(out)))
@@ -136,6 +142,16 @@ impl KeyEncryption {
 
     /// What [`KeyEncryption::seal`] sealed for `row_id` under the KEK `kek_id`.
     pub fn open(&self, row_id: &str, kek_id: &str, sealed: &str) -> Result<Vec<u8>, OpenError> {
+        self.open_bound(&aad(row_id), kek_id, sealed)
+    }
+
+    /// What [`KeyEncryption::seal_bound`] sealed for `context` under the KEK `kek_id`.
+    pub fn open_bound(
+        &self,
+        context: &[u8],
+        kek_id: &str,
+        sealed: &str,
+    ) -> Result<Vec<u8>, OpenError> {
         let kek = self
             .keks
             .iter()
@@ -150,7 +166,7 @@ impl KeyEncryption {
         let mut sealed = sealed.to_vec();
         let plaintext = kek
             .key
-            .open_in_place(nonce, Aad::from(aad(row_id)), &mut sealed)
+            .open_in_place(nonce, Aad::from(context), &mut sealed)
             .map_err(|_| OpenError::Altered)?;
         Ok(plaintext.to_vec())
     }

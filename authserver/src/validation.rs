@@ -363,6 +363,8 @@ pub fn application(
 pub struct OidcDraft {
     pub post_logout_redirect_uris: String,
     pub id_token_alg: String,
+    /// Ticked: its users must sign in with a second factor.
+    pub require_mfa: bool,
 }
 
 /// Checks an OpenID Connect registration; on refusal, the messages per form field
@@ -400,6 +402,7 @@ pub fn oidc_registration(draft: &OidcDraft) -> Result<crate::store::OidcClient, 
         Ok(crate::store::OidcClient {
             id_token_alg: alg.to_owned(),
             post_logout_redirect_uris: uris.join(" "),
+            require_mfa: draft.require_mfa,
         })
     } else {
         Err(refusals)
@@ -415,6 +418,7 @@ mod tests {
         let ok = oidc_registration(&OidcDraft {
             post_logout_redirect_uris: "https://rp.example/bye\nhttp://127.0.0.1:9/bye".into(),
             id_token_alg: String::new(),
+            require_mfa: false,
         })
         .unwrap();
         assert_eq!(ok.id_token_alg, "RS256");
@@ -425,6 +429,7 @@ mod tests {
         let bad = oidc_registration(&OidcDraft {
             post_logout_redirect_uris: "https://rp.example/bye#x javascript:alert(1)".into(),
             id_token_alg: "HS256".into(),
+            require_mfa: false,
         })
         .unwrap_err();
         assert!(bad.has("post_logout_redirect_uris") && bad.has("id_token_alg"));

@@ -95,6 +95,7 @@ async fn spent_code(store: &Store, app: i64, user: i64, expires_at: i64) -> Stri
             lifetime: 60,
             nonce: None,
             auth_time: None,
+            amr: None,
             resource: None,
             session_key: None,
         })

@@ -537,3 +537,48 @@ async fn original_request_headers_only_from_trusted_peers() {
     assert_eq!(resp.headers()["x-auth-username"], "alice");
     stop(proxy, config).await;
 }
+
+/// RFC 9470 step-up in forward-auth mode: a route requiring `acr_values` and `max_age` answers
+/// the check with the same 401 and challenge as the gateway; a two-factor sign-in recent enough
+/// passes, one older than a shorter `max_age` is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_up_routes_answer_forward_auth_checks_with_the_rfc_9470_challenge() {
+    let introspector = Introspector::start().await;
+    let app = echo_upstream().await;
+    let (listen, admin) = two_free_ports();
+    let auth_port = free_port();
+    let routes = "\nroutes:\n  - { name: step-up, path: /stepup, upstream: api, acr_values: [urn:tokengate:acr:mfa], max_age: 600 }\n  - { name: fresh, path: /fresh, upstream: api, acr_values: [urn:tokengate:acr:mfa], max_age: 60 }\n";
+    let yaml = format!(
+        "forward_auth: {{ listen: \"127.0.0.1:{auth_port}\", ingress: traefik, trusted_peers: [127.0.0.1] }}\n{}",
+        config_yaml(listen, admin, &introspector.url(), app, routes)
+    );
+    let (proxy, config) = start_proxy("forward-auth-step-up", &yaml).await;
+    let auth = proxy.forward_auth_addr().unwrap();
+    let client = reqwest::Client::new();
+    let check = |target: &str, token: &str| {
+        let bearer = format!("Bearer {token}");
+        traefik_check(
+            &client,
+            auth,
+            "GET",
+            target,
+            &[("Authorization", bearer.as_str())],
+        )
+        .send()
+    };
+    let refused = check("/stepup", "read").await.unwrap();
+    assert_eq!(refused.status(), 401);
+    assert_eq!(
+        refused.headers()["www-authenticate"],
+        "Bearer realm=\"api\", error=\"insufficient_user_authentication\", error_description=\"A different authentication level is required.\", acr_values=\"urn:tokengate:acr:mfa\", max_age=\"600\""
+    );
+    let passed = check("/stepup", "mfa").await.unwrap();
+    assert_eq!(passed.status(), 200);
+    let stale = check("/fresh", "mfa").await.unwrap();
+    assert_eq!(stale.status(), 401);
+    assert_eq!(
+        stale.headers()["www-authenticate"],
+        "Bearer realm=\"api\", error=\"insufficient_user_authentication\", error_description=\"More recent authentication is required.\", acr_values=\"urn:tokengate:acr:mfa\", max_age=\"60\""
+    );
+    stop(proxy, config).await;
+}

@@ -14,8 +14,9 @@ pub use crate::identity::MAX_TIME;
 ///
 /// Read by [`Claims::from_value`]: unknown fields are ignored; `active` is a JSON boolean (missing
 /// or `null`: inactive); `exp`/`iat`/`nbf` are JSON numbers of seconds from 0 to [`MAX_TIME`]
-/// (fractions are floored); `scope` is a space-separated string (a JSON array of strings is joined
-/// with spaces); `aud` is a string or an array of strings; every other field is a string. `null`
+/// (fractions are floored), and so is `auth_time`; `scope` is a space-separated string (a JSON
+/// array of strings is joined with spaces); `aud`, `groups` and `amr` are a string or an array of
+/// strings; every other field is a string. `null`
 /// is the same as absent. Anything else is [`Malformed`].
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Claims {
@@ -51,6 +52,17 @@ pub struct Claims {
     /// The confirmation of a sender-constrained token (RFC 7800 `cnf`; RFC 8705 §3.1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cnf: Option<Confirmation>,
+    /// The authentication context class of the user's sign-in (OpenID Connect `acr`; RFC 9068
+    /// §2.2.1), which a route's `acr_values` may require (RFC 9470).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acr: Option<String>,
+    /// The methods of that sign-in (RFC 8176 `amr`: a string or an array of strings); empty when
+    /// absent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub amr: Vec<String>,
+    /// When the user signed in (unix seconds), which a route's `max_age` bounds (RFC 9470).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth_time: Option<i64>,
     /// The identity these claims forward, encoded once ([`Claims::identity`]): a memo, so a
     /// field changed after that call is not seen by it (a clone starts without one).
     #[serde(skip)]
@@ -181,6 +193,9 @@ impl Claims {
                 let field = take("cnf");
                 Confirmation::read(Some(&field.value)).map_err(|expected| field.wrong(expected))?
             },
+            acr: take("acr").string()?,
+            amr: take("amr").strings()?,
+            auth_time: take("auth_time").time()?,
             identity: IdentityMemo::default(),
         })
     }
@@ -320,6 +335,18 @@ mod tests {
 
     fn parse(s: &str) -> Claims {
         Claims::from_json(s.as_bytes()).expect("parses")
+    }
+
+    #[test]
+    fn sign_in_claims_are_read() {
+        let c = parse(
+            r#"{"active":true,"acr":"urn:tokengate:acr:mfa","amr":["pwd","otp","mfa"],"auth_time":1700000000}"#,
+        );
+        assert_eq!(c.acr.as_deref(), Some("urn:tokengate:acr:mfa"));
+        assert_eq!(c.amr, ["pwd", "otp", "mfa"]);
+        assert_eq!(c.auth_time, Some(1_700_000_000));
+        assert!(Claims::from_json(br#"{"active":true,"auth_time":"soon"}"#).is_err());
+        assert!(Claims::from_json(br#"{"active":true,"acr":2}"#).is_err());
     }
 
     #[test]

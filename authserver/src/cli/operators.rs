@@ -322,6 +322,7 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         tls_client_auth,
         post_logout_redirect_uri,
         id_token_alg,
+        require_mfa,
         json,
     } = create;
     let mut scope_list: Vec<String> = Vec::new();
@@ -356,6 +357,7 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
     let oidc = validation::OidcDraft {
         post_logout_redirect_uris: post_logout_redirect_uri.join(" "),
         id_token_alg: id_token_alg.unwrap_or_default().trim().to_owned(),
+        require_mfa,
     };
     // Every flag checked before the secret is read, so a typo is refused before anyone types it.
     let resource_scopes = store.resource_scopes().await?;

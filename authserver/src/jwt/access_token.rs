@@ -34,6 +34,14 @@ pub struct AccessTokenClaims {
     /// The client certificate the token is bound to (RFC 8705 §3.1), if it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cnf: Option<Confirmation>,
+    /// A user's token: when they signed in, its authentication context class and methods
+    /// (RFC 9068 §2.2.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_time: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amr: Option<Vec<String>>,
 }
 
 /// `aud`: one audience as a string, several as an array (RFC 7519 §4.1.3).
@@ -140,6 +148,9 @@ mod tests {
             username: Some("alice".into()),
             groups: None,
             cnf: None,
+            auth_time: None,
+            acr: None,
+            amr: None,
         }
     }
 

@@ -4,6 +4,7 @@ use super::access_jwt::{find_introspected, find_presented};
 use super::params::{Params, authenticate_client_if_presented};
 use super::{OAuthError, json, json_body, no_store, to_json};
 use crate::AppState;
+use crate::protocol::acr;
 use crate::request_log::with_caller;
 use crate::store::{Application, ClientType, Introspected, TokenKind};
 use axum::body::Bytes;
@@ -115,8 +116,14 @@ fn active_answer(found: &Introspected, default_audience: &str) -> Response {
 /// The answer about an active token (RFC 7662 §2.2), its members in alphabetical order.
 #[derive(Serialize)]
 struct ActiveClaims<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acr: Option<&'static str>,
     active: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    amr: Option<Vec<String>>,
     aud: Aud<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    auth_time: Option<i64>,
     client_id: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     cnf: Option<Confirmation<'a>>,
@@ -166,9 +173,13 @@ fn active_claims<'a>(found: &'a Introspected, default_audience: &'a str) -> Acti
         Some(one) if !one.contains(' ') => Aud::One(one),
         Some(many) => Aud::Many(many.split(' ').collect()),
     };
+    let signed_in = found.signed_in.as_ref();
     ActiveClaims {
+        acr: signed_in.map(|s| acr::acr_of(&s.amr)),
         active: true,
+        amr: signed_in.map(|s| acr::amr_list(&s.amr)),
         aud,
+        auth_time: signed_in.map(|s| s.auth_time),
         client_id: &record.client_id,
         cnf: record
             .cnf_x5t_s256

@@ -43,6 +43,7 @@ pub async fn token(
         user,
         openid,
         token_format,
+        signed_in,
     } = grant(&state, &client, request, &resources, address).await?;
     let format =
         token_format.unwrap_or_else(|| app.access_token_format(state.settings.access_token_format));
@@ -58,6 +59,7 @@ pub async fn token(
             &issued,
             issued_at,
             client.cert_x5t_s256.as_deref(),
+            signed_in.as_ref(),
         )
         .await?;
     }

@@ -80,6 +80,9 @@ impl Authorization {
         if let Some(nonce) = &self.nonce {
             out.push(("nonce", nonce.clone()));
         }
+        if let Some(acr_values) = &self.oidc.acr_values {
+            out.push(("acr_values", acr_values.clone()));
+        }
         out
     }
 }

@@ -338,6 +338,8 @@ pub fn check(
             oidc: OidcClient {
                 id_token_alg: id_token_alg.to_owned(),
                 post_logout_redirect_uris: post_logout.join(" "),
+                // An operator's setting (the views), never a client's own metadata.
+                require_mfa: false,
             },
         },
         metadata,

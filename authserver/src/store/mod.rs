@@ -16,6 +16,7 @@ mod client_cache;
 mod codes;
 mod consents;
 mod events;
+mod factors;
 mod flash;
 mod groups;
 mod hot;
@@ -44,10 +45,11 @@ pub use events::{
     ABANDONED_AFTER, LoggedEvent, MAX_STREAMS_PER_CLIENT, PushTarget, Revocation, StreamRecord,
     StreamStatus, family_jti,
 };
+pub use factors::TotpFactor;
 pub use flash::NewFlash;
 pub use groups::Group;
 pub use hot::group_writer::{WriterKind, write_group_sizes};
-pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
+pub use oidc::{DEFAULT_ID_TOKEN_ALG, FamilySignIn, OidcClient, Profile};
 pub use purge::Purged;
 pub use registrations::{
     DynamicClient, DynamicRecord, InitialAccessToken, NewRegistration, RegistrationUpdate,

@@ -90,6 +90,7 @@ fn oidc_draft(form: &FormData) -> OidcDraft {
             .trim()
             .to_owned(),
         id_token_alg: form.text("id_token_alg"),
+        require_mfa: form.checked("require_mfa"),
     }
 }
 
@@ -102,6 +103,7 @@ fn oidc_values(registration: &OidcClient) -> OidcDraft {
             .collect::<Vec<_>>()
             .join("\n"),
         id_token_alg: registration.id_token_alg.clone(),
+        require_mfa: registration.require_mfa,
     }
 }
 
@@ -276,6 +278,7 @@ async fn detail_page(
         dynamic,
         nav,
         id_token_alg: registration.id_token_alg,
+        require_mfa: registration.require_mfa,
         post_logout_redirect_uris: registration
             .post_logout_redirect_uris
             .split_whitespace()

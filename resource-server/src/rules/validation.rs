@@ -42,6 +42,8 @@ pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> 
         authenticated,
         scopes,
         groups_any,
+        acr_values,
+        max_age,
         cors,
     } = spec;
     let checked = (|| -> Result<_, Problem> {
@@ -57,17 +59,26 @@ pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> 
         }
         let access = access(public, authenticated, scopes)?;
         let groups_any = groups(groups_any, &access)?;
+        let (acr_values, max_age) = step_up(acr_values, max_age, &access)?;
         let cors = cors
             .map(|c| CorsPolicy::from_spec(c, methods.as_deref()).map(Arc::new))
             .transpose()?;
-        Ok((matcher, methods, access, groups_any, cors))
+        Ok((
+            matcher,
+            methods,
+            access,
+            (groups_any, acr_values, max_age),
+            cors,
+        ))
     })();
     match checked {
-        Ok((matcher, methods, access, groups_any, cors)) => Ok(Route {
+        Ok((matcher, methods, access, (groups_any, acr_values, max_age), cors)) => Ok(Route {
             name,
             upstream,
             access,
             groups_any,
+            acr_values,
+            max_age,
             cors,
             matcher,
             methods,
@@ -179,6 +190,35 @@ fn access(
             Ok(Access::Authenticated { all_of, any_of })
         }
     }
+}
+
+/// `acr_values` (each a non-empty value without whitespace, control characters or quotes) and
+/// `max_age` (seconds), on an authenticated route only.
+fn step_up(
+    acr_values: Option<Vec<String>>,
+    max_age: Option<u64>,
+    access: &Access,
+) -> Result<(Vec<String>, Option<i64>), Problem> {
+    if matches!(access, Access::Public) {
+        if acr_values.is_some() {
+            return Err(("acr_values", "a public route takes no acr_values".into()));
+        }
+        if max_age.is_some() {
+            return Err(("max_age", "a public route takes no max_age".into()));
+        }
+    }
+    let acr_values = acr_values.unwrap_or_default();
+    if let Some(bad) = acr_values.iter().find(|v| {
+        v.is_empty()
+            || v.chars()
+                .any(|c| c.is_whitespace() || c.is_control() || c == '"')
+    }) {
+        return Err(("acr_values", format!("invalid acr value {bad:?}")));
+    }
+    let max_age = max_age
+        .map(|m| i64::try_from(m).map_err(|_| ("max_age", format!("{m}: too large"))))
+        .transpose()?;
+    Ok((acr_values, max_age))
 }
 
 /// `groups_any`: group names (any text but empty or with a control character), on an
