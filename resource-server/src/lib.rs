@@ -37,6 +37,7 @@ pub mod client_cert;
 pub mod config_error;
 pub mod cors;
 pub mod decision;
+pub mod dpop;
 pub mod forwarded;
 pub mod gate;
 pub mod gate_config;
