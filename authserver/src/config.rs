@@ -42,6 +42,7 @@ struct RawSettings {
     metrics_listen: Option<String>,
     dynamic_registration: Option<String>,
     dynamic_registration_scopes: Option<Vec<String>>,
+    dpop_nonce: Option<String>,
 }
 
 /// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
@@ -88,7 +89,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 26] = [
+const KEYS: [&str; 27] = [
     "listen",
     "issuer",
     "database_url",
@@ -115,6 +116,7 @@ const KEYS: [&str; 26] = [
     "metrics_listen",
     "dynamic_registration",
     "dynamic_registration_scopes",
+    "dpop_nonce",
 ];
 
 /// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
@@ -229,6 +231,9 @@ pub struct Settings {
     /// `introspection` nor the revocation stream's). Default: `default_scopes` and OpenID
     /// Connect's.
     pub dynamic_registration_scopes: Vec<String>,
+    /// Whether a DPoP proof at the token endpoint must carry a nonce this server issued (RFC
+    /// 9449 §8; `dpop_nonce: required`, default `off`).
+    pub dpop_nonce_required: bool,
 }
 
 /// The operator's policy for dynamic client registration (RFC 7591).
@@ -390,6 +395,17 @@ impl Settings {
             &scopes,
             &default_scopes,
         )?;
+        let (origin, dpop_nonce) = source.pick("dpop_nonce", raw.dpop_nonce);
+        let dpop_nonce_required = match dpop_nonce.as_deref().map(str::trim) {
+            None | Some("off") => false,
+            Some("required") => true,
+            Some(other) => {
+                return Err(fail(
+                    &origin,
+                    format!("\"{other}\" is not a policy (off or required)"),
+                ));
+            }
+        };
         let (origin, metrics_listen) = source.pick("metrics_listen", raw.metrics_listen);
         let metrics_listen = metrics_listen
             .map(|text| {
@@ -440,6 +456,7 @@ impl Settings {
             metrics_listen,
             dynamic_registration,
             dynamic_registration_scopes,
+            dpop_nonce_required,
         })
     }
 
@@ -488,6 +505,7 @@ impl Settings {
                 "profile".into(),
                 "email".into(),
             ],
+            dpop_nonce_required: false,
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct Shared {
     pub keys: Arc<jwt::KeyRing>,
     /// This replica's copy of the key CSRF tokens are signed with.
     pub(crate) csrf_key: Arc<web::CsrfKey>,
+    /// DPoP's replay cache and nonces at the token endpoint (RFC 9449).
+    pub dpop: Arc<oauth::DpopState>,
 }
 
 impl std::ops::Deref for AppState {
@@ -64,6 +66,7 @@ impl AppState {
             store,
             keys: Arc::new(keys),
             csrf_key: Arc::default(),
+            dpop: Arc::default(),
         }))
     }
 }

@@ -30,7 +30,7 @@ pub async fn jwt_for(
     subject: Subject<'_>,
     issued: &IssuedTokens,
     issued_at: i64,
-    cnf_x5t_s256: Option<&str>,
+    cnf: Option<access_token::Confirmation>,
 ) -> Result<String, OAuthError> {
     let settings = &state.settings;
     let keys = state
@@ -60,9 +60,7 @@ pub async fn jwt_for(
         scope: issued.scope.clone(),
         username,
         groups,
-        cnf: cnf_x5t_s256.map(|x5t| access_token::Confirmation {
-            x5t_s256: x5t.to_owned(),
-        }),
+        cnf,
     };
     access_token::sign(signer, &claims)
         .map_err(|error| OAuthError::Server(anyhow::anyhow!("signing a JWT failed: {error}")))

@@ -40,6 +40,8 @@ pub(super) struct NewRow {
     pub expires_at: i64,
     /// The client certificate the tokens are bound to (RFC 8705 `cnf.x5t#S256`).
     pub cnf_x5t_s256: Option<String>,
+    /// The key the tokens are bound to (RFC 9449 `cnf.jkt`).
+    pub cnf_jkt: Option<String>,
     /// Its resource identifiers, space-separated; None: the server's default audience.
     pub audience: Option<String>,
 }
