@@ -4,6 +4,7 @@
 //! ([`replay::ReplayCache`]); and server nonces ([`nonce::Nonces`]), stateless so that every
 //! replica and both servers of one origin accept each other's.
 
+pub mod gate;
 pub mod jwk;
 pub mod nonce;
 pub mod proof;

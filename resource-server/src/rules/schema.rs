@@ -22,7 +22,8 @@ pub use crate::cors::CorsSpec;
 /// needs an active token with the scopes given (no `scopes` = any active token).
 /// `authenticated: true` may be written for clarity; it is the default.
 /// `groups_any: [admins]` also requires the caller to be in one of these groups (the token's
-/// `groups` claim). `cors:` answers browsers of other origins ([`CorsSpec`]).
+/// `groups` claim). `cors:` answers browsers of other origins ([`CorsSpec`]). `dpop: required`
+/// lets only DPoP-bound tokens through (a bound token is always held to its key).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
@@ -47,6 +48,9 @@ pub struct RouteSpec {
     pub groups_any: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<CorsSpec>,
+    /// `required` or `allowed` (the default): whether only DPoP-bound tokens pass (RFC 9449).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dpop: Option<String>,
 }
 
 /// `scopes:` as written: `{ all_of: [...], any_of: [...] }` (either or both), or a plain list

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use http::Method;
 
 use crate::cors::CorsPolicy;
+use crate::dpop::gate::DpopPolicy;
 
 use super::matcher::{Matcher, parse_pattern};
 use super::schema::{RouteSpec, ScopesSpec};
@@ -43,6 +44,7 @@ pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> 
         scopes,
         groups_any,
         cors,
+        dpop,
     } = spec;
     let checked = (|| -> Result<_, Problem> {
         if name.trim().is_empty() {
@@ -60,15 +62,24 @@ pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> 
         let cors = cors
             .map(|c| CorsPolicy::from_spec(c, methods.as_deref()).map(Arc::new))
             .transpose()?;
-        Ok((matcher, methods, access, groups_any, cors))
+        let dpop = match dpop.as_deref() {
+            None => DpopPolicy::default(),
+            Some(text) => DpopPolicy::parse(text)
+                .ok_or(("dpop", format!("{text:?}: expected required or allowed")))?,
+        };
+        if dpop == DpopPolicy::Required && access == Access::Public {
+            return Err(("dpop", "a public route takes no token".into()));
+        }
+        Ok((matcher, methods, access, groups_any, cors, dpop))
     })();
     match checked {
-        Ok((matcher, methods, access, groups_any, cors)) => Ok(Route {
+        Ok((matcher, methods, access, groups_any, cors, dpop)) => Ok(Route {
             name,
             upstream,
             access,
             groups_any,
             cors,
+            dpop,
             matcher,
             methods,
             index,
