@@ -5,8 +5,9 @@
 //! refusal is checked for its status and `WWW-Authenticate: DPoP` challenge: replay, wrong
 //! `htu`, wrong `htm`, another key, a stale `iat`, a missing `ath`, a bound token sent as
 //! Bearer (§7.2), an unbound token on a `dpop: required` route, and a gRPC call's shape.
-//! The proofs are hand-signed (`resource_server::dpop::signer`); `tests/dpop_clients.rs` has
-//! panva's oauth4webapi as the client.
+//! The proofs are hand-signed (`resource_server::dpop::signer`), and made by panva's
+//! oauth4webapi (npm, `tests/browser/dpop.mjs`) as a client nobody here wrote: client
+//! credentials, password and refresh grants, with and without required nonces.
 
 use authserver::config::Settings;
 use authserver::store::{GrantType, Store};
@@ -33,11 +34,12 @@ impl Drop for TempDir {
 
 /// The stack: the authorization server (its issuer the front door), the example API behind the
 /// proxy, and the proxy introspecting tokens.
-pub async fn front(store: &Store) -> Front {
+pub async fn front(store: &Store, configure: impl FnOnce(&mut Settings)) -> Front {
     let port = testing::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let mut settings = Settings::for_tests("unused");
     settings.set_issuer(base.clone());
+    configure(&mut settings);
     let auth_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let auth_addr = auth_listener.local_addr().unwrap();
     let app = authserver::app(authserver::AppState::new(settings, store.clone()));
@@ -86,6 +88,7 @@ introspection:
   cache: {{ max_ttl: 5s, negative_ttl: 1s, capacity: 100 }}
 routes:
   - {{ name: oauth, prefix: /o/, upstream: authserver, public: true }}
+  - {{ name: metadata, path: /.well-known/oauth-authorization-server, upstream: authserver, public: true }}
   - {{ name: users-read, path: /users/, methods: [GET, HEAD], upstream: api, scopes: [read] }}
   - {{ name: groups-dpop, path: /groups/, methods: [GET], upstream: api, scopes: [read], dpop: required }}
 "#,
@@ -199,7 +202,7 @@ async fn grant(front: &Front, client: &(String, String), signer: Option<&ProofSi
 async fn dpop_bound_tokens_through_the_front_door() {
     let store = testing::store().await;
     let client = testing::application(&store, GrantType::ClientCredentials, false).await;
-    let front = front(&store).await;
+    let front = front(&store, |_| {}).await;
     let signer = ProofSigner::es256();
     let granted = grant(&front, &client, Some(&signer)).await;
     assert_eq!(granted["token_type"], "DPoP", "{granted}");
@@ -379,4 +382,112 @@ async fn dpop_bound_tokens_through_the_front_door() {
 
 fn token_of(granted: &Value) -> String {
     granted["access_token"].as_str().unwrap().to_owned()
+}
+
+/// Whether node and oauth4webapi are here (`npm ci` in `tests/browser/`); otherwise a skip
+/// notice, or a failure under CI.
+fn oauth4webapi_available() -> bool {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if node && dir.join("node_modules/oauth4webapi/package.json").exists() {
+        return true;
+    }
+    let message = "the oauth4webapi test needs node and `npm ci` in tests/browser/";
+    assert!(std::env::var("CI").is_err(), "{message}");
+    eprintln!("SKIPPED: {message}");
+    false
+}
+
+/// `tests/browser/dpop.mjs` against a front door: its JSON summary.
+async fn oauth4webapi(nonce: bool) -> Value {
+    let store = testing::store().await;
+    testing::user(&store, "alice", "wonderland").await;
+    let service = testing::application(&store, GrantType::ClientCredentials, false).await;
+    let password = testing::application(&store, GrantType::Password, false).await;
+    let front = front(&store, |s| s.dpop_nonce_required = nonce).await;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node")
+            .current_dir(dir)
+            .arg("dpop.mjs")
+            .env("BASE_URL", &front.base)
+            .env("SERVICE_ID", &service.0)
+            .env("SERVICE_SECRET", &service.1)
+            .env("PASSWORD_ID", &password.0)
+            .env("PASSWORD_SECRET", &password.1)
+            .env("USERNAME", "alice")
+            .env("PASSWORD", "wonderland")
+            .output()
+            .map(|output| (output, front))
+    })
+    .await
+    .unwrap()
+    .expect("run node");
+    let (output, _front) = output;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "dpop.mjs failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let last = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap();
+    serde_json::from_str(last).unwrap()
+}
+
+fn assert_oauth4webapi_summary(summary: &Value) {
+    let algs = summary["dpop_signing_alg_values_supported"].to_string();
+    assert!(
+        algs.contains("ES256") && algs.contains("EdDSA"),
+        "{summary}"
+    );
+    for alg in ["ES256", "EdDSA"] {
+        let r = &summary["algorithms"][alg];
+        assert_eq!(
+            r["client_credentials_token_type"], "dpop",
+            "{alg}: {summary}"
+        );
+        assert_eq!(r["api_first"], 200, "{alg}: {summary}");
+        assert_eq!(r["api_second"], 200, "{alg}: {summary}");
+        assert_eq!(r["api_as_bearer"], 401, "{alg}: {summary}");
+        assert!(
+            r["api_as_bearer_challenge"]
+                .as_str()
+                .unwrap()
+                .starts_with("DPoP error=\"invalid_token\""),
+            "{alg}: {summary}"
+        );
+        assert_eq!(r["password_token_type"], "dpop", "{alg}: {summary}");
+        assert_eq!(r["api_password"], 200, "{alg}: {summary}");
+        assert_eq!(
+            r["refresh_other_key"], "invalid_dpop_proof",
+            "{alg}: {summary}"
+        );
+        assert_eq!(r["refresh_token_type"], "dpop", "{alg}: {summary}");
+        assert_eq!(r["api_refreshed"], 200, "{alg}: {summary}");
+        assert_eq!(r["api_other_key"], 401, "{alg}: {summary}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth4webapi_client_credentials_password_and_refresh() {
+    if !oauth4webapi_available() {
+        return;
+    }
+    let summary = oauth4webapi(false).await;
+    assert_oauth4webapi_summary(&summary);
+    assert_eq!(summary["nonce_retries"], 0, "{summary}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth4webapi_retries_with_the_required_nonce() {
+    if !oauth4webapi_available() {
+        return;
+    }
+    let summary = oauth4webapi(true).await;
+    assert_oauth4webapi_summary(&summary);
+    // The first token request learns the nonce; oauth4webapi keeps it for the origin after.
+    assert!(summary["nonce_retries"].as_u64().unwrap() >= 1, "{summary}");
 }

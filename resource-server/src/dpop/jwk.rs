@@ -59,7 +59,7 @@ impl PublicJwk {
                     y: y64.to_owned(),
                 })
             }
-            ("EdDSA", "OKP") if text("crv")? == "Ed25519" => {
+            ("EdDSA" | "Ed25519", "OKP") if text("crv")? == "Ed25519" => {
                 let (key, x64) = bytes("x")?;
                 (key.len() == 32).then(|| PublicJwk::Ed25519 {
                     key,

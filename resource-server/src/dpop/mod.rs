@@ -23,9 +23,11 @@ pub const NONCE_HEADER: &str = "dpop-nonce";
 /// The `Authorization` scheme of a DPoP-bound token (§7.1).
 pub const SCHEME: &str = "DPoP";
 /// The algorithms a proof may be signed with, as the metadata and challenges list them.
-pub const ALGORITHMS: [&str; 3] = ["ES256", "EdDSA", "RS256"];
+/// `Ed25519` is RFC 9864's fully-specified name of `EdDSA` over Ed25519, which clients such
+/// as oauth4webapi sign with.
+pub const ALGORITHMS: [&str; 4] = ["ES256", "EdDSA", "Ed25519", "RS256"];
 /// The `algs` parameter of a `WWW-Authenticate: DPoP` challenge (§7.1).
-pub const ALGS_PARAMETER: &str = "ES256 EdDSA RS256";
+pub const ALGS_PARAMETER: &str = "ES256 EdDSA Ed25519 RS256";
 /// How old (seconds) a proof's `iat` may be; also how long its `jti` is remembered.
 pub const DEFAULT_WINDOW: i64 = 300;
 /// How far (seconds) a proof's `iat` may be ahead of this server's clock.

@@ -51,6 +51,11 @@ fn es256_and_eddsa_proofs_verify_and_name_their_key() {
         assert_eq!(proof.jkt, signer.thumbprint());
         assert_eq!(proof.jkt.len(), 43);
     }
+    // RFC 9864's fully-specified name of EdDSA over Ed25519 (oauth4webapi signs with it).
+    let signer = ProofSigner::eddsa();
+    let header = json!({ "typ": "dpop+jwt", "alg": "Ed25519", "jwk": signer.jwk() });
+    let proof = check(&signer.sign_with_header(header, &claims()), None, None).unwrap();
+    assert_eq!(proof.jkt, signer.thumbprint());
 }
 
 #[test]
@@ -173,6 +178,6 @@ async fn replay_cache_accepts_a_jti_once_per_key() {
 fn challenge_names_error_and_algorithms() {
     assert_eq!(
         challenge(INVALID_DPOP_PROOF, None),
-        "DPoP error=\"invalid_dpop_proof\", algs=\"ES256 EdDSA RS256\""
+        "DPoP error=\"invalid_dpop_proof\", algs=\"ES256 EdDSA Ed25519 RS256\""
     );
 }
