@@ -224,6 +224,8 @@ pub struct ApplicationDraft {
     /// Authentication by client certificate (RFC 8705) in [`TlsClientAuth::parse`]'s form
     /// (`subject_dn:…`, `san_dns:…`, `self_signed:…`), or empty: by secret.
     pub tls_client_auth: String,
+    /// Ticked: every token request must come with a DPoP proof (RFC 9449).
+    pub dpop_required: bool,
 }
 
 impl ApplicationDraft {

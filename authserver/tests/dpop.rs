@@ -393,3 +393,72 @@ async fn metadata_lists_the_proof_algorithms() {
         assert!(algs.iter().any(|a| a == alg), "{metadata}");
     }
 }
+
+#[tokio::test]
+async fn an_application_that_requires_dpop_is_refused_without_a_proof() {
+    use authserver::jwt::KeyRing;
+    use authserver::registration::{self, Create, Registration};
+    use authserver::validation::{ApplicationDraft, OidcDraft};
+    let store = testing::store().await;
+    let settings = Settings::for_tests("unused");
+    let draft = ApplicationDraft {
+        name: "dpop only".into(),
+        client_type: "confidential".into(),
+        grant_type: "client-credentials".into(),
+        dpop_required: true,
+        ..ApplicationDraft::default()
+    };
+    let registration = Registration::check(&settings, &[], &draft, &OidcDraft::default()).unwrap();
+    let registered = registration::create(
+        &store,
+        &KeyRing::new(),
+        &settings,
+        Create {
+            registration: registration.clone(),
+            owner_id: None,
+            client_id: None,
+            client_secret: None,
+            dynamic: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(registered.app.dpop_required);
+    let client = (registered.app.client_id.clone(), registered.secret.unwrap());
+    let server = Server::start(store.clone(), |_| {}).await;
+    let form = [("grant_type", "client_credentials")];
+    let without = server.token(&client, &form, &[]).await;
+    assert_refused(
+        &without,
+        "invalid_dpop_proof",
+        "no proof from a client that requires DPoP",
+    );
+    let with = server
+        .token(&client, &form, &[&proof(&ProofSigner::es256())])
+        .await;
+    assert_eq!(with.status, 200, "{}", with.body);
+    assert_eq!(with.body["token_type"], "DPoP");
+    // The flag goes through an update of the registration too.
+    let mut registration = registration;
+    registration.dpop_required = false;
+    let updated = registration::update(
+        &store,
+        &KeyRing::new(),
+        &settings,
+        registered.app.id,
+        registration,
+        None,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(!updated.app.dpop_required);
+    assert!(
+        !store
+            .get_application(registered.app.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .dpop_required
+    );
+}

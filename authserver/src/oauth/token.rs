@@ -34,6 +34,11 @@ pub async fn token(
     let request = GrantRequest::parse(kind, &params)?;
     // The key the client proved (RFC 9449): the tokens are bound to it.
     let dpop_jkt = super::dpop::proven_key(&state, &headers).await?;
+    if app.dpop_required && dpop_jkt.is_none() {
+        return Err(OAuthError::InvalidDpopProof(
+            "This client must send a DPoP proof with every token request.",
+        ));
+    }
     let resources = params.get_all("resource");
     let issued_at = now();
     let client = Client {

@@ -116,6 +116,7 @@ pub(super) struct ApplicationColumns {
     pub may_use_ssf: i64,
     pub previous_secret_digest: Option<String>,
     pub previous_secret_expires_at: Option<i64>,
+    pub dpop_required: i64,
 }
 
 impl ApplicationColumns {
@@ -137,6 +138,7 @@ impl ApplicationColumns {
             may_introspect: self.may_introspect != 0,
             may_use_ssf: self.may_use_ssf != 0,
             pkce_required: self.pkce_required != 0,
+            dpop_required: self.dpop_required != 0,
             token_format: super::applications::parse_token_format(self.token_format)?,
             tls_client_auth: super::applications::parse_tls_client_auth(self.tls_client_auth)?,
             owner_id: self.owner_id,

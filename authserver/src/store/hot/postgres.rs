@@ -238,6 +238,7 @@ fn application(row: &PgRow) -> sqlx::Result<ApplicationColumns> {
         may_use_ssf: row.try_get(14)?,
         previous_secret_digest: row.try_get(15)?,
         previous_secret_expires_at: row.try_get(16)?,
+        dpop_required: row.try_get(17)?,
     })
 }
 

@@ -204,6 +204,7 @@ fn application(row: &Row) -> rusqlite::Result<ApplicationColumns> {
         may_use_ssf: row.get(14)?,
         previous_secret_digest: row.get(15)?,
         previous_secret_expires_at: row.get(16)?,
+        dpop_required: row.get(17)?,
     })
 }
 
