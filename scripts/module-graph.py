@@ -20,10 +20,10 @@ ROOT = pathlib.Path(os.environ.get("MODULE_GRAPH_ROOT") or pathlib.Path(__file__
 LAYERS = {
     "resource-server": [
         ["metrics", "bounded_body"],
-        ["bearer", "claims", "cors", "identity", "policy", "process", "introspection", "outage", "yaml", "config_error", "revoked"],
+        ["bearer", "claims", "cors", "identity", "policy", "process", "introspection", "outage", "yaml", "config_error", "revoked", "dpop"],
         ["rules"],
         ["decision", "checker", "forwarded", "client_cert", "protected_resource"],
-        ["audience"],
+        ["audience", "dpop_gate"],
         ["jwt", "settings", "ssf"],
         ["gate_config", "access_log"],
         ["gate"],

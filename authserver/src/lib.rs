@@ -61,12 +61,13 @@ impl AppState {
 
     /// [`AppState::new`] with this key ring (a test's shorter key cache).
     pub fn with_keys(settings: Settings, store: Store, keys: jwt::KeyRing) -> Self {
+        let dpop = Arc::new(oauth::DpopState::new(&settings));
         AppState(Arc::new(Shared {
             settings: Arc::new(settings),
             store,
             keys: Arc::new(keys),
             csrf_key: Arc::default(),
-            dpop: Arc::default(),
+            dpop,
         }))
     }
 }

@@ -475,6 +475,7 @@ mod tests {
             pkce_optional: true,
             token_format: "JWT".into(),
             tls_client_auth: "san_dns:app.example".into(),
+            dpop_required: false,
         };
         let refusals = application(&settings, &[], &draft).unwrap_err();
         for field in [

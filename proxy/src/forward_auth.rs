@@ -10,7 +10,7 @@ use http::{Response, StatusCode, header};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use resource_server::client_cert::cert_header;
-use resource_server::dpop::gate::SeenAs;
+use resource_server::dpop_gate::SeenAs;
 use resource_server::{CertThumbprint, Refusal};
 
 use crate::ingress::{ForwardAuthConfig, original};

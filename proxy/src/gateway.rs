@@ -22,7 +22,7 @@ use pingora::upstreams::peer::Peer as _;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use resource_server::access_log::AccessLine;
 use resource_server::cors::{self, CorsPolicy, Preflight};
-use resource_server::dpop::gate::SeenAs;
+use resource_server::dpop_gate::SeenAs;
 use resource_server::{EncodedIdentity, MetadataAnswer, Refusal};
 
 use crate::balance::{Lease, Pool, http_peer};

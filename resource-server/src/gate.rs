@@ -17,7 +17,7 @@ use crate::bearer::{Bearer, bearer_token};
 use crate::checker::TokenChecker;
 use crate::client_cert::{CertThumbprint, bind, forwarded_cert};
 use crate::decision::decide;
-use crate::dpop::gate::{DpopCheck, ProofRequest, SeenAs, dpop_scheme_token};
+use crate::dpop_gate::{DpopCheck, ProofRequest, SeenAs, dpop_scheme_token};
 use crate::forwarded::{ForwardedIdentity, ProxySecret};
 use crate::gate_config::{GateSettings, TokenSource};
 use crate::identity::EncodedIdentity;

@@ -21,11 +21,18 @@ pub struct DpopState {
     pub nonces: std::sync::Arc<Nonces>,
 }
 
-impl Default for DpopState {
-    fn default() -> Self {
+impl DpopState {
+    /// The state of a server with `settings`: its nonces under the key derived from the
+    /// key-encryption secrets when there are (every replica issues and accepts the same), else
+    /// under a random key of this process.
+    pub fn new(settings: &crate::config::Settings) -> DpopState {
+        let nonces = match &settings.key_encryption {
+            Some(keys) => Nonces::new(keys.dpop_nonce_key(), NONCE_PERIOD),
+            None => Nonces::random(NONCE_PERIOD),
+        };
         DpopState {
             replay: ReplayCache::new(REPLAY_CAPACITY, dpop::DEFAULT_WINDOW),
-            nonces: std::sync::Arc::new(Nonces::random(NONCE_PERIOD)),
+            nonces: std::sync::Arc::new(nonces),
         }
     }
 }

@@ -4,7 +4,6 @@
 //! ([`replay::ReplayCache`]); and server nonces ([`nonce::Nonces`]), stateless so that every
 //! replica and both servers of one origin accept each other's.
 
-pub mod gate;
 pub mod jwk;
 pub mod nonce;
 pub mod proof;
@@ -15,6 +14,26 @@ pub use jwk::thumbprint_matches;
 pub use nonce::Nonces;
 pub use proof::{Expected, Proof, ProofError, verify};
 pub use replay::ReplayCache;
+
+/// A route's `dpop:` setting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DpopPolicy {
+    /// A bound token must be proven; an unbound one passes as a bearer token (the default).
+    #[default]
+    Allowed,
+    /// Only a DPoP-bound token, proven, passes.
+    Required,
+}
+
+impl DpopPolicy {
+    pub fn parse(text: &str) -> Option<DpopPolicy> {
+        match text {
+            "allowed" => Some(DpopPolicy::Allowed),
+            "required" => Some(DpopPolicy::Required),
+            _ => None,
+        }
+    }
+}
 
 /// The request header that carries the proof.
 pub const DPOP_HEADER: &str = "dpop";

@@ -50,7 +50,7 @@ pub struct Route {
     /// CORS header and forwards preflights as any request.
     pub cors: Option<Arc<CorsPolicy>>,
     /// `dpop:`: whether only DPoP-bound tokens pass (a bound one is held to its key anyway).
-    pub dpop: crate::dpop::gate::DpopPolicy,
+    pub dpop: crate::dpop::DpopPolicy,
     matcher: Matcher,
     methods: Option<Vec<Method>>,
     index: usize,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use http::Method;
 
 use crate::cors::CorsPolicy;
-use crate::dpop::gate::DpopPolicy;
+use crate::dpop::DpopPolicy;
 
 use super::matcher::{Matcher, parse_pattern};
 use super::schema::{RouteSpec, ScopesSpec};

@@ -1,5 +1,5 @@
-//! The gate's half of DPoP (RFC 9449 §7): a token bound to a key (`cnf.jkt`, from introspection
-//! or a JWT) stands only under the `DPoP` scheme with a proof of that key for this very request
+//! The gate's half of DPoP (RFC 9449 §7), over [`crate::dpop`]: a token bound to a key
+//! (`cnf.jkt`, from introspection or a JWT) stands only under the `DPoP` scheme with a proof of that key for this very request
 //! (`htm`, `htu` as the client saw it, `ath` of the token, a `jti` not seen within the window);
 //! sent as a bearer token it is refused (§7.2). A route's `dpop: required` refuses unbound
 //! tokens too.
@@ -7,8 +7,8 @@
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
 
-use super::{Expected, ProofError, ReplayCache};
 use crate::decision::{Credential, DpopRefusal};
+use crate::dpop::{self, DpopPolicy, Expected, ProofError, ReplayCache};
 
 /// How old a proof may be at the gate (seconds): each request carries a new one, so a short
 /// window keeps the replay cache small.
@@ -17,26 +17,6 @@ pub const GATE_WINDOW: i64 = 60;
 /// past it the least recently seen are forgotten first.
 pub const GATE_REPLAY_CAPACITY: u64 = 1_000_000;
 
-/// A route's `dpop:` setting.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum DpopPolicy {
-    /// A bound token must be proven; an unbound one passes as a bearer token (the default).
-    #[default]
-    Allowed,
-    /// Only a DPoP-bound token, proven, passes.
-    Required,
-}
-
-impl DpopPolicy {
-    pub fn parse(text: &str) -> Option<DpopPolicy> {
-        match text {
-            "allowed" => Some(DpopPolicy::Allowed),
-            "required" => Some(DpopPolicy::Required),
-            _ => None,
-        }
-    }
-}
-
 /// The token of `Authorization: DPoP <token>` (scheme case-insensitive): `None` under another
 /// scheme (or none), `Err` for an empty, overlong or malformed token, or two headers.
 pub fn dpop_scheme_token(headers: &HeaderMap) -> Option<Result<&str, &'static str>> {
@@ -44,7 +24,7 @@ pub fn dpop_scheme_token(headers: &HeaderMap) -> Option<Result<&str, &'static st
     let value = values.next()?;
     let text = value.to_str().ok()?.trim_matches(' ');
     let (scheme, token) = text.split_once(' ').unwrap_or((text, ""));
-    if !scheme.eq_ignore_ascii_case(super::SCHEME) {
+    if !scheme.eq_ignore_ascii_case(dpop::SCHEME) {
         return None;
     }
     if values.next().is_some() {
@@ -101,7 +81,7 @@ impl ProofRequest<'_> {
             .as_deref()
             .into_iter()
             .chain(self.resource_origin)
-            .filter_map(|origin| super::normalize_htu(&format!("{origin}{path}")))
+            .filter_map(|origin| dpop::normalize_htu(&format!("{origin}{path}")))
             .collect()
     }
 }
@@ -164,30 +144,27 @@ impl DpopCheck {
         };
         let proven = match self.proof(request, token) {
             Ok(proven) => proven,
-            Err(ProofError::Invalid(why)) => return refusal(super::INVALID_DPOP_PROOF, why),
+            Err(ProofError::Invalid(why)) => return refusal(dpop::INVALID_DPOP_PROOF, why),
             Err(ProofError::UseNonce) => {
-                return refusal(super::USE_DPOP_NONCE, ProofError::UseNonce.description());
+                return refusal(dpop::USE_DPOP_NONCE, ProofError::UseNonce.description());
             }
         };
         match jkt {
-            Some(jkt) if !super::thumbprint_matches(jkt, &proven.jkt) => {
-                return refusal(super::INVALID_DPOP_PROOF, OTHER_KEY);
+            Some(jkt) if !dpop::thumbprint_matches(jkt, &proven.jkt) => {
+                return refusal(dpop::INVALID_DPOP_PROOF, OTHER_KEY);
             }
             None if policy == DpopPolicy::Required => return refusal("invalid_token", NOT_BOUND),
             _ => {}
         }
         if !self.replay.first_use(&proven.jkt, &proven.jti).await {
-            return refusal(
-                super::INVALID_DPOP_PROOF,
-                "The DPoP proof was used already.",
-            );
+            return refusal(dpop::INVALID_DPOP_PROOF, "The DPoP proof was used already.");
         }
         credential
     }
 
     /// The request's one proof, checked against it.
-    fn proof(&self, request: &ProofRequest<'_>, token: &str) -> Result<super::Proof, ProofError> {
-        let mut values = request.headers.get_all(super::DPOP_HEADER).iter();
+    fn proof(&self, request: &ProofRequest<'_>, token: &str) -> Result<dpop::Proof, ProofError> {
+        let mut values = request.headers.get_all(dpop::DPOP_HEADER).iter();
         let (Some(value), None) = (values.next(), values.next()) else {
             return Err(ProofError::Invalid("Send exactly one DPoP proof."));
         };
@@ -198,7 +175,7 @@ impl DpopCheck {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
-        super::verify(
+        dpop::verify(
             proof,
             &Expected {
                 htm: request.method.as_str(),
