@@ -222,3 +222,174 @@ pub fn client_origin(
     }
     Some(format!("{scheme}://{host}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::claims::{Claims, Confirmation};
+    use crate::dpop::signer::ProofSigner;
+    use http::{HeaderValue, Method, Uri};
+    use std::sync::Arc;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    fn claims(jkt: Option<&str>) -> Credential {
+        Credential::Checked(Arc::new(Claims {
+            active: true,
+            cnf: jkt.map(|jkt| Confirmation {
+                x5t_s256: None,
+                jkt: Some(jkt.to_owned()),
+            }),
+            ..Claims::default()
+        }))
+    }
+
+    fn now() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    }
+
+    #[test]
+    fn the_dpop_scheme_and_its_token() {
+        assert_eq!(dpop_scheme_token(&headers(&[])), None);
+        assert_eq!(
+            dpop_scheme_token(&headers(&[("authorization", "Bearer abc")])),
+            None
+        );
+        assert_eq!(
+            dpop_scheme_token(&headers(&[("authorization", "dpop abc.def-_~+/=")])),
+            Some(Ok("abc.def-_~+/="))
+        );
+        for bad in ["DPoP", "DPoP a b", "DPoP a\"b"] {
+            assert!(
+                matches!(
+                    dpop_scheme_token(&headers(&[("authorization", bad)])),
+                    Some(Err(_))
+                ),
+                "{bad}"
+            );
+        }
+        let two = headers(&[("authorization", "DPoP a"), ("authorization", "DPoP b")]);
+        assert_eq!(
+            dpop_scheme_token(&two),
+            Some(Err(crate::bearer::MULTIPLE_HEADERS))
+        );
+    }
+
+    #[test]
+    fn the_origin_the_client_saw() {
+        let uri: Uri = "/users/?a=1".parse().unwrap();
+        let h = headers(&[
+            ("host", "api.internal:8080"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "api.example"),
+        ]);
+        assert_eq!(
+            client_origin("http", &uri, &h, false).as_deref(),
+            Some("http://api.internal:8080")
+        );
+        assert_eq!(
+            client_origin("http", &uri, &h, true).as_deref(),
+            Some("https://api.example")
+        );
+        let absolute: Uri = "https://h2.example/users/".parse().unwrap();
+        assert_eq!(
+            client_origin("https", &absolute, &h, false).as_deref(),
+            Some("https://h2.example")
+        );
+        assert_eq!(client_origin("http", &uri, &headers(&[]), false), None);
+        assert_eq!(
+            client_origin("http", &uri, &headers(&[("host", "a@b")]), false),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn bound_tokens_need_their_key_and_required_routes_a_bound_token() {
+        let check = DpopCheck::default();
+        let signer = ProofSigner::eddsa();
+        let (method, uri) = (Method::GET, "/r".parse::<Uri>().unwrap());
+        let url = "http://api.example/r";
+        let request = |h: &'static HeaderMap, token: Option<&'static str>| ProofRequest {
+            method: &method,
+            uri: &uri,
+            headers: h,
+            dpop_token: token,
+            seen: SeenAs::Listener("http"),
+            resource_origin: None,
+        };
+        let bare: &'static HeaderMap = Box::leak(Box::new(headers(&[("host", "api.example")])));
+        let bound = claims(Some(&signer.thumbprint()));
+        let refused = |c: Credential| match c {
+            Credential::Dpop(r) => (r.error, r.description),
+            other => panic!("not refused: {other:?}"),
+        };
+        // Bearer: a bound token is refused, an unbound one passes unless the route requires DPoP.
+        let as_bearer = check
+            .screen(bound.clone(), &request(bare, None), DpopPolicy::Allowed)
+            .await;
+        assert_eq!(refused(as_bearer), ("invalid_token", BOUND_AS_BEARER));
+        assert_eq!(
+            check
+                .screen(claims(None), &request(bare, None), DpopPolicy::Allowed)
+                .await,
+            claims(None)
+        );
+        let required = check
+            .screen(claims(None), &request(bare, None), DpopPolicy::Required)
+            .await;
+        assert_eq!(refused(required), ("invalid_token", NOT_BOUND));
+        // Under DPoP with a proof of the key: passes once.
+        let proof = signer.proof("GET", url, now(), Some("tok"));
+        let with: &'static HeaderMap = Box::leak(Box::new(headers(&[
+            ("host", "api.example"),
+            ("dpop", &proof),
+        ])));
+        let ok = check
+            .screen(
+                bound.clone(),
+                &request(with, Some("tok")),
+                DpopPolicy::Required,
+            )
+            .await;
+        assert_eq!(ok, bound);
+        let replay = check
+            .screen(
+                bound.clone(),
+                &request(with, Some("tok")),
+                DpopPolicy::Required,
+            )
+            .await;
+        assert_eq!(refused(replay).0, dpop::INVALID_DPOP_PROOF);
+        // Another key's proof.
+        let other = ProofSigner::eddsa().proof("GET", url, now(), Some("tok"));
+        let with_other: &'static HeaderMap = Box::leak(Box::new(headers(&[
+            ("host", "api.example"),
+            ("dpop", &other),
+        ])));
+        let refusal = check
+            .screen(
+                bound.clone(),
+                &request(with_other, Some("tok")),
+                DpopPolicy::Allowed,
+            )
+            .await;
+        assert_eq!(refused(refusal), (dpop::INVALID_DPOP_PROOF, OTHER_KEY));
+        // Inactive claims are left to the decision.
+        let inactive = Credential::Checked(Arc::new(Claims::inactive()));
+        assert_eq!(
+            check
+                .screen(inactive.clone(), &request(bare, None), DpopPolicy::Required)
+                .await,
+            inactive
+        );
+    }
+}
