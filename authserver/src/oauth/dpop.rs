@@ -8,8 +8,8 @@ use crate::store::now;
 use axum::http::HeaderMap;
 use resource_server::dpop::{self, Expected, Nonces, ProofError, ReplayCache};
 
-/// Proofs this process remembers (per replica: a replayed proof sent to another replica
-/// within the window is caught only when nonces are required, see `docs`).
+/// Proofs this process remembers (per replica: a proof replayed to another replica within the
+/// window is not caught here, docs/dpop.md).
 const REPLAY_CAPACITY: u64 = 100_000;
 
 /// How long one nonce slot lasts (seconds): a nonce is good for one to two of them.
@@ -79,7 +79,7 @@ pub async fn proven_key(
         ProofError::Invalid(description) => OAuthError::InvalidDpopProof(description),
         ProofError::UseNonce => OAuthError::UseDpopNonce(nonces.issue(now)),
     })?;
-    if !state.dpop.replay.first_use(&proven.jkt, &proven.jti).await {
+    if !state.dpop.replay.first_use(&proven.jkt, &proven.jti) {
         return Err(OAuthError::InvalidDpopProof(
             "The DPoP proof was used already.",
         ));

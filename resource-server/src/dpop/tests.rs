@@ -166,12 +166,27 @@ fn nonces_are_required_current_and_shared_by_one_key() {
     );
 }
 
-#[tokio::test]
-async fn replay_cache_accepts_a_jti_once_per_key() {
+#[test]
+fn replay_cache_accepts_a_jti_once_per_key() {
     let cache = ReplayCache::new(1000, DEFAULT_WINDOW);
-    assert!(cache.first_use("key", "jti-1").await);
-    assert!(!cache.first_use("key", "jti-1").await);
-    assert!(cache.first_use("other key", "jti-1").await);
+    assert!(cache.first_use("key", "jti-1"));
+    assert!(!cache.first_use("key", "jti-1"));
+    assert!(cache.first_use("other key", "jti-1"));
+    assert_eq!(cache.len(), 2);
+}
+
+#[test]
+fn replay_cache_keeps_a_window_of_proofs_within_its_capacity() {
+    // 16 shards of two generations of 100: about 3 200 proofs at most.
+    let cache = ReplayCache::new(3_200, DEFAULT_WINDOW);
+    for i in 0..10_000 {
+        assert!(cache.first_use("key", &i.to_string()));
+    }
+    assert!(cache.len() <= 3_200, "{}", cache.len());
+    // The most recent are still remembered.
+    for i in 9_900..10_000 {
+        assert!(!cache.first_use("key", &i.to_string()), "{i}");
+    }
 }
 
 #[test]
