@@ -104,6 +104,7 @@ impl Door {
                 auth_time: Some(authserver::store::now()),
                 resource: None,
                 session_key: Some(key),
+                dpop_jkt: None,
             })
             .await
             .unwrap();

@@ -6,6 +6,8 @@
 //! The proofs are signed here with `resource_server::dpop::signer`; tests/browser/dpop.mjs signs
 //! them with panva's oauth4webapi (`tests/dpop_clients.rs` at the root).
 
+mod support;
+
 use authserver::config::{AccessTokenFormat, Settings};
 use authserver::store::{GrantType, Store};
 use authserver::testing;
@@ -460,5 +462,83 @@ async fn an_application_that_requires_dpop_is_refused_without_a_proof() {
             .unwrap()
             .unwrap()
             .dpop_required
+    );
+}
+
+#[tokio::test]
+async fn a_code_requested_for_a_key_is_exchanged_only_with_a_proof_of_it() {
+    use authserver::store::ClientType;
+    use support::code_flow::{Fixture, REDIRECT, code_of, pkce_pair};
+    let f = Fixture::start(testing::store().await, |_| {}).await;
+    let client = f.client(ClientType::Confidential, true, &[]).await;
+    let cookie = f.alice().await;
+    let signer = ProofSigner::es256();
+    let jkt = signer.thumbprint();
+    // A code for the key (RFC 9449 §10), through the consent page (its hidden fields keep it).
+    let code_for = |jkt: String, challenge: String| {
+        let f = &f;
+        let client = &client;
+        let cookie = &cookie;
+        async move {
+            let path = Fixture::authorize_path(&[
+                ("response_type", Some("code")),
+                ("client_id", Some(&client.id)),
+                ("redirect_uri", Some(REDIRECT)),
+                ("scope", Some("read")),
+                ("state", Some("st")),
+                ("code_challenge", Some(&challenge)),
+                ("code_challenge_method", Some("S256")),
+                ("dpop_jkt", Some(&jkt)),
+            ]);
+            let page = f.get(&path, Some(cookie)).await;
+            let reply = if page.status == reqwest::StatusCode::OK {
+                f.decide(cookie, &page, "allow").await
+            } else {
+                page
+            };
+            reply.redirected_to(REDIRECT)
+        }
+    };
+    let exchange = |code: String, verifier: String, proof: Option<String>| {
+        let f = &f;
+        let client = &client;
+        async move {
+            let mut request = f.exchange_request(client, &code, Some(REDIRECT), Some(&verifier));
+            if let Some(proof) = proof {
+                request = request.header("DPoP", proof);
+            }
+            f.send(request, None).await
+        }
+    };
+    let token_url = format!("{}/o/token/", f.issuer);
+    for (what, proof) in [
+        ("no proof", None),
+        (
+            "another key",
+            Some(ProofSigner::es256().proof("POST", &token_url, now(), None)),
+        ),
+    ] {
+        let (verifier, challenge) = pkce_pair();
+        let code = code_of(&code_for(jkt.clone(), challenge).await);
+        let reply = exchange(code, verifier, proof).await;
+        assert_eq!(reply.status, 400, "{what}: {}", reply.body);
+        assert_eq!(reply.json()["error"], "invalid_dpop_proof", "{what}");
+    }
+    let (verifier, challenge) = pkce_pair();
+    let code = code_of(&code_for(jkt.clone(), challenge).await);
+    let reply = exchange(
+        code,
+        verifier,
+        Some(signer.proof("POST", &token_url, now(), None)),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["token_type"], "DPoP");
+    // A dpop_jkt that is no thumbprint: invalid_request back to the client.
+    let (_, challenge) = pkce_pair();
+    let refused = code_for("not-a-thumbprint".into(), challenge).await;
+    assert_eq!(
+        refused.get("error").map(String::as_str),
+        Some("invalid_request")
     );
 }

@@ -98,6 +98,7 @@ async fn spent_code(store: &Store, app: i64, user: i64, expires_at: i64) -> Stri
             auth_time: None,
             resource: None,
             session_key: None,
+            dpop_jkt: None,
         })
         .await
         .unwrap();

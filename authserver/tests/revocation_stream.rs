@@ -305,6 +305,7 @@ async fn every_change_that_ends_tokens_is_a_verified_set_with_its_subject() {
                 auth_time: None,
                 resource: None,
                 session_key: None,
+                dpop_jkt: None,
             })
             .await
             .unwrap();

@@ -281,6 +281,8 @@ async fn authorization_code(
         code_verifier,
         now(),
     )?;
+    // RFC 9449 §10: a code whose request named a key is exchanged with a proof of that key.
+    same_key(record.dpop_jkt.as_deref(), client.dpop_jkt.as_deref())?;
     let user = match state.store.get_user(record.user_id).await? {
         Some(user) if user.is_active => user,
         _ => return Err(INVALID),
@@ -447,18 +449,19 @@ async fn refresh(
 }
 
 /// A refresh token bound to a DPoP key (RFC 9449 §5.0, §5.2) is spent only with a proof of
-/// that key, whoever the client is: bound refresh tokens are not kept to public clients here.
+/// that key, whoever the client is (bound refresh tokens are not kept to public clients here);
+/// so is a code whose request named a key (§10).
 fn same_key(bound: Option<&str>, proven: Option<&str>) -> Result<(), OAuthError> {
     match (bound, proven) {
         (None, _) => Ok(()),
         (Some(_), None) => Err(OAuthError::InvalidDpopProof(
-            "The refresh token is bound to a DPoP key: send a proof of it.",
+            "The grant (refresh token or code) is bound to a DPoP key: send a proof of it.",
         )),
         (Some(bound), Some(proven)) if resource_server::dpop::thumbprint_matches(bound, proven) => {
             Ok(())
         }
         (Some(_), Some(_)) => Err(OAuthError::InvalidDpopProof(
-            "The refresh token is bound to another DPoP key.",
+            "The grant (refresh token or code) is bound to another DPoP key.",
         )),
     }
 }
