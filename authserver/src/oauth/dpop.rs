@@ -95,3 +95,21 @@ pub fn next_nonce(state: &AppState) -> Option<String> {
         .dpop_nonce_required
         .then(|| state.dpop.nonces.issue(now()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Replicas given the same key-encryption secrets accept each other's nonces; a server
+    /// without them makes its own.
+    #[test]
+    fn replicas_with_the_same_secrets_share_nonces() {
+        let mut settings = crate::config::Settings::for_tests("unused");
+        settings.key_encryption = Some(crate::testing::key_encryption());
+        let (one, two) = (DpopState::new(&settings), DpopState::new(&settings));
+        let nonce = one.nonces.issue(now());
+        assert!(two.nonces.is_current(&nonce, now()));
+        let alone = DpopState::new(&crate::config::Settings::for_tests("unused"));
+        assert!(!alone.nonces.is_current(&nonce, now()));
+    }
+}
