@@ -188,7 +188,7 @@ fn active_claims<'a>(found: &'a Introspected, default_audience: &'a str) -> Acti
         active: true,
         aud,
         client_id: &record.client_id,
-        cnf: (record.cnf_x5t_s256.is_some() || record.cnf_jkt.is_some()).then(|| Confirmation {
+        cnf: (record.cnf_x5t_s256.is_some() || record.cnf_jkt.is_some()).then_some(Confirmation {
             jkt: record.cnf_jkt.as_deref(),
             x5t_s256: record.cnf_x5t_s256.as_deref(),
         }),

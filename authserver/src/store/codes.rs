@@ -72,7 +72,7 @@ impl CodeRecord {
 #[derive(Debug)]
 pub enum CodeOutcome {
     /// First presentation: the code is spent now (whatever the checks that follow decide).
-    Claimed(CodeRecord),
+    Claimed(Box<CodeRecord>),
     /// Never issued (or long forgotten).
     Unknown,
     /// Presented before: the family of the tokens issued from it is revoked.
@@ -143,7 +143,7 @@ impl Store {
             (claimed, family)
         };
         if let Some(row) = claimed {
-            return Ok(CodeOutcome::Claimed(CodeRecord {
+            return Ok(CodeOutcome::Claimed(Box::new(CodeRecord {
                 application_id: row.try_get("application_id")?,
                 user_id: row.try_get("user_id")?,
                 redirect_uri: row.try_get("redirect_uri")?,
@@ -155,7 +155,7 @@ impl Store {
                 auth_time: row.try_get("auth_time")?,
                 resource: row.try_get("resource")?,
                 dpop_jkt: row.try_get("dpop_jkt")?,
-            }));
+            })));
         }
         // After the pause of the hot path's writer ends: the revocation goes through it.
         match family {
