@@ -466,7 +466,7 @@ async fn an_application_that_requires_dpop_is_refused_without_a_proof() {
 }
 
 #[tokio::test]
-async fn a_code_requested_for_a_key_is_exchanged_only_with_a_proof_of_it() {
+async fn a_code_requested_for_a_key_is_exchanged_only_with_a_proof_of_it_and_userinfo_takes_dpop() {
     use authserver::store::ClientType;
     use support::code_flow::{Fixture, REDIRECT, code_of, pkce_pair};
     let f = Fixture::start(testing::store().await, |_| {}).await;
@@ -484,7 +484,7 @@ async fn a_code_requested_for_a_key_is_exchanged_only_with_a_proof_of_it() {
                 ("response_type", Some("code")),
                 ("client_id", Some(&client.id)),
                 ("redirect_uri", Some(REDIRECT)),
-                ("scope", Some("read")),
+                ("scope", Some("openid read")),
                 ("state", Some("st")),
                 ("code_challenge", Some(&challenge)),
                 ("code_challenge_method", Some("S256")),
@@ -534,6 +534,44 @@ async fn a_code_requested_for_a_key_is_exchanged_only_with_a_proof_of_it() {
     .await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.json()["token_type"], "DPoP");
+
+    // The UserInfo endpoint takes the token under the DPoP scheme with a proof of its key,
+    // and refuses it as a bearer token or with a proof for another URL (RFC 9449 §7).
+    let token = reply.json()["access_token"].as_str().unwrap().to_owned();
+    let userinfo_url = format!("{}/o/userinfo/", f.issuer);
+    let userinfo = |authorization: String, proof: Option<String>| {
+        let f = &f;
+        async move {
+            let mut request = f
+                .http
+                .get(f.url("/o/userinfo/"))
+                .header("authorization", authorization);
+            if let Some(proof) = proof {
+                request = request.header("DPoP", proof);
+            }
+            f.send(request, None).await
+        }
+    };
+    let proof = signer.proof("GET", &userinfo_url, now(), Some(&token));
+    let claims = userinfo(format!("DPoP {token}"), Some(proof.clone())).await;
+    assert_eq!(claims.status, 200, "{}", claims.body);
+    assert!(claims.json()["sub"].is_string());
+    let challenge = |reply: &support::code_flow::Reply| {
+        reply.headers["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    let replay = userinfo(format!("DPoP {token}"), Some(proof)).await;
+    assert_eq!(replay.status, 401);
+    assert!(challenge(&replay).starts_with("DPoP error=\"invalid_dpop_proof\""));
+    let elsewhere = signer.proof("GET", &token_url, now(), Some(&token));
+    let wrong = userinfo(format!("DPoP {token}"), Some(elsewhere)).await;
+    assert_eq!(wrong.status, 401);
+    assert!(challenge(&wrong).starts_with("DPoP error=\"invalid_dpop_proof\""));
+    let bearer = userinfo(format!("Bearer {token}"), None).await;
+    assert_eq!(bearer.status, 401);
+    assert!(challenge(&bearer).starts_with("DPoP error=\"invalid_token\""));
     // A dpop_jkt that is no thumbprint: invalid_request back to the client.
     let (_, challenge) = pkce_pair();
     let refused = code_for("not-a-thumbprint".into(), challenge).await;
