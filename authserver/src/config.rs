@@ -1485,4 +1485,26 @@ mod tests {
         );
         assert!(check_environment(["AUTHSERVER_PURGE_INTERVAL"]).is_ok());
     }
+
+    #[test]
+    fn dpop_nonce_is_off_or_required() {
+        let read = |text: &str| Settings::from_yaml(text, "a.yaml");
+        assert!(
+            !read("issuer: https://as.example\n")
+                .unwrap()
+                .dpop_nonce_required
+        );
+        assert!(
+            read("issuer: https://as.example\ndpop_nonce: required\n")
+                .unwrap()
+                .dpop_nonce_required
+        );
+        assert!(
+            !read("issuer: https://as.example\ndpop_nonce: off\n")
+                .unwrap()
+                .dpop_nonce_required
+        );
+        let err = read("issuer: https://as.example\ndpop_nonce: sometimes\n").unwrap_err();
+        assert!(err.to_string().contains("off or required"), "{err}");
+    }
 }
