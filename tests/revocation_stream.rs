@@ -105,6 +105,7 @@ impl Door {
                 amr: None,
                 resource: None,
                 session_key: Some(key),
+                dpop_jkt: None,
             })
             .await
             .unwrap();

@@ -319,6 +319,10 @@ pub struct CreateApp {
     /// JWKS keys' x5c). Its tokens are bound to the certificate.
     #[arg(long, value_name = "KIND:VALUE")]
     tls_client_auth: Option<String>,
+    /// Refuse this client's token requests that come without a DPoP proof (RFC 9449): all its
+    /// tokens are bound to its key.
+    #[arg(long)]
+    dpop_required: bool,
     /// OpenID Connect: a post-logout redirect URI (repeatable; the redirect URI rules, matched
     /// exactly).
     #[arg(long = "post-logout-redirect-uri", value_name = "URI")]

@@ -44,6 +44,7 @@ struct RawSettings {
     dynamic_registration: Option<String>,
     dynamic_registration_scopes: Option<Vec<String>>,
     require_mfa_for_staff: Option<bool>,
+    dpop_nonce: Option<String>,
 }
 
 /// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
@@ -90,7 +91,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 27] = [
+const KEYS: [&str; 28] = [
     "listen",
     "issuer",
     "database_url",
@@ -118,6 +119,7 @@ const KEYS: [&str; 27] = [
     "dynamic_registration",
     "dynamic_registration_scopes",
     "require_mfa_for_staff",
+    "dpop_nonce",
 ];
 
 /// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
@@ -238,6 +240,9 @@ pub struct Settings {
     /// `introspection` nor the revocation stream's). Default: `default_scopes` and OpenID
     /// Connect's.
     pub dynamic_registration_scopes: Vec<String>,
+    /// Whether a DPoP proof at the token endpoint must carry a nonce this server issued (RFC
+    /// 9449 §8; `dpop_nonce: required`, default `off`).
+    pub dpop_nonce_required: bool,
 }
 
 /// The operator's policy for dynamic client registration (RFC 7591).
@@ -414,6 +419,17 @@ impl Settings {
             &scopes,
             &default_scopes,
         )?;
+        let (origin, dpop_nonce) = source.pick("dpop_nonce", raw.dpop_nonce);
+        let dpop_nonce_required = match dpop_nonce.as_deref().map(str::trim) {
+            None | Some("off") => false,
+            Some("required") => true,
+            Some(other) => {
+                return Err(fail(
+                    &origin,
+                    format!("\"{other}\" is not a policy (off or required)"),
+                ));
+            }
+        };
         let (origin, metrics_listen) = source.pick("metrics_listen", raw.metrics_listen);
         let metrics_listen = metrics_listen
             .map(|text| {
@@ -466,6 +482,7 @@ impl Settings {
             metrics_listen,
             dynamic_registration,
             dynamic_registration_scopes,
+            dpop_nonce_required,
         })
     }
 
@@ -531,6 +548,7 @@ impl Settings {
                 "profile".into(),
                 "email".into(),
             ],
+            dpop_nonce_required: false,
         }
     }
 }
@@ -1559,5 +1577,27 @@ mod tests {
             "{err}"
         );
         assert!(check_environment(["AUTHSERVER_PURGE_INTERVAL"]).is_ok());
+    }
+
+    #[test]
+    fn dpop_nonce_is_off_or_required() {
+        let read = |text: &str| Settings::from_yaml(text, "a.yaml");
+        assert!(
+            !read("issuer: https://as.example\n")
+                .unwrap()
+                .dpop_nonce_required
+        );
+        assert!(
+            read("issuer: https://as.example\ndpop_nonce: required\n")
+                .unwrap()
+                .dpop_nonce_required
+        );
+        assert!(
+            !read("issuer: https://as.example\ndpop_nonce: off\n")
+                .unwrap()
+                .dpop_nonce_required
+        );
+        let err = read("issuer: https://as.example\ndpop_nonce: sometimes\n").unwrap_err();
+        assert!(err.to_string().contains("off or required"), "{err}");
     }
 }

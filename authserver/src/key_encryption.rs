@@ -32,6 +32,8 @@ pub struct KeyEncryption {
 struct Kek {
     id: String,
     key: LessSafeKey,
+    /// The key of DPoP nonces (RFC 9449 §8), the same in every process given the secret.
+    nonce_key: [u8; 32],
 }
 
 impl std::fmt::Debug for KeyEncryption {
@@ -107,6 +109,12 @@ impl KeyEncryption {
     /// The ids of every KEK, the encrypting one first.
     pub fn ids(&self) -> Vec<&str> {
         self.keks.iter().map(|k| k.id.as_str()).collect()
+    }
+
+    /// The key DPoP nonces are made under (derived from the first secret): every replica
+    /// given the same secrets issues and accepts the same nonces.
+    pub fn dpop_nonce_key(&self) -> &[u8] {
+        &self.keks[0].nonce_key
     }
 
     /// Where the secrets came from (the variable or file), for messages.
@@ -188,9 +196,14 @@ impl Kek {
         prk.expand(&[b"key id".as_slice()], Len(id.len()))
             .and_then(|okm| okm.fill(&mut id))
             .expect("HKDF-SHA256 yields 8 bytes");
+        let mut nonce_key = [0u8; 32];
+        prk.expand(&[b"dpop nonces".as_slice()], Len(nonce_key.len()))
+            .and_then(|okm| okm.fill(&mut nonce_key))
+            .expect("HKDF-SHA256 yields 32 bytes");
         Kek {
             id: hex::encode(id),
             key: LessSafeKey::new(key),
+            nonce_key,
         }
     }
 }

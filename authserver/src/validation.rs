@@ -224,6 +224,8 @@ pub struct ApplicationDraft {
     /// Authentication by client certificate (RFC 8705) in [`TlsClientAuth::parse`]'s form
     /// (`subject_dn:…`, `san_dns:…`, `self_signed:…`), or empty: by secret.
     pub tls_client_auth: String,
+    /// Ticked: every token request must come with a DPoP proof (RFC 9449).
+    pub dpop_required: bool,
 }
 
 impl ApplicationDraft {
@@ -478,6 +480,7 @@ mod tests {
             pkce_optional: true,
             token_format: "JWT".into(),
             tls_client_auth: "san_dns:app.example".into(),
+            dpop_required: false,
         };
         let refusals = application(&settings, &[], &draft).unwrap_err();
         for field in [

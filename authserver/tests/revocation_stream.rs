@@ -306,6 +306,7 @@ async fn every_change_that_ends_tokens_is_a_verified_set_with_its_subject() {
                 amr: None,
                 resource: None,
                 session_key: None,
+                dpop_jkt: None,
             })
             .await
             .unwrap();

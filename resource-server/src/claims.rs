@@ -104,29 +104,35 @@ impl std::fmt::Debug for IdentityMemo {
     }
 }
 
-/// A token's `cnf` (confirmation) claim: to whom the token is bound. Only the certificate
-/// thumbprint is understood; a `cnf` without it (e.g. a DPoP `jkt`) binds the token by a means
-/// the gate cannot check, and the token is refused ([`crate::client_cert::bind`]).
+/// A token's `cnf` (confirmation) claim: to whom the token is bound. The certificate thumbprint
+/// ([`crate::client_cert::bind`]) and the DPoP key thumbprint ([`crate::dpop::gate`]) are
+/// understood; a `cnf` with neither binds the token by a means the gate cannot check, and the
+/// token is refused.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Confirmation {
     /// `x5t#S256`: the base64url SHA-256 of the client certificate (DER) the token is bound to.
     #[serde(rename = "x5t#S256", skip_serializing_if = "Option::is_none")]
     pub x5t_s256: Option<String>,
+    /// `jkt`: the RFC 7638 thumbprint of the DPoP key the token is bound to (RFC 9449 §6).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jkt: Option<String>,
 }
 
 impl Confirmation {
-    /// Reads `cnf`: absent or `null` is `None`; an object whose `x5t#S256`, when there, is a
-    /// string. Anything else is an error naming what was expected.
+    /// Reads `cnf`: absent or `null` is `None`; an object whose `x5t#S256` and `jkt`, when
+    /// there, are strings. Anything else is an error naming what was expected.
     pub fn read(value: Option<&Value>) -> Result<Option<Confirmation>, &'static str> {
+        let member = |map: &serde_json::Map<String, Value>, name: &str| match map.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(CNF),
+        };
         match value {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::Object(map)) => match map.get("x5t#S256") {
-                None => Ok(Some(Confirmation::default())),
-                Some(Value::String(s)) => Ok(Some(Confirmation {
-                    x5t_s256: Some(s.clone()),
-                })),
-                Some(_) => Err(CNF),
-            },
+            Some(Value::Object(map)) => Ok(Some(Confirmation {
+                x5t_s256: member(map, "x5t#S256")?,
+                jkt: member(map, "jkt")?,
+            })),
             Some(_) => Err(CNF),
         }
     }
@@ -151,7 +157,7 @@ const BOOLEAN: &str = "a JSON boolean";
 const STRING: &str = "a string";
 const SCOPE: &str = "a string or an array of strings";
 const TIME: &str = "a JSON number of seconds from 0 to 253402300799";
-const CNF: &str = "an object whose x5t#S256 is a string";
+const CNF: &str = "an object whose x5t#S256 and jkt are strings";
 
 impl Claims {
     /// The answer for an unknown, expired or revoked token: `{"active": false}`.
@@ -552,7 +558,9 @@ mod tests {
         let c = parse(r#"{"active":true,"cnf":{"x5t#S256":"abc","jkt":"x"}}"#);
         assert_eq!(c.cnf.unwrap().x5t_s256.as_deref(), Some("abc"));
         assert_eq!(parse(r#"{"active":true,"cnf":null}"#).cnf, None);
-        let other = parse(r#"{"active":true,"cnf":{"jkt":"x"}}"#);
+        let dpop = parse(r#"{"active":true,"cnf":{"jkt":"x"}}"#);
+        assert_eq!(dpop.cnf.unwrap().jkt.as_deref(), Some("x"));
+        let other = parse(r#"{"active":true,"cnf":{"x5t":"x"}}"#);
         assert_eq!(other.cnf, Some(Confirmation::default()));
         for bad in [
             r#"{"cnf":"abc"}"#,

@@ -24,6 +24,16 @@ pub enum Credential {
     Invalid(&'static str),
     /// The check could not be made (503, fail closed): authorization server or keys unreachable.
     Unavailable,
+    /// Refused by DPoP (RFC 9449 §7): a 401 with a `DPoP` challenge of this error
+    /// (`invalid_dpop_proof` or `invalid_token`) and description.
+    Dpop(DpopRefusal),
+}
+
+/// Why DPoP refused a request: its `error` code and `error_description`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DpopRefusal {
+    pub error: &'static str,
+    pub description: &'static str,
 }
 
 /// What to do with a request.
@@ -49,6 +59,8 @@ pub enum Decision {
     Unavailable,
     /// 404: no route matched (denied by default, without saying why).
     NoRoute,
+    /// 401 with a `DPoP` challenge (RFC 9449 §7.1).
+    Dpop(DpopRefusal),
 }
 
 /// What a route requires of the user's sign-in, and why a token fell short (RFC 9470).
@@ -109,7 +121,7 @@ impl Outcome {
             Decision::Allow(_) => Outcome::Allow,
             Decision::Unauthenticated(_) => Outcome::Unauthenticated,
             Decision::BadRequest(_) => Outcome::BadRequest,
-            Decision::InvalidToken(_) => Outcome::InvalidToken,
+            Decision::InvalidToken(_) | Decision::Dpop(_) => Outcome::InvalidToken,
             Decision::InsufficientScope(_) => Outcome::InsufficientScope,
             Decision::NotInGroup => Outcome::NotInGroup,
             Decision::InsufficientUserAuthentication(_) => Outcome::InsufficientUserAuthentication,
@@ -267,6 +279,18 @@ impl Decision {
                 )
             }
             Decision::Unavailable => (503, None, "Authorization server unavailable."),
+            Decision::Dpop(refusal) => (
+                401,
+                Some(crate::dpop::challenge(
+                    refusal.error,
+                    Some(refusal.description),
+                )),
+                if refusal.error == crate::dpop::INVALID_DPOP_PROOF {
+                    "Invalid DPoP proof."
+                } else {
+                    "Invalid token."
+                },
+            ),
             Decision::NoRoute => return Err(Denial::no_route()),
         };
         Err(Denial::new(outcome, status, challenge, detail))
@@ -371,6 +395,7 @@ pub fn decide_at(
         Credential::Malformed(reason) => return Decision::BadRequest(reason),
         Credential::Unavailable => return Decision::Unavailable,
         Credential::Invalid(reason) => return Decision::InvalidToken(reason),
+        Credential::Dpop(refusal) => return Decision::Dpop(*refusal),
         Credential::Checked(c) => c,
     };
     if !claims.active {

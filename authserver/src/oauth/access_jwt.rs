@@ -32,7 +32,7 @@ pub async fn jwt_for(
     subject: Subject<'_>,
     issued: &IssuedTokens,
     issued_at: i64,
-    cnf_x5t_s256: Option<&str>,
+    cnf: Option<access_token::Confirmation>,
     signed_in: Option<&FamilySignIn>,
 ) -> Result<String, OAuthError> {
     let settings = &state.settings;
@@ -63,9 +63,7 @@ pub async fn jwt_for(
         scope: issued.scope.clone(),
         username,
         groups,
-        cnf: cnf_x5t_s256.map(|x5t| access_token::Confirmation {
-            x5t_s256: x5t.to_owned(),
-        }),
+        cnf,
         auth_time: signed_in.map(|s| s.auth_time),
         acr: signed_in.map(|s| acr::acr_of(&s.amr).to_owned()),
         amr: signed_in.map(|s| acr::amr_list(&s.amr)),

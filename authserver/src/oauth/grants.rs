@@ -161,11 +161,13 @@ pub fn declared(state: &AppState) -> Declared<'_> {
     }
 }
 
-/// The client a grant is for: its registration, and the thumbprint of the client certificate
-/// it came with (RFC 8705), to which the tokens are then bound.
+/// The client a grant is for: its registration, the thumbprint of the client certificate it
+/// came with (RFC 8705) and that of the DPoP key it proved (RFC 9449), to which the tokens are
+/// then bound.
 pub struct Client<'a> {
     pub app: &'a Application,
     pub cert_x5t_s256: Option<String>,
+    pub dpop_jkt: Option<String>,
 }
 
 /// Issues the tokens `request` asks `client` for (its registration already checked), for the
@@ -250,6 +252,7 @@ fn new_tokens(
         refresh_lifetime: refresh.then_some(state.settings.refresh_token_lifetime),
         family,
         cnf_x5t_s256: client.cert_x5t_s256.clone(),
+        cnf_jkt: client.dpop_jkt.clone(),
         audience: audience.identifiers.clone(),
     }
 }
@@ -282,6 +285,8 @@ async fn authorization_code(
         code_verifier,
         now(),
     )?;
+    // RFC 9449 §10: a code whose request named a key is exchanged with a proof of that key.
+    same_key(record.dpop_jkt.as_deref(), client.dpop_jkt.as_deref())?;
     let user = match state.store.get_user(record.user_id).await? {
         Some(user) if user.is_active => user,
         _ => return Err(INVALID),
@@ -411,6 +416,7 @@ async fn refresh(
         Some(record) if record.application_id == app.id => record,
         _ => return Err(OAuthError::InvalidGrant("Invalid refresh token.")),
     };
+    same_key(original.cnf_jkt.as_deref(), client.dpop_jkt.as_deref())?;
     let scope = scope::narrow(&original.scope, app, requested)?;
     let (scope, audience) = narrowed(
         state,
@@ -461,4 +467,22 @@ async fn refresh(
         token_format: audience.token_format,
         signed_in,
     })
+}
+
+/// A refresh token bound to a DPoP key (RFC 9449 §5.0, §5.2) is spent only with a proof of
+/// that key, whoever the client is (bound refresh tokens are not kept to public clients here);
+/// so is a code whose request named a key (§10).
+fn same_key(bound: Option<&str>, proven: Option<&str>) -> Result<(), OAuthError> {
+    match (bound, proven) {
+        (None, _) => Ok(()),
+        (Some(_), None) => Err(OAuthError::InvalidDpopProof(
+            "The grant (refresh token or code) is bound to a DPoP key: send a proof of it.",
+        )),
+        (Some(bound), Some(proven)) if resource_server::dpop::thumbprint_matches(bound, proven) => {
+            Ok(())
+        }
+        (Some(_), Some(_)) => Err(OAuthError::InvalidDpopProof(
+            "The grant (refresh token or code) is bound to another DPoP key.",
+        )),
+    }
 }

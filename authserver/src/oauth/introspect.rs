@@ -148,11 +148,13 @@ enum Aud<'a> {
     Many(Vec<&'a str>),
 }
 
-/// RFC 8705 §3.2: the certificate the token is bound to.
+/// RFC 8705 §3.2: the certificate the token is bound to; RFC 9449 §6.2: the DPoP key.
 #[derive(Serialize)]
 struct Confirmation<'a> {
-    #[serde(rename = "x5t#S256")]
-    x5t_s256: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jkt: Option<&'a str>,
+    #[serde(rename = "x5t#S256", skip_serializing_if = "Option::is_none")]
+    x5t_s256: Option<&'a str>,
 }
 
 /// The claims of an active token with its scope as it stands now: the user's groups only when
@@ -181,10 +183,10 @@ fn active_claims<'a>(found: &'a Introspected, default_audience: &'a str) -> Acti
         aud,
         auth_time: signed_in.map(|s| s.auth_time),
         client_id: &record.client_id,
-        cnf: record
-            .cnf_x5t_s256
-            .as_deref()
-            .map(|x5t_s256| Confirmation { x5t_s256 }),
+        cnf: (record.cnf_x5t_s256.is_some() || record.cnf_jkt.is_some()).then_some(Confirmation {
+            jkt: record.cnf_jkt.as_deref(),
+            x5t_s256: record.cnf_x5t_s256.as_deref(),
+        }),
         exp: record.expires_at,
         groups,
         iat: record.issued_at,
@@ -193,7 +195,11 @@ fn active_claims<'a>(found: &'a Introspected, default_audience: &'a str) -> Acti
         scope,
         sub,
         token_type: if record.kind == TokenKind::Access {
-            "Bearer"
+            if record.cnf_jkt.is_some() {
+                "DPoP"
+            } else {
+                "Bearer"
+            }
         } else {
             "refresh_token"
         },

@@ -34,6 +34,9 @@ pub struct NewCode {
     /// The browser session it is issued in ([`super::Session::key`]): signing out of it
     /// revokes the tokens of the code ([`Store::sign_out`]).
     pub session_key: Option<String>,
+    /// The thumbprint of the DPoP key the request named (RFC 9449 §10 `dpop_jkt`): the code is
+    /// exchanged only with a proof of that key.
+    pub dpop_jkt: Option<String>,
 }
 
 /// A code as stored, just claimed.
@@ -54,6 +57,8 @@ pub struct CodeRecord {
     pub amr: Option<String>,
     /// The resources it was granted for; an exchange may only narrow them.
     pub resource: Option<String>,
+    /// The DPoP key it is bound to (RFC 9449 §10), if the request named one.
+    pub dpop_jkt: Option<String>,
 }
 
 impl CodeRecord {
@@ -90,8 +95,8 @@ impl Store {
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
         sqlx::query(
-            "INSERT INTO authorization_codes (digest, application_id, user_id, redirect_uri, scope, code_challenge, family, created_at, expires_at, nonce, auth_time, resource, amr)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+            "INSERT INTO authorization_codes (digest, application_id, user_id, redirect_uri, scope, code_challenge, family, created_at, expires_at, nonce, auth_time, resource, amr, dpop_jkt)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(secrets::digest(&code))
         .bind(new.application_id)
@@ -106,6 +111,7 @@ impl Store {
         .bind(new.auth_time)
         .bind(new.resource.as_deref())
         .bind(new.amr.as_deref())
+        .bind(new.dpop_jkt.as_deref())
         .execute(&mut *tx)
         .await?;
         if let Some(session_key) = &new.session_key {
@@ -124,7 +130,7 @@ impl Store {
             let _exclusive = self.exclusive().await?;
             let claimed = sqlx::query(
                 "UPDATE authorization_codes SET used = 1 WHERE digest = $1 AND used = 0
-                 RETURNING application_id, user_id, redirect_uri, scope, code_challenge, family, expires_at, nonce, auth_time, resource, amr",
+                 RETURNING application_id, user_id, redirect_uri, scope, code_challenge, family, expires_at, nonce, auth_time, resource, amr, dpop_jkt",
             )
             .bind(&digest)
             .fetch_optional(&self.writer)
@@ -155,6 +161,7 @@ impl Store {
                 auth_time: row.try_get("auth_time")?,
                 resource: row.try_get("resource")?,
                 amr: row.try_get("amr")?,
+                dpop_jkt: row.try_get("dpop_jkt")?,
             })));
         }
         // After the pause of the hot path's writer ends: the revocation goes through it.

@@ -489,6 +489,18 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ALTER TABLE applications ADD COLUMN IF NOT EXISTS previous_secret_expires_at BIGINT",
     ),
     (
+        20,
+        // DPoP (RFC 9449, issue 40): the thumbprint of the key a token is bound to (`cnf.jkt`;
+        // NULL: not DPoP-bound), whether an application must prove a key at the token endpoint,
+        // and the key an authorization request named (`dpop_jkt`, §10) for its code's exchange.
+        "ALTER TABLE tokens ADD COLUMN cnf_jkt TEXT;
+    ALTER TABLE applications ADD COLUMN dpop_required INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE authorization_codes ADD COLUMN dpop_jkt TEXT",
+        "ALTER TABLE tokens ADD COLUMN IF NOT EXISTS cnf_jkt TEXT;
+    ALTER TABLE applications ADD COLUMN IF NOT EXISTS dpop_required BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE authorization_codes ADD COLUMN IF NOT EXISTS dpop_jkt TEXT",
+    ),
+    (
         21,
         // Second factors (issue 41): a user's TOTP secret (sealed under the key-encryption key
         // when one is configured: `kek_id` names it; NULL: stored as is), confirmed by a first

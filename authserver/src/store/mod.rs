@@ -5,7 +5,7 @@
 /// The `applications` columns every query reads, in the order both backends decode them.
 macro_rules! application_columns {
     () => {
-        "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, tls_client_auth, may_use_ssf, previous_secret_digest, previous_secret_expires_at"
+        "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, tls_client_auth, may_use_ssf, previous_secret_digest, previous_secret_expires_at, dpop_required"
     };
 }
 

@@ -561,6 +561,7 @@ mod tests {
                 application_scopes: vec!["read".into(), "write".into(), "groups".into()],
                 application_permissions: Default::default(),
                 cnf_x5t_s256: None,
+                cnf_jkt: None,
                 audience: None,
             },
             jti: format!("{n:032}"),

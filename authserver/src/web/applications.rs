@@ -76,6 +76,7 @@ pub(crate) fn validate(
         pkce_optional: form.checked("pkce_optional"),
         token_format: form.text("token_format"),
         tls_client_auth: form.text("tls_client_auth"),
+        dpop_required: form.checked("dpop_required"),
     };
     let result = validation::application(settings, resource_scopes, &values);
     (values, result)
@@ -480,6 +481,7 @@ fn values_of(app: &Application) -> ApplicationValues {
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default(),
+        dpop_required: app.dpop_required,
     }
 }
 

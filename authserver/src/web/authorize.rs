@@ -164,6 +164,7 @@ async fn grant_code(
             resource: (!authorization.resources.is_empty())
                 .then(|| authorization.resources.join(" ")),
             session_key: Some(by.session_key.to_owned()),
+            dpop_jkt: authorization.dpop_jkt.clone(),
         })
         .await?;
     tracing::info!(user_id = user.id, client_id = %app.client_id, "authorization code issued");

@@ -241,6 +241,11 @@ pub const AUDIENCE: &str = "tokengate-api";
 /// `bound-X5T` (read, bound to the certificate thumbprint X5T); anything else is inactive. All
 /// for [`AUDIENCE`].
 fn claims(token: &str) -> Value {
+    if let Some(jkt) = token.strip_prefix("dpop-") {
+        return json!({"active": true, "scope": "read", "client_id": "app-1", "username": "alice",
+                      "exp": unix_now() + 3600, "cnf": { "jkt": jkt }, "aud": AUDIENCE,
+                      "token_type": "DPoP"});
+    }
     if let Some(x5t) = token.strip_prefix("bound-") {
         return json!({"active": true, "scope": "read", "client_id": "app-1", "username": "alice",
                       "exp": unix_now() + 3600, "cnf": { "x5t#S256": x5t }, "aud": AUDIENCE});

@@ -53,6 +53,8 @@ pub struct Route {
     /// How browsers of other origins may call this route (`cors`); `None`: the proxy adds no
     /// CORS header and forwards preflights as any request.
     pub cors: Option<Arc<CorsPolicy>>,
+    /// `dpop:`: whether only DPoP-bound tokens pass (a bound one is held to its key anyway).
+    pub dpop: crate::dpop::DpopPolicy,
     matcher: Matcher,
     methods: Option<Vec<Method>>,
     index: usize,

@@ -24,7 +24,8 @@ pub use crate::cors::CorsSpec;
 /// `groups_any: [admins]` also requires the caller to be in one of these groups (the token's
 /// `groups` claim). `acr_values: [urn:tokengate:acr:mfa]` and `max_age: 600` require a sign-in
 /// of that class, at most that many seconds ago (the token's `acr` and `auth_time`; RFC 9470
-/// step-up). `cors:` answers browsers of other origins ([`CorsSpec`]).
+/// step-up). `cors:` answers browsers of other origins ([`CorsSpec`]). `dpop: required` lets
+/// only DPoP-bound tokens through (a bound token is always held to its key).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
@@ -55,6 +56,9 @@ pub struct RouteSpec {
     pub max_age: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<CorsSpec>,
+    /// `required` or `allowed` (the default): whether only DPoP-bound tokens pass (RFC 9449).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dpop: Option<String>,
 }
 
 /// `scopes:` as written: `{ all_of: [...], any_of: [...] }` (either or both), or a plain list

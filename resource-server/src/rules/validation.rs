@@ -6,6 +6,7 @@ use std::sync::Arc;
 use http::Method;
 
 use crate::cors::CorsPolicy;
+use crate::dpop::DpopPolicy;
 
 use super::matcher::{Matcher, parse_pattern};
 use super::schema::{RouteSpec, ScopesSpec};
@@ -45,6 +46,7 @@ pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> 
         acr_values,
         max_age,
         cors,
+        dpop,
     } = spec;
     let checked = (|| -> Result<_, Problem> {
         if name.trim().is_empty() {
@@ -63,27 +65,39 @@ pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> 
         let cors = cors
             .map(|c| CorsPolicy::from_spec(c, methods.as_deref()).map(Arc::new))
             .transpose()?;
+        let dpop = match dpop.as_deref() {
+            None => DpopPolicy::default(),
+            Some(text) => DpopPolicy::parse(text)
+                .ok_or(("dpop", format!("{text:?}: expected required or allowed")))?,
+        };
+        if dpop == DpopPolicy::Required && access == Access::Public {
+            return Err(("dpop", "a public route takes no token".into()));
+        }
         Ok((
             matcher,
             methods,
             access,
             (groups_any, acr_values, max_age),
             cors,
+            dpop,
         ))
     })();
     match checked {
-        Ok((matcher, methods, access, (groups_any, acr_values, max_age), cors)) => Ok(Route {
-            name,
-            upstream,
-            access,
-            groups_any,
-            acr_values,
-            max_age,
-            cors,
-            matcher,
-            methods,
-            index,
-        }),
+        Ok((matcher, methods, access, (groups_any, acr_values, max_age), cors, dpop)) => {
+            Ok(Route {
+                name,
+                upstream,
+                access,
+                groups_any,
+                acr_values,
+                max_age,
+                cors,
+                dpop,
+                matcher,
+                methods,
+                index,
+            })
+        }
         Err((field, message)) => Err((name, field, message)),
     }
 }
