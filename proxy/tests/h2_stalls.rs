@@ -318,9 +318,10 @@ async fn stalled_h2_streams_and_tls_handshakes_are_cut_while_good_clients_pass()
         "/healthz: {probes_ok} ok, {probes_bad} failed"
     );
     // The sidecar's budget is 128 MiB. A debug build's proxy keeps more per connection: alone
-    // it peaked at 107-121 MiB, beside the rest of the suite (connections cut later on a busy
-    // machine) at 146 MiB; a release build stays well under the budget.
-    let budget = if cfg!(debug_assertions) { 192 } else { 128 };
+    // it peaked at 107-121 MiB (2026-11-25), 152-168 MiB after DPoP, step-up and the answered
+    // clock (2026-11-28), beside the rest of the suite (connections cut later on a busy machine)
+    // at 197 MiB; `cargo test --release` checks the budget itself.
+    let budget = if cfg!(debug_assertions) { 256 } else { 128 };
     assert!(peak < budget * MIB, "peak RSS {} MiB", peak / MIB);
     assert!(
         proxy.metric("tokengate_proxy_h2_body_timeouts_total").await >= (STALLED_H2 + 10) as u64
