@@ -8,14 +8,14 @@ use super::session::{
     safe_next, set_cookie,
 };
 use super::templates::{LoginPage, Nav};
-use super::{WebResult, csrf, render, see_other};
+use super::{WebResult, csrf, see_other};
 use crate::AppState;
 use crate::client_ip::ClientAddress;
 use crate::throttle::{FAILURE_WINDOW, Throttle};
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use serde::Deserialize;
 
@@ -74,33 +74,21 @@ async fn login_form(
     next: String,
     error: Option<&str>,
 ) -> Response {
-    let (csrf_token, set) = match csrf::login_token(state, headers).await {
-        Ok(token) => token,
-        Err(error) => return error.into_response(),
-    };
-    // On the way to an authorization: the application is named, and its origin may receive
-    // the redirect that follows the sign-in.
-    let (application, form_action) =
-        match super::authorize::form_action_for_next(state, &next).await {
-            Some((name, origin)) => (Some(name), origin),
-            None => (None, None),
-        };
-    let page = LoginPage {
-        nav: Nav::anonymous(),
-        csrf_token,
-        username,
-        next,
-        error: error.map(str::to_owned),
-        application,
-    };
-    let mut response = render(status, &page);
-    if let Some(origin) = form_action {
-        super::allow_form_action(&mut response, &origin);
-    }
-    if let Some(set) = set {
-        append_cookie(&mut response, &set);
-    }
-    response
+    super::sign_in_page(
+        state,
+        headers,
+        status,
+        &next.clone(),
+        |csrf_token, application| LoginPage {
+            nav: Nav::anonymous(),
+            csrf_token,
+            username,
+            next,
+            error: error.map(str::to_owned),
+            application,
+        },
+    )
+    .await
 }
 
 async fn login(

@@ -117,6 +117,34 @@ async fn security_headers(mut response: Response) -> Response {
     response
 }
 
+/// A page of the sign-in (the password form, the code form): its CSRF token bound to the
+/// pre-session cookie, set with it; on the way to an authorization, the application is named
+/// (`page`'s second argument) and its origin may receive the redirect that follows the sign-in.
+pub(crate) async fn sign_in_page<T: Template>(
+    state: &AppState,
+    headers: &axum::http::HeaderMap,
+    status: StatusCode,
+    next: &str,
+    page: impl FnOnce(String, Option<String>) -> T,
+) -> Response {
+    let (csrf_token, set) = match csrf::login_token(state, headers).await {
+        Ok(token) => token,
+        Err(error) => return error.into_response(),
+    };
+    let (application, form_action) = match authorize::form_action_for_next(state, next).await {
+        Some((name, origin)) => (Some(name), origin),
+        None => (None, None),
+    };
+    let mut response = render(status, &page(csrf_token, application));
+    if let Some(origin) = form_action {
+        allow_form_action(&mut response, &origin);
+    }
+    if let Some(set) = set {
+        session::append_cookie(&mut response, &set);
+    }
+    response
+}
+
 /// Renders a template with a status; a template failure becomes a plain 500 carrying its cause
 /// (logged by [`crate::request_log`]).
 pub(crate) fn render<T: Template>(status: StatusCode, template: &T) -> Response {

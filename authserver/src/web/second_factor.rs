@@ -15,7 +15,7 @@ use crate::throttle::{FAILURE_WINDOW, Throttle};
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::get;
 use base64::Engine;
 use serde::Deserialize;
@@ -108,30 +108,20 @@ async fn code_form(
     next: String,
     error: Option<&str>,
 ) -> Response {
-    let (csrf_token, set) = match csrf::login_token(state, headers).await {
-        Ok(token) => token,
-        Err(error) => return error.into_response(),
-    };
-    let (application, form_action) =
-        match super::authorize::form_action_for_next(state, &next).await {
-            Some((name, origin)) => (Some(name), origin),
-            None => (None, None),
-        };
-    let page = LoginCodePage {
-        nav: Nav::anonymous(),
-        csrf_token,
-        next,
-        error: error.map(str::to_owned),
-        application,
-    };
-    let mut response = render(status, &page);
-    if let Some(origin) = form_action {
-        super::allow_form_action(&mut response, &origin);
-    }
-    if let Some(set) = set {
-        append_cookie(&mut response, &set);
-    }
-    response
+    super::sign_in_page(
+        state,
+        headers,
+        status,
+        &next.clone(),
+        |csrf_token, application| LoginCodePage {
+            nav: Nav::anonymous(),
+            csrf_token,
+            next,
+            error: error.map(str::to_owned),
+            application,
+        },
+    )
+    .await
 }
 
 /// What checking a code gave.
