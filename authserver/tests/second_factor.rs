@@ -81,6 +81,28 @@ async fn pyotp_enrols_and_signs_in_with_totp_and_recovery_codes() {
         serde_json::json!([429, false])
     );
     assert_eq!(store.recovery_codes_left(user.id).await.unwrap(), 9);
+    // The password grant is no way around the second factor: a user who has one is refused,
+    // one who has none still gets tokens.
+    testing::user(&store, "otp-none", "another long password").await;
+    let (id, secret) =
+        testing::application(&store, authserver::store::GrantType::Password, false).await;
+    let http = reqwest::Client::new();
+    let grant = |username: &'static str, password: &'static str| {
+        http.post(format!("{}/o/token/", server.base_url))
+            .header("Authorization", testing::basic_auth(&id, &secret))
+            .form(&[
+                ("grant_type", "password"),
+                ("username", username),
+                ("password", password),
+            ])
+            .send()
+    };
+    let refused = grant("otp-alice", "correct horse battery").await.unwrap();
+    assert_eq!(refused.status(), 400);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "invalid_grant", "{body}");
+    let granted = grant("otp-none", "another long password").await.unwrap();
+    assert_eq!(granted.status(), 200);
     server.stop().await;
 }
 

@@ -156,7 +156,7 @@ impl DpopCheck {
             None if policy == DpopPolicy::Required => return refusal("invalid_token", NOT_BOUND),
             _ => {}
         }
-        if !self.replay.first_use(&proven.jkt, &proven.jti) {
+        if !self.replay.first_use(&proven) {
             return refusal(dpop::INVALID_DPOP_PROOF, "The DPoP proof was used already.");
         }
         credential

@@ -79,7 +79,7 @@ pub async fn proven_key(
         ProofError::Invalid(description) => OAuthError::InvalidDpopProof(description),
         ProofError::UseNonce => OAuthError::UseDpopNonce(nonces.issue(now)),
     })?;
-    if !state.dpop.replay.first_use(&proven.jkt, &proven.jti) {
+    if !state.dpop.replay.first_use(&proven) {
         return Err(OAuthError::InvalidDpopProof(
             "The DPoP proof was used already.",
         ));

@@ -357,6 +357,16 @@ async fn password_grant(
         return Err(OAuthError::InvalidGrant("Invalid credentials given."));
     };
     throttle.succeeded(&state.store).await?;
+    // A password alone is not a sign-in for a user with a second factor, nor for an application
+    // that requires one: they sign in through the authorization endpoint, which asks for it.
+    if state.store.has_second_factor(user.id).await?
+        || state.store.oidc_client(app.id).await?.require_mfa
+    {
+        tracing::info!(user_id = user.id, client_id = %app.client_id, "password grant refused: a second factor is required");
+        return Err(OAuthError::InvalidGrant(
+            "A second factor is required: sign in through the authorization endpoint.",
+        ));
+    }
     let new = new_tokens(state, client, Some(user.id), (scope, &audience), true, None);
     let issued = state.store.issue_tokens(&new).await?;
     // A password alone, now (RFC 8176 `pwd`): what the family's tokens say of the sign-in.

@@ -270,7 +270,7 @@ async fn check_dpop(
             "The DPoP proof is signed by another key than the token is bound to.",
         ));
     }
-    if !state.dpop.replay.first_use(&proven.jkt, &proven.jti) {
+    if !state.dpop.replay.first_use(&proven) {
         return Err(Refusal::InvalidDpopProof(
             "The DPoP proof was used already.",
         ));

@@ -64,7 +64,7 @@ fn main() {
                         window: 60,
                     };
                     let proven = dpop::verify(proof, &expected).expect("a valid proof");
-                    assert!(cache.first_use(&proven.jkt, &proven.jti));
+                    assert!(cache.first_use(&proven));
                 }
             }
             best = best.min(start.elapsed().as_secs_f64() / n as f64);
@@ -92,7 +92,12 @@ fn main() {
     let cache = dpop::ReplayCache::new(entries as u64 * 2, 60);
     let before = rss();
     for i in 0..entries {
-        assert!(cache.first_use("thumbprint-of-the-key-0123456789abcdefghijk", &i.to_string()));
+        let proof = dpop::Proof {
+            jkt: "thumbprint-of-the-key-0123456789abcdefghijk".to_owned(),
+            jti: i.to_string(),
+            iat: now(),
+        };
+        assert!(cache.first_use(&proof));
     }
     let after = rss();
     println!(

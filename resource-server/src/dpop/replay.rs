@@ -2,10 +2,11 @@
 //! once per process. Each proof is 16 bytes of SHA-256 (key thumbprint, `jti`) in one of two
 //! generations of hash sets, per shard: the current one, and the one before it. A generation
 //! turns over when it is a window old (then everything in the older one is past its window) or
-//! when the shard is full (then the oldest half of what it remembers is forgotten early, and a
-//! replay of one of those would pass: size the capacity for the peak proof rate times the
-//! window). About 40 bytes per proof remembered, against about 300 in a moka cache
-//! (`bench/dpop_verify`).
+//! when the shard is full (then the oldest half of what it remembers is forgotten early). What
+//! is forgotten early fails closed: the shard refuses from then on every proof issued (`iat`) no
+//! later than the newest it forgot, so a flood that fills a shard cannot make room for a replay;
+//! fresh proofs still pass. Size the capacity for the peak proof rate times the window. About
+//! 40 bytes per proof remembered, against about 300 in a moka cache (`bench/dpop_verify`).
 
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -39,6 +40,10 @@ struct Shard {
     previous: Seen,
     /// When `current` began.
     started: Instant,
+    /// The newest `iat` in `current` and in `previous`.
+    newest: (i64, i64),
+    /// Proofs issued at or before this were possibly forgotten early: refused.
+    forgot_through: i64,
 }
 
 /// Proof identifiers seen within the window.
@@ -72,6 +77,8 @@ impl ReplayCache {
                     current: Seen::default(),
                     previous: Seen::default(),
                     started: now,
+                    newest: (i64::MIN, i64::MIN),
+                    forgot_through: i64::MIN,
                 })
             })
             .collect();
@@ -82,12 +89,13 @@ impl ReplayCache {
         }
     }
 
-    /// True the first time the proof of this key (`jkt`) and `jti` is seen; false after.
-    pub fn first_use(&self, jkt: &str, jti: &str) -> bool {
+    /// True the first time the proof of this key (`jkt`) and `jti` is seen; false after, and
+    /// for a proof issued no later than one this cache had to forget early.
+    pub fn first_use(&self, proof: &super::Proof) -> bool {
         let mut hash = Sha256::new();
-        hash.update(jkt.as_bytes());
+        hash.update(proof.jkt.as_bytes());
         hash.update([0]);
-        hash.update(jti.as_bytes());
+        hash.update(proof.jti.as_bytes());
         let digest = hash.finalize();
         let mut key = [0u8; 16];
         key.copy_from_slice(&digest[..16]);
@@ -98,14 +106,21 @@ impl ReplayCache {
         let mut shard = shard
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if shard.started.elapsed() >= self.window || shard.current.len() >= self.per_generation {
+        let aged = shard.started.elapsed() >= self.window;
+        if aged || shard.current.len() >= self.per_generation {
+            if !aged && !shard.previous.is_empty() {
+                // `previous` goes before its window is over.
+                shard.forgot_through = shard.forgot_through.max(shard.newest.1);
+            }
             let full = std::mem::take(&mut shard.current);
             shard.previous = full;
+            shard.newest = (i64::MIN, shard.newest.0);
             shard.started = Instant::now();
         }
-        if shard.previous.contains(&key) {
+        if proof.iat <= shard.forgot_through || shard.previous.contains(&key) {
             return false;
         }
+        shard.newest.0 = shard.newest.0.max(proof.iat);
         shard.current.insert(key)
     }
 

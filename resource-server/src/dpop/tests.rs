@@ -166,13 +166,39 @@ fn nonces_are_required_current_and_shared_by_one_key() {
     );
 }
 
+fn proof(jkt: &str, jti: &str, iat: i64) -> Proof {
+    Proof {
+        jkt: jkt.to_owned(),
+        jti: jti.to_owned(),
+        iat,
+    }
+}
+
 #[test]
 fn replay_cache_accepts_a_jti_once_per_key() {
     let cache = ReplayCache::new(1000, DEFAULT_WINDOW);
-    assert!(cache.first_use("key", "jti-1"));
-    assert!(!cache.first_use("key", "jti-1"));
-    assert!(cache.first_use("other key", "jti-1"));
+    assert!(cache.first_use(&proof("key", "jti-1", 100)));
+    assert!(!cache.first_use(&proof("key", "jti-1", 100)));
+    assert!(cache.first_use(&proof("other key", "jti-1", 100)));
     assert_eq!(cache.len(), 2);
+}
+
+/// A flood that fills the cache makes it forget proofs early: those, and any proof as old,
+/// are refused from then on (a replay cannot be made room for); fresh proofs pass.
+#[test]
+fn what_a_full_cache_forgets_early_fails_closed() {
+    let cache = ReplayCache::new(320, DEFAULT_WINDOW);
+    assert!(cache.first_use(&proof("victim", "captured", 1_000)));
+    // Once a shard has forgotten early, the flood's own proofs of that second are refused too.
+    let accepted = (0..10_000)
+        .filter(|i| cache.first_use(&proof("flood", &i.to_string(), 1_001)))
+        .count();
+    assert!(accepted < 10_000, "a full cache forgot nothing early");
+    assert!(
+        !cache.first_use(&proof("victim", "captured", 1_000)),
+        "the replay of a proof the flood pushed out"
+    );
+    assert!(cache.first_use(&proof("victim", "fresh", 1_002)));
 }
 
 #[test]
@@ -180,12 +206,15 @@ fn replay_cache_keeps_a_window_of_proofs_within_its_capacity() {
     // 16 shards of two generations of 100: about 3 200 proofs at most.
     let cache = ReplayCache::new(3_200, DEFAULT_WINDOW);
     for i in 0..10_000 {
-        assert!(cache.first_use("key", &i.to_string()));
+        assert!(cache.first_use(&proof("key", &i.to_string(), 100 + i)));
     }
     assert!(cache.len() <= 3_200, "{}", cache.len());
     // The most recent are still remembered.
     for i in 9_900..10_000 {
-        assert!(!cache.first_use("key", &i.to_string()), "{i}");
+        assert!(
+            !cache.first_use(&proof("key", &i.to_string(), 100 + i)),
+            "{i}"
+        );
     }
 }
 
