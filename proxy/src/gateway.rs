@@ -441,6 +441,7 @@ impl ProxyHttp for Gateway {
                 status,
                 upstream_status: ctx.upstream_status,
                 latency: took,
+                ..AccessLine::default()
             }
             .emit();
         }

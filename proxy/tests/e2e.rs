@@ -429,9 +429,9 @@ async fn admin_endpoints() {
     );
     let m = resp.text().await.unwrap();
     for needle in [
-        "tokengate_proxy_requests_total{route=\"read\",decision=\"allow\"} 2",
-        "tokengate_proxy_requests_total{route=\"read\",decision=\"unauthenticated\"} 1",
-        "tokengate_proxy_requests_total{route=\"_unmatched\",decision=\"no_route\"} 1",
+        "tokengate_proxy_requests_total{route=\"read\",decision=\"allow\",listener=\"proxy\"} 2",
+        "tokengate_proxy_requests_total{route=\"read\",decision=\"unauthenticated\",listener=\"proxy\"} 1",
+        "tokengate_proxy_requests_total{route=\"_unmatched\",decision=\"no_route\",listener=\"proxy\"} 1",
         "tokengate_proxy_cache_hits_total 1",
         "tokengate_proxy_cache_coalesced_total 0",
         "# TYPE tokengate_proxy_introspection_duration_seconds histogram",
@@ -642,7 +642,7 @@ async fn metrics_parse_with_the_prometheus_parser() {
     assert_eq!(f.get("/read", Some("read")).await.status(), 200);
     assert_eq!(f.get("/read", None).await.status(), 401);
     // Observed in Pingora's logging phase, just after the client has its answer: polled.
-    let wanted = "tokengate_proxy_request_duration_seconds_count{route=\"read\",decision=\"unauthenticated\"} 1";
+    let wanted = "tokengate_proxy_request_duration_seconds_count{route=\"read\",decision=\"unauthenticated\",listener=\"proxy\"} 1";
     let deadline = Instant::now() + Duration::from_secs(5);
     let text = loop {
         let text = f.metrics().await;
