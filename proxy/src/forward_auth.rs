@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use http::{Response, StatusCode, header};
+use http::{HeaderValue, Response, StatusCode, header};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use resource_server::access_log::AccessLine;
@@ -20,6 +20,7 @@ use resource_server::{CertThumbprint, EncodedIdentity, Outcome, Refusal};
 
 use crate::ingress::{ForwardAuthConfig, original};
 use crate::metrics::{FORWARD_AUTH, UNMATCHED};
+use crate::request_id;
 use crate::state::{Routing, SharedState};
 
 /// The decision endpoint (a Pingora `ServeHttp` app).
@@ -36,6 +37,8 @@ struct Decided {
     route: Option<usize>,
     outcome: Option<Outcome>,
     identity: Option<std::sync::Arc<EncodedIdentity>>,
+    /// The request id (from a trusted ingress, or made here), answered in `X-Request-Id`.
+    request_id: Option<HeaderValue>,
 }
 
 #[async_trait]
@@ -44,7 +47,11 @@ impl ServeHttp for ForwardAuth {
         let start = Instant::now();
         let routing = self.shared.routing();
         let mut decided = Decided::default();
-        let resp = self.decide(session, &routing, &mut decided).await;
+        let mut resp = self.decide(session, &routing, &mut decided).await;
+        if let Some(id) = &decided.request_id {
+            resp.headers_mut()
+                .insert(request_id::X_REQUEST_ID, id.clone());
+        }
         self.observe(session, &routing, decided, resp.status(), start.elapsed());
         resp
     }
@@ -87,6 +94,7 @@ impl ForwardAuth {
             user: identity.and_then(|i| i.username.as_deref()),
             status,
             upstream_status: None,
+            request_id: decided.request_id.as_ref().and_then(|v| v.to_str().ok()),
             latency: took,
             ..AccessLine::default()
         }
@@ -105,6 +113,7 @@ impl ForwardAuth {
             .and_then(|a| a.as_inet())
             .is_some_and(|a| self.config.trusted_peers.iter().any(|c| c.contains(a.ip())));
         let req = session.req_header();
+        decided.request_id = Some(request_id::of(&req.headers, trusted));
         // The metadata asked for directly (the ingress proxies its path here, with no
         // original-request headers), or through a check of that path.
         let metadata = |method: &http::Method, path: &str| {

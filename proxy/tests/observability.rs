@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::{
-    Introspector, ROUTES, config_yaml, echo_upstream, free_port, start_proxy, two_free_ports,
+    Introspector, ROUTES, config_yaml, echo_upstream, echoed, free_port, start_proxy,
+    two_free_ports,
 };
 use serde_json::Value;
 
@@ -141,6 +142,126 @@ async fn each_forward_auth_decision_is_logged_and_counted() {
     // No decision of the proxy listener was counted for it.
     assert!(!text.contains("route=\"fa_checked\",decision=\"allow\",listener=\"proxy\""));
 
+    let _ = std::fs::remove_file(config);
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
+}
+
+/// A proxy over an echo upstream, `trusted_peers:` as given.
+async fn proxy_trusting(
+    introspector: &Introspector,
+    trusted: &str,
+) -> (proxy::ProxyHandle, std::path::PathBuf) {
+    let app = echo_upstream().await;
+    let (listen, admin) = two_free_ports();
+    let yaml = format!(
+        "trusted_peers: {trusted}\n{}",
+        config_yaml(listen, admin, &introspector.url(), app, ROUTES)
+    );
+    start_proxy("observability-id", &yaml).await
+}
+
+/// GET `path` through `proxy` with the read token and `id` as `X-Request-Id`; returns what
+/// the upstream received in `X-Request-Id` and the request's access line.
+async fn through(proxy: &proxy::ProxyHandle, path: &str, id: Option<&str>) -> (Vec<String>, Value) {
+    let mut req = reqwest::Client::new()
+        .get(format!("http://{}{path}", proxy.listen_addr()))
+        .bearer_auth("read");
+    if let Some(id) = id {
+        req = req.header("X-Request-Id", id);
+    }
+    let resp = req.send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let echo: Value = resp.json().await.unwrap();
+    let lines = wait_lines(path, 1).await;
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    (echoed(&echo, "x-request-id"), lines[0].clone())
+}
+
+fn is_uuid(id: &str) -> bool {
+    id.split('-').map(str::len).collect::<Vec<_>>() == [8, 4, 4, 4, 12]
+        && id.bytes().all(|b| b == b'-' || b.is_ascii_hexdigit())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_id_is_kept_from_trusted_peers_made_otherwise_logged_and_sent_upstream() {
+    captured();
+    let introspector = Introspector::start().await;
+
+    let (trusting, config) = proxy_trusting(&introspector, "[127.0.0.1]").await;
+    // Kept from a trusted peer: upstream and log.
+    let (upstream, line) = through(&trusting, "/pass/id-kept", Some("trace-abc-123")).await;
+    assert_eq!(upstream, ["trace-abc-123"]);
+    assert_eq!(line["request_id"], "trace-abc-123", "{line}");
+    // Absent: made here, the same in both places.
+    let (upstream, line) = through(&trusting, "/pass/id-absent", None).await;
+    assert_eq!(upstream.len(), 1);
+    assert!(is_uuid(&upstream[0]), "{upstream:?}");
+    assert_eq!(line["request_id"], upstream[0].as_str(), "{line}");
+    // Malformed, even from a trusted peer: replaced.
+    let (upstream, _) = through(&trusting, "/pass/id-spaced", Some("two words")).await;
+    assert!(is_uuid(&upstream[0]), "{upstream:?}");
+    // A refusal's line carries one too.
+    let resp = reqwest::Client::new()
+        .get(format!("http://{}/read?id-refused", trusting.listen_addr()))
+        .header("X-Request-Id", "refused-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let refused = wait_lines("/read", 1).await;
+    assert!(
+        refused
+            .iter()
+            .any(|l| l["request_id"] == "refused-1" && l["status"] == 401),
+        "{refused:#?}"
+    );
+    let _ = std::fs::remove_file(config);
+    tokio::task::spawn_blocking(move || trusting.shutdown_now())
+        .await
+        .unwrap();
+
+    // Not trusted (no trusted_peers): the client's id is replaced.
+    let (untrusting, config) = proxy_trusting(&introspector, "[]").await;
+    let (upstream, line) = through(&untrusting, "/pass/id-forged", Some("forged-id")).await;
+    assert_eq!(upstream.len(), 1);
+    assert_ne!(upstream[0], "forged-id");
+    assert!(is_uuid(&upstream[0]), "{upstream:?}");
+    assert_eq!(line["request_id"], upstream[0].as_str(), "{line}");
+    let _ = std::fs::remove_file(config);
+    tokio::task::spawn_blocking(move || untrusting.shutdown_now())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forward_auth_keeps_the_ingress_request_id_and_answers_it() {
+    captured();
+    let introspector = Introspector::start().await;
+    let app = echo_upstream().await;
+    let (listen, admin) = two_free_ports();
+    let auth_port = free_port();
+    let yaml = format!(
+        "forward_auth: {{ listen: \"127.0.0.1:{auth_port}\", ingress: nginx, trusted_peers: [127.0.0.1] }}\n{}",
+        config_yaml(listen, admin, &introspector.url(), app, ROUTES)
+    );
+    let (proxy, config) = start_proxy("observability-fa-id", &yaml).await;
+    let auth = proxy.forward_auth_addr().unwrap();
+    let resp = reqwest::Client::new()
+        .get(format!("http://{auth}/auth"))
+        .header("X-Original-URI", "/pass/fa-id")
+        .header("X-Original-Method", "GET")
+        .header("X-Request-Id", "ingress-id-7")
+        .bearer_auth("read")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-request-id"], "ingress-id-7");
+    let lines = wait_lines("/pass/fa-id", 1).await;
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    assert_eq!(lines[0]["request_id"], "ingress-id-7");
     let _ = std::fs::remove_file(config);
     tokio::task::spawn_blocking(move || proxy.shutdown_now())
         .await
