@@ -267,3 +267,37 @@ async fn forward_auth_keeps_the_ingress_request_id_and_answers_it() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_grpc_call_is_logged_with_its_grpc_status() {
+    captured();
+    let introspector = Introspector::start().await;
+    let (proxy, config) = proxy_trusting(&introspector, "[]").await;
+    let client = reqwest::Client::new();
+    let call = |token: Option<&'static str>| {
+        let mut req = client
+            .post(format!("http://{}/upload", proxy.listen_addr()))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(vec![0u8; 5]);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        req.send()
+    };
+    // No token: UNAUTHENTICATED (16); a token without the scope: PERMISSION_DENIED (7).
+    let resp = call(None).await.unwrap();
+    assert_eq!(resp.headers()["grpc-status"], "16");
+    let resp = call(Some("read")).await.unwrap();
+    assert_eq!(resp.headers()["grpc-status"], "7");
+    let lines = wait_lines("/upload", 2).await;
+    let statuses: Vec<&str> = lines
+        .iter()
+        .filter_map(|l| l["grpc_status"].as_str())
+        .collect();
+    assert_eq!(statuses, ["16", "7"], "{lines:#?}");
+    let _ = std::fs::remove_file(config);
+    tokio::task::spawn_blocking(move || proxy.shutdown_now())
+        .await
+        .unwrap();
+}
