@@ -276,6 +276,8 @@ pub enum AppCommand {
 /// `app create`: the application to register.
 #[derive(Debug, Args)]
 pub struct CreateApp {
+    /// A name people recognise in the applications list, the views and consent pages (up to
+    /// 255 characters).
     #[arg(long)]
     name: String,
     /// confidential or public.
