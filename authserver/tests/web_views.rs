@@ -1930,3 +1930,89 @@ async fn admin_manages_api_resources() {
         .await;
     assert_eq!(again.status, StatusCode::NOT_FOUND);
 }
+
+#[tokio::test]
+async fn the_forms_and_pages_show_only_what_the_grant_type_needs() {
+    let state = state().await;
+    let root = sign_in(&state, "root", "operator-pass").await;
+    let code_section = "<fieldset class=\"grant-fields\" data-grant=\"authorization-code\"";
+    // The register form starts on the password grant: the authorization code section is in the
+    // page (the script shows it when that grant is picked) but hidden and disabled.
+    let register = root.get(&state, "/o/applications/register/").await;
+    assert!(
+        register
+            .body
+            .contains(&format!("{code_section} hidden disabled>")),
+        "{}",
+        register.body
+    );
+    // A client-credentials application: neither its page nor its edit form shows PKCE, redirect
+    // URIs or the ID-token algorithm.
+    let fields = [
+        ("name", "Machine"),
+        ("client_type", "confidential"),
+        ("grant_type", "client-credentials"),
+    ];
+    let reply = root
+        .post(&state, "/o/applications/register/", &fields)
+        .await;
+    let detail = root.follow(&state, &reply).await;
+    let app = application_of(&state, &hidden_input(&detail.body, "client-id").unwrap()).await;
+    let detail = root
+        .get(&state, &format!("/o/applications/{}/", app.id))
+        .await;
+    for absent in ["PKCE", "ID-token", "RS256", "Redirect URIs", "Post-logout"] {
+        assert!(
+            !detail.body.contains(absent),
+            "{absent} in\n{}",
+            detail.body
+        );
+    }
+    let edit = root
+        .get(&state, &format!("/o/applications/{}/update/", app.id))
+        .await;
+    assert!(
+        edit.body
+            .contains(&format!("{code_section} hidden disabled>"))
+    );
+    // An authorization code application: all of it, the section shown and enabled.
+    let fields = [
+        ("name", "Web app"),
+        ("client_type", "confidential"),
+        ("grant_type", "authorization-code"),
+        ("redirect_uris", "https://web.example/cb"),
+        ("id_token_alg", "RS256"),
+    ];
+    let reply = root
+        .post(&state, "/o/applications/register/", &fields)
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let detail = root.follow(&state, &reply).await;
+    let app = application_of(&state, &hidden_input(&detail.body, "client-id").unwrap()).await;
+    let detail = root
+        .get(&state, &format!("/o/applications/{}/", app.id))
+        .await;
+    for present in [
+        "<dd id=\"pkce\">required (S256)</dd>",
+        "<dd id=\"id-token-alg\">RS256</dd>",
+        "https://web.example/cb",
+    ] {
+        assert!(
+            detail.body.contains(present),
+            "{present} missing in\n{}",
+            detail.body
+        );
+    }
+    let edit = root
+        .get(&state, &format!("/o/applications/{}/update/", app.id))
+        .await;
+    assert!(
+        edit.body.contains(&format!("{code_section}>")),
+        "{}",
+        edit.body
+    );
+    // The script that shows a section when its grant is picked is served.
+    let script = get(&state, "/static/app.js", None).await;
+    assert_eq!(script.status, StatusCode::OK);
+    assert!(script.body.contains("fieldset[data-grant]"));
+}

@@ -131,7 +131,9 @@ fn form_page(
         label: label.into(),
         selected: value == current,
     };
+    let code_grant = values.grant_type == GrantType::AuthorizationCode.as_str();
     ApplicationForm {
+        code_grant,
         nav: Nav::of(operator),
         may_set_introspect: operator.user.is_superuser,
         title,
@@ -282,6 +284,7 @@ async fn detail_page(
             .map(str::to_owned)
             .collect(),
         fingerprint: app.secret_fingerprint().map(str::to_owned),
+        code_grant: app.grant_type == GrantType::AuthorizationCode,
         redirect_uris: app
             .redirect_uris
             .split_whitespace()
