@@ -359,7 +359,7 @@ async fn other_authorization_errors_are_redirected_with_state() {
             client_type: ClientType::Confidential,
             grant_type: GrantType::Password,
             redirect_uris: REDIRECT.into(),
-            allowed_scopes: Vec::new(),
+            allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
             may_introspect: false,
             may_use_ssf: false,
             pkce_required: true,

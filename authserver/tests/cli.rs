@@ -270,6 +270,31 @@ async fn operations(db: &str) {
     assert!(!listed.contains(STRONG));
     let apps: serde_json::Value = serde_json::from_str(&listed).unwrap();
     assert_eq!(apps[0]["client_id"], "svc");
+    // Without --scopes: every declared scope, as the explicit "*"; --scopes "": none.
+    assert_eq!(apps[0]["allowed_scopes"], serde_json::json!(["*"]));
+    ok(&run(
+        &[
+            "app",
+            "create",
+            "--name",
+            "nothing",
+            "--client-id",
+            "nothing",
+            "--scopes",
+            "",
+        ],
+        &db,
+        "",
+    ));
+    let listed = json(&run(&["app", "list", "--json"], &db, ""));
+    let nothing = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["client_id"] == "nothing")
+        .unwrap();
+    assert_eq!(nothing["allowed_scopes"], serde_json::json!([]));
+    ok(&run(&["app", "delete", "nothing"], &db, ""));
     assert!(apps[0]["secret_fingerprint"].is_string());
     // `--name` says what it is for.
     let help = stdout(&run(&["app", "create", "--help"], &db, ""));
