@@ -145,8 +145,22 @@ async fn the_quick_start_runs_as_written() {
     let app = axum::Router::new().fallback(|| async { "hello from your service" });
     tokio::spawn(async move { axum::serve(upstream, app).await });
 
-    // The proxy from the README's proxy.yaml, on free ports, with PROXY_CLIENT_SECRET set.
+    // The proxy from the README's proxy.yaml, on free ports, with PROXY_CLIENT_SECRET set and
+    // the proxy secret the README makes with openssl.
+    assert!(
+        sh.contains("cargo build --release -p authserver -p proxy\n"),
+        "{sh}"
+    );
+    assert!(
+        sh.contains("openssl rand -hex 32 > proxy-secret.txt "),
+        "{sh}"
+    );
+    assert!(yaml.contains("revocation:"), "{yaml}");
+    let secret_file =
+        std::env::temp_dir().join(format!("readme-proxy-secret-{}", std::process::id()));
+    std::fs::write(&secret_file, "0123456789abcdef0123456789abcdef\n").unwrap();
     let yaml = yaml
+        .replace("proxy-secret.txt", &secret_file.display().to_string())
         .replace("0.0.0.0:8000", "127.0.0.1:0")
         .replace("127.0.0.1:8003", "127.0.0.1:0")
         .replace("127.0.0.1:8080", &upstream_addr.to_string())
@@ -167,7 +181,7 @@ async fn the_quick_start_runs_as_written() {
     let script: String = sh
         .lines()
         .filter(|l| {
-            !["authserver ", "proxy ", "export "]
+            !["authserver ", "proxy ", "export ", "cargo ", "openssl "]
                 .iter()
                 .any(|p| l.starts_with(p))
         })
@@ -191,5 +205,6 @@ async fn the_quick_start_runs_as_written() {
     tokio::task::spawn_blocking(move || proxy.shutdown_now())
         .await
         .unwrap();
+    let _ = std::fs::remove_file(secret_file);
     auth.stop().await;
 }

@@ -975,7 +975,12 @@ async fn each_application_has_its_token_format() {
     for store in testing::all_stores().await {
         let probe = Fixture::start(store.clone(), |_| {}).await;
         let jwt = probe
-            .client_with(ClientType::Public, true, &["*"], Some(AccessTokenFormat::Jwt))
+            .client_with(
+                ClientType::Public,
+                true,
+                &["*"],
+                Some(AccessTokenFormat::Jwt),
+            )
             .await;
         let opaque = probe
             .client_with(

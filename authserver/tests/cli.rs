@@ -300,8 +300,7 @@ async fn operations(db: &str) {
     let help = stdout(&run(&["app", "create", "--help"], &db, ""));
     let name = help
         .lines()
-        .skip_while(|l| !l.trim_start().starts_with("--name"))
-        .nth(0)
+        .find(|l| l.trim_start().starts_with("--name"))
         .unwrap();
     assert!(name.contains("A name people recognise"), "{help}");
     // As lines: a header row, then the application's row under it, column for column.
