@@ -24,10 +24,10 @@ ROOT = pathlib.Path(os.environ.get("MODULE_GRAPH_ROOT") or pathlib.Path(__file__
 LAYERS = {
     "resource-server": [
         ["metrics", "bounded_body", "secret_file"],
-        ["bearer", "claims", "cors", "identity", "policy", "process", "introspection", "outage", "yaml", "config_error", "revoked"],
+        ["bearer", "claims", "cors", "identity", "policy", "process", "introspection", "outage", "yaml", "config_error", "revoked", "dpop"],
         ["rules"],
         ["decision", "checker", "forwarded", "client_cert", "protected_resource"],
-        ["audience"],
+        ["audience", "dpop_gate"],
         ["jwt", "settings", "ssf"],
         ["gate_config", "access_log"],
         ["gate"],

@@ -96,6 +96,7 @@ async fn register(
         registration: registration::Registration {
             input,
             tls_client_auth: None,
+            dpop_required: false,
             oidc: OidcClient::default(),
         },
         owner_id,

@@ -133,7 +133,9 @@ async fn front_door() -> FrontDoor {
         .replace("grace_period: 5s", "grace_period: 0s")
         .replace("shutdown_timeout: 5s", "shutdown_timeout: 1s")
         + "  - name: any-of-demo\n    prefix: /anyof/\n    upstream: api\n    scopes: { any_of: [write, groups] }\n"
-        + "  - name: all-of-demo\n    prefix: /allof/\n    upstream: api\n    scopes: { all_of: [read, groups] }\n";
+        + "  - name: all-of-demo\n    prefix: /allof/\n    upstream: api\n    scopes: { all_of: [read, groups] }\n"
+        + "  - name: step-up-demo\n    prefix: /stepup/\n    upstream: api\n    acr_values: [urn:tokengate:acr:mfa]\n    max_age: 600\n"
+        + "  - name: fresh-demo\n    prefix: /fresh/\n    upstream: api\n    acr_values: [urn:tokengate:acr:mfa]\n    max_age: 3\n";
     assert_ne!(text, shipped);
     let dir = std::env::temp_dir().join(format!(
         "tg-front-{}",
@@ -535,6 +537,120 @@ async fn rules_reload_without_dropping_a_request() {
     assert!(
         statuses.iter().all(|s| *s == 200),
         "a request failed during the reload: {statuses:?}"
+    );
+    door.shutdown().await;
+}
+
+/// RFC 9470 step-up through the front door: a route requiring `acr_values:
+/// [urn:tokengate:acr:mfa]` and `max_age: 600` refuses a password-grant token with 401 and the
+/// exact challenge; the person signs in with a second factor (pyotp, through the front door's
+/// authorization endpoint, `tests/acr_client.py`) and that token passes; a route whose `max_age`
+/// (3 s) the sign-in has outlived refuses it with the "more recent" challenge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_up_routes_ask_for_a_second_factor_and_a_recent_sign_in() {
+    let found = std::process::Command::new("python3")
+        .args(["-c", "import pyotp, requests"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !found {
+        assert!(std::env::var("CI").is_err(), "CI must install pyotp");
+        eprintln!("SKIPPED: pip install pyotp requests");
+        return;
+    }
+    let door = front_door().await;
+    let password_token = door.token(None).await;
+    let (status, challenge, body) =
+        refusal(door.get("/stepup/anything", Some(&password_token)).await).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        challenge,
+        "Bearer realm=\"api\", error=\"insufficient_user_authentication\", \
+         error_description=\"A different authentication level is required.\", \
+         acr_values=\"urn:tokengate:acr:mfa\", max_age=\"600\""
+    );
+    assert_eq!(
+        body["detail"],
+        "A stronger or more recent sign-in is required."
+    );
+
+    // A person with an authenticator app signs in again through the front door.
+    let store = &door.auth.store;
+    testing::user(store, "carol", "step up please").await;
+    let redirect = "http://127.0.0.1:9/callback";
+    let input = authserver::store::ApplicationInput {
+        name: "step-up client".into(),
+        client_type: authserver::store::ClientType::Confidential,
+        grant_type: GrantType::AuthorizationCode,
+        redirect_uris: redirect.into(),
+        allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
+        may_introspect: false,
+        may_use_ssf: false,
+        pkce_required: true,
+        token_format: Some(authserver::config::AccessTokenFormat::Jwt),
+    };
+    let (app, secret) = store
+        .create_application(&input, None, None, None)
+        .await
+        .unwrap();
+    let (introspector, introspector_secret) =
+        testing::application(store, GrantType::ClientCredentials, true).await;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/authserver/tests/acr_client.py"
+    );
+    let mut command = std::process::Command::new("python3");
+    command.args([
+        script,
+        &door.base,
+        &app.client_id,
+        &secret.unwrap(),
+        redirect,
+        "carol",
+        "step up please",
+        &introspector,
+        &introspector_secret,
+    ]);
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "acr_client.py failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let weak = summary["password_session"]["access_token"]
+        .as_str()
+        .unwrap();
+    let strong = summary["no_max_age"]["access_token"].as_str().unwrap();
+    let auth_time = summary["no_max_age"]["tokens"]["access_token"]["auth_time"]
+        .as_i64()
+        .unwrap();
+    // The code flow's password-only sign-in is refused as the password grant's was.
+    let (status, _, _) = refusal(door.get("/stepup/anything", Some(weak)).await).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    // The two-factor sign-in passes the gate (the example API has no such page: its 404).
+    let passed = door.get("/stepup/anything", Some(strong)).await;
+    assert_eq!(passed.status(), StatusCode::NOT_FOUND);
+    assert!(passed.headers().get("www-authenticate").is_none());
+    // Once the sign-in is more than 3 s old, /fresh/ asks for a more recent one.
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    };
+    while now() - auth_time <= 4 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let (status, challenge, _) = refusal(door.get("/fresh/anything", Some(strong)).await).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        challenge,
+        "Bearer realm=\"api\", error=\"insufficient_user_authentication\", \
+         error_description=\"More recent authentication is required.\", \
+         acr_values=\"urn:tokengate:acr:mfa\", max_age=\"3\""
     );
     door.shutdown().await;
 }

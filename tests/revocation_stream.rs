@@ -102,8 +102,10 @@ impl Door {
                 lifetime: 60,
                 nonce: None,
                 auth_time: Some(authserver::store::now()),
+                amr: None,
                 resource: None,
                 session_key: Some(key),
+                dpop_jkt: None,
             })
             .await
             .unwrap();

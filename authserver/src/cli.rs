@@ -322,6 +322,10 @@ pub struct CreateApp {
     /// JWKS keys' x5c). Its tokens are bound to the certificate.
     #[arg(long, value_name = "KIND:VALUE")]
     tls_client_auth: Option<String>,
+    /// Refuse this client's token requests that come without a DPoP proof (RFC 9449): all its
+    /// tokens are bound to its key.
+    #[arg(long)]
+    dpop_required: bool,
     /// OpenID Connect: a post-logout redirect URI (repeatable; the redirect URI rules, matched
     /// exactly).
     #[arg(long = "post-logout-redirect-uri", value_name = "URI")]
@@ -329,6 +333,9 @@ pub struct CreateApp {
     /// OpenID Connect: the ID-token signing algorithm, RS256 (default) or EdDSA.
     #[arg(long, value_name = "RS256|EdDSA")]
     id_token_alg: Option<String>,
+    /// Its users must sign in with a second factor (TOTP).
+    #[arg(long)]
+    require_mfa: bool,
     /// Print JSON instead of lines.
     #[arg(long)]
     json: bool,

@@ -43,6 +43,8 @@ struct RawSettings {
     metrics_listen: Option<String>,
     dynamic_registration: Option<String>,
     dynamic_registration_scopes: Option<Vec<String>>,
+    require_mfa_for_staff: Option<bool>,
+    dpop_nonce: Option<String>,
 }
 
 /// A duration as written in the file: a bare number of seconds, or text like `90s`, `15m`, `10h`.
@@ -89,7 +91,7 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 26] = [
+const KEYS: [&str; 28] = [
     "listen",
     "issuer",
     "database_url",
@@ -116,6 +118,8 @@ const KEYS: [&str; 26] = [
     "metrics_listen",
     "dynamic_registration",
     "dynamic_registration_scopes",
+    "require_mfa_for_staff",
+    "dpop_nonce",
 ];
 
 /// `AUTHSERVER_*` variables that are not settings overrides but are documented elsewhere: the
@@ -209,6 +213,9 @@ pub struct Settings {
     pub ssf_push_networks: Vec<IpRange>,
     /// The most introspection lookups the token cache holds (0: no cache).
     pub token_cache_capacity: u64,
+    /// `require_mfa_for_staff`: the operator views (`/o/applications/`, `/admin/`) need a
+    /// sign-in with a second factor (issue 41).
+    pub require_mfa_for_staff: bool,
     /// The key-encryption keys of the JWT signing keys, from `AUTHSERVER_SECRETS_SYSTEM` or the
     /// file of `secrets_system_file` (`AUTHSERVER_SECRETS_SYSTEM_FILE`); none configured: no
     /// signing key can be stored or read.
@@ -233,6 +240,9 @@ pub struct Settings {
     /// `introspection` nor the revocation stream's). Default: `default_scopes` and OpenID
     /// Connect's.
     pub dynamic_registration_scopes: Vec<String>,
+    /// Whether a DPoP proof at the token endpoint must carry a nonce this server issued (RFC
+    /// 9449 §8; `dpop_nonce: required`, default `off`).
+    pub dpop_nonce_required: bool,
 }
 
 /// The operator's policy for dynamic client registration (RFC 7591).
@@ -392,6 +402,8 @@ impl Settings {
             DEFAULT_SSF_POLL_TIMEOUT,
         )?;
         let token_cache_capacity = source.token_cache_capacity(raw.token_cache_capacity)?;
+        let require_mfa_for_staff =
+            source.flag("require_mfa_for_staff", raw.require_mfa_for_staff)?;
         let cors_origins = match source.cors_origins("cors_origins", raw.cors_origins, false)? {
             Some(CorsOrigins::List(list)) => list,
             _ => Vec::new(),
@@ -407,6 +419,17 @@ impl Settings {
             &scopes,
             &default_scopes,
         )?;
+        let (origin, dpop_nonce) = source.pick("dpop_nonce", raw.dpop_nonce);
+        let dpop_nonce_required = match dpop_nonce.as_deref().map(str::trim) {
+            None | Some("off") => false,
+            Some("required") => true,
+            Some(other) => {
+                return Err(fail(
+                    &origin,
+                    format!("\"{other}\" is not a policy (off or required)"),
+                ));
+            }
+        };
         let (origin, metrics_listen) = source.pick("metrics_listen", raw.metrics_listen);
         let metrics_listen = metrics_listen
             .map(|text| {
@@ -450,6 +473,7 @@ impl Settings {
             ssf_poll_timeout,
             ssf_push_networks,
             token_cache_capacity,
+            require_mfa_for_staff,
             key_encryption,
             access_log,
             log_format: raw.log_format,
@@ -458,6 +482,7 @@ impl Settings {
             metrics_listen,
             dynamic_registration,
             dynamic_registration_scopes,
+            dpop_nonce_required,
         })
     }
 
@@ -507,6 +532,7 @@ impl Settings {
             ssf_poll_timeout: DEFAULT_SSF_POLL_TIMEOUT,
             ssf_push_networks: Vec::new(),
             token_cache_capacity: crate::store::DEFAULT_TOKEN_CACHE_CAPACITY,
+            require_mfa_for_staff: false,
             key_encryption: None,
             access_log: AccessLogSettings::default(),
             log_format: None,
@@ -522,6 +548,7 @@ impl Settings {
                 "profile".into(),
                 "email".into(),
             ],
+            dpop_nonce_required: false,
         }
     }
 }
@@ -780,6 +807,18 @@ impl Source<'_> {
                     format!("\"{text}\" is not a duration ({problem}; like 3600, 15m or 1h; 0 turns the purge off)"),
                 )
             }),
+        }
+    }
+
+    /// A yes/no setting: `true`/`false` in the file, `true`/`false`/`1`/`0` in the environment;
+    /// absent: false.
+    fn flag(&self, key: &str, from_file: Option<bool>) -> Result<bool, ConfigError> {
+        let (origin, value) = self.pick(key, from_file.map(|b| b.to_string()));
+        match value.as_deref().map(str::trim) {
+            None => Ok(false),
+            Some("true" | "1") => Ok(true),
+            Some("false" | "0") => Ok(false),
+            Some(other) => Err(fail(&origin, format!("\"{other}\" is not true or false"))),
         }
     }
 
@@ -1538,5 +1577,27 @@ mod tests {
             "{err}"
         );
         assert!(check_environment(["AUTHSERVER_PURGE_INTERVAL"]).is_ok());
+    }
+
+    #[test]
+    fn dpop_nonce_is_off_or_required() {
+        let read = |text: &str| Settings::from_yaml(text, "a.yaml");
+        assert!(
+            !read("issuer: https://as.example\n")
+                .unwrap()
+                .dpop_nonce_required
+        );
+        assert!(
+            read("issuer: https://as.example\ndpop_nonce: required\n")
+                .unwrap()
+                .dpop_nonce_required
+        );
+        assert!(
+            !read("issuer: https://as.example\ndpop_nonce: off\n")
+                .unwrap()
+                .dpop_nonce_required
+        );
+        let err = read("issuer: https://as.example\ndpop_nonce: sometimes\n").unwrap_err();
+        assert!(err.to_string().contains("off or required"), "{err}");
     }
 }

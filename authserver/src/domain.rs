@@ -167,6 +167,9 @@ pub struct Application {
     pub may_use_ssf: bool,
     /// Whether a confidential client must send PKCE (public clients always must).
     pub pkce_required: bool,
+    /// Whether every token request must come with a DPoP proof (RFC 9449), so that all its
+    /// tokens are DPoP-bound.
+    pub dpop_required: bool,
     /// Its access-token format; None follows the server's `access_token_format`.
     pub token_format: Option<AccessTokenFormat>,
     /// Authentication by client certificate (RFC 8705) instead of a secret; None: by secret

@@ -32,6 +32,8 @@ pub struct KeyEncryption {
 struct Kek {
     id: String,
     key: LessSafeKey,
+    /// The key of DPoP nonces (RFC 9449 §8), the same in every process given the secret.
+    nonce_key: [u8; 32],
 }
 
 impl std::fmt::Debug for KeyEncryption {
@@ -109,6 +111,12 @@ impl KeyEncryption {
         self.keks.iter().map(|k| k.id.as_str()).collect()
     }
 
+    /// The key DPoP nonces are made under (derived from the first secret): every replica
+    /// given the same secrets issues and accepts the same nonces.
+    pub fn dpop_nonce_key(&self) -> &[u8] {
+        &self.keks[0].nonce_key
+    }
+
     /// Where the secrets came from (the variable or file), for messages.
     pub fn origin(&self) -> &str {
         &self.origin
@@ -116,6 +124,12 @@ impl KeyEncryption {
 
     /// `plaintext` sealed under the current KEK for the row `row_id`: (KEK id, base64 text).
     pub fn seal(&self, row_id: &str, plaintext: &[u8]) -> anyhow::Result<(String, String)> {
+        self.seal_bound(&aad(row_id), plaintext)
+    }
+
+    /// `plaintext` sealed under the current KEK, bound to `context` (associated data naming the
+    /// row it belongs in, as `tokengate totp user=7`): (KEK id, base64 text).
+    pub fn seal_bound(&self, context: &[u8], plaintext: &[u8]) -> anyhow::Result<(String, String)> {
         let kek = &self.keks[0];
         let mut nonce = [0u8; NONCE_LEN];
         SystemRandom::new()
@@ -125,10 +139,10 @@ impl KeyEncryption {
         kek.key
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad(row_id)),
+                Aad::from(context),
                 &mut sealed,
             )
-            .map_err(|_| anyhow::anyhow!("cannot encrypt a signing key"))?;
+            .map_err(|_| anyhow::anyhow!("cannot encrypt a secret"))?;
         let mut out = nonce.to_vec();
         out.extend_from_slice(&sealed);
         Ok((kek.id.clone(), STANDARD.encode(out)))
@@ -136,6 +150,16 @@ impl KeyEncryption {
 
     /// What [`KeyEncryption::seal`] sealed for `row_id` under the KEK `kek_id`.
     pub fn open(&self, row_id: &str, kek_id: &str, sealed: &str) -> Result<Vec<u8>, OpenError> {
+        self.open_bound(&aad(row_id), kek_id, sealed)
+    }
+
+    /// What [`KeyEncryption::seal_bound`] sealed for `context` under the KEK `kek_id`.
+    pub fn open_bound(
+        &self,
+        context: &[u8],
+        kek_id: &str,
+        sealed: &str,
+    ) -> Result<Vec<u8>, OpenError> {
         let kek = self
             .keks
             .iter()
@@ -150,7 +174,7 @@ impl KeyEncryption {
         let mut sealed = sealed.to_vec();
         let plaintext = kek
             .key
-            .open_in_place(nonce, Aad::from(aad(row_id)), &mut sealed)
+            .open_in_place(nonce, Aad::from(context), &mut sealed)
             .map_err(|_| OpenError::Altered)?;
         Ok(plaintext.to_vec())
     }
@@ -172,9 +196,14 @@ impl Kek {
         prk.expand(&[b"key id".as_slice()], Len(id.len()))
             .and_then(|okm| okm.fill(&mut id))
             .expect("HKDF-SHA256 yields 8 bytes");
+        let mut nonce_key = [0u8; 32];
+        prk.expand(&[b"dpop nonces".as_slice()], Len(nonce_key.len()))
+            .and_then(|okm| okm.fill(&mut nonce_key))
+            .expect("HKDF-SHA256 yields 32 bytes");
         Kek {
             id: hex::encode(id),
             key: LessSafeKey::new(key),
+            nonce_key,
         }
     }
 }

@@ -45,6 +45,8 @@ pub struct Shared {
     pub keys: Arc<jwt::KeyRing>,
     /// This replica's copy of the key CSRF tokens are signed with.
     pub(crate) csrf_key: Arc<web::CsrfKey>,
+    /// DPoP's replay cache and nonces at the token endpoint (RFC 9449).
+    pub dpop: Arc<oauth::DpopState>,
 }
 
 impl std::ops::Deref for AppState {
@@ -61,11 +63,13 @@ impl AppState {
 
     /// [`AppState::new`] with this key ring (a test's shorter key cache).
     pub fn with_keys(settings: Settings, store: Store, keys: jwt::KeyRing) -> Self {
+        let dpop = Arc::new(oauth::DpopState::new(&settings));
         AppState(Arc::new(Shared {
             settings: Arc::new(settings),
             store,
             keys: Arc::new(keys),
             csrf_key: Arc::default(),
+            dpop,
         }))
     }
 }

@@ -29,7 +29,7 @@ pub struct Throttle {
     /// The client's address as text, for log lines.
     pub client: String,
     /// `login:<digest of the lowercased username>@<address>`: the username is not stored as
-    /// typed (people type their password into it).
+    /// typed (people type their password into it); `otp:<user id>` for second factors.
     user_and_address: String,
     /// `addr:<address>`.
     address: String,
@@ -122,6 +122,28 @@ impl Throttle {
             "login:{}@{client}",
             secrets::digest(&username.to_lowercase())
         );
+        Throttle::counting(store, client, user_and_address).await
+    }
+
+    /// The throttle of second-factor codes (TOTP or recovery codes) of `user_id`, whose password
+    /// was right: [`MAX_FAILURES_PER_USER_AND_ADDRESS`] wrong codes per [`FAILURE_WINDOW`] for the
+    /// user from any address (whoever holds the password may ask from many), and the address's
+    /// bucket shared with passwords.
+    pub async fn second_factor(
+        store: &Store,
+        user_id: i64,
+        address: Option<IpAddr>,
+    ) -> StoreResult<Throttle> {
+        let client = address.map_or_else(|| "unknown".to_owned(), client_bucket);
+        Throttle::counting(store, client, format!("otp:{user_id}")).await
+    }
+
+    /// Waits for a place on `user_bucket` and the address's bucket, then counts both.
+    async fn counting(
+        store: &Store,
+        client: String,
+        user_and_address: String,
+    ) -> StoreResult<Throttle> {
         let address = format!("addr:{client}");
         // Always the address first: one order, so two attempts never wait on each other.
         let under_way = [

@@ -224,6 +224,8 @@ pub struct ApplicationDraft {
     /// Authentication by client certificate (RFC 8705) in [`TlsClientAuth::parse`]'s form
     /// (`subject_dn:…`, `san_dns:…`, `self_signed:…`), or empty: by secret.
     pub tls_client_auth: String,
+    /// Ticked: every token request must come with a DPoP proof (RFC 9449).
+    pub dpop_required: bool,
 }
 
 impl ApplicationDraft {
@@ -364,6 +366,8 @@ pub fn application(
 pub struct OidcDraft {
     pub post_logout_redirect_uris: String,
     pub id_token_alg: String,
+    /// Ticked: its users must sign in with a second factor.
+    pub require_mfa: bool,
 }
 
 /// Checks an OpenID Connect registration; on refusal, the messages per form field
@@ -401,6 +405,7 @@ pub fn oidc_registration(draft: &OidcDraft) -> Result<crate::store::OidcClient, 
         Ok(crate::store::OidcClient {
             id_token_alg: alg.to_owned(),
             post_logout_redirect_uris: uris.join(" "),
+            require_mfa: draft.require_mfa,
         })
     } else {
         Err(refusals)
@@ -416,6 +421,7 @@ mod tests {
         let ok = oidc_registration(&OidcDraft {
             post_logout_redirect_uris: "https://rp.example/bye\nhttp://127.0.0.1:9/bye".into(),
             id_token_alg: String::new(),
+            require_mfa: false,
         })
         .unwrap();
         assert_eq!(ok.id_token_alg, "RS256");
@@ -426,6 +432,7 @@ mod tests {
         let bad = oidc_registration(&OidcDraft {
             post_logout_redirect_uris: "https://rp.example/bye#x javascript:alert(1)".into(),
             id_token_alg: "HS256".into(),
+            require_mfa: false,
         })
         .unwrap_err();
         assert!(bad.has("post_logout_redirect_uris") && bad.has("id_token_alg"));
@@ -474,6 +481,7 @@ mod tests {
             pkce_optional: true,
             token_format: "JWT".into(),
             tls_client_auth: "san_dns:app.example".into(),
+            dpop_required: false,
         };
         let refusals = application(&settings, &[], &draft).unwrap_err();
         for field in [

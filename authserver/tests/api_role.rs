@@ -43,6 +43,7 @@ async fn the_example_apis_role_runs_its_queries_and_reads_no_secret() {
     admin
         .issue_tokens(&authserver::store::NewTokens {
             cnf_x5t_s256: None,
+            cnf_jkt: None,
             audience: None,
             application_id: app.id,
             user_id: Some(holder.id),

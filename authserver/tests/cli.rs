@@ -645,6 +645,7 @@ async fn token_pair(store: &Store, app: i64, user: i64) -> [String; 2] {
     let issued = store
         .issue_tokens(&NewTokens {
             cnf_x5t_s256: None,
+            cnf_jkt: None,
             audience: None,
             application_id: app,
             user_id: Some(user),

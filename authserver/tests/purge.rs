@@ -47,6 +47,7 @@ async fn issue(
 fn tokens(app: i64, user: i64, access: i64, refresh: Option<i64>) -> NewTokens {
     NewTokens {
         cnf_x5t_s256: None,
+        cnf_jkt: None,
         audience: None,
         application_id: app,
         user_id: Some(user),
@@ -95,8 +96,10 @@ async fn spent_code(store: &Store, app: i64, user: i64, expires_at: i64) -> Stri
             lifetime: 60,
             nonce: None,
             auth_time: None,
+            amr: None,
             resource: None,
             session_key: None,
+            dpop_jkt: None,
         })
         .await
         .unwrap();
@@ -146,6 +149,7 @@ async fn the_purge_deletes_what_expired_and_keeps_what_checks_need() {
         let successor = store
             .issue_tokens(&NewTokens {
                 cnf_x5t_s256: None,
+                cnf_jkt: None,
                 audience: None,
                 family: Some(claimed.family.clone()),
                 ..tokens(app, user, 3600, Some(3600))

@@ -303,8 +303,10 @@ async fn every_change_that_ends_tokens_is_a_verified_set_with_its_subject() {
                 lifetime: 60,
                 nonce: None,
                 auth_time: None,
+                amr: None,
                 resource: None,
                 session_key: None,
+                dpop_jkt: None,
             })
             .await
             .unwrap();

@@ -111,6 +111,7 @@ fn reader_app(name: &str) -> ApplicationInput {
 fn tokens_of(application_id: i64, user_id: Option<i64>, refresh: bool) -> NewTokens {
     NewTokens {
         cnf_x5t_s256: None,
+        cnf_jkt: None,
         audience: None,
         application_id,
         user_id,
@@ -214,6 +215,7 @@ async fn secrets_and_tokens_are_stored_as_digests() {
         let next = store
             .issue_tokens(&NewTokens {
                 cnf_x5t_s256: None,
+                cnf_jkt: None,
                 audience: None,
                 family: Some(record.family),
                 ..new.clone()

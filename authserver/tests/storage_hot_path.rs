@@ -11,6 +11,7 @@ use std::time::Duration;
 fn tokens(application_id: i64, family: Option<String>) -> NewTokens {
     NewTokens {
         cnf_x5t_s256: None,
+        cnf_jkt: None,
         audience: None,
         application_id,
         user_id: None,

@@ -145,6 +145,7 @@ async fn world(store: Store) -> World {
                         refresh_lifetime: None,
                         family: None,
                         cnf_x5t_s256: None,
+                        cnf_jkt: None,
                         audience: None,
                     })
                     .await
@@ -604,6 +605,7 @@ async fn a_user_deleted_by_the_cli_reads_inactive_within_the_bound() {
                 refresh_lifetime: None,
                 family: None,
                 cnf_x5t_s256: None,
+                cnf_jkt: None,
                 audience: None,
             })
             .await

@@ -8,6 +8,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use resource_server::dpop_gate::SeenAs;
 use resource_server::{Check, Gate, MetadataAnswer, Refusal};
 
 use crate::AppState;
@@ -102,12 +103,15 @@ pub async fn check(State(state): State<AppState>, request: Request, next: Next) 
     }
     // Behind the proxy, the client certificate it verified (believed with its secret only).
     let client_cert = gate.forwarded_client_cert(request.headers());
+    // A DPoP proof names the URL the client sent the request to: this plain-HTTP listener and
+    // its `Host`, or the configured `resource`'s origin (behind a TLS terminator).
     let verdict = gate
-        .authorize(
+        .authorize_from(
             request.method(),
             request.uri(),
             request.headers(),
             client_cert.as_ref(),
+            SeenAs::Listener("http"),
         )
         .await;
     match verdict {

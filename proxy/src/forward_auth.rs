@@ -16,6 +16,7 @@ use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
 use resource_server::access_log::AccessLine;
 use resource_server::client_cert::cert_header;
+use resource_server::dpop_gate::SeenAs;
 use resource_server::{CertThumbprint, EncodedIdentity, Outcome, Refusal};
 
 use crate::ingress::{ForwardAuthConfig, original};
@@ -156,9 +157,17 @@ impl ForwardAuth {
         if let Some(resp) = metadata(&method, uri.path()) {
             return resp;
         }
+        // The origin the client sent the original request to (a DPoP proof's `htu`): from a
+        // trusted ingress, its `X-Forwarded-Proto` and `X-Forwarded-Host` (else `Host`);
+        // otherwise this listener's scheme and `Host`.
+        let scheme = if self.config.tls { "https" } else { "http" };
+        let seen = match trusted {
+            true => SeenAs::Forwarded(scheme),
+            false => SeenAs::Listener(scheme),
+        };
         match routing
             .gate
-            .authorize(&method, &uri, &req.headers, client_cert.as_ref())
+            .authorize_from(&method, &uri, &req.headers, client_cert.as_ref(), seen)
             .await
         {
             Ok(allow) => {

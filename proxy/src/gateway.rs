@@ -22,6 +22,7 @@ use pingora::upstreams::peer::Peer as _;
 use pingora::{Error, ErrorSource, ErrorType, Result};
 use resource_server::access_log::AccessLine;
 use resource_server::cors::{self, CorsPolicy, Preflight};
+use resource_server::dpop_gate::SeenAs;
 use resource_server::{EncodedIdentity, MetadataAnswer, Refusal};
 
 use crate::balance::{Lease, Pool, http_peer};
@@ -132,9 +133,21 @@ impl ProxyHttp for Gateway {
             write_preflight(session, answer, vary).await?;
             return Ok(true);
         }
+        // The origin the client sent the request to, which a DPoP proof's `htu` names: the
+        // listener's scheme (https behind TLS) and the request's `Host` (`:authority`).
+        let tls = session
+            .digest()
+            .is_some_and(|digest| digest.ssl_digest.is_some());
+        let seen = SeenAs::Listener(if tls { "https" } else { "http" });
         let verdict = routing
             .gate
-            .authorize(&req.method, &req.uri, &req.headers, thumbprint.as_ref())
+            .authorize_from(
+                &req.method,
+                &req.uri,
+                &req.headers,
+                thumbprint.as_ref(),
+                seen,
+            )
             .await;
         match verdict {
             Ok(allow) => {

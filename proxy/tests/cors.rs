@@ -192,7 +192,7 @@ async fn answers_carry_cors_headers_for_listed_origins_refusals_too() {
     assert_eq!(header(&ok, "access-control-allow-origin"), Some(APP));
     assert_eq!(
         header(&ok, "access-control-expose-headers"),
-        Some("x-request-id")
+        Some("x-request-id, www-authenticate, dpop-nonce")
     );
     assert!(
         ok.headers()

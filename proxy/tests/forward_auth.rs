@@ -537,3 +537,108 @@ async fn original_request_headers_only_from_trusted_peers() {
     assert_eq!(resp.headers()["x-auth-username"], "alice");
     stop(proxy, config).await;
 }
+
+/// RFC 9470 step-up in forward-auth mode: a route requiring `acr_values` and `max_age` answers
+/// the check with the same 401 and challenge as the gateway; a two-factor sign-in recent enough
+/// passes, one older than a shorter `max_age` is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_up_routes_answer_forward_auth_checks_with_the_rfc_9470_challenge() {
+    let introspector = Introspector::start().await;
+    let app = echo_upstream().await;
+    let (listen, admin) = two_free_ports();
+    let auth_port = free_port();
+    let routes = "\nroutes:\n  - { name: step-up, path: /stepup, upstream: api, acr_values: [urn:tokengate:acr:mfa], max_age: 600 }\n  - { name: fresh, path: /fresh, upstream: api, acr_values: [urn:tokengate:acr:mfa], max_age: 60 }\n";
+    let yaml = format!(
+        "forward_auth: {{ listen: \"127.0.0.1:{auth_port}\", ingress: traefik, trusted_peers: [127.0.0.1] }}\n{}",
+        config_yaml(listen, admin, &introspector.url(), app, routes)
+    );
+    let (proxy, config) = start_proxy("forward-auth-step-up", &yaml).await;
+    let auth = proxy.forward_auth_addr().unwrap();
+    let client = reqwest::Client::new();
+    let check = |target: &str, token: &str| {
+        let bearer = format!("Bearer {token}");
+        traefik_check(
+            &client,
+            auth,
+            "GET",
+            target,
+            &[("Authorization", bearer.as_str())],
+        )
+        .send()
+    };
+    let refused = check("/stepup", "read").await.unwrap();
+    assert_eq!(refused.status(), 401);
+    assert_eq!(
+        refused.headers()["www-authenticate"],
+        "Bearer realm=\"api\", error=\"insufficient_user_authentication\", error_description=\"A different authentication level is required.\", acr_values=\"urn:tokengate:acr:mfa\", max_age=\"600\""
+    );
+    let passed = check("/stepup", "mfa").await.unwrap();
+    assert_eq!(passed.status(), 200);
+    let stale = check("/fresh", "mfa").await.unwrap();
+    assert_eq!(stale.status(), 401);
+    assert_eq!(
+        stale.headers()["www-authenticate"],
+        "Bearer realm=\"api\", error=\"insufficient_user_authentication\", error_description=\"More recent authentication is required.\", acr_values=\"urn:tokengate:acr:mfa\", max_age=\"60\""
+    );
+    stop(proxy, config).await;
+}
+
+/// DPoP at the decision endpoint (RFC 9449): a Traefik check of a DPoP-bound token is decided on
+/// a proof of the original request, `htu` from Traefik's `X-Forwarded-Proto` and
+/// `X-Forwarded-Host` (a trusted peer); the check request's own URL, a bearer downgrade and a
+/// replay are refused with a `DPoP` challenge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dpop_bound_token_is_checked_against_the_original_request() {
+    use resource_server::dpop::signer::ProofSigner;
+    let introspector = Introspector::start().await;
+    let client = reqwest::Client::new();
+    let (proxy, config, auth, _) = proxy_with(
+        &introspector,
+        "ingress: traefik, trusted_peers: [127.0.0.1]",
+    )
+    .await;
+    let signer = ProofSigner::es256();
+    let token = format!("dpop-{}", signer.thumbprint());
+    let dpop = format!("DPoP {token}");
+    let now = common::unix_now();
+    let check = |proof: String, authorization: String| {
+        let headers = [("Authorization", authorization), ("DPoP", proof)];
+        let client = &client;
+        async move {
+            let pairs: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            traefik_check(client, auth, "GET", "/read?page=2", &pairs)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    // The URL the client saw: http://api.example/read (Traefik's forwarded scheme and host).
+    let proof = signer.proof("GET", "http://api.example/read", now, Some(&token));
+    let ok = check(proof.clone(), dpop.clone()).await;
+    assert_eq!(ok.status(), 200);
+    assert_eq!(ok.headers()["x-auth-username"], "alice");
+    let challenge =
+        |r: &reqwest::Response| r.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    let replay = check(proof, dpop.clone()).await;
+    assert_eq!(replay.status(), 401);
+    assert!(challenge(&replay).starts_with("DPoP error=\"invalid_dpop_proof\""));
+    // A proof for the decision endpoint's own URL, or for another method: refused.
+    for (method, url) in [
+        ("GET", format!("http://{auth}/read")),
+        ("POST", "http://api.example/read".to_owned()),
+    ] {
+        let proof = signer.proof(method, &url, now, Some(&token));
+        let refused = check(proof, dpop.clone()).await;
+        assert_eq!(refused.status(), 401, "{method} {url}");
+        assert!(
+            challenge(&refused).starts_with("DPoP error=\"invalid_dpop_proof\""),
+            "{method} {url}"
+        );
+    }
+    // The bound token as a bearer token (§7.2).
+    let proof = signer.proof("GET", "http://api.example/read", now, Some(&token));
+    let downgrade = check(proof, format!("Bearer {token}")).await;
+    assert_eq!(downgrade.status(), 401);
+    assert!(challenge(&downgrade).starts_with("DPoP error=\"invalid_token\""));
+    stop(proxy, config).await;
+}

@@ -285,12 +285,12 @@ async fn a_bound_introspected_token_stands_only_with_its_certificate() {
         echoed(&echo, "x-tokengate-client-cert").is_empty(),
         "{echo}"
     );
-    // A bound token by a means the gate cannot check (DPoP's jkt) is refused even with a
-    // certificate.
+    // A token bound to a DPoP key (RFC 9449 `jkt`) sent as a bearer token is refused even with
+    // a certificate (docs/dpop.md).
     let got = curl(&pki, listen, "/read", with(Some(&alice), Some("jkt"), &[])).await;
     assert_eq!(got.status, "401");
     assert!(
-        got.challenge.contains("confirmation method"),
+        got.challenge.starts_with("DPoP error=\"invalid_token\""),
         "{}",
         got.challenge
     );

@@ -14,8 +14,9 @@ pub use crate::identity::MAX_TIME;
 ///
 /// Read by [`Claims::from_value`]: unknown fields are ignored; `active` is a JSON boolean (missing
 /// or `null`: inactive); `exp`/`iat`/`nbf` are JSON numbers of seconds from 0 to [`MAX_TIME`]
-/// (fractions are floored); `scope` is a space-separated string (a JSON array of strings is joined
-/// with spaces); `aud` is a string or an array of strings; every other field is a string. `null`
+/// (fractions are floored), and so is `auth_time`; `scope` is a space-separated string (a JSON
+/// array of strings is joined with spaces); `aud`, `groups` and `amr` are a string or an array of
+/// strings; every other field is a string. `null`
 /// is the same as absent. Anything else is [`Malformed`].
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Claims {
@@ -51,6 +52,17 @@ pub struct Claims {
     /// The confirmation of a sender-constrained token (RFC 7800 `cnf`; RFC 8705 §3.1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cnf: Option<Confirmation>,
+    /// The authentication context class of the user's sign-in (OpenID Connect `acr`; RFC 9068
+    /// §2.2.1), which a route's `acr_values` may require (RFC 9470).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acr: Option<String>,
+    /// The methods of that sign-in (RFC 8176 `amr`: a string or an array of strings); empty when
+    /// absent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub amr: Vec<String>,
+    /// When the user signed in (unix seconds), which a route's `max_age` bounds (RFC 9470).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth_time: Option<i64>,
     /// The identity these claims forward, encoded once ([`Claims::identity`]): a memo, so a
     /// field changed after that call is not seen by it (a clone starts without one).
     #[serde(skip)]
@@ -92,29 +104,35 @@ impl std::fmt::Debug for IdentityMemo {
     }
 }
 
-/// A token's `cnf` (confirmation) claim: to whom the token is bound. Only the certificate
-/// thumbprint is understood; a `cnf` without it (e.g. a DPoP `jkt`) binds the token by a means
-/// the gate cannot check, and the token is refused ([`crate::client_cert::bind`]).
+/// A token's `cnf` (confirmation) claim: to whom the token is bound. The certificate thumbprint
+/// ([`crate::client_cert::bind`]) and the DPoP key thumbprint ([`crate::dpop::gate`]) are
+/// understood; a `cnf` with neither binds the token by a means the gate cannot check, and the
+/// token is refused.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct Confirmation {
     /// `x5t#S256`: the base64url SHA-256 of the client certificate (DER) the token is bound to.
     #[serde(rename = "x5t#S256", skip_serializing_if = "Option::is_none")]
     pub x5t_s256: Option<String>,
+    /// `jkt`: the RFC 7638 thumbprint of the DPoP key the token is bound to (RFC 9449 §6).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jkt: Option<String>,
 }
 
 impl Confirmation {
-    /// Reads `cnf`: absent or `null` is `None`; an object whose `x5t#S256`, when there, is a
-    /// string. Anything else is an error naming what was expected.
+    /// Reads `cnf`: absent or `null` is `None`; an object whose `x5t#S256` and `jkt`, when
+    /// there, are strings. Anything else is an error naming what was expected.
     pub fn read(value: Option<&Value>) -> Result<Option<Confirmation>, &'static str> {
+        let member = |map: &serde_json::Map<String, Value>, name: &str| match map.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(CNF),
+        };
         match value {
             None | Some(Value::Null) => Ok(None),
-            Some(Value::Object(map)) => match map.get("x5t#S256") {
-                None => Ok(Some(Confirmation::default())),
-                Some(Value::String(s)) => Ok(Some(Confirmation {
-                    x5t_s256: Some(s.clone()),
-                })),
-                Some(_) => Err(CNF),
-            },
+            Some(Value::Object(map)) => Ok(Some(Confirmation {
+                x5t_s256: member(map, "x5t#S256")?,
+                jkt: member(map, "jkt")?,
+            })),
             Some(_) => Err(CNF),
         }
     }
@@ -139,7 +157,7 @@ const BOOLEAN: &str = "a JSON boolean";
 const STRING: &str = "a string";
 const SCOPE: &str = "a string or an array of strings";
 const TIME: &str = "a JSON number of seconds from 0 to 253402300799";
-const CNF: &str = "an object whose x5t#S256 is a string";
+const CNF: &str = "an object whose x5t#S256 and jkt are strings";
 
 impl Claims {
     /// The answer for an unknown, expired or revoked token: `{"active": false}`.
@@ -181,6 +199,9 @@ impl Claims {
                 let field = take("cnf");
                 Confirmation::read(Some(&field.value)).map_err(|expected| field.wrong(expected))?
             },
+            acr: take("acr").string()?,
+            amr: take("amr").strings()?,
+            auth_time: take("auth_time").time()?,
             identity: IdentityMemo::default(),
         })
     }
@@ -320,6 +341,18 @@ mod tests {
 
     fn parse(s: &str) -> Claims {
         Claims::from_json(s.as_bytes()).expect("parses")
+    }
+
+    #[test]
+    fn sign_in_claims_are_read() {
+        let c = parse(
+            r#"{"active":true,"acr":"urn:tokengate:acr:mfa","amr":["pwd","otp","mfa"],"auth_time":1700000000}"#,
+        );
+        assert_eq!(c.acr.as_deref(), Some("urn:tokengate:acr:mfa"));
+        assert_eq!(c.amr, ["pwd", "otp", "mfa"]);
+        assert_eq!(c.auth_time, Some(1_700_000_000));
+        assert!(Claims::from_json(br#"{"active":true,"auth_time":"soon"}"#).is_err());
+        assert!(Claims::from_json(br#"{"active":true,"acr":2}"#).is_err());
     }
 
     #[test]
@@ -525,7 +558,9 @@ mod tests {
         let c = parse(r#"{"active":true,"cnf":{"x5t#S256":"abc","jkt":"x"}}"#);
         assert_eq!(c.cnf.unwrap().x5t_s256.as_deref(), Some("abc"));
         assert_eq!(parse(r#"{"active":true,"cnf":null}"#).cnf, None);
-        let other = parse(r#"{"active":true,"cnf":{"jkt":"x"}}"#);
+        let dpop = parse(r#"{"active":true,"cnf":{"jkt":"x"}}"#);
+        assert_eq!(dpop.cnf.unwrap().jkt.as_deref(), Some("x"));
+        let other = parse(r#"{"active":true,"cnf":{"x5t":"x"}}"#);
         assert_eq!(other.cnf, Some(Confirmation::default()));
         for bad in [
             r#"{"cnf":"abc"}"#,

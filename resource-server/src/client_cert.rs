@@ -75,6 +75,8 @@ pub fn bind(credential: Credential, presented: Option<&CertThumbprint>) -> Crede
         return credential;
     };
     match (&cnf.x5t_s256, presented) {
+        // Bound to a DPoP key only: the gate's DPoP check holds it to its key.
+        (None, _) if cnf.jkt.is_some() => credential,
         (None, _) => Credential::Invalid(UNSUPPORTED_BINDING),
         (Some(x5t), Some(cert)) if cert.matches(x5t) => credential,
         (Some(_), _) => Credential::Invalid(UNBOUND),
@@ -140,6 +142,7 @@ mod tests {
             active,
             cnf: Some(Confirmation {
                 x5t_s256: x5t.map(str::to_owned),
+                jkt: None,
             }),
             ..Claims::default()
         }))

@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 /// cors:
 ///   allowed_origins: [https://app.example.com]   # exact scheme://host[:port], no wildcard
 ///   allowed_methods: [GET, POST]     # default: the route's methods, or GET, HEAD and POST
-///   allowed_headers: [authorization, content-type]   # the default
-///   exposed_headers: [x-request-id]  # default none
+///   allowed_headers: [authorization, content-type, dpop]   # the default
+///   exposed_headers: [x-request-id]  # default none; www-authenticate and dpop-nonce always
 ///   allow_credentials: false         # default false (cookies are not needed for bearer tokens)
 ///   max_age: 600                     # seconds a browser may keep a preflight's answer (default 600)
 /// ```
@@ -65,8 +65,12 @@ pub enum Preflight {
     Refused,
 }
 
-/// The default `allowed_headers`: what a bearer-token call with a JSON body needs.
-pub const DEFAULT_HEADERS: [&str; 2] = ["authorization", "content-type"];
+/// The default `allowed_headers`: what a bearer-token or DPoP call (RFC 9449: its `DPoP`
+/// proof) with a JSON body needs.
+pub const DEFAULT_HEADERS: [&str; 3] = ["authorization", "content-type", "dpop"];
+/// The response headers every policy exposes besides `exposed_headers`: a refusal's challenge,
+/// and DPoP's nonce (RFC 9449 §8), which a browser client must read to retry.
+pub const ALWAYS_EXPOSED: [&str; 2] = ["www-authenticate", "dpop-nonce"];
 /// The default `max_age`, seconds.
 pub const DEFAULT_MAX_AGE: u64 = 600;
 /// The longest `max_age` accepted (Chromium caps at 2 hours, Firefox at 24).
@@ -101,7 +105,7 @@ impl CorsPolicy {
             origins,
             methods,
             headers: headers.iter().map(|h| h.to_ascii_lowercase()).collect(),
-            exposed: Vec::new(),
+            exposed: ALWAYS_EXPOSED.map(str::to_owned).to_vec(),
             credentials,
             max_age,
         }
@@ -138,8 +142,13 @@ impl CorsPolicy {
             Some(list) => header_names(list).map_err(|m| ("cors.allowed_headers", m))?,
             None => DEFAULT_HEADERS.map(str::to_owned).to_vec(),
         };
-        let exposed = header_names(spec.exposed_headers.unwrap_or_default())
+        let mut exposed = header_names(spec.exposed_headers.unwrap_or_default())
             .map_err(|m| ("cors.exposed_headers", m))?;
+        for name in ALWAYS_EXPOSED {
+            if !exposed.iter().any(|e| e == name) {
+                exposed.push(name.to_owned());
+            }
+        }
         let max_age = spec.max_age.unwrap_or(DEFAULT_MAX_AGE);
         if max_age > MAX_MAX_AGE {
             return Err((
@@ -395,7 +404,7 @@ mod tests {
                 ("access-control-allow-methods", "GET, PUT"),
                 (
                     "access-control-allow-headers",
-                    "authorization, content-type"
+                    "authorization, content-type, dpop"
                 ),
                 ("access-control-max-age", "600"),
             ]
@@ -427,7 +436,10 @@ mod tests {
             names(&p.response_headers(&request(&[("origin", APP)]))),
             [
                 ("access-control-allow-origin", APP),
-                ("access-control-expose-headers", "x-request-id"),
+                (
+                    "access-control-expose-headers",
+                    "x-request-id, www-authenticate, dpop-nonce"
+                ),
             ]
             .map(|(n, v)| (n.to_owned(), v.to_owned()))
         );
@@ -440,7 +452,14 @@ mod tests {
         let asked = request(&[("origin", "https://anyone.example")]);
         assert_eq!(
             names(&any.response_headers(&asked)),
-            [("access-control-allow-origin".to_owned(), "*".to_owned())]
+            [
+                ("access-control-allow-origin", "*"),
+                (
+                    "access-control-expose-headers",
+                    "www-authenticate, dpop-nonce"
+                ),
+            ]
+            .map(|(n, v)| (n.to_owned(), v.to_owned()))
         );
         assert!(!any.varies());
         let with_cookies = CorsPolicy::from_spec(
@@ -457,6 +476,10 @@ mod tests {
             [
                 ("access-control-allow-origin", APP),
                 ("access-control-allow-credentials", "true"),
+                (
+                    "access-control-expose-headers",
+                    "www-authenticate, dpop-nonce"
+                ),
             ]
             .map(|(n, v)| (n.to_owned(), v.to_owned()))
         );

@@ -24,6 +24,16 @@ pub enum Credential {
     Invalid(&'static str),
     /// The check could not be made (503, fail closed): authorization server or keys unreachable.
     Unavailable,
+    /// Refused by DPoP (RFC 9449 §7): a 401 with a `DPoP` challenge of this error
+    /// (`invalid_dpop_proof` or `invalid_token`) and description.
+    Dpop(DpopRefusal),
+}
+
+/// Why DPoP refused a request: its `error` code and `error_description`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DpopRefusal {
+    pub error: &'static str,
+    pub description: &'static str,
 }
 
 /// What to do with a request.
@@ -42,10 +52,26 @@ pub enum Decision {
     InsufficientScope(String),
     /// 403: the caller is in none of the route's `groups_any`.
     NotInGroup,
+    /// 401 (RFC 9470): the user's sign-in is not of a class the route's `acr_values` name, or
+    /// older than its `max_age`; what the route requires goes into the challenge.
+    InsufficientUserAuthentication(Box<StepUp>),
     /// 503: the authorization server could not be reached (fail closed).
     Unavailable,
     /// 404: no route matched (denied by default, without saying why).
     NoRoute,
+    /// 401 with a `DPoP` challenge (RFC 9449 §7.1).
+    Dpop(DpopRefusal),
+}
+
+/// What a route requires of the user's sign-in, and why a token fell short (RFC 9470).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepUp {
+    /// The route's `acr_values`, space-separated (empty: none required).
+    pub acr_values: String,
+    /// The route's `max_age`.
+    pub max_age: Option<i64>,
+    /// `error_description`.
+    pub description: &'static str,
 }
 
 /// The request is refused: the response to write and the outcome to count.
@@ -70,11 +96,13 @@ pub enum Outcome {
     NoRoute,
     /// A CORS preflight answered by the proxy (no token looked at).
     Preflight,
+    /// A sign-in too weak or too old for the route (RFC 9470).
+    InsufficientUserAuthentication,
 }
 
 impl Outcome {
     /// Every outcome, in label order.
-    pub const ALL: [Outcome; 9] = [
+    pub const ALL: [Outcome; 10] = [
         Outcome::Allow,
         Outcome::Unauthenticated,
         Outcome::BadRequest,
@@ -84,6 +112,7 @@ impl Outcome {
         Outcome::Unavailable,
         Outcome::NoRoute,
         Outcome::Preflight,
+        Outcome::InsufficientUserAuthentication,
     ];
 
     /// The outcome of a decision.
@@ -92,9 +121,10 @@ impl Outcome {
             Decision::Allow(_) => Outcome::Allow,
             Decision::Unauthenticated(_) => Outcome::Unauthenticated,
             Decision::BadRequest(_) => Outcome::BadRequest,
-            Decision::InvalidToken(_) => Outcome::InvalidToken,
+            Decision::InvalidToken(_) | Decision::Dpop(_) => Outcome::InvalidToken,
             Decision::InsufficientScope(_) => Outcome::InsufficientScope,
             Decision::NotInGroup => Outcome::NotInGroup,
+            Decision::InsufficientUserAuthentication(_) => Outcome::InsufficientUserAuthentication,
             Decision::Unavailable => Outcome::Unavailable,
             Decision::NoRoute => Outcome::NoRoute,
         }
@@ -112,6 +142,7 @@ impl Outcome {
             Outcome::Unavailable => "unavailable",
             Outcome::NoRoute => "no_route",
             Outcome::Preflight => "preflight",
+            Outcome::InsufficientUserAuthentication => "insufficient_user_authentication",
         }
     }
 }
@@ -124,6 +155,10 @@ pub const EXPIRED_TOKEN: &str = "The access token expired.";
 pub const NOT_YET_VALID_TOKEN: &str = "The access token is not valid yet.";
 /// `error_description` for a caller in none of a route's `groups_any`.
 pub const NOT_IN_GROUP: &str = "The caller is not in a group this route requires.";
+/// `error_description` for a sign-in of a class the route does not accept (RFC 9470 §3).
+pub const ACR_NOT_MET: &str = "A different authentication level is required.";
+/// `error_description` for a sign-in older than the route's `max_age` (RFC 9470 §3).
+pub const AUTH_TOO_OLD: &str = "More recent authentication is required.";
 /// The realm in every `WWW-Authenticate` challenge.
 pub const REALM: &str = "api";
 /// A denial as it is written to the client: `Content-Type: application/json`.
@@ -225,7 +260,37 @@ impl Decision {
                 ]),
                 "You do not have permission to perform this action.",
             ),
+            Decision::InsufficientUserAuthentication(step_up) => {
+                let max_age = step_up.max_age.map(|m| m.to_string());
+                let mut params = vec![
+                    ("error", "insufficient_user_authentication"),
+                    ("error_description", step_up.description),
+                ];
+                if !step_up.acr_values.is_empty() {
+                    params.push(("acr_values", step_up.acr_values.as_str()));
+                }
+                if let Some(max_age) = &max_age {
+                    params.push(("max_age", max_age.as_str()));
+                }
+                (
+                    401,
+                    challenge(&params),
+                    "A stronger or more recent sign-in is required.",
+                )
+            }
             Decision::Unavailable => (503, None, "Authorization server unavailable."),
+            Decision::Dpop(refusal) => (
+                401,
+                Some(crate::dpop::challenge(
+                    refusal.error,
+                    Some(refusal.description),
+                )),
+                if refusal.error == crate::dpop::INVALID_DPOP_PROOF {
+                    "Invalid DPoP proof."
+                } else {
+                    "Invalid token."
+                },
+            ),
             Decision::NoRoute => return Err(Denial::no_route()),
         };
         Err(Denial::new(outcome, status, challenge, detail))
@@ -309,7 +374,9 @@ pub fn decide(route: Option<&Route>, token: &Credential, leeway: Duration) -> De
 /// `Unauthenticated`; malformed → `BadRequest`; server unreachable → `Unavailable`; inactive,
 /// expired (`exp + leeway <= now`) or not yet valid (`nbf - leeway > now`) → `InvalidToken`;
 /// missing scopes → `InsufficientScope` (all required scopes: `all_of` then `any_of`); in none of
-/// the route's `groups_any` → `NotInGroup`; else `Allow(Some(identity))`.
+/// the route's `groups_any` → `NotInGroup`; an `acr` not among the route's `acr_values` or an
+/// `auth_time` older than its `max_age` → `InsufficientUserAuthentication` (RFC 9470); else
+/// `Allow(Some(identity))`.
 pub fn decide_at(
     route: Option<&Route>,
     token: &Credential,
@@ -328,6 +395,7 @@ pub fn decide_at(
         Credential::Malformed(reason) => return Decision::BadRequest(reason),
         Credential::Unavailable => return Decision::Unavailable,
         Credential::Invalid(reason) => return Decision::InvalidToken(reason),
+        Credential::Dpop(refusal) => return Decision::Dpop(*refusal),
         Credential::Checked(c) => c,
     };
     if !claims.active {
@@ -348,7 +416,33 @@ pub fn decide_at(
     if !route.groups_any.is_empty() && !claims.in_any_group(&route.groups_any) {
         return Decision::NotInGroup;
     }
+    if let Some(description) = step_up_needed(route, claims, now) {
+        return Decision::InsufficientUserAuthentication(Box::new(StepUp {
+            acr_values: route.acr_values.join(" "),
+            max_age: route.max_age,
+            description,
+        }));
+    }
     Decision::Allow(Some(claims.identity()))
+}
+
+/// Why the token's sign-in falls short of the route's `acr_values` and `max_age`, if it does: an
+/// `acr` not among them (or none), or an `auth_time` more than `max_age` seconds before `now`
+/// (or none).
+fn step_up_needed(route: &Route, claims: &Claims, now: i64) -> Option<&'static str> {
+    let acr_ok = route.acr_values.is_empty()
+        || claims
+            .acr
+            .as_ref()
+            .is_some_and(|acr| route.acr_values.contains(acr));
+    if !acr_ok {
+        return Some(ACR_NOT_MET);
+    }
+    match (route.max_age, claims.auth_time) {
+        (None, _) => None,
+        (Some(max_age), Some(at)) if now.saturating_sub(at) <= max_age => None,
+        (Some(_), _) => Some(AUTH_TOO_OLD),
+    }
 }
 
 /// The scopes a route needs, space-separated: `all_of` then `any_of` (the challenge's `scope`).
@@ -410,6 +504,77 @@ routes:
             }
             .encoded(),
         ))
+    }
+
+    /// RFC 9470: a route with `acr_values` and `max_age` refuses a password sign-in and an old
+    /// one with 401 `insufficient_user_authentication`, naming what it needs; a fresh two-factor
+    /// sign-in passes; scopes are checked first.
+    #[test]
+    fn acr_values_and_max_age_ask_for_a_step_up() {
+        let r = Rules::from_yaml(
+            "routes:\n  - { name: admin, path: /admin, scopes: [read], acr_values: [urn:tokengate:acr:mfa], max_age: 600 }\n  - { name: fresh, path: /fresh, max_age: 60 }\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let with = |acr: Option<&str>, auth_time: Option<i64>| Claims {
+            acr: acr.map(str::to_owned),
+            auth_time,
+            ..active("read")
+        };
+        let decide = |name: &str, c: &Claims| {
+            decide_at(Some(route(&r, name)), &checked(c), NOW, Duration::ZERO)
+        };
+        let mfa = "urn:tokengate:acr:mfa";
+        assert!(decide("admin", &with(Some(mfa), Some(NOW - 600))).is_allow());
+        let refused = decide("admin", &with(Some("urn:tokengate:acr:pwd"), Some(NOW)));
+        assert_eq!(
+            Outcome::of(&refused),
+            Outcome::InsufficientUserAuthentication
+        );
+        let refusal = refused.refusal().unwrap();
+        assert_eq!(refusal.status, 401);
+        assert_eq!(
+            refusal.www_authenticate.as_deref(),
+            Some(
+                "Bearer realm=\"api\", error=\"insufficient_user_authentication\", error_description=\"A different authentication level is required.\", acr_values=\"urn:tokengate:acr:mfa\", max_age=\"600\""
+            )
+        );
+        assert_eq!(refusal.grpc().0, 16);
+        for (claims, description) in [
+            (with(None, Some(NOW)), ACR_NOT_MET),
+            (with(Some(mfa), Some(NOW - 601)), AUTH_TOO_OLD),
+            (with(Some(mfa), None), AUTH_TOO_OLD),
+        ] {
+            match decide("admin", &claims) {
+                Decision::InsufficientUserAuthentication(s) => {
+                    assert_eq!(s.description, description)
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // Scopes first: a step-up would not give them.
+        let no_scope = Claims {
+            scope: Some("write".into()),
+            ..with(None, None)
+        };
+        assert!(matches!(
+            decide("admin", &no_scope),
+            Decision::InsufficientScope(_)
+        ));
+        // max_age alone: any acr, and the challenge names no acr_values.
+        assert!(decide("fresh", &with(None, Some(NOW - 60))).is_allow());
+        let stale = decide("fresh", &with(Some(mfa), Some(NOW - 61)));
+        assert_eq!(
+            stale.refusal().unwrap().www_authenticate.as_deref(),
+            Some(
+                "Bearer realm=\"api\", error=\"insufficient_user_authentication\", error_description=\"More recent authentication is required.\", max_age=\"60\""
+            )
+        );
+        let public = Rules::from_yaml(
+            "routes:\n  - { name: p, path: /p, public: true, acr_values: [x] }\n",
+            "t.yaml",
+        );
+        assert!(public.unwrap_err().to_string().contains("acr_values"));
     }
 
     #[test]

@@ -17,6 +17,7 @@ use crate::bearer::{Bearer, bearer_token};
 use crate::checker::TokenChecker;
 use crate::client_cert::{CertThumbprint, bind, forwarded_cert};
 use crate::decision::decide;
+use crate::dpop_gate::{DpopCheck, ProofRequest, SeenAs, dpop_scheme_token};
 use crate::forwarded::{ForwardedIdentity, ProxySecret};
 use crate::gate_config::{GateSettings, TokenSource};
 use crate::identity::EncodedIdentity;
@@ -145,6 +146,10 @@ pub struct Gate {
     audience: Option<Audience>,
     /// This API's RFC 9728 metadata, when a `resource` is configured.
     resource: Option<Arc<ProtectedResource>>,
+    /// The origin of the configured `resource`: a DPoP proof's `htu` may always name it.
+    resource_origin: Option<String>,
+    /// DPoP's replay cache (RFC 9449), kept across reloads.
+    dpop: DpopCheck,
 }
 
 impl Gate {
@@ -156,6 +161,8 @@ impl Gate {
             revocation: None,
             audience: None,
             resource: None,
+            resource_origin: None,
+            dpop: DpopCheck::default(),
         }
     }
 
@@ -167,8 +174,13 @@ impl Gate {
     /// This gate, serving the metadata of `resource` (its scopes the rules') and naming it in
     /// every challenge.
     pub fn with_resource(self, resource: Option<&ResourceSettings>) -> Gate {
+        let resource_origin = resource.and_then(|r| origin_of(&r.resource));
         let resource = resource.map(|r| Arc::new(ProtectedResource::new(r, &self.rules)));
-        Gate { resource, ..self }
+        Gate {
+            resource,
+            resource_origin,
+            ..self
+        }
     }
 
     /// The gate `settings` describe. `previous` is the gate this one replaces on a reload: its
@@ -246,6 +258,8 @@ impl Gate {
             revocation,
             audience: None,
             resource: None,
+            resource_origin: None,
+            dpop: previous.map(|g| g.dpop.clone()).unwrap_or_default(),
         }
         .with_audience(audience)
         .with_resource(settings.resource.as_ref()))
@@ -303,6 +317,27 @@ impl Gate {
         headers: &HeaderMap,
         client_cert: Option<&CertThumbprint>,
     ) -> Result<Allow<'_>, Denial> {
+        self.authorize_from(method, uri, headers, client_cert, SeenAs::Resource)
+            .await
+    }
+
+    /// DPoP's replay cache and settings.
+    pub fn dpop(&self) -> &DpopCheck {
+        &self.dpop
+    }
+
+    /// [`Gate::authorize`] for a request whose URL as the client saw it (which a DPoP proof's
+    /// `htu` names, besides the configured `resource`'s origin) is learnt as `seen` says. A
+    /// token under the `DPoP` scheme, or bound to a key, is held to a proof
+    /// ([`crate::dpop::gate`]).
+    pub async fn authorize_from(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        client_cert: Option<&CertThumbprint>,
+        seen: SeenAs,
+    ) -> Result<Allow<'_>, Denial> {
         let Some(route) = self.rules.find(method, uri.path()) else {
             return Err(Denial::no_route());
         };
@@ -313,7 +348,15 @@ impl Gate {
         if route.access == Access::Public || matches!(self.check, Check::Unchecked) {
             return Ok(allow(None));
         }
-        let mut credential = self.check.credential(headers, uri.query()).await;
+        let dpop_token = match &self.check {
+            Check::Forwarded(_) => None,
+            _ => dpop_scheme_token(headers),
+        };
+        let mut credential = match dpop_token {
+            Some(Ok(token)) => self.check.token(token).await,
+            Some(Err(why)) => Credential::Malformed(why),
+            None => self.check.credential(headers, uri.query()).await,
+        };
         if let Some(r) = &self.revocation
             && let Credential::Checked(claims) = &credential
             && r.revoked().refuses(claims)
@@ -324,12 +367,28 @@ impl Gate {
             credential = audience.screen(credential);
         }
         let credential = bind(credential, client_cert);
+        let request = ProofRequest {
+            method,
+            uri,
+            headers,
+            dpop_token: dpop_token.and_then(Result::ok),
+            seen,
+            resource_origin: self.resource_origin.as_deref(),
+        };
+        let credential = self.dpop.screen(credential, &request, route.dpop).await;
         let resource_metadata = self.resource.as_deref().map(ProtectedResource::url);
         decide(Some(route), &credential, self.check.leeway())
             .into_result_with(resource_metadata)
             .map(allow)
             .map_err(|denial| denial.on_route(route.index()))
     }
+}
+
+/// The origin (`scheme://authority`) of an absolute URL.
+fn origin_of(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    (!authority.is_empty()).then(|| format!("{scheme}://{authority}"))
 }
 
 #[cfg(test)]

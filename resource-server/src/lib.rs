@@ -37,6 +37,8 @@ pub mod client_cert;
 pub mod config_error;
 pub mod cors;
 pub mod decision;
+pub mod dpop;
+pub mod dpop_gate;
 pub mod forwarded;
 pub mod gate;
 pub mod gate_config;

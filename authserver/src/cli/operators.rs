@@ -320,8 +320,10 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         pkce_optional,
         token_format,
         tls_client_auth,
+        dpop_required,
         post_logout_redirect_uri,
         id_token_alg,
+        require_mfa,
         json,
     } = create;
     let mut scope_list: Vec<String> = Vec::new();
@@ -351,11 +353,13 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         pkce_optional,
         token_format: token_format.unwrap_or_default().trim().to_owned(),
         tls_client_auth: registration_text(tls_client_auth.unwrap_or_default().trim())?,
+        dpop_required,
     };
 
     let oidc = validation::OidcDraft {
         post_logout_redirect_uris: post_logout_redirect_uri.join(" "),
         id_token_alg: id_token_alg.unwrap_or_default().trim().to_owned(),
+        require_mfa,
     };
     // Every flag checked before the secret is read, so a typo is refused before anyone types it.
     let resource_scopes = store.resource_scopes().await?;
@@ -453,6 +457,7 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
                             "allowed_scopes": a.allowed_scopes, "may_introspect": a.may_introspect,
                             "may_use_ssf": a.may_use_ssf,
                             "pkce_required": a.pkce_required,
+                            "dpop_required": a.dpop_required,
                             "token_format": a.access_token_format(settings.access_token_format),
                             "token_format_own": a.token_format,
                             "owner_id": a.owner_id, "secret_fingerprint": a.secret_fingerprint(),

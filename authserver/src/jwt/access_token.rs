@@ -31,9 +31,18 @@ pub struct AccessTokenClaims {
     /// The user's groups when the token has the `groups` scope (at issuance).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub groups: Option<Vec<String>>,
-    /// The client certificate the token is bound to (RFC 8705 §3.1), if it is.
+    /// The client certificate (RFC 8705 §3.1) or the DPoP key (RFC 9449 §6.1) the token is
+    /// bound to, if it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cnf: Option<Confirmation>,
+    /// A user's token: when they signed in, its authentication context class and methods
+    /// (RFC 9068 §2.2.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth_time: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amr: Option<Vec<String>>,
 }
 
 /// `aud`: one audience as a string, several as an array (RFC 7519 §4.1.3).
@@ -44,12 +53,25 @@ pub enum Audience {
     Many(Vec<String>),
 }
 
-/// `cnf` of a certificate-bound token.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+/// `cnf` of a certificate-bound or DPoP-bound token.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Confirmation {
+    /// The RFC 7638 thumbprint of the DPoP key (base64url SHA-256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jkt: Option<String>,
     /// The base64url SHA-256 of the certificate (DER).
-    #[serde(rename = "x5t#S256")]
-    pub x5t_s256: String,
+    #[serde(rename = "x5t#S256", default, skip_serializing_if = "Option::is_none")]
+    pub x5t_s256: Option<String>,
+}
+
+impl Confirmation {
+    /// The `cnf` of a token bound to this certificate and/or key; None for a bearer token.
+    pub fn of(x5t_s256: Option<&str>, jkt: Option<&str>) -> Option<Confirmation> {
+        (x5t_s256.is_some() || jkt.is_some()).then(|| Confirmation {
+            jkt: jkt.map(str::to_owned),
+            x5t_s256: x5t_s256.map(str::to_owned),
+        })
+    }
 }
 
 /// Signs `claims` with `key`: `{"alg":"EdDSA","typ":"at+jwt","kid":…}`.
@@ -140,6 +162,9 @@ mod tests {
             username: Some("alice".into()),
             groups: None,
             cnf: None,
+            auth_time: None,
+            acr: None,
+            amr: None,
         }
     }
 

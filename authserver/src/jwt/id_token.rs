@@ -21,6 +21,12 @@ pub struct IdTokenClaims {
     pub iat: i64,
     /// When the user last signed in with their password (Unix seconds).
     pub auth_time: i64,
+    /// The authentication context class of that sign-in (`crate::protocol::acr`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acr: Option<String>,
+    /// Its methods (RFC 8176).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amr: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nonce: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,6 +97,8 @@ mod tests {
             exp: 200,
             iat: 100,
             auth_time: 90,
+            acr: None,
+            amr: None,
             nonce: Some("n-0S6_WzA2Mj".into()),
             at_hash: Some(at_hash("token", Alg::RS256)),
             azp: Some("client".into()),

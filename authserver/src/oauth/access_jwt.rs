@@ -12,7 +12,8 @@ use crate::AppState;
 use crate::domain::GROUPS_SCOPE;
 use crate::jwt::access_token::{self, AccessTokenClaims, Audience};
 use crate::jwt::{KeySet, Verified};
-use crate::store::{Introspected, IssuedTokens, TokenKind, TokenRecord, now};
+use crate::protocol::acr;
+use crate::store::{FamilySignIn, Introspected, IssuedTokens, TokenKind, TokenRecord, now};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,7 +32,8 @@ pub async fn jwt_for(
     subject: Subject<'_>,
     issued: &IssuedTokens,
     issued_at: i64,
-    cnf_x5t_s256: Option<&str>,
+    cnf: Option<access_token::Confirmation>,
+    signed_in: Option<&FamilySignIn>,
 ) -> Result<String, OAuthError> {
     let settings = &state.settings;
     let keys = state
@@ -61,9 +63,10 @@ pub async fn jwt_for(
         scope: issued.scope.clone(),
         username,
         groups,
-        cnf: cnf_x5t_s256.map(|x5t| access_token::Confirmation {
-            x5t_s256: x5t.to_owned(),
-        }),
+        cnf,
+        auth_time: signed_in.map(|s| s.auth_time),
+        acr: signed_in.map(|s| acr::acr_of(&s.amr).to_owned()),
+        amr: signed_in.map(|s| acr::amr_list(&s.amr)),
     };
     access_token::sign(signer, &claims)
         .map_err(|error| OAuthError::Server(anyhow::anyhow!("signing a JWT failed: {error}")))

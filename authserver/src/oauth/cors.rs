@@ -29,7 +29,9 @@ pub fn token_policy(settings: &Settings) -> Option<CorsPolicy> {
         CorsPolicy::new(
             Origins::List(settings.cors_origins.clone()),
             vec![Method::POST],
-            &["authorization", "content-type"],
+            // RFC 9449: a browser client sends its proof in `DPoP` (and reads `DPoP-Nonce`,
+            // which every policy exposes).
+            &["authorization", "content-type", "dpop"],
             false,
             DEFAULT_MAX_AGE,
         )

@@ -14,13 +14,15 @@ pub const USERINFO_PATH: &str = "/o/userinfo/";
 pub const END_SESSION_PATH: &str = "/o/logout/";
 
 /// The claims an ID token or the UserInfo endpoint may carry.
-const CLAIMS: [&str; 9] = [
+const CLAIMS: [&str; 11] = [
     "sub",
     "iss",
     "aud",
     "exp",
     "iat",
     "auth_time",
+    "acr",
+    "amr",
     "nonce",
     "at_hash",
     "azp",
@@ -52,6 +54,7 @@ pub async fn openid_configuration(
         "subject_types_supported": ["public"],
         "id_token_signing_alg_values_supported": Alg::ALL.map(Alg::as_str),
         "claims_supported": claims,
+        "acr_values_supported": crate::protocol::acr::SUPPORTED,
         "claim_types_supported": ["normal"],
         "claims_parameter_supported": false,
         "request_parameter_supported": false,

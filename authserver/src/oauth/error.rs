@@ -81,6 +81,12 @@ impl IntoResponse for OAuthError {
             OAuthError::PostOnly => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
             }
+            // RFC 9449 §8: the nonce in `DPoP-Nonce`, and no `WWW-Authenticate` (§5).
+            OAuthError::UseDpopNonce(nonce) => {
+                if let Ok(value) = HeaderValue::from_str(&nonce) {
+                    headers.insert(resource_server::dpop::NONCE_HEADER, value);
+                }
+            }
             OAuthError::Server(error) => return with_error(response, error),
             _ => {}
         }

@@ -12,7 +12,8 @@ use crate::protocol::oidc;
 use crate::protocol::resource::{self, MAX_RESOURCES};
 use crate::protocol::scope::{self, Declared};
 use crate::store::{
-    Application, CodeOutcome, IssuedTokens, NewTokens, RefreshOutcome, StoreError, now,
+    Application, CodeOutcome, FamilySignIn, IssuedTokens, NewTokens, RefreshOutcome, StoreError,
+    now,
 };
 use crate::throttle::Throttle;
 use std::net::IpAddr;
@@ -25,6 +26,9 @@ pub struct Granted {
     pub user: Option<(i64, String)>,
     pub openid: Option<OpenIdGrant>,
     pub token_format: Option<AccessTokenFormat>,
+    /// When and how the user signed in, for a user's tokens (`auth_time`, `acr`, `amr` of
+    /// their JWT).
+    pub signed_in: Option<FamilySignIn>,
 }
 
 /// The registered resources among those `values` name (at most one more than a request may
@@ -157,11 +161,13 @@ pub fn declared(state: &AppState) -> Declared<'_> {
     }
 }
 
-/// The client a grant is for: its registration, and the thumbprint of the client certificate
-/// it came with (RFC 8705), to which the tokens are then bound.
+/// The client a grant is for: its registration, the thumbprint of the client certificate it
+/// came with (RFC 8705) and that of the DPoP key it proved (RFC 9449), to which the tokens are
+/// then bound.
 pub struct Client<'a> {
     pub app: &'a Application,
     pub cert_x5t_s256: Option<String>,
+    pub dpop_jkt: Option<String>,
 }
 
 /// Issues the tokens `request` asks `client` for (its registration already checked), for the
@@ -246,6 +252,7 @@ fn new_tokens(
         refresh_lifetime: refresh.then_some(state.settings.refresh_token_lifetime),
         family,
         cnf_x5t_s256: client.cert_x5t_s256.clone(),
+        cnf_jkt: client.dpop_jkt.clone(),
         audience: audience.identifiers.clone(),
     }
 }
@@ -264,7 +271,7 @@ async fn authorization_code(
     const INVALID: OAuthError = OAuthError::InvalidGrant("Invalid authorization code.");
     let app = client.app;
     let record = match state.store.claim_code(code).await? {
-        CodeOutcome::Claimed(record) => record,
+        CodeOutcome::Claimed(record) => *record,
         CodeOutcome::Unknown => return Err(INVALID),
         CodeOutcome::Reused => {
             tracing::warn!(client_id = %app.client_id, "authorization code reused: its tokens are revoked");
@@ -278,6 +285,8 @@ async fn authorization_code(
         code_verifier,
         now(),
     )?;
+    // RFC 9449 §10: a code whose request named a key is exchanged with a proof of that key.
+    same_key(record.dpop_jkt.as_deref(), client.dpop_jkt.as_deref())?;
     let user = match state.store.get_user(record.user_id).await? {
         Some(user) if user.is_active => user,
         _ => return Err(INVALID),
@@ -286,10 +295,15 @@ async fn authorization_code(
     let scope = scope::narrow(&record.scope, app, None)?;
     let (scope, audience) =
         narrowed(state, scope, record.resource.as_deref(), &target.requested).await?;
-    let openid = oidc::is_openid(&scope).then(|| OpenIdGrant {
-        user_id: user.id,
+    let signed_in = FamilySignIn {
         // A code issued before OpenID Connect carries no sign-in time.
         auth_time: record.auth_time.unwrap_or_else(now),
+        // Nor one issued before second factors its methods: a password.
+        amr: record.amr.clone().unwrap_or_else(|| "pwd".to_owned()),
+    };
+    let openid = oidc::is_openid(&scope).then(|| OpenIdGrant {
+        user_id: user.id,
+        signed_in: signed_in.clone(),
         nonce: record.nonce.clone(),
     });
     let family = record.family;
@@ -306,17 +320,16 @@ async fn authorization_code(
         Err(StoreError::FamilyRevoked) => return Err(INVALID),
         other => other?,
     };
-    if let Some(grant) = &openid {
-        state
-            .store
-            .remember_auth_time(&family, user.id, grant.auth_time)
-            .await?;
-    }
+    state
+        .store
+        .remember_sign_in(&family, user.id, signed_in.auth_time, &signed_in.amr)
+        .await?;
     Ok(Granted {
         issued,
         user: Some((user.id, user.username)),
         openid,
         token_format: audience.token_format,
+        signed_in: Some(signed_in),
     })
 }
 
@@ -345,11 +358,22 @@ async fn password_grant(
     };
     throttle.succeeded(&state.store).await?;
     let new = new_tokens(state, client, Some(user.id), (scope, &audience), true, None);
+    let issued = state.store.issue_tokens(&new).await?;
+    // A password alone, now (RFC 8176 `pwd`): what the family's tokens say of the sign-in.
+    let signed_in = FamilySignIn {
+        auth_time: now(),
+        amr: "pwd".to_owned(),
+    };
+    state
+        .store
+        .remember_sign_in(&issued.family, user.id, signed_in.auth_time, &signed_in.amr)
+        .await?;
     Ok(Granted {
-        issued: state.store.issue_tokens(&new).await?,
+        issued,
         user: Some((user.id, user.username)),
         openid: None,
         token_format: audience.token_format,
+        signed_in: Some(signed_in),
     })
 }
 
@@ -372,6 +396,7 @@ async fn client_credentials(
         user: None,
         openid: None,
         token_format: audience.token_format,
+        signed_in: None,
     })
 }
 
@@ -391,6 +416,7 @@ async fn refresh(
         Some(record) if record.application_id == app.id => record,
         _ => return Err(OAuthError::InvalidGrant("Invalid refresh token.")),
     };
+    same_key(original.cnf_jkt.as_deref(), client.dpop_jkt.as_deref())?;
     let scope = scope::narrow(&original.scope, app, requested)?;
     let (scope, audience) = narrowed(
         state,
@@ -412,16 +438,16 @@ async fn refresh(
     };
     // A fresh ID token when the refreshed scope holds `openid` and the grant had one (its
     // family's sign-in time is kept).
-    let openid = match record.user_id {
-        Some(user_id) if oidc::is_openid(&scope) => state
-            .store
-            .auth_time_of(&record.family)
-            .await?
-            .map(|auth_time| OpenIdGrant {
-                user_id,
-                auth_time,
-                nonce: None,
-            }),
+    let signed_in = match record.user_id {
+        Some(_) => state.store.sign_in_of(&record.family).await?,
+        None => None,
+    };
+    let openid = match (record.user_id, &signed_in) {
+        (Some(user_id), Some(signed_in)) if oidc::is_openid(&scope) => Some(OpenIdGrant {
+            user_id,
+            signed_in: signed_in.clone(),
+            nonce: None,
+        }),
         _ => None,
     };
     let new = new_tokens(
@@ -439,5 +465,24 @@ async fn refresh(
         user: record.user_id.zip(record.username),
         openid,
         token_format: audience.token_format,
+        signed_in,
     })
+}
+
+/// A refresh token bound to a DPoP key (RFC 9449 §5.0, §5.2) is spent only with a proof of
+/// that key, whoever the client is (bound refresh tokens are not kept to public clients here);
+/// so is a code whose request named a key (§10).
+fn same_key(bound: Option<&str>, proven: Option<&str>) -> Result<(), OAuthError> {
+    match (bound, proven) {
+        (None, _) => Ok(()),
+        (Some(_), None) => Err(OAuthError::InvalidDpopProof(
+            "The grant (refresh token or code) is bound to a DPoP key: send a proof of it.",
+        )),
+        (Some(bound), Some(proven)) if resource_server::dpop::thumbprint_matches(bound, proven) => {
+            Ok(())
+        }
+        (Some(_), Some(_)) => Err(OAuthError::InvalidDpopProof(
+            "The grant (refresh token or code) is bound to another DPoP key.",
+        )),
+    }
 }

@@ -7,6 +7,7 @@ use crate::AppState;
 use crate::domain::Application;
 use crate::jwt::Alg;
 use crate::jwt::id_token::{self, IdTokenClaims};
+use crate::protocol::acr;
 use crate::store::{StoreResult, now};
 use std::time::Instant;
 
@@ -18,7 +19,8 @@ pub const ID_TOKEN_LIFETIME: i64 = 3600;
 #[derive(Debug, Clone)]
 pub struct OpenIdGrant {
     pub user_id: i64,
-    pub auth_time: i64,
+    /// When and how they signed in (`auth_time`, `acr`, `amr`).
+    pub signed_in: crate::store::FamilySignIn,
     /// The authorization request's (none on a refresh: Core 1.0 §12.2).
     pub nonce: Option<String>,
 }
@@ -45,7 +47,9 @@ pub async fn issue(
         aud: app.client_id.clone(),
         exp: iat + lifetime,
         iat,
-        auth_time: grant.auth_time,
+        auth_time: grant.signed_in.auth_time,
+        acr: Some(acr::acr_of(&grant.signed_in.amr).to_owned()),
+        amr: Some(acr::amr_list(&grant.signed_in.amr)),
         nonce: grant.nonce.clone(),
         at_hash: Some(id_token::at_hash(access_token, alg)),
         azp: Some(app.client_id.clone()),

@@ -4,6 +4,7 @@ use super::access_jwt::{find_introspected, find_presented};
 use super::params::{Params, authenticate_client_if_presented};
 use super::{OAuthError, json, json_body, no_store, to_json};
 use crate::AppState;
+use crate::protocol::acr;
 use crate::request_log::with_caller;
 use crate::store::{Application, ClientType, Introspected, TokenKind};
 use axum::body::Bytes;
@@ -115,8 +116,14 @@ fn active_answer(found: &Introspected, default_audience: &str) -> Response {
 /// The answer about an active token (RFC 7662 §2.2), its members in alphabetical order.
 #[derive(Serialize)]
 struct ActiveClaims<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    acr: Option<&'static str>,
     active: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    amr: Option<Vec<String>>,
     aud: Aud<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    auth_time: Option<i64>,
     client_id: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     cnf: Option<Confirmation<'a>>,
@@ -141,11 +148,13 @@ enum Aud<'a> {
     Many(Vec<&'a str>),
 }
 
-/// RFC 8705 §3.2: the certificate the token is bound to.
+/// RFC 8705 §3.2: the certificate the token is bound to; RFC 9449 §6.2: the DPoP key.
 #[derive(Serialize)]
 struct Confirmation<'a> {
-    #[serde(rename = "x5t#S256")]
-    x5t_s256: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jkt: Option<&'a str>,
+    #[serde(rename = "x5t#S256", skip_serializing_if = "Option::is_none")]
+    x5t_s256: Option<&'a str>,
 }
 
 /// The claims of an active token with its scope as it stands now: the user's groups only when
@@ -166,14 +175,18 @@ fn active_claims<'a>(found: &'a Introspected, default_audience: &'a str) -> Acti
         Some(one) if !one.contains(' ') => Aud::One(one),
         Some(many) => Aud::Many(many.split(' ').collect()),
     };
+    let signed_in = found.signed_in.as_ref();
     ActiveClaims {
+        acr: signed_in.map(|s| acr::acr_of(&s.amr)),
         active: true,
+        amr: signed_in.map(|s| acr::amr_list(&s.amr)),
         aud,
+        auth_time: signed_in.map(|s| s.auth_time),
         client_id: &record.client_id,
-        cnf: record
-            .cnf_x5t_s256
-            .as_deref()
-            .map(|x5t_s256| Confirmation { x5t_s256 }),
+        cnf: (record.cnf_x5t_s256.is_some() || record.cnf_jkt.is_some()).then_some(Confirmation {
+            jkt: record.cnf_jkt.as_deref(),
+            x5t_s256: record.cnf_x5t_s256.as_deref(),
+        }),
         exp: record.expires_at,
         groups,
         iat: record.issued_at,
@@ -182,7 +195,11 @@ fn active_claims<'a>(found: &'a Introspected, default_audience: &'a str) -> Acti
         scope,
         sub,
         token_type: if record.kind == TokenKind::Access {
-            "Bearer"
+            if record.cnf_jkt.is_some() {
+                "DPoP"
+            } else {
+                "Bearer"
+            }
         } else {
             "refresh_token"
         },

@@ -43,6 +43,8 @@ pub async fn metadata(State(state): State<AppState>) -> Result<Json<Value>, OAut
         "token_endpoint_auth_methods_supported": auth_methods,
         "introspection_endpoint_auth_methods_supported": introspection_methods,
         "revocation_endpoint_auth_methods_supported": auth_methods,
+        // RFC 9449 §5.1: the token endpoint takes DPoP proofs of these algorithms.
+        "dpop_signing_alg_values_supported": resource_server::dpop::ALGORITHMS,
     });
     if mtls {
         metadata["tls_client_certificate_bound_access_tokens"] = true.into();

@@ -4,6 +4,7 @@
 mod access_jwt;
 mod cors;
 mod discovery;
+mod dpop;
 mod error;
 mod grants;
 mod id_token;
@@ -20,6 +21,7 @@ mod token;
 mod userinfo;
 
 pub(crate) use discovery::END_SESSION_PATH;
+pub use dpop::DpopState;
 pub use error::OAuthError;
 pub(crate) use grants::{declared as declared_scopes, known_resources};
 pub(crate) use id_token::read_id_token_hint;

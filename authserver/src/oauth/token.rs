@@ -32,17 +32,26 @@ pub async fn token(
     let app = authenticate_client(&state.store, &headers, &params, cert.as_ref()).await?;
     kind.check_registered(&app)?;
     let request = GrantRequest::parse(kind, &params)?;
+    // The key the client proved (RFC 9449): the tokens are bound to it.
+    let dpop_jkt = super::dpop::proven_key(&state, &headers).await?;
+    if app.dpop_required && dpop_jkt.is_none() {
+        return Err(OAuthError::InvalidDpopProof(
+            "This client must send a DPoP proof with every token request.",
+        ));
+    }
     let resources = params.get_all("resource");
     let issued_at = now();
     let client = Client {
         app: &app,
         cert_x5t_s256: cert.as_ref().map(|c| c.thumbprint.x5t_s256()),
+        dpop_jkt,
     };
     let Granted {
         mut issued,
         user,
         openid,
         token_format,
+        signed_in,
     } = grant(&state, &client, request, &resources, address).await?;
     let format =
         token_format.unwrap_or_else(|| app.access_token_format(state.settings.access_token_format));
@@ -57,7 +66,11 @@ pub async fn token(
             subject,
             &issued,
             issued_at,
-            client.cert_x5t_s256.as_deref(),
+            crate::jwt::access_token::Confirmation::of(
+                client.cert_x5t_s256.as_deref(),
+                client.dpop_jkt.as_deref(),
+            ),
+            signed_in.as_ref(),
         )
         .await?;
     }
@@ -72,12 +85,24 @@ pub async fn token(
         id_token: id_token.as_deref(),
         refresh_token: issued.refresh_token.as_deref(),
         scope: &issued.scope,
-        token_type: "Bearer",
+        // RFC 9449 §5: a DPoP-bound token is of type DPoP.
+        token_type: if client.dpop_jkt.is_some() {
+            "DPoP"
+        } else {
+            "Bearer"
+        },
     };
     // The user by id: this server's logs never name a username (one typed into the wrong
     // field may be a password).
     let user_id = user.as_ref().map(|(id, _)| id.to_string());
-    let response = with_caller(super::json(&body), &app.client_id, user_id.as_deref());
+    let mut response = with_caller(super::json(&body), &app.client_id, user_id.as_deref());
+    if let Some(nonce) = super::dpop::next_nonce(&state)
+        && let Ok(value) = axum::http::HeaderValue::from_str(&nonce)
+    {
+        response
+            .headers_mut()
+            .insert(resource_server::dpop::NONCE_HEADER, value);
+    }
     Ok(no_store(response))
 }
 

@@ -14,6 +14,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use resource_server::dpop;
 use serde_json::{Map, Value, json};
 
 /// Why no claims were given (RFC 6750 §3.1).
@@ -25,6 +26,11 @@ enum Refusal {
     InvalidToken(&'static str),
     /// The token lacks `openid`.
     InsufficientScope,
+    /// A DPoP-bound token without a valid proof of its key (RFC 9449 §7.1), or a `DPoP`
+    /// request whose proof is invalid: a `DPoP` challenge.
+    InvalidDpopProof(&'static str),
+    /// A DPoP-bound token sent as a bearer token (§7.2).
+    BoundTokenAsBearer,
     Server(OAuthError),
 }
 
@@ -49,6 +55,15 @@ impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
         let (status, error, description) = match self {
             Refusal::Server(error) => return error.into_response(),
+            Refusal::InvalidDpopProof(description) => {
+                return dpop_refusal(dpop::INVALID_DPOP_PROOF, description);
+            }
+            Refusal::BoundTokenAsBearer => {
+                return dpop_refusal(
+                    "invalid_token",
+                    "The access token is bound to a DPoP key: send it with the DPoP scheme and a proof.",
+                );
+            }
             Refusal::NoToken => (StatusCode::UNAUTHORIZED, None, ""),
             Refusal::InvalidRequest(d) => (StatusCode::BAD_REQUEST, Some("invalid_request"), d),
             Refusal::InvalidToken(d) => (StatusCode::UNAUTHORIZED, Some("invalid_token"), d),
@@ -81,9 +96,27 @@ impl IntoResponse for Refusal {
     }
 }
 
-/// The token of the request: the `Authorization: Bearer` header, or (POST) the form's
-/// `access_token`; both at once is `invalid_request` (RFC 6750 §2).
-fn presented(method: &Method, headers: &HeaderMap, body: &[u8]) -> Result<String, Refusal> {
+/// A 401 with a `DPoP` challenge (RFC 9449 §7.1) and the JSON error.
+fn dpop_refusal(error: &str, description: &'static str) -> Response {
+    let body = json!({ "error": error, "error_description": description });
+    let mut response = (StatusCode::UNAUTHORIZED, Json(body)).into_response();
+    if let Ok(value) = HeaderValue::from_str(&dpop::challenge(error, Some(description))) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    no_store(response)
+}
+
+/// A token and how it came: under the `DPoP` scheme (RFC 9449 §7.1) or as a bearer token.
+struct Presented {
+    token: String,
+    dpop: bool,
+}
+
+/// The token of the request: the `Authorization: Bearer` (or `DPoP`) header, or (POST) the
+/// form's `access_token`; both at once is `invalid_request` (RFC 6750 §2).
+fn presented(method: &Method, headers: &HeaderMap, body: &[u8]) -> Result<Presented, Refusal> {
     let mut header_tokens = headers.get_all(header::AUTHORIZATION).iter();
     let from_header = match (header_tokens.next(), header_tokens.next()) {
         (None, _) => None,
@@ -91,9 +124,14 @@ fn presented(method: &Method, headers: &HeaderMap, body: &[u8]) -> Result<String
             let value = value.to_str().unwrap_or_default();
             match value.split_once(' ') {
                 Some((scheme, token))
-                    if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() =>
+                    if (scheme.eq_ignore_ascii_case("bearer")
+                        || scheme.eq_ignore_ascii_case(dpop::SCHEME))
+                        && !token.trim().is_empty() =>
                 {
-                    Some(token.trim().to_owned())
+                    Some(Presented {
+                        token: token.trim().to_owned(),
+                        dpop: scheme.eq_ignore_ascii_case(dpop::SCHEME),
+                    })
                 }
                 _ => {
                     return Err(Refusal::InvalidRequest(
@@ -111,7 +149,10 @@ fn presented(method: &Method, headers: &HeaderMap, body: &[u8]) -> Result<String
     let from_form = if method == Method::POST && !body.is_empty() {
         Params::from_form(headers, body)?
             .get("access_token")
-            .map(str::to_owned)
+            .map(|token| Presented {
+                token: token.to_owned(),
+                dpop: false,
+            })
     } else {
         None
     };
@@ -148,11 +189,19 @@ async fn claims_of(
 ) -> Result<(String, i64, Value), Refusal> {
     const INVALID: Refusal =
         Refusal::InvalidToken("The access token is invalid, expired or revoked.");
-    let token = presented(method, headers, body)?;
-    let record = match find_presented(state, &token).await? {
+    let presented = presented(method, headers, body)?;
+    let record = match find_presented(state, &presented.token).await? {
         Some(record) if record.kind == TokenKind::Access && record.is_active() => record,
         _ => return Err(INVALID),
     };
+    check_dpop(
+        state,
+        method,
+        headers,
+        &presented,
+        record.cnf_jkt.as_deref(),
+    )
+    .await?;
     // A certificate-bound token (RFC 8705 §3) only with its certificate, as at the gate.
     if let Some(x5t) = &record.cnf_x5t_s256 {
         let cert = crate::mtls::presented(headers, state.settings.proxy_secret.as_ref());
@@ -175,6 +224,58 @@ async fn claims_of(
         return Err(INVALID);
     };
     Ok((record.client_id, user_id, claims(&profile, &scope)))
+}
+
+/// RFC 9449 §7: a token sent under the `DPoP` scheme comes with a valid proof for this request
+/// and token; a DPoP-bound one only that way, and with a proof of its key.
+async fn check_dpop(
+    state: &AppState,
+    method: &Method,
+    headers: &HeaderMap,
+    presented: &Presented,
+    bound: Option<&str>,
+) -> Result<(), Refusal> {
+    if !presented.dpop {
+        return match bound {
+            Some(_) => Err(Refusal::BoundTokenAsBearer),
+            None => Ok(()),
+        };
+    }
+    let mut values = headers.get_all(dpop::DPOP_HEADER).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return Err(Refusal::InvalidDpopProof("Send exactly one DPoP proof."));
+    };
+    let proof = value
+        .to_str()
+        .map_err(|_| Refusal::InvalidDpopProof("The DPoP proof is not a compact JWS."))?;
+    let htu: Vec<String> = dpop::normalize_htu(&format!(
+        "{}{}",
+        state.settings.issuer,
+        super::discovery::USERINFO_PATH
+    ))
+    .into_iter()
+    .collect();
+    let expected = dpop::Expected {
+        htm: method.as_str(),
+        htu: &htu,
+        access_token: Some(&presented.token),
+        nonces: None,
+        now: crate::store::now(),
+        window: dpop::DEFAULT_WINDOW,
+    };
+    let proven = dpop::verify(proof, &expected)
+        .map_err(|error| Refusal::InvalidDpopProof(error.description()))?;
+    if bound.is_some_and(|jkt| !dpop::thumbprint_matches(jkt, &proven.jkt)) {
+        return Err(Refusal::InvalidDpopProof(
+            "The DPoP proof is signed by another key than the token is bound to.",
+        ));
+    }
+    if !state.dpop.replay.first_use(&proven.jkt, &proven.jti) {
+        return Err(Refusal::InvalidDpopProof(
+            "The DPoP proof was used already.",
+        ));
+    }
+    Ok(())
 }
 
 /// `sub` and the claims the scope releases ([`oidc::released_claims`]); empty names are left

@@ -56,6 +56,8 @@ pub struct Authorization {
     pub code_challenge: Option<String>,
     /// OpenID Connect's `nonce` (kept only when the scope holds `openid`).
     pub nonce: Option<String>,
+    /// The thumbprint of the DPoP key the code is for (RFC 9449 §10 `dpop_jkt`).
+    pub dpop_jkt: Option<String>,
     /// OpenID Connect's other parameters: how to sign in, and hints.
     pub oidc: OidcRequest,
 }
@@ -79,6 +81,12 @@ impl Authorization {
         }
         if let Some(nonce) = &self.nonce {
             out.push(("nonce", nonce.clone()));
+        }
+        if let Some(acr_values) = &self.oidc.acr_values {
+            out.push(("acr_values", acr_values.clone()));
+        }
+        if let Some(jkt) = &self.dpop_jkt {
+            out.push(("dpop_jkt", jkt.clone()));
         }
         out
     }
@@ -213,6 +221,16 @@ pub fn validate(
         .get("nonce")
         .filter(|_| oidc::is_openid(&scope))
         .map(str::to_owned);
+    // RFC 9449 §10: a JWK thumbprint, base64url of a SHA-256 (43 characters).
+    let dpop_jkt = match params.get("dpop_jkt") {
+        None => None,
+        Some(jkt) if pkce::is_s256_challenge(jkt) => Some(jkt.to_owned()),
+        Some(_) => {
+            return Err(AuthorizeError::invalid_request(
+                "dpop_jkt is not a JWK SHA-256 thumbprint (43 characters of base64url).",
+            ));
+        }
+    };
     Ok(Authorization {
         client_id: app.client_id.clone(),
         redirect_uri: back.redirect_uri.clone(),
@@ -221,6 +239,7 @@ pub fn validate(
         state: back.state.clone(),
         code_challenge,
         nonce,
+        dpop_jkt,
         oidc,
     })
 }
@@ -287,6 +306,7 @@ mod tests {
             may_introspect: false,
             may_use_ssf: false,
             pkce_required,
+            dpop_required: false,
             token_format: None,
             tls_client_auth: None,
             owner_id: None,
@@ -486,6 +506,7 @@ mod tests {
             state: None,
             code_challenge: None,
             nonce: None,
+            dpop_jkt: None,
             oidc: OidcRequest::default(),
         };
         assert_eq!(

@@ -24,6 +24,12 @@ pub enum OAuthError {
     /// `invalid_request`): RFC 7662 §2.1 and RFC 7009 §2.1 say POST, and a token in a query
     /// string ends up in access logs.
     PostOnly,
+    /// A DPoP proof that is malformed, invalid, replayed, or missing where one is required
+    /// (RFC 9449 §5, `invalid_dpop_proof`).
+    InvalidDpopProof(&'static str),
+    /// A DPoP proof without the server nonce it requires (RFC 9449 §8, `use_dpop_nonce`): the
+    /// nonce to retry with rides in the `DPoP-Nonce` header.
+    UseDpopNonce(String),
     Server(anyhow::Error),
 }
 
@@ -39,6 +45,8 @@ impl OAuthError {
             OAuthError::InvalidTarget(_) => "invalid_target",
             OAuthError::Unauthenticated => "invalid_token",
             OAuthError::Forbidden => "insufficient_scope",
+            OAuthError::InvalidDpopProof(_) => "invalid_dpop_proof",
+            OAuthError::UseDpopNonce(_) => "use_dpop_nonce",
             OAuthError::Server(_) => "server_error",
         }
     }
@@ -49,7 +57,11 @@ impl OAuthError {
             OAuthError::InvalidRequest(d) | OAuthError::InvalidScope(d) => Some(d.clone()),
             OAuthError::InvalidGrant(d)
             | OAuthError::UnauthorizedClient(d)
-            | OAuthError::InvalidTarget(d) => Some((*d).to_owned()),
+            | OAuthError::InvalidTarget(d)
+            | OAuthError::InvalidDpopProof(d) => Some((*d).to_owned()),
+            OAuthError::UseDpopNonce(_) => {
+                Some("Resend the request with a DPoP proof carrying the nonce given.".into())
+            }
             OAuthError::InvalidClient => Some("Client authentication failed.".into()),
             OAuthError::UnsupportedGrantType => Some(
                 "Use authorization_code, password, refresh_token or client_credentials.".into(),

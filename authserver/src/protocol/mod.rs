@@ -2,6 +2,7 @@
 //! authorization request make, scopes and PKCE as pure functions. `crate::oauth` and
 //! `crate::web` extract requests into these types, call the store, and write the responses.
 
+pub mod acr;
 pub mod authorize;
 mod error;
 pub mod grant;
@@ -9,6 +10,7 @@ pub mod oidc;
 pub mod pkce;
 pub mod resource;
 pub mod scope;
+pub mod totp;
 
 pub use error::{AuthorizeError, OAuthError};
 pub use grant::{CodeBinding, GrantKind, GrantRequest};

@@ -70,6 +70,9 @@ pub struct OidcRequest {
     pub max_age: Option<i64>,
     pub login_hint: Option<String>,
     pub id_token_hint: Option<String>,
+    /// The requested authentication context classes, space-separated, preferred first
+    /// (`crate::protocol::acr`).
+    pub acr_values: Option<String>,
 }
 
 fn invalid(description: &str) -> AuthorizeError {
@@ -97,7 +100,7 @@ pub fn parse(params: &impl Parameters) -> Result<OidcRequest, AuthorizeError> {
             description: "request_uri is not supported.".into(),
         });
     }
-    for name in ["nonce", "login_hint", "id_token_hint"] {
+    for name in ["nonce", "login_hint", "id_token_hint", "acr_values"] {
         if params.get(name).is_some_and(|v| v.len() > MAX_PARAMETER) {
             return Err(invalid("A parameter is too long."));
         }
@@ -132,6 +135,7 @@ pub fn parse(params: &impl Parameters) -> Result<OidcRequest, AuthorizeError> {
         max_age,
         login_hint: params.get("login_hint").map(str::to_owned),
         id_token_hint: params.get("id_token_hint").map(str::to_owned),
+        acr_values: params.get("acr_values").map(str::to_owned),
     })
 }
 

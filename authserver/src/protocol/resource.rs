@@ -162,6 +162,7 @@ mod tests {
             may_introspect: false,
             may_use_ssf: false,
             pkce_required: true,
+            dpop_required: false,
             token_format: None,
             tls_client_auth: None,
             owner_id: None,

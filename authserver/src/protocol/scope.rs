@@ -152,6 +152,7 @@ mod tests {
             may_introspect,
             may_use_ssf: may_introspect,
             pkce_required: true,
+            dpop_required: false,
             token_format: None,
             tls_client_auth: None,
             owner_id: None,

@@ -319,6 +319,20 @@ pub fn check(
     if let Some(contacts) = list(map, "contacts", MAX_LIST, MAX_TEXT)? {
         metadata.insert("contacts".into(), json!(contacts));
     }
+    // RFC 9449 §5.2: a client that always uses DPoP may ask for every token request without
+    // a proof to be refused.
+    let dpop_required = match map.get("dpop_bound_access_tokens") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(flag)) => *flag,
+        Some(_) => {
+            return Err(metadata_error(
+                "dpop_bound_access_tokens must be true or false.",
+            ));
+        }
+    };
+    if dpop_required {
+        metadata.insert("dpop_bound_access_tokens".into(), true.into());
+    }
     let input = ApplicationInput {
         name: name.to_owned(),
         client_type,
@@ -335,9 +349,12 @@ pub fn check(
         registration: Registration {
             input,
             tls_client_auth: None,
+            dpop_required,
             oidc: OidcClient {
                 id_token_alg: id_token_alg.to_owned(),
                 post_logout_redirect_uris: post_logout.join(" "),
+                // An operator's setting (the views), never a client's own metadata.
+                require_mfa: false,
             },
         },
         metadata,

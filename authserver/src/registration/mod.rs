@@ -31,6 +31,8 @@ pub struct Registration {
     pub input: ApplicationInput,
     /// Authentication by client certificate (RFC 8705) instead of a secret.
     pub tls_client_auth: Option<TlsClientAuth>,
+    /// Every token request with a DPoP proof (RFC 9449).
+    pub dpop_required: bool,
     pub oidc: OidcClient,
 }
 
@@ -50,6 +52,7 @@ impl Registration {
             (Ok(input), Ok(oidc)) => Ok(Registration {
                 input,
                 tls_client_auth: app.tls_client_auth(),
+                dpop_required: app.dpop_required,
                 oidc,
             }),
             (input, oidc) => {
@@ -241,6 +244,7 @@ pub async fn create(
         let new = NewRegistration {
             input: registration.input.clone(),
             tls_client_auth: registration.tls_client_auth.clone(),
+            dpop_required: registration.dpop_required,
             oidc: Some(registration.oidc.clone()),
             owner_id,
             client_id: client_id.clone(),
@@ -306,6 +310,7 @@ pub async fn update(
         let update = RegistrationUpdate {
             input: registration.input.clone(),
             tls_client_auth: registration.tls_client_auth.clone(),
+            dpop_required: registration.dpop_required,
             oidc: registration.oidc.clone(),
             keys: keys_to_add(store, ring, &algs).await?,
             secret: secret.clone(),

@@ -54,6 +54,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> StoreResult<Application> {
         may_introspect: row.try_get::<i64, _>("may_introspect")? != 0,
         may_use_ssf: row.try_get::<i64, _>("may_use_ssf")? != 0,
         pkce_required: row.try_get::<i64, _>("pkce_required")? != 0,
+        dpop_required: row.try_get::<i64, _>("dpop_required")? != 0,
         token_format: super::parse_token_format(row.try_get("token_format")?)?,
         tls_client_auth: super::parse_tls_client_auth(row.try_get("tls_client_auth")?)?,
         owner_id: row.try_get("owner_id")?,
@@ -80,6 +81,7 @@ impl Store {
         let new = super::NewRegistration {
             input: input.clone(),
             tls_client_auth: None,
+            dpop_required: false,
             oidc: None,
             owner_id,
             client_id,
@@ -97,8 +99,8 @@ impl Store {
     ) -> StoreResult<Application> {
         let input = &new.input;
         let row = sqlx::query(&format!(
-            "INSERT INTO applications (name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, may_use_ssf, tls_client_auth)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING {COLUMNS}"
+            "INSERT INTO applications (name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, may_use_ssf, tls_client_auth, dpop_required)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) RETURNING {COLUMNS}"
         ))
         .bind(&input.name)
         .bind(
@@ -118,6 +120,7 @@ impl Store {
         .bind(input.token_format.map(AccessTokenFormat::as_str))
         .bind(i64::from(input.may_use_ssf))
         .bind(new.tls_client_auth.as_ref().map(ToString::to_string))
+        .bind(i64::from(new.dpop_required))
         .fetch_one(&mut **tx)
         .await
         .map_err(conflict("an application with that client id"))?;

@@ -26,12 +26,17 @@ pub struct NewCode {
     pub nonce: Option<String>,
     /// OpenID Connect: when the user signed in (the ID token's `auth_time`).
     pub auth_time: Option<i64>,
+    /// How the user signed in (RFC 8176 `amr` values, space-separated).
+    pub amr: Option<String>,
     /// The resources the tokens will be for (RFC 8707), space-separated; None: the default
     /// audience.
     pub resource: Option<String>,
     /// The browser session it is issued in ([`super::Session::key`]): signing out of it
     /// revokes the tokens of the code ([`Store::sign_out`]).
     pub session_key: Option<String>,
+    /// The thumbprint of the DPoP key the request named (RFC 9449 §10 `dpop_jkt`): the code is
+    /// exchanged only with a proof of that key.
+    pub dpop_jkt: Option<String>,
 }
 
 /// A code as stored, just claimed.
@@ -47,8 +52,13 @@ pub struct CodeRecord {
     pub expires_at: i64,
     pub nonce: Option<String>,
     pub auth_time: Option<i64>,
+    /// How the user signed in (RFC 8176 `amr` values, space-separated); None for a code
+    /// issued before second factors: a password.
+    pub amr: Option<String>,
     /// The resources it was granted for; an exchange may only narrow them.
     pub resource: Option<String>,
+    /// The DPoP key it is bound to (RFC 9449 §10), if the request named one.
+    pub dpop_jkt: Option<String>,
 }
 
 impl CodeRecord {
@@ -67,7 +77,7 @@ impl CodeRecord {
 #[derive(Debug)]
 pub enum CodeOutcome {
     /// First presentation: the code is spent now (whatever the checks that follow decide).
-    Claimed(CodeRecord),
+    Claimed(Box<CodeRecord>),
     /// Never issued (or long forgotten).
     Unknown,
     /// Presented before: the family of the tokens issued from it is revoked.
@@ -85,8 +95,8 @@ impl Store {
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
         sqlx::query(
-            "INSERT INTO authorization_codes (digest, application_id, user_id, redirect_uri, scope, code_challenge, family, created_at, expires_at, nonce, auth_time, resource)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            "INSERT INTO authorization_codes (digest, application_id, user_id, redirect_uri, scope, code_challenge, family, created_at, expires_at, nonce, auth_time, resource, amr, dpop_jkt)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(secrets::digest(&code))
         .bind(new.application_id)
@@ -100,6 +110,8 @@ impl Store {
         .bind(new.nonce.as_deref())
         .bind(new.auth_time)
         .bind(new.resource.as_deref())
+        .bind(new.amr.as_deref())
+        .bind(new.dpop_jkt.as_deref())
         .execute(&mut *tx)
         .await?;
         if let Some(session_key) = &new.session_key {
@@ -118,7 +130,7 @@ impl Store {
             let _exclusive = self.exclusive().await?;
             let claimed = sqlx::query(
                 "UPDATE authorization_codes SET used = 1 WHERE digest = $1 AND used = 0
-                 RETURNING application_id, user_id, redirect_uri, scope, code_challenge, family, expires_at, nonce, auth_time, resource",
+                 RETURNING application_id, user_id, redirect_uri, scope, code_challenge, family, expires_at, nonce, auth_time, resource, amr, dpop_jkt",
             )
             .bind(&digest)
             .fetch_optional(&self.writer)
@@ -137,7 +149,7 @@ impl Store {
             (claimed, family)
         };
         if let Some(row) = claimed {
-            return Ok(CodeOutcome::Claimed(CodeRecord {
+            return Ok(CodeOutcome::Claimed(Box::new(CodeRecord {
                 application_id: row.try_get("application_id")?,
                 user_id: row.try_get("user_id")?,
                 redirect_uri: row.try_get("redirect_uri")?,
@@ -148,7 +160,9 @@ impl Store {
                 nonce: row.try_get("nonce")?,
                 auth_time: row.try_get("auth_time")?,
                 resource: row.try_get("resource")?,
-            }));
+                amr: row.try_get("amr")?,
+                dpop_jkt: row.try_get("dpop_jkt")?,
+            })));
         }
         // After the pause of the hot path's writer ends: the revocation goes through it.
         match family {

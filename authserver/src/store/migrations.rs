@@ -489,6 +489,70 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     ALTER TABLE applications ADD COLUMN IF NOT EXISTS previous_secret_expires_at BIGINT",
     ),
     (
+        20,
+        // DPoP (RFC 9449, issue 40): the thumbprint of the key a token is bound to (`cnf.jkt`;
+        // NULL: not DPoP-bound), whether an application must prove a key at the token endpoint,
+        // and the key an authorization request named (`dpop_jkt`, §10) for its code's exchange.
+        "ALTER TABLE tokens ADD COLUMN cnf_jkt TEXT;
+    ALTER TABLE applications ADD COLUMN dpop_required INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE authorization_codes ADD COLUMN dpop_jkt TEXT",
+        "ALTER TABLE tokens ADD COLUMN IF NOT EXISTS cnf_jkt TEXT;
+    ALTER TABLE applications ADD COLUMN IF NOT EXISTS dpop_required BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE authorization_codes ADD COLUMN IF NOT EXISTS dpop_jkt TEXT",
+    ),
+    (
+        21,
+        // Second factors (issue 41): a user's TOTP secret (sealed under the key-encryption key
+        // when one is configured: `kek_id` names it; NULL: stored as is), confirmed by a first
+        // code, with the last step accepted (a code is never accepted twice); their recovery
+        // codes as SHA-256 digests, each spent once; sign-ins waiting for their second factor
+        // (the digest of a cookie's value); the methods (`amr`, space-separated) a session, a
+        // code and a token family were signed in with; and the applications whose users must sign
+        // in with a second factor (beside their other sign-in settings, `oidc_clients`).
+        "CREATE TABLE IF NOT EXISTS totp_factors (
+        user_id INTEGER PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+        secret TEXT NOT NULL,
+        kek_id TEXT,
+        confirmed_at INTEGER,
+        last_step INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL);
+    CREATE TABLE IF NOT EXISTS recovery_codes (
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        digest TEXT NOT NULL,
+        used_at INTEGER,
+        PRIMARY KEY (user_id, digest));
+    CREATE TABLE IF NOT EXISTS pending_sign_ins (
+        digest TEXT PRIMARY KEY,
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL);
+    ALTER TABLE sessions ADD COLUMN amr TEXT;
+    ALTER TABLE authorization_codes ADD COLUMN amr TEXT;
+    ALTER TABLE oidc_families ADD COLUMN amr TEXT;
+    ALTER TABLE oidc_clients ADD COLUMN require_mfa INTEGER NOT NULL DEFAULT 0",
+        "CREATE TABLE IF NOT EXISTS totp_factors (
+        user_id BIGINT PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+        secret TEXT NOT NULL,
+        kek_id TEXT,
+        confirmed_at BIGINT,
+        last_step BIGINT NOT NULL DEFAULT 0,
+        created_at BIGINT NOT NULL);
+    CREATE TABLE IF NOT EXISTS recovery_codes (
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        digest TEXT NOT NULL,
+        used_at BIGINT,
+        PRIMARY KEY (user_id, digest));
+    CREATE TABLE IF NOT EXISTS pending_sign_ins (
+        digest TEXT PRIMARY KEY,
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        created_at BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL);
+    ALTER TABLE sessions ADD COLUMN IF NOT EXISTS amr TEXT;
+    ALTER TABLE authorization_codes ADD COLUMN IF NOT EXISTS amr TEXT;
+    ALTER TABLE oidc_families ADD COLUMN IF NOT EXISTS amr TEXT;
+    ALTER TABLE oidc_clients ADD COLUMN IF NOT EXISTS require_mfa BIGINT NOT NULL DEFAULT 0",
+    ),
+    (
         22,
         // The example API's database role (issue 38 item 8), PostgreSQL only (on SQLite the API
         // opens the file itself). A user is deleted through `delete_ordinary_user`, which runs as

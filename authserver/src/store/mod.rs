@@ -5,7 +5,7 @@
 /// The `applications` columns every query reads, in the order both backends decode them.
 macro_rules! application_columns {
     () => {
-        "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, tls_client_auth, may_use_ssf, previous_secret_digest, previous_secret_expires_at"
+        "id, name, client_id, client_secret_digest, client_type, grant_type, redirect_uris, allowed_scopes, may_introspect, owner_id, created_at, pkce_required, token_format, tls_client_auth, may_use_ssf, previous_secret_digest, previous_secret_expires_at, dpop_required"
     };
 }
 
@@ -16,6 +16,7 @@ mod client_cache;
 mod codes;
 mod consents;
 mod events;
+mod factors;
 mod flash;
 mod groups;
 mod hot;
@@ -44,10 +45,11 @@ pub use events::{
     ABANDONED_AFTER, LoggedEvent, MAX_STREAMS_PER_CLIENT, PushTarget, Revocation, StreamRecord,
     StreamStatus, family_jti,
 };
+pub use factors::TotpFactor;
 pub use flash::NewFlash;
 pub use groups::Group;
 pub use hot::group_writer::{WriterKind, write_group_sizes};
-pub use oidc::{DEFAULT_ID_TOKEN_ALG, OidcClient, Profile};
+pub use oidc::{DEFAULT_ID_TOKEN_ALG, FamilySignIn, OidcClient, Profile};
 pub use purge::Purged;
 pub use registrations::{
     DynamicClient, DynamicRecord, InitialAccessToken, NewRegistration, RegistrationUpdate,

@@ -6,6 +6,9 @@
 use super::{Store, StoreResult, User, now};
 use sqlx::Row;
 
+/// The `amr` of a sign-in whose methods were not recorded: a password.
+const PASSWORD_AMR: &str = "pwd";
+
 /// An application's OpenID Connect registration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OidcClient {
@@ -13,6 +16,9 @@ pub struct OidcClient {
     pub id_token_alg: String,
     /// Where RP-initiated logout may send the browser back to, space-separated, matched exactly.
     pub post_logout_redirect_uris: String,
+    /// Its users sign in with a second factor (issue 41): an authorization of a session signed
+    /// in with a password alone asks for the code, and a user without a factor is refused.
+    pub require_mfa: bool,
 }
 
 /// The ID-token algorithm of an application that chose none (OpenID Connect Registration 1.0).
@@ -23,6 +29,7 @@ impl Default for OidcClient {
         OidcClient {
             id_token_alg: DEFAULT_ID_TOKEN_ALG.to_owned(),
             post_logout_redirect_uris: String::new(),
+            require_mfa: false,
         }
     }
 }
@@ -34,15 +41,17 @@ pub(super) async fn set_oidc_client_in(
     client: &OidcClient,
 ) -> StoreResult<()> {
     sqlx::query(
-        "INSERT INTO oidc_clients (application_id, id_token_alg, post_logout_redirect_uris)
-         VALUES ($1, $2, $3)
+        "INSERT INTO oidc_clients (application_id, id_token_alg, post_logout_redirect_uris, require_mfa)
+         VALUES ($1, $2, $3, $4)
          ON CONFLICT (application_id) DO UPDATE
          SET id_token_alg = excluded.id_token_alg,
-             post_logout_redirect_uris = excluded.post_logout_redirect_uris",
+             post_logout_redirect_uris = excluded.post_logout_redirect_uris,
+             require_mfa = excluded.require_mfa",
     )
     .bind(application_id)
     .bind(&client.id_token_alg)
     .bind(&client.post_logout_redirect_uris)
+    .bind(i64::from(client.require_mfa))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -57,11 +66,20 @@ pub struct Profile {
     pub updated_at: i64,
 }
 
+/// When and how the user of a token family signed in (issue 41).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilySignIn {
+    /// Seconds since the epoch (OpenID Connect's `auth_time`).
+    pub auth_time: i64,
+    /// RFC 8176 method values, space-separated.
+    pub amr: String,
+}
+
 impl Store {
     /// The OIDC registration of application `id` (the defaults when it has none).
     pub async fn oidc_client(&self, application_id: i64) -> StoreResult<OidcClient> {
         let row = sqlx::query(
-            "SELECT id_token_alg, post_logout_redirect_uris FROM oidc_clients WHERE application_id = $1",
+            "SELECT id_token_alg, post_logout_redirect_uris, require_mfa FROM oidc_clients WHERE application_id = $1",
         )
         .bind(application_id)
         .fetch_optional(&self.pool)
@@ -70,6 +88,7 @@ impl Store {
             Some(row) => OidcClient {
                 id_token_alg: row.try_get("id_token_alg")?,
                 post_logout_redirect_uris: row.try_get("post_logout_redirect_uris")?,
+                require_mfa: row.try_get::<i64, _>("require_mfa")? != 0,
             },
             None => OidcClient::default(),
         })
@@ -116,28 +135,53 @@ impl Store {
         user_id: i64,
         auth_time: i64,
     ) -> StoreResult<()> {
+        self.remember_sign_in(family, user_id, auth_time, PASSWORD_AMR)
+            .await
+    }
+
+    /// Remembers when and how (`amr`, RFC 8176 values space-separated) `user_id` signed in for
+    /// the tokens of `family` (first write wins): what their ID tokens, JWTs and introspection
+    /// answers say.
+    pub async fn remember_sign_in(
+        &self,
+        family: &str,
+        user_id: i64,
+        auth_time: i64,
+        amr: &str,
+    ) -> StoreResult<()> {
         let _exclusive = self.exclusive().await?;
         sqlx::query(
-            "INSERT INTO oidc_families (family, user_id, auth_time, created_at)
-             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+            "INSERT INTO oidc_families (family, user_id, auth_time, created_at, amr)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
         )
         .bind(family)
         .bind(user_id)
         .bind(auth_time)
         .bind(now())
+        .bind(amr)
         .execute(&self.writer)
         .await?;
         Ok(())
     }
 
-    /// When the user of the tokens of `family` signed in, if an ID token was issued into it.
+    /// When the user of the tokens of `family` signed in, if it was remembered.
     pub async fn auth_time_of(&self, family: &str) -> StoreResult<Option<i64>> {
-        Ok(
-            sqlx::query_scalar("SELECT auth_time FROM oidc_families WHERE family = $1")
-                .bind(family)
-                .fetch_optional(&self.pool)
-                .await?,
-        )
+        Ok(self.sign_in_of(family).await?.map(|s| s.auth_time))
+    }
+
+    /// When and how the user of the tokens of `family` signed in, if it was remembered.
+    pub async fn sign_in_of(&self, family: &str) -> StoreResult<Option<FamilySignIn>> {
+        let row = sqlx::query("SELECT auth_time, amr FROM oidc_families WHERE family = $1")
+            .bind(family)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        Ok(Some(FamilySignIn {
+            auth_time: row.try_get("auth_time")?,
+            amr: row
+                .try_get::<Option<String>, _>("amr")?
+                .unwrap_or_else(|| PASSWORD_AMR.to_owned()),
+        }))
     }
 
     /// Forgets the sign-in time of every family none of whose tokens is stored any more (the

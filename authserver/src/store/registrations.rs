@@ -15,6 +15,8 @@ use sqlx::Row;
 pub struct NewRegistration {
     pub input: ApplicationInput,
     pub tls_client_auth: Option<TlsClientAuth>,
+    /// Whether the token endpoint requires a DPoP proof of it (RFC 9449).
+    pub dpop_required: bool,
     /// None: no OpenID Connect row (the defaults).
     pub oidc: Option<OidcClient>,
     pub owner_id: Option<i64>,
@@ -33,6 +35,7 @@ pub struct NewRegistration {
 pub struct RegistrationUpdate {
     pub input: ApplicationInput,
     pub tls_client_auth: Option<TlsClientAuth>,
+    pub dpop_required: bool,
     pub oidc: OidcClient,
     pub keys: Vec<StoredSigningKey>,
     /// A first secret to keep (a public client turned confidential).
@@ -139,6 +142,14 @@ impl Store {
         if update.tls_client_auth != app.tls_client_auth {
             set_tls_client_auth_in(&mut tx, id, update.tls_client_auth.as_ref()).await?;
             app.tls_client_auth = update.tls_client_auth.clone();
+        }
+        if update.dpop_required != app.dpop_required {
+            sqlx::query("UPDATE applications SET dpop_required = $1 WHERE id = $2")
+                .bind(i64::from(update.dpop_required))
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            app.dpop_required = update.dpop_required;
         }
         if let Some(secret) = &update.secret {
             set_secret_in(&mut tx, id, secret).await?;

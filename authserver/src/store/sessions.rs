@@ -19,6 +19,8 @@ pub struct Session {
     /// The digest its row is stored under (never the cookie value): what the codes issued in
     /// it are recorded by ([`Store::sign_out`]).
     pub key: String,
+    /// How the user signed in: RFC 8176 method values, space-separated (`pwd`, `pwd otp mfa`).
+    pub amr: String,
 }
 
 /// What a sign-in hands back once: the cookie value (never stored) and the session's CSRF token.
@@ -33,17 +35,30 @@ impl Store {
     /// Opens a session for `user_id` that lasts `lifetime` seconds. Expired sessions are never
     /// found, and are deleted by the purge ([`Store::purge_expired`]).
     pub async fn create_session(&self, user_id: i64, lifetime: i64) -> StoreResult<NewSession> {
+        self.create_session_signed_in_with(user_id, lifetime, "pwd")
+            .await
+    }
+
+    /// [`Store::create_session`] for a sign-in made with the methods `amr` (RFC 8176 values,
+    /// space-separated).
+    pub async fn create_session_signed_in_with(
+        &self,
+        user_id: i64,
+        lifetime: i64,
+        amr: &str,
+    ) -> StoreResult<NewSession> {
         let _timer = StoreTimer::start(StoreOp::CreateSession);
         let now = now();
         let _exclusive = self.exclusive().await?;
         let session_id = secrets::random_token();
         let csrf_token = secrets::random_token();
-        sqlx::query("INSERT INTO sessions (id_digest, user_id, csrf_token, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)")
+        sqlx::query("INSERT INTO sessions (id_digest, user_id, csrf_token, created_at, expires_at, amr) VALUES ($1, $2, $3, $4, $5, $6)")
             .bind(secrets::digest(&session_id))
             .bind(user_id)
             .bind(&csrf_token)
             .bind(now)
             .bind(now + lifetime)
+            .bind(amr)
             .execute(&self.writer)
             .await?;
         Ok(NewSession {
@@ -57,7 +72,7 @@ impl Store {
         let _timer = StoreTimer::start(StoreOp::FindSession);
         let key = secrets::digest(session_id);
         let row = sqlx::query(
-            "SELECT user_id, csrf_token, created_at FROM sessions WHERE id_digest = $1 AND expires_at > $2",
+            "SELECT user_id, csrf_token, created_at, amr FROM sessions WHERE id_digest = $1 AND expires_at > $2",
         )
         .bind(&key)
         .bind(now())
@@ -73,6 +88,9 @@ impl Store {
             csrf_token: row.try_get("csrf_token")?,
             signed_in_at: row.try_get("created_at")?,
             key,
+            amr: row
+                .try_get::<Option<String>, _>("amr")?
+                .unwrap_or_else(|| "pwd".to_owned()),
         }))
     }
 

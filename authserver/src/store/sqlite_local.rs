@@ -475,6 +475,7 @@ mod tests {
             issued_at: crate::store::now(),
             expires_at: crate::store::now() + 600,
             cnf_x5t_s256: None,
+            cnf_jkt: None,
             audience: None,
         }
     }

@@ -54,6 +54,9 @@ pub struct Introspected {
     pub jti: String,
     /// The names of the user's groups when the token's scope has `groups`.
     pub groups: Option<Vec<String>>,
+    /// When and how a user's token's user signed in, when remembered for its family (never
+    /// changes: first write wins).
+    pub signed_in: Option<super::FamilySignIn>,
     /// The introspection endpoint's answer while the token is active, as it wrote it the first
     /// time: made from the fields above, which an entry never changes.
     pub active_answer: OnceLock<Bytes>,
@@ -484,7 +487,12 @@ impl Store {
             ),
             _ => None,
         };
+        let signed_in = match record.user_id {
+            Some(_) => self.sign_in_of(&record.family).await?,
+            None => None,
+        };
         let entry = Arc::new(Introspected {
+            signed_in,
             jti: super::family_jti(&record.family),
             current_scope: record.current_scope(),
             record,
@@ -535,6 +543,7 @@ mod tests {
 
     fn entry(n: u64) -> Arc<Introspected> {
         Arc::new(Introspected {
+            signed_in: None,
             record: TokenRecord {
                 id: n as i64,
                 kind: TokenKind::Access,
@@ -552,6 +561,7 @@ mod tests {
                 application_scopes: vec!["read".into(), "write".into(), "groups".into()],
                 application_permissions: Default::default(),
                 cnf_x5t_s256: None,
+                cnf_jkt: None,
                 audience: None,
             },
             jti: format!("{n:032}"),

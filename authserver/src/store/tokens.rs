@@ -61,6 +61,9 @@ pub struct TokenRecord {
     /// The thumbprint of the client certificate the token is bound to (RFC 8705
     /// `cnf.x5t#S256`), if it is.
     pub cnf_x5t_s256: Option<String>,
+    /// The thumbprint (RFC 7638) of the DPoP key the token is bound to (RFC 9449 `cnf.jkt`),
+    /// if it is.
+    pub cnf_jkt: Option<String>,
     /// The resource identifiers it is for (RFC 8707), space-separated; None: the server's
     /// default audience.
     pub audience: Option<String>,
@@ -99,6 +102,8 @@ pub struct NewTokens {
     pub family: Option<String>,
     /// Binds the tokens to this client certificate (RFC 8705 `cnf.x5t#S256`).
     pub cnf_x5t_s256: Option<String>,
+    /// Binds the tokens to this DPoP key's thumbprint (RFC 9449 `cnf.jkt`).
+    pub cnf_jkt: Option<String>,
     /// The resource identifiers the tokens are for, space-separated; None: the default audience.
     pub audience: Option<String>,
 }
@@ -179,6 +184,7 @@ impl Store {
             issued_at,
             expires_at: issued_at + new.access_lifetime,
             cnf_x5t_s256: new.cnf_x5t_s256.clone(),
+            cnf_jkt: new.cnf_jkt.clone(),
             audience: new.audience.clone(),
         };
         let mut rows = vec![access];

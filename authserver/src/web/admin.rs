@@ -32,6 +32,10 @@ pub(super) fn router() -> Router<AppState> {
             "/admin/users/{id}/delete/",
             get(delete_user_page).post(delete_user),
         )
+        .route(
+            "/admin/users/{id}/two-factor/reset/",
+            post(reset_second_factor),
+        )
         .route("/admin/groups/", get(groups).post(create_group))
         .route("/admin/groups/{id}/", get(group).post(rename_group))
         .route("/admin/groups/{id}/members/add/", post(add_member))
@@ -176,6 +180,7 @@ fn user_form(
         errors,
         groups,
         updated_at: None,
+        two_factor: false,
     }
 }
 
@@ -270,6 +275,7 @@ async fn edit_user_page(
         groups,
     );
     page.updated_at = Some(super::templates::utc(profile.updated_at));
+    page.two_factor = state.store.has_second_factor(user.id).await?;
     page.nav.show(flash.as_ref());
     Ok(render(StatusCode::OK, &page))
 }
@@ -380,6 +386,35 @@ async fn set_password(
         .await?;
     tracing::info!(by = operator.user.id, user_id = user.id, "password reset");
     let notice = flash::notice("Password changed.");
+    flash::redirect(&state.store, &operator, &user_path(user.id), notice).await
+}
+
+/// Removes a user's second factors (a lost phone, or an exposed secret) and ends their sessions
+/// and tokens, announced on the revocation stream; they sign in with their password and may
+/// enrol again.
+async fn reset_second_factor(
+    State(state): State<AppState>,
+    Superuser(operator): Superuser,
+    Path(id): Path<String>,
+    form: FormData,
+) -> WebResult {
+    csrf::verify(&operator, &form)?;
+    let user = load_user(&state, &id).await?;
+    let had = state
+        .store
+        .reset_second_factors_and_sign_out(user.id)
+        .await?;
+    tracing::info!(
+        by = operator.user.id,
+        user_id = user.id,
+        had,
+        "second factors reset"
+    );
+    let notice = flash::notice(if had {
+        "Second factor removed; the user's sessions and tokens ended."
+    } else {
+        "The user had no second factor; their sessions and tokens ended."
+    });
     flash::redirect(&state.store, &operator, &user_path(user.id), notice).await
 }
 

@@ -77,6 +77,7 @@ pub(crate) fn validate(
         pkce_optional: form.checked("pkce_optional"),
         token_format: form.text("token_format"),
         tls_client_auth: form.text("tls_client_auth"),
+        dpop_required: form.checked("dpop_required"),
     };
     let result = validation::application(settings, resource_scopes, &values);
     (values, result)
@@ -91,6 +92,7 @@ fn oidc_draft(form: &FormData) -> OidcDraft {
             .trim()
             .to_owned(),
         id_token_alg: form.text("id_token_alg"),
+        require_mfa: form.checked("require_mfa"),
     }
 }
 
@@ -103,6 +105,7 @@ fn oidc_values(registration: &OidcClient) -> OidcDraft {
             .collect::<Vec<_>>()
             .join("\n"),
         id_token_alg: registration.id_token_alg.clone(),
+        require_mfa: registration.require_mfa,
     }
 }
 
@@ -288,6 +291,7 @@ async fn detail_page(
         dynamic,
         nav,
         id_token_alg: registration.id_token_alg,
+        require_mfa: registration.require_mfa,
         post_logout_redirect_uris: registration
             .post_logout_redirect_uris
             .split_whitespace()
@@ -490,6 +494,7 @@ fn values_of(app: &Application) -> ApplicationValues {
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default(),
+        dpop_required: app.dpop_required,
     }
 }
 

@@ -4,8 +4,8 @@
 
 use super::forms::FormData;
 use super::session::{
-    HOME, SESSION_COOKIE, SESSION_LIFETIME, SignedIn, append_cookie, cookie, current_session,
-    home_of, may_sign_in, safe_next, set_cookie,
+    HOME, SESSION_COOKIE, SignedIn, append_cookie, cookie, current_session, home_of, may_sign_in,
+    safe_next, set_cookie,
 };
 use super::templates::{LoginPage, Nav};
 use super::{WebResult, csrf, render, see_other};
@@ -157,32 +157,10 @@ async fn login(
     };
 
     throttle.succeeded(&state.store).await?;
-    let session = state
-        .store
-        .create_session(user.id, SESSION_LIFETIME)
-        .await?;
-    // A fresh session id at every sign-in; an older session of this browser ends, handing what
-    // it led to over to the new one when it was the same user's.
-    if let Some(old) = cookie(&headers, SESSION_COOKIE) {
-        state
-            .store
-            .replace_session(old, &session.session_id, user.id)
-            .await?;
+    if state.store.has_second_factor(user.id).await? {
+        return super::second_factor::ask_for_code(&state, &user, &next).await;
     }
-    tracing::info!(user_id = user.id, username = %user.username, "user signed in");
-    let next = if next == HOME { home_of(&user) } else { &next };
-    let mut response = see_other(next);
-    append_cookie(
-        &mut response,
-        &set_cookie(
-            &state,
-            SESSION_COOKIE,
-            &session.session_id,
-            "/",
-            Some(SESSION_LIFETIME),
-        ),
-    );
-    Ok(response)
+    super::session::start_session(&state, &headers, &user, "pwd", &next).await
 }
 
 async fn logout(

@@ -11,6 +11,7 @@ use super::{WebError, WebResult, allow_form_action, csrf, render};
 use crate::AppState;
 use crate::oauth::params::Params;
 use crate::protocol::Parameters;
+use crate::protocol::acr;
 use crate::protocol::authorize::{
     self, Authorization, AuthorizeError, Return, Unredirectable, check_client, code_redirect,
     error_redirect,
@@ -82,6 +83,62 @@ struct Grantor<'a> {
     user: &'a User,
     auth_time: i64,
     session_key: &'a str,
+    /// How they signed in (RFC 8176 values, space-separated).
+    amr: &'a str,
+}
+
+impl<'a> Grantor<'a> {
+    fn of(session: &'a Session) -> Grantor<'a> {
+        Grantor {
+            user: &session.user,
+            auth_time: session.signed_in_at,
+            session_key: &session.key,
+            amr: &session.amr,
+        }
+    }
+}
+
+/// What `session` lacks for `authorization` of `app`: nothing; a sign-in again with its second
+/// factor (the request's `acr_values` or the application ask for one, and the user has one the
+/// session did not use); or, for an application that requires one, a factor the user has yet to
+/// set up.
+#[derive(Debug, PartialEq, Eq)]
+enum SecondFactor {
+    Enough,
+    StepUp,
+    Missing,
+}
+
+async fn second_factor(
+    state: &AppState,
+    app: &Application,
+    authorization: &Authorization,
+    session: &Session,
+) -> Result<SecondFactor, WebError> {
+    if acr::is_multi_factor(&session.amr) {
+        return Ok(SecondFactor::Enough);
+    }
+    let required = state.store.oidc_client(app.id).await?.require_mfa;
+    let wanted = required || acr::asks_for_mfa(authorization.oidc.acr_values.as_deref());
+    if !wanted {
+        return Ok(SecondFactor::Enough);
+    }
+    let has_factor = state.store.has_second_factor(session.user.id).await?;
+    Ok(if acr::needs_step_up(wanted, &session.amr, has_factor) {
+        SecondFactor::StepUp
+    } else if required {
+        SecondFactor::Missing
+    } else {
+        SecondFactor::Enough
+    })
+}
+
+/// `access_denied` for a user without the second factor an application requires.
+fn factor_missing() -> AuthorizeError {
+    AuthorizeError {
+        error: "access_denied",
+        description: "This application requires a sign-in with a second factor: set one up at /accounts/two-factor/ and try again.".into(),
+    }
 }
 
 /// A new code for `authorization`, granted by `by`, and the redirect that carries it.
@@ -103,9 +160,11 @@ async fn grant_code(
             lifetime: state.settings.authorization_code_lifetime,
             nonce: authorization.nonce.clone(),
             auth_time: Some(by.auth_time),
+            amr: Some(by.amr.to_owned()),
             resource: (!authorization.resources.is_empty())
                 .then(|| authorization.resources.join(" ")),
             session_key: Some(by.session_key.to_owned()),
+            dpop_jkt: authorization.dpop_jkt.clone(),
         })
         .await?;
     tracing::info!(user_id = user.id, client_id = %app.client_id, "authorization code issued");
@@ -213,7 +272,24 @@ async fn authorization_request(
         },
     };
     let auth_time = session.as_ref().map(|s| s.signed_in_at);
-    match oidc::sign_in(&authorization.oidc, auth_time, hint_is_user, now()) {
+    let mut sign_in = oidc::sign_in(&authorization.oidc, auth_time, hint_is_user, now());
+    if sign_in == SignIn::Current
+        && let Some(session) = &session
+    {
+        match second_factor(&state, &app, &authorization, session).await? {
+            SecondFactor::Enough => {}
+            // A stronger sign-in than the session's: the sign-in again, with the second factor.
+            SecondFactor::StepUp if authorization.oidc.prompt.none => {
+                sign_in = SignIn::LoginRequired;
+            }
+            SecondFactor::StepUp => sign_in = SignIn::Required,
+            SecondFactor::Missing => {
+                tracing::info!(user_id = session.user.id, client_id = %app.client_id, "authorization refused: the application requires a second factor");
+                return Ok(redirect_error(&state, &back, &factor_missing()));
+            }
+        }
+    }
+    match sign_in {
         SignIn::Current => {}
         SignIn::LoginRequired => return refuse("login_required", "The user must sign in."),
         SignIn::Required => {
@@ -231,12 +307,7 @@ async fn authorization_request(
         && authorize::remembered_consent_applies(&app, &authorization.redirect_uri)
         && !authorization.oidc.prompt.consent
     {
-        let by = Grantor {
-            user: &session.user,
-            auth_time: session.signed_in_at,
-            session_key: &session.key,
-        };
-        return grant_code(&state, &app, by, &authorization).await;
+        return grant_code(&state, &app, Grantor::of(&session), &authorization).await;
     }
     if authorization.oidc.prompt.none {
         return refuse(
@@ -318,12 +389,23 @@ async fn decide(state: &AppState, signed_in: Session, form: &Params) -> WebResul
         .store
         .remember_consent(signed_in.user.id, app.id, &remembered)
         .await?;
-    let by = Grantor {
-        user: &signed_in.user,
-        auth_time: signed_in.signed_in_at,
-        session_key: &signed_in.key,
+    let refusal = match second_factor(state, &app, &authorization, &signed_in).await? {
+        SecondFactor::Enough => None,
+        // The consent page is shown only after the step-up: a form posted without it.
+        SecondFactor::StepUp => Some(AuthorizeError {
+            error: "access_denied",
+            description: "A sign-in with a second factor is required.".into(),
+        }),
+        SecondFactor::Missing => Some(factor_missing()),
     };
-    grant_code(state, &app, by, &authorization).await
+    if let Some(refusal) = refusal {
+        let back = Return {
+            redirect_uri: authorization.redirect_uri,
+            state: authorization.state,
+        };
+        return Ok(redirect_error(state, &back, &refusal));
+    }
+    grant_code(state, &app, Grantor::of(&signed_in), &authorization).await
 }
 
 /// The sign-in page, coming back to `next`; `forced` shows the form to a signed-in user too

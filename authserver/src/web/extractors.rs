@@ -5,6 +5,7 @@
 use super::WebError;
 use super::session::{Operator, SignedIn, Superuser, is_operator, login_url, session_and_cookie};
 use crate::AppState;
+use crate::store::User;
 use axum::extract::{FromRequestParts, OriginalUri};
 use axum::http::Method;
 use axum::http::request::Parts;
@@ -25,6 +26,7 @@ impl FromRequestParts<AppState> for SignedIn {
                     .map_err(IntoResponse::into_response)?,
                 csrf_token: session.csrf_token,
                 session_cookie,
+                amr: session.amr,
             }),
             Ok(None) => {
                 // Only a page can be come back to; after a refused POST the visitor lands home.
@@ -53,8 +55,14 @@ impl FromRequestParts<AppState> for Operator {
             csrf_token,
             form_token,
             session_cookie,
-            ..
+            amr,
         } = SignedIn::from_request_parts(parts, state).await?;
+        if is_operator(&user)
+            && state.settings.require_mfa_for_staff
+            && !crate::protocol::acr::is_multi_factor(&amr)
+        {
+            return Err(staff_second_factor(state, &user, parts).await);
+        }
         if is_operator(&user) {
             Ok(Operator {
                 user,
@@ -70,6 +78,33 @@ impl FromRequestParts<AppState> for Operator {
             let nav = super::templates::Nav::signed_in(&user, &form_token);
             Err(WebError::Forbidden(Box::new(nav)).into_response())
         }
+    }
+}
+
+/// Where a staff member whose session lacks a second factor goes (`require_mfa_for_staff`):
+/// to sign in again with it, back to the page asked for; or, without one, to set it up.
+async fn staff_second_factor(state: &AppState, user: &User, parts: &Parts) -> Response {
+    match state.store.has_second_factor(user.id).await {
+        Ok(true) => {
+            let next = (parts.method == Method::GET)
+                .then(|| parts.uri.path_and_query().map(|pq| pq.as_str().to_owned()))
+                .flatten();
+            let url = login_url(next.as_deref());
+            let separator = if url.contains('?') { '&' } else { '?' };
+            tracing::info!(
+                user_id = user.id,
+                "operator view: a sign-in with the second factor asked"
+            );
+            Redirect::to(&format!("{url}{separator}prompt=login")).into_response()
+        }
+        Ok(false) => {
+            tracing::info!(
+                user_id = user.id,
+                "operator view: a second factor must be set up first"
+            );
+            Redirect::to(super::second_factor::TWO_FACTOR_PAGE).into_response()
+        }
+        Err(error) => WebError::from(error).into_response(),
     }
 }
 

@@ -12,6 +12,7 @@ mod flash;
 mod forms;
 mod logout;
 mod resources;
+mod second_factor;
 mod session;
 mod templates;
 
@@ -42,6 +43,7 @@ pub fn router() -> Router<AppState> {
         .merge(authorize::router())
         .merge(authorized::router())
         .merge(logout::router())
+        .merge(second_factor::router())
         .route(
             "/static/style.css",
             get(|| async { asset("text/css; charset=utf-8", STYLESHEET) }),

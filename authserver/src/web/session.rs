@@ -2,7 +2,7 @@
 //! extractors that read them from a request: [`super::extractors`]); where a visitor goes to
 //! sign in and comes back to.
 
-use super::WebError;
+use super::{WebError, WebResult, see_other};
 use crate::AppState;
 use crate::store::{Session, User};
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -114,6 +114,8 @@ pub(crate) struct SignedIn {
     /// The session cookie's value (the store keeps only its digest): what one-time messages
     /// for this session are sealed with ([`super::flash`]).
     pub session_cookie: String,
+    /// How the session signed in (RFC 8176 values, space-separated).
+    pub amr: String,
 }
 
 /// A signed-in operator (see [`is_operator`]), their session's secret and the CSRF token their
@@ -159,6 +161,43 @@ pub(super) async fn session_and_cookie(
 
 /// A signed-in superuser: everyone else who is signed in gets 403.
 pub(crate) struct Superuser(pub Operator);
+
+/// Signs `user` in with the methods `amr` (RFC 8176 values, space-separated): a new session and
+/// its cookie, then on to `next`.
+pub(crate) async fn start_session(
+    state: &AppState,
+    headers: &HeaderMap,
+    user: &crate::store::User,
+    amr: &str,
+    next: &str,
+) -> WebResult {
+    let session = state
+        .store
+        .create_session_signed_in_with(user.id, SESSION_LIFETIME, amr)
+        .await?;
+    // A fresh session id at every sign-in; an older session of this browser ends, handing what
+    // it led to over to the new one when it was the same user's.
+    if let Some(old) = cookie(headers, SESSION_COOKIE) {
+        state
+            .store
+            .replace_session(old, &session.session_id, user.id)
+            .await?;
+    }
+    tracing::info!(user_id = user.id, username = %user.username, amr, "user signed in");
+    let next = if next == HOME { home_of(user) } else { next };
+    let mut response = see_other(next);
+    append_cookie(
+        &mut response,
+        &set_cookie(
+            state,
+            SESSION_COOKIE,
+            &session.session_id,
+            "/",
+            Some(SESSION_LIFETIME),
+        ),
+    );
+    Ok(response)
+}
 
 #[cfg(test)]
 mod tests {

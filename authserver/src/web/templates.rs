@@ -118,6 +118,34 @@ pub(crate) struct LoginPage {
     pub application: Option<String>,
 }
 
+#[derive(Template)]
+#[template(path = "login_code.html")]
+pub(crate) struct LoginCodePage {
+    pub nav: Nav,
+    pub csrf_token: String,
+    pub next: String,
+    pub error: Option<String>,
+    /// The application an authorization in progress is for, named on the page.
+    pub application: Option<String>,
+}
+
+/// `/accounts/two-factor/`: enrolment (`setup`), the codes shown once (`recovery`), or the
+/// factor in use (`enabled`).
+#[derive(Template)]
+#[template(path = "two_factor.html")]
+pub(crate) struct TwoFactorPage {
+    pub nav: Nav,
+    pub stage: &'static str,
+    pub otpauth_uri: String,
+    /// The QR code of the URI as a `data:image/svg+xml` URI.
+    pub qr_data_uri: String,
+    /// The secret in base32, for typing into an app.
+    pub secret: String,
+    pub recovery_codes: Vec<String>,
+    pub recovery_left: i64,
+    pub error: Option<String>,
+}
+
 /// One line of the applications list.
 pub(crate) struct ApplicationRow {
     pub id: i64,
@@ -177,6 +205,8 @@ pub(crate) struct ApplicationDetail {
     pub code_grant: bool,
     /// OpenID Connect: `id_token_signed_response_alg`.
     pub id_token_alg: String,
+    /// Its users must sign in with a second factor.
+    pub require_mfa: bool,
     pub post_logout_redirect_uris: Vec<String>,
     /// The secret in full: only right after registration or regeneration.
     pub secret: Option<String>,
@@ -309,6 +339,8 @@ pub(crate) struct UserForm {
     pub groups: Vec<Group>,
     /// When the profile last changed (OpenID Connect's `updated_at`), for an existing user.
     pub updated_at: Option<String>,
+    /// Whether the user signs in with a second factor.
+    pub two_factor: bool,
 }
 
 #[derive(Template)]

@@ -93,6 +93,7 @@ impl Replica {
 pub fn new_tokens(app_id: i64, user_id: i64, family: Option<String>) -> NewTokens {
     NewTokens {
         cnf_x5t_s256: None,
+        cnf_jkt: None,
         audience: None,
         application_id: app_id,
         user_id: Some(user_id),

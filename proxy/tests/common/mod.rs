@@ -236,13 +236,26 @@ impl Introspector {
 pub const AUDIENCE: &str = "tokengate-api";
 
 /// Fixed answers: `read`, `rw`, `groups`, `none` (no scope), `slow-*` (read, answered after
-/// 300 ms) are active, `admin` (read, in the groups `admins` and `ops team`) too, and
+/// 300 ms) are active, `admin` (read, in the groups `admins` and `ops team`) too, `mfa` (read,
+/// a two-factor sign-in 100 s ago: `acr`, `amr`, `auth_time`), and
 /// `bound-X5T` (read, bound to the certificate thumbprint X5T); anything else is inactive. All
 /// for [`AUDIENCE`].
 fn claims(token: &str) -> Value {
+    if let Some(jkt) = token.strip_prefix("dpop-") {
+        return json!({"active": true, "scope": "read", "client_id": "app-1", "username": "alice",
+                      "exp": unix_now() + 3600, "cnf": { "jkt": jkt }, "aud": AUDIENCE,
+                      "token_type": "DPoP"});
+    }
     if let Some(x5t) = token.strip_prefix("bound-") {
         return json!({"active": true, "scope": "read", "client_id": "app-1", "username": "alice",
                       "exp": unix_now() + 3600, "cnf": { "x5t#S256": x5t }, "aud": AUDIENCE});
+    }
+    // A user who signed in with a second factor 100 s ago (issue 41: step-up routes).
+    if token == "mfa" {
+        let now = unix_now();
+        return json!({"active": true, "scope": "read", "client_id": "app-1", "username": "alice",
+                      "exp": now + 3600, "aud": AUDIENCE, "acr": "urn:tokengate:acr:mfa",
+                      "amr": ["pwd", "otp", "mfa"], "auth_time": now - 100});
     }
     if token == "admin" {
         let exp = unix_now() + 3600;

@@ -62,6 +62,10 @@ impl ClaimRules {
         let scope = strings(&map, &self.scope_claim)?.map(|s| s.join(" "));
         let groups = group_names(&map)?;
         let cnf = Confirmation::read(map.get("cnf")).map_err(|_| MALFORMED_CLAIMS)?;
+        // RFC 9068 §2.2.1: how the user signed in, for routes that require it (RFC 9470).
+        let acr = string(&map, "acr")?;
+        let amr = strings(&map, "amr")?.unwrap_or_default();
+        let auth_time = time(&map, "auth_time")?;
         if client_id.is_none() || (self.require_jti && jti.is_none()) {
             return Err(MALFORMED_CLAIMS);
         }
@@ -92,6 +96,9 @@ impl ClaimRules {
             cnf,
             jti,
             groups,
+            acr,
+            amr,
+            auth_time,
             identity: Default::default(),
         })
     }

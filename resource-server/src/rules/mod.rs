@@ -46,9 +46,15 @@ pub struct Route {
     pub access: Access,
     /// The groups of which the caller must be in one (`groups_any`); empty: no group needed.
     pub groups_any: Vec<String>,
+    /// The `acr` values of which the token's must be one (`acr_values`); empty: any.
+    pub acr_values: Vec<String>,
+    /// The most seconds since the user signed in (`max_age`, against `auth_time`).
+    pub max_age: Option<i64>,
     /// How browsers of other origins may call this route (`cors`); `None`: the proxy adds no
     /// CORS header and forwards preflights as any request.
     pub cors: Option<Arc<CorsPolicy>>,
+    /// `dpop:`: whether only DPoP-bound tokens pass (a bound one is held to its key anyway).
+    pub dpop: crate::dpop::DpopPolicy,
     matcher: Matcher,
     methods: Option<Vec<Method>>,
     index: usize,

@@ -22,7 +22,10 @@ pub use crate::cors::CorsSpec;
 /// needs an active token with the scopes given (no `scopes` = any active token).
 /// `authenticated: true` may be written for clarity; it is the default.
 /// `groups_any: [admins]` also requires the caller to be in one of these groups (the token's
-/// `groups` claim). `cors:` answers browsers of other origins ([`CorsSpec`]).
+/// `groups` claim). `acr_values: [urn:tokengate:acr:mfa]` and `max_age: 600` require a sign-in
+/// of that class, at most that many seconds ago (the token's `acr` and `auth_time`; RFC 9470
+/// step-up). `cors:` answers browsers of other origins ([`CorsSpec`]). `dpop: required` lets
+/// only DPoP-bound tokens through (a bound token is always held to its key).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
@@ -45,8 +48,17 @@ pub struct RouteSpec {
     pub scopes: Option<ScopesSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub groups_any: Option<Vec<String>>,
+    /// Step-up (RFC 9470): the token's `acr` must be one of these.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acr_values: Option<Vec<String>>,
+    /// Step-up (RFC 9470): the user signed in at most this many seconds ago (`auth_time`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cors: Option<CorsSpec>,
+    /// `required` or `allowed` (the default): whether only DPoP-bound tokens pass (RFC 9449).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dpop: Option<String>,
 }
 
 /// `scopes:` as written: `{ all_of: [...], any_of: [...] }` (either or both), or a plain list

@@ -391,3 +391,26 @@ fn hostile_yaml_is_refused_before_it_is_parsed() {
         "{error}"
     );
 }
+
+#[test]
+fn dpop_per_route() {
+    let rules = Rules::from_yaml(
+        "routes:\n  - {name: a, path: /a, dpop: required}\n  - {name: b, path: /b, dpop: allowed}\n  - {name: c, path: /c}\n",
+        FILE,
+    )
+    .unwrap();
+    let policy = |path| rules.find(&Method::GET, path).unwrap().dpop;
+    assert_eq!(policy("/a"), crate::dpop::DpopPolicy::Required);
+    assert_eq!(policy("/b"), crate::dpop::DpopPolicy::Allowed);
+    assert_eq!(policy("/c"), crate::dpop::DpopPolicy::Allowed);
+    let e = one_rule("    path: /x\n    dpop: sometimes\n");
+    assert!(
+        e.contains(r#"routes[1] (bad): key "dpop": "sometimes": expected required or allowed"#),
+        "{e}"
+    );
+    let e = one_rule("    path: /x\n    public: true\n    dpop: required\n");
+    assert!(
+        e.contains(r#"key "dpop": a public route takes no token"#),
+        "{e}"
+    );
+}

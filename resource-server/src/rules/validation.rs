@@ -6,6 +6,7 @@ use std::sync::Arc;
 use http::Method;
 
 use crate::cors::CorsPolicy;
+use crate::dpop::DpopPolicy;
 
 use super::matcher::{Matcher, parse_pattern};
 use super::schema::{RouteSpec, ScopesSpec};
@@ -42,7 +43,10 @@ pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> 
         authenticated,
         scopes,
         groups_any,
+        acr_values,
+        max_age,
         cors,
+        dpop,
     } = spec;
     let checked = (|| -> Result<_, Problem> {
         if name.trim().is_empty() {
@@ -57,22 +61,43 @@ pub(super) fn validate(index: usize, spec: RouteSpec) -> Result<Route, Invalid> 
         }
         let access = access(public, authenticated, scopes)?;
         let groups_any = groups(groups_any, &access)?;
+        let (acr_values, max_age) = step_up(acr_values, max_age, &access)?;
         let cors = cors
             .map(|c| CorsPolicy::from_spec(c, methods.as_deref()).map(Arc::new))
             .transpose()?;
-        Ok((matcher, methods, access, groups_any, cors))
-    })();
-    match checked {
-        Ok((matcher, methods, access, groups_any, cors)) => Ok(Route {
-            name,
-            upstream,
-            access,
-            groups_any,
-            cors,
+        let dpop = match dpop.as_deref() {
+            None => DpopPolicy::default(),
+            Some(text) => DpopPolicy::parse(text)
+                .ok_or(("dpop", format!("{text:?}: expected required or allowed")))?,
+        };
+        if dpop == DpopPolicy::Required && access == Access::Public {
+            return Err(("dpop", "a public route takes no token".into()));
+        }
+        Ok((
             matcher,
             methods,
-            index,
-        }),
+            access,
+            (groups_any, acr_values, max_age),
+            cors,
+            dpop,
+        ))
+    })();
+    match checked {
+        Ok((matcher, methods, access, (groups_any, acr_values, max_age), cors, dpop)) => {
+            Ok(Route {
+                name,
+                upstream,
+                access,
+                groups_any,
+                acr_values,
+                max_age,
+                cors,
+                dpop,
+                matcher,
+                methods,
+                index,
+            })
+        }
         Err((field, message)) => Err((name, field, message)),
     }
 }
@@ -179,6 +204,35 @@ fn access(
             Ok(Access::Authenticated { all_of, any_of })
         }
     }
+}
+
+/// `acr_values` (each a non-empty value without whitespace, control characters or quotes) and
+/// `max_age` (seconds), on an authenticated route only.
+fn step_up(
+    acr_values: Option<Vec<String>>,
+    max_age: Option<u64>,
+    access: &Access,
+) -> Result<(Vec<String>, Option<i64>), Problem> {
+    if matches!(access, Access::Public) {
+        if acr_values.is_some() {
+            return Err(("acr_values", "a public route takes no acr_values".into()));
+        }
+        if max_age.is_some() {
+            return Err(("max_age", "a public route takes no max_age".into()));
+        }
+    }
+    let acr_values = acr_values.unwrap_or_default();
+    if let Some(bad) = acr_values.iter().find(|v| {
+        v.is_empty()
+            || v.chars()
+                .any(|c| c.is_whitespace() || c.is_control() || c == '"')
+    }) {
+        return Err(("acr_values", format!("invalid acr value {bad:?}")));
+    }
+    let max_age = max_age
+        .map(|m| i64::try_from(m).map_err(|_| ("max_age", format!("{m}: too large"))))
+        .transpose()?;
+    Ok((acr_values, max_age))
 }
 
 /// `groups_any`: group names (any text but empty or with a control character), on an

@@ -40,6 +40,8 @@ pub(super) struct NewRow {
     pub expires_at: i64,
     /// The client certificate the tokens are bound to (RFC 8705 `cnf.x5t#S256`).
     pub cnf_x5t_s256: Option<String>,
+    /// The key the tokens are bound to (RFC 9449 `cnf.jkt`).
+    pub cnf_jkt: Option<String>,
     /// Its resource identifiers, space-separated; None: the server's default audience.
     pub audience: Option<String>,
 }
@@ -114,6 +116,7 @@ pub(super) struct ApplicationColumns {
     pub may_use_ssf: i64,
     pub previous_secret_digest: Option<String>,
     pub previous_secret_expires_at: Option<i64>,
+    pub dpop_required: i64,
 }
 
 impl ApplicationColumns {
@@ -135,6 +138,7 @@ impl ApplicationColumns {
             may_introspect: self.may_introspect != 0,
             may_use_ssf: self.may_use_ssf != 0,
             pkce_required: self.pkce_required != 0,
+            dpop_required: self.dpop_required != 0,
             token_format: crate::store::parse_token_format(self.token_format)?,
             tls_client_auth: crate::store::parse_tls_client_auth(self.tls_client_auth)?,
             owner_id: self.owner_id,

@@ -16,7 +16,7 @@ use sqlx::{PgPool, Row};
 
 const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
     t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL,
-    a.allowed_scopes, a.may_introspect, t.cnf_x5t_s256, a.may_use_ssf, t.audience
+    a.allowed_scopes, a.may_introspect, t.cnf_x5t_s256, a.may_use_ssf, t.audience, t.cnf_jkt
     FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
     LEFT JOIN revoked_families f ON f.family = t.family WHERE t.digest = $1";
 
@@ -43,6 +43,7 @@ fn token(row: &PgRow) -> sqlx::Result<TokenRecord> {
         },
         cnf_x5t_s256: row.try_get(16)?,
         audience: row.try_get(18)?,
+        cnf_jkt: row.try_get(19)?,
     })
 }
 
@@ -57,21 +58,21 @@ pub(in crate::store) async fn find_token(
 
 /// One row, unless its family is revoked or its application gone (`tokens` keeps no foreign
 /// key to `applications` on PostgreSQL: migration 16).
-const INSERT_ONE: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11
+const INSERT_ONE: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience, cnf_jkt)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12
     WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6)
         AND EXISTS (SELECT 1 FROM applications WHERE id = $3) RETURNING id";
 
 /// An access token and the refresh token naming it, in one statement, unless their family is
 /// revoked or their application gone. Returns the access token's id.
 const INSERT_PAIR: &str = "WITH access AS (
-        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience)
-        SELECT $1, $2, $3, $4, $5, $6, NULL, $7, $8, $12, $13
+        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience, cnf_jkt)
+        SELECT $1, $2, $3, $4, $5, $6, NULL, $7, $8, $12, $13, $14
         WHERE NOT EXISTS (SELECT 1 FROM revoked_families WHERE family = $6)
             AND EXISTS (SELECT 1 FROM applications WHERE id = $3) RETURNING id),
     refresh AS (
-        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience)
-        SELECT $9, $10, $3, $4, $5, $6, access.id, $7, $11, $12, $13 FROM access RETURNING access_token_id)
+        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience, cnf_jkt)
+        SELECT $9, $10, $3, $4, $5, $6, access.id, $7, $11, $12, $13, $14 FROM access RETURNING access_token_id)
     SELECT access_token_id FROM refresh";
 
 /// Inserts one row, or an access token and its refresh token, unless the family is revoked or
@@ -96,6 +97,7 @@ pub(in crate::store) async fn insert_tokens(
                 .bind(one.expires_at)
                 .bind(&one.cnf_x5t_s256)
                 .bind(&one.audience)
+                .bind(&one.cnf_jkt)
                 .fetch_optional(conn)
                 .await?
         }
@@ -114,6 +116,7 @@ pub(in crate::store) async fn insert_tokens(
                 .bind(refresh.expires_at)
                 .bind(&access.cnf_x5t_s256)
                 .bind(&access.audience)
+                .bind(&access.cnf_jkt)
                 .fetch_optional(conn)
                 .await?
         }
@@ -240,6 +243,7 @@ fn application(row: &PgRow) -> sqlx::Result<ApplicationColumns> {
         may_use_ssf: row.try_get(14)?,
         previous_secret_digest: row.try_get(15)?,
         previous_secret_expires_at: row.try_get(16)?,
+        dpop_required: row.try_get(17)?,
     })
 }
 

@@ -286,29 +286,30 @@ async fn together_or_one_by_one<J, R>(
 /// unless its family is revoked. Returns the first rows' digests and ids.
 const INSERT_GROUP: &str = "WITH issue AS (
         SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::text[],
-            $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int8[])
+            $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::text[], $12::text[], $13::text[], $14::int8[],
+            $15::text[])
         AS i(kind, digest, application_id, user_id, scope, family, access_token_id, issued_at,
-            expires_at, cnf_x5t_s256, audience, second_kind, second_digest, second_expires_at)),
+            expires_at, cnf_x5t_s256, audience, second_kind, second_digest, second_expires_at, cnf_jkt)),
     first AS (
-        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience)
-        SELECT kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience
+        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience, cnf_jkt)
+        SELECT kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience, cnf_jkt
         FROM issue WHERE NOT EXISTS (SELECT 1 FROM revoked_families f WHERE f.family = issue.family)
             AND EXISTS (SELECT 1 FROM applications a WHERE a.id = issue.application_id)
         RETURNING id, digest),
     second AS (
-        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience)
-        SELECT i.second_kind, i.second_digest, i.application_id, i.user_id, i.scope, i.family, first.id, i.issued_at, i.second_expires_at, i.cnf_x5t_s256, i.audience
+        INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience, cnf_jkt)
+        SELECT i.second_kind, i.second_digest, i.application_id, i.user_id, i.scope, i.family, first.id, i.issued_at, i.second_expires_at, i.cnf_x5t_s256, i.audience, i.cnf_jkt
         FROM issue i JOIN first ON first.digest = i.digest WHERE i.second_digest IS NOT NULL)
     SELECT digest, id FROM first";
 
 /// Lone tokens of new families (client_credentials) in one statement: none can be revoked, so
 /// no family is looked up (only the application, which may be gone), and no second rows.
 /// Returns their digests and ids.
-const INSERT_NEW_FAMILIES: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience)
+const INSERT_NEW_FAMILIES: &str = "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience, cnf_jkt)
     SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::text[], $6::text[],
-        $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::text[])
+        $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::text[], $12::text[])
         AS i(kind, digest, application_id, user_id, scope, family, access_token_id, issued_at,
-            expires_at, cnf_x5t_s256, audience)
+            expires_at, cnf_x5t_s256, audience, cnf_jkt)
     WHERE EXISTS (SELECT 1 FROM applications a WHERE a.id = i.application_id)
     RETURNING digest, id";
 
@@ -388,6 +389,8 @@ async fn insert_statement(
             .bind(column(|r| r.get(1).map(|s| s.digest.as_str())))
             .bind(number(|r| r.get(1).map(|s| s.expires_at)));
     }
+    // The last parameter of either statement.
+    query = query.bind(column(|r| r[0].cnf_jkt.as_deref()));
     let inserted = query.fetch_all(conn).await?;
     inserted
         .iter()
@@ -526,6 +529,7 @@ mod tests {
             issued_at: crate::store::now(),
             expires_at: crate::store::now() + 600,
             cnf_x5t_s256: None,
+            cnf_jkt: None,
             audience: None,
         };
         let mut rows = vec![access.clone()];

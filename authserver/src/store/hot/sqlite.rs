@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 const TOKEN: &str = "SELECT t.id, t.kind, t.application_id, a.client_id, t.user_id, u.username, u.is_active,
     t.scope, t.family, t.access_token_id, t.issued_at, t.expires_at, t.revoked, f.family IS NOT NULL,
-    a.allowed_scopes, a.may_introspect, t.cnf_x5t_s256, a.may_use_ssf, t.audience
+    a.allowed_scopes, a.may_introspect, t.cnf_x5t_s256, a.may_use_ssf, t.audience, t.cnf_jkt
     FROM tokens t JOIN applications a ON a.id = t.application_id LEFT JOIN users u ON u.id = t.user_id
     LEFT JOIN revoked_families f ON f.family = t.family WHERE t.digest = ?1";
 
@@ -39,6 +39,7 @@ fn token(row: &Row) -> rusqlite::Result<TokenRecord> {
         },
         cnf_x5t_s256: row.get(16)?,
         audience: row.get(18)?,
+        cnf_jkt: row.get(19)?,
     })
 }
 
@@ -82,8 +83,8 @@ pub(in crate::store) fn insert_tokens(
     // statement; the row's id is the connection's last inserted rowid.
     let mut insert = connection
         .prepare_cached(
-            "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+            "INSERT INTO tokens (kind, digest, application_id, user_id, scope, family, access_token_id, issued_at, expires_at, cnf_x5t_s256, audience, cnf_jkt)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         )
         .map_err(database)?;
     let mut first = None;
@@ -100,7 +101,8 @@ pub(in crate::store) fn insert_tokens(
                 row.issued_at,
                 row.expires_at,
                 row.cnf_x5t_s256,
-                row.audience
+                row.audience,
+                row.cnf_jkt
             ])
             .map_err(database)?;
         first.get_or_insert(connection.last_insert_rowid());
@@ -202,6 +204,7 @@ fn application(row: &Row) -> rusqlite::Result<ApplicationColumns> {
         may_use_ssf: row.get(14)?,
         previous_secret_digest: row.get(15)?,
         previous_secret_expires_at: row.get(16)?,
+        dpop_required: row.get(17)?,
     })
 }
 

@@ -1,0 +1,378 @@
+//! Second factors in the browser: `/accounts/login/code/`, the sign-in's second step for users
+//! with a TOTP factor (a code of their app or a recovery code, throttled as passwords are), and
+//! `/accounts/two-factor/`, where a signed-in user enrols an app (an `otpauth://` URI and its QR
+//! code, confirmed with a first code), receives recovery codes, or removes the factor.
+
+use super::forms::FormData;
+use super::session::{SignedIn, append_cookie, cookie, login_url, safe_next, set_cookie};
+use super::templates::{LoginCodePage, Nav, TwoFactorPage};
+use super::{WebError, WebResult, csrf, render, see_other};
+use crate::AppState;
+use crate::client_ip::ClientAddress;
+use crate::protocol::totp;
+use crate::store::{User, now};
+use crate::throttle::{FAILURE_WINDOW, Throttle};
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use base64::Engine;
+use serde::Deserialize;
+use std::net::IpAddr;
+
+/// The cookie naming a sign-in whose password was right, waiting for its second factor.
+const PENDING_COOKIE: &str = "tokengate_pending";
+/// Where that cookie is sent: the sign-in pages only.
+const PENDING_PATH: &str = "/accounts/login/";
+/// Seconds a pending sign-in waits for its code.
+const PENDING_LIFETIME: i64 = 300;
+/// The second step's page.
+const CODE_PAGE: &str = "/accounts/login/code/";
+/// The enrolment page.
+pub(crate) const TWO_FACTOR_PAGE: &str = "/accounts/two-factor/";
+/// The methods (RFC 8176) of a sign-in with a password and a one-time code.
+pub(crate) const AMR_PASSWORD_AND_OTP: &str = "pwd otp mfa";
+
+const WRONG_CODE: &str = "That code is not right, or was used already. Try the next one.";
+const THROTTLED: &str = "Too many wrong codes. Wait 15 minutes and try again.";
+
+pub(super) fn router() -> Router<AppState> {
+    Router::new()
+        .route(CODE_PAGE, get(code_page).post(code_submitted))
+        .route(
+            TWO_FACTOR_PAGE,
+            get(two_factor_page).post(two_factor_submitted),
+        )
+}
+
+/// After a right password: a pending sign-in for `user` and the way to the second step.
+pub(super) async fn ask_for_code(
+    state: &AppState,
+    user: &User,
+    next: &str,
+) -> Result<Response, WebError> {
+    let token = state
+        .store
+        .start_pending_sign_in(user.id, PENDING_LIFETIME)
+        .await?;
+    tracing::info!(user_id = user.id, "password right: second factor asked");
+    let mut response = see_other(&format!(
+        "{CODE_PAGE}?next={}",
+        form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>()
+    ));
+    append_cookie(
+        &mut response,
+        &set_cookie(
+            state,
+            PENDING_COOKIE,
+            &token,
+            PENDING_PATH,
+            Some(PENDING_LIFETIME),
+        ),
+    );
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+struct NextQuery {
+    next: Option<String>,
+}
+
+fn next_of(next: Option<&str>) -> String {
+    next.and_then(safe_next)
+        .unwrap_or(super::session::HOME)
+        .to_owned()
+}
+
+async fn code_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(query): Query<NextQuery>,
+) -> WebResult {
+    let next = next_of(query.next.as_deref());
+    let pending = match cookie(&headers, PENDING_COOKIE) {
+        Some(token) => state.store.pending_sign_in(token).await?,
+        None => None,
+    };
+    if pending.is_none() {
+        return Ok(see_other(&login_url(Some(&next))));
+    }
+    Ok(code_form(&state, &headers, StatusCode::OK, next, None).await)
+}
+
+async fn code_form(
+    state: &AppState,
+    headers: &HeaderMap,
+    status: StatusCode,
+    next: String,
+    error: Option<&str>,
+) -> Response {
+    let (csrf_token, set) = match csrf::login_token(state, headers).await {
+        Ok(token) => token,
+        Err(error) => return error.into_response(),
+    };
+    let (application, form_action) =
+        match super::authorize::form_action_for_next(state, &next).await {
+            Some((name, origin)) => (Some(name), origin),
+            None => (None, None),
+        };
+    let page = LoginCodePage {
+        nav: Nav::anonymous(),
+        csrf_token,
+        next,
+        error: error.map(str::to_owned),
+        application,
+    };
+    let mut response = render(status, &page);
+    if let Some(origin) = form_action {
+        super::allow_form_action(&mut response, &origin);
+    }
+    if let Some(set) = set {
+        append_cookie(&mut response, &set);
+    }
+    response
+}
+
+/// What checking a code gave.
+enum CodeCheck {
+    Right,
+    Wrong,
+    Throttled,
+}
+
+/// Checks `code` (a code of the user's app, or one of their recovery codes) behind the
+/// second-factor throttle, spending it when right.
+async fn check_code(
+    state: &AppState,
+    user_id: i64,
+    code: &str,
+    address: Option<IpAddr>,
+) -> Result<CodeCheck, WebError> {
+    let throttle = Throttle::second_factor(&state.store, user_id, address).await?;
+    if throttle.refused() {
+        tracing::warn!(user_id, address = %throttle.client, "second factor refused: too many wrong codes");
+        crate::metrics::METRICS.throttled(crate::metrics::Throttled::SignIn);
+        return Ok(CodeCheck::Throttled);
+    }
+    let right = match state.store.totp_factor(user_id).await? {
+        Some(factor) if factor.confirmed => {
+            match totp::verify(&factor.secret, code, now(), factor.last_step) {
+                Some(step) => state.store.use_totp_step(user_id, step).await?,
+                None => match totp::normalize_recovery_code(code) {
+                    Some(recovery) => state.store.use_recovery_code(user_id, &recovery).await?,
+                    None => false,
+                },
+            }
+        }
+        _ => false,
+    };
+    if right {
+        throttle.succeeded(&state.store).await?;
+        Ok(CodeCheck::Right)
+    } else {
+        tracing::info!(user_id, address = %throttle.client, "second factor failed");
+        throttle.failed(&state.store).await?;
+        Ok(CodeCheck::Wrong)
+    }
+}
+
+fn throttled(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
+    response
+}
+
+async fn code_submitted(
+    State(state): State<AppState>,
+    ClientAddress(address): ClientAddress,
+    headers: HeaderMap,
+    form: FormData,
+) -> WebResult {
+    csrf::verify_login(&state, &headers, &form).await?;
+    let next = next_of(form.get("next"));
+    let token = cookie(&headers, PENDING_COOKIE).map(str::to_owned);
+    let user = match &token {
+        Some(token) => state.store.pending_sign_in(token).await?,
+        None => None,
+    };
+    let (Some(token), Some(user)) = (token, user.filter(super::session::may_sign_in)) else {
+        return Ok(see_other(&login_url(Some(&next))));
+    };
+    let code = form.text("code");
+    match check_code(&state, user.id, &code, address).await? {
+        CodeCheck::Throttled => Ok(throttled(
+            code_form(
+                &state,
+                &headers,
+                StatusCode::TOO_MANY_REQUESTS,
+                next,
+                Some(THROTTLED),
+            )
+            .await,
+        )),
+        CodeCheck::Wrong => Ok(code_form(
+            &state,
+            &headers,
+            StatusCode::BAD_REQUEST,
+            next,
+            Some(WRONG_CODE),
+        )
+        .await),
+        CodeCheck::Right => {
+            // One request finishes a pending sign-in.
+            if !state.store.end_pending_sign_in(&token).await? {
+                return Ok(see_other(&login_url(Some(&next))));
+            }
+            let mut response =
+                super::session::start_session(&state, &headers, &user, AMR_PASSWORD_AND_OTP, &next)
+                    .await?;
+            append_cookie(
+                &mut response,
+                &set_cookie(&state, PENDING_COOKIE, "", PENDING_PATH, Some(0)),
+            );
+            Ok(response)
+        }
+    }
+}
+
+/// The label authenticator apps show for this server: its issuer's host.
+fn issuer_label(state: &AppState) -> String {
+    let issuer = &state.settings.issuer;
+    let host = issuer
+        .split_once("://")
+        .map_or(issuer.as_str(), |(_, rest)| rest)
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    format!("tokengate {host}")
+}
+
+/// The enrolment page for an unconfirmed `secret`.
+fn setup_page(
+    state: &AppState,
+    signed_in: &SignedIn,
+    secret: &[u8],
+    error: Option<&str>,
+) -> TwoFactorPage {
+    let uri = totp::otpauth_uri(secret, &issuer_label(state), &signed_in.user.username);
+    let qr = qrcode::QrCode::new(uri.as_bytes())
+        .map(|code| {
+            code.render::<qrcode::render::svg::Color>()
+                .min_dimensions(200, 200)
+                .build()
+        })
+        .map(|svg| {
+            format!(
+                "data:image/svg+xml;base64,{}",
+                base64::engine::general_purpose::STANDARD.encode(svg)
+            )
+        })
+        .unwrap_or_default();
+    TwoFactorPage {
+        nav: Nav::signed_in(&signed_in.user, &signed_in.form_token),
+        stage: "setup",
+        otpauth_uri: uri,
+        qr_data_uri: qr,
+        secret: totp::base32(secret),
+        recovery_codes: Vec::new(),
+        recovery_left: 0,
+        error: error.map(str::to_owned),
+    }
+}
+
+fn enabled_page(signed_in: &SignedIn, recovery_left: i64, error: Option<&str>) -> TwoFactorPage {
+    TwoFactorPage {
+        nav: Nav::signed_in(&signed_in.user, &signed_in.form_token),
+        stage: "enabled",
+        otpauth_uri: String::new(),
+        qr_data_uri: String::new(),
+        secret: String::new(),
+        recovery_codes: Vec::new(),
+        recovery_left,
+        error: error.map(str::to_owned),
+    }
+}
+
+/// `GET /accounts/two-factor/`: the factor's state, or its enrolment (a new secret, kept
+/// unconfirmed until a first code).
+async fn two_factor_page(State(state): State<AppState>, signed_in: SignedIn) -> WebResult {
+    let user_id = signed_in.user.id;
+    let factor = state.store.totp_factor(user_id).await?;
+    let page = match factor {
+        Some(factor) if factor.confirmed => {
+            let left = state.store.recovery_codes_left(user_id).await?;
+            enabled_page(&signed_in, left, None)
+        }
+        Some(factor) => setup_page(&state, &signed_in, &factor.secret, None),
+        None => {
+            let secret = totp::new_secret();
+            state.store.start_totp_enrolment(user_id, &secret).await?;
+            setup_page(&state, &signed_in, &secret, None)
+        }
+    };
+    Ok(render(StatusCode::OK, &page))
+}
+
+/// `POST /accounts/two-factor/`: `action=confirm` with a first code (then the recovery codes,
+/// shown once), or `action=remove` with a code (of the app or a recovery code).
+async fn two_factor_submitted(
+    State(state): State<AppState>,
+    ClientAddress(address): ClientAddress,
+    signed_in: SignedIn,
+    form: FormData,
+) -> WebResult {
+    csrf::verify_token(&signed_in.form_token, &form)?;
+    let user_id = signed_in.user.id;
+    let code = form.text("code");
+    let Some(factor) = state.store.totp_factor(user_id).await? else {
+        return Ok(see_other(TWO_FACTOR_PAGE));
+    };
+    match (form.get("action"), factor.confirmed) {
+        (Some("confirm"), false) => {
+            let throttle = Throttle::second_factor(&state.store, user_id, address).await?;
+            if throttle.refused() {
+                let page = setup_page(&state, &signed_in, &factor.secret, Some(THROTTLED));
+                return Ok(throttled(render(StatusCode::TOO_MANY_REQUESTS, &page)));
+            }
+            let Some(step) = totp::verify(&factor.secret, &code, now(), 0) else {
+                throttle.failed(&state.store).await?;
+                let page = setup_page(&state, &signed_in, &factor.secret, Some(WRONG_CODE));
+                return Ok(render(StatusCode::BAD_REQUEST, &page));
+            };
+            throttle.succeeded(&state.store).await?;
+            let codes = totp::new_recovery_codes();
+            let stored: Vec<String> = codes
+                .iter()
+                .filter_map(|c| totp::normalize_recovery_code(c))
+                .collect();
+            if !state.store.confirm_totp(user_id, step, &stored).await? {
+                return Ok(see_other(TWO_FACTOR_PAGE));
+            }
+            tracing::info!(user_id, "TOTP factor enrolled");
+            let mut page = enabled_page(&signed_in, codes.len() as i64, None);
+            page.stage = "recovery";
+            page.recovery_codes = codes;
+            Ok(render(StatusCode::OK, &page))
+        }
+        (Some("remove"), true) => match check_code(&state, user_id, &code, address).await? {
+            CodeCheck::Right => {
+                state.store.reset_second_factors(user_id).await?;
+                tracing::info!(user_id, "TOTP factor removed by its user");
+                Ok(see_other(TWO_FACTOR_PAGE))
+            }
+            CodeCheck::Wrong => {
+                let left = state.store.recovery_codes_left(user_id).await?;
+                let page = enabled_page(&signed_in, left, Some(WRONG_CODE));
+                Ok(render(StatusCode::BAD_REQUEST, &page))
+            }
+            CodeCheck::Throttled => {
+                let left = state.store.recovery_codes_left(user_id).await?;
+                let page = enabled_page(&signed_in, left, Some(THROTTLED));
+                Ok(throttled(render(StatusCode::TOO_MANY_REQUESTS, &page)))
+            }
+        },
+        _ => Ok(see_other(TWO_FACTOR_PAGE)),
+    }
+}
