@@ -408,6 +408,8 @@ async fn an_application_that_requires_dpop_is_refused_without_a_proof() {
         client_type: "confidential".into(),
         grant_type: "client-credentials".into(),
         dpop_required: true,
+        // Every declared scope (no scope at all would leave nothing to grant).
+        scopes: vec![authserver::domain::EVERY_SCOPE.into()],
         ..ApplicationDraft::default()
     };
     let registration = Registration::check(&settings, &[], &draft, &OidcDraft::default()).unwrap();
