@@ -51,7 +51,7 @@ LAYERS = {
     "proxy": [
         ["h2_conn", "waiting"],
         ["downstream", "tls", "ingress", "scope_check"],
-        ["headers", "drain", "metrics", "app_probes"],
+        ["headers", "drain", "metrics", "app_probes", "request_id"],
         ["config", "inject"],
         ["balance"],
         ["state"],

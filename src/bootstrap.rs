@@ -63,7 +63,8 @@ pub async fn first_run(store: &Store, settings: &Settings) -> anyhow::Result<Opt
         client_type: ClientType::Confidential,
         grant_type: GrantType::Password,
         redirect_uris: String::new(),
-        allowed_scopes: Vec::new(),
+        // The demo application of the first run may ask for every declared scope.
+        allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
         may_introspect: false,
         may_use_ssf: false,
         pkce_required: true,

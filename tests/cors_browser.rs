@@ -86,7 +86,7 @@ async fn a_page_of_a_listed_origin_signs_in_and_calls_the_api_and_another_origin
                 client_type: ClientType::Public,
                 grant_type: GrantType::AuthorizationCode,
                 redirect_uris: format!("{app_origin}/callback"),
-                allowed_scopes: Vec::new(),
+                allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
                 may_introspect: false,
                 may_use_ssf: false,
                 pkce_required: true,

@@ -582,7 +582,7 @@ async fn step_up_routes_ask_for_a_second_factor_and_a_recent_sign_in() {
         client_type: authserver::store::ClientType::Confidential,
         grant_type: GrantType::AuthorizationCode,
         redirect_uris: redirect.into(),
-        allowed_scopes: Vec::new(),
+        allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
         may_introspect: false,
         may_use_ssf: false,
         pkce_required: true,

@@ -73,7 +73,7 @@ async fn mtls_app(store: &Store, auth: TlsClientAuth, format: Option<AccessToken
         client_type: ClientType::Confidential,
         grant_type: GrantType::ClientCredentials,
         redirect_uris: String::new(),
-        allowed_scopes: Vec::new(),
+        allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
         may_introspect: false,
         may_use_ssf: false,
         pkce_required: true,

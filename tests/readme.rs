@@ -2,7 +2,8 @@
 //! placeholders the first-start banner fills in are filled in the same way, and bash runs it
 //! against a fresh stack. "Put tokengate in front of your service": its `authserver` commands run
 //! as the CLI runs them, its `proxy.yaml` starts a proxy in front of a small service, and its
-//! curl lines run in bash against them.
+//! curl lines run in bash against them; then a token revoked at the server is refused by that
+//! proxy within a second (its `revocation:` lines at work).
 
 mod common;
 
@@ -145,8 +146,22 @@ async fn the_quick_start_runs_as_written() {
     let app = axum::Router::new().fallback(|| async { "hello from your service" });
     tokio::spawn(async move { axum::serve(upstream, app).await });
 
-    // The proxy from the README's proxy.yaml, on free ports, with PROXY_CLIENT_SECRET set.
+    // The proxy from the README's proxy.yaml, on free ports, with PROXY_CLIENT_SECRET set and
+    // the proxy secret the README makes with openssl.
+    assert!(
+        sh.contains("cargo build --release -p authserver -p proxy\n"),
+        "{sh}"
+    );
+    assert!(
+        sh.contains("openssl rand -hex 32 > proxy-secret.txt "),
+        "{sh}"
+    );
+    assert!(yaml.contains("revocation:"), "{yaml}");
+    let secret_file =
+        std::env::temp_dir().join(format!("readme-proxy-secret-{}", std::process::id()));
+    std::fs::write(&secret_file, "0123456789abcdef0123456789abcdef\n").unwrap();
     let yaml = yaml
+        .replace("proxy-secret.txt", &secret_file.display().to_string())
         .replace("0.0.0.0:8000", "127.0.0.1:0")
         .replace("127.0.0.1:8003", "127.0.0.1:0")
         .replace("127.0.0.1:8080", &upstream_addr.to_string())
@@ -167,7 +182,7 @@ async fn the_quick_start_runs_as_written() {
     let script: String = sh
         .lines()
         .filter(|l| {
-            !["authserver ", "proxy ", "export "]
+            !["authserver ", "proxy ", "export ", "cargo ", "openssl "]
                 .iter()
                 .any(|p| l.starts_with(p))
         })
@@ -188,8 +203,77 @@ async fn the_quick_start_runs_as_written() {
     assert!(refused.starts_with("HTTP/1.1 401"), "{stdout}");
     assert!(refused.contains("Bearer realm=\"api\""), "{stdout}");
     assert!(allowed.starts_with("200"), "{stdout}");
+
+    // The revocation: lines at work: a token revoked at the server is refused by the proxy
+    // within a second, not at the end of its cached answer's life.
+    let client = reqwest::Client::new();
+    let token: serde_json::Value = client
+        .post(format!("{}/o/token/", auth.base_url))
+        .basic_auth("reader", Some(&reader))
+        .form(&[("grant_type", "client_credentials"), ("scope", "read")])
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = token["access_token"].as_str().unwrap().to_owned();
+    let items = format!("http://{}/api/items", proxy.listen_addr());
+    let status = |token: String| {
+        let client = client.clone();
+        let items = items.clone();
+        async move {
+            client
+                .get(&items)
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(status(token.clone()).await, 200, "cached as active now");
+    // The stream is followed once the proxy has polled it: wait until it says healthy.
+    let metrics = format!("http://{}/metrics", proxy.admin_addr());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let text = client
+            .get(&metrics)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains("tokengate_proxy_revocation_stream_healthy 1") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream never got healthy:\n{text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let revoked = client
+        .post(format!("{}/o/revoke_token/", auth.base_url))
+        .basic_auth("reader", Some(&reader))
+        .form(&[("token", token.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(revoked.status(), 200);
+    let revoked_at = std::time::Instant::now();
+    while status(token.clone()).await != 401 {
+        assert!(
+            revoked_at.elapsed() < std::time::Duration::from_secs(1),
+            "a revoked token still passes after 1 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     tokio::task::spawn_blocking(move || proxy.shutdown_now())
         .await
         .unwrap();
+    let _ = std::fs::remove_file(secret_file);
     auth.stop().await;
 }

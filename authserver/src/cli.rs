@@ -276,6 +276,8 @@ pub enum AppCommand {
 /// `app create`: the application to register.
 #[derive(Debug, Args)]
 pub struct CreateApp {
+    /// A name people recognise in the applications list, the views and consent pages (up to
+    /// 255 characters).
     #[arg(long)]
     name: String,
     /// confidential or public.
@@ -295,8 +297,9 @@ pub struct CreateApp {
     /// Allow this application to use the revocation stream (scopes ssf.read, ssf.manage).
     #[arg(long)]
     ssf: bool,
-    /// Scopes it may ask for, space-separated (default: every declared scope).
-    #[arg(long, default_value = "")]
+    /// Scopes it may ask for, space-separated; "*" (the default) for every declared scope, now
+    /// and later; "" for none.
+    #[arg(long, default_value = "*")]
     scopes: String,
     /// A redirect URI of the authorization code grant (repeatable): an absolute https URL,
     /// or http to 127.0.0.1, [::1] or localhost; matched exactly.

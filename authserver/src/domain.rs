@@ -40,15 +40,27 @@ pub fn needs_permission(scope: &str) -> bool {
     [INTROSPECTION_SCOPE, SSF_READ_SCOPE, SSF_MANAGE_SCOPE].contains(&scope)
 }
 
-/// Whether an application known by its allowed scopes (empty: any declared scope) and its
-/// permissions may have `scope`.
+/// The allowed scope that stands for every declared scope, now and later: an explicit choice
+/// (the form's "Every declared scope", `--scopes '*'`). No allowed scope at all means none.
+pub const EVERY_SCOPE: &str = "*";
+
+/// Whether `allowed_scopes` is the explicit choice of every declared scope.
+pub fn every_scope(allowed_scopes: &[String]) -> bool {
+    allowed_scopes.iter().any(|a| a == EVERY_SCOPE)
+}
+
+/// Whether an application known by its allowed scopes (none: no scope; [`EVERY_SCOPE`]: any
+/// declared scope) and its permissions may have `scope`.
 pub fn permits(allowed_scopes: &[String], permissions: Permissions, scope: &str) -> bool {
     let permitted = match scope {
         INTROSPECTION_SCOPE => permissions.introspect,
         SSF_READ_SCOPE | SSF_MANAGE_SCOPE => permissions.ssf,
         _ => true,
     };
-    permitted && (allowed_scopes.is_empty() || allowed_scopes.iter().any(|a| a == scope))
+    permitted
+        && allowed_scopes
+            .iter()
+            .any(|a| a == scope || a == EVERY_SCOPE)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -342,4 +354,32 @@ pub fn resource_identifier_problem(uri: &str) -> Option<&'static str> {
         return Some("must name a host, without user information");
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_allowed_scope_permits_none_and_every_scope_is_explicit() {
+        let all = Permissions {
+            introspect: true,
+            ssf: true,
+        };
+        let none = Permissions {
+            introspect: false,
+            ssf: false,
+        };
+        assert!(!permits(&[], all, "read"));
+        assert!(!permits(&[], all, INTROSPECTION_SCOPE));
+        let every = [EVERY_SCOPE.to_owned()];
+        assert!(permits(&every, none, "read"));
+        assert!(permits(&every, all, INTROSPECTION_SCOPE));
+        assert!(
+            !permits(&every, none, INTROSPECTION_SCOPE),
+            "permissions still apply"
+        );
+        let listed = ["read".to_owned()];
+        assert!(permits(&listed, none, "read") && !permits(&listed, none, "write"));
+    }
 }

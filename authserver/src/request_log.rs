@@ -186,6 +186,7 @@ impl Asked {
                 status,
                 upstream_status: None,
                 latency: start.elapsed(),
+                ..AccessLine::default()
             }
             .emit();
         }

@@ -167,7 +167,7 @@ pub async fn application(
         client_type: ClientType::Confidential,
         grant_type,
         redirect_uris: String::new(),
-        allowed_scopes: Vec::new(),
+        allowed_scopes: vec![crate::domain::EVERY_SCOPE.into()],
         may_introspect,
         may_use_ssf: may_introspect,
         pkce_required: true,

@@ -287,7 +287,8 @@ pub fn application(
         );
     }
     if let Some(unknown) = draft.scopes.iter().find(|s| {
-        !settings.scopes.contains_key(*s)
+        *s != crate::domain::EVERY_SCOPE
+            && !settings.scopes.contains_key(*s)
             && crate::protocol::oidc::scope_description(s).is_none()
             && !resource_scopes.contains(s)
     }) {

@@ -43,7 +43,7 @@ async fn a_user_authorizes_and_the_client_exchanges_the_code() {
         let f = Fixture::start(store, |_| {}).await;
         let cookie = f.alice().await;
         for client_type in [ClientType::Confidential, ClientType::Public] {
-            let client = f.client(client_type, true, &[]).await;
+            let client = f.client(client_type, true, &["*"]).await;
             let (verifier, challenge) = pkce_pair();
             let page = f
                 .ask(
@@ -139,7 +139,7 @@ async fn a_user_authorizes_and_the_client_exchanges_the_code() {
 async fn bad_clients_and_redirect_uris_get_an_error_page_not_a_redirect() {
     for store in testing::all_stores().await {
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Public, true, &[]).await;
+        let client = f.client(ClientType::Public, true, &["*"]).await;
         let (_, challenge) = pkce_pair();
         let cookie = f.alice().await;
         let cases = [
@@ -359,7 +359,7 @@ async fn other_authorization_errors_are_redirected_with_state() {
             client_type: ClientType::Confidential,
             grant_type: GrantType::Password,
             redirect_uris: REDIRECT.into(),
-            allowed_scopes: Vec::new(),
+            allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
             may_introspect: false,
             may_use_ssf: false,
             pkce_required: true,
@@ -387,7 +387,7 @@ async fn other_authorization_errors_are_redirected_with_state() {
 #[tokio::test]
 async fn sign_in_comes_back_to_the_authorization_request() {
     let f = Fixture::start(testing::store().await, |_| {}).await;
-    let client = f.client(ClientType::Public, true, &[]).await;
+    let client = f.client(ClientType::Public, true, &["*"]).await;
     let (_, challenge) = pkce_pair();
     let request = Fixture::request(&client, "read", "s", Some(&challenge));
     let reply = f.get(&request, None).await;
@@ -415,7 +415,7 @@ async fn sign_in_comes_back_to_the_authorization_request() {
 async fn deny_redirects_access_denied_with_state() {
     for store in testing::all_stores().await {
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Public, true, &[]).await;
+        let client = f.client(ClientType::Public, true, &["*"]).await;
         let cookie = f.alice().await;
         let (_, challenge) = pkce_pair();
         let request = Fixture::request(&client, "read", "deny-state", Some(&challenge));
@@ -438,7 +438,7 @@ async fn deny_redirects_access_denied_with_state() {
 async fn consent_and_revocation_posts_need_their_csrf_token() {
     for store in testing::all_stores().await {
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Public, true, &[]).await;
+        let client = f.client(ClientType::Public, true, &["*"]).await;
         let cookie = f.alice().await;
         let (_, challenge) = pkce_pair();
         let page = f
@@ -499,9 +499,9 @@ async fn consent_and_revocation_posts_need_their_csrf_token() {
 async fn bad_exchanges_are_invalid_grant() {
     for store in testing::all_stores().await {
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Confidential, true, &[]).await;
-        let other = f.client(ClientType::Confidential, true, &[]).await;
-        let public = f.client(ClientType::Public, true, &[]).await;
+        let client = f.client(ClientType::Confidential, true, &["*"]).await;
+        let other = f.client(ClientType::Confidential, true, &["*"]).await;
+        let public = f.client(ClientType::Public, true, &["*"]).await;
         let cookie = f.alice().await;
 
         let (verifier, challenge) = pkce_pair();
@@ -561,7 +561,7 @@ async fn bad_exchanges_are_invalid_grant() {
         s.authorization_code_lifetime = 0
     })
     .await;
-    let client = f.client(ClientType::Public, true, &[]).await;
+    let client = f.client(ClientType::Public, true, &["*"]).await;
     let cookie = f.alice().await;
     let (verifier, challenge) = pkce_pair();
     let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
@@ -582,7 +582,7 @@ async fn codes_live_sixty_seconds_by_default() {
         60
     );
     let f = Fixture::start(testing::store().await, |_| {}).await;
-    let client = f.client(ClientType::Public, true, &[]).await;
+    let client = f.client(ClientType::Public, true, &["*"]).await;
     let cookie = f.alice().await;
     let (verifier, challenge) = pkce_pair();
     let code = f.code(&cookie, &client, "read", Some(&challenge)).await;
@@ -605,7 +605,7 @@ async fn code_reuse_revokes_every_token_issued_from_it() {
     for store in testing::all_stores().await {
         let backend = store.backend();
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Confidential, true, &[]).await;
+        let client = f.client(ClientType::Confidential, true, &["*"]).await;
         let cookie = f.alice().await;
         let (verifier, challenge) = pkce_pair();
         let code = f
@@ -674,7 +674,7 @@ async fn code_reuse_revokes_every_token_issued_from_it() {
 async fn consent_is_remembered_for_the_same_or_fewer_scopes() {
     for store in testing::all_stores().await {
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Public, true, &[]).await;
+        let client = f.client(ClientType::Public, true, &["*"]).await;
         let cookie = f.alice().await;
         let (_, challenge) = pkce_pair();
         let _ = f
@@ -731,8 +731,8 @@ async fn revoking_an_authorized_application_kills_its_tokens() {
     for store in testing::all_stores().await {
         let backend = store.backend();
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Public, true, &[]).await;
-        let untouched = f.client(ClientType::Confidential, true, &[]).await;
+        let client = f.client(ClientType::Public, true, &["*"]).await;
+        let untouched = f.client(ClientType::Confidential, true, &["*"]).await;
         let cookie = f.alice().await;
         let empty = f.get("/o/authorized-tokens/", Some(&cookie)).await;
         assert!(
@@ -811,7 +811,7 @@ async fn revoking_an_authorized_application_kills_its_tokens() {
 async fn a_confidential_client_may_opt_out_of_pkce() {
     for store in testing::all_stores().await {
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Confidential, false, &[]).await;
+        let client = f.client(ClientType::Confidential, false, &["*"]).await;
         let cookie = f.alice().await;
         let code = f.code(&cookie, &client, "read", None).await;
         let reply = f.exchange(&client, &code, None).await;
@@ -844,7 +844,7 @@ async fn a_confidential_client_may_opt_out_of_pkce() {
         let answer = f.get(&path, Some(&cookie)).await.redirected_to(REDIRECT);
         assert_eq!(answer["error"], "invalid_request");
         // A public client registered with pkce_required false must still send it.
-        let public = f.client(ClientType::Public, false, &[]).await;
+        let public = f.client(ClientType::Public, false, &["*"]).await;
         let answer = f
             .ask(&public, "read", "s", None, Some(&cookie))
             .await
@@ -858,7 +858,7 @@ async fn a_confidential_client_may_opt_out_of_pkce() {
 #[tokio::test]
 async fn operator_views_are_staff_only() {
     let f = Fixture::start(testing::store().await, |_| {}).await;
-    let client = f.client(ClientType::Public, true, &[]).await;
+    let client = f.client(ClientType::Public, true, &["*"]).await;
     let cookie = f.alice().await;
     let id = client.app_id;
     let pages = [
@@ -975,17 +975,22 @@ async fn each_application_has_its_token_format() {
     for store in testing::all_stores().await {
         let probe = Fixture::start(store.clone(), |_| {}).await;
         let jwt = probe
-            .client_with(ClientType::Public, true, &[], Some(AccessTokenFormat::Jwt))
+            .client_with(
+                ClientType::Public,
+                true,
+                &["*"],
+                Some(AccessTokenFormat::Jwt),
+            )
             .await;
         let opaque = probe
             .client_with(
                 ClientType::Public,
                 true,
-                &[],
+                &["*"],
                 Some(AccessTokenFormat::Opaque),
             )
             .await;
-        let inherits = probe.client(ClientType::Public, true, &[]).await;
+        let inherits = probe.client(ClientType::Public, true, &["*"]).await;
         probe.server.stop().await;
         // The server starts after the JWT application exists: the key is made at start.
         let f = Fixture::start_again(probe.store, |_| {}).await;
@@ -1049,6 +1054,8 @@ async fn the_views_register_redirect_uris_pkce_and_token_format() {
                 ("redirect_uris", uris),
                 ("pkce_optional", "on"),
                 ("token_format", "jwt"),
+                // Every declared scope (openid among them), ticked explicitly.
+                ("scope", "*"),
             ]
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
             .to_vec()
@@ -1162,7 +1169,7 @@ async fn the_code_carries_the_resource_it_was_granted_for() {
                 .unwrap();
         }
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Confidential, true, &[]).await;
+        let client = f.client(ClientType::Confidential, true, &["*"]).await;
         let alice = f.alice().await;
         let ask = |resource: &'static str, challenge: String| {
             Fixture::authorize_path(&[

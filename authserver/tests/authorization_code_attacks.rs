@@ -48,7 +48,7 @@ async fn finding_error_description_reflects_attacker_text() {
     for store in testing::all_stores().await {
         let backend = store.backend();
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.register(&input(ClientType::Public, &[])).await;
+        let client = f.register(&input(ClientType::Public, &["*"])).await;
         let (_, challenge) = pkce_pair();
         let bait = "Your-account-is-locked.Call+1-555-0100\\é";
         let path = Fixture::request(&client, bait, "st", Some(&challenge));
@@ -75,7 +75,7 @@ async fn finding_a_code_exchange_grants_a_scope_the_application_lost() {
     for store in testing::all_stores().await {
         let backend = store.backend();
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.register(&input(ClientType::Public, &[])).await;
+        let client = f.register(&input(ClientType::Public, &["*"])).await;
         let cookie = f.sign_in("alice", PASSWORD, "").await.0;
         let (verifier, challenge) = pkce_pair();
         let code = code(&f, &cookie, &client, "read write", &challenge).await;
@@ -154,7 +154,7 @@ async fn finding_remembered_consent_is_replayed_silently_to_a_loopback_public_cl
         let app = f
             .register(&ApplicationInput {
                 redirect_uris: loopback.into(),
-                ..input(ClientType::Public, &[])
+                ..input(ClientType::Public, &["*"])
             })
             .await;
         let cookie = f.sign_in("alice", PASSWORD, "").await.0;
@@ -185,7 +185,7 @@ async fn concurrent_exchanges_of_one_code_let_at_most_one_win() {
     for store in testing::all_stores().await {
         let backend = store.backend();
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.register(&input(ClientType::Confidential, &[])).await;
+        let client = f.register(&input(ClientType::Confidential, &["*"])).await;
         let cookie = f.sign_in("alice", PASSWORD, "").await.0;
         for round in 0..5 {
             let (verifier, challenge) = pkce_pair();
@@ -240,7 +240,7 @@ async fn concurrent_exchanges_of_one_code_let_at_most_one_win() {
 async fn revoking_another_users_authorization_changes_nothing() {
     for store in testing::all_stores().await {
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.register(&input(ClientType::Public, &[])).await;
+        let client = f.register(&input(ClientType::Public, &["*"])).await;
         let alice = f.sign_in("alice", PASSWORD, "").await.0;
         let (verifier, challenge) = pkce_pair();
         let code = code(&f, &alice, &client, "read", &challenge).await;
@@ -290,7 +290,7 @@ async fn sign_in_never_adopts_a_planted_session_id() {
 #[tokio::test]
 async fn the_consent_page_cannot_be_framed() {
     let f = Fixture::start(testing::store().await, |_| {}).await;
-    let client = f.register(&input(ClientType::Public, &[])).await;
+    let client = f.register(&input(ClientType::Public, &["*"])).await;
     let cookie = f.sign_in("alice", PASSWORD, "").await.0;
     let (_, challenge) = pkce_pair();
     let page = f
@@ -344,7 +344,7 @@ async fn sign_in_next_never_leaves_the_site() {
 #[tokio::test]
 async fn verifiers_outside_the_rfc_7636_syntax_are_refused() {
     let f = Fixture::start(testing::store().await, |_| {}).await;
-    let client = f.register(&input(ClientType::Public, &[])).await;
+    let client = f.register(&input(ClientType::Public, &["*"])).await;
     let cookie = f.sign_in("alice", PASSWORD, "").await.0;
     for verifier in [
         "short-but-hashed".to_owned(),

@@ -270,7 +270,50 @@ async fn operations(db: &str) {
     assert!(!listed.contains(STRONG));
     let apps: serde_json::Value = serde_json::from_str(&listed).unwrap();
     assert_eq!(apps[0]["client_id"], "svc");
+    // Without --scopes: every declared scope, as the explicit "*"; --scopes "": none.
+    assert_eq!(apps[0]["allowed_scopes"], serde_json::json!(["*"]));
+    ok(&run(
+        &[
+            "app",
+            "create",
+            "--name",
+            "nothing",
+            "--client-id",
+            "nothing",
+            "--scopes",
+            "",
+        ],
+        &db,
+        "",
+    ));
+    let listed = json(&run(&["app", "list", "--json"], &db, ""));
+    let nothing = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["client_id"] == "nothing")
+        .unwrap();
+    assert_eq!(nothing["allowed_scopes"], serde_json::json!([]));
+    ok(&run(&["app", "delete", "nothing"], &db, ""));
     assert!(apps[0]["secret_fingerprint"].is_string());
+    // `--name` says what it is for.
+    let help = stdout(&run(&["app", "create", "--help"], &db, ""));
+    let name = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("--name"))
+        .unwrap();
+    assert!(name.contains("A name people recognise"), "{help}");
+    // As lines: a header row, then the application's row under it, column for column.
+    let lines = stdout(&run(&["app", "list"], &db, ""));
+    let mut lines = lines.lines();
+    let header = lines.next().unwrap();
+    assert!(header.starts_with("ID"), "{header}");
+    for column in ["CLIENT ID", "TYPE", "GRANT", "NAME"] {
+        assert!(header.contains(column), "{header}");
+    }
+    let row = lines.next().unwrap();
+    assert_eq!(row.find("svc"), header.find("CLIENT ID"), "{header}\n{row}");
+    assert!(row.ends_with("svc"), "{row}");
     let rotated = json(&run(&["app", "rotate-secret", "svc", "--json"], &db, ""));
     let new_secret = rotated["client_secret"].as_str().unwrap();
     let app = store

@@ -408,6 +408,8 @@ async fn an_application_that_requires_dpop_is_refused_without_a_proof() {
         client_type: "confidential".into(),
         grant_type: "client-credentials".into(),
         dpop_required: true,
+        // Every declared scope (no scope at all would leave nothing to grant).
+        scopes: vec![authserver::domain::EVERY_SCOPE.into()],
         ..ApplicationDraft::default()
     };
     let registration = Registration::check(&settings, &[], &draft, &OidcDraft::default()).unwrap();
@@ -470,7 +472,7 @@ async fn a_code_requested_for_a_key_is_exchanged_only_with_a_proof_of_it_and_use
     use authserver::store::ClientType;
     use support::code_flow::{Fixture, REDIRECT, code_of, pkce_pair};
     let f = Fixture::start(testing::store().await, |_| {}).await;
-    let client = f.client(ClientType::Confidential, true, &[]).await;
+    let client = f.client(ClientType::Confidential, true, &["*"]).await;
     let cookie = f.alice().await;
     let signer = ProofSigner::es256();
     let jkt = signer.thumbprint();

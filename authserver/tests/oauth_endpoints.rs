@@ -211,7 +211,7 @@ async fn introspection_reports_only_the_scopes_the_application_still_has() {
         for (allowed, expected) in [
             (vec!["read", "groups"], Some("read")),
             (vec!["groups"], None),
-            (vec![], Some("read write")),
+            (vec!["*"], Some("read write")),
         ] {
             let input = ApplicationInput {
                 name: app.name.clone(),

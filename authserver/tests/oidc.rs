@@ -179,7 +179,7 @@ async fn the_code_flow_with_openid_returns_an_id_token_that_verifies_against_the
             .client_with(
                 ClientType::Confidential,
                 true,
-                &[],
+                &["*"],
                 Some(AccessTokenFormat::Jwt),
             )
             .await;
@@ -256,14 +256,14 @@ async fn the_code_flow_with_openid_returns_an_id_token_that_verifies_against_the
         assert!(narrowed.json().get("id_token").is_none());
 
         // No openid, no ID token.
-        let plain = f.client(ClientType::Public, true, &[]).await;
+        let plain = f.client(ClientType::Public, true, &["*"]).await;
         let (code, verifier) = f.openid_code(&cookie, &plain, "read").await;
         let reply = f.exchange(&plain, &code, Some(&verifier)).await;
         assert_eq!(reply.status, StatusCode::OK);
         assert!(reply.json().get("id_token").is_none(), "{}", reply.body);
 
         // An application registered for EdDSA ID tokens (opaque access tokens).
-        let ed = f.client(ClientType::Public, true, &[]).await;
+        let ed = f.client(ClientType::Public, true, &["*"]).await;
         f.store
             .set_oidc_client(
                 ed.app_id,
@@ -295,8 +295,8 @@ async fn the_code_flow_with_openid_returns_an_id_token_that_verifies_against_the
 async fn an_id_token_is_bound_to_its_client_and_its_code_to_one_use() {
     let f = Fixture::start(testing::sqlite_store().await, |_| {}).await;
     let cookie = f.alice().await;
-    let client = f.client(ClientType::Confidential, true, &[]).await;
-    let other = f.client(ClientType::Confidential, true, &[]).await;
+    let client = f.client(ClientType::Confidential, true, &["*"]).await;
+    let other = f.client(ClientType::Confidential, true, &["*"]).await;
     let (code, verifier) = f.openid_code(&cookie, &client, "openid").await;
     let reply = f.exchange(&client, &code, Some(&verifier)).await;
     let body = reply.json();
@@ -327,7 +327,7 @@ async fn an_id_token_is_bound_to_its_client_and_its_code_to_one_use() {
 async fn rotation_covers_both_key_types() {
     let f = Fixture::start(testing::sqlite_store().await, |_| {}).await;
     let cookie = f.alice().await;
-    let client = f.client(ClientType::Confidential, true, &[]).await;
+    let client = f.client(ClientType::Confidential, true, &["*"]).await;
     let (code, verifier) = f.openid_code(&cookie, &client, "openid").await;
     let first = f.exchange(&client, &code, Some(&verifier)).await.json();
     let rotated = authserver::jwt::rotation::rotate(&f.store, 3600, 36_000)
@@ -397,7 +397,7 @@ async fn userinfo_answers_by_scope_and_refuses_as_rfc6750_says() {
         let cookie = f.alice().await;
         for format in [AccessTokenFormat::Opaque, AccessTokenFormat::Jwt] {
             let client = f
-                .client_with(ClientType::Confidential, true, &[], Some(format))
+                .client_with(ClientType::Confidential, true, &["*"], Some(format))
                 .await;
             let (code, verifier) = f
                 .openid_code(&cookie, &client, "openid profile email read")
@@ -444,7 +444,7 @@ async fn userinfo_answers_by_scope_and_refuses_as_rfc6750_says() {
             assert_eq!(revoked.json()["error"], "invalid_token");
         }
         // The scope decides: openid alone gives sub alone; email without profile no name.
-        let client = f.client(ClientType::Public, true, &[]).await;
+        let client = f.client(ClientType::Public, true, &["*"]).await;
         for (scope, present, absent) in [
             (
                 "openid",
@@ -569,7 +569,7 @@ async fn authlib_and_pyjwt_as_relying_party() {
         ..Default::default()
     };
     f.store.update_user(alice, &update).await.unwrap();
-    let client = f.client(ClientType::Confidential, true, &[]).await;
+    let client = f.client(ClientType::Confidential, true, &["*"]).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/oidc_rp.py");
     let mut command = std::process::Command::new("python3");
     command.args([
@@ -646,7 +646,7 @@ fn error_of(f: &Fixture, reply: &Reply) -> String {
 #[tokio::test]
 async fn basic_op_plan_modules_of_their_own() {
     let f = Fixture::start(testing::sqlite_store().await, |_| {}).await;
-    let client = f.client(ClientType::Confidential, true, &[]).await;
+    let client = f.client(ClientType::Confidential, true, &["*"]).await;
     let cookie = f.alice().await;
     let request = |extra: &[(&str, &str)], challenge: &str| -> Vec<(String, String)> {
         let mut pairs = vec![
@@ -804,7 +804,7 @@ async fn basic_op_plan_modules_of_their_own() {
 async fn prompt_none_never_shows_a_page_and_prompt_consent_always_does() {
     for store in testing::all_stores().await {
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Confidential, true, &[]).await;
+        let client = f.client(ClientType::Confidential, true, &["*"]).await;
         let none = oidc_request(&client, &[("prompt", "none")]);
         assert_eq!(error_of(&f, &f.get(&none, None).await), "login_required");
         let cookie = f.alice().await;
@@ -849,7 +849,7 @@ async fn prompt_login_and_max_age_force_a_new_sign_in() {
     for store in testing::all_stores().await {
         let backend = store.backend();
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Confidential, true, &[]).await;
+        let client = f.client(ClientType::Confidential, true, &["*"]).await;
         let cookie = f.alice().await;
         f.openid_code(&cookie, &client, "openid").await;
         // An old sign-in: ten minutes ago.
@@ -931,7 +931,7 @@ async fn prompt_login_and_max_age_force_a_new_sign_in() {
 #[tokio::test]
 async fn unsupported_request_parameters_are_refused_by_name() {
     let f = Fixture::start(testing::sqlite_store().await, |_| {}).await;
-    let client = f.client(ClientType::Confidential, true, &[]).await;
+    let client = f.client(ClientType::Confidential, true, &["*"]).await;
     let cookie = f.alice().await;
     for (extra, error) in [
         (
@@ -964,8 +964,8 @@ async fn unsupported_request_parameters_are_refused_by_name() {
 async fn id_token_hints_must_be_ours_for_this_client() {
     let f = Fixture::start(testing::sqlite_store().await, |_| {}).await;
     testing::user(&f.store, "bob", "builder-password").await;
-    let client = f.client(ClientType::Confidential, true, &[]).await;
-    let other = f.client(ClientType::Confidential, true, &[]).await;
+    let client = f.client(ClientType::Confidential, true, &["*"]).await;
+    let other = f.client(ClientType::Confidential, true, &["*"]).await;
     let alice = f.alice().await;
     let bob = f.sign_in("bob", "builder-password", "/").await.0;
     let id_token_of = async |cookie: &str, client: &Client| -> String {
@@ -1072,8 +1072,8 @@ async fn rp_initiated_logout_ends_the_session_and_redirects_only_where_registere
         let backend = store.backend();
         let f = Fixture::start(store, |_| {}).await;
         testing::user(&f.store, "bob", "builder-password").await;
-        let client = f.client(ClientType::Confidential, true, &[]).await;
-        let other = f.client(ClientType::Confidential, true, &[]).await;
+        let client = f.client(ClientType::Confidential, true, &["*"]).await;
+        let other = f.client(ClientType::Confidential, true, &["*"]).await;
         for app in [&client, &other] {
             let registration = OidcClient {
                 post_logout_redirect_uris: format!("{BYE} https://client.example/other?x=1"),
@@ -1331,8 +1331,8 @@ async fn logout_ends_the_tokens_of_its_session_with_a_session_revoked_event_each
     for store in testing::all_stores().await {
         let backend = store.backend();
         let f = Fixture::start(store, |_| {}).await;
-        let client = f.client(ClientType::Confidential, true, &[]).await;
-        let other = f.client(ClientType::Public, true, &[]).await;
+        let client = f.client(ClientType::Confidential, true, &["*"]).await;
+        let other = f.client(ClientType::Public, true, &["*"]).await;
         let receiver = Receiver::start(&f).await;
         let tokens_of = async |cookie: &str, client: &Client| -> Value {
             let (code, verifier) = f.openid_code(cookie, client, "openid read").await;
@@ -1561,7 +1561,7 @@ async fn an_id_token_is_not_an_access_token() {
         .client_with(
             ClientType::Confidential,
             true,
-            &[],
+            &["*"],
             Some(AccessTokenFormat::Jwt),
         )
         .await;

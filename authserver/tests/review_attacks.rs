@@ -68,7 +68,7 @@ fn input(name: &str, client_type: ClientType, grant_type: GrantType) -> Applicat
         client_type,
         grant_type,
         redirect_uris: String::new(),
-        allowed_scopes: Vec::new(),
+        allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
         may_introspect: false,
         may_use_ssf: false,
         pkce_required: true,

@@ -116,7 +116,7 @@ async fn code_flow_apps(store: &authserver::store::Store) -> (String, String, St
         client_type: ClientType::Confidential,
         grant_type: GrantType::AuthorizationCode,
         redirect_uris: REDIRECT.into(),
-        allowed_scopes: Vec::new(),
+        allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
         may_introspect: false,
         may_use_ssf: false,
         pkce_required: true,

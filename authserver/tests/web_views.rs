@@ -216,7 +216,7 @@ fn app_input(name: &str) -> ApplicationInput {
         client_type: ClientType::Confidential,
         grant_type: GrantType::Password,
         redirect_uris: String::new(),
-        allowed_scopes: Vec::new(),
+        allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
         may_introspect: false,
         may_use_ssf: false,
         pkce_required: true,
@@ -1929,4 +1929,153 @@ async fn admin_manages_api_resources() {
         )
         .await;
     assert_eq!(again.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn the_forms_and_pages_show_only_what_the_grant_type_needs() {
+    let state = state().await;
+    let root = sign_in(&state, "root", "operator-pass").await;
+    let code_section = "<fieldset class=\"grant-fields\" data-grant=\"authorization-code\"";
+    // The register form starts on the password grant: the authorization code section is in the
+    // page (the script shows it when that grant is picked) but hidden and disabled.
+    let register = root.get(&state, "/o/applications/register/").await;
+    assert!(
+        register
+            .body
+            .contains(&format!("{code_section} hidden disabled>")),
+        "{}",
+        register.body
+    );
+    // A client-credentials application: neither its page nor its edit form shows PKCE, redirect
+    // URIs or the ID-token algorithm.
+    let fields = [
+        ("name", "Machine"),
+        ("client_type", "confidential"),
+        ("grant_type", "client-credentials"),
+    ];
+    let reply = root
+        .post(&state, "/o/applications/register/", &fields)
+        .await;
+    let detail = root.follow(&state, &reply).await;
+    let app = application_of(&state, &hidden_input(&detail.body, "client-id").unwrap()).await;
+    let detail = root
+        .get(&state, &format!("/o/applications/{}/", app.id))
+        .await;
+    for absent in ["PKCE", "ID-token", "RS256", "Redirect URIs", "Post-logout"] {
+        assert!(
+            !detail.body.contains(absent),
+            "{absent} in\n{}",
+            detail.body
+        );
+    }
+    let edit = root
+        .get(&state, &format!("/o/applications/{}/update/", app.id))
+        .await;
+    assert!(
+        edit.body
+            .contains(&format!("{code_section} hidden disabled>"))
+    );
+    // An authorization code application: all of it, the section shown and enabled.
+    let fields = [
+        ("name", "Web app"),
+        ("client_type", "confidential"),
+        ("grant_type", "authorization-code"),
+        ("redirect_uris", "https://web.example/cb"),
+        ("id_token_alg", "RS256"),
+    ];
+    let reply = root
+        .post(&state, "/o/applications/register/", &fields)
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let detail = root.follow(&state, &reply).await;
+    let app = application_of(&state, &hidden_input(&detail.body, "client-id").unwrap()).await;
+    let detail = root
+        .get(&state, &format!("/o/applications/{}/", app.id))
+        .await;
+    for present in [
+        "<dd id=\"pkce\">required (S256)</dd>",
+        "<dd id=\"id-token-alg\">RS256</dd>",
+        "https://web.example/cb",
+    ] {
+        assert!(
+            detail.body.contains(present),
+            "{present} missing in\n{}",
+            detail.body
+        );
+    }
+    let edit = root
+        .get(&state, &format!("/o/applications/{}/update/", app.id))
+        .await;
+    assert!(
+        edit.body.contains(&format!("{code_section}>")),
+        "{}",
+        edit.body
+    );
+    // The script that shows a section when its grant is picked is served.
+    let script = get(&state, "/static/app.js", None).await;
+    assert_eq!(script.status, StatusCode::OK);
+    assert!(script.body.contains("fieldset[data-grant]"));
+}
+
+#[tokio::test]
+async fn no_scope_ticked_means_no_scope_and_every_scope_is_a_choice() {
+    let state = state().await;
+    let root = sign_in(&state, "root", "operator-pass").await;
+    let register = root.get(&state, "/o/applications/register/").await;
+    assert!(
+        register
+            .body
+            .contains("<input type=\"checkbox\" name=\"scope\" value=\"*\">"),
+        "{}",
+        register.body
+    );
+    assert!(
+        register
+            .body
+            .contains("None ticked: the application may ask for no scope at all.")
+    );
+    let base = [
+        ("client_type", "confidential"),
+        ("grant_type", "client-credentials"),
+    ];
+    let register_with = |name: &'static str, extra: Vec<(&'static str, &'static str)>| {
+        let mut fields = vec![("name", name)];
+        fields.extend(base);
+        fields.extend(extra);
+        fields
+    };
+    for (name, extra, stored, shown) in [
+        ("No scope", vec![], vec![], "<dd>none</dd>"),
+        (
+            "Every scope",
+            vec![("scope", "*")],
+            vec!["*"],
+            "<dd>every declared scope</dd>",
+        ),
+        (
+            "Read only",
+            vec![("scope", "read")],
+            vec!["read"],
+            "<dd>read</dd>",
+        ),
+    ] {
+        let reply = root
+            .post(
+                &state,
+                "/o/applications/register/",
+                &register_with(name, extra),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+        let detail = root.follow(&state, &reply).await;
+        let app = application_of(&state, &hidden_input(&detail.body, "client-id").unwrap()).await;
+        assert_eq!(app.allowed_scopes, stored, "{name}");
+        let detail = root
+            .get(&state, &format!("/o/applications/{}/", app.id))
+            .await;
+        assert!(detail.body.contains(shown), "{name}: {}", detail.body);
+        // What the token endpoint's scope rule makes of it.
+        let may = authserver::protocol::scope::may_have(&app, "read");
+        assert_eq!(may, name != "No scope", "{name}");
+    }
 }

@@ -4,17 +4,25 @@
 //! or the 401/403 and `WWW-Authenticate` the proxy would send. With a `resource`, a request for
 //! the RFC 9728 metadata (the ingress routing `/.well-known/oauth-protected-resource` here) is
 //! answered with the document, as the proxy answers it.
+//!
+//! Each decision gets an access line (`server="forward_auth"`) and counts in the request
+//! metrics with `listener="forward_auth"`, as a proxied request does with `listener="proxy"`.
+
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use http::{Response, StatusCode, header};
+use http::{HeaderValue, Response, StatusCode, header};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
+use resource_server::access_log::AccessLine;
 use resource_server::client_cert::cert_header;
 use resource_server::dpop_gate::SeenAs;
-use resource_server::{CertThumbprint, Refusal};
+use resource_server::{CertThumbprint, EncodedIdentity, Outcome, Refusal};
 
 use crate::ingress::{ForwardAuthConfig, original};
-use crate::state::SharedState;
+use crate::metrics::{FORWARD_AUTH, UNMATCHED};
+use crate::request_id;
+use crate::state::{Routing, SharedState};
 
 /// The decision endpoint (a Pingora `ServeHttp` app).
 pub struct ForwardAuth {
@@ -22,15 +30,91 @@ pub struct ForwardAuth {
     pub config: ForwardAuthConfig,
 }
 
+/// What a check decided, for its access line and metrics.
+#[derive(Default)]
+struct Decided {
+    /// The original request's method and path, once known (else the check's own).
+    original: Option<(http::Method, String)>,
+    route: Option<usize>,
+    outcome: Option<Outcome>,
+    identity: Option<std::sync::Arc<EncodedIdentity>>,
+    /// The request id (from a trusted ingress, or made here), answered in `X-Request-Id`.
+    request_id: Option<HeaderValue>,
+}
+
 #[async_trait]
 impl ServeHttp for ForwardAuth {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let start = Instant::now();
+        let routing = self.shared.routing();
+        let mut decided = Decided::default();
+        let mut resp = self.decide(session, &routing, &mut decided).await;
+        if let Some(id) = &decided.request_id {
+            resp.headers_mut()
+                .insert(request_id::X_REQUEST_ID, id.clone());
+        }
+        self.observe(session, &routing, decided, resp.status(), start.elapsed());
+        resp
+    }
+}
+
+impl ForwardAuth {
+    /// Counts the decision and writes its access line.
+    fn observe(
+        &self,
+        session: &ServerSession,
+        routing: &Routing,
+        decided: Decided,
+        status: StatusCode,
+        took: Duration,
+    ) {
+        let route = decided
+            .route
+            .and_then(|i| routing.gate.rules().routes().get(i));
+        if let Some(outcome) = decided.outcome {
+            let name = route.map_or(UNMATCHED, |r| r.name.as_str());
+            self.shared.metrics.forward_auth(name, outcome, took);
+        }
+        let status = status.as_u16();
+        if !self.shared.access_log.wants(status) {
+            return;
+        }
+        let req = session.req_header();
+        let (method, path) = match &decided.original {
+            Some((method, path)) => (method.as_str(), path.as_str()),
+            None => (req.method.as_str(), req.uri.path()),
+        };
+        let identity = decided.identity.as_deref();
+        AccessLine {
+            server: FORWARD_AUTH,
+            method,
+            path,
+            route: route.map(|r| r.name.as_str()),
+            decision: decided.outcome.map(Outcome::as_str),
+            client_id: identity.and_then(|i| i.client_id.as_deref()),
+            user: identity.and_then(|i| i.username.as_deref()),
+            status,
+            upstream_status: None,
+            request_id: decided.request_id.as_ref().and_then(|v| v.to_str().ok()),
+            latency: took,
+            ..AccessLine::default()
+        }
+        .emit();
+    }
+
+    /// The answer to one check; what was decided goes in `decided`.
+    async fn decide(
+        &self,
+        session: &ServerSession,
+        routing: &Routing,
+        decided: &mut Decided,
+    ) -> Response<Vec<u8>> {
         let trusted = session
             .client_addr()
             .and_then(|a| a.as_inet())
             .is_some_and(|a| self.config.trusted_peers.iter().any(|c| c.contains(a.ip())));
         let req = session.req_header();
-        let routing = self.shared.routing();
+        decided.request_id = Some(request_id::of(&req.headers, trusted));
         // The metadata asked for directly (the ingress proxies its path here, with no
         // original-request headers), or through a check of that path.
         let metadata = |method: &http::Method, path: &str| {
@@ -57,6 +141,7 @@ impl ServeHttp for ForwardAuth {
         ) {
             Ok(o) => o,
             Err(why) => {
+                decided.outcome = Some(Outcome::BadRequest);
                 let body = serde_json::json!({ "detail": why }).to_string();
                 return reply(StatusCode::BAD_REQUEST, None, body, &[]);
             }
@@ -68,6 +153,7 @@ impl ServeHttp for ForwardAuth {
             true => cert_header(&req.headers).map(|der| CertThumbprint::of_der(&der)),
             false => None,
         };
+        decided.original = Some((method.clone(), uri.path().to_owned()));
         if let Some(resp) = metadata(&method, uri.path()) {
             return resp;
         }
@@ -85,11 +171,17 @@ impl ServeHttp for ForwardAuth {
             .await
         {
             Ok(allow) => {
+                decided.route = Some(allow.route.index());
+                decided.outcome = Some(Outcome::Allow);
                 // The values encoded once per token, as the proxy path sends them upstream.
                 let identity = allow.identity.as_deref().map_or(&[][..], |i| &i.headers);
-                reply(StatusCode::OK, None, String::new(), identity)
+                let resp = reply(StatusCode::OK, None, String::new(), identity);
+                decided.identity = allow.identity;
+                resp
             }
             Err(denial) => {
+                decided.route = denial.route;
+                decided.outcome = Some(denial.outcome);
                 let Refusal {
                     status,
                     www_authenticate,

@@ -30,6 +30,7 @@ use crate::drain::InFlight;
 use crate::h2_conn::{ANSWERED_IDLE, BodyClock};
 use crate::headers::{is_identity_header, names_to_strip};
 use crate::metrics::{Outcome, UNMATCHED};
+use crate::request_id;
 use crate::state::{Routing, SharedState};
 use crate::tls::PeerCert;
 
@@ -56,6 +57,8 @@ pub struct RequestCtx {
     /// The matched route's position in its file.
     route: Option<usize>,
     decision: Option<Outcome>,
+    /// The request id ([`crate::request_id`]): logged, and sent upstream.
+    request_id: Option<HeaderValue>,
     /// The upstream's status, once its response head arrived.
     upstream_status: Option<u16>,
     /// The route's CORS policy, once a route is decided on.
@@ -85,6 +88,7 @@ impl ProxyHttp for Gateway {
             routing: None,
             route: None,
             decision: None,
+            request_id: None,
             upstream_status: None,
             cors: None,
             client_cert: None,
@@ -98,7 +102,13 @@ impl ProxyHttp for Gateway {
         let client_cert = PeerCert::of(session.digest());
         ctx.client_cert = client_cert.map(|c| c.escaped_pem.clone());
         let thumbprint = client_cert.map(|c| c.thumbprint);
+        let peer = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        let trusted = request_id::trusted(self.shared.trusted_peers(), peer);
         let req = session.req_header();
+        ctx.request_id = Some(request_id::of(&req.headers, trusted));
         // This API's protected resource metadata: public, before the routes.
         if let Some(answer) = routing.gate.metadata(&req.method, req.uri.path()) {
             ctx.routing = Some(routing);
@@ -306,6 +316,9 @@ impl ProxyHttp for Gateway {
                 upstream_request.insert_header(*name, value.clone())?;
             }
         }
+        if let Some(id) = ctx.request_id.clone() {
+            upstream_request.insert_header(request_id::X_REQUEST_ID, id)?;
+        }
         if let Some(secret) = up.and_then(|u| u.proxy_secret.clone()) {
             upstream_request.insert_header(resource_server::PROXY_SECRET_HEADER, secret)?;
             // The verified client certificate, for an upstream that believes the proxy: the
@@ -443,6 +456,12 @@ impl ProxyHttp for Gateway {
         if self.shared.access_log.wants(status) {
             let req = session.req_header();
             let identity = ctx.identity.as_ref();
+            // A gRPC call answered here (a refusal, or an upstream's failure) has its status in
+            // the head (trailers-only); an upstream's answer has it in trailers.
+            let grpc_status = session
+                .response_written()
+                .and_then(|r| r.headers.get("grpc-status"))
+                .and_then(|v| v.to_str().ok());
             AccessLine {
                 server: "proxy",
                 method: req.method.as_str(),
@@ -453,6 +472,8 @@ impl ProxyHttp for Gateway {
                 user: identity.and_then(|i| i.username.as_deref()),
                 status,
                 upstream_status: ctx.upstream_status,
+                grpc_status,
+                request_id: ctx.request_id.as_ref().and_then(|v| v.to_str().ok()),
                 latency: took,
             }
             .emit();

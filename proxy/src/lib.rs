@@ -25,6 +25,7 @@ pub mod headers;
 pub mod ingress;
 pub mod inject;
 pub mod metrics;
+pub mod request_id;
 pub mod scope_check;
 pub mod scrape;
 pub mod server;

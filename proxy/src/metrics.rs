@@ -38,7 +38,15 @@ const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 struct RouteDecision {
     route: String,
     decision: &'static str,
+    /// Which listener decided: [`PROXY`] (a proxied request) or [`FORWARD_AUTH`] (a check).
+    listener: &'static str,
 }
+
+/// `listener` label of requests through the proxy listener.
+pub const PROXY: &str = "proxy";
+
+/// `listener` label of forward-auth decisions.
+pub const FORWARD_AUTH: &str = "forward_auth";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct UpstreamClass {
@@ -91,6 +99,7 @@ impl RouteSeries {
         RouteDecision {
             route: self.route.clone(),
             decision: outcome.as_str(),
+            listener: PROXY,
         }
     }
 }
@@ -168,12 +177,12 @@ impl ProxyMetrics {
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "requests",
-            "Requests by route and decision",
+            "Requests by route, decision and listener (proxy, forward_auth)",
             self.requests.clone(),
         );
         registry.register(
             "request_duration_seconds",
-            "Time from a request's head read to its answer sent, by route and decision",
+            "Time from a request's head read to its answer sent, by route, decision and listener",
             self.durations.clone(),
         );
         registry.register(
@@ -214,6 +223,21 @@ impl ProxyMetrics {
         }
     }
 
+    /// A forward-auth decision on the route named `route` ([`UNMATCHED`]: none) was `outcome`
+    /// and took `took`: counted in the request families with `listener="forward_auth"` (a label
+    /// lookup per decision; the decision endpoint is not the proxy's hot path).
+    pub fn forward_auth(&self, route: &str, outcome: Outcome, took: Duration) {
+        let labels = RouteDecision {
+            route: route.to_owned(),
+            decision: outcome.as_str(),
+            listener: FORWARD_AUTH,
+        };
+        self.requests.get_or_create(&labels).inc();
+        self.durations
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
     pub fn reload(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.reloads.get_or_create(&[("result", result)]).inc();
@@ -246,11 +270,16 @@ mod tests {
         m.upstream("api").error();
         m.upstream("unused");
         m.reload(false);
+        m.forward_auth("users", Outcome::InvalidToken, Duration::from_millis(3));
         let text = text(m);
-        let labels = "route=\"users\",decision=\"allow\"";
+        let labels = "route=\"users\",decision=\"allow\",listener=\"proxy\"";
         for needle in [
             "# TYPE tokengate_proxy_requests counter\n".to_owned(),
-            "tokengate_proxy_requests_total{route=\"users\",decision=\"unavailable\"} 2\n"
+            "tokengate_proxy_requests_total{route=\"users\",decision=\"unavailable\",listener=\"proxy\"} 2\n"
+                .to_owned(),
+            "tokengate_proxy_requests_total{route=\"users\",decision=\"invalid_token\",listener=\"forward_auth\"} 1\n"
+                .to_owned(),
+            "tokengate_proxy_request_duration_seconds_count{route=\"users\",decision=\"invalid_token\",listener=\"forward_auth\"} 1\n"
                 .to_owned(),
             "# TYPE tokengate_proxy_request_duration_seconds histogram\n".to_owned(),
             format!("tokengate_proxy_request_duration_seconds_bucket{{le=\"0.001\",{labels}}} 0\n"),

@@ -232,7 +232,15 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     {
         wait_listening(addr, &handle)?;
     }
-    tracing::info!(listen = %handle.listen, admin = %handle.admin, "proxy listening");
+    match handle.forward_auth {
+        Some(forward_auth) => tracing::info!(
+            listen = %handle.listen,
+            admin = %handle.admin,
+            %forward_auth,
+            "proxy listening"
+        ),
+        None => tracing::info!(listen = %handle.listen, admin = %handle.admin, "proxy listening"),
+    }
     Ok(handle)
 }
 

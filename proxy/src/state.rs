@@ -163,6 +163,11 @@ impl Shared {
         &self.started_with.app_probes
     }
 
+    /// The peers whose `X-Request-Id` is kept (fixed at start).
+    pub fn trusted_peers(&self) -> &[crate::ingress::Cidr] {
+        &self.started_with.trusted_peers
+    }
+
     /// The file the configuration came from, if any.
     pub fn source(&self) -> Option<&PathBuf> {
         self.started_with.source.as_ref()

@@ -197,7 +197,8 @@ async fn spoofed_identity_headers_never_reach_the_upstream() {
         .header("X-Auth-Expires", "9999999999")
         .header("X_Auth_Username", "underscored")
         .header("X-Auth-Role", "root")
-        .header("X-Request-Id", "kept")
+        .header("X-Request-Id", "forged")
+        .header("X-Client-Note", "kept")
         .send()
         .await
         .unwrap();
@@ -210,7 +211,11 @@ async fn spoofed_identity_headers_never_reach_the_upstream() {
     assert_ne!(echoed(&echo, "x-auth-expires"), ["9999999999"]);
     assert!(echoed(&echo, "x_auth_username").is_empty());
     assert!(echoed(&echo, "x-auth-role").is_empty());
-    assert_eq!(echoed(&echo, "x-request-id"), ["kept"]);
+    assert_eq!(echoed(&echo, "x-client-note"), ["kept"]);
+    // A request id from a peer outside trusted_peers is replaced by one of the proxy's.
+    let ids = echoed(&echo, "x-request-id");
+    assert_eq!(ids.len(), 1);
+    assert_ne!(ids[0], "forged");
 
     // On a public route the spoofed headers are removed too, and none are set.
     let resp = f
@@ -429,9 +434,9 @@ async fn admin_endpoints() {
     );
     let m = resp.text().await.unwrap();
     for needle in [
-        "tokengate_proxy_requests_total{route=\"read\",decision=\"allow\"} 2",
-        "tokengate_proxy_requests_total{route=\"read\",decision=\"unauthenticated\"} 1",
-        "tokengate_proxy_requests_total{route=\"_unmatched\",decision=\"no_route\"} 1",
+        "tokengate_proxy_requests_total{route=\"read\",decision=\"allow\",listener=\"proxy\"} 2",
+        "tokengate_proxy_requests_total{route=\"read\",decision=\"unauthenticated\",listener=\"proxy\"} 1",
+        "tokengate_proxy_requests_total{route=\"_unmatched\",decision=\"no_route\",listener=\"proxy\"} 1",
         "tokengate_proxy_cache_hits_total 1",
         "tokengate_proxy_cache_coalesced_total 0",
         "# TYPE tokengate_proxy_introspection_duration_seconds histogram",
@@ -642,7 +647,7 @@ async fn metrics_parse_with_the_prometheus_parser() {
     assert_eq!(f.get("/read", Some("read")).await.status(), 200);
     assert_eq!(f.get("/read", None).await.status(), 401);
     // Observed in Pingora's logging phase, just after the client has its answer: polled.
-    let wanted = "tokengate_proxy_request_duration_seconds_count{route=\"read\",decision=\"unauthenticated\"} 1";
+    let wanted = "tokengate_proxy_request_duration_seconds_count{route=\"read\",decision=\"unauthenticated\",listener=\"proxy\"} 1";
     let deadline = Instant::now() + Duration::from_secs(5);
     let text = loop {
         let text = f.metrics().await;

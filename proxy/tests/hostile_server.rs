@@ -325,7 +325,9 @@ async fn settle(p: &Proxy, server: &FakeServer, case: usize) {
 }
 
 fn decided(decision: &str) -> String {
-    format!("tokengate_proxy_requests_total{{route=\"read\",decision=\"{decision}\"}}")
+    format!(
+        "tokengate_proxy_requests_total{{route=\"read\",decision=\"{decision}\",listener=\"proxy\"}}"
+    )
 }
 
 #[tokio::test(flavor = "multi_thread")]

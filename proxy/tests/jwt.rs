@@ -226,7 +226,7 @@ async fn the_adversarial_corpus_is_refused_by_the_proxy() {
         "tokengate_proxy_jwt_jwks_fetches_total 2\n",
         "tokengate_proxy_jwt_jwks_fetch_failures_total 0\n",
         "tokengate_proxy_jwt_keys 4\n",
-        "tokengate_proxy_requests_total{route=\"read\",decision=\"invalid_token\"} 60\n",
+        "tokengate_proxy_requests_total{route=\"read\",decision=\"invalid_token\",listener=\"proxy\"} 60\n",
     ] {
         assert!(metrics.contains(line), "missing {line:?} in\n{metrics}");
     }

@@ -135,7 +135,8 @@ impl AccessLog {
 /// One request, as logged.
 #[derive(Debug, Default)]
 pub struct AccessLine<'a> {
-    /// Which server answered (`proxy`, `authserver`): one process may run several.
+    /// Which server answered (`proxy`, `forward_auth`, `authserver`): one process may run
+    /// several.
     pub server: &'static str,
     pub method: &'a str,
     /// Without the query string.
@@ -148,6 +149,10 @@ pub struct AccessLine<'a> {
     pub user: Option<&'a str>,
     pub status: u16,
     pub upstream_status: Option<u16>,
+    /// The `grpc-status` of a gRPC call answered without its upstream (a refusal).
+    pub grpc_status: Option<&'a str>,
+    /// The request id (`X-Request-Id`), kept from a trusted peer or generated.
+    pub request_id: Option<&'a str>,
     pub latency: Duration,
 }
 
@@ -165,6 +170,8 @@ impl AccessLine<'_> {
             user = self.user,
             status = self.status,
             upstream_status = self.upstream_status,
+            grpc_status = self.grpc_status,
+            request_id = self.request_id,
             // Whole microseconds: 41.779, not 41.779000000000004.
             latency_ms = self.latency.as_micros() as f64 / 1000.0,
             "request"

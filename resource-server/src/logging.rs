@@ -8,6 +8,9 @@
 //! `Set-Cookie`), its trace lines bodies (token responses); hyper's, h2's and reqwest's trace
 //! lines print what they read and write. A cap added as a `RUST_LOG` directive would lose to a
 //! more specific one (`pingora_core::protocols=trace`), so the cap is a filter of its own.
+//!
+//! Pingora's own info lines (its start-up and shutdown steps, each service started) are
+//! written as if at debug: only when `RUST_LOG` asks for debug globally or for a `pingora` target.
 
 use std::io::IsTerminal;
 use std::str::FromStr;
@@ -100,6 +103,30 @@ fn allowed(target: &str, level: Level) -> bool {
     level <= Level::INFO || !CAPPED_TARGETS.iter().any(|t| target.starts_with(t))
 }
 
+/// Whether an event of `target` at `level` is one of Pingora's info lines, written only when
+/// `pingora_debug` (see [`debug_asked_for_pingora`]).
+fn pingora_chatter(target: &str, level: Level) -> bool {
+    level == Level::INFO && target.starts_with("pingora")
+}
+
+/// Whether the `RUST_LOG` directives `spec` let debug through for Pingora's targets: a bare
+/// `debug` or `trace`, or one of those for a `pingora…` target.
+fn debug_asked_for_pingora(spec: &str) -> bool {
+    let verbose = |level: &str| {
+        let level = level.trim().to_ascii_lowercase();
+        level == "debug" || level == "trace"
+    };
+    spec.split(',')
+        .any(|directive| match directive.split_once('=') {
+            None => verbose(directive),
+            Some((target, level)) => {
+                let target = target.trim();
+                let target = target.split('[').next().unwrap_or(target);
+                target.starts_with("pingora") && verbose(level)
+            }
+        })
+}
+
 /// Whether the environment lifts the cap.
 pub fn cap_lifted() -> bool {
     std::env::var(UNSAFE_LOG_SECRETS).is_ok_and(|v| v == "1")
@@ -114,6 +141,7 @@ pub fn init() {
         FORMAT.store(format as u8, Relaxed);
     }
     let lifted = cap_lifted();
+    let pingora_debug = debug_asked_for_pingora(&std::env::var("RUST_LOG").unwrap_or_default());
     let env_filter =
         || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // The most verbose level written: callsites below it are off at the macro, for tracing and
@@ -123,7 +151,9 @@ pub fn init() {
     let filter = |format: LogFormat| {
         env_filter().and(
             filter_fn(move |meta| {
-                FORMAT.load(Relaxed) == format as u8 && (lifted || within_cap(meta))
+                FORMAT.load(Relaxed) == format as u8
+                    && (lifted || within_cap(meta))
+                    && (pingora_debug || !pingora_chatter(meta.target(), *meta.level()))
             })
             .with_max_level_hint(most_verbose),
         )
@@ -193,6 +223,24 @@ mod tests {
         }
         assert!(allowed("authserver::oauth::token", Level::TRACE));
         assert!(allowed("proxy::gateway", Level::DEBUG));
+    }
+
+    #[test]
+    fn pingoras_info_lines_only_when_debug_is_asked_for() {
+        assert!(pingora_chatter("pingora_core::server", Level::INFO));
+        assert!(!pingora_chatter("pingora_core::server", Level::WARN));
+        assert!(!pingora_chatter("proxy::server", Level::INFO));
+        for spec in ["", "info", "info,access=off", "warn,proxy=debug"] {
+            assert!(!debug_asked_for_pingora(spec), "{spec}");
+        }
+        for spec in [
+            "debug",
+            "info,pingora_core=debug",
+            "info,pingora=trace",
+            "info,pingora_core::server=debug",
+        ] {
+            assert!(debug_asked_for_pingora(spec), "{spec}");
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ async fn write_tokens_cannot_touch_the_administrator() {
                 client_type: ClientType::Confidential,
                 grant_type: GrantType::ClientCredentials,
                 redirect_uris: String::new(),
-                allowed_scopes: Vec::new(),
+                allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
                 may_introspect: false,
                 may_use_ssf: false,
                 pkce_required: true,

@@ -42,6 +42,17 @@ async function applications(page) {
   await signIn(page, env("OPERATOR"), env("OPERATOR_PASSWORD"));
   assert.equal(new URL(page.url()).pathname, "/o/applications/register/", "sign-in comes back to the page asked for");
 
+  // Only the chosen grant type's fields: the authorization code section (redirect URIs, PKCE,
+  // OpenID Connect) appears when that grant is picked, and goes when another is.
+  const grant = page.getByLabel("Authorization grant type");
+  for (const [value, shown] of [["password", false], ["client-credentials", false], ["authorization-code", true]]) {
+    await grant.selectOption(value);
+    assert.equal(await page.locator("#redirect_uris").isVisible(), shown, `redirect URIs with ${value}`);
+    assert.equal(await page.locator("#id_token_alg").isVisible(), shown, `ID-token algorithm with ${value}`);
+    assert.equal(await page.locator("#pkce_optional").isVisible(), shown, `PKCE with ${value}`);
+    await page.screenshot({ path: join(shots, `application-form-${value}.png`), fullPage: true });
+  }
+
   // A refused form comes back with the message beside the field.
   await page.getByLabel("Name").fill("Browser app");
   await page.getByLabel("Authorization grant type").selectOption("authorization-code");

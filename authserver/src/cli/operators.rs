@@ -467,16 +467,19 @@ pub async fn app(store: &Store, settings: &Settings, command: AppCommand) -> any
                     .collect();
                 println!("{}", serde_json::Value::from(rows));
             } else {
-                for a in &apps {
-                    println!(
-                        "{}  {}  {}  {}  {}",
-                        a.id,
-                        a.client_id,
-                        a.client_type.as_str(),
-                        a.grant_type.as_str(),
-                        a.name
-                    );
-                }
+                let rows: Vec<[String; 5]> = apps
+                    .iter()
+                    .map(|a| {
+                        [
+                            a.id.to_string(),
+                            a.client_id.clone(),
+                            a.client_type.as_str().to_owned(),
+                            a.grant_type.as_str().to_owned(),
+                            a.name.clone(),
+                        ]
+                    })
+                    .collect();
+                print_table(["ID", "CLIENT ID", "TYPE", "GRANT", "NAME"], &rows);
             }
         }
         AppCommand::Delete { client_id } => {
@@ -596,4 +599,30 @@ pub async fn registration_token(
         );
     }
     Ok(())
+}
+
+/// Prints `rows` under a header row, each column as wide as its widest cell (two spaces between
+/// columns, the last left ragged).
+fn print_table<const N: usize>(header: [&str; N], rows: &[[String; N]]) {
+    let mut widths = header.map(str::len);
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; N]| {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == N {
+                out.push_str(cell);
+            } else {
+                out.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(header);
+    for row in rows {
+        line(std::array::from_fn(|i| row[i].as_str()));
+    }
 }

@@ -219,7 +219,7 @@ mod tests {
         let orders = resource("https://orders.example/", "orders:read orders:write");
         let both = [&orders];
         assert_eq!(
-            scope_for(&both, &app(""), None, no_oidc).unwrap(),
+            scope_for(&both, &app("*"), None, no_oidc).unwrap(),
             "orders:read orders:write"
         );
         assert_eq!(
@@ -227,25 +227,25 @@ mod tests {
             "orders:read"
         );
         assert_eq!(
-            scope_for(&both, &app(""), Some("orders:write"), no_oidc).unwrap(),
+            scope_for(&both, &app("*"), Some("orders:write"), no_oidc).unwrap(),
             "orders:write"
         );
         // A scope of another API, or a global one the resource does not offer.
-        let e = scope_for(&both, &app(""), Some("billing:read"), no_oidc).unwrap_err();
+        let e = scope_for(&both, &app("*"), Some("billing:read"), no_oidc).unwrap_err();
         assert_eq!(e.as_str(), "invalid_scope");
         let e = scope_for(&both, &app("orders:read"), Some("orders:write"), no_oidc).unwrap_err();
         assert_eq!(e.as_str(), "invalid_scope");
         // `introspection` is never granted by a resource's defaults.
         let odd = resource("https://odd.example/", "introspection");
         assert_eq!(
-            scope_for(&[&odd], &app(""), None, no_oidc)
+            scope_for(&[&odd], &app("*"), None, no_oidc)
                 .unwrap_err()
                 .as_str(),
             "invalid_scope"
         );
         // OpenID Connect's scopes ride along when the caller says so.
         assert_eq!(
-            scope_for(&both, &app(""), Some("openid orders:read"), |s| s
+            scope_for(&both, &app("*"), Some("openid orders:read"), |s| s
                 == "openid")
             .unwrap(),
             "openid orders:read"

@@ -175,34 +175,37 @@ mod tests {
             defaults: &defaults,
         };
         assert_eq!(
-            resolve(d, &app(&[], false), None).unwrap(),
+            resolve(d, &app(&["*"], false), None).unwrap(),
             "read write groups"
         );
         assert_eq!(resolve(d, &app(&["read"], false), None).unwrap(), "read");
         assert_eq!(
-            resolve(d, &app(&[], false), Some("write read write")).unwrap(),
+            resolve(d, &app(&["*"], false), Some("write read write")).unwrap(),
             "write read"
         );
         assert!(matches!(
-            resolve(d, &app(&[], false), Some("read nope")),
+            resolve(d, &app(&["*"], false), Some("read nope")),
             Err(OAuthError::InvalidScope(m)) if m.contains("not declared")
         ));
         assert!(matches!(
             resolve(d, &app(&["read"], false), Some("write")),
             Err(OAuthError::InvalidScope(m)) if m.contains("not allowed")
         ));
-        assert!(resolve(d, &app(&[], false), Some("introspection")).is_err());
+        assert!(resolve(d, &app(&["*"], false), Some("introspection")).is_err());
         assert_eq!(
-            resolve(d, &app(&[], true), Some("introspection")).unwrap(),
+            resolve(d, &app(&["*"], true), Some("introspection")).unwrap(),
             "introspection"
         );
+        // No allowed scope: nothing to grant, asked for or not.
+        assert!(resolve(d, &app(&[], false), None).is_err());
+        assert!(resolve(d, &app(&[], false), Some("read")).is_err());
         // No default the app may have: nothing to grant.
         assert!(resolve(d, &app(&["introspection"], true), None).is_err());
     }
 
     #[test]
     fn narrow_never_widens() {
-        let a = app(&[], false);
+        let a = app(&["*"], false);
         assert_eq!(narrow("read write", &a, None).unwrap(), "read write");
         assert_eq!(narrow("read write", &a, Some("write")).unwrap(), "write");
         assert!(matches!(

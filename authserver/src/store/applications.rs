@@ -432,7 +432,7 @@ pub(super) async fn set_secret_in(
 }
 
 /// Whether `input` takes from an application something its tokens may carry: a scope it was
-/// allowed (empty allowed scopes: every scope), or the introspection or revocation-stream
+/// allowed (`*`: every scope), or the introspection or revocation-stream
 /// permission (effective only for a confidential client). Its tokens' events are then logged
 /// ([`super::Revocation::Client`]).
 fn narrows(
@@ -440,8 +440,8 @@ fn narrows(
     before: crate::domain::Permissions,
     input: &ApplicationInput,
 ) -> bool {
-    let lost_scope = !input.allowed_scopes.is_empty()
-        && (allowed_before.is_empty()
+    let lost_scope = !crate::domain::every_scope(&input.allowed_scopes)
+        && (crate::domain::every_scope(allowed_before)
             || allowed_before
                 .iter()
                 .any(|scope| !input.allowed_scopes.contains(scope)));

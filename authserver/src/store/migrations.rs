@@ -584,6 +584,13 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     DROP POLICY IF EXISTS every_row ON users;
     CREATE POLICY every_row ON users USING (true) WITH CHECK (true)",
     ),
+    (
+        23,
+        // No allowed scope now means no scope (issue 43): an application registered before,
+        // whose empty list meant every declared scope, keeps that as the explicit choice.
+        "UPDATE applications SET allowed_scopes = '*' WHERE allowed_scopes = ''",
+        "UPDATE applications SET allowed_scopes = '*' WHERE allowed_scopes = ''",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory
@@ -769,6 +776,41 @@ mod tests {
                         .await
                         .unwrap();
                 assert_eq!(flag, expected, "{client_id}");
+            }
+        }
+    }
+
+    /// Migration 23: an application stored with no allowed scope (which meant every scope then)
+    /// keeps every scope, as the explicit `*`; one with its own list keeps its list.
+    #[tokio::test]
+    async fn migration_23_keeps_every_scope_for_applications_that_had_it() {
+        use crate::store::GrantType;
+        for store in crate::testing::all_stores().await {
+            let (before, _) =
+                crate::testing::application(&store, GrantType::ClientCredentials, false).await;
+            let (listed, _) = crate::testing::application(&store, GrantType::Password, false).await;
+            for (client_id, scopes) in [(&before, ""), (&listed, "read")] {
+                sqlx::query("UPDATE applications SET allowed_scopes = $1 WHERE client_id = $2")
+                    .bind(scopes)
+                    .bind(client_id)
+                    .execute(store.pool())
+                    .await
+                    .unwrap();
+            }
+            sqlx::query("DELETE FROM schema_migrations WHERE version = 23")
+                .execute(store.pool())
+                .await
+                .unwrap();
+            run(&store.writer, store.backend).await.unwrap();
+            for (client_id, expected) in [(before, "*"), (listed, "read")] {
+                let scopes: String = sqlx::query_scalar(
+                    "SELECT allowed_scopes FROM applications WHERE client_id = $1",
+                )
+                .bind(&client_id)
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+                assert_eq!(scopes, expected, "{client_id}");
             }
         }
     }

@@ -12,6 +12,7 @@ use super::templates::{
 use super::{WebError, WebResult, csrf, parse_id, render, see_other};
 use crate::AppState;
 use crate::config::{AccessTokenFormat, Settings};
+use crate::domain::EVERY_SCOPE;
 use crate::domain::Permissions;
 use crate::jwt::Alg;
 use crate::protocol::oidc;
@@ -134,7 +135,9 @@ fn form_page(
         label: label.into(),
         selected: value == current,
     };
+    let code_grant = values.grant_type == GrantType::AuthorizationCode.as_str();
     ApplicationForm {
+        code_grant,
         nav: Nav::of(operator),
         may_set_introspect: operator.user.is_superuser,
         title,
@@ -148,23 +151,30 @@ fn form_page(
             .iter()
             .map(|g| choice(g.as_str(), g.label(), &values.grant_type))
             .collect(),
-        scopes: state
-            .settings
-            .scopes
-            .iter()
-            .map(|(name, description)| (name.clone(), description.clone()))
-            .chain(
-                oidc::SCOPES
-                    .iter()
-                    .filter(|(name, _)| !state.settings.scopes.contains_key(*name))
-                    .map(|(name, description)| (name.to_string(), description.to_string())),
-            )
-            .map(|(name, description)| Choice {
-                selected: values.scopes.contains(&name),
-                value: name,
-                label: description,
-            })
-            .collect(),
+        scopes: std::iter::once(Choice {
+            selected: values.scopes.iter().any(|s| s == EVERY_SCOPE),
+            value: EVERY_SCOPE.into(),
+            label: "every declared scope, now and later".into(),
+        })
+        .chain(
+            state
+                .settings
+                .scopes
+                .iter()
+                .map(|(name, description)| (name.clone(), description.clone()))
+                .chain(
+                    oidc::SCOPES
+                        .iter()
+                        .filter(|(name, _)| !state.settings.scopes.contains_key(*name))
+                        .map(|(name, description)| (name.to_string(), description.to_string())),
+                )
+                .map(|(name, description)| Choice {
+                    selected: values.scopes.contains(&name),
+                    value: name,
+                    label: description,
+                }),
+        )
+        .collect(),
         id_token_algs: Alg::ALL
             .iter()
             .map(|alg| {
@@ -264,8 +274,10 @@ async fn detail_page(
             .unwrap_or_else(|| "—".into()),
         None => "—".into(),
     };
-    let scopes = if app.allowed_scopes.is_empty() {
+    let scopes = if crate::domain::every_scope(&app.allowed_scopes) {
         "every declared scope".to_owned()
+    } else if app.allowed_scopes.is_empty() {
+        "none".to_owned()
     } else {
         app.allowed_scopes.join(" ")
     };
@@ -286,6 +298,7 @@ async fn detail_page(
             .map(str::to_owned)
             .collect(),
         fingerprint: app.secret_fingerprint().map(str::to_owned),
+        code_grant: app.grant_type == GrantType::AuthorizationCode,
         redirect_uris: app
             .redirect_uris
             .split_whitespace()

@@ -190,6 +190,10 @@ pub(crate) struct ApplicationForm {
     pub oidc: crate::validation::OidcDraft,
     /// `RS256`, `EdDSA`.
     pub id_token_algs: Vec<Choice>,
+    /// The grant chosen is the authorization code grant: its section (redirect URIs, PKCE,
+    /// OpenID Connect) is shown; otherwise it is rendered hidden and disabled, and
+    /// `static/app.js` shows it when that grant is chosen.
+    pub code_grant: bool,
 }
 
 #[derive(Template)]
@@ -197,6 +201,8 @@ pub(crate) struct ApplicationForm {
 pub(crate) struct ApplicationDetail {
     pub nav: Nav,
     pub app: Application,
+    /// An authorization code application: redirect URIs, PKCE and OpenID Connect are shown.
+    pub code_grant: bool,
     /// OpenID Connect: `id_token_signed_response_alg`.
     pub id_token_alg: String,
     /// Its users must sign in with a second factor.

@@ -92,6 +92,8 @@ pub struct ProxyConfig {
     pub access_log: AccessLogSettings,
     /// `log_format:`, applied by the binary once the file is read (`LOG_FORMAT` wins).
     pub log_format: Option<LogFormat>,
+    /// `trusted_peers:`: whose `X-Request-Id` is kept (see [`crate::request_id`]).
+    pub trusted_peers: Vec<Cidr>,
 }
 
 /// Environment variables set in process; `Debug` shows their names only (some are secrets).
@@ -434,6 +436,13 @@ impl Validator<'_> {
             .unwrap_or_default()
             .resolve("PROXY", env)
             .map_err(|e| self.setting(e))?;
+        let mut trusted_peers = Vec::new();
+        for (i, p) in raw.trusted_peers.iter().enumerate() {
+            let cidr: Cidr = p
+                .parse()
+                .map_err(|m: String| self.invalid(format!("trusted_peers[{i}]"), quoted(p), m))?;
+            trusted_peers.push(cidr);
+        }
         let threads = raw.threads.unwrap_or(DEFAULT_THREADS);
         if !(1..=256).contains(&threads) {
             return Err(self.invalid("threads", threads, "expected 1 to 256"));
@@ -530,6 +539,7 @@ impl Validator<'_> {
             app_probes: Arc::new(app_probes),
             access_log,
             log_format: raw.log_format,
+            trusted_peers,
         })
     }
 

@@ -83,6 +83,10 @@ pub struct RawConfig {
     /// set is almost always a truncated file. A reload never swaps in an empty rule set.
     #[serde(default)]
     pub allow_empty_routes: bool,
+    /// Peers (an ingress, a load balancer) whose `X-Request-Id` is kept: CIDR blocks or
+    /// addresses (default none: every request gets an id of the proxy's making).
+    #[serde(default)]
+    pub trusted_peers: Vec<String>,
     /// One line per request at info, target `access` (see `resource_server::access_log`).
     #[serde(default)]
     pub access_log: Option<RawAccessLog>,
