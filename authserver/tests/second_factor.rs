@@ -65,6 +65,8 @@ async fn pyotp_enrols_and_signs_in_with_totp_and_recovery_codes() {
     assert_eq!(summary["uri_issuer"], "tokengate 127.0.0.1:8000");
     assert_eq!(summary["confirm_wrong"], 400);
     assert_eq!(summary["recovery_codes"], 10);
+    assert_eq!(summary["other_session_after_enrolment"], false);
+    assert_eq!(summary["enrolling_session_after_enrolment"], true);
     assert_eq!(summary["wrong"], serde_json::json!([400, false]));
     assert_eq!(summary["right"], serde_json::json!([303, true]));
     assert_eq!(summary["right_location"], "/o/authorized-tokens/");

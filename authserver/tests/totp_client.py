@@ -73,7 +73,11 @@ def signed_in(browser):
 
 summary = {}
 
-# Enrolment, from the user's own page.
+# Enrolment, from the user's own page; another browser (a stolen session, say) signed in before.
+other = requests.Session()
+sign_in_password(other)
+if not signed_in(other):
+    fail("the other browser did not sign in")
 browser = requests.Session()
 first = sign_in_password(browser)
 if first.status_code != 303 or "/accounts/login/code/" in first.headers.get("location", ""):
@@ -110,6 +114,10 @@ if confirmed.status_code != 200 or 'id="recovery-codes"' not in confirmed.text:
     fail(f"confirm: {confirmed.status_code} {confirmed.text[:2000]}")
 recovery = re.findall(r"<li><code>([a-z0-9-]+)</code></li>", confirmed.text)
 summary["recovery_codes"] = len(recovery)
+# Enrolment ends the user's other sessions (a password alone no longer signs them in), not the
+# one that enrolled.
+summary["other_session_after_enrolment"] = signed_in(other)
+summary["enrolling_session_after_enrolment"] = signed_in(browser)
 
 
 def with_code(code):

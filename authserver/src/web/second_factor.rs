@@ -340,6 +340,12 @@ async fn two_factor_submitted(
             if !state.store.confirm_totp(user_id, step, &stored).await? {
                 return Ok(see_other(TWO_FACTOR_PAGE));
             }
+            // A session signed in before (stolen, perhaps) ends: from now on the password alone
+            // is not a sign-in. The one that enrolled stays.
+            state
+                .store
+                .delete_user_sessions_but(user_id, &signed_in.csrf_token)
+                .await?;
             tracing::info!(user_id, "TOTP factor enrolled");
             let mut page = enabled_page(&signed_in, codes.len() as i64, None);
             page.stage = "recovery";
