@@ -1,5 +1,7 @@
-//! RFC 8935 push delivery of the revocation stream: one task per push stream each round, each
-//! stream with its own backoff, so a receiver that never answers delays no other; no redirects,
+//! RFC 8935 push delivery of the revocation stream: a task per push stream with something to
+//! send, each stream with its own backoff; a round starts whenever an event is appended and
+//! does not wait for the tasks of the one before, so a receiver that never answers delays no
+//! other stream, now or later; no redirects,
 //! and every address a name resolves to checked ([`super::push_networks`]) when the connection
 //! is made.
 
@@ -10,7 +12,7 @@ use crate::AppState;
 use crate::client_ip::IpRange;
 use crate::store::{PushTarget, StreamRecord};
 use axum::http::header;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,14 +80,14 @@ pub fn spawn_pusher(state: AppState) -> tokio::task::JoinHandle<()> {
         };
         let bell = state.store.event_bell();
         let push_bell = state.store.push_bell();
-        let mut backoff: HashMap<String, Backoff> = HashMap::new();
+        let mut pushes = Pushes::default();
         while !state.store.polls_closing() {
             let rung = bell.notified();
             let pushed = push_bell.notified();
             tokio::pin!(rung, pushed);
             rung.as_mut().enable();
             pushed.as_mut().enable();
-            let again = match push_all(&state, &http, &mut backoff).await {
+            let again = match push_all(&state, &http, &mut pushes).await {
                 Ok(again) => again,
                 Err(error) => {
                     tracing::warn!(error = %format!("{error:?}"), "pushing revocation events failed");
@@ -95,57 +97,41 @@ pub fn spawn_pusher(state: AppState) -> tokio::task::JoinHandle<()> {
             tokio::select! {
                 _ = rung => {}
                 _ = pushed => {}
+                Some(done) = pushes.tasks.join_next(), if !pushes.tasks.is_empty() => {
+                    if let Ok((stream_id, accepted)) = done {
+                        pushes.finished(stream_id, accepted);
+                    }
+                }
                 _ = tokio::time::sleep(again) => {}
             }
         }
     })
 }
 
-/// One round: each push stream that is due, at once; how long until the next round is due.
-async fn push_all(
-    state: &AppState,
-    http: &reqwest::Client,
-    backoff: &mut HashMap<String, Backoff>,
-) -> Result<Duration, OAuthError> {
-    let streams = state.store.push_streams().await?;
-    if streams.is_empty() {
-        backoff.clear();
-        return Ok(PUSH_RECHECK);
-    }
-    // The signing key made once, before the streams' tasks sign at the same time: racing to
-    // make the first key, all but one would fail, and wait out a backoff.
-    state
-        .keys
-        .keys_with_signer(&state.store, crate::jwt::Alg::EdDSA)
-        .await?;
-    let now = Instant::now();
-    backoff.retain(|id, _| streams.iter().any(|s| &s.stream_id == id));
-    let mut tasks = tokio::task::JoinSet::new();
-    for stream in streams {
-        if backoff.get(&stream.stream_id).is_some_and(|b| b.next > now) {
-            continue;
-        }
-        let (state, http) = (state.clone(), http.clone());
-        tasks.spawn(async move {
-            let accepted = push_stream(&state, &http, &stream).await;
-            (stream.stream_id, accepted)
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        let Ok((stream_id, accepted)) = done else {
-            continue;
-        };
+/// The pushes under way and each stream's backoff.
+#[derive(Default)]
+struct Pushes {
+    tasks: tokio::task::JoinSet<(String, Result<bool, OAuthError>)>,
+    /// The streams with a task under way: not started again until it ends.
+    busy: HashSet<String>,
+    backoff: HashMap<String, Backoff>,
+}
+
+impl Pushes {
+    /// A stream's task ended: all its SETs accepted, or tried again after its backoff.
+    fn finished(&mut self, stream_id: String, accepted: Result<bool, OAuthError>) {
+        self.busy.remove(&stream_id);
         match accepted {
             Ok(true) => {
-                backoff.remove(&stream_id);
+                self.backoff.remove(&stream_id);
             }
             stalled => {
                 if let Err(error) = stalled {
                     tracing::warn!(stream_id = %stream_id, error = %format!("{error:?}"), "pushing revocation events failed");
                 }
-                let entry = backoff.entry(stream_id).or_insert(Backoff {
+                let entry = self.backoff.entry(stream_id).or_insert(Backoff {
                     failures: 0,
-                    next: now,
+                    next: Instant::now(),
                 });
                 entry.failures = entry.failures.saturating_add(1);
                 let delay = PUSH_RETRY
@@ -155,10 +141,51 @@ async fn push_all(
             }
         }
     }
+}
+
+/// One round: a task for each push stream that is due and has none under way; how long until
+/// the next round is due.
+async fn push_all(
+    state: &AppState,
+    http: &reqwest::Client,
+    pushes: &mut Pushes,
+) -> Result<Duration, OAuthError> {
+    let streams = state.store.push_streams().await?;
+    if streams.is_empty() {
+        pushes.backoff.clear();
+        return Ok(PUSH_RECHECK);
+    }
+    // The signing key made once, before the streams' tasks sign at the same time: racing to
+    // make the first key, all but one would fail, and wait out a backoff.
+    state
+        .keys
+        .keys_with_signer(&state.store, crate::jwt::Alg::EdDSA)
+        .await?;
     let now = Instant::now();
-    Ok(backoff
-        .values()
-        .map(|b| b.next.saturating_duration_since(now))
+    pushes
+        .backoff
+        .retain(|id, _| streams.iter().any(|s| &s.stream_id == id));
+    for stream in streams {
+        let backed_off = pushes
+            .backoff
+            .get(&stream.stream_id)
+            .is_some_and(|b| b.next > now);
+        if backed_off || !pushes.busy.insert(stream.stream_id.clone()) {
+            continue;
+        }
+        let (state, http) = (state.clone(), http.clone());
+        pushes.tasks.spawn(async move {
+            let accepted = push_stream(&state, &http, &stream).await;
+            (stream.stream_id, accepted)
+        });
+    }
+    // A stream under way is due again only when its task ends (which wakes the pusher).
+    let now = Instant::now();
+    Ok(pushes
+        .backoff
+        .iter()
+        .filter(|(id, _)| !pushes.busy.contains(*id))
+        .map(|(_, b)| b.next.saturating_duration_since(now))
         .min()
         .unwrap_or(PUSH_RECHECK)
         .min(PUSH_RECHECK))
