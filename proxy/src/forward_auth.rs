@@ -19,7 +19,7 @@ use resource_server::client_cert::cert_header;
 use resource_server::dpop_gate::SeenAs;
 use resource_server::{CertThumbprint, EncodedIdentity, Outcome, Refusal};
 
-use crate::ingress::{ForwardAuthConfig, original};
+use crate::ingress::{Cidr, ForwardAuthConfig, original};
 use crate::metrics::{FORWARD_AUTH, UNMATCHED};
 use crate::request_id;
 use crate::state::{Routing, SharedState};
@@ -109,10 +109,11 @@ impl ForwardAuth {
         routing: &Routing,
         decided: &mut Decided,
     ) -> Response<Vec<u8>> {
-        let trusted = session
+        let peer = session
             .client_addr()
             .and_then(|a| a.as_inet())
-            .is_some_and(|a| self.config.trusted_peers.iter().any(|c| c.contains(a.ip())));
+            .map(|a| a.ip());
+        let trusted = Cidr::any_contains(&self.config.trusted_peers, peer);
         let req = session.req_header();
         decided.request_id = Some(request_id::of(&req.headers, trusted));
         // The metadata asked for directly (the ingress proxies its path here, with no

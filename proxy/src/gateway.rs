@@ -106,7 +106,7 @@ impl ProxyHttp for Gateway {
             .client_addr()
             .and_then(|a| a.as_inet())
             .map(|a| a.ip());
-        let trusted = request_id::trusted(self.shared.trusted_peers(), peer);
+        let trusted = crate::ingress::Cidr::any_contains(self.shared.trusted_peers(), peer);
         let req = session.req_header();
         ctx.request_id = Some(request_id::of(&req.headers, trusted));
         // This API's protected resource metadata: public, before the routes.

@@ -93,6 +93,11 @@ impl std::str::FromStr for Cidr {
 }
 
 impl Cidr {
+    /// Whether `peer` is in one of `blocks` (a peer whose headers are believed).
+    pub fn any_contains(blocks: &[Cidr], peer: Option<IpAddr>) -> bool {
+        peer.is_some_and(|ip| blocks.iter().any(|c| c.contains(ip)))
+    }
+
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
@@ -322,6 +327,21 @@ mod tests {
         assert!(seen(Ingress::Nginx, "GET", "/", &bad, true, None).is_err());
         let bad_method = [("x-original-method", "G ET"), ("x-original-uri", "/")];
         assert!(seen(Ingress::Nginx, "GET", "/", &bad_method, true, None).is_err());
+    }
+
+    #[test]
+    fn peers_in_a_block_are_trusted() {
+        let peers: Vec<Cidr> = vec!["10.0.0.0/8".parse().unwrap()];
+        assert!(Cidr::any_contains(
+            &peers,
+            Some("10.1.2.3".parse().unwrap())
+        ));
+        assert!(!Cidr::any_contains(
+            &peers,
+            Some("192.0.2.1".parse().unwrap())
+        ));
+        assert!(!Cidr::any_contains(&peers, None));
+        assert!(!Cidr::any_contains(&[], Some("10.1.2.3".parse().unwrap())));
     }
 
     #[test]
