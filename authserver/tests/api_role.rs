@@ -24,6 +24,10 @@ fn as_role(url: &str, role: &str, password: &str) -> String {
 #[tokio::test]
 async fn the_example_apis_role_runs_its_queries_and_reads_no_secret() {
     let Some(url) = testing::postgres_schema_url().await else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set DATABASE_URL: the database-role tests run on PostgreSQL only"
+        );
         eprintln!("skipped: set DATABASE_URL=postgres://… to run the database-role test");
         return;
     };
@@ -185,6 +189,10 @@ async fn refused_with(conn: &mut sqlx::PgConnection, statement: &str) -> Option<
 #[tokio::test]
 async fn a_compromised_api_cannot_forge_events_verify_emails_or_touch_the_superuser() {
     let Some(url) = testing::postgres_schema_url().await else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set DATABASE_URL: the database-role tests run on PostgreSQL only"
+        );
         eprintln!("skipped: set DATABASE_URL=postgres://… to run the database-role test");
         return;
     };

@@ -174,6 +174,12 @@ async fn one_h2_connection_holds_at_most_100_upstream_connections_released_once_
     );
     assert!(result["refused"].as_u64() >= Some(50), "{result}");
     assert!(result["responses"].as_u64() >= Some(1), "{result}");
+    // Every stream either answered or refused, none lost.
+    assert_eq!(
+        result["responses"].as_u64().unwrap_or(0) + result["refused"].as_u64().unwrap_or(0),
+        150,
+        "{result}"
+    );
     // The upstream answered every stream at once; their bodies never came. The connection (and
     // with it every upstream connection) ends about a second after the answers, not after
     // body_idle_timeout.
