@@ -70,8 +70,8 @@ impl Store {
         Ok(found.is_some())
     }
 
-    /// Stores `secret` as `user_id`'s factor being enrolled, replacing an unconfirmed one; false
-    /// (nothing changed) when a confirmed factor is there.
+    /// Stores `secret` as `user_id`'s factor being enrolled; false (nothing changed) when the user
+    /// has a factor already, confirmed or being enrolled (two first visits at once keep one).
     pub async fn start_totp_enrolment(&self, user_id: i64, secret: &[u8]) -> StoreResult<bool> {
         let (kek_id, sealed) = match self.key_encryption.get() {
             Some(kek) => {
@@ -84,8 +84,7 @@ impl Store {
         let done = sqlx::query(
             "INSERT INTO totp_factors (user_id, secret, kek_id, confirmed_at, last_step, created_at)
              VALUES ($1, $2, $3, NULL, 0, $4)
-             ON CONFLICT (user_id) DO UPDATE SET secret = $2, kek_id = $3, last_step = 0, created_at = $4
-             WHERE totp_factors.confirmed_at IS NULL",
+             ON CONFLICT (user_id) DO NOTHING",
         )
         .bind(user_id)
         .bind(sealed)

@@ -28,18 +28,7 @@ impl FromRequestParts<AppState> for SignedIn {
                 session_cookie,
                 amr: session.amr,
             }),
-            Ok(None) => {
-                // Only a page can be come back to; after a refused POST the visitor lands home.
-                let uri = parts
-                    .extensions
-                    .get::<OriginalUri>()
-                    .map(|o| o.0.clone())
-                    .unwrap_or_else(|| parts.uri.clone());
-                let next = (parts.method == Method::GET || parts.method == Method::HEAD)
-                    .then(|| uri.path_and_query().map(|pq| pq.as_str().to_owned()))
-                    .flatten();
-                Err(Redirect::to(&login_url(next.as_deref())).into_response())
-            }
+            Ok(None) => Err(Redirect::to(&login_url(come_back(parts).as_deref())).into_response()),
             Err(error) => Err(error.into_response()),
         }
     }
@@ -86,10 +75,7 @@ impl FromRequestParts<AppState> for Operator {
 async fn staff_second_factor(state: &AppState, user: &User, parts: &Parts) -> Response {
     match state.store.has_second_factor(user.id).await {
         Ok(true) => {
-            let next = (parts.method == Method::GET)
-                .then(|| parts.uri.path_and_query().map(|pq| pq.as_str().to_owned()))
-                .flatten();
-            let url = login_url(next.as_deref());
+            let url = login_url(come_back(parts).as_deref());
             let separator = if url.contains('?') { '&' } else { '?' };
             tracing::info!(
                 user_id = user.id,
@@ -121,4 +107,17 @@ impl FromRequestParts<AppState> for Superuser {
             Err(WebError::Forbidden(Box::new(nav)).into_response())
         }
     }
+}
+
+/// The page to come back to after signing in: the one asked for, when it is a page (a GET or
+/// HEAD; after a refused POST the visitor lands home), as the client addressed it.
+fn come_back(parts: &Parts) -> Option<String> {
+    if parts.method != Method::GET && parts.method != Method::HEAD {
+        return None;
+    }
+    let uri = parts
+        .extensions
+        .get::<OriginalUri>()
+        .map_or(&parts.uri, |o| &o.0);
+    uri.path_and_query().map(|pq| pq.as_str().to_owned())
 }

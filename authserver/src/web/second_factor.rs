@@ -297,9 +297,16 @@ async fn two_factor_page(State(state): State<AppState>, signed_in: SignedIn) -> 
         }
         Some(factor) => setup_page(&state, &signed_in, &factor.secret, None),
         None => {
-            let secret = totp::new_secret();
-            state.store.start_totp_enrolment(user_id, &secret).await?;
-            setup_page(&state, &signed_in, &secret, None)
+            // Two first visits at once (two tabs, a prefetch) keep the first secret: the page
+            // shows the one stored, which its first code will confirm.
+            state
+                .store
+                .start_totp_enrolment(user_id, &totp::new_secret())
+                .await?;
+            match state.store.totp_factor(user_id).await? {
+                Some(factor) => setup_page(&state, &signed_in, &factor.secret, None),
+                None => return Ok(see_other(TWO_FACTOR_PAGE)),
+            }
         }
     };
     Ok(render(StatusCode::OK, &page))
