@@ -27,23 +27,6 @@ const MIB: u64 = 1024 * 1024;
 const STALLED_H2: usize = 1030;
 const STALLED_TLS: usize = 1100;
 
-/// Whether python3 with `h2` runs here; under CI its absence fails the test.
-fn have_h2() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import h2"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").map_or(true, |v| v.is_empty()),
-            "CI must install python3 h2 (pip install 'httpx[http2]')"
-        );
-        eprintln!("skipped: python3 h2 is missing (pip install 'httpx[http2]')");
-    }
-    ok
-}
-
 /// Raises this process's soft open-file limit (children inherit it) to `want`, with prlimit(1).
 fn raise_own_open_files(want: u64) {
     let _ = Command::new("prlimit")
@@ -178,7 +161,7 @@ async fn stalled_handshake(port: u16, give_up: Duration) -> Option<Duration> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_h2_streams_and_tls_handshakes_are_cut_while_good_clients_pass() {
-    if !have_h2() {
+    if !common::have_h2() {
         return;
     }
     raise_own_open_files(16384);

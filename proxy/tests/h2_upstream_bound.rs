@@ -93,23 +93,6 @@ impl Upstream {
     }
 }
 
-/// Whether python3 with `h2` runs here; under CI its absence fails the test.
-fn have_h2() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import h2"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").map_or(true, |v| v.is_empty()),
-            "CI must install python3 h2 (pip install 'httpx[http2]')"
-        );
-        eprintln!("skipped: python3 h2 is missing (pip install 'httpx[http2]')");
-    }
-    ok
-}
-
 async fn proxy(
     stem: &str,
     upstream: std::net::SocketAddr,
@@ -151,7 +134,7 @@ async fn many_streams(port: u16, streams: usize, hold: Duration) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_h2_connection_holds_at_most_100_upstream_connections_released_once_answered() {
-    if !have_h2() {
+    if !common::have_h2() {
         return;
     }
     let upstream = Upstream::default();

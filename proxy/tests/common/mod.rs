@@ -494,3 +494,20 @@ impl Drop for Collected {
         let _ = self.child.wait();
     }
 }
+
+/// Whether python3 with `h2` runs here; under CI its absence fails the test.
+pub fn have_h2() -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import h2"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").map_or(true, |v| v.is_empty()),
+            "CI must install python3 h2 (pip install 'httpx[http2]')"
+        );
+        eprintln!("skipped: python3 h2 is missing (pip install 'httpx[http2]')");
+    }
+    ok
+}
