@@ -284,7 +284,7 @@ async fn receiver(fleet: Arc<Fleet>, local: usize) {
         }
     };
     let made = fleet.streams_made.fetch_add(1, Relaxed) + 1;
-    if made % 1000 == 0 {
+    if made.is_multiple_of(1000) {
         say(&format!(
             "setup {made} {}",
             fleet.setup_errors.load(Relaxed)
@@ -311,7 +311,14 @@ async fn receiver(fleet: Arc<Fleet>, local: usize) {
             }
         }
         let answer = conn
-            .call(&fleet, "POST", &path, &bearer, "application/json", body.as_bytes())
+            .call(
+                &fleet,
+                "POST",
+                &path,
+                &bearer,
+                "application/json",
+                body.as_bytes(),
+            )
             .await;
         let at = epoch_ns();
         fleet.in_flight.fetch_sub(1, Relaxed);
@@ -376,7 +383,11 @@ fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -410,13 +421,19 @@ fn dump(fleet: &Fleet) {
 }
 
 fn main() {
-    let path = std::env::args().nth(1).expect("usage: ssf-fleet CONFIG.json");
+    let path = std::env::args()
+        .nth(1)
+        .expect("usage: ssf-fleet CONFIG.json");
     let config: Value =
         serde_json::from_slice(&std::fs::read(&path).expect("config")).expect("config JSON");
     let strings = |key: &str| -> Vec<String> {
         config[key]
             .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_owned))
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let number = |key: &str, default: u64| config[key].as_u64().unwrap_or(default) as usize;
@@ -436,7 +453,12 @@ fn main() {
             .as_array()
             .expect("clients")
             .iter()
-            .map(|c| (c[0].as_str().unwrap().to_owned(), c[1].as_str().unwrap().to_owned()))
+            .map(|c| {
+                (
+                    c[0].as_str().unwrap().to_owned(),
+                    c[1].as_str().unwrap().to_owned(),
+                )
+            })
             .collect(),
         source_ips,
         first: number("first", 0),
