@@ -14,8 +14,8 @@ Usage: bench/ssf_fleet.py
        made at once), PRIORITY (a nice value such as -10 for the replicas, the fleet and this
        database's backends, ahead of other load on a shared machine), STATUS=1 (ask the status after an empty poll, as the proxy does),
        DATABASE_URL (postgres://postgres@127.0.0.1:5432/test: the run makes a database of its
-       own beside it, dropped at the end unless KEEP=1), AUTH (default
-       /work/main/target/release/authserver, else target/release/authserver), FLEET (default
+       own beside it, dropped at the end unless KEEP=1), AUTH (default $CARGO_TARGET_DIR or
+       target /release/authserver), FLEET (default
        $CARGO_TARGET_DIR or target /release/ssf-fleet: cargo build --release --manifest-path
        bench/ssf_fleet/Cargo.toml)
 """
@@ -63,8 +63,7 @@ def first_executable(*paths):
     sys.exit(f"missing binary: none of {paths}")
 
 
-AUTH = first_executable(os.environ.get("AUTH"), "/work/main/target/release/authserver",
-                        os.path.join(TARGET, "release", "authserver"))
+AUTH = first_executable(os.environ.get("AUTH"), os.path.join(TARGET, "release", "authserver"))
 FLEET = first_executable(os.environ.get("FLEET"), os.path.join(TARGET, "release", "ssf-fleet"))
 
 
