@@ -164,6 +164,9 @@ impl ProxyHttp for Gateway {
                     session.set_write_timeout(Some(h2.idle));
                     if !session.is_body_done() {
                         ctx.body_clock = h2.body(session.digest());
+                        if waits_for_body(session.req_header()) {
+                            read_first_body_piece(session).await?;
+                        }
                     }
                 }
                 let index = allow.route.index();
@@ -588,6 +591,35 @@ fn forwarded_for(lines: GetAll<'_, HeaderValue>, peer: IpAddr) -> Vec<u8> {
         IpAddr::V6(_) => drop(write!(forwarded, "{peer}")),
     }
     forwarded
+}
+
+/// Whether an HTTP/2 request's upstream connection should wait for the first piece of its body:
+/// every request with a body to come, except a gRPC call (a streaming call may wait for the server
+/// before it sends) and a request that asks for `100-continue` (its client waits for the answer
+/// before the body). A stream whose body never comes then costs no upstream connection: under the
+/// stall attack of `tests/h2_stalls.rs` each such stream held one (64 KiB of Pingora's read buffer,
+/// allocated per upstream connection, and a file descriptor) until `body_idle_timeout`.
+fn waits_for_body(req: &RequestHeader) -> bool {
+    !is_grpc(req)
+        && !req
+            .headers
+            .get(http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// Reads an HTTP/2 request body until its first non-empty piece (or its end) before the upstream
+/// is chosen. Pingora keeps what was read in its retry buffer and sends it upstream first, through
+/// `request_body_filter`. The wait is bounded as every body read is: the connection's
+/// [`crate::h2_conn`] deadline ends it after `body_idle_timeout` without progress.
+async fn read_first_body_piece(session: &mut Session) -> Result<()> {
+    session.enable_retry_buffering();
+    // A body that stops or a stream reset is the client's doing (no error-level line).
+    while let Some(piece) = session.read_request_body().await.map_err(|e| e.into_down())? {
+        if !piece.is_empty() {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Whether the request is a gRPC call (`content-type: application/grpc`, `+proto`, ...).

@@ -80,7 +80,7 @@ fn main() -> ExitCode {
     if let Some(format) = config.log_format {
         resource_server::logging::set_format(format);
     }
-    raise_open_file_limit();
+    resource_server::open_files::raise_to_hard_limit();
     match proxy::spawn_with(config, proxy::Signals::Handle) {
         Ok(handle) => {
             handle.wait();
@@ -114,28 +114,6 @@ fn warn_about_scopes(gate: &resource_server::GateSettings) {
             }
         }
         Checked::NotChecked(note) => eprintln!("note: {note}"),
-    }
-}
-
-/// Raises the soft limit on open files to the hard limit, and says so in one line: each client
-/// connection is a descriptor, and systemd's and many containers' soft default (1,024) is below
-/// the connection caps (`connections.max` + `admin_max` + upstream connections).
-fn raise_open_file_limit() {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return;
-    };
-    if soft >= hard {
-        tracing::info!(limit = soft, "open-file limit already at its hard limit");
-        return;
-    }
-    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-        Ok(()) => tracing::info!(
-            from = soft,
-            to = hard,
-            "raised the open-file soft limit to the hard limit"
-        ),
-        Err(error) => tracing::warn!(soft, hard, %error, "cannot raise the open-file soft limit"),
     }
 }
 

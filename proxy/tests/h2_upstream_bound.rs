@@ -107,8 +107,9 @@ async fn proxy(
     (handle, path, listen)
 }
 
-/// `streams` stalled POSTs on one h2c connection (python `h2`), read for `hold`: its JSON result.
-async fn many_streams(port: u16, streams: usize, hold: Duration) -> Value {
+/// `streams` stalled POSTs on one h2c connection (python `h2`), the first 100 sending `first`
+/// bytes of their body, read for `hold`: its JSON result.
+async fn many_streams(port: u16, streams: usize, first: usize, hold: Duration) -> Value {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/h2/many_streams.py");
     let args = [
         script.to_owned(),
@@ -117,6 +118,7 @@ async fn many_streams(port: u16, streams: usize, hold: Duration) -> Value {
         streams.to_string(),
         "/public/upload".to_owned(),
         hold.as_secs().to_string(),
+        first.to_string(),
     ];
     let out = tokio::task::spawn_blocking(move || {
         Command::new("python3")
@@ -141,7 +143,9 @@ async fn one_h2_connection_holds_at_most_100_upstream_connections_released_once_
     let addr = upstream.start().await;
     let (handle, path, listen) = proxy("h2-upstream-bound", addr).await;
 
-    let result = many_streams(listen, 150, Duration::from_secs(20)).await;
+    // A piece of each body comes: a stream whose body never starts gets no upstream connection
+    // at all (`many_streams_without_a_body_get_no_upstream_connection`).
+    let result = many_streams(listen, 150, 10, Duration::from_secs(20)).await;
     let most = upstream.most.load(Ordering::SeqCst);
     let accepted = upstream.accepted.load(Ordering::SeqCst);
     eprintln!(
@@ -176,6 +180,30 @@ async fn one_h2_connection_holds_at_most_100_upstream_connections_released_once_
         "upstream connections still open: {}",
         upstream.open.load(Ordering::SeqCst)
     );
+
+    let _ = std::fs::remove_file(path);
+    tokio::task::spawn_blocking(move || handle.shutdown_now())
+        .await
+        .unwrap();
+}
+
+/// A stream whose request body never starts costs no upstream connection (the proxy connects
+/// upstream once a first piece of the body has come): 50 such streams, no upstream connection
+/// and no answer while they wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_streams_without_a_body_get_no_upstream_connection() {
+    if !common::have_h2() {
+        return;
+    }
+    let upstream = Upstream::default();
+    let addr = upstream.start().await;
+    let (handle, path, listen) = proxy("h2-no-body-no-upstream", addr).await;
+
+    let result = many_streams(listen, 50, 0, Duration::from_secs(3)).await;
+    let accepted = upstream.accepted.load(Ordering::SeqCst);
+    assert_eq!(accepted, 0, "upstream connections: {accepted} ({result})");
+    assert_eq!(result["responses"], 0, "{result}");
+    assert_eq!(result["refused"], 0, "{result}");
 
     let _ = std::fs::remove_file(path);
     tokio::task::spawn_blocking(move || handle.shutdown_now())

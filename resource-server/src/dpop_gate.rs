@@ -69,19 +69,24 @@ pub struct ProofRequest<'a> {
 }
 
 impl ProofRequest<'_> {
-    /// The URLs (normalized) the client may have sent the request to.
+    /// The URL (normalized) the client may have sent the request to: under the configured
+    /// `resource`'s origin when there is one, and only there (a proof made for another server is
+    /// refused whatever `Host` the request carries); else under the origin the request shows.
     fn urls(&self) -> Vec<String> {
         let path = self.uri.path();
-        let client = match self.seen {
-            SeenAs::Resource => None,
-            SeenAs::Listener(scheme) => client_origin(scheme, self.uri, self.headers, false),
-            SeenAs::Forwarded(scheme) => client_origin(scheme, self.uri, self.headers, true),
+        let origin = match (self.resource_origin, self.seen) {
+            (Some(resource), _) => Some(resource.to_owned()),
+            (None, SeenAs::Resource) => None,
+            (None, SeenAs::Listener(scheme)) => {
+                client_origin(scheme, self.uri, self.headers, false)
+            }
+            (None, SeenAs::Forwarded(scheme)) => {
+                client_origin(scheme, self.uri, self.headers, true)
+            }
         };
-        client
-            .as_deref()
+        origin
+            .and_then(|origin| dpop::normalize_htu(&format!("{origin}{path}")))
             .into_iter()
-            .chain(self.resource_origin)
-            .filter_map(|origin| dpop::normalize_htu(&format!("{origin}{path}")))
             .collect()
     }
 }
@@ -391,5 +396,37 @@ mod tests {
                 .await,
             inactive
         );
+    }
+
+    /// With `resource:` set, only its origin is the request's: a proof made for another server,
+    /// replayed here with that server's `Host`, is refused.
+    #[tokio::test]
+    async fn a_configured_resource_is_the_only_origin_a_proof_may_name() {
+        let check = DpopCheck::default();
+        let signer = ProofSigner::eddsa();
+        let bound = claims(Some(&signer.thumbprint()));
+        let (method, uri) = (Method::GET, "/r".parse::<Uri>().unwrap());
+        let screen = |htu: &str| {
+            let proof = signer.proof("GET", htu, now(), Some("tok"));
+            let h = headers(&[("host", "other.example"), ("dpop", &proof)]);
+            let check = check.clone();
+            let (method, uri, bound) = (method.clone(), uri.clone(), bound.clone());
+            async move {
+                let request = ProofRequest {
+                    method: &method,
+                    uri: &uri,
+                    headers: &h,
+                    dpop_token: Some("tok"),
+                    seen: SeenAs::Listener("https"),
+                    resource_origin: Some("https://api.example"),
+                };
+                check.screen(bound, &request, DpopPolicy::Allowed).await
+            }
+        };
+        assert_eq!(screen("https://api.example/r").await, bound);
+        match screen("https://other.example/r").await {
+            Credential::Dpop(refusal) => assert_eq!(refusal.error, dpop::INVALID_DPOP_PROOF),
+            other => panic!("a proof for the Host, not the resource, passed: {other:?}"),
+        }
     }
 }

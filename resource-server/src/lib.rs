@@ -46,6 +46,7 @@ pub mod identity;
 pub mod introspection;
 pub mod jwt;
 pub mod logging;
+pub mod open_files;
 pub mod metrics;
 pub mod outage;
 pub mod policy;

@@ -1,7 +1,8 @@
 """One HTTP/2 connection in cleartext (h2c, prior knowledge) for proxy/tests/h2_upstream_bound.rs:
 sends STREAMS requests `POST PATH` at once, before the server's SETTINGS arrive (as an attacker
 would: the client library's own stream limit is not yet known), each declaring a 100-byte body
-that never comes. Reads for at most HOLD seconds, then prints one JSON line: the responses
+of which only the first FIRST bytes come (on the first 100 streams, those the server may accept),
+the rest never. Reads for at most HOLD seconds, then prints one JSON line: the responses
 received, the streams refused (RST_STREAM REFUSED_STREAM), and after how many seconds from the
 first response the server closed the connection (null: not within HOLD)."""
 
@@ -18,16 +19,20 @@ import h2.events
 
 def main():
     host, port, streams, path, hold = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+    first = int(sys.argv[6]) if len(sys.argv) > 6 else 0
     sock = socket.create_connection((host, port), timeout=20)
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     conn.initiate_connection()
-    for _ in range(streams):
+    for i in range(streams):
+        stream_id = conn.get_next_available_stream_id()
         conn.send_headers(
-            conn.get_next_available_stream_id(),
+            stream_id,
             [(":method", "POST"), (":path", path), (":scheme", "http"),
              (":authority", "localhost"), ("content-length", "100")],
             end_stream=False,
         )
+        if first and i < 100:
+            conn.send_data(stream_id, b"x" * first, end_stream=False)
     sock.sendall(conn.data_to_send())
     result = {"responses": 0, "refused": 0, "other_resets": 0, "closed_after": None}
     first_response = None

@@ -38,8 +38,9 @@ impl Nonces {
     /// Nonces under a random key, known to this process only.
     pub fn random(period: i64) -> Nonces {
         let rng = ring::rand::SystemRandom::new();
-        let key = hmac::Key::generate(hmac::HMAC_SHA256, &rng)
-            .unwrap_or_else(|_| hmac::Key::new(hmac::HMAC_SHA256, &period.to_be_bytes()));
+        // Without the system's randomness there is no key to keep nonces unpredictable: stop
+        // rather than fall back to a guessable one.
+        let key = hmac::Key::generate(hmac::HMAC_SHA256, &rng).expect("the system's randomness");
         Nonces {
             key,
             period: period.max(1),
