@@ -3,6 +3,7 @@
 //! `crate::web` extract requests into these types, call the store, and write the responses.
 
 pub mod acr;
+pub mod cbor;
 pub mod authorize;
 mod error;
 pub mod grant;
@@ -11,6 +12,7 @@ pub mod pkce;
 pub mod resource;
 pub mod scope;
 pub mod totp;
+pub mod webauthn;
 
 pub use error::{AuthorizeError, OAuthError};
 pub use grant::{CodeBinding, GrantKind, GrantRequest};

@@ -22,6 +22,7 @@ mod groups;
 mod hot;
 mod migrations;
 mod oidc;
+mod passkeys;
 pub mod purge;
 mod registrations;
 mod resources;
@@ -46,6 +47,7 @@ pub use events::{
     StreamStatus, family_jti,
 };
 pub use factors::TotpFactor;
+pub use passkeys::{ChallengePurpose, NewPasskey, PasskeyListed, StoredPasskey};
 pub use flash::NewFlash;
 pub use groups::Group;
 pub use hot::group_writer::{WriterKind, write_group_sizes};
