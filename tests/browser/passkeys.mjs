@@ -4,10 +4,10 @@
 // registers a passkey on the same page, signs out, then signs in to a client three ways through
 // the authorization code flow: password + passkey, passkey alone (no password), password + TOTP
 // code. Each sign-in's code is exchanged here for tokens; the ID token's claims and the access
-// token go back in the summary (authserver/tests/browser.rs checks them and introspects).
+// token's introspection go back in the summary (authserver/tests/browser.rs checks them).
 // Screenshots of each step go to SCREENSHOT_DIR.
 // Environment: BASE_URL, SCREENSHOT_DIR, USERNAME, PASSWORD, CLIENT_ID, CLIENT_SECRET,
-// REDIRECT_URI (served here), CHROMIUM.
+// REDIRECT_URI (served here), INTROSPECTOR_ID, INTROSPECTOR_SECRET, CHROMIUM.
 
 import assert from "node:assert/strict";
 import { createHash, createHmac, randomBytes } from "node:crypto";
@@ -24,6 +24,7 @@ const password = env("PASSWORD");
 const clientId = env("CLIENT_ID");
 const clientSecret = env("CLIENT_SECRET");
 const redirectUri = env("REDIRECT_URI");
+const introspector = `Basic ${Buffer.from(`${env("INTROSPECTOR_ID")}:${env("INTROSPECTOR_SECRET")}`).toString("base64")}`;
 prepareShots(shots, "passkeys");
 const watchdog = startWatchdog();
 
@@ -110,7 +111,14 @@ async function authorize(page, signIn) {
   });
   const tokens = await response.json();
   assert.equal(response.status, 200, JSON.stringify(tokens));
-  return { id_token: claimsOf(tokens.id_token), access_token: tokens.access_token };
+  // Introspected now: signing out later revokes the tokens of the session.
+  const introspected = await fetch(`${base}/o/introspect/`, {
+    method: "POST",
+    headers: { authorization: introspector, "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({ token: tokens.access_token }),
+  });
+  assert.equal(introspected.status, 200);
+  return { id_token: claimsOf(tokens.id_token), introspection: await introspected.json() };
 }
 
 async function run(page) {
