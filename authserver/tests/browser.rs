@@ -392,12 +392,28 @@ async fn a_user_enrols_totp_and_a_passkey_and_signs_in_with_each_in_a_browser() 
         serde_json::json!({"passkey": true, "code": true})
     );
     for (case, amr, acr) in [
-        ("password_and_passkey", ["pwd", "swk", "mfa"], "urn:tokengate:acr:mfa"),
-        ("passkey_alone", ["swk", "user", "mfa"], "urn:tokengate:acr:mfa"),
-        ("password_and_totp", ["pwd", "otp", "mfa"], "urn:tokengate:acr:mfa"),
+        (
+            "password_and_passkey",
+            ["pwd", "swk", "mfa"],
+            "urn:tokengate:acr:mfa",
+        ),
+        (
+            "passkey_alone",
+            ["swk", "user", "mfa"],
+            "urn:tokengate:acr:mfa",
+        ),
+        (
+            "password_and_totp",
+            ["pwd", "otp", "mfa"],
+            "urn:tokengate:acr:mfa",
+        ),
     ] {
         let id_token = &summary[case]["id_token"];
-        assert_eq!(id_token["amr"], serde_json::json!(amr), "{case}: {id_token}");
+        assert_eq!(
+            id_token["amr"],
+            serde_json::json!(amr),
+            "{case}: {id_token}"
+        );
         assert_eq!(id_token["acr"], acr, "{case}");
         assert_eq!(id_token["sub"], user.id.to_string(), "{case}");
         let introspected = &summary[case]["introspection"];

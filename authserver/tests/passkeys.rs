@@ -35,9 +35,8 @@ impl SoftKey {
     fn new(id: &[u8]) -> SoftKey {
         let rng = SystemRandom::new();
         let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, &rng).unwrap();
-        let pair =
-            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
-                .unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_ASN1_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
         SoftKey {
             pair,
             id: id.to_vec(),
@@ -92,7 +91,12 @@ impl SoftKey {
 
     /// The form fields of an assertion answering `challenge` (flags 0x01 present, 0x04
     /// verified), with the next counter value.
-    fn assertion(&mut self, challenge: &str, flags: u8, user_handle: &[u8]) -> Vec<(String, String)> {
+    fn assertion(
+        &mut self,
+        challenge: &str,
+        flags: u8,
+        user_handle: &[u8],
+    ) -> Vec<(String, String)> {
         self.count += 1;
         let client = client_json("webauthn.get", challenge);
         let data = self.auth_data(flags, self.count, false);
@@ -110,8 +114,10 @@ impl SoftKey {
 }
 
 fn client_json(kind: &str, challenge: &str) -> Vec<u8> {
-    format!(r#"{{"type":"{kind}","challenge":"{challenge}","origin":"{ORIGIN}","crossOrigin":false}}"#)
-        .into_bytes()
+    format!(
+        r#"{{"type":"{kind}","challenge":"{challenge}","origin":"{ORIGIN}","crossOrigin":false}}"#
+    )
+    .into_bytes()
 }
 
 fn fields(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -185,8 +191,12 @@ async fn start_sign_in(fx: &Fixture, password_of: Option<&str>) -> SignIn {
 impl SignIn {
     async fn options(&self, fx: &Fixture, mode: &str) -> Reply {
         let form = fields(&[("csrf_token", &self.token), ("mode", mode)]);
-        fx.post("/accounts/login/passkey/options/", Some(&self.cookies), &form)
-            .await
+        fx.post(
+            "/accounts/login/passkey/options/",
+            Some(&self.cookies),
+            &form,
+        )
+        .await
     }
 
     async fn challenge(&self, fx: &Fixture, mode: &str) -> String {
@@ -196,7 +206,10 @@ impl SignIn {
     }
 
     async fn finish(&self, fx: &Fixture, mode: &str, answer: &[(String, String)]) -> Reply {
-        let form = with(answer.to_vec(), &[("csrf_token", &self.token), ("mode", mode)]);
+        let form = with(
+            answer.to_vec(),
+            &[("csrf_token", &self.token), ("mode", mode)],
+        );
         fx.post("/accounts/login/passkey/", Some(&self.cookies), &form)
             .await
     }
@@ -213,7 +226,12 @@ async fn amr_of(fx: &Fixture, reply: &Reply) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_passkey_is_registered_then_signs_in_after_the_password_and_without_it() {
     let fx = Fixture::start(testing::store().await, |_| {}).await;
-    let alice = fx.store.find_user_by_username("alice").await.unwrap().unwrap();
+    let alice = fx
+        .store
+        .find_user_by_username("alice")
+        .await
+        .unwrap()
+        .unwrap();
     let session = fx.alice().await;
     let mut key = SoftKey::new(b"alice-key-1");
     let (reply, options) = register(&fx, &session, &key, "Alice's laptop").await;
@@ -246,7 +264,10 @@ async fn a_passkey_is_registered_then_signs_in_after_the_password_and_without_it
         .get("/accounts/login/code/", Some(&sign_in.cookies))
         .await;
     assert!(code_page.body.contains("id=\"passkey-form\""));
-    assert!(!code_page.body.contains("id=\"code-form\""), "no TOTP, no recovery codes");
+    assert!(
+        !code_page.body.contains("id=\"code-form\""),
+        "no TOTP, no recovery codes"
+    );
     let options = sign_in.options(&fx, "second-factor").await.json();
     assert_eq!(
         options["allowCredentials"],
@@ -278,7 +299,11 @@ async fn a_passkey_is_registered_then_signs_in_after_the_password_and_without_it
     let answer = key.assertion(&challenge, 0x01, &handle(alice.id));
     let refused = sign_in.finish(&fx, "passwordless", &answer).await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
-    assert!(refused.body.contains("did not verify you"), "{}", refused.body);
+    assert!(
+        refused.body.contains("did not verify you"),
+        "{}",
+        refused.body
+    );
 
     // A counter that went back (a copied authenticator): refused.
     let challenge = sign_in.challenge(&fx, "passwordless").await;
@@ -286,7 +311,11 @@ async fn a_passkey_is_registered_then_signs_in_after_the_password_and_without_it
     let answer = key.assertion(&challenge, 0x05, &handle(alice.id));
     let refused = sign_in.finish(&fx, "passwordless", &answer).await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
-    assert!(refused.body.contains("counter went back"), "{}", refused.body);
+    assert!(
+        refused.body.contains("counter went back"),
+        "{}",
+        refused.body
+    );
     assert!(set_cookie(&refused.headers, "tokengate_session").is_none());
     fx.server.stop().await;
 }
@@ -295,7 +324,12 @@ async fn a_passkey_is_registered_then_signs_in_after_the_password_and_without_it
 async fn a_passkey_of_one_user_cannot_finish_another_users_sign_in() {
     let fx = Fixture::start(testing::store().await, |_| {}).await;
     let bob = testing::user(&fx.store, "bob", PASSWORD).await;
-    let alice = fx.store.find_user_by_username("alice").await.unwrap().unwrap();
+    let alice = fx
+        .store
+        .find_user_by_username("alice")
+        .await
+        .unwrap()
+        .unwrap();
     let mut alice_key = SoftKey::new(b"alice-key");
     let mut bob_key = SoftKey::new(b"bob-key");
     let (reply, _) = register(&fx, &fx.alice().await, &alice_key, "alice").await;
@@ -314,7 +348,11 @@ async fn a_passkey_of_one_user_cannot_finish_another_users_sign_in() {
     let answer = alice_key.assertion(&challenge, 0x05, b"");
     let refused = sign_in.finish(&fx, "second-factor", &answer).await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
-    assert!(refused.body.contains("not registered here"), "{}", refused.body);
+    assert!(
+        refused.body.contains("not registered here"),
+        "{}",
+        refused.body
+    );
     assert!(set_cookie(&refused.headers, "tokengate_session").is_none());
     // Bob's own passkey on a challenge issued for the password-less page: refused too.
     let page_challenge = start_sign_in(&fx, None)
@@ -347,7 +385,12 @@ async fn a_passkey_of_one_user_cannot_finish_another_users_sign_in() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registering_and_removing_passkeys_need_a_signed_in_user_and_csrf() {
     let fx = Fixture::start(testing::store().await, |_| {}).await;
-    let alice = fx.store.find_user_by_username("alice").await.unwrap().unwrap();
+    let alice = fx
+        .store
+        .find_user_by_username("alice")
+        .await
+        .unwrap()
+        .unwrap();
     // No session: to the sign-in page, nothing issued.
     let anonymous = fx
         .post("/accounts/two-factor/passkeys/options/", None, &[])
@@ -360,10 +403,18 @@ async fn registering_and_removing_passkeys_need_a_signed_in_user_and_csrf() {
         testing::user(&fx.store, "bob", PASSWORD).await;
         fx.sign_in("bob", PASSWORD, "").await.0
     };
-    let bob_token = csrf_token(&fx.get("/accounts/two-factor/", Some(&bob_session)).await.body);
+    let bob_token = csrf_token(
+        &fx.get("/accounts/two-factor/", Some(&bob_session))
+            .await
+            .body,
+    );
     for form in [vec![], fields(&[("csrf_token", &bob_token)])] {
         let refused = fx
-            .post("/accounts/two-factor/passkeys/options/", Some(&session), &form)
+            .post(
+                "/accounts/two-factor/passkeys/options/",
+                Some(&session),
+                &form,
+            )
             .await;
         assert_eq!(refused.status, StatusCode::FORBIDDEN, "{}", refused.body);
     }
@@ -392,7 +443,10 @@ async fn registering_and_removing_passkeys_need_a_signed_in_user_and_csrf() {
         .post(
             "/accounts/two-factor/passkeys/",
             Some(&bob_session),
-            &with(key.registration(challenge, "x"), &[("csrf_token", &bob_token)]),
+            &with(
+                key.registration(challenge, "x"),
+                &[("csrf_token", &bob_token)],
+            ),
         )
         .await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
@@ -439,7 +493,12 @@ async fn registering_and_removing_passkeys_need_a_signed_in_user_and_csrf() {
         )
         .await;
     assert_eq!(codes.status, StatusCode::OK);
-    assert_eq!(codes.body.matches("<li><code>").count(), 10, "{}", codes.body);
+    assert_eq!(
+        codes.body.matches("<li><code>").count(),
+        10,
+        "{}",
+        codes.body
+    );
     assert_eq!(fx.store.recovery_codes_left(alice.id).await.unwrap(), 10);
     for id in [&key.id, &second.id] {
         let reply = fx

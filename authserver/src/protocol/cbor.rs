@@ -211,7 +211,10 @@ mod tests {
         let value = decode(&input).unwrap();
         assert_eq!(value.get_int(1), Some(&Value::Integer(2)));
         assert_eq!(value.get_int(3), Some(&Value::Integer(-7)));
-        assert_eq!(value.get_int(-2).and_then(Value::as_bytes), Some(&[1, 2][..]));
+        assert_eq!(
+            value.get_int(-2).and_then(Value::as_bytes),
+            Some(&[1, 2][..])
+        );
         assert_eq!(value.get_text("fmt").and_then(Value::as_text), Some("none"));
         assert_eq!(
             value.get_text("a"),

@@ -3,8 +3,8 @@
 //! `crate::web` extract requests into these types, call the store, and write the responses.
 
 pub mod acr;
-pub mod cbor;
 pub mod authorize;
+pub mod cbor;
 mod error;
 pub mod grant;
 pub mod oidc;

@@ -105,17 +105,13 @@ impl WebauthnError {
             WebauthnError::UnknownChallenge => {
                 "That passkey request is unknown, used already or expired. Try again."
             }
-            WebauthnError::WrongRelyingParty => {
-                "The passkey's answer names another relying party."
-            }
+            WebauthnError::WrongRelyingParty => "The passkey's answer names another relying party.",
             WebauthnError::UserNotPresent => "The passkey did not confirm your presence.",
             WebauthnError::UserNotVerified => {
                 "The passkey did not verify you (a PIN or biometric is needed for a sign-in without password)."
             }
             WebauthnError::NoCredentialData => "The passkey's answer holds no new credential.",
-            WebauthnError::CredentialIdMismatch => {
-                "The passkey's answer names another credential."
-            }
+            WebauthnError::CredentialIdMismatch => "The passkey's answer names another credential.",
             WebauthnError::UnsupportedAttestation => {
                 "The passkey sent an attestation this server does not take (only \"none\")."
             }
@@ -273,14 +269,14 @@ enum PublicKey<'a> {
     Es256(Vec<u8>),
     Ed25519(&'a [u8]),
     /// Modulus and exponent, big-endian without leading zeros.
-    Rs256 { n: &'a [u8], e: &'a [u8] },
+    Rs256 {
+        n: &'a [u8],
+        e: &'a [u8],
+    },
 }
 
 fn strip_zeros(bytes: &[u8]) -> &[u8] {
-    let start = bytes
-        .iter()
-        .position(|b| *b != 0)
-        .unwrap_or(bytes.len());
+    let start = bytes.iter().position(|b| *b != 0).unwrap_or(bytes.len());
     &bytes[start..]
 }
 
@@ -538,7 +534,12 @@ mod tests {
         }
     }
 
-    fn auth_data(rp_id: &str, flags: u8, count: u32, credential: Option<(&[u8], &[u8])>) -> Vec<u8> {
+    fn auth_data(
+        rp_id: &str,
+        flags: u8,
+        count: u32,
+        credential: Option<(&[u8], &[u8])>,
+    ) -> Vec<u8> {
         let mut data = Sha256::digest(rp_id.as_bytes()).to_vec();
         data.push(flags);
         data.extend_from_slice(&count.to_be_bytes());
@@ -578,7 +579,10 @@ mod tests {
             }
         );
         let local = RelyingParty::from_issuer("http://localhost:8001").unwrap();
-        assert_eq!((local.id.as_str(), local.origin.as_str()), ("localhost", "http://localhost:8001"));
+        assert_eq!(
+            (local.id.as_str(), local.origin.as_str()),
+            ("localhost", "http://localhost:8001")
+        );
         for bad in ["ftp://x", "https://", "no scheme", "https://user@host/"] {
             assert_eq!(RelyingParty::from_issuer(bad), None, "{bad}");
         }
@@ -611,7 +615,13 @@ mod tests {
             signed.extend_from_slice(&Sha256::digest(&json));
             let signature = authenticator.sign(&signed);
             let verified = assertion(&rp, &client, &data, &signature, &cose, 4, true).unwrap();
-            assert_eq!(verified, Assertion { sign_count: 5, user_verified: true });
+            assert_eq!(
+                verified,
+                Assertion {
+                    sign_count: 5,
+                    user_verified: true
+                }
+            );
             // Tampered signature, tampered data, tampered client data.
             let mut bad = signature.clone();
             let last = bad.len() - 1;
@@ -656,7 +666,10 @@ mod tests {
         let check = |json: &[u8], ceremony| client_data(&rp, ceremony, json).map(|_| ());
         let good = client_json("webauthn.get", &challenge(), &rp.origin);
         assert_eq!(check(&good, Ceremony::Get), Ok(()));
-        assert_eq!(check(&good, Ceremony::Create), Err(WebauthnError::WrongType));
+        assert_eq!(
+            check(&good, Ceremony::Create),
+            Err(WebauthnError::WrongType)
+        );
         for origin in [
             "https://evil.example",
             "http://login.example.com",
@@ -664,19 +677,32 @@ mod tests {
             "https://sub.login.example.com",
         ] {
             let json = client_json("webauthn.get", &challenge(), origin);
-            assert_eq!(check(&json, Ceremony::Get), Err(WebauthnError::WrongOrigin), "{origin}");
+            assert_eq!(
+                check(&json, Ceremony::Get),
+                Err(WebauthnError::WrongOrigin),
+                "{origin}"
+            );
         }
         let framed = format!(
             r#"{{"type":"webauthn.get","challenge":"{}","origin":"{}","crossOrigin":true}}"#,
             challenge(),
             rp.origin
         );
-        assert_eq!(check(framed.as_bytes(), Ceremony::Get), Err(WebauthnError::CrossOrigin));
+        assert_eq!(
+            check(framed.as_bytes(), Ceremony::Get),
+            Err(WebauthnError::CrossOrigin)
+        );
         for short in ["", "AAAA", "not base64!"] {
             let json = client_json("webauthn.get", short, &rp.origin);
-            assert_eq!(check(&json, Ceremony::Get), Err(WebauthnError::UnknownChallenge));
+            assert_eq!(
+                check(&json, Ceremony::Get),
+                Err(WebauthnError::UnknownChallenge)
+            );
         }
-        assert_eq!(check(b"{not json", Ceremony::Get), Err(WebauthnError::Malformed));
+        assert_eq!(
+            check(b"{not json", Ceremony::Get),
+            Err(WebauthnError::Malformed)
+        );
         assert_eq!(check(b"[]", Ceremony::Get), Err(WebauthnError::Malformed));
         let huge = vec![b' '; MAX_CLIENT_DATA + 1];
         assert_eq!(check(&huge, Ceremony::Get), Err(WebauthnError::TooLarge));
@@ -706,7 +732,10 @@ mod tests {
         );
         // No attested credential data.
         let bare = attestation_object("none", &auth_data(&rp.id, 0x05, 0, None));
-        assert_eq!(registration(&rp, id, &bare, false), Err(WebauthnError::NoCredentialData));
+        assert_eq!(
+            registration(&rp, id, &bare, false),
+            Err(WebauthnError::NoCredentialData)
+        );
         // Another attestation format.
         let packed = attestation_object("packed", &auth_data(&rp.id, 0x45, 0, Some((id, &cose))));
         assert_eq!(
@@ -717,7 +746,8 @@ mod tests {
         let mut es384 = cose.clone();
         es384[4] = 0x38;
         es384.insert(5, 0x22);
-        let object_384 = attestation_object("none", &auth_data(&rp.id, 0x45, 0, Some((id, &es384))));
+        let object_384 =
+            attestation_object("none", &auth_data(&rp.id, 0x45, 0, Some((id, &es384))));
         assert_eq!(
             registration(&rp, id, &object_384, false),
             Err(WebauthnError::UnsupportedAlgorithm)
@@ -734,8 +764,15 @@ mod tests {
             assert!(registration(&rp, id, &good[..end], false).is_err(), "{end}");
         }
         let huge = vec![0u8; MAX_ATTESTATION_OBJECT + 1];
-        assert_eq!(registration(&rp, id, &huge, false), Err(WebauthnError::TooLarge));
-        for garbage in [&[0xffu8][..], &[0x5b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], b"{}"] {
+        assert_eq!(
+            registration(&rp, id, &huge, false),
+            Err(WebauthnError::TooLarge)
+        );
+        for garbage in [
+            &[0xffu8][..],
+            &[0x5b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff],
+            b"{}",
+        ] {
             assert!(registration(&rp, id, garbage, false).is_err());
         }
         // A credential id length beyond the data.
@@ -762,7 +799,10 @@ mod tests {
     fn base64url_input_is_bounded() {
         assert_eq!(decode("AQID", 3), Ok(vec![1, 2, 3]));
         assert_eq!(decode("AQID", 2), Err(WebauthnError::TooLarge));
-        assert_eq!(decode(&"A".repeat(10_000), 100), Err(WebauthnError::TooLarge));
+        assert_eq!(
+            decode(&"A".repeat(10_000), 100),
+            Err(WebauthnError::TooLarge)
+        );
         assert_eq!(decode("***", 100), Err(WebauthnError::Malformed));
     }
 }

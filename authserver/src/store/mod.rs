@@ -47,11 +47,11 @@ pub use events::{
     StreamStatus, family_jti,
 };
 pub use factors::TotpFactor;
-pub use passkeys::{ChallengePurpose, NewPasskey, PasskeyListed, StoredPasskey};
 pub use flash::NewFlash;
 pub use groups::Group;
 pub use hot::group_writer::{WriterKind, write_group_sizes};
 pub use oidc::{DEFAULT_ID_TOKEN_ALG, FamilySignIn, OidcClient, Profile};
+pub use passkeys::{ChallengePurpose, NewPasskey, PasskeyListed, StoredPasskey};
 pub use purge::Purged;
 pub use registrations::{
     DynamicClient, DynamicRecord, InitialAccessToken, NewRegistration, RegistrationUpdate,

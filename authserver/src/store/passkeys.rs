@@ -310,7 +310,12 @@ mod tests {
             assert!(store.pending_sign_in(&pending).await.unwrap().is_none());
             // An operator's reset takes passkeys along.
             assert!(store.add_passkey(alice, &new).await.unwrap());
-            assert!(store.reset_second_factors_and_sign_out(alice).await.unwrap());
+            assert!(
+                store
+                    .reset_second_factors_and_sign_out(alice)
+                    .await
+                    .unwrap()
+            );
             assert!(store.passkeys_of(alice).await.unwrap().is_empty());
             assert!(!store.has_second_factor(alice).await.unwrap());
         }

@@ -181,7 +181,9 @@ async fn register(
     let rp = relying_party(state)?;
     let user_id = signed_in.user.id;
     let Some(name) = passkey_name(&form.text("name")) else {
-        return Ok(Err("A passkey's name is at most 64 characters, on one line."));
+        return Ok(Err(
+            "A passkey's name is at most 64 characters, on one line.",
+        ));
     };
     let checked = async {
         let json = webauthn::decode(&form.text("client_data"), webauthn::MAX_CLIENT_DATA)?;
@@ -228,7 +230,11 @@ async fn register(
             .delete_user_sessions_but(user_id, &signed_in.csrf_token)
             .await?;
     }
-    tracing::info!(user_id, algorithm = credential.algorithm, "passkey registered");
+    tracing::info!(
+        user_id,
+        algorithm = credential.algorithm,
+        "passkey registered"
+    );
     Ok(Ok(()))
 }
 
@@ -317,7 +323,10 @@ async fn sign_in_options(
         None => (ChallengePurpose::Passwordless, Vec::new(), "required"),
     };
     if user.is_some() && allowed.is_empty() {
-        return Ok(json_refusal(StatusCode::BAD_REQUEST, "You have no passkey."));
+        return Ok(json_refusal(
+            StatusCode::BAD_REQUEST,
+            "You have no passkey.",
+        ));
     }
     let challenge = state
         .store
@@ -446,8 +455,15 @@ async fn sign_in(
     }
     match mode {
         Mode::SecondFactor => {
-            second_factor::finish_sign_in(&state, &headers, &binding, &user, AMR_PASSWORD_AND_PASSKEY, &next)
-                .await
+            second_factor::finish_sign_in(
+                &state,
+                &headers,
+                &binding,
+                &user,
+                AMR_PASSWORD_AND_PASSKEY,
+                &next,
+            )
+            .await
         }
         Mode::Passwordless => {
             super::session::start_session(&state, &headers, &user, AMR_PASSKEY, &next).await
@@ -466,9 +482,10 @@ async fn refuse(
 ) -> WebResult {
     match pending_user {
         Some(user) => {
-            second_factor::code_page_with_error(state, headers, user, next, refusal.message())
-                .await
+            second_factor::code_page_with_error(state, headers, user, next, refusal.message()).await
         }
-        None => Ok(super::auth::login_page_with_error(state, headers, next, refusal.message()).await),
+        None => {
+            Ok(super::auth::login_page_with_error(state, headers, next, refusal.message()).await)
+        }
     }
 }

@@ -142,7 +142,15 @@ pub(super) async fn code_page_with_error(
     next: String,
     message: &str,
 ) -> WebResult {
-    code_form(state, headers, user, StatusCode::BAD_REQUEST, next, Some(message)).await
+    code_form(
+        state,
+        headers,
+        user,
+        StatusCode::BAD_REQUEST,
+        next,
+        Some(message),
+    )
+    .await
 }
 
 /// The second step's page, 429 with `Retry-After`: too many wrong factors.
@@ -257,9 +265,7 @@ async fn code_submitted(
     let code = form.text("code");
     match check_code(&state, user.id, &code, address).await? {
         CodeCheck::Throttled => throttled_code_page(&state, &headers, &user, next).await,
-        CodeCheck::Wrong => {
-            code_page_with_error(&state, &headers, &user, next, WRONG_CODE).await
-        }
+        CodeCheck::Wrong => code_page_with_error(&state, &headers, &user, next, WRONG_CODE).await,
         CodeCheck::Right => {
             finish_sign_in(&state, &headers, &token, &user, AMR_PASSWORD_AND_OTP, &next).await
         }
