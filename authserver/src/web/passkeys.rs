@@ -367,7 +367,7 @@ async fn sign_in(
             let throttle = Throttle::second_factor(&state.store, user.id, address).await?;
             if throttle.refused() {
                 crate::metrics::METRICS.throttled(crate::metrics::Throttled::SignIn);
-                return Ok(second_factor::throttled_code_page(&state, &headers, user, next).await?);
+                return second_factor::throttled_code_page(&state, &headers, user, next).await;
             }
             Some(throttle)
         }
