@@ -517,3 +517,36 @@ async fn registering_and_removing_passkeys_need_a_signed_in_user_and_csrf() {
     assert!(!fx.store.has_second_factor(alice.id).await.unwrap());
     fx.server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_passkey_answers_count_in_the_second_factor_throttle() {
+    let fx = Fixture::start(testing::store().await, |_| {}).await;
+    let mut key = SoftKey::new(b"alice-key");
+    let (reply, _) = register(&fx, &fx.alice().await, &key, "k").await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let sign_in = start_sign_in(&fx, Some("alice")).await;
+    // Five answers with a broken signature (the flags byte flipped after signing).
+    for _ in 0..5 {
+        let challenge = sign_in.challenge(&fx, "second-factor").await;
+        let mut answer = key.assertion(&challenge, 0x05, b"");
+        let data = &mut answer[2].1;
+        let mut bytes = URL_SAFE_NO_PAD.decode(&*data).unwrap();
+        bytes[32] ^= 0x08;
+        *data = b64(&bytes);
+        let refused = sign_in.finish(&fx, "second-factor", &answer).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{}", refused.body);
+        assert!(
+            refused.body.contains("signature is not right"),
+            "{}",
+            refused.body
+        );
+    }
+    // Then a right answer is refused too, for the rest of the window.
+    let challenge = sign_in.challenge(&fx, "second-factor").await;
+    let answer = key.assertion(&challenge, 0x05, b"");
+    let throttled = sign_in.finish(&fx, "second-factor", &answer).await;
+    assert_eq!(throttled.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(throttled.headers["retry-after"], "900");
+    assert!(set_cookie(&throttled.headers, "tokengate_session").is_none());
+    fx.server.stop().await;
+}
