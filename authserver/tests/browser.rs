@@ -321,3 +321,120 @@ async fn a_relying_party_signs_a_user_in_and_out_with_openid_connect_in_a_browse
     }
     server.stop().await;
 }
+
+/// Second factors in a real Chromium (issue 41): a user enrols an authenticator app (QR page)
+/// and a passkey (Chromium's virtual authenticator: CTAP2, internal, discoverable, verifying its
+/// user), signs out, then signs in to an OpenID Connect client with password + passkey, with the
+/// passkey alone, and with password + TOTP code. The ID tokens and introspection (asked before
+/// the sign-out that revokes them) carry each sign-in's methods; the virtual authenticator's counter moved on with each use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_enrols_totp_and_a_passkey_and_signs_in_with_each_in_a_browser() {
+    let test = "a_user_enrols_totp_and_a_passkey_and_signs_in_with_each_in_a_browser";
+    if !browser_available(test) {
+        return;
+    }
+    use authserver::store::{ApplicationInput, ClientType};
+    let store = testing::store().await;
+    let user = testing::user(&store, "passkey-carol", "carol-long-password").await;
+    let client_port = free_port();
+    let redirect_uri = format!("http://127.0.0.1:{client_port}/cb");
+    let (app, secret) = store
+        .create_application(
+            &ApplicationInput {
+                name: "Passkey client".into(),
+                client_type: ClientType::Confidential,
+                grant_type: GrantType::AuthorizationCode,
+                redirect_uris: redirect_uri.clone(),
+                allowed_scopes: vec![authserver::domain::EVERY_SCOPE.into()],
+                may_introspect: false,
+                may_use_ssf: false,
+                pkce_required: true,
+                token_format: None,
+            },
+            None,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    let (introspector, introspector_secret) =
+        testing::application(&store, GrantType::ClientCredentials, true).await;
+    // WebAuthn needs a host name (not an IP address) for the relying party, and a secure
+    // context: http://localhost is one. The issuer names it, with the port.
+    let port = free_port();
+    let mut settings = Settings::for_tests("unused");
+    settings.issuer = format!("http://localhost:{port}");
+    let server =
+        testing::spawn_server(store.clone(), settings, ([127, 0, 0, 1], port).into()).await;
+    let summary = run_script(
+        vec!["passkeys.mjs"],
+        format!("http://localhost:{port}"),
+        vec![
+            ("USERNAME", "passkey-carol".into()),
+            ("PASSWORD", "carol-long-password".into()),
+            ("CLIENT_ID", app.client_id.clone()),
+            ("CLIENT_SECRET", secret.unwrap()),
+            ("REDIRECT_URI", redirect_uri),
+            ("INTROSPECTOR_ID", introspector),
+            ("INTROSPECTOR_SECRET", introspector_secret),
+        ],
+    )
+    .await;
+    assert_eq!(summary["recovery_codes"], 10, "{summary}");
+    assert_eq!(
+        summary["passkeys_listed"],
+        serde_json::json!(["Virtual authenticator"])
+    );
+    assert_eq!(summary["credentials"], 1);
+    assert_eq!(summary["resident"], true, "a discoverable credential");
+    assert_eq!(
+        summary["factor_step_offers"],
+        serde_json::json!({"passkey": true, "code": true})
+    );
+    for (case, amr, acr) in [
+        (
+            "password_and_passkey",
+            ["pwd", "swk", "mfa"],
+            "urn:tokengate:acr:mfa",
+        ),
+        (
+            "passkey_alone",
+            ["swk", "user", "mfa"],
+            "urn:tokengate:acr:mfa",
+        ),
+        (
+            "password_and_totp",
+            ["pwd", "otp", "mfa"],
+            "urn:tokengate:acr:mfa",
+        ),
+    ] {
+        let id_token = &summary[case]["id_token"];
+        assert_eq!(
+            id_token["amr"],
+            serde_json::json!(amr),
+            "{case}: {id_token}"
+        );
+        assert_eq!(id_token["acr"], acr, "{case}");
+        assert_eq!(id_token["sub"], user.id.to_string(), "{case}");
+        let introspected = &summary[case]["introspection"];
+        assert_eq!(introspected["active"], true, "{case}: {introspected}");
+        assert_eq!(introspected["amr"], serde_json::json!(amr), "{case}");
+        assert_eq!(introspected["acr"], acr, "{case}");
+    }
+    // Registered, then used twice: the virtual authenticator counts, the store kept up.
+    assert!(summary["sign_count"].as_u64().unwrap() >= 2, "{summary}");
+    let passkeys = store.passkeys_of(user.id).await.unwrap();
+    assert_eq!(passkeys.len(), 1);
+    assert!(passkeys[0].last_used_at.is_some());
+    for shot in [
+        "two-factor-enrol-totp.png",
+        "two-factor-recovery-codes.png",
+        "two-factor-passkey-registered.png",
+        "sign-in-factor-step.png",
+        "sign-in-passwordless.png",
+        "sign-in-totp-code.png",
+    ] {
+        assert!(screenshot_dir().join(shot).exists(), "{shot}");
+    }
+    server.stop().await;
+}

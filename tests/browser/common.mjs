@@ -1,6 +1,6 @@
-// What the browser scripts (views.mjs, authorize.mjs) share: their settings from the
-// environment, a watchdog, Debian's Chromium launched headless on a throwaway profile, and the
-// run of a scenario in it.
+// What the browser scripts (views.mjs, authorize.mjs, passkeys.mjs) share: their settings from
+// the environment, a watchdog, Debian's Chromium launched headless on a throwaway profile, its
+// virtual WebAuthn authenticator, and the run of a scenario in it.
 
 import { chromium } from "playwright-core";
 import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
@@ -75,4 +75,26 @@ export async function runScenario({ browser, watchdog, shots, scenario, run, cle
     clearTimeout(watchdog);
   }
   process.exit(failed ? 1 : 0);
+}
+
+/**
+ * Gives `page` Chromium's virtual authenticator (the DevTools WebAuthn domain): a platform
+ * authenticator speaking CTAP2 that holds discoverable credentials and verifies its user, so
+ * `navigator.credentials` answers without a person. Returns the DevTools session and the
+ * authenticator's id (for `WebAuthn.getCredentials`).
+ */
+export async function addVirtualAuthenticator(page) {
+  const devtools = await page.context().newCDPSession(page);
+  await devtools.send("WebAuthn.enable", { enableUI: false });
+  const { authenticatorId } = await devtools.send("WebAuthn.addVirtualAuthenticator", {
+    options: {
+      protocol: "ctap2",
+      transport: "internal",
+      hasResidentKey: true,
+      hasUserVerification: true,
+      isUserVerified: true,
+      automaticPresenceSimulation: true,
+    },
+  });
+  return { devtools, authenticatorId };
 }

@@ -4,6 +4,7 @@
 
 pub mod acr;
 pub mod authorize;
+pub mod cbor;
 mod error;
 pub mod grant;
 pub mod oidc;
@@ -11,6 +12,7 @@ pub mod pkce;
 pub mod resource;
 pub mod scope;
 pub mod totp;
+pub mod webauthn;
 
 pub use error::{AuthorizeError, OAuthError};
 pub use grant::{CodeBinding, GrantKind, GrantRequest};

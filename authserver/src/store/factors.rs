@@ -1,6 +1,7 @@
 //! Second factors (issue 41): each user's TOTP secret (sealed under the key-encryption key when
 //! the server has one), the last step it accepted, their recovery codes (SHA-256 digests, each
-//! spent once), and the sign-ins that wait for a second factor.
+//! spent once), the sign-ins that wait for a second factor, and the removal of factors (one by its
+//! user; all of them by an operator). The passkeys themselves: [`super::passkeys`].
 
 use super::events::{self, Revocation};
 use super::tokens::revoke_user_families;
@@ -23,6 +24,26 @@ pub struct TotpFactor {
 /// does not open.
 fn context(user_id: i64) -> Vec<u8> {
     format!("tokengate totp user={user_id}").into_bytes()
+}
+
+/// Replaces `user_id`'s recovery codes with the digests of `recovery_codes`, in `tx`.
+async fn store_recovery_codes(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    user_id: i64,
+    recovery_codes: &[String],
+) -> StoreResult<()> {
+    sqlx::query("DELETE FROM recovery_codes WHERE user_id = $1")
+        .bind(user_id)
+        .execute(&mut **tx)
+        .await?;
+    for code in recovery_codes {
+        sqlx::query("INSERT INTO recovery_codes (user_id, digest, used_at) VALUES ($1, $2, NULL)")
+            .bind(user_id)
+            .bind(secrets::digest(code))
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
 }
 
 impl Store {
@@ -59,8 +80,13 @@ impl Store {
         }))
     }
 
-    /// Whether `user_id` signs in with a confirmed TOTP factor.
+    /// Whether `user_id` signs in with a second factor: a confirmed TOTP factor or a passkey.
     pub async fn has_second_factor(&self, user_id: i64) -> StoreResult<bool> {
+        Ok(self.has_totp(user_id).await? || self.has_passkey(user_id).await?)
+    }
+
+    /// Whether `user_id` has a confirmed TOTP factor.
+    pub async fn has_totp(&self, user_id: i64) -> StoreResult<bool> {
         let found: Option<i64> = sqlx::query_scalar(
             "SELECT 1 FROM totp_factors WHERE user_id = $1 AND confirmed_at IS NOT NULL",
         )
@@ -117,21 +143,23 @@ impl Store {
         if done.rows_affected() != 1 {
             return Ok(false);
         }
-        sqlx::query("DELETE FROM recovery_codes WHERE user_id = $1")
-            .bind(user_id)
-            .execute(&mut *tx)
-            .await?;
-        for code in recovery_codes {
-            sqlx::query(
-                "INSERT INTO recovery_codes (user_id, digest, used_at) VALUES ($1, $2, NULL)",
-            )
-            .bind(user_id)
-            .bind(secrets::digest(code))
-            .execute(&mut *tx)
-            .await?;
-        }
+        store_recovery_codes(&mut tx, user_id, recovery_codes).await?;
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// Replaces `user_id`'s recovery codes with the digests of `recovery_codes` (normalized):
+    /// the old ones, used or not, stop working.
+    pub async fn replace_recovery_codes(
+        &self,
+        user_id: i64,
+        recovery_codes: &[String],
+    ) -> StoreResult<()> {
+        let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
+        store_recovery_codes(&mut tx, user_id, recovery_codes).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Takes `step` as the last one `user_id`'s confirmed factor accepted, if it is later than the
@@ -174,31 +202,79 @@ impl Store {
         .await?)
     }
 
-    /// Removes `user_id`'s second factors (TOTP and recovery codes) and their sign-ins waiting
-    /// for one; whether they had a factor.
-    pub async fn reset_second_factors(&self, user_id: i64) -> StoreResult<bool> {
-        self.reset_factors(user_id, false).await
+    /// Removes `user_id`'s TOTP factor, by its user ([`Self::remove_factor`]); whether they had
+    /// one.
+    pub async fn remove_totp(&self, user_id: i64) -> StoreResult<bool> {
+        self.remove_factor(user_id, None).await
     }
 
-    /// An operator's reset of `user_id`'s second factors (lost or exposed): with them, in the
-    /// same transaction, every session and token of the user ends, and the revocation stream
-    /// carries a `session-revoked` event for the user; whether they had a factor.
+    /// Removes `user_id`'s passkey `credential_id` (raw bytes), by its user
+    /// ([`Self::remove_factor`]); false when they have no such passkey.
+    pub async fn remove_passkey(&self, user_id: i64, credential_id: &[u8]) -> StoreResult<bool> {
+        self.remove_factor(user_id, Some(credential_id)).await
+    }
+
+    /// Removes one of `user_id`'s factors (their TOTP factor for `None`, else that passkey); when
+    /// it was the last, their recovery codes and sign-ins waiting for a factor go with it, in the
+    /// same transaction. Whether there was such a factor.
+    async fn remove_factor(&self, user_id: i64, passkey: Option<&[u8]>) -> StoreResult<bool> {
+        let _exclusive = self.exclusive().await?;
+        let mut tx = self.writer.begin().await?;
+        let done = match passkey {
+            None => {
+                sqlx::query("DELETE FROM totp_factors WHERE user_id = $1")
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?
+            }
+            Some(id) => {
+                sqlx::query("DELETE FROM passkeys WHERE user_id = $1 AND credential_id = $2")
+                    .bind(user_id)
+                    .bind(crate::protocol::webauthn::encode(id))
+                    .execute(&mut *tx)
+                    .await?
+            }
+        };
+        let left: i64 = sqlx::query_scalar(
+            "SELECT (SELECT COUNT(*) FROM totp_factors WHERE user_id = $1 AND confirmed_at IS NOT NULL)
+                  + (SELECT COUNT(*) FROM passkeys WHERE user_id = $1)",
+        )
+        .bind(user_id)
+        .fetch_one(&mut *tx)
+        .await?;
+        if left == 0 {
+            for table in ["recovery_codes", "pending_sign_ins"] {
+                sqlx::query(&format!("DELETE FROM {table} WHERE user_id = $1"))
+                    .bind(user_id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// An operator's reset of `user_id`'s second factors (TOTP, passkeys and recovery codes;
+    /// lost or exposed): with them, in the same transaction, every session and token of the user
+    /// ends, and the revocation stream carries a `session-revoked` event for the user; whether
+    /// they had a factor.
     pub async fn reset_second_factors_and_sign_out(&self, user_id: i64) -> StoreResult<bool> {
-        self.reset_factors(user_id, true).await
-    }
-
-    async fn reset_factors(&self, user_id: i64, sign_out: bool) -> StoreResult<bool> {
         let exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
-        let done = sqlx::query("DELETE FROM totp_factors WHERE user_id = $1")
-            .bind(user_id)
-            .execute(&mut *tx)
-            .await?;
-        let mut tables = vec!["recovery_codes", "pending_sign_ins"];
-        if sign_out {
-            tables.push("sessions");
+        let mut had = 0;
+        for table in ["totp_factors", "passkeys"] {
+            let done = sqlx::query(&format!("DELETE FROM {table} WHERE user_id = $1"))
+                .bind(user_id)
+                .execute(&mut *tx)
+                .await?;
+            had += done.rows_affected();
         }
-        for table in tables {
+        for table in [
+            "recovery_codes",
+            "pending_sign_ins",
+            "passkey_challenges",
+            "sessions",
+        ] {
             sqlx::query(&format!("DELETE FROM {table} WHERE user_id = $1"))
                 .bind(user_id)
                 .execute(&mut *tx)
@@ -207,16 +283,12 @@ impl Store {
         let event = Revocation::User {
             sub: user_id.to_string(),
         };
-        if sign_out {
-            revoke_user_families(&mut tx, user_id, None).await?;
-            events::append(&mut tx, self.backend, &event).await?;
-        }
+        revoke_user_families(&mut tx, user_id, None).await?;
+        events::append(&mut tx, self.backend, &event).await?;
         tx.commit().await?;
         drop(exclusive);
-        if sign_out {
-            self.ring_events(&event);
-        }
-        Ok(done.rows_affected() > 0)
+        self.ring_events(&event);
+        Ok(had > 0)
     }
 
     /// A sign-in of `user_id` whose password was right, waiting `lifetime` seconds for its second
@@ -321,12 +393,22 @@ mod tests {
             assert!(store.use_recovery_code(id, &normalized[3]).await.unwrap());
             assert!(!store.use_recovery_code(id, &normalized[3]).await.unwrap());
             assert_eq!(store.recovery_codes_left(id).await.unwrap(), 9);
+            // Made anew: the old ones stop working, the new ones work once.
+            let fresh: Vec<String> = totp::new_recovery_codes()
+                .iter()
+                .filter_map(|c| totp::normalize_recovery_code(c))
+                .collect();
+            store.replace_recovery_codes(id, &fresh).await.unwrap();
+            assert_eq!(store.recovery_codes_left(id).await.unwrap(), 10);
+            assert!(!store.use_recovery_code(id, &normalized[4]).await.unwrap());
+            assert!(store.use_recovery_code(id, &fresh[0]).await.unwrap());
+            assert!(!store.use_recovery_code(id, &fresh[0]).await.unwrap());
             let pending = store.start_pending_sign_in(id, 60).await.unwrap();
             assert_eq!(
                 store.pending_sign_in(&pending).await.unwrap().unwrap().id,
                 id
             );
-            assert!(store.reset_second_factors(id).await.unwrap());
+            assert!(store.remove_totp(id).await.unwrap());
             assert!(store.pending_sign_in(&pending).await.unwrap().is_none());
             assert!(!store.has_second_factor(id).await.unwrap());
             assert_eq!(store.recovery_codes_left(id).await.unwrap(), 0);

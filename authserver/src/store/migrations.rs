@@ -591,6 +591,47 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "UPDATE applications SET allowed_scopes = '*' WHERE allowed_scopes = ''",
         "UPDATE applications SET allowed_scopes = '*' WHERE allowed_scopes = ''",
     ),
+    (
+        24,
+        // Passkeys (issue 41 item 2): each user's WebAuthn credentials (the credential id and
+        // the COSE public key in base64url, its algorithm, the authenticator's signature
+        // counter, the name its user gave it), and the challenges of ceremonies under way: the
+        // SHA-256 of each challenge, single use, bound to what started it (the digest of a
+        // session's secret, of a pending sign-in's cookie or of the sign-in page's pre-session
+        // cookie) and expiring.
+        "CREATE TABLE IF NOT EXISTS passkeys (
+        credential_id TEXT PRIMARY KEY,
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        public_key TEXT NOT NULL,
+        algorithm INTEGER NOT NULL,
+        sign_count INTEGER NOT NULL DEFAULT 0,
+        name TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        last_used_at INTEGER);
+    CREATE INDEX IF NOT EXISTS passkeys_user ON passkeys (user_id);
+    CREATE TABLE IF NOT EXISTS passkey_challenges (
+        digest TEXT PRIMARY KEY,
+        purpose TEXT NOT NULL,
+        binding TEXT NOT NULL,
+        user_id INTEGER REFERENCES users(id) ON DELETE CASCADE,
+        expires_at INTEGER NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS passkeys (
+        credential_id TEXT PRIMARY KEY,
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        public_key TEXT NOT NULL,
+        algorithm BIGINT NOT NULL,
+        sign_count BIGINT NOT NULL DEFAULT 0,
+        name TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        last_used_at BIGINT);
+    CREATE INDEX IF NOT EXISTS passkeys_user ON passkeys (user_id);
+    CREATE TABLE IF NOT EXISTS passkey_challenges (
+        digest TEXT PRIMARY KEY,
+        purpose TEXT NOT NULL,
+        binding TEXT NOT NULL,
+        user_id BIGINT REFERENCES users(id) ON DELETE CASCADE,
+        expires_at BIGINT NOT NULL)",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory

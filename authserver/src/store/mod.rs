@@ -22,6 +22,7 @@ mod groups;
 mod hot;
 mod migrations;
 mod oidc;
+mod passkeys;
 pub mod purge;
 mod registrations;
 mod resources;
@@ -50,6 +51,7 @@ pub use flash::NewFlash;
 pub use groups::Group;
 pub use hot::group_writer::{WriterKind, write_group_sizes};
 pub use oidc::{DEFAULT_ID_TOKEN_ALG, FamilySignIn, OidcClient, Profile};
+pub use passkeys::{ChallengePurpose, NewPasskey, PasskeyListed, StoredPasskey};
 pub use purge::Purged;
 pub use registrations::{
     DynamicClient, DynamicRecord, InitialAccessToken, NewRegistration, RegistrationUpdate,

@@ -91,6 +91,24 @@ async fn login_form(
     .await
 }
 
+/// The sign-in page again, 400, with `message` (a refused passkey sign-in).
+pub(super) async fn login_page_with_error(
+    state: &AppState,
+    headers: &HeaderMap,
+    next: String,
+    message: &str,
+) -> Response {
+    login_form(
+        state,
+        headers,
+        StatusCode::BAD_REQUEST,
+        String::new(),
+        next,
+        Some(message),
+    )
+    .await
+}
+
 async fn login(
     State(state): State<AppState>,
     ClientAddress(address): ClientAddress,

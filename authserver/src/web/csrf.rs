@@ -129,6 +129,12 @@ pub(crate) async fn login_token(
     Ok((sign(key, Purpose::SignIn, &binding), set))
 }
 
+/// The visitor's pre-session cookie value (what their sign-in forms are bound to), if it looks
+/// like ours: a sign-in without password binds its challenge to it.
+pub(crate) fn login_binding<'a>(state: &AppState, headers: &'a HeaderMap) -> Option<&'a str> {
+    cookie(headers, login_cookie(state).0).filter(|t| looks_like_token(t))
+}
+
 /// Accepts a sign-in form only when its hidden token is the one signed for its cookie.
 pub(crate) async fn verify_login(
     state: &AppState,

@@ -11,6 +11,7 @@ mod extractors;
 mod flash;
 mod forms;
 mod logout;
+mod passkeys;
 mod resources;
 mod second_factor;
 mod session;
@@ -31,6 +32,7 @@ use axum::routing::get;
 
 const STYLESHEET: &str = include_str!("../../static/style.css");
 const SCRIPT: &str = include_str!("../../static/app.js");
+const PASSKEYS_SCRIPT: &str = include_str!("../../static/passkeys.js");
 const FAVICON: &str = include_str!("../../static/favicon.svg");
 
 /// Every browser route, with the security headers all of them carry.
@@ -44,6 +46,7 @@ pub fn router() -> Router<AppState> {
         .merge(authorized::router())
         .merge(logout::router())
         .merge(second_factor::router())
+        .merge(passkeys::router())
         .route(
             "/static/style.css",
             get(|| async { asset("text/css; charset=utf-8", STYLESHEET) }),
@@ -51,6 +54,10 @@ pub fn router() -> Router<AppState> {
         .route(
             "/static/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        )
+        .route(
+            "/static/passkeys.js",
+            get(|| async { asset("text/javascript; charset=utf-8", PASSKEYS_SCRIPT) }),
         )
         // The pages name the icon; /favicon.ico is where browsers look without being told.
         .route(

@@ -1,11 +1,12 @@
 //! Second factors in the browser: `/accounts/login/code/`, the sign-in's second step for users
-//! with a TOTP factor (a code of their app or a recovery code, throttled as passwords are), and
-//! `/accounts/two-factor/`, where a signed-in user enrols an app (an `otpauth://` URI and its QR
-//! code, confirmed with a first code), receives recovery codes, or removes the factor.
+//! with a second factor (a code of their app or a recovery code, throttled as passwords are; a
+//! passkey, [`super::passkeys`]), and `/accounts/two-factor/`, where a signed-in user enrols an
+//! app (an `otpauth://` URI and its QR code, confirmed with a first code), receives recovery
+//! codes, or removes the factor, and lists, adds and removes their passkeys.
 
 use super::forms::FormData;
 use super::session::{SignedIn, append_cookie, cookie, login_url, safe_next, set_cookie};
-use super::templates::{LoginCodePage, Nav, TwoFactorPage};
+use super::templates::{LoginCodePage, Nav, PasskeyRow, TwoFactorPage};
 use super::{WebError, WebResult, csrf, render, see_other};
 use crate::AppState;
 use crate::client_ip::ClientAddress;
@@ -22,7 +23,7 @@ use serde::Deserialize;
 use std::net::IpAddr;
 
 /// The cookie naming a sign-in whose password was right, waiting for its second factor.
-const PENDING_COOKIE: &str = "tokengate_pending";
+pub(super) const PENDING_COOKIE: &str = "tokengate_pending";
 /// Where that cookie is sent: the sign-in pages only.
 const PENDING_PATH: &str = "/accounts/login/";
 /// Seconds a pending sign-in waits for its code.
@@ -79,7 +80,7 @@ struct NextQuery {
     next: Option<String>,
 }
 
-fn next_of(next: Option<&str>) -> String {
+pub(super) fn next_of(next: Option<&str>) -> String {
     next.and_then(safe_next)
         .unwrap_or(super::session::HOME)
         .to_owned()
@@ -95,20 +96,26 @@ async fn code_page(
         Some(token) => state.store.pending_sign_in(token).await?,
         None => None,
     };
-    if pending.is_none() {
+    let Some(user) = pending else {
         return Ok(see_other(&login_url(Some(&next))));
-    }
-    Ok(code_form(&state, &headers, StatusCode::OK, next, None).await)
+    };
+    code_form(&state, &headers, &user, StatusCode::OK, next, None).await
 }
 
+/// The second step's page for `user`: the code form when they have a TOTP factor or recovery
+/// codes, the passkey button when they have a passkey.
 async fn code_form(
     state: &AppState,
     headers: &HeaderMap,
+    user: &User,
     status: StatusCode,
     next: String,
     error: Option<&str>,
-) -> Response {
-    super::sign_in_page(
+) -> WebResult {
+    let totp = state.store.has_totp(user.id).await?;
+    let codes = totp || state.store.recovery_codes_left(user.id).await? > 0;
+    let passkey = state.store.has_passkey(user.id).await?;
+    Ok(super::sign_in_page(
         state,
         headers,
         status,
@@ -119,9 +126,71 @@ async fn code_form(
             next,
             error: error.map(str::to_owned),
             application,
+            totp,
+            codes,
+            passkey,
         },
     )
+    .await)
+}
+
+/// The second step's page again, 400, with `message` (a refused passkey).
+pub(super) async fn code_page_with_error(
+    state: &AppState,
+    headers: &HeaderMap,
+    user: &User,
+    next: String,
+    message: &str,
+) -> WebResult {
+    code_form(
+        state,
+        headers,
+        user,
+        StatusCode::BAD_REQUEST,
+        next,
+        Some(message),
+    )
     .await
+}
+
+/// The second step's page, 429 with `Retry-After`: too many wrong factors.
+pub(super) async fn throttled_code_page(
+    state: &AppState,
+    headers: &HeaderMap,
+    user: &User,
+    next: String,
+) -> WebResult {
+    let page = code_form(
+        state,
+        headers,
+        user,
+        StatusCode::TOO_MANY_REQUESTS,
+        next,
+        Some(THROTTLED),
+    )
+    .await?;
+    Ok(throttled(page))
+}
+
+/// Ends the pending sign-in named by `token` (one request does) and signs `user` in with the
+/// methods `amr`; back to the sign-in page for a request that came second.
+pub(super) async fn finish_sign_in(
+    state: &AppState,
+    headers: &HeaderMap,
+    token: &str,
+    user: &User,
+    amr: &str,
+    next: &str,
+) -> WebResult {
+    if !state.store.end_pending_sign_in(token).await? {
+        return Ok(see_other(&login_url(Some(next))));
+    }
+    let mut response = super::session::start_session(state, headers, user, amr, next).await?;
+    append_cookie(
+        &mut response,
+        &set_cookie(state, PENDING_COOKIE, "", PENDING_PATH, Some(0)),
+    );
+    Ok(response)
 }
 
 /// What checking a code gave.
@@ -145,17 +214,20 @@ async fn check_code(
         crate::metrics::METRICS.throttled(crate::metrics::Throttled::SignIn);
         return Ok(CodeCheck::Throttled);
     }
-    let right = match state.store.totp_factor(user_id).await? {
+    let step = match state.store.totp_factor(user_id).await? {
         Some(factor) if factor.confirmed => {
-            match totp::verify(&factor.secret, code, now(), factor.last_step) {
-                Some(step) => state.store.use_totp_step(user_id, step).await?,
-                None => match totp::normalize_recovery_code(code) {
-                    Some(recovery) => state.store.use_recovery_code(user_id, &recovery).await?,
-                    None => false,
-                },
-            }
+            totp::verify(&factor.secret, code, now(), factor.last_step)
         }
-        _ => false,
+        _ => None,
+    };
+    // Recovery codes stand in for any factor (they outlive a TOTP factor removed while
+    // passkeys stay).
+    let right = match step {
+        Some(step) => state.store.use_totp_step(user_id, step).await?,
+        None => match totp::normalize_recovery_code(code) {
+            Some(recovery) => state.store.use_recovery_code(user_id, &recovery).await?,
+            None => false,
+        },
     };
     if right {
         throttle.succeeded(&state.store).await?;
@@ -192,37 +264,10 @@ async fn code_submitted(
     };
     let code = form.text("code");
     match check_code(&state, user.id, &code, address).await? {
-        CodeCheck::Throttled => Ok(throttled(
-            code_form(
-                &state,
-                &headers,
-                StatusCode::TOO_MANY_REQUESTS,
-                next,
-                Some(THROTTLED),
-            )
-            .await,
-        )),
-        CodeCheck::Wrong => Ok(code_form(
-            &state,
-            &headers,
-            StatusCode::BAD_REQUEST,
-            next,
-            Some(WRONG_CODE),
-        )
-        .await),
+        CodeCheck::Throttled => throttled_code_page(&state, &headers, &user, next).await,
+        CodeCheck::Wrong => code_page_with_error(&state, &headers, &user, next, WRONG_CODE).await,
         CodeCheck::Right => {
-            // One request finishes a pending sign-in.
-            if !state.store.end_pending_sign_in(&token).await? {
-                return Ok(see_other(&login_url(Some(&next))));
-            }
-            let mut response =
-                super::session::start_session(&state, &headers, &user, AMR_PASSWORD_AND_OTP, &next)
-                    .await?;
-            append_cookie(
-                &mut response,
-                &set_cookie(&state, PENDING_COOKIE, "", PENDING_PATH, Some(0)),
-            );
-            Ok(response)
+            finish_sign_in(&state, &headers, &token, &user, AMR_PASSWORD_AND_OTP, &next).await
         }
     }
 }
@@ -269,6 +314,8 @@ fn setup_page(
         recovery_codes: Vec::new(),
         recovery_left: 0,
         error: error.map(str::to_owned),
+        passkeys: Vec::new(),
+        has_factor: false,
     }
 }
 
@@ -282,20 +329,56 @@ fn enabled_page(signed_in: &SignedIn, recovery_left: i64, error: Option<&str>) -
         recovery_codes: Vec::new(),
         recovery_left,
         error: error.map(str::to_owned),
+        passkeys: Vec::new(),
+        has_factor: true,
     }
 }
 
-/// `GET /accounts/two-factor/`: the factor's state, or its enrolment (a new secret, kept
-/// unconfirmed until a first code).
-async fn two_factor_page(State(state): State<AppState>, signed_in: SignedIn) -> WebResult {
+/// Renders `page` with the user's passkeys (and, beside a TOTP factor being enrolled, whether
+/// they have another factor: the recovery codes can then be made anew).
+async fn show(
+    state: &AppState,
+    signed_in: &SignedIn,
+    status: StatusCode,
+    mut page: TwoFactorPage,
+) -> WebResult {
+    let user_id = signed_in.user.id;
+    page.passkeys = state
+        .store
+        .passkeys_of(user_id)
+        .await?
+        .into_iter()
+        .map(|passkey| PasskeyRow {
+            credential_id: passkey.credential_id,
+            name: passkey.name,
+            created: super::templates::utc(passkey.created_at),
+            last_used: passkey
+                .last_used_at
+                .map_or_else(|| "never".to_owned(), super::templates::utc),
+        })
+        .collect();
+    page.has_factor = page.has_factor || !page.passkeys.is_empty();
+    if page.stage == "setup" && page.has_factor {
+        page.recovery_left = state.store.recovery_codes_left(user_id).await?;
+    }
+    Ok(render(status, &page))
+}
+
+/// The two-factor page as [`two_factor_page`] shows it, with `status` and `error`.
+pub(super) async fn two_factor_view(
+    state: &AppState,
+    signed_in: &SignedIn,
+    status: StatusCode,
+    error: Option<&str>,
+) -> WebResult {
     let user_id = signed_in.user.id;
     let factor = state.store.totp_factor(user_id).await?;
     let page = match factor {
         Some(factor) if factor.confirmed => {
             let left = state.store.recovery_codes_left(user_id).await?;
-            enabled_page(&signed_in, left, None)
+            enabled_page(signed_in, left, error)
         }
-        Some(factor) => setup_page(&state, &signed_in, &factor.secret, None),
+        Some(factor) => setup_page(state, signed_in, &factor.secret, error),
         None => {
             // Two first visits at once (two tabs, a prefetch) keep the first secret: the page
             // shows the one stored, which its first code will confirm.
@@ -304,16 +387,24 @@ async fn two_factor_page(State(state): State<AppState>, signed_in: SignedIn) -> 
                 .start_totp_enrolment(user_id, &totp::new_secret())
                 .await?;
             match state.store.totp_factor(user_id).await? {
-                Some(factor) => setup_page(&state, &signed_in, &factor.secret, None),
+                Some(factor) => setup_page(state, signed_in, &factor.secret, error),
                 None => return Ok(see_other(TWO_FACTOR_PAGE)),
             }
         }
     };
-    Ok(render(StatusCode::OK, &page))
+    show(state, signed_in, status, page).await
+}
+
+/// `GET /accounts/two-factor/`: the factor's state, or its enrolment (a new secret, kept
+/// unconfirmed until a first code); the user's passkeys.
+async fn two_factor_page(State(state): State<AppState>, signed_in: SignedIn) -> WebResult {
+    two_factor_view(&state, &signed_in, StatusCode::OK, None).await
 }
 
 /// `POST /accounts/two-factor/`: `action=confirm` with a first code (then the recovery codes,
-/// shown once), or `action=remove` with a code (of the app or a recovery code).
+/// shown once), `action=remove` with a code (of the app or a recovery code), or
+/// `action=recovery-codes`: new recovery codes for a user with a factor (the old ones stop
+/// working), shown once.
 async fn two_factor_submitted(
     State(state): State<AppState>,
     ClientAddress(address): ClientAddress,
@@ -323,6 +414,9 @@ async fn two_factor_submitted(
     csrf::verify_token(&signed_in.form_token, &form)?;
     let user_id = signed_in.user.id;
     let code = form.text("code");
+    if form.get("action") == Some("recovery-codes") {
+        return new_recovery_codes(&state, &signed_in).await;
+    }
     let Some(factor) = state.store.totp_factor(user_id).await? else {
         return Ok(see_other(TWO_FACTOR_PAGE));
     };
@@ -331,12 +425,13 @@ async fn two_factor_submitted(
             let throttle = Throttle::second_factor(&state.store, user_id, address).await?;
             if throttle.refused() {
                 let page = setup_page(&state, &signed_in, &factor.secret, Some(THROTTLED));
-                return Ok(throttled(render(StatusCode::TOO_MANY_REQUESTS, &page)));
+                let status = StatusCode::TOO_MANY_REQUESTS;
+                return Ok(throttled(show(&state, &signed_in, status, page).await?));
             }
             let Some(step) = totp::verify(&factor.secret, &code, now(), 0) else {
                 throttle.failed(&state.store).await?;
                 let page = setup_page(&state, &signed_in, &factor.secret, Some(WRONG_CODE));
-                return Ok(render(StatusCode::BAD_REQUEST, &page));
+                return show(&state, &signed_in, StatusCode::BAD_REQUEST, page).await;
             };
             throttle.succeeded(&state.store).await?;
             let codes = totp::new_recovery_codes();
@@ -357,25 +452,49 @@ async fn two_factor_submitted(
             let mut page = enabled_page(&signed_in, codes.len() as i64, None);
             page.stage = "recovery";
             page.recovery_codes = codes;
-            Ok(render(StatusCode::OK, &page))
+            show(&state, &signed_in, StatusCode::OK, page).await
         }
         (Some("remove"), true) => match check_code(&state, user_id, &code, address).await? {
             CodeCheck::Right => {
-                state.store.reset_second_factors(user_id).await?;
+                state.store.remove_totp(user_id).await?;
                 tracing::info!(user_id, "TOTP factor removed by its user");
                 Ok(see_other(TWO_FACTOR_PAGE))
             }
             CodeCheck::Wrong => {
                 let left = state.store.recovery_codes_left(user_id).await?;
                 let page = enabled_page(&signed_in, left, Some(WRONG_CODE));
-                Ok(render(StatusCode::BAD_REQUEST, &page))
+                show(&state, &signed_in, StatusCode::BAD_REQUEST, page).await
             }
             CodeCheck::Throttled => {
                 let left = state.store.recovery_codes_left(user_id).await?;
                 let page = enabled_page(&signed_in, left, Some(THROTTLED));
-                Ok(throttled(render(StatusCode::TOO_MANY_REQUESTS, &page)))
+                let status = StatusCode::TOO_MANY_REQUESTS;
+                Ok(throttled(show(&state, &signed_in, status, page).await?))
             }
         },
         _ => Ok(see_other(TWO_FACTOR_PAGE)),
     }
+}
+
+/// New recovery codes for a user with a second factor, replacing theirs (the old ones stop
+/// working), shown once on the page.
+async fn new_recovery_codes(state: &AppState, signed_in: &SignedIn) -> WebResult {
+    let user_id = signed_in.user.id;
+    if !state.store.has_second_factor(user_id).await? {
+        return Ok(see_other(TWO_FACTOR_PAGE));
+    }
+    let codes = totp::new_recovery_codes();
+    let stored: Vec<String> = codes
+        .iter()
+        .filter_map(|c| totp::normalize_recovery_code(c))
+        .collect();
+    state.store.replace_recovery_codes(user_id, &stored).await?;
+    tracing::info!(user_id, "recovery codes made anew");
+    let mut page = match state.store.totp_factor(user_id).await? {
+        Some(factor) if !factor.confirmed => setup_page(state, signed_in, &factor.secret, None),
+        _ => enabled_page(signed_in, codes.len() as i64, None),
+    };
+    page.recovery_codes = codes;
+    page.has_factor = true;
+    show(state, signed_in, StatusCode::OK, page).await
 }

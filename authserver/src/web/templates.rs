@@ -127,6 +127,21 @@ pub(crate) struct LoginCodePage {
     pub error: Option<String>,
     /// The application an authorization in progress is for, named on the page.
     pub application: Option<String>,
+    /// The user has a TOTP factor: the code form asks for its code.
+    pub totp: bool,
+    /// The user has a TOTP factor or recovery codes: the code form is shown.
+    pub codes: bool,
+    /// The user has a passkey: the page offers it.
+    pub passkey: bool,
+}
+
+/// One of a user's passkeys on their two-factor page.
+pub(crate) struct PasskeyRow {
+    /// base64url.
+    pub credential_id: String,
+    pub name: String,
+    pub created: String,
+    pub last_used: String,
 }
 
 /// `/accounts/two-factor/`: enrolment (`setup`), the codes shown once (`recovery`), or the
@@ -144,6 +159,9 @@ pub(crate) struct TwoFactorPage {
     pub recovery_codes: Vec<String>,
     pub recovery_left: i64,
     pub error: Option<String>,
+    pub passkeys: Vec<PasskeyRow>,
+    /// The user has a second factor (TOTP or a passkey): recovery codes can be made anew.
+    pub has_factor: bool,
 }
 
 /// One line of the applications list.
