@@ -745,9 +745,13 @@ mod tests {
 
     #[test]
     fn the_stacks_overrides_win_over_the_environment_and_are_named_in_errors() {
-        let yaml = "introspection: {url: 'http://file/i', client_id: f, client_secret: s}\n\
-                    routes: [{name: r, prefix: /}]\n\
-                    revocation: {configuration_url: 'http://file/ssf'}\n";
+        let yaml = [
+            "introspection: {url: 'http://file/i', client_id: f, client_secret: s}",
+            "routes: [{name: r, prefix: /}]",
+            "revocation: {configuration_url: 'http://file/ssf'}",
+        ]
+        .join("\n");
+        let yaml = yaml.as_str();
         let env = [
             ("PROXY_INTROSPECTION_URL", "http://env/i"),
             ("PROXY_CLIENT_ID", "from-env"),
