@@ -378,10 +378,7 @@ impl Settings {
         if all_read {
             layers.check_all_read()?;
         }
-        settings.document = Document {
-            env: recorder.into_seen(),
-            ..document.clone()
-        };
+        settings.document = document.having_read(recorder.into_seen());
         Ok(settings)
     }
 
@@ -1297,6 +1294,37 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         assert!(error.contains("nested deeper than 128 levels"), "{error}");
         assert!(error.contains(&path.display().to_string()), "{error}");
+    }
+
+    #[test]
+    fn the_stacks_overrides_are_validated_and_named_and_a_defaulted_audience_follows() {
+        let env = |key: &str| (key == "AUTHSERVER_ISSUER").then(|| "http://127.0.0.1:1".to_owned());
+        let read = Settings::validate(&Document::new("c.yaml", ""), &env, false).unwrap();
+        assert_eq!(read.issuer, "http://127.0.0.1:1");
+        let moved = read
+            .with_overrides(&Overrides::from([("issuer", "http://127.0.0.1:9000")]))
+            .unwrap();
+        assert_eq!(
+            moved.issuer, "http://127.0.0.1:9000",
+            "the override wins over the variable"
+        );
+        assert_eq!(moved.access_token_audience, "http://127.0.0.1:9000");
+        let err = read
+            .with_overrides(&Overrides::from([("issuer", "ftp://x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("key \"issuer\" set by the stack: "),
+            "{err}"
+        );
+        let err = read
+            .with_overrides(&Overrides::from([("isuer", "http://x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("key \"isuer\" set by the stack: not a setting"),
+            "{err}"
+        );
     }
 
     #[test]

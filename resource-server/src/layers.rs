@@ -260,6 +260,17 @@ impl Document {
         }
     }
 
+    /// The same document, with the variables `seen` (by a [`Recorder`]) added to those it
+    /// kept: a variable an override hides now is still there if the override goes.
+    pub fn having_read(&self, seen: BTreeMap<String, String>) -> Document {
+        let mut env = self.env.clone();
+        env.extend(seen);
+        Document {
+            env,
+            ..self.clone()
+        }
+    }
+
     /// The environment this document was validated with.
     pub fn recorded_env(&self) -> impl Fn(&str) -> Option<String> + '_ {
         |key| self.env.get(key).cloned()

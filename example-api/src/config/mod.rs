@@ -141,10 +141,7 @@ fn validate(
     if all_read {
         validator.layers.check_all_read()?;
     }
-    config.document = Document {
-        env: recorder.into_seen(),
-        ..document.clone()
-    };
+    config.document = document.having_read(recorder.into_seen());
     Ok(config)
 }
 

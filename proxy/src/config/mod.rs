@@ -430,10 +430,7 @@ fn validate(
     if check == Check::Start {
         validator.layers.check_all_read()?;
     }
-    config.document = Document {
-        env: recorder.into_seen(),
-        ..document.clone()
-    };
+    config.document = document.having_read(recorder.into_seen());
     Ok(config)
 }
 
