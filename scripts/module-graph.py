@@ -24,7 +24,7 @@ ROOT = pathlib.Path(os.environ.get("MODULE_GRAPH_ROOT") or pathlib.Path(__file__
 LAYERS = {
     "resource-server": [
         ["metrics", "bounded_body", "secret_file"],
-        ["bearer", "claims", "cors", "identity", "policy", "process", "introspection", "outage", "yaml", "config_error", "revoked", "dpop"],
+        ["bearer", "claims", "cors", "identity", "policy", "process", "introspection", "outage", "yaml", "config_error", "layers", "revoked", "dpop"],
         ["rules"],
         ["decision", "checker", "forwarded", "client_cert", "protected_resource"],
         ["audience", "dpop_gate"],

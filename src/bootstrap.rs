@@ -7,13 +7,11 @@
 use anyhow::Context;
 use authserver::config::Settings;
 use authserver::jwt::KeyRing;
-use authserver::key_encryption::{KeyEncryption, SECRETS_VAR};
 use authserver::registration;
 use authserver::secrets::random_token;
 use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, OidcClient, Store};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 
 /// What the first start created; shown once, never stored in the clear. `Debug` hides the
 /// secrets.
@@ -192,14 +190,11 @@ pub async fn proxy_secret(
     Ok(secret)
 }
 
-/// The key-encryption keys of the signing keys when the settings give none: those of the
-/// secret kept in `file` (in the data directory), created on the first start (a random secret,
-/// mode 0600; never replacing a file that is there, also when two stacks start at once).
-pub fn key_encryption(file: &Path) -> anyhow::Result<Arc<KeyEncryption>> {
-    let origin = format!(
-        "the stack's secret file {} (or set {SECRETS_VAR})",
-        file.display()
-    );
+/// The file holding the secret the signing keys are encrypted with when the settings give none
+/// (in the data directory), created on the first start (a random secret, mode 0600; never
+/// replacing a file that is there, also when two stacks start at once). The stack then hands it
+/// to the authorization server as its `secrets_system_file`.
+pub fn ensure_secret_file(file: &Path) -> anyhow::Result<()> {
     if !file.exists() {
         write_new_secret(file, &random_token()).with_context(|| {
             format!(
@@ -208,9 +203,7 @@ pub fn key_encryption(file: &Path) -> anyhow::Result<Arc<KeyEncryption>> {
             )
         })?;
     }
-    let kek = KeyEncryption::from_file(file, &origin)
-        .map_err(|problem| anyhow::anyhow!("{origin}: {problem}"))?;
-    Ok(Arc::new(kek))
+    Ok(())
 }
 
 /// A client_credentials application that may introspect and use the revocation stream: what a

@@ -6,12 +6,10 @@ pub mod bootstrap;
 use anyhow::{Context, bail};
 use authserver::config::Settings;
 use authserver::store::Store;
-use proxy::config::UpstreamAddr;
 use proxy::{ProxyConfig, ProxyHandle};
-use resource_server::ClientAuth;
+use resource_server::layers::Overrides;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -97,7 +95,13 @@ pub const SECRETS_SYSTEM_FILE: &str = "secrets-system";
 
 /// Starts the authorization server and the example API on their listen addresses (port 0 = any
 /// free port), then the proxy in front of both.
-pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
+///
+/// What the stack decides for its parts (the per-start proxy secret, the front door's port and
+/// the issuer that follows it, the key-encryption secret's file, where the two servers really
+/// listen, the proxy's introspection client) is handed to each part as the override layer of
+/// its settings, and each validates again: nothing validated is edited afterwards, and an error
+/// names the key "set by the stack".
+pub async fn start(config: StackConfig) -> anyhow::Result<Stack> {
     if config.api.gate.token_source != resource_server::TokenSource::BehindProxy {
         bail!(
             "{}: the stack runs the example API behind the proxy: set token_source: behind_proxy",
@@ -108,30 +112,32 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
     // X-Forwarded-For, only with this per-start secret, which the proxy adds and strips from
     // clients: not from any other process that reaches their loopback ports. One the operator
     // gave the example API (EXAMPLE_API_PROXY_SECRET) is kept.
-    let proxy_proof = match config.api.gate.proxy_secret.clone() {
-        Some(given) => given,
-        None => resource_server::ProxySecret::new(&authserver::secrets::random_token())
-            .map_err(anyhow::Error::msg)?,
+    let proxy_proof = match &config.api.gate.proxy_secret {
+        Some(given) => given.expose().to_owned(),
+        None => authserver::secrets::random_token(),
     };
-    config.api.gate.proxy_secret = Some(proxy_proof.clone());
-    config.authserver.proxy_secret = Some(proxy_proof.clone());
+    let api = config
+        .api
+        .with_overrides(&Overrides::from([("proxy_secret", proxy_proof.as_str())]))?;
     // The front door's port is chosen now (port 0: a free one), so that the issuer can name it.
-    config.proxy.listen = proxy::server::claim_port(config.proxy.listen)?;
+    let front_door = proxy::server::claim_port(config.proxy.listen)?;
+    let mut decided = Overrides::from([("proxy_secret", proxy_proof.as_str())]);
     if let Some(issuer) = front_door_issuer(
         &config.authserver.issuer,
         config.authserver.issuer_is_listen,
-        config.proxy.listen,
+        front_door,
     ) {
         tracing::info!(%issuer, "the issuer (and a defaulted JWT audience) follows the front door's address");
-        config.authserver.set_issuer(issuer);
+        decided.set("issuer", issuer);
     }
-    let key_encryption = match config.authserver.key_encryption.clone() {
-        Some(kek) => kek,
-        None => bootstrap::key_encryption(&config.data_dir.join(SECRETS_SYSTEM_FILE))?,
-    };
-    config.authserver.key_encryption = Some(key_encryption);
-    let store = authserver::server::open_store(&config.authserver).await?;
-    let first_run = bootstrap::first_run(&store, &config.authserver).await?;
+    if config.authserver.key_encryption.is_none() {
+        let file = config.data_dir.join(SECRETS_SYSTEM_FILE);
+        bootstrap::ensure_secret_file(&file)?;
+        decided.set("secrets_system_file", file.display().to_string());
+    }
+    let settings = config.authserver.with_overrides(&decided)?;
+    let store = authserver::server::open_store(&settings).await?;
+    let first_run = bootstrap::first_run(&store, &settings).await?;
     let secret_file = config.data_dir.join(PROXY_SECRET_FILE);
     let proxy_client_id = bootstrap::proxy_client_id(
         &store,
@@ -141,20 +147,28 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
     )
     .await?;
     let proxy_secret =
-        bootstrap::proxy_secret(&store, &config.authserver, &proxy_client_id, &secret_file).await?;
+        bootstrap::proxy_secret(&store, &settings, &proxy_client_id, &secret_file).await?;
 
     let mut stops = Vec::new();
     let mut tasks = Vec::new();
-    let auth_listener = bind(config.authserver.listen, "authserver").await?;
+    let auth_listener = bind(settings.listen, "authserver").await?;
     let authserver_addr = auth_listener.local_addr()?;
-    let api_listener = bind(config.api.listen, "example API").await?;
+    let api_listener = bind(api.listen, "example API").await?;
     let api_addr = api_listener.local_addr()?;
 
-    let state = authserver::server::ready(authserver::AppState::new(
-        config.authserver.clone(),
-        store.clone(),
-    ))
-    .await?;
+    let proxy_config = config.proxy.with_overrides(&proxy_decisions(
+        &config.proxy,
+        &settings,
+        ProxyParts {
+            front_door,
+            authserver: authserver_addr,
+            api: api_addr,
+            proof: &proxy_proof,
+            client: (&proxy_client_id, &proxy_secret),
+        },
+    )?)?;
+    let state =
+        authserver::server::ready(authserver::AppState::new(settings, store.clone())).await?;
     let (stop, stopped) = oneshot::channel();
     stops.push(stop);
     tasks.push(tokio::spawn(authserver::serve(
@@ -163,10 +177,8 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         async { drop(stopped.await) },
     )));
 
-    let api_state = example_api::AppState::new(
-        store.clone(),
-        example_api::guard::Guard::from_config(&config.api)?,
-    );
+    let api_state =
+        example_api::AppState::new(store.clone(), example_api::guard::Guard::from_config(&api)?);
     let (stop, stopped) = oneshot::channel();
     stops.push(stop);
     tasks.push(tokio::spawn(example_api::serve(
@@ -175,47 +187,7 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         async { drop(stopped.await) },
     )));
 
-    // The proxy introspects at the authserver upstream; keep it there when that moves.
-    let file_authserver = point_upstream(&mut config.proxy, "authserver", authserver_addr)?;
-    point_upstream(&mut config.proxy, "api", api_addr)?;
-    for upstream in ["api", "authserver"] {
-        prove_to_upstream(&mut config.proxy, upstream, &proxy_proof)?;
-    }
-    let Some(introspection) = config.proxy.gate.introspection.as_mut() else {
-        bail!("proxy configuration: the stack's proxy introspects at the authserver");
-    };
-    let url = &mut introspection.settings.url;
-    if let Some(path) = url.strip_prefix(&format!("http://{file_authserver}/")) {
-        *url = format!("http://{authserver_addr}/{path}");
-    }
-    // The revocation stream comes from the same authserver, with the same client.
-    if let Some(revocation) = config.proxy.gate.revocation.as_mut() {
-        let r = revocation;
-        for url in [
-            Some(&mut r.configuration_url),
-            r.token_url.as_mut(),
-            r.jwks_uri.as_mut(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            if let Some(path) = url.strip_prefix(&format!("http://{file_authserver}/")) {
-                *url = format!("http://{authserver_addr}/{path}");
-            }
-        }
-        if r.audience == r.client_id {
-            r.audience = proxy_client_id.clone();
-        }
-        r.client_id = proxy_client_id.clone();
-        r.client_secret = proxy_secret.clone();
-    }
-    introspection.settings.auth = ClientAuth::ClientSecret {
-        client_id: proxy_client_id,
-        client_secret: proxy_secret,
-        secret_file: None,
-    };
-    front_door_resource(&mut config.proxy, &config.authserver);
-    let proxy = tokio::task::spawn_blocking(move || proxy::spawn(config.proxy)).await??;
+    let proxy = tokio::task::spawn_blocking(move || proxy::spawn(proxy_config)).await??;
     Ok(Stack {
         front_door: proxy.listen_addr(),
         proxy_admin: proxy.admin_addr(),
@@ -249,90 +221,78 @@ async fn bind(addr: SocketAddr, what: &str) -> anyhow::Result<tokio::net::TcpLis
         .with_context(|| format!("{what}: cannot listen on {addr}"))
 }
 
-/// Points the proxy's upstream `name` at where that server really listens, now and on every
-/// rule reload (as a `PROXY_UPSTREAM_<NAME>_ADDRESS` override). Returns the address the file gave.
-fn point_upstream(
-    config: &mut ProxyConfig,
-    name: &str,
-    addr: SocketAddr,
-) -> anyhow::Result<UpstreamAddr> {
-    let var = proxy::config::upstream_address_var(name);
-    override_upstream(config, name, var, addr.to_string(), |u| {
-        let file = std::mem::replace(&mut u.addresses, vec![UpstreamAddr::Socket(addr)]);
-        u.weights = vec![1];
-        file.into_iter()
-            .next()
-            .unwrap_or(UpstreamAddr::Socket(addr))
-    })
+/// What the stack has settled when it starts the proxy.
+struct ProxyParts<'a> {
+    /// The front door's address (its port claimed).
+    front_door: SocketAddr,
+    /// Where the two servers behind it listen.
+    authserver: SocketAddr,
+    api: SocketAddr,
+    /// The per-start secret the proxy proves itself to both with.
+    proof: &'a str,
+    /// The proxy's introspection client: id and secret.
+    client: (&'a str, &'a str),
 }
 
-/// Has the proxy prove itself to upstream `name` with `secret`, now and on every rule reload (as
-/// a `PROXY_UPSTREAM_<NAME>_PROXY_SECRET` override).
-fn prove_to_upstream(
-    config: &mut ProxyConfig,
-    name: &str,
-    secret: &resource_server::ProxySecret,
-) -> anyhow::Result<()> {
-    let var = proxy::config::upstream_secret_var(name);
-    let mut value = http::HeaderValue::from_str(secret.expose())?;
-    value.set_sensitive(true);
-    override_upstream(config, name, var, secret.expose().to_owned(), |u| {
-        u.proxy_secret = Some(value);
-    })
-}
-
-/// Sets the in-process override `var` of upstream `name` and `apply`s it to the upstream in
-/// force; `apply`'s result is returned.
-fn override_upstream<T>(
-    config: &mut ProxyConfig,
-    name: &str,
-    var: String,
-    value: String,
-    apply: impl FnOnce(&mut proxy::Upstream) -> T,
-) -> anyhow::Result<T> {
-    let Some(current) = config.upstreams.get(name) else {
-        bail!("proxy configuration: the stack needs an upstream named \"{name}\"");
-    };
-    let mut upstream = (**current).clone();
-    let out = apply(&mut upstream);
-    config.upstreams.insert(name.to_owned(), Arc::new(upstream));
-    config.upstream_overrides.0.insert(var, value);
-    Ok(out)
-}
-
-/// Makes the front door a protected resource (RFC 9728) when the proxy's file names none: its
-/// `resource` is the audience the authorization server gives tokens requested without
-/// `resource` (its `access_token_audience`: by default its issuer, the front door's URL), so
-/// that such tokens (the seed's password flow) still pass, and its `authorization_servers` is
-/// that issuer. Kept on every rule reload (as the `PROXY_RESOURCE` and
-/// `PROXY_AUTHORIZATION_SERVERS` overrides). An audience that is not a URL stays the proxy's
-/// audience, without metadata.
-fn front_door_resource(proxy: &mut ProxyConfig, authserver: &Settings) {
-    let gate = &mut proxy.gate;
-    if gate.resource.is_some() {
-        return;
-    }
-    let audience = &authserver.access_token_audience;
-    if resource_server::protected_resource::check_resource(audience).is_err() {
-        if gate.audience.is_none() {
-            gate.audience = resource_server::Audience::new(vec![audience.clone()]).ok();
+/// The proxy's settings the stack decides, as overrides of its file's keys (kept on every rule
+/// reload): the front door's port; the `authserver` and `api` upstreams where those servers
+/// listen, proven to with the per-start secret; introspection and the revocation stream at the
+/// authorization server, with the stack's own client; and, when the proxy's file names no
+/// `resource`, the front door as a protected resource (RFC 9728) whose `resource` is the audience
+/// the authorization server gives tokens requested without `resource` (its
+/// `access_token_audience`: by default its issuer, the front door's URL), so that such tokens
+/// (the seed's password flow) still pass, and whose `authorization_servers` is that issuer. An
+/// audience that is not a URL stays the proxy's audience, without metadata.
+fn proxy_decisions(
+    proxy: &ProxyConfig,
+    authserver: &Settings,
+    parts: ProxyParts<'_>,
+) -> anyhow::Result<Overrides> {
+    for name in ["authserver", "api"] {
+        if !proxy.upstreams.contains_key(name) {
+            bail!("proxy configuration: the stack needs an upstream named \"{name}\"");
         }
-        return;
     }
-    let overrides = &mut proxy.upstream_overrides.0;
-    overrides.insert("PROXY_RESOURCE".into(), audience.clone());
-    overrides.insert(
-        "PROXY_AUTHORIZATION_SERVERS".into(),
-        authserver.issuer.clone(),
-    );
-    gate.resource = Some(resource_server::ResourceSettings {
-        resource: audience.clone(),
-        authorization_servers: vec![authserver.issuer.clone()],
-        resource_name: None,
-    });
-    if gate.audience.is_none() {
-        gate.audience = resource_server::Audience::new(vec![audience.clone()]).ok();
+    if proxy.gate.introspection.is_none() {
+        bail!("proxy configuration: the stack's proxy introspects at the authserver");
     }
+    let at_authserver = |path: &str| format!("http://{}{path}", parts.authserver);
+    let (client_id, client_secret) = parts.client;
+    let mut decided = Overrides::from([
+        ("listen", parts.front_door.to_string()),
+        ("upstreams.authserver.address", parts.authserver.to_string()),
+        ("upstreams.api.address", parts.api.to_string()),
+        ("upstreams.authserver.proxy_secret", parts.proof.to_owned()),
+        ("upstreams.api.proxy_secret", parts.proof.to_owned()),
+        (
+            "introspection.url",
+            at_authserver(authserver::oauth::INTROSPECTION_PATH),
+        ),
+        ("introspection.client_id", client_id.to_owned()),
+        ("introspection.client_secret", client_secret.to_owned()),
+    ]);
+    // The revocation stream comes from the same authserver, with the same client.
+    if proxy.gate.revocation.is_some() {
+        decided
+            .set(
+                "revocation.configuration_url",
+                at_authserver(authserver::oauth::ssf::CONFIGURATION_PATH),
+            )
+            .set("revocation.client_id", client_id)
+            .set("revocation.client_secret", client_secret);
+    }
+    let gate = &proxy.gate;
+    let audience = &authserver.access_token_audience;
+    if gate.resource.is_none() {
+        if resource_server::protected_resource::check_resource(audience).is_ok() {
+            decided
+                .set("resource", audience.as_str())
+                .set("authorization_servers", authserver.issuer.as_str());
+        } else if gate.audience.is_none() {
+            decided.set("audience", audience.as_str());
+        }
+    }
+    Ok(decided)
 }
 
 /// The issuer the stack advertises: one left to default (the authserver's listen address) or a

@@ -149,13 +149,14 @@ async fn front_door() -> FrontDoor {
         "PROXY_CLIENT_SECRET" => Some(proxy_secret.clone()),
         _ => None,
     };
-    let secret_var = proxy::config::upstream_secret_var("api");
-    let mut config = proxy::load_config_with_env(&config_file, |key| {
-        env(key).or_else(|| (key == secret_var).then(|| api_secret.clone()))
-    })
-    .unwrap();
-    // Reloads read the same secret.
-    config.upstream_overrides.0.insert(secret_var, api_secret);
+    // Decided as the stack decides it: an override, which reloads keep.
+    let config = proxy::load_config_with_env(&config_file, env)
+        .unwrap()
+        .with_overrides(&proxy::config::Overrides::from([(
+            "upstreams.api.proxy_secret",
+            api_secret,
+        )]))
+        .unwrap();
     let proxy = tokio::task::spawn_blocking(move || proxy::spawn(config))
         .await
         .unwrap()

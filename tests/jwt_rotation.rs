@@ -36,9 +36,14 @@ async fn the_default_audience_follows_the_front_doors_issuer() {
         authserver::secrets::random_client_id()
     ));
     let database_url = format!("sqlite://{}/authserver.db", dir.display());
-    let mut config = stack_config(&database_url, &[("AUTHSERVER_ACCESS_TOKEN_FORMAT", "jwt")]);
     let front_door = format!("127.0.0.1:{}", free_port());
-    config.proxy.listen = front_door.parse().unwrap();
+    let config = stack_config(
+        &database_url,
+        &[
+            ("AUTHSERVER_ACCESS_TOKEN_FORMAT", "jwt"),
+            ("PROXY_LISTEN", &front_door),
+        ],
+    );
     let stack = tokengate::start(config).await.unwrap();
     let first = stack.first_run.clone().unwrap();
     let base = format!("http://{front_door}");
@@ -65,11 +70,16 @@ async fn key_rotation_under_load_through_the_proxy_fails_no_request() {
         authserver::secrets::random_client_id()
     ));
     let database_url = format!("sqlite://{}/authserver.db", dir.display());
-    let mut config = stack_config(&database_url, &[]);
     let auth_port = free_port();
-    config.authserver.listen = format!("127.0.0.1:{auth_port}").parse().unwrap();
-    config.authserver.access_token_format = authserver::config::AccessTokenFormat::Jwt;
-    config.authserver.jwks_max_age = 1;
+    let auth_listen = format!("127.0.0.1:{auth_port}");
+    let mut config = stack_config(
+        &database_url,
+        &[
+            ("AUTHSERVER_LISTEN", &auth_listen),
+            ("AUTHSERVER_ACCESS_TOKEN_FORMAT", "jwt"),
+            ("AUTHSERVER_JWKS_MAX_AGE", "1"),
+        ],
+    );
     // The shipped proxy file, validating the authorization server's JWTs locally; the issuer is
     // the front door's address (the stack moves it there).
     let front_port = free_port();
@@ -83,10 +93,7 @@ async fn key_rotation_under_load_through_the_proxy_fails_no_request() {
         "PROXY_ADMIN_LISTEN" => Some("127.0.0.1:0".to_owned()),
         _ => None,
     };
-    let mut proxy = proxy::parse_config(&yaml, "proxy.yaml", env).unwrap();
-    proxy.grace_period = Duration::ZERO;
-    proxy.shutdown_timeout = Duration::from_secs(1);
-    config.proxy = proxy;
+    config.proxy = common::quick_stop(proxy::parse_config(&yaml, "proxy.yaml", env).unwrap());
     let stack = tokengate::start(config).await.unwrap();
     let first = stack.first_run.clone().unwrap();
     let base = format!("http://{}", stack.front_door);

@@ -1,9 +1,13 @@
-//! Settings: `config/authserver.yaml` mirrored by serde, then validated, with `AUTHSERVER_*` overrides.
+//! Settings: `config/authserver.yaml` mirrored by serde, then `AUTHSERVER_*` environment
+//! variables, then the stack's overrides (the one precedence of [`resource_server::layers`]),
+//! validated. All of them apply at start: the authorization server does not reload.
 
 use crate::client_ip::{IpRange, ProxySecret};
 use crate::domain::INTROSPECTION_SCOPE;
 use crate::key_encryption::{KeyEncryption, SECRETS_VAR};
 use resource_server::access_log::{AccessLogSettings, RawAccessLog};
+pub use resource_server::layers::{Document, Overrides};
+use resource_server::layers::{Layers, Recorder};
 use resource_server::logging::LogFormat;
 use resource_server::yaml::YamlError;
 use serde::Deserialize;
@@ -243,6 +247,8 @@ pub struct Settings {
     /// Whether a DPoP proof at the token endpoint must carry a nonce this server issued (RFC
     /// 9449 §8; `dpop_nonce: required`, default `off`).
     pub dpop_nonce_required: bool,
+    /// What these settings were validated from ([`Settings::with_overrides`]).
+    pub document: Document,
 }
 
 /// The operator's policy for dynamic client registration (RFC 7591).
@@ -336,32 +342,49 @@ impl Settings {
                 });
             }
         };
-        let raw = resource_server::yaml::from_str::<Option<RawSettings>>(&text)
-            .map_err(|error| ConfigError::Syntax {
-                file: file.clone(),
-                message: error.to_string(),
-            })?
-            .unwrap_or_default();
-        Self::from_raw(raw, &file, env)
+        Self::validate(&Document::new(&file, &text), &env, false)
     }
 
-    /// Parses YAML text (for tests and embedding), with no environment overrides.
+    /// Parses YAML text (for tests and embedding), with no environment variables.
     pub fn from_yaml(text: &str, file: &str) -> Result<Settings, ConfigError> {
-        let raw = resource_server::yaml::from_str::<Option<RawSettings>>(text)
+        Self::validate(&Document::new(file, text), &|_| None, false)
+    }
+
+    /// The same document validated again with `overrides` on top of its own (and the
+    /// environment it was validated with): how the stack hands in its decisions.
+    pub fn with_overrides(&self, overrides: &Overrides) -> Result<Settings, ConfigError> {
+        let document = self.document.with_overrides(overrides);
+        Self::validate(&document, &document.recorded_env(), true)
+    }
+
+    /// Validates `document` with the environment `env`; `all_read`: refuse an override that no
+    /// key reads. The variables read are kept in the result's document.
+    fn validate(
+        document: &Document,
+        env: &dyn Fn(&str) -> Option<String>,
+        all_read: bool,
+    ) -> Result<Settings, ConfigError> {
+        let file = document.name.as_str();
+        let raw = resource_server::yaml::from_str::<Option<RawSettings>>(&document.text)
             .map_err(|error| ConfigError::Syntax {
                 file: file.to_owned(),
                 message: error.to_string(),
             })?
             .unwrap_or_default();
-        Self::from_raw(raw, file, |_| None)
+        let recorder = Recorder::new(env);
+        let env = |key: &str| recorder.get(key);
+        let layers = Layers::new(file, &env, &document.overrides);
+        let mut settings = Self::from_raw(raw, &Source { layers: &layers })?;
+        if all_read {
+            layers.check_all_read()?;
+        }
+        settings.document = document.having_read(recorder.into_seen());
+        Ok(settings)
     }
 
-    fn from_raw(
-        raw: RawSettings,
-        file: &str,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Settings, ConfigError> {
-        let source = Source { file, env: &env };
+    fn from_raw(raw: RawSettings, source: &Source<'_>) -> Result<Settings, ConfigError> {
+        let file = source.layers.file;
+        let env = source.layers.env;
         let (listen, issuer, issuer_is_listen) =
             source.listen_and_issuer(raw.listen, raw.issuer)?;
         let database_url = source.database_url(raw.database_url)?;
@@ -380,8 +403,8 @@ impl Settings {
         let trusted_proxies = source.ip_ranges("trusted_proxies", raw.trusted_proxies)?;
         let ssf_push_networks = source.ip_ranges("ssf_push_networks", raw.ssf_push_networks)?;
         let proxy_secret = read_proxy_secret(
-            source.pick("proxy_secret", raw.proxy_secret),
-            source.pick("proxy_secret_file", raw.proxy_secret_file),
+            source.layered("proxy_secret", raw.proxy_secret),
+            source.layered("proxy_secret_file", raw.proxy_secret_file),
         )?;
         let mtls_endpoint_base =
             source.mtls_endpoint_base(raw.mtls_endpoint_base, proxy_secret.is_some())?;
@@ -444,7 +467,7 @@ impl Settings {
         let access_log = raw
             .access_log
             .unwrap_or_default()
-            .resolve("AUTHSERVER", &env)
+            .resolve("AUTHSERVER", env)
             .map_err(|e| {
                 let origin = match e.field.split_once(" (from ") {
                     Some((_, var)) => format!("environment variable {}", var.trim_end_matches(')')),
@@ -483,6 +506,7 @@ impl Settings {
             dynamic_registration,
             dynamic_registration_scopes,
             dpop_nonce_required,
+            document: Document::default(),
         })
     }
 
@@ -549,15 +573,16 @@ impl Settings {
                 "email".into(),
             ],
             dpop_nonce_required: false,
+            document: Document::default(),
         }
     }
 }
 
-/// Where each setting comes from: `AUTHSERVER_<KEY>` when set, else the file's key. Each value
-/// remembers its origin, so that an error names the file key or the variable.
+/// Where each setting comes from: the stack's override, else `AUTHSERVER_<KEY>` when set, else
+/// the file's key. Each value remembers its origin, so that an error names the file key, the
+/// variable or the override.
 struct Source<'a> {
-    file: &'a str,
-    env: &'a dyn Fn(&str) -> Option<String>,
+    layers: &'a Layers<'a>,
 }
 
 fn fail(origin: &str, message: String) -> ConfigError {
@@ -567,11 +592,14 @@ fn fail(origin: &str, message: String) -> ConfigError {
 impl Source<'_> {
     /// The value of `key` and where it came from.
     fn pick(&self, key: &str, from_file: Option<String>) -> (String, Option<String>) {
+        let picked = self.layered(key, from_file);
+        (picked.origin, picked.value)
+    }
+
+    /// The value of `key`, its origin and its layer.
+    fn layered(&self, key: &str, from_file: Option<String>) -> resource_server::layers::Picked {
         let var = format!("AUTHSERVER_{}", key.to_uppercase());
-        match (self.env)(&var) {
-            Some(value) => (format!("environment variable {var}"), Some(value)),
-            None => (format!("{}: key \"{key}\"", self.file), from_file),
-        }
+        self.layers.pick(key, Some(&var), from_file)
     }
 
     /// `listen`, and `issuer` (default: `http://` and the listen address, no trailing `/`), and
@@ -912,7 +940,7 @@ impl Source<'_> {
         from_file: Option<String>,
     ) -> Result<Option<Arc<KeyEncryption>>, ConfigError> {
         let (file_origin, secrets_file) = self.pick("secrets_system_file", from_file);
-        match ((self.env)(SECRETS_VAR), secrets_file) {
+        match ((self.layers.env)(SECRETS_VAR), secrets_file) {
             (Some(_), Some(path)) => Err(fail(
                 &format!("environment variable {SECRETS_VAR}"),
                 format!("set either it or {file_origin} (\"{path}\"), not both"),
@@ -956,33 +984,20 @@ fn declared_scopes(
     Ok(scopes)
 }
 
-/// The proxy secret, given as text (`proxy_secret`) or as a file holding it (`proxy_secret_file`,
-/// trailing whitespace dropped), each with where it came from. Errors name the key or variable
-/// (and the file), never the secret.
+/// The proxy secret, given as text (`proxy_secret`) or as a file holding it (`proxy_secret_file`),
+/// by the one rule of [`resource_server::layers::secret_or_file`]. Errors name the key, variable
+/// or override (and the file), never the secret.
 fn read_proxy_secret(
-    (text_origin, text): (String, Option<String>),
-    (file_origin, file): (String, Option<String>),
+    text: resource_server::layers::Picked,
+    file: resource_server::layers::Picked,
 ) -> Result<Option<ProxySecret>, ConfigError> {
-    let (origin, secret) = match (text, file) {
-        (None, None) => return Ok(None),
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::problem(
-                file_origin,
-                format!(
-                    "{text_origin} is set too: give the proxy secret once, as text or as a file"
-                ),
-            ));
-        }
-        (Some(text), None) => (text_origin, text),
-        (None, Some(path)) => {
-            let text = resource_server::secret_file::read(Path::new(&path))
-                .map_err(|error| ConfigError::problem(&file_origin, format!("{path}: {error}")))?;
-            (format!("{file_origin} ({path})"), text)
-        }
+    let Some(secret) = resource_server::layers::secret_or_file("the proxy secret", text, file)?
+    else {
+        return Ok(None);
     };
-    ProxySecret::new(secret.trim_end())
+    ProxySecret::new(secret.text.trim_end())
         .map(Some)
-        .map_err(|problem| ConfigError::problem(origin, problem))
+        .map_err(|problem| ConfigError::problem(secret.origin, problem))
 }
 
 /// The scopes of the seed's example configuration.
@@ -1282,9 +1297,40 @@ mod tests {
     }
 
     #[test]
+    fn the_stacks_overrides_are_validated_and_named_and_a_defaulted_audience_follows() {
+        let env = |key: &str| (key == "AUTHSERVER_ISSUER").then(|| "http://127.0.0.1:1".to_owned());
+        let read = Settings::validate(&Document::new("c.yaml", ""), &env, false).unwrap();
+        assert_eq!(read.issuer, "http://127.0.0.1:1");
+        let moved = read
+            .with_overrides(&Overrides::from([("issuer", "http://127.0.0.1:9000")]))
+            .unwrap();
+        assert_eq!(
+            moved.issuer, "http://127.0.0.1:9000",
+            "the override wins over the variable"
+        );
+        assert_eq!(moved.access_token_audience, "http://127.0.0.1:9000");
+        let err = read
+            .with_overrides(&Overrides::from([("issuer", "ftp://x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("key \"issuer\" set by the stack: "),
+            "{err}"
+        );
+        let err = read
+            .with_overrides(&Overrides::from([("isuer", "http://x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("key \"isuer\" set by the stack: not a setting"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_defaulted_issuer_names_the_bound_address_and_a_given_one_stays() {
         let env = |key: &str| (key == "AUTHSERVER_LISTEN").then(|| "127.0.0.1:0".to_owned());
-        let mut defaulted = Settings::from_raw(RawSettings::default(), "f.yaml", env).unwrap();
+        let mut defaulted = Settings::validate(&Document::new("f.yaml", ""), &env, false).unwrap();
         assert!(defaulted.issuer_is_listen);
         defaulted.follow_bound_address("127.0.0.1:9123".parse().unwrap());
         assert_eq!(defaulted.issuer, "http://127.0.0.1:9123");
@@ -1294,7 +1340,7 @@ mod tests {
             "AUTHSERVER_ISSUER" => Some("https://auth.example.com".to_owned()),
             _ => None,
         };
-        let mut given = Settings::from_raw(RawSettings::default(), "f.yaml", given).unwrap();
+        let mut given = Settings::validate(&Document::new("f.yaml", ""), &given, false).unwrap();
         given.follow_bound_address("127.0.0.1:9123".parse().unwrap());
         assert_eq!(given.issuer, "https://auth.example.com");
     }
@@ -1495,7 +1541,7 @@ mod tests {
             .to_string();
         assert!(
             err.starts_with(
-                "environment variable AUTHSERVER_PROXY_SECRET_FILE: /nonexistent/p: cannot read"
+                "environment variable AUTHSERVER_PROXY_SECRET_FILE: \"/nonexistent/p\": cannot read"
             ),
             "{err}"
         );
@@ -1544,7 +1590,7 @@ mod tests {
         let set = Settings::from_yaml("token_cache_capacity: 0", "c.yaml").unwrap();
         assert_eq!(set.token_cache_capacity, 0);
         let env = |key: &str| (key == "AUTHSERVER_TOKEN_CACHE_CAPACITY").then(|| "lots".into());
-        let refused = Settings::from_raw(RawSettings::default(), "c.yaml", env).unwrap_err();
+        let refused = Settings::validate(&Document::new("c.yaml", ""), &env, false).unwrap_err();
         assert!(
             refused
                 .to_string()

@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 
 use crate::app_probes::AppProbes;
 use crate::balance::Pool;
-use crate::config::{ConfigError, ProxyConfig, reload_config_with_env};
+use crate::config::{ConfigError, ProxyConfig, reload_config};
 use crate::downstream::ListenerGate;
 use crate::drain::Drain;
 use crate::metrics::{ProxyMetrics, RouteSeries, UNMATCHED, UpstreamSeries};
@@ -179,19 +179,13 @@ impl Shared {
         let Some(path) = self.source() else {
             return Ok(self.routing().gate.rules().routes().len());
         };
-        let overrides = &self.started_with.upstream_overrides;
-        // The certificate files are not read here: a bad one holds back its own reload only.
-        let result = reload_config_with_env(path, |key| {
-            overrides
-                .0
-                .get(key)
-                .cloned()
-                .or_else(|| std::env::var(key).ok())
-        })
-        .map(|mut new| {
-            new.upstream_overrides = overrides.clone();
-            new
-        });
+        // The overrides of whoever started the proxy hold; the certificate files are not read
+        // here: a bad one holds back its own reload only.
+        let result = reload_config(
+            path,
+            |key| std::env::var(key).ok(),
+            &self.started_with.document.overrides,
+        );
         let result = result.and_then(|new| {
             if new.gate.rules.routes().is_empty() {
                 Err(ConfigError::key(
@@ -221,20 +215,9 @@ impl Shared {
                 return Err(error);
             }
         };
-        let old = &self.started_with;
-        if new.listen != old.listen
-            || new.admin_listen != old.admin_listen
-            || new.tls != old.tls
-            || new.admin_tls != old.admin_tls
-            || new.forward_auth != old.forward_auth
-            || new.connections != old.connections
-            || new.threads != old.threads
-            || new.work_stealing != old.work_stealing
-            || new.gate.introspection != old.gate.introspection
-            || new.gate.revocation != old.gate.revocation
-        {
+        if new.restart_settings() != self.started_with.restart_settings() {
             tracing::warn!(
-                "listen addresses, tls files, connection limits, threads, introspection and revocation settings change only on restart"
+                "listen addresses, tls files, connection limits, threads, shutdown times, access log, probes, trusted peers, introspection and revocation settings change only on restart"
             );
         }
         let routes = routing.gate.rules().routes().len();

@@ -568,24 +568,40 @@ async fn upstream_address_overrides_hold_across_reloads() {
     let upstream = common::echo_upstream().await;
     let closed: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let (listen, admin) = common::two_free_ports();
-    // The file names a closed port; PROXY_UPSTREAM_API_ADDRESS points at the real upstream.
+    // The file names a closed port; the embedding process (as the stack does) decides the
+    // real upstream's address as an override.
     let yaml = common::config_yaml(listen, admin, &introspector.url(), closed, common::ROUTES);
     let path = common::temp_path("override");
     std::fs::write(&path, &yaml).unwrap();
-    let overrides: std::collections::BTreeMap<String, String> = [(
-        "PROXY_UPSTREAM_API_ADDRESS".to_owned(),
-        upstream.to_string(),
-    )]
-    .into();
-    let mut config =
-        proxy::load_config_with_env(&path, |k| overrides.get(k).cloned()).expect("valid");
+    let from_file = proxy::load_config_with_env(&path, |_| None).expect("valid");
+    // An override wins over the environment variable too.
+    let env_var = |k: &str| (k == "PROXY_UPSTREAM_API_ADDRESS").then(|| closed.to_string());
+    let from_env = proxy::load_config_with_env(&path, env_var).expect("valid");
+    let overrides =
+        proxy::config::Overrides::from([("upstreams.api.address", upstream.to_string())]);
+    let config = from_env.with_overrides(&overrides).expect("valid");
+    assert_eq!(
+        config.upstreams["api"].addresses[0].to_string(),
+        upstream.to_string()
+    );
     assert!(
         config.upstreams["open"].addresses[0]
             .to_string()
             .contains(&closed.to_string()),
         "only the named upstream moves"
     );
-    config.upstream_overrides = proxy::config::Overrides(overrides);
+    let typo = proxy::config::Overrides::from([("upstreams.api.adress", "x")]);
+    let err = from_file.with_overrides(&typo).unwrap_err().to_string();
+    assert!(
+        err.starts_with("key \"upstreams.api.adress\" set by the stack: "),
+        "{err}"
+    );
+    let bad = proxy::config::Overrides::from([("upstreams.api.address", "no port")]);
+    let err = from_file.with_overrides(&bad).unwrap_err().to_string();
+    assert!(
+        err.starts_with("key \"upstreams.api.address\" set by the stack: \"no port\""),
+        "{err}"
+    );
     let handle = tokio::task::spawn_blocking(move || proxy::spawn(config))
         .await
         .unwrap()

@@ -98,11 +98,12 @@ impl ConfigError {
         }
     }
 
-    /// A shared check's error ([`SettingError`]) about `file`, or about the environment
-    /// variable the value came from.
-    pub fn setting(file: &str, error: SettingError, env: Option<&str>) -> Self {
-        let origin = match env {
-            Some(var) => env_origin(var),
+    /// A shared check's error ([`SettingError`]) about `file`'s key, or about the `origin` the
+    /// value came from when it was not the file (an environment variable, an override: see
+    /// [`crate::layers::Layers::pick`]).
+    pub fn setting(file: &str, error: SettingError, origin: Option<&str>) -> Self {
+        let origin = match origin {
+            Some(origin) => origin.to_owned(),
             None => key_origin(file, &error.field),
         };
         Self::at(origin, error.value, error.problem)

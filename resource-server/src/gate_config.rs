@@ -146,24 +146,50 @@ pub struct GateConfig {
     pub resource_name: Option<String>,
 }
 
-/// Where the gate's environment variables come from: the binary's prefix and a lookup (the
-/// process environment, or a map in tests).
+/// The gate's layers above the file: the binary's prefix and the environment lookup (the
+/// process environment, or a map in tests), and the overrides of the embedding process.
 pub struct GateEnv<'a> {
     pub prefix: &'a str,
-    pub get: &'a dyn Fn(&str) -> Option<String>,
+    pub layers: &'a crate::layers::Layers<'a>,
 }
 
+/// Each gate variable (after the prefix) and the file's key it stands for.
+const GATE_KEYS: [(&str, &str); 14] = [
+    ("TOKEN_SOURCE", "token_source"),
+    ("RESOURCE", "resource"),
+    ("AUTHORIZATION_SERVERS", "authorization_servers"),
+    ("INTROSPECTION_URL", "introspection.url"),
+    ("AUTH_TOKEN", "introspection.auth_token"),
+    ("CLIENT_ID", "introspection.client_id"),
+    ("CLIENT_SECRET", "introspection.client_secret"),
+    ("CLIENT_SECRET_FILE", "introspection.client_secret_file"),
+    ("REVOCATION", "revocation.enabled"),
+    ("REVOCATION_URL", "revocation.configuration_url"),
+    ("REVOCATION_REPLICA_URLS", "revocation.replica_urls"),
+    ("REVOCATION_CLIENT_ID", "revocation.client_id"),
+    ("REVOCATION_CLIENT_SECRET", "revocation.client_secret"),
+    (
+        "REVOCATION_CLIENT_SECRET_FILE",
+        "revocation.client_secret_file",
+    ),
+];
+
 impl GateEnv<'_> {
-    /// `<PREFIX>_<name>`, when set and not empty, with the variable's name.
+    /// The key `<PREFIX>_<name>` stands for, by the one precedence
+    /// ([`crate::layers::Layers::pick`]): its override, else the variable when set and not
+    /// empty; with the origin messages name.
     fn var(&self, name: &str) -> Option<(String, String)> {
         let var = format!("{}_{name}", self.prefix);
-        (self.get)(&var)
-            .filter(|v| !v.is_empty())
-            .map(|value| (var, value))
+        let key = GATE_KEYS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(name, |(_, key)| key);
+        self.layers.given(key, Some(&var))
     }
 }
 
-/// A bad gate value: the environment variable's when it came from one, else the file's key.
+/// A bad gate value: named by its origin when it came from the environment or an override, else
+/// by the file's key.
 fn invalid(
     file: &str,
     field: &str,
@@ -214,11 +240,15 @@ impl GateConfig {
     /// Validates the section and resolves it with the environment; `file` names it in messages,
     /// `default_source` is the binary's token source when neither file nor environment give one.
     pub fn resolve(
-        self,
+        mut self,
         file: &str,
         default_source: TokenSource,
         env: &GateEnv<'_>,
     ) -> Result<GateSettings, ConfigError> {
+        // An `audience` the stack decides (no variable gives one).
+        if let Some((_, audience)) = env.layers.given("audience", None) {
+            self.audience = Some(RawAudience::One(audience));
+        }
         let setting = |e: SettingError| ConfigError::setting(file, e, None);
         let token_source = match env.var("TOKEN_SOURCE") {
             Some((var, value)) => value
@@ -658,6 +688,7 @@ fn credentials(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layers::Overrides;
     use std::collections::HashMap;
 
     fn config(yaml: &str) -> GateConfig {
@@ -689,6 +720,14 @@ mod tests {
     }
 
     fn resolve(yaml: &str, vars: &[(&str, &str)]) -> Result<GateSettings, ConfigError> {
+        resolve_layers(yaml, vars, &Overrides::default())
+    }
+
+    fn resolve_layers(
+        yaml: &str,
+        vars: &[(&str, &str)],
+        overrides: &Overrides,
+    ) -> Result<GateSettings, ConfigError> {
         let vars: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -699,9 +738,49 @@ mod tests {
             TokenSource::Introspection,
             &GateEnv {
                 prefix: "PROXY",
-                get: &get,
+                layers: &crate::layers::Layers::new("g.yaml", &get, overrides),
             },
         )
+    }
+
+    #[test]
+    fn the_stacks_overrides_win_over_the_environment_and_are_named_in_errors() {
+        let yaml = [
+            "introspection: {url: 'http://file/i', client_id: f, client_secret: s}",
+            "routes: [{name: r, prefix: /}]",
+            "revocation: {configuration_url: 'http://file/ssf'}",
+        ]
+        .join("\n");
+        let yaml = yaml.as_str();
+        let env = [
+            ("PROXY_INTROSPECTION_URL", "http://env/i"),
+            ("PROXY_CLIENT_ID", "from-env"),
+        ];
+        let overrides = Overrides::from([
+            ("introspection.url", "http://stack/i"),
+            ("introspection.client_id", "from-stack"),
+            ("revocation.configuration_url", "http://stack/ssf"),
+        ]);
+        let gate = resolve_layers(yaml, &env, &overrides).unwrap();
+        let settings = &gate.introspection.unwrap().settings;
+        assert_eq!(settings.url, "http://stack/i");
+        assert!(matches!(
+            &settings.auth,
+            ClientAuth::ClientSecret { client_id, .. } if client_id == "from-stack"
+        ));
+        let revocation = gate.revocation.unwrap();
+        assert_eq!(revocation.configuration_url, "http://stack/ssf");
+        assert_eq!(revocation.client_id, "from-stack");
+        // Without the override the variable wins over the file.
+        let gate = resolve_layers(yaml, &env, &Overrides::default()).unwrap();
+        assert_eq!(gate.introspection.unwrap().settings.url, "http://env/i");
+        let bad = Overrides::from([("introspection.url", "ftp://stack")]);
+        let e = resolve_layers(yaml, &env, &bad).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "key \"introspection.url\" set by the stack: \"ftp://stack\": expected an http:// or \
+             https:// URL"
+        );
     }
 
     /// Where the message says the bad value came from.

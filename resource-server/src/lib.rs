@@ -45,6 +45,7 @@ pub mod gate_config;
 pub mod identity;
 pub mod introspection;
 pub mod jwt;
+pub mod layers;
 pub mod logging;
 pub mod open_files;
 pub mod metrics;

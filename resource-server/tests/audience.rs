@@ -66,7 +66,11 @@ fn settings(yaml: &str) -> GateSettings {
         TokenSource::Introspection,
         &GateEnv {
             prefix: "PROXY",
-            get: &|_| None,
+            layers: &resource_server::layers::Layers::new(
+                "t.yaml",
+                &|_| None,
+                &resource_server::layers::Overrides::default(),
+            ),
         },
     )
     .unwrap()

@@ -7,18 +7,19 @@ use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
 
-/// The shipped config files on free loopback ports and `database_url`, with `extra` environment
-/// overrides; the proxy does not wait out a grace period when stopped.
+/// The shipped config files on free loopback ports (unless `extra` names the port) and
+/// `database_url`, with `extra` environment variables; the proxy does not wait out a grace
+/// period when stopped (an override, as the stack's are).
 pub fn stack_config(database_url: &str, extra: &[(&str, &str)]) -> tokengate::StackConfig {
-    let env = |key: &str| match key {
-        "AUTHSERVER_LISTEN" | "EXAMPLE_API_LISTEN" | "PROXY_LISTEN" | "PROXY_ADMIN_LISTEN" => {
-            Some("127.0.0.1:0".to_owned())
-        }
-        "AUTHSERVER_DATABASE_URL" | "EXAMPLE_API_DATABASE_URL" => Some(database_url.to_owned()),
-        _ => extra
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| (*v).to_owned()),
+    let env = |key: &str| match extra.iter().find(|(k, _)| *k == key) {
+        Some((_, v)) => Some((*v).to_owned()),
+        None => match key {
+            "AUTHSERVER_LISTEN" | "EXAMPLE_API_LISTEN" | "PROXY_LISTEN" | "PROXY_ADMIN_LISTEN" => {
+                Some("127.0.0.1:0".to_owned())
+            }
+            "AUTHSERVER_DATABASE_URL" | "EXAMPLE_API_DATABASE_URL" => Some(database_url.to_owned()),
+            _ => None,
+        },
     };
     let authserver =
         authserver::config::Settings::load_with_env(Some(Path::new("config/authserver.yaml")), env)
@@ -26,9 +27,7 @@ pub fn stack_config(database_url: &str, extra: &[(&str, &str)]) -> tokengate::St
     let api =
         example_api::config::Config::load_with_env(Some(Path::new("config/example-api.yaml")), env)
             .unwrap();
-    let mut proxy = proxy::load_config_with_env("config/proxy.yaml", env).unwrap();
-    proxy.grace_period = Duration::ZERO;
-    proxy.shutdown_timeout = Duration::from_secs(1);
+    let proxy = quick_stop(proxy::load_config_with_env("config/proxy.yaml", env).unwrap());
     let data_dir = match database_url.strip_prefix("sqlite://") {
         Some(_) => tokengate::default_data_dir(database_url),
         // PostgreSQL: a directory of this test's own.
@@ -43,6 +42,13 @@ pub fn stack_config(database_url: &str, extra: &[(&str, &str)]) -> tokengate::St
         proxy,
         data_dir,
     }
+}
+
+/// `proxy` stopping at once (no grace period, a second for the runtimes): the test's overrides.
+pub fn quick_stop(proxy: proxy::ProxyConfig) -> proxy::ProxyConfig {
+    let overrides =
+        proxy::config::Overrides::from([("grace_period", "0s"), ("shutdown_timeout", "1s")]);
+    proxy.with_overrides(&overrides).unwrap()
 }
 
 /// The token endpoint's answer (`Null` if not JSON) to `form`, the client authenticating with

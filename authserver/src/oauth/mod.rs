@@ -51,7 +51,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
             get(discovery::openid_configuration),
         );
     Router::new()
-        .route("/o/introspect/", post_only(post(introspect::introspect)))
+        .route(INTROSPECTION_PATH, post_only(post(introspect::introspect)))
         .route(
             discovery::USERINFO_PATH,
             get(userinfo::userinfo).post(userinfo::userinfo),
@@ -73,6 +73,8 @@ fn post_only(route: MethodRouter<AppState>) -> MethodRouter<AppState> {
 
 /// Where the JWKS is served (under the issuer), announced as `jwks_uri`.
 pub const JWKS_PATH: &str = "/.well-known/jwks.json";
+/// The token introspection endpoint (RFC 7662).
+pub const INTROSPECTION_PATH: &str = "/o/introspect/";
 
 /// What `axum::Json(value)` answers (the same body, `Content-Type` and failure), serialized
 /// into one buffer with room for a token response or an introspection answer, instead of a

@@ -1,5 +1,7 @@
-//! Settings: `config/example-api.yaml` ([`raw`]) → `EXAMPLE_API_*` environment overrides →
-//! validated [`Config`]. Every error names the file (or variable), the key and the bad value.
+//! Settings: `config/example-api.yaml` ([`raw`]), then `EXAMPLE_API_*` environment variables,
+//! then the stack's overrides, by the one precedence of [`resource_server::layers`] → validated
+//! [`Config`] (all of it applied at start: the example API does not reload). Every error names
+//! the file (or variable, or override), the key and the bad value.
 
 pub mod raw;
 
@@ -7,7 +9,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 pub use resource_server::ConfigError;
-use resource_server::config_error::{env_origin, key_origin};
+use resource_server::config_error::key_origin;
+pub use resource_server::layers::{Document, Overrides};
+use resource_server::layers::{Layers, Picked, Recorder};
 use resource_server::yaml::YamlError;
 use resource_server::{GateConfig, GateEnv, GateSettings, ProxySecret, TokenSource};
 
@@ -32,6 +36,8 @@ pub struct Config {
     pub gate: GateSettings,
     /// `log_format:`, applied by the binary (`LOG_FORMAT` wins).
     pub log_format: Option<resource_server::logging::LogFormat>,
+    /// What this was validated from ([`Config::with_overrides`]).
+    pub document: Document,
 }
 
 impl Config {
@@ -89,49 +95,67 @@ impl Config {
         Self::from_yaml_with_env(text, file, |_| None)
     }
 
-    /// Parses YAML text, then applies the overrides `env` gives.
+    /// Parses YAML text, then applies the environment variables `env` gives.
     pub fn from_yaml_with_env(
         text: &str,
         file: &str,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let raw = resource_server::yaml::from_str::<Option<RawConfig>>(text)
-            .map_err(|e| ConfigError::Syntax {
-                file: file.to_owned(),
-                message: e.to_string(),
-            })?
-            .unwrap_or_default();
-        Validator { file, env: &env }.config(raw)
+        validate(&Document::new(file, text), &env, false)
+    }
+
+    /// The same document validated again with `overrides` on top of its own (and the
+    /// environment it was validated with): how the stack hands in its decisions.
+    pub fn with_overrides(&self, overrides: &Overrides) -> Result<Config, ConfigError> {
+        let document = self.document.with_overrides(overrides);
+        validate(&document, &document.recorded_env(), true)
     }
 }
 
-/// Validation with the file name and the environment at hand.
-struct Validator<'a> {
-    file: &'a str,
-    env: &'a dyn Fn(&str) -> Option<String>,
+/// Validates `document` with the environment `env`; `all_read`: refuse an override no key reads.
+fn validate(
+    document: &Document,
+    env: &dyn Fn(&str) -> Option<String>,
+    all_read: bool,
+) -> Result<Config, ConfigError> {
+    let file = document.name.as_str();
+    let raw = resource_server::yaml::from_str::<Option<RawConfig>>(&document.text)
+        .map_err(|e| ConfigError::Syntax {
+            file: file.to_owned(),
+            message: e.to_string(),
+        })?
+        .unwrap_or_default();
+    let recorder = Recorder::new(env);
+    // EXAMPLE_API_MODE, the old name of EXAMPLE_API_TOKEN_SOURCE, is still read.
+    let env = |key: &str| match key {
+        "EXAMPLE_API_TOKEN_SOURCE" => recorder
+            .get(key)
+            .or_else(|| recorder.get("EXAMPLE_API_MODE")),
+        _ => recorder.get(key),
+    };
+    let validator = Validator {
+        file,
+        layers: Layers::new(file, &env, &document.overrides),
+    };
+    let mut config = validator.config(raw)?;
+    if all_read {
+        validator.layers.check_all_read()?;
+    }
+    config.document = document.having_read(recorder.into_seen());
+    Ok(config)
 }
 
-/// A value and where it came from.
-struct Picked {
-    origin: String,
-    value: Option<String>,
+/// Validation with the file name and the layers above it at hand.
+struct Validator<'a> {
+    file: &'a str,
+    layers: Layers<'a>,
 }
 
 impl Validator<'_> {
-    /// The environment variable if set, else the file's value; `key` is the dotted YAML key.
+    /// The value of `key` (the dotted YAML key) by the one precedence: its override, else the
+    /// environment variable, else the file.
     fn pick(&self, key: &str, var: Option<&str>, from_file: Option<String>) -> Picked {
-        if let Some(var) = var
-            && let Some(value) = (self.env)(var)
-        {
-            return Picked {
-                origin: env_origin(var),
-                value: Some(value),
-            };
-        }
-        Picked {
-            origin: self.key(key),
-            value: from_file,
-        }
+        self.layers.pick(key, var, from_file)
     }
 
     fn key(&self, key: &str) -> String {
@@ -146,29 +170,23 @@ impl Validator<'_> {
         ConfigError::at(origin.into(), value, message)
     }
 
-    /// The proxy's secret: `EXAMPLE_API_PROXY_SECRET`, else the file `EXAMPLE_API_PROXY_SECRET_FILE`
-    /// or `proxy_secret_file` names.
+    /// The proxy's secret: `EXAMPLE_API_PROXY_SECRET` (or the stack's override), or the file
+    /// `EXAMPLE_API_PROXY_SECRET_FILE` or `proxy_secret_file` names, by the one rule of
+    /// [`resource_server::layers::secret_or_file`].
     fn proxy_secret(&self, file: Option<String>) -> Result<Option<ProxySecret>, ConfigError> {
-        let picked = self.pick("proxy_secret", Some("EXAMPLE_API_PROXY_SECRET"), None);
-        let (origin, text) = match picked.value {
-            Some(text) => (picked.origin, text),
-            None => {
-                let picked = self.pick(
-                    "proxy_secret_file",
-                    Some("EXAMPLE_API_PROXY_SECRET_FILE"),
-                    file,
-                );
-                let Some(path) = picked.value else {
-                    return Ok(None);
-                };
-                let text = resource_server::secret_file::read(Path::new(&path))
-                    .map_err(|problem| Self::invalid(&picked.origin, &path, problem))?;
-                (picked.origin, text)
-            }
+        let text = self.pick("proxy_secret", Some("EXAMPLE_API_PROXY_SECRET"), None);
+        let file = self.pick(
+            "proxy_secret_file",
+            Some("EXAMPLE_API_PROXY_SECRET_FILE"),
+            file,
+        );
+        let Some(secret) = resource_server::layers::secret_or_file("the proxy secret", text, file)?
+        else {
+            return Ok(None);
         };
-        ProxySecret::new(&text)
+        ProxySecret::new(&secret.text)
             .map(Some)
-            .map_err(|message| Self::invalid(origin, "<redacted>", message))
+            .map_err(|message| Self::invalid(secret.origin, "<redacted>", message))
     }
 
     fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
@@ -185,13 +203,6 @@ impl Validator<'_> {
             ));
         }
         let routes_missing = raw.routes.is_none();
-        // EXAMPLE_API_MODE, the old name of EXAMPLE_API_TOKEN_SOURCE, is still read.
-        let env = |key: &str| match key {
-            "EXAMPLE_API_TOKEN_SOURCE" => {
-                (self.env)(key).or_else(|| (self.env)("EXAMPLE_API_MODE"))
-            }
-            _ => (self.env)(key),
-        };
         let mut gate = GateConfig {
             token_source: raw.token_source.or(raw.mode),
             introspection: raw.introspection,
@@ -208,7 +219,7 @@ impl Validator<'_> {
             TokenSource::BehindProxy,
             &GateEnv {
                 prefix: "EXAMPLE_API",
-                get: &env,
+                layers: &self.layers,
             },
         )?;
         gate.proxy_secret = self.proxy_secret(raw.proxy_secret_file)?;
@@ -263,6 +274,7 @@ impl Validator<'_> {
             allow_non_loopback,
             gate,
             log_format: raw.log_format,
+            document: Document::default(),
         })
     }
 }

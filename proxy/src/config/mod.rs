@@ -1,11 +1,14 @@
-//! The proxy's configuration: YAML ([`raw`]) → environment overrides → validated [`ProxyConfig`].
+//! The proxy's configuration: YAML ([`raw`]), then `PROXY_*` environment variables, then the
+//! overrides of an embedding process (the stack), by the one precedence of
+//! [`resource_server::layers`] → validated [`ProxyConfig`], split into what a reload may change
+//! and what needs a restart ([`ProxyConfig::restart_settings`]).
 //!
 //! Every error names the file, the field (or rule and field) and the bad value; secrets are never
 //! echoed.
 
 pub mod raw;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -16,6 +19,8 @@ use http::HeaderValue;
 pub use resource_server::ConfigError;
 use resource_server::access_log::AccessLogSettings;
 use resource_server::config_error::{env_origin, key_origin, quoted};
+pub use resource_server::layers::{Document, Overrides};
+use resource_server::layers::{Layers, Picked, Recorder};
 use resource_server::logging::LogFormat;
 use resource_server::settings::{self, SettingError};
 use resource_server::yaml;
@@ -80,11 +85,11 @@ pub struct ProxyConfig {
     pub gate: GateSettings,
     /// The upstreams the routes name.
     pub upstreams: HashMap<String, Arc<Upstream>>,
-    /// Settings given by whoever started the proxy in process (the one-command stack): upstream
-    /// addresses and secrets as `PROXY_UPSTREAM_<NAME>_*` variables, and the gate's
-    /// `PROXY_RESOURCE` and `PROXY_AUTHORIZATION_SERVERS`, that win over the environment on
-    /// every reload too. Empty when the proxy runs as its own binary.
-    pub upstream_overrides: Overrides,
+    /// The text this was validated from, the environment variables it read, and the overrides
+    /// of whoever started the proxy in process (the one-command stack: [`Self::with_overrides`]),
+    /// which win over the environment on every reload too. No overrides when the proxy runs as
+    /// its own binary.
+    pub document: Document,
     /// The application's probes the admin listener answers (`PROXY_APP_PROBES`, written by
     /// `proxy inject`); empty unless set.
     pub app_probes: Arc<AppProbes>,
@@ -96,13 +101,96 @@ pub struct ProxyConfig {
     pub trusted_peers: Vec<Cidr>,
 }
 
-/// Environment variables set in process; `Debug` shows their names only (some are secrets).
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Overrides(pub BTreeMap<String, String>);
+/// What only a restart changes: the listeners, their TLS and limits, the runtime, and the
+/// token checker's clients (introspection, revocation stream). A reload that changes any of it
+/// is applied for the rest (upstreams, routes, the gate's rules) and warns.
+#[derive(Debug, PartialEq)]
+pub struct RestartSettings<'a> {
+    pub listen: &'a SocketAddr,
+    pub admin_listen: &'a SocketAddr,
+    pub tls: &'a Option<TlsFiles>,
+    pub admin_tls: &'a bool,
+    pub h2c: &'a bool,
+    pub forward_auth: &'a Option<ForwardAuthConfig>,
+    pub connections: &'a ConnectionLimits,
+    pub threads: &'a usize,
+    pub work_stealing: &'a bool,
+    pub grace_period: &'a Duration,
+    pub shutdown_timeout: &'a Duration,
+    pub introspection: &'a Option<resource_server::IntrospectionConfig>,
+    pub revocation: &'a Option<resource_server::RevocationSettings>,
+    pub app_probes: &'a AppProbes,
+    pub access_log: &'a AccessLogSettings,
+    pub log_format: &'a Option<LogFormat>,
+    pub trusted_peers: &'a [Cidr],
+}
 
-impl fmt::Debug for Overrides {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.0.keys()).finish()
+impl ProxyConfig {
+    /// The part of the configuration only a restart applies. Every field of [`ProxyConfig`] is
+    /// named here, as restart-only or as reloaded, so that a new field must be sorted into one.
+    pub fn restart_settings(&self) -> RestartSettings<'_> {
+        let ProxyConfig {
+            source: _,
+            listen,
+            admin_listen,
+            tls,
+            admin_tls,
+            h2c,
+            forward_auth,
+            connections,
+            threads,
+            work_stealing,
+            grace_period,
+            shutdown_timeout,
+            gate,
+            upstreams: _,
+            document: _,
+            app_probes,
+            access_log,
+            log_format,
+            trusted_peers,
+        } = self;
+        let GateSettings {
+            introspection,
+            revocation,
+            token_source: _,
+            jwt: _,
+            leeway: _,
+            proxy_secret: _,
+            rules: _,
+            audience: _,
+            resource: _,
+        } = gate;
+        RestartSettings {
+            listen,
+            admin_listen,
+            tls,
+            admin_tls,
+            h2c,
+            forward_auth,
+            connections,
+            threads,
+            work_stealing,
+            grace_period,
+            shutdown_timeout,
+            introspection,
+            revocation,
+            app_probes,
+            access_log,
+            log_format,
+            trusted_peers,
+        }
+    }
+
+    /// The same document validated again with `overrides` on top of its own (and the
+    /// environment it was validated with): how an embedding process hands in its decisions,
+    /// before validation, and keeps them across reloads.
+    pub fn with_overrides(&self, overrides: &Overrides) -> Result<ProxyConfig, ConfigError> {
+        let document = self.document.with_overrides(overrides);
+        let env = document.recorded_env();
+        let mut config = validate(&document, &env, Check::Start)?;
+        config.source = self.source.clone();
+        Ok(config)
     }
 }
 
@@ -288,38 +376,61 @@ pub fn parse_config(
     file: &str,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<ProxyConfig, ConfigError> {
-    let raw: RawConfig = yaml::from_str(src).map_err(|e| ConfigError::Syntax {
-        file: file.to_owned(),
-        message: e.to_string(),
-    })?;
-    let env = |k: &str| env(k).filter(|v| !v.is_empty());
-    Validator {
-        file,
-        tls_files: true,
-    }
-    .config(raw, &env)
+    validate(&Document::new(file, src), &env, Check::Start)
 }
 
-/// [`load_config_with_env`] for a rules reload: the listener's certificate files are not read
-/// (they have a reload of their own), so a bad certificate on disk holds back only that one.
-pub fn reload_config_with_env(
+/// [`load_config_with_env`] for a rules reload, with the `overrides` the proxy was started with:
+/// the listener's certificate files are not read (they have a reload of their own), so a bad
+/// certificate on disk holds back only that one.
+pub fn reload_config(
     path: impl AsRef<Path>,
     env: impl Fn(&str) -> Option<String>,
+    overrides: &Overrides,
 ) -> Result<ProxyConfig, ConfigError> {
     let path = path.as_ref();
     let file = path.display().to_string();
     let src = read_yaml(path, &file)?;
-    let raw: RawConfig = yaml::from_str(&src).map_err(|e| ConfigError::Syntax {
-        file: file.clone(),
+    let document = Document::new(&file, &src).with_overrides(overrides);
+    let mut config = validate(&document, &env, Check::Reload)?;
+    config.source = Some(path.to_path_buf());
+    Ok(config)
+}
+
+/// What a validation is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// A start: the listener's certificate files are read, and every override must be read (a
+    /// key the proxy does not take from the stack is refused).
+    Start,
+    /// A rules reload: neither (the certificates have a reload of their own, and a file that
+    /// dropped a section leaves its overrides unread).
+    Reload,
+}
+
+/// Validates `document` with the environment `env` (variables set but empty count as unset);
+/// the variables read are kept in the result's document.
+fn validate(
+    document: &Document,
+    env: &dyn Fn(&str) -> Option<String>,
+    check: Check,
+) -> Result<ProxyConfig, ConfigError> {
+    let file = document.name.as_str();
+    let raw: RawConfig = yaml::from_str(&document.text).map_err(|e| ConfigError::Syntax {
+        file: file.to_owned(),
         message: e.to_string(),
     })?;
-    let env = |k: &str| env(k).filter(|v| !v.is_empty());
-    let mut config = Validator {
-        file: &file,
-        tls_files: false,
+    let recorder = Recorder::new(env);
+    let env = |k: &str| recorder.get(k).filter(|v| !v.is_empty());
+    let validator = Validator {
+        file,
+        tls_files: check == Check::Start,
+        layers: Layers::new(file, &env, &document.overrides),
+    };
+    let mut config = validator.config(raw)?;
+    if check == Check::Start {
+        validator.layers.check_all_read()?;
     }
-    .config(raw, &env)?;
-    config.source = Some(path.to_path_buf());
+    config.document = document.having_read(recorder.into_seen());
     Ok(config)
 }
 
@@ -340,6 +451,8 @@ struct Validator<'a> {
     file: &'a str,
     /// Whether the listener's certificate and key are read and checked (not on a rules reload).
     tls_files: bool,
+    /// The environment and the overrides above the file.
+    layers: Layers<'a>,
 }
 
 impl Validator<'_> {
@@ -362,18 +475,15 @@ impl Validator<'_> {
         }
     }
 
-    /// `field` of the file, or the environment variable `var` when it gives the value.
-    fn pick(
-        &self,
-        field: &str,
-        var: &str,
-        from_file: String,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> (String, String) {
-        match env(var) {
-            Some(value) => (env_origin(var), value),
-            None => (key_origin(self.file, field), from_file),
-        }
+    /// The value of `field` by the one precedence: its override, else the environment variable
+    /// `var`, else the file.
+    fn pick(&self, field: &str, var: Option<&str>, from_file: Option<String>) -> Picked {
+        self.layers.pick(field, var, from_file)
+    }
+
+    /// The environment (no file key, no override).
+    fn env(&self, var: &str) -> Option<String> {
+        (self.layers.env)(var)
     }
 
     /// The shared checks' error, worded like the others.
@@ -381,14 +491,10 @@ impl Validator<'_> {
         ConfigError::setting(self.file, e, None)
     }
 
-    fn config(
-        &self,
-        raw: RawConfig,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<ProxyConfig, ConfigError> {
-        let listen = self.listen("listen", "PROXY_LISTEN", raw.listen, env)?;
-        let admin_listen =
-            self.listen("admin_listen", "PROXY_ADMIN_LISTEN", raw.admin_listen, env)?;
+    fn config(&self, raw: RawConfig) -> Result<ProxyConfig, ConfigError> {
+        let env = self.layers.env;
+        let listen = self.listen("listen", "PROXY_LISTEN", raw.listen)?;
+        let admin_listen = self.listen("admin_listen", "PROXY_ADMIN_LISTEN", raw.admin_listen)?;
         if listen == admin_listen && listen.port() != 0 {
             return Err(self.invalid("admin_listen", admin_listen, "must differ from listen"));
         }
@@ -400,10 +506,7 @@ impl Validator<'_> {
                 "h2c is for a cleartext listener; over TLS, clients get HTTP/2 by ALPN",
             ));
         }
-        let forward_auth = raw
-            .forward_auth
-            .map(|f| self.forward_auth(f, env))
-            .transpose()?;
+        let forward_auth = raw.forward_auth.map(|f| self.forward_auth(f)).transpose()?;
         let tls_elsewhere = [
             ("admin_tls", raw.admin_tls),
             (
@@ -465,7 +568,7 @@ impl Validator<'_> {
             TokenSource::Introspection,
             &GateEnv {
                 prefix: "PROXY",
-                get: env,
+                layers: &self.layers,
             },
         )?;
         if !gate.token_source.checks_tokens() {
@@ -481,7 +584,7 @@ impl Validator<'_> {
         }
         let mut upstreams = HashMap::new();
         for (name, u) in raw.upstreams {
-            let upstream = self.upstream(&name, u, env)?;
+            let upstream = self.upstream(&name, u)?;
             upstreams.insert(name, Arc::new(upstream));
         }
         let rules = &gate.rules;
@@ -515,7 +618,7 @@ impl Validator<'_> {
                 Some(_) => {}
             }
         }
-        let app_probes = match env(app_probes::ENV) {
+        let app_probes = match self.env(app_probes::ENV) {
             Some(json) => AppProbes::parse(&json)
                 .map_err(|message| ConfigError::problem(env_origin(app_probes::ENV), message))?,
             None => AppProbes::default(),
@@ -535,7 +638,7 @@ impl Validator<'_> {
             shutdown_timeout,
             gate,
             upstreams,
-            upstream_overrides: Overrides::default(),
+            document: Document::default(),
             app_probes: Arc::new(app_probes),
             access_log,
             log_format: raw.log_format,
@@ -543,16 +646,11 @@ impl Validator<'_> {
         })
     }
 
-    fn forward_auth(
-        &self,
-        raw: RawForwardAuth,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<ForwardAuthConfig, ConfigError> {
+    fn forward_auth(&self, raw: RawForwardAuth) -> Result<ForwardAuthConfig, ConfigError> {
         let listen = self.listen(
             "forward_auth.listen",
             "PROXY_FORWARD_AUTH_LISTEN",
             raw.listen,
-            env,
         )?;
         let ingress = match raw.ingress.as_deref() {
             Some(name) => Ingress::parse(name).ok_or_else(|| {
@@ -734,31 +832,29 @@ impl Validator<'_> {
         ))
     }
 
-    fn listen(
-        &self,
-        field: &str,
-        var: &str,
-        value: String,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<SocketAddr, ConfigError> {
-        let (origin, value) = self.pick(field, var, value, env);
+    fn listen(&self, field: &str, var: &str, value: String) -> Result<SocketAddr, ConfigError> {
+        let picked = self.pick(field, Some(var), Some(value));
+        let value = picked.value.unwrap_or_default();
         value.trim().parse().map_err(|_| {
             Self::at(
-                origin,
+                picked.origin,
                 format!("{value:?}"),
                 "expected IP:port, e.g. 127.0.0.1:8000",
             )
         })
     }
 
+    /// A duration of the file (or its override), `default_secs` when absent.
     fn duration(
         &self,
         field: &str,
         value: Option<RawDuration>,
         default_secs: u64,
     ) -> Result<Duration, ConfigError> {
+        let picked = self.pick(field, None, value.map(|v| v.to_string()));
+        let value = picked.value.map(RawDuration::Text);
         settings::duration(field, value.as_ref(), Duration::from_secs(default_secs))
-            .map_err(|e| self.setting(e))
+            .map_err(|e| Self::at(picked.origin, quoted(&e.value), e.problem))
     }
 
     fn connections(&self, raw: RawConnections) -> Result<ConnectionLimits, ConfigError> {
@@ -794,17 +890,12 @@ impl Validator<'_> {
         })
     }
 
-    fn upstream(
-        &self,
-        name: &str,
-        u: RawUpstream,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Upstream, ConfigError> {
+    fn upstream(&self, name: &str, u: RawUpstream) -> Result<Upstream, ConfigError> {
         let prefix = format!("upstreams.{name}");
         if name.trim().is_empty() {
             return Err(self.invalid("upstreams", format!("{name:?}"), "empty upstream name"));
         }
-        let (addresses, weights) = self.addresses(&prefix, name, u.address, u.addresses, env)?;
+        let (addresses, weights) = self.addresses(&prefix, name, u.address, u.addresses)?;
         let host = match u.host {
             None => None,
             Some(h) => Some(
@@ -829,7 +920,7 @@ impl Validator<'_> {
         if connect_timeout.is_zero() {
             return Err(self.invalid(format!("{prefix}.connect_timeout"), "0", "must be positive"));
         }
-        let proxy_secret = self.proxy_secret(&prefix, name, u.proxy_secret_file, env)?;
+        let proxy_secret = self.proxy_secret(&prefix, name, u.proxy_secret_file)?;
         let tls = match u.tls {
             None => None,
             Some(t) => Some(self.upstream_tls(&prefix, t, &addresses)?),
@@ -885,53 +976,54 @@ impl Validator<'_> {
         })
     }
 
-    /// The upstream's addresses and their weights: env `PROXY_UPSTREAM_<NAME>_ADDRESS` (one, or
-    /// several separated by commas, each weight 1), else `address` or `addresses` (exactly one
-    /// of the two; an entry of `addresses` may carry a `weight`).
+    /// The upstream's addresses and their weights: the override of `upstreams.<name>.address`
+    /// or env `PROXY_UPSTREAM_<NAME>_ADDRESS` (one, or several separated by commas, each weight
+    /// 1), else `address` or `addresses` (exactly one of the two; an entry of `addresses` may
+    /// carry a `weight`).
     fn addresses(
         &self,
         prefix: &str,
         name: &str,
         address: Option<String>,
         addresses: Option<Vec<RawAddress>>,
-        env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<(Vec<UpstreamAddr>, Vec<usize>), ConfigError> {
         let var = upstream_address_var(name);
-        // The key the addresses came from (None: the environment variable).
-        let (key, list): (Option<String>, Vec<RawAddress>) = match (env(&var), address, addresses) {
-            (Some(v), _, _) => (
-                None,
-                v.split(',')
-                    .map(|a| RawAddress::Plain(a.trim().to_owned()))
-                    .collect(),
-            ),
-            (None, Some(_), Some(_)) => {
-                return Err(self.invalid(
-                    format!("{prefix}.addresses"),
-                    "(both)",
-                    "give address or addresses, not both",
-                ));
-            }
-            (None, Some(a), None) => (
-                Some(format!("{prefix}.address")),
-                vec![RawAddress::Plain(a)],
-            ),
-            (None, None, Some(list)) if !list.is_empty() => {
-                (Some(format!("{prefix}.addresses")), list)
-            }
-            (None, None, _) => {
-                return Err(self.invalid(
-                    format!("{prefix}.address"),
-                    "(missing)",
-                    "every upstream needs an address (or a list under addresses)",
-                ));
-            }
-        };
+        let above_file = self.layers.given(&format!("{prefix}.address"), Some(&var));
+        // The key the addresses came from (else the variable or override, named by its origin).
+        let (key, list): (Result<String, String>, Vec<RawAddress>) =
+            match (above_file, address, addresses) {
+                (Some((origin, v)), _, _) => (
+                    Err(origin),
+                    v.split(',')
+                        .map(|a| RawAddress::Plain(a.trim().to_owned()))
+                        .collect(),
+                ),
+                (None, Some(_), Some(_)) => {
+                    return Err(self.invalid(
+                        format!("{prefix}.addresses"),
+                        "(both)",
+                        "give address or addresses, not both",
+                    ));
+                }
+                (None, Some(a), None) => {
+                    (Ok(format!("{prefix}.address")), vec![RawAddress::Plain(a)])
+                }
+                (None, None, Some(list)) if !list.is_empty() => {
+                    (Ok(format!("{prefix}.addresses")), list)
+                }
+                (None, None, _) => {
+                    return Err(self.invalid(
+                        format!("{prefix}.address"),
+                        "(missing)",
+                        "every upstream needs an address (or a list under addresses)",
+                    ));
+                }
+            };
         let several = list.len() > 1;
         let origin = |i: usize| match &key {
-            None => env_origin(&var),
-            Some(k) if several => key_origin(self.file, &format!("{k}[{i}]")),
-            Some(k) => key_origin(self.file, k),
+            Err(origin) => origin.clone(),
+            Ok(k) if several => key_origin(self.file, &format!("{k}[{i}]")),
+            Ok(k) => key_origin(self.file, k),
         };
         let mut parsed = Vec::with_capacity(list.len());
         let mut weights = Vec::with_capacity(list.len());
@@ -1050,27 +1142,24 @@ impl Validator<'_> {
         })
     }
 
-    /// The upstream's `proxy_secret`: env `PROXY_UPSTREAM_<NAME>_PROXY_SECRET`, else the file.
+    /// The upstream's `proxy_secret`: its override or env `PROXY_UPSTREAM_<NAME>_PROXY_SECRET`,
+    /// else the file `proxy_secret_file` names ([`resource_server::layers::secret_or_file`]).
     fn proxy_secret(
         &self,
         prefix: &str,
         name: &str,
         file: Option<String>,
-        env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Option<HeaderValue>, ConfigError> {
         let var = upstream_secret_var(name);
-        let (origin, text) = match (env(&var), file) {
-            (Some(text), _) => (env_origin(&var), text),
-            (None, Some(path)) => {
-                let origin = key_origin(self.file, &format!("{prefix}.proxy_secret_file"));
-                let text = resource_server::secret_file::read(std::path::Path::new(&path))
-                    .map_err(|problem| Self::at(origin.clone(), format!("{path:?}"), problem))?;
-                (origin, text)
-            }
-            (None, None) => return Ok(None),
+        let text = self.pick(&format!("{prefix}.proxy_secret"), Some(&var), None);
+        let file = self.pick(&format!("{prefix}.proxy_secret_file"), None, file);
+        let Some(secret) = resource_server::layers::secret_or_file("the proxy secret", text, file)?
+        else {
+            return Ok(None);
         };
+        let origin = secret.origin;
         let secret =
-            ProxySecret::new(&text).map_err(|m| Self::at(origin.clone(), "(hidden)", m))?;
+            ProxySecret::new(&secret.text).map_err(|m| Self::at(origin.clone(), "(hidden)", m))?;
         let mut value = HeaderValue::from_str(secret.expose())
             .map_err(|_| Self::at(origin, "(hidden)", "not a header value"))?;
         value.set_sensitive(true);

@@ -608,3 +608,57 @@ fn bad_balancing_settings_are_named() {
         assert!(e.contains(says), "{api}: {e}");
     }
 }
+
+#[test]
+fn a_reload_changes_routes_and_upstreams_and_a_restart_the_rest() {
+    let started = parse(GOOD).unwrap();
+    let rules_changed = parse(&GOOD.replace("path: /users/", "path: /people/")).unwrap();
+    let upstream_moved = parse(&GOOD.replace("127.0.0.1:8002", "127.0.0.1:9002")).unwrap();
+    for reloadable in [&rules_changed, &upstream_moved] {
+        assert_eq!(reloadable.restart_settings(), started.restart_settings());
+    }
+    // Restart-only, though the hand-written comparison missed them.
+    for (from, to) in [
+        ("listen: 127.0.0.1:8000", "listen: 127.0.0.1:9000"),
+        (
+            "admin_listen: 127.0.0.1:8003",
+            "admin_listen: 127.0.0.1:8003\ngrace_period: 1s",
+        ),
+        (
+            "admin_listen: 127.0.0.1:8003",
+            "admin_listen: 127.0.0.1:8003\ntrusted_peers: [10.0.0.0/8]",
+        ),
+        ("max_ttl: 30s", "max_ttl: 10s"),
+    ] {
+        let changed = parse(&GOOD.replace(from, to)).unwrap();
+        assert_ne!(
+            changed.restart_settings(),
+            started.restart_settings(),
+            "{to}"
+        );
+    }
+}
+
+#[test]
+fn the_stacks_overrides_win_over_the_environment_and_hold_in_the_document() {
+    let env = |k: &str| (k == "PROXY_LISTEN").then(|| "127.0.0.1:7000".to_owned());
+    let from_env = parse_config(GOOD, "proxy.yaml", env).unwrap();
+    assert_eq!(from_env.listen.to_string(), "127.0.0.1:7000");
+    let decided = Overrides::from([("listen", "127.0.0.1:7001"), ("grace_period", "0s")]);
+    let config = from_env.with_overrides(&decided).unwrap();
+    assert_eq!(config.listen.to_string(), "127.0.0.1:7001");
+    assert_eq!(config.grace_period, Duration::ZERO);
+    // Validated again, the document keeps both the environment it read and the overrides.
+    let again = config.with_overrides(&Overrides::default()).unwrap();
+    assert_eq!(again.listen.to_string(), "127.0.0.1:7001");
+    assert_eq!(
+        again.document.env.get("PROXY_LISTEN").map(String::as_str),
+        Some("127.0.0.1:7000")
+    );
+    let bad = Overrides::from([("grace_period", "soon")]);
+    let e = from_env.with_overrides(&bad).unwrap_err().to_string();
+    assert!(
+        e.starts_with("key \"grace_period\" set by the stack: \"soon\": "),
+        "{e}"
+    );
+}

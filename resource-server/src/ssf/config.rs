@@ -132,7 +132,8 @@ impl RevocationSettings {
     }
 }
 
-/// A setting that does not do, and the variable it came from.
+/// A setting that does not do, and where it came from when not the file (an environment
+/// variable, an override).
 pub type Invalid = (SettingError, Option<String>);
 
 fn invalid(field: &str, env: Option<String>, value: &str, problem: &str) -> Invalid {
@@ -152,8 +153,8 @@ fn is_url(url: &str) -> bool {
         && !url.contains(char::is_whitespace)
 }
 
-/// Resolves the section (if any) with the environment (`var` gives `<PREFIX>_<name>`, with its
-/// name, when set and not empty) and the introspection client's credentials. `Ok(None)`: no
+/// Resolves the section (if any) with the layers above the file (`var` gives the value for
+/// `<PREFIX>_<name>`, with its origin: an override, or the variable when set and not empty) and the introspection client's credentials. `Ok(None)`: no
 /// receiver.
 pub fn resolve(
     raw: Option<RawRevocation>,
