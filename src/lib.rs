@@ -92,8 +92,9 @@ pub const PROXY_CLIENT_ID_FILE: &str = "proxy-client.id";
 /// The file in the data directory holding the proxy's introspection secret (mode 0600).
 pub const PROXY_SECRET_FILE: &str = "proxy-client.secret";
 /// The file in the data directory holding the secret the signing keys are encrypted with when
-/// neither `AUTHSERVER_SECRETS_SYSTEM` nor `AUTHSERVER_SECRETS_SYSTEM_FILE` is set (mode 0600).
-pub const SECRETS_SYSTEM_FILE: &str = "secrets-system";
+/// neither `AUTHSERVER_SECRETS_SYSTEM` nor `AUTHSERVER_SECRETS_SYSTEM_FILE` is set (mode 0600):
+/// the one a standalone authorization server keeps beside its SQLite database.
+pub const SECRETS_SYSTEM_FILE: &str = authserver::key_encryption::KEPT_FILE_NAME;
 
 /// Starts the authorization server and the example API on their listen addresses (port 0 = any
 /// free port), then the proxy in front of both.
@@ -130,7 +131,7 @@ pub async fn start(mut config: StackConfig) -> anyhow::Result<Stack> {
         None => bootstrap::key_encryption(&config.data_dir.join(SECRETS_SYSTEM_FILE))?,
     };
     config.authserver.key_encryption = Some(key_encryption);
-    let store = authserver::server::open_store(&config.authserver).await?;
+    let store = authserver::server::open_store(&mut config.authserver).await?;
     let first_run = bootstrap::first_run(&store, &config.authserver).await?;
     let secret_file = config.data_dir.join(PROXY_SECRET_FILE);
     let proxy_client_id = bootstrap::proxy_client_id(

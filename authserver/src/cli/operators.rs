@@ -327,7 +327,24 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         json,
     } = create;
     let mut scope_list: Vec<String> = Vec::new();
-    for scope in scopes.split_whitespace() {
+    // The permissions bring their scopes (unless every scope is allowed already): an
+    // application allowed to introspect or follow the stream can ask for the scopes that does.
+    let permission_scopes = introspect
+        .then_some(crate::domain::INTROSPECTION_SCOPE)
+        .into_iter()
+        .chain(
+            ssf.then_some([
+                crate::domain::SSF_READ_SCOPE,
+                crate::domain::SSF_MANAGE_SCOPE,
+            ])
+            .into_iter()
+            .flatten(),
+        );
+    let every = scopes
+        .split_whitespace()
+        .any(|s| s == crate::domain::EVERY_SCOPE);
+    let implied = permission_scopes.filter(|_| !every);
+    for scope in scopes.split_whitespace().chain(implied) {
         if !scope_list.iter().any(|s| s == scope) {
             scope_list.push(scope.to_owned());
         }
