@@ -118,7 +118,10 @@ fn the_image_is_named_in_one_place_and_the_install_steps_render() {
             )
             .replace("newTag: latest", "newTag: \"0.1.0\"")
         } else {
-            listed.push(name.clone());
+            // Every manifest (not check.sh) is listed.
+            if name.ends_with(".yaml") {
+                listed.push(name.clone());
+            }
             text
         };
         std::fs::write(dir.join(&name), text).unwrap();

@@ -700,6 +700,8 @@ async fn rotate_secret_and_user_delete_touch_only_what_they_name() {
                     client_id,
                     "--client-id",
                     client_id,
+                    "--scopes",
+                    "*",
                     "--client-secret-stdin",
                 ],
                 &db,
