@@ -298,8 +298,8 @@ pub struct CreateApp {
     #[arg(long)]
     ssf: bool,
     /// Scopes it may ask for, space-separated (e.g. "read write"); "*" for every declared scope,
-    /// now and later. Without it: none (least privilege), but for the scopes of --introspect and
-    /// --ssf.
+    /// now and later. Without it: none (least privilege); --introspect and --ssf bring their own
+    /// scopes.
     #[arg(long, default_value = "")]
     scopes: String,
     /// A redirect URI of the authorization code grant (repeatable): an absolute https URL,

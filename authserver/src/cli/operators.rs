@@ -327,24 +327,7 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
         json,
     } = create;
     let mut scope_list: Vec<String> = Vec::new();
-    // The permissions bring their scopes (unless every scope is allowed already): an
-    // application allowed to introspect or follow the stream can ask for the scopes that does.
-    let permission_scopes = introspect
-        .then_some(crate::domain::INTROSPECTION_SCOPE)
-        .into_iter()
-        .chain(
-            ssf.then_some([
-                crate::domain::SSF_READ_SCOPE,
-                crate::domain::SSF_MANAGE_SCOPE,
-            ])
-            .into_iter()
-            .flatten(),
-        );
-    let every = scopes
-        .split_whitespace()
-        .any(|s| s == crate::domain::EVERY_SCOPE);
-    let implied = permission_scopes.filter(|_| !every);
-    for scope in scopes.split_whitespace().chain(implied) {
+    for scope in scopes.split_whitespace() {
         if !scope_list.iter().any(|s| s == scope) {
             scope_list.push(scope.to_owned());
         }
@@ -380,8 +363,12 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
     };
     // Every flag checked before the secret is read, so a typo is refused before anyone types it.
     let resource_scopes = store.resource_scopes().await?;
-    let registration = Registration::check(settings, &resource_scopes, &draft, &oidc)
+    let mut registration = Registration::check(settings, &resource_scopes, &draft, &oidc)
         .map_err(|refusals| refused(&refusals, &draft, &oidc, uri_flag))?;
+    // The permissions bring their scopes, as in the form.
+    let permissions = crate::domain::Permissions { introspect, ssf };
+    registration.input.allowed_scopes =
+        crate::domain::with_permission_scopes(&registration.input.allowed_scopes, permissions);
     if let Some(id) = &client_id
         && let Some(problem) = registration::client_id_problem(id)
     {
