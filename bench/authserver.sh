@@ -64,8 +64,8 @@ fresh_database() { # $1 label, $2 binary
   "$2" migrate --database-url "$DB" >/dev/null
   echo bench-password | "$2" user create --username bench --database-url "$DB" >/dev/null
   local pw cc
-  pw=$("$2" app create --name pw --database-url "$DB" --json)
-  cc=$("$2" app create --name cc --grant-type client-credentials --introspect --database-url "$DB" --json)
+  pw=$("$2" app create --name pw --scopes '*' --database-url "$DB" --json)
+  cc=$("$2" app create --name cc --scopes '*' --grant-type client-credentials --introspect --database-url "$DB" --json)
   PW_BASIC=$(basic "$pw"); CC_BASIC=$(basic "$cc")
   post_script "$WORK/cc.lua" "Basic $CC_BASIC" "grant_type=client_credentials&scope=read"
   post_script "$WORK/pw.lua" "Basic $PW_BASIC" "grant_type=password&username=bench&password=bench-password"

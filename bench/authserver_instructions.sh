@@ -37,8 +37,8 @@ fi
 
 $AUTH migrate --database-url "$DB" >/dev/null
 echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
-PW=$($AUTH app create --name pw --database-url "$DB" --json)
-CC=$($AUTH app create --name cc --grant-type client-credentials --introspect --database-url "$DB" --json)
+PW=$($AUTH app create --name pw --scopes '*' --database-url "$DB" --json)
+CC=$($AUTH app create --name cc --scopes '*' --grant-type client-credentials --introspect --database-url "$DB" --json)
 PW_BASIC=$(basic "$PW"); CC_BASIC=$(basic "$CC")
 
 wait_up() { # $1 url: polls until it answers (valgrind starts a program 20-50x slower)

@@ -62,8 +62,8 @@ start_authserver() {
   local pw cc
   $AUTH migrate --database-url "$DB" >/dev/null
   echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
-  pw=$($AUTH app create --name bench-client --database-url "$DB" --json)
-  cc=$($AUTH app create --name proxy --grant-type client-credentials --introspect --ssf --database-url "$DB" --json)
+  pw=$($AUTH app create --name bench-client --scopes '*' --database-url "$DB" --json)
+  cc=$($AUTH app create --name proxy --scopes '*' --grant-type client-credentials --introspect --ssf --database-url "$DB" --json)
   CC_ID=$(field "$cc" client_id); CC_SECRET=$(field "$cc" client_secret)
   AUTH_PORT=$(free_port)
   # A key-encryption secret: the revocation stream signs its events (without one it is off).

@@ -20,8 +20,8 @@ API=target/release/example-api
 # The directory: one user (id 1), a password-grant client, and the API's introspection client.
 $AUTH migrate --database-url "$DB" >/dev/null
 echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
-PW=$($AUTH app create --name bench-client --database-url "$DB" --json)
-CC=$($AUTH app create --name example-api --grant-type client-credentials --introspect --ssf --database-url "$DB" --json)
+PW=$($AUTH app create --name bench-client --scopes '*' --database-url "$DB" --json)
+CC=$($AUTH app create --name example-api --scopes '*' --grant-type client-credentials --introspect --ssf --database-url "$DB" --json)
 
 AUTH_PORT=$(free_port)
 AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)

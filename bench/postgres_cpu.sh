@@ -27,7 +27,7 @@ PG_PORT=$(python3 -c 'import sys, urllib.parse as u; print(u.urlsplit(sys.argv[1
 
 $AUTH migrate --database-url "$DB" >/dev/null
 [ -z "${SQL:-}" ] || psql -q "$DB" -c "$SQL" >/dev/null
-CC=$($AUTH app create --name cc --grant-type client-credentials --introspect --database-url "$DB" --json)
+CC=$($AUTH app create --name cc --scopes '*' --grant-type client-credentials --introspect --database-url "$DB" --json)
 BASIC=$(basic "$CC")
 PORT=$(free_port); METRICS_PORT=$(free_port)
 AUTHSERVER_LISTEN=127.0.0.1:$PORT AUTHSERVER_METRICS_LISTEN=127.0.0.1:$METRICS_PORT RUST_LOG=warn \

@@ -7,6 +7,7 @@
 use anyhow::Context;
 use authserver::config::Settings;
 use authserver::jwt::KeyRing;
+use authserver::private_files;
 use authserver::registration;
 use authserver::secrets::random_token;
 use authserver::store::{ApplicationInput, ClientType, GrantType, NewUser, OidcClient, Store};
@@ -143,7 +144,7 @@ pub async fn proxy_client_id(
         (Some(app), Some(kept)) if app.secret_matches(kept.trim()) => legacy_id.to_owned(),
         _ => format!("{legacy_id}-{}", authserver::secrets::random_client_id()),
     };
-    write_secret(id_file, &id)
+    private_files::write_secret(id_file, &id)
         .with_context(|| format!("cannot keep the proxy's client id in {}", id_file.display()))?;
     Ok(id)
 }
@@ -181,7 +182,7 @@ pub async fn proxy_secret(
     };
     let secret =
         secret.ok_or_else(|| anyhow::anyhow!("a confidential application got no secret"))?;
-    write_secret(secret_file, &secret).with_context(|| {
+    private_files::write_secret(secret_file, &secret).with_context(|| {
         format!(
             "cannot keep the proxy's introspection secret in {}",
             secret_file.display()
@@ -195,15 +196,7 @@ pub async fn proxy_secret(
 /// replacing a file that is there, also when two stacks start at once). The stack then hands it
 /// to the authorization server as its `secrets_system_file`.
 pub fn ensure_secret_file(file: &Path) -> anyhow::Result<()> {
-    if !file.exists() {
-        write_new_secret(file, &random_token()).with_context(|| {
-            format!(
-                "cannot keep the key-encryption secret in {}",
-                file.display()
-            )
-        })?;
-    }
-    Ok(())
+    authserver::key_encryption::kept_in(file, "the stack's secret file").map(drop)
 }
 
 /// A client_credentials application that may introspect and use the revocation stream: what a
@@ -225,40 +218,6 @@ fn introspection_client(name: &str) -> ApplicationInput {
         pkce_required: true,
         token_format: None,
     }
-}
-
-/// Writes the secret to a new file of a random name beside `path` (created exclusively, 0600:
-/// never through a file or symlink planted there), then renames it over `path`.
-fn write_secret(path: &Path, secret: &str) -> std::io::Result<()> {
-    let tmp = write_private_tmp(path, secret)?;
-    std::fs::rename(&tmp, path)
-}
-
-/// Like [`write_secret`], but leaves a file already at `path` as it is (linked into place, not
-/// renamed over it).
-fn write_new_secret(path: &Path, secret: &str) -> std::io::Result<()> {
-    let tmp = write_private_tmp(path, secret)?;
-    let linked = std::fs::hard_link(&tmp, path);
-    std::fs::remove_file(&tmp)?;
-    match linked {
-        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        other => other,
-    }
-}
-
-/// A new file of a random name beside `path` (created exclusively, 0600, its folder 0700 when
-/// missing) holding `secret`.
-fn write_private_tmp(path: &Path, secret: &str) -> std::io::Result<std::path::PathBuf> {
-    use authserver::private_files;
-    use std::io::Write;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        private_files::create_folder(dir)?;
-    }
-    let tmp = path.with_extension(format!("tmp-{}", authserver::secrets::random_client_id()));
-    let mut file = private_files::create_new_file(&tmp)?;
-    file.write_all(secret.as_bytes())?;
-    file.sync_all()?;
-    Ok(tmp)
 }
 
 /// The text printed at start: where things listen and, on the first start, the credentials and

@@ -90,8 +90,9 @@ pub const PROXY_CLIENT_ID_FILE: &str = "proxy-client.id";
 /// The file in the data directory holding the proxy's introspection secret (mode 0600).
 pub const PROXY_SECRET_FILE: &str = "proxy-client.secret";
 /// The file in the data directory holding the secret the signing keys are encrypted with when
-/// neither `AUTHSERVER_SECRETS_SYSTEM` nor `AUTHSERVER_SECRETS_SYSTEM_FILE` is set (mode 0600).
-pub const SECRETS_SYSTEM_FILE: &str = "secrets-system";
+/// neither `AUTHSERVER_SECRETS_SYSTEM` nor `AUTHSERVER_SECRETS_SYSTEM_FILE` is set (mode 0600):
+/// the one a standalone authorization server keeps beside its SQLite database.
+pub const SECRETS_SYSTEM_FILE: &str = authserver::key_encryption::KEPT_FILE_NAME;
 
 /// Starts the authorization server and the example API on their listen addresses (port 0 = any
 /// free port), then the proxy in front of both.
@@ -135,8 +136,8 @@ pub async fn start(config: StackConfig) -> anyhow::Result<Stack> {
         bootstrap::ensure_secret_file(&file)?;
         decided.set("secrets_system_file", file.display().to_string());
     }
-    let settings = config.authserver.with_overrides(&decided)?;
-    let store = authserver::server::open_store(&settings).await?;
+    let mut settings = config.authserver.with_overrides(&decided)?;
+    let store = authserver::server::open_store(&mut settings).await?;
     let first_run = bootstrap::first_run(&store, &settings).await?;
     let secret_file = config.data_dir.join(PROXY_SECRET_FILE);
     let proxy_client_id = bootstrap::proxy_client_id(

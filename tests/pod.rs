@@ -296,7 +296,12 @@ fn the_sidecar_pod_in_network_namespaces() {
         &["user", "create", "--username", "alice"],
         "alice-password\n",
     );
-    let app = cli(&["app", "create", "--name", "web", "--json"], "");
+    let app = cli(
+        &[
+            "app", "create", "--name", "web", "--scopes", "read", "--json",
+        ],
+        "",
+    );
     let introspector = cli(
         &[
             "app",

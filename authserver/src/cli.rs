@@ -297,9 +297,10 @@ pub struct CreateApp {
     /// Allow this application to use the revocation stream (scopes ssf.read, ssf.manage).
     #[arg(long)]
     ssf: bool,
-    /// Scopes it may ask for, space-separated; "*" (the default) for every declared scope, now
-    /// and later; "" for none.
-    #[arg(long, default_value = "*")]
+    /// Scopes it may ask for, space-separated (e.g. "read write"); "*" for every declared scope,
+    /// now and later. Without it: none (least privilege); --introspect and --ssf bring their own
+    /// scopes.
+    #[arg(long, default_value = "")]
     scopes: String,
     /// A redirect URI of the authorization code grant (repeatable): an absolute https URL,
     /// or http to 127.0.0.1, [::1] or localhost; matched exactly.
@@ -418,7 +419,7 @@ fn bare_check_config(args: &[OsString]) -> Option<usize> {
 
 /// Runs one command. Errors come back for `main` to print; nothing here panics or exits.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let settings = cli.settings()?;
+    let mut settings = cli.settings()?;
     if cli.check_config.is_some() {
         let named = cli
             .config_file()
@@ -459,7 +460,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             file.display()
         );
     }
-    let store = crate::server::open_store(&settings).await?;
+    let store = crate::server::open_store(&mut settings).await?;
     match command {
         Command::Serve => {
             let listener = tokio::net::TcpListener::bind(settings.listen)

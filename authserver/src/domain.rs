@@ -63,6 +63,31 @@ pub fn permits(allowed_scopes: &[String], permissions: Permissions, scope: &str)
             .any(|a| a == scope || a == EVERY_SCOPE)
 }
 
+/// `allowed_scopes` (each once) with the scopes `permissions` bring: an application allowed to
+/// introspect may ask for `introspection`, one allowed the revocation stream for `ssf.read` and
+/// `ssf.manage`, whatever else it was limited to (nothing added to [`EVERY_SCOPE`]).
+pub fn with_permission_scopes(allowed_scopes: &[String], permissions: Permissions) -> Vec<String> {
+    let mut scopes: Vec<String> = Vec::new();
+    let brought = permissions
+        .introspect
+        .then_some([INTROSPECTION_SCOPE].as_slice())
+        .into_iter()
+        .chain(
+            permissions
+                .ssf
+                .then_some([SSF_READ_SCOPE, SSF_MANAGE_SCOPE].as_slice()),
+        )
+        .flatten()
+        .copied()
+        .filter(|_| !every_scope(allowed_scopes));
+    for scope in allowed_scopes.iter().map(String::as_str).chain(brought) {
+        if !scopes.iter().any(|s| s == scope) {
+            scopes.push(scope.to_owned());
+        }
+    }
+    scopes
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClientType {
@@ -359,6 +384,32 @@ pub fn resource_identifier_problem(uri: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn permissions_bring_their_scopes_and_nothing_else() {
+        let both = Permissions {
+            introspect: true,
+            ssf: true,
+        };
+        let none = Permissions {
+            introspect: false,
+            ssf: false,
+        };
+        let read = ["read".to_owned()];
+        assert_eq!(with_permission_scopes(&read, none), ["read"]);
+        assert_eq!(
+            with_permission_scopes(&read, both),
+            ["read", "introspection", "ssf.read", "ssf.manage"]
+        );
+        assert_eq!(with_permission_scopes(&[], none), Vec::<String>::new());
+        let every = [EVERY_SCOPE.to_owned()];
+        assert_eq!(with_permission_scopes(&every, both), ["*"]);
+        let again = ["introspection".to_owned()];
+        assert_eq!(
+            with_permission_scopes(&again, both),
+            ["introspection", "ssf.read", "ssf.manage"]
+        );
+    }
 
     #[test]
     fn no_allowed_scope_permits_none_and_every_scope_is_explicit() {

@@ -22,6 +22,34 @@ pub const SECRETS_FILE_VAR: &str = "AUTHSERVER_SECRETS_SYSTEM_FILE";
 /// The shortest secret accepted (characters): `openssl rand -hex 16` gives 32.
 pub const MIN_SECRET_LEN: usize = 32;
 
+/// The name of the file, in a data directory (the SQLite database's folder, or the stack's
+/// `TOKENGATE_DATA_DIR`), that keeps the secret when neither [`SECRETS_VAR`] nor
+/// [`SECRETS_FILE_VAR`] is set.
+pub const KEPT_FILE_NAME: &str = "secrets-system";
+
+/// The KEKs of the secret kept in `file`, which is created on first use (a random secret, mode
+/// 0600; never replacing a file that is there, also when two processes start at once). `what`
+/// names the file in messages ("the stack's secret file").
+pub fn kept_in(
+    file: &std::path::Path,
+    what: &str,
+) -> anyhow::Result<std::sync::Arc<KeyEncryption>> {
+    let origin = format!("{what} {} (or set {SECRETS_VAR})", file.display());
+    if !file.exists() {
+        crate::private_files::write_new_secret(file, &crate::secrets::random_token()).map_err(
+            |error| {
+                anyhow::anyhow!(
+                    "cannot keep the key-encryption secret in {}: {error}",
+                    file.display()
+                )
+            },
+        )?;
+    }
+    let kek = KeyEncryption::from_file(file, &origin)
+        .map_err(|problem| anyhow::anyhow!("{origin}: {problem}"))?;
+    Ok(std::sync::Arc::new(kek))
+}
+
 /// The KEKs of the configured secrets, the first one encrypting.
 pub struct KeyEncryption {
     keks: Vec<Kek>,

@@ -22,6 +22,39 @@ pub fn create_new_file(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Writes `secret` to a new file of a random name beside `path` (created exclusively, 0600:
+/// never through a file or symlink planted there), then renames it over `path`.
+pub fn write_secret(path: &Path, secret: &str) -> io::Result<()> {
+    let tmp = write_tmp_beside(path, secret)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Like [`write_secret`], but leaves a file already at `path` as it is (linked into place, not
+/// renamed over it): two processes starting at once keep one secret.
+pub fn write_new_secret(path: &Path, secret: &str) -> io::Result<()> {
+    let tmp = write_tmp_beside(path, secret)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    std::fs::remove_file(&tmp)?;
+    match linked {
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
+
+/// A new file of a random name beside `path` (created exclusively, 0600, its folder 0700 when
+/// missing) holding `secret`.
+fn write_tmp_beside(path: &Path, secret: &str) -> io::Result<std::path::PathBuf> {
+    use std::io::Write;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        create_folder(dir)?;
+    }
+    let tmp = path.with_extension(format!("tmp-{}", crate::secrets::random_client_id()));
+    let mut file = create_new_file(&tmp)?;
+    file.write_all(secret.as_bytes())?;
+    file.sync_all()?;
+    Ok(tmp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,8 +10,9 @@ use std::future::Future;
 
 /// Opens the storage `settings` name with every storage setting (the token cache's capacity),
 /// and installs the key-encryption key when the settings have one (sealing signing keys stored
-/// in the clear). What every command that reads or writes the database starts with.
-pub async fn open_store(settings: &Settings) -> anyhow::Result<Store> {
+/// in the clear); on SQLite without one, the secret kept beside the database ([`kept_secret`]).
+/// What every command that reads or writes the database starts with.
+pub async fn open_store(settings: &mut Settings) -> anyhow::Result<Store> {
     let store =
         Store::connect_with_token_cache(&settings.database_url, settings.token_cache_capacity)
             .await
@@ -21,6 +22,9 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Store> {
                     redact_url(&settings.database_url)
                 )
             })?;
+    if settings.key_encryption.is_none() {
+        settings.key_encryption = kept_secret(&settings.database_url, &store).await?;
+    }
     if let Some(kek) = &settings.key_encryption {
         let sealed = store.use_key_encryption(kek.clone()).await?;
         if sealed > 0 {
@@ -34,9 +38,35 @@ pub async fn open_store(settings: &Settings) -> anyhow::Result<Store> {
     Ok(store)
 }
 
+/// The key-encryption secret of a server given none (neither `AUTHSERVER_SECRETS_SYSTEM` nor
+/// `AUTHSERVER_SECRETS_SYSTEM_FILE`): on SQLite, the file `secrets-system` beside the database,
+/// made on first use as the stack makes it in its data directory, so that a server started
+/// with no setting signs JWTs and its revocation stream works (as Keycloak's does). Not when the
+/// database already holds signing keys sealed without that file (a new secret would not open
+/// them: [`ready`] then names the settings), and never on PostgreSQL, whose replicas must share
+/// one secret the operator gives them (as ZITADEL's master key): there the stream is off and
+/// the server says so in one line.
+async fn kept_secret(
+    database_url: &str,
+    store: &Store,
+) -> anyhow::Result<Option<std::sync::Arc<crate::key_encryption::KeyEncryption>>> {
+    let Some(database) = crate::store::sqlite_file(database_url) else {
+        return Ok(None);
+    };
+    let file = database
+        .parent()
+        .unwrap_or(std::path::Path::new(""))
+        .join(crate::key_encryption::KEPT_FILE_NAME);
+    if !file.exists() && store.has_signing_keys().await? {
+        return Ok(None);
+    }
+    let kek = crate::key_encryption::kept_in(&file, "the secret file beside the database")?;
+    Ok(Some(kek))
+}
+
 /// Opens the server: [`open_store`], then [`ready`].
-pub async fn open(settings: Settings) -> anyhow::Result<AppState> {
-    let store = open_store(&settings).await?;
+pub async fn open(mut settings: Settings) -> anyhow::Result<AppState> {
+    let store = open_store(&mut settings).await?;
     ready(AppState::new(settings, store)).await
 }
 

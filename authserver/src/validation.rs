@@ -288,6 +288,7 @@ pub fn application(
     }
     if let Some(unknown) = draft.scopes.iter().find(|s| {
         *s != crate::domain::EVERY_SCOPE
+            && !crate::domain::needs_permission(s)
             && !settings.scopes.contains_key(*s)
             && crate::protocol::oidc::scope_description(s).is_none()
             && !resource_scopes.contains(s)

@@ -136,7 +136,16 @@ async fn the_server_works_over_a_real_socket_with_a_third_party_client() {
         .success()
     );
     let out = run(
-        &["app", "create", "--name", "seed", "--introspect", "--json"],
+        &[
+            "app",
+            "create",
+            "--name",
+            "seed",
+            "--scopes",
+            "*",
+            "--introspect",
+            "--json",
+        ],
         &db,
         "",
     );

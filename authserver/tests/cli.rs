@@ -270,31 +270,48 @@ async fn operations(db: &str) {
     assert!(!listed.contains(STRONG));
     let apps: serde_json::Value = serde_json::from_str(&listed).unwrap();
     assert_eq!(apps[0]["client_id"], "svc");
-    // Without --scopes: every declared scope, as the explicit "*"; --scopes "": none.
-    assert_eq!(apps[0]["allowed_scopes"], serde_json::json!(["*"]));
-    ok(&run(
-        &[
+    // Without --scopes: no scope (least privilege), as --scopes ""; every declared scope is
+    // the explicit "*"; --introspect and --ssf bring their own scopes, and nothing else.
+    assert_eq!(apps[0]["allowed_scopes"], serde_json::json!([]));
+    for (client_id, flags, expected) in [
+        ("nothing", &["--scopes", ""][..], serde_json::json!([])),
+        ("every", &["--scopes", "*"][..], serde_json::json!(["*"])),
+        (
+            "every-sidecar",
+            &["--scopes", "*", "--introspect", "--ssf"][..],
+            serde_json::json!(["*"]),
+        ),
+        (
+            "sidecar",
+            &["--introspect", "--ssf"][..],
+            serde_json::json!(["introspection", "ssf.read", "ssf.manage"]),
+        ),
+        (
+            "reader",
+            &["--scopes", "read", "--introspect"][..],
+            serde_json::json!(["read", "introspection"]),
+        ),
+    ] {
+        let mut args = vec![
             "app",
             "create",
             "--name",
-            "nothing",
+            client_id,
             "--client-id",
-            "nothing",
-            "--scopes",
-            "",
-        ],
-        &db,
-        "",
-    ));
-    let listed = json(&run(&["app", "list", "--json"], &db, ""));
-    let nothing = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|a| a["client_id"] == "nothing")
-        .unwrap();
-    assert_eq!(nothing["allowed_scopes"], serde_json::json!([]));
-    ok(&run(&["app", "delete", "nothing"], &db, ""));
+            client_id,
+        ];
+        args.extend(flags);
+        ok(&run(&args, &db, ""));
+        let listed = json(&run(&["app", "list", "--json"], &db, ""));
+        let app = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["client_id"] == client_id)
+            .unwrap();
+        assert_eq!(app["allowed_scopes"], expected, "{client_id}");
+        ok(&run(&["app", "delete", client_id], &db, ""));
+    }
     assert!(apps[0]["secret_fingerprint"].is_string());
     // `--name` says what it is for.
     let help = stdout(&run(&["app", "create", "--help"], &db, ""));
@@ -683,6 +700,8 @@ async fn rotate_secret_and_user_delete_touch_only_what_they_name() {
                     client_id,
                     "--client-id",
                     client_id,
+                    "--scopes",
+                    "*",
                     "--client-secret-stdin",
                 ],
                 &db,
@@ -835,8 +854,7 @@ async fn published_jwks(db: &str) -> serde_json::Value {
     jwks
 }
 
-/// Issue 37: an OpenID client of the code flow registered with the default scopes (every
-/// declared scope, `openid` among them) has its ID-token key in the JWKS as soon as `app create`
+/// Issue 37: an OpenID client of the code flow registered with `openid` among its scopes has its ID-token key in the JWKS as soon as `app create`
 /// returns, not only once the first ID token is signed (a relying party that fetched the JWKS
 /// first then failed with "key not found"); and one asking for EdDSA ID tokens has that key.
 #[tokio::test]
@@ -850,6 +868,8 @@ async fn an_openid_client_from_the_command_line_has_its_key_in_the_jwks_at_once(
                 name,
                 "--grant-type",
                 "authorization-code",
+                "--scopes",
+                "openid profile",
                 "--redirect-uri",
                 "https://rp.example/cb",
                 "--json",
@@ -880,8 +900,8 @@ async fn an_openid_client_from_the_command_line_has_its_key_in_the_jwks_at_once(
 }
 
 /// Issue 37: `app create --token-format jwt` without the key-encryption secret fails before
-/// storing anything: the retry with the secret registers it (no "already exists") and shows the
-/// secret.
+/// storing anything (PostgreSQL): the retry with the secret registers it (no "already exists")
+/// and shows the secret. Issue 43: on SQLite the server keeps a secret beside the database.
 #[tokio::test]
 async fn app_create_that_cannot_make_its_key_stores_nothing() {
     for db in testing::all_database_urls().await {
@@ -903,6 +923,29 @@ async fn app_create_that_cannot_make_its_key_stores_nothing() {
             .arg(&db)
             .output()
             .unwrap();
+        if let Some(file) = authserver::store::sqlite_file(&db) {
+            // SQLite: the server given no secret keeps one beside the database (as the stack
+            // does in its data directory), so the registration works at once, and the next
+            // command without a setting opens the key it sealed.
+            let created: serde_json::Value =
+                serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", stderr(&out)));
+            assert_eq!(created["client_id"], "jwt-app");
+            let kept = file.parent().unwrap().join("secrets-system");
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&kept).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", kept.display());
+            let keys = support::binary::bare_command(&["keys", "list"])
+                .arg("--database-url")
+                .arg(&db)
+                .output()
+                .unwrap();
+            assert!(
+                String::from_utf8_lossy(&keys.stdout).contains("[EdDSA]"),
+                "{}",
+                stderr(&keys)
+            );
+            continue;
+        }
         refused(&out, "AUTHSERVER_SECRETS_SYSTEM");
         assert!(
             stderr(&out).contains("nothing was stored"),

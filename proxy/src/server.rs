@@ -140,6 +140,9 @@ pub fn spawn(config: ProxyConfig) -> Result<ProxyHandle, StartError> {
 pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHandle, StartError> {
     config.listen = claim_port(config.listen)?;
     config.admin_listen = claim_port(config.admin_listen)?;
+    if let Some(warning) = crate::config::identity_warning(&config) {
+        tracing::warn!("{warning}");
+    }
     if let Some(f) = config.forward_auth.as_mut() {
         f.listen = claim_port(f.listen)?;
     }

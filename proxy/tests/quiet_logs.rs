@@ -1,7 +1,8 @@
 //! The `proxy` binary's log at `RUST_LOG=info` holds what an operator needs and no noise:
 //! Pingora's start-up and shutdown steps are left out (they are debug matter), the start-up line
 //! names every listener (forward-auth included), and TCP connections opened and closed on the
-//! TLS port without a handshake (a load balancer's probes) write no ERROR line.
+//! TLS port without a handshake (a load balancer's probes) write no ERROR line; identity headers
+//! sent to an upstream without a proxy secret are warned about in one line.
 
 mod common;
 
@@ -94,6 +95,19 @@ async fn startup_and_probes_write_no_pingora_chatter_and_no_error() {
     assert!(
         start.contains(&format!("forward_auth=127.0.0.1:{auth}")),
         "{start}"
+    );
+    // Issue 43: identity headers go to upstreams without a proxy secret (api, and open through
+    // its route needing a token): said once, at warn, naming both.
+    let unproven: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("receive identity headers (X-Auth-*)"))
+        .collect();
+    assert_eq!(unproven.len(), 1, "{log}");
+    assert!(unproven[0].contains(" WARN "), "{}", unproven[0]);
+    assert!(
+        unproven[0].contains("(X-Auth-*): api, open;"),
+        "{}",
+        unproven[0]
     );
     for line in log.lines() {
         assert!(!line.contains(" ERROR "), "an ERROR line: {line}\n{log}");

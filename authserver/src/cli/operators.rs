@@ -363,8 +363,12 @@ async fn create_app(store: &Store, settings: &Settings, create: CreateApp) -> an
     };
     // Every flag checked before the secret is read, so a typo is refused before anyone types it.
     let resource_scopes = store.resource_scopes().await?;
-    let registration = Registration::check(settings, &resource_scopes, &draft, &oidc)
+    let mut registration = Registration::check(settings, &resource_scopes, &draft, &oidc)
         .map_err(|refusals| refused(&refusals, &draft, &oidc, uri_flag))?;
+    // The permissions bring their scopes, as in the form.
+    let permissions = crate::domain::Permissions { introspect, ssf };
+    registration.input.allowed_scopes =
+        crate::domain::with_permission_scopes(&registration.input.allowed_scopes, permissions);
     if let Some(id) = &client_id
         && let Some(problem) = registration::client_id_problem(id)
     {

@@ -209,7 +209,7 @@ fn form_page(
 /// Sets the permission flags to store (may introspect, may use the revocation stream) from
 /// those of `current` (`Permissions::default()` for a new application): never for a public
 /// client; otherwise what a superuser ticked, and for anyone else the current values, whatever
-/// the form said.
+/// the form said. The scopes the kept permissions bring are added to the allowed ones.
 fn permission_flags(operator: &Operator, input: &mut ApplicationInput, current: Permissions) {
     let submitted = Permissions {
         introspect: input.may_introspect,
@@ -231,6 +231,7 @@ fn permission_flags(operator: &Operator, input: &mut ApplicationInput, current: 
     };
     input.may_introspect = kept.introspect;
     input.may_use_ssf = kept.ssf;
+    input.allowed_scopes = crate::domain::with_permission_scopes(&input.allowed_scopes, kept);
 }
 
 /// The application with this id, if it exists and this operator may see it.

@@ -352,6 +352,40 @@ pub fn summary(config: &ProxyConfig) -> String {
     )
 }
 
+/// The upstreams that routes needing a token send identity headers (`X-Auth-*`) to although
+/// they have no `proxy_secret`: a service there cannot tell the proxy's headers from any other
+/// caller's that reaches it. Sorted, each once.
+pub fn identity_without_proxy_secret(config: &ProxyConfig) -> Vec<&str> {
+    let mut names: Vec<&str> = config
+        .gate
+        .rules
+        .routes()
+        .iter()
+        .filter(|route| route.access != resource_server::rules::Access::Public)
+        .filter_map(|route| route.upstream.as_deref())
+        .filter(|name| {
+            config
+                .upstreams
+                .get(*name)
+                .is_some_and(|up| up.proxy_secret.is_none())
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// The start-up warning of [`identity_without_proxy_secret`], one line; `None` when every such
+/// upstream has its secret.
+pub fn identity_warning(config: &ProxyConfig) -> Option<String> {
+    let names = identity_without_proxy_secret(config);
+    let first = names.first()?;
+    Some(format!(
+        "upstreams without a proxy secret receive identity headers (X-Auth-*): {}; a service that believes them cannot tell the proxy from any caller that reaches it: set upstreams.{first}.proxy_secret_file (docs/proxy.md#the-proxy-secret)",
+        names.join(", ")
+    ))
+}
+
 /// Reads, overrides from the process environment, and validates a configuration file.
 pub fn load_config(path: impl AsRef<Path>) -> Result<ProxyConfig, ConfigError> {
     load_config_with_env(path, |k| std::env::var(k).ok())

@@ -662,3 +662,31 @@ fn the_stacks_overrides_win_over_the_environment_and_hold_in_the_document() {
         "{e}"
     );
 }
+
+/// Issue 43: identity headers sent to an upstream without a proxy secret are named at start
+/// (one line, each such upstream once); an upstream given its secret, or reached only by public
+/// routes, is not.
+#[test]
+fn identity_headers_without_a_proxy_secret_are_warned_about() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(identity_without_proxy_secret(&c), ["api"]);
+    let warning = identity_warning(&c).unwrap();
+    assert!(!warning.contains('\n'), "{warning}");
+    assert!(warning.contains("X-Auth-*"), "{warning}");
+    assert!(
+        warning.contains("upstreams.api.proxy_secret_file"),
+        "{warning}"
+    );
+    assert!(!warning.contains("auth,"), "public routes only: {warning}");
+    let secret = "upstream-proof-0123456789abcdef";
+    let env = |k: &str| (k == "PROXY_UPSTREAM_API_PROXY_SECRET").then(|| secret.to_owned());
+    let with_secret = parse_config(GOOD, "proxy.yaml", env).unwrap();
+    assert_eq!(identity_warning(&with_secret), None);
+    let two = format!(
+        "{GOOD}  - {{ name: staff, path: /staff/, upstream: auth, scopes: [read] }}\n  - {{ name: more, path: /more/, upstream: api, scopes: [read] }}\n"
+    );
+    assert_eq!(
+        identity_without_proxy_secret(&parse(&two).unwrap()),
+        ["api", "auth"]
+    );
+}
