@@ -76,9 +76,11 @@ impl AppState {
 
 /// The whole HTTP surface of the authorization server.
 pub fn app(state: AppState) -> Router {
-    let log = request_log::RequestLog(Some(Arc::new(resource_server::access_log::AccessLog::new(
-        state.settings.access_log,
-    ))));
+    let log = request_log::RequestLog::with_access(
+        resource_server::access_log::AccessLog::new(state.settings.access_log),
+        state.settings.trusted_proxies.clone(),
+        state.settings.proxy_secret.clone(),
+    );
     Router::new()
         .merge(oauth::router(&state))
         .merge(web::router())

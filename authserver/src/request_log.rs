@@ -11,11 +11,14 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
-use axum::http::{Extensions, Method, Uri};
+use axum::extract::{ConnectInfo, MatchedPath, Request};
+use axum::http::{Extensions, HeaderValue, Method, Uri};
 use axum::response::Response;
 use pin_project_lite::pin_project;
 use resource_server::access_log::{AccessLine, AccessLog};
+use resource_server::request_id;
+
+use crate::client_ip::{IpRange, ProxySecret, trusted_for};
 use tower::{Layer, Service};
 
 /// The cause of a failed response, for the log only (never sent).
@@ -64,11 +67,51 @@ pub fn note_user(request: &Extensions, user_id: i64) {
     }
 }
 
-/// What [`LogRequests`] writes: the access log of the authorization server; `None` for errors
-/// only (the example API, whose requests the proxy in front logs). As a layer (`Router::layer`),
+/// What [`LogRequests`] writes: errors, and the access line of the authorization server (none
+/// for the example API, whose requests the proxy in front logs). As a layer (`Router::layer`),
 /// it wraps every route in [`LogRequests`].
 #[derive(Clone)]
-pub struct RequestLog(pub Option<Arc<AccessLog>>);
+pub struct RequestLog {
+    access: Option<Arc<AccessLog>>,
+    /// Whose `X-Request-Id` an access line keeps ([`request_id`]).
+    trust: Arc<(Vec<IpRange>, Option<ProxySecret>)>,
+}
+
+impl RequestLog {
+    /// Errors only.
+    pub fn errors_only() -> RequestLog {
+        RequestLog {
+            access: None,
+            trust: Arc::default(),
+        }
+    }
+
+    /// Errors and the access lines `access` wants, each with the request's id: its
+    /// `X-Request-Id` when it came from a `trusted` proxy (or one proving the proxy `secret`, which
+    /// then is the only proof), else a new one.
+    pub fn with_access(
+        access: AccessLog,
+        trusted: Vec<IpRange>,
+        secret: Option<ProxySecret>,
+    ) -> RequestLog {
+        RequestLog {
+            access: Some(Arc::new(access)),
+            trust: Arc::new((trusted, secret)),
+        }
+    }
+
+    /// The request's id for its access line.
+    fn id_of(&self, request: &Request) -> HeaderValue {
+        let (ranges, secret) = &*self.trust;
+        let (ranges, proven) = trusted_for(ranges, secret.as_ref(), request.headers());
+        let peer = request
+            .extensions()
+            .get::<ConnectInfo<std::net::SocketAddr>>()
+            .map(|ConnectInfo(peer)| peer.ip());
+        let trusted = proven || peer.is_some_and(|ip| ranges.iter().any(|r| r.contains(ip)));
+        request_id::of(request.headers(), trusted)
+    }
+}
 
 impl<S> Layer<S> for RequestLog {
     type Service = LogRequests<S>;
@@ -106,14 +149,14 @@ where
     fn call(&mut self, mut request: Request) -> Self::Future {
         let access = self
             .log
-            .0
+            .access
             .as_ref()
             .filter(|access| access.active())
             .cloned();
         let slot = access.is_some().then(|| {
             let slot = CallerSlot::default();
             request.extensions_mut().insert(slot.clone());
-            (slot, Instant::now())
+            (slot, Instant::now(), self.log.id_of(&request))
         });
         // A clone of the URI and of the matched route shares their bytes: nothing is copied.
         let asked = Asked {
@@ -134,8 +177,9 @@ struct Asked {
     method: Method,
     uri: Uri,
     route: Option<MatchedPath>,
-    /// The access log, the slot for the user, and the start, while the access log is active.
-    access: Option<(Arc<AccessLog>, (CallerSlot, Instant))>,
+    /// The access log, the slot for the user, the start and the request id, while the access log
+    /// is active.
+    access: Option<(Arc<AccessLog>, (CallerSlot, Instant, HeaderValue))>,
 }
 
 pin_project! {
@@ -169,7 +213,7 @@ impl Asked {
         if let Some(ResponseError(error)) = response.extensions().get() {
             tracing::error!(%error, %method, path, route, status, "request failed");
         }
-        if let Some((access, (slot, start))) = self.access
+        if let Some((access, (slot, start, id))) = self.access
             && access.wants(status)
         {
             let caller = response.extensions().get::<Caller>();
@@ -185,6 +229,7 @@ impl Asked {
                     .or_else(|| slot.0.get().map(String::as_str)),
                 status,
                 upstream_status: None,
+                request_id: id.to_str().ok(),
                 latency: start.elapsed(),
                 ..AccessLine::default()
             }
@@ -258,12 +303,15 @@ mod tests {
                 "/ok",
                 get(|| async { with_caller("fine".into_response(), "app-1", Some("7")) }),
             )
-            .layer(RequestLog(Some(Arc::new(AccessLog::new(
-                Default::default(),
-            )))));
+            .layer(RequestLog::with_access(
+                AccessLog::new(Default::default()),
+                Vec::new(),
+                None,
+            ));
         let request = |uri: &str| {
             axum::http::Request::builder()
                 .uri(uri)
+                .header("x-request-id", "from-an-untrusted-client")
                 .body(Body::empty())
                 .unwrap()
         };
@@ -310,9 +358,54 @@ mod tests {
         for field in ["client_id=\"app-1\"", "user=\"7\"", "status=200"] {
             assert!(access[1].contains(field), "{field} in {}", access[1]);
         }
+        // Every access line has a request id; an untrusted client's is not kept.
+        assert!(
+            access.iter().all(|l| l.contains("request_id=")),
+            "{text}"
+        );
+        assert!(!text.contains("from-an-untrusted-client"), "{text}");
         assert!(
             !text.contains("s3cret"),
             "the query string was logged: {text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_id_is_kept_only_from_the_proxy_that_proves_itself() {
+        let (out, _guard) = captured();
+        let secret = "a-proxy-secret-0123456789";
+        let app = Router::new()
+            .route("/ok", get(|| async { "fine" }))
+            .layer(RequestLog::with_access(
+                AccessLog::new(Default::default()),
+                Vec::new(),
+                Some(ProxySecret::new(secret).unwrap()),
+            ));
+        let request = |proof: &str| {
+            axum::http::Request::builder()
+                .uri("/ok")
+                .header("x-request-id", "req-from-the-proxy")
+                .header(crate::client_ip::PROXY_SECRET_HEADER, proof)
+                .body(Body::empty())
+                .unwrap()
+        };
+        app.clone().oneshot(request(secret)).await.unwrap();
+        app.oneshot(request("not-the-proxy-secret-0123")).await.unwrap();
+        let text = out.text();
+        let access: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("access: request"))
+            .collect();
+        assert_eq!(access.len(), 2, "{text}");
+        assert!(
+            access[0].contains("request_id=\"req-from-the-proxy\""),
+            "{}",
+            access[0]
+        );
+        assert!(
+            !access[1].contains("req-from-the-proxy") && access[1].contains("request_id="),
+            "{}",
+            access[1]
         );
     }
 }

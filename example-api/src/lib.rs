@@ -74,7 +74,7 @@ pub fn app(state: AppState) -> Router {
         ))
         .route("/readyz", axum::routing::get(guard::readyz))
         .route("/metrics", axum::routing::get(guard::metrics))
-        .layer(authserver::request_log::RequestLog(None))
+        .layer(authserver::request_log::RequestLog::errors_only())
         .with_state(state)
 }
 

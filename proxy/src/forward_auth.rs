@@ -21,7 +21,7 @@ use resource_server::{CertThumbprint, EncodedIdentity, Outcome, Refusal};
 
 use crate::ingress::{Cidr, ForwardAuthConfig, original};
 use crate::metrics::{FORWARD_AUTH, UNMATCHED};
-use crate::request_id;
+use resource_server::request_id;
 use crate::state::{Routing, SharedState};
 
 /// The decision endpoint (a Pingora `ServeHttp` app).

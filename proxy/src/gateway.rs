@@ -30,7 +30,7 @@ use crate::drain::InFlight;
 use crate::h2_conn::{ANSWERED_IDLE, BodyClock};
 use crate::headers::{is_identity_header, names_to_strip};
 use crate::metrics::{Outcome, UNMATCHED};
-use crate::request_id;
+use resource_server::request_id;
 use crate::state::{Routing, SharedState};
 use crate::tls::PeerCert;
 
@@ -57,7 +57,7 @@ pub struct RequestCtx {
     /// The matched route's position in its file.
     route: Option<usize>,
     decision: Option<Outcome>,
-    /// The request id ([`crate::request_id`]): logged, and sent upstream.
+    /// The request id ([`resource_server::request_id`]): logged, and sent upstream.
     request_id: Option<HeaderValue>,
     /// The upstream's status, once its response head arrived.
     upstream_status: Option<u16>,

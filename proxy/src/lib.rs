@@ -25,7 +25,6 @@ pub mod headers;
 pub mod ingress;
 pub mod inject;
 pub mod metrics;
-pub mod request_id;
 pub mod scope_check;
 pub mod scrape;
 pub mod server;

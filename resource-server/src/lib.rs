@@ -53,6 +53,7 @@ pub mod outage;
 pub mod policy;
 pub mod process;
 pub mod protected_resource;
+pub mod request_id;
 pub mod revoked;
 pub mod rules;
 pub mod secret_file;

@@ -97,7 +97,7 @@ pub struct ProxyConfig {
     pub access_log: AccessLogSettings,
     /// `log_format:`, applied by the binary once the file is read (`LOG_FORMAT` wins).
     pub log_format: Option<LogFormat>,
-    /// `trusted_peers:`: whose `X-Request-Id` is kept (see [`crate::request_id`]).
+    /// `trusted_peers:`: whose `X-Request-Id` is kept (see [`resource_server::request_id`]).
     pub trusted_peers: Vec<Cidr>,
 }
 

@@ -1,7 +1,8 @@
 //! The request id, as Envoy keeps it: a client's `X-Request-Id` is kept when its peer is trusted
-//! (`trusted_peers:`, an ingress or load balancer that sets or checks it) and well formed;
-//! otherwise a random one (a UUID v4) is made. It is written in the request's access line and
-//! sent upstream in `X-Request-Id`, replacing whatever the client sent.
+//! (the proxy's `trusted_peers:`, the authorization server's trusted proxies: an ingress or a
+//! proxy that sets or checks it) and well formed; otherwise a random one (a UUID v4) is made. It
+//! is written in the request's access line, and the proxy sends it upstream in `X-Request-Id`,
+//! replacing whatever the client sent.
 
 use http::{HeaderMap, HeaderValue};
 use rand::RngCore;
