@@ -56,8 +56,8 @@ YAML
 }
 
 # The authorization server on $DB (binary $AUTH) with one user, a password-grant client and an
-# introspection client: sets AUTH_PORT, CC_ID and CC_SECRET (the introspection client's), and
-# TOKEN (the user's, scope `read`).
+# introspection client: sets AUTH_PORT, CC_ID and CC_SECRET (the introspection client's), PW_CLIENT
+# (the password-grant client's `id:secret`) and TOKEN (the user's, scope `read`).
 start_authserver() {
   local pw cc
   $AUTH migrate --database-url "$DB" >/dev/null
@@ -70,9 +70,25 @@ start_authserver() {
   AUTHSERVER_SECRETS_SYSTEM=${AUTHSERVER_SECRETS_SYSTEM:-bench-secret-$(head -c 24 /dev/urandom | base64 | tr -d '/+=')} \
     AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
   wait_http "http://127.0.0.1:$AUTH_PORT/healthz"
-  TOKEN=$(curl -s -u "$(field "$pw" client_id):$(field "$pw" client_secret)" -d grant_type=password \
+  PW_CLIENT="$(field "$pw" client_id):$(field "$pw" client_secret)"
+  TOKEN=$(curl -s -u "$PW_CLIENT" -d grant_type=password \
     -d username=bench -d password=bench-password -d scope=read "http://127.0.0.1:$AUTH_PORT/o/token/" \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])')
+}
+
+# The bench user's token for the API $1 (RFC 8707 `resource`, registered here with scope `read`):
+# its `aud` is $1. Needs start_authserver first.
+audience_token() {
+  $AUTH resource create --identifier "$1" --name bench-api --scopes read --database-url "$DB" >/dev/null
+  curl -s -u "$PW_CLIENT" -d grant_type=password -d username=bench -d password=bench-password \
+    -d scope=read --data-urlencode "resource=$1" "http://127.0.0.1:$AUTH_PORT/o/token/" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["access_token"])'
+}
+# The bench user's DPoP-bound token (scope `read`), bound to a new key of algorithm $1 (ES256 or
+# EdDSA) kept in $2 (PEM) for bench/dpop_proofs.py. Needs start_authserver first.
+dpop_token() {
+  python3 bench/dpop_proofs.py token --auth "http://127.0.0.1:$AUTH_PORT" --client "$PW_CLIENT" \
+    --username bench --password bench-password --scope read --alg "$1" --key-out "$2"
 }
 
 # A self-signed ECDSA P-256 certificate for localhost and 127.0.0.1: $1 certificate, $2 key.

@@ -13,6 +13,13 @@
 # server's default session resumption; cleartext to hello behind them):
 #   njs-tls     load -> nginx + njs as above, terminating TLS, HTTP/1.1 keep-alive
 #   on-ssf      as on, the proxy following the authorization server's revocation stream
+#   on-aud      as on, the proxy bound to a resource (`resource:`, the token's `aud` checked), the
+#               token asked for that resource (RFC 8707)
+#   on-dpop     as on, on a `dpop: required` route: a DPoP-bound token (ES256 key) and a new proof
+#               per request, made beforehand by bench/dpop_proofs.py and sent by wrk with
+#               bench/dpop.lua (saturation: $DPOP_SAT_RATE proofs a second of the run; fixed rate:
+#               wrk pacing each of $RATE_CONNS connections to about $RATE req/s in total, so its
+#               p50/p99 come from wrk, not h2load)
 #   on-tls      load -> tokengate checks on, terminating TLS (rustls), HTTP/1.1 keep-alive
 #   njs-tls-new / on-tls-new   the same with a new connection (and handshake) per request:
 #               wrk with `Connection: close`; at the fixed rate h2load --h1 opening $NEW_RATE
@@ -30,7 +37,8 @@
 # $WORKERS nginx worker processes, $WORKERS proxy threads (work_stealing: $WORK_STEALING).
 # Usage: bench/proxy.sh [seconds per measurement]   (env: CONNS=64, THREADS=2 (wrk), WORKERS=1,
 #        WORK_STEALING=true, RATE=2000, RATE_CONNS=40, NEW_RATE=500, STREAMS=100, ROUNDS=2,
-#        CASES="direct nginx njs bare off on on-ssf njs-tls on-tls njs-tls-new on-tls-new njs-h2 on-h2",
+#        CASES="direct nginx njs bare off on on-ssf on-aud on-dpop njs-tls on-tls njs-tls-new on-tls-new
+#        njs-h2 on-h2", DPOP_SAT_RATE=8000,
 #        NGINX, SKIP_BUILD=1 (use the binaries as built: target/dist/{proxy,examples/bare},
 #        target/release/{authserver,examples/hello}, or the paths in PROXY, BARE, AUTH, HELLO))
 set -euo pipefail
@@ -45,7 +53,8 @@ RATE_CONNS=${RATE_CONNS:-40}
 NEW_RATE=${NEW_RATE:-500}
 STREAMS=${STREAMS:-100}
 ROUNDS=${ROUNDS:-2}
-CASES=${CASES:-direct nginx njs bare off on on-ssf njs-tls on-tls njs-tls-new on-tls-new njs-h2 on-h2}
+CASES=${CASES:-direct nginx njs bare off on on-ssf on-aud on-dpop njs-tls on-tls njs-tls-new on-tls-new njs-h2 on-h2}
+DPOP_SAT_RATE=${DPOP_SAT_RATE:-8000}
 NGINX=${NGINX:-/usr/sbin/nginx}
 NJS_MODULE=/usr/lib/nginx/modules/ngx_http_js_module.so
 INSTALL="apt-get install nginx libnginx-mod-http-js wrk nghttp2-client"
@@ -93,6 +102,20 @@ SSF_PORT=$(free_port); SSF_ADMIN=$(free_port)
 start_proxy ssf "scopes: [read]" "$SSF_PORT" "$SSF_ADMIN" \
   "revocation: { configuration_url: http://127.0.0.1:$AUTH_PORT/.well-known/ssf-configuration }"
 SSF_PID=$PROXY_PID
+# An API bound to a resource (its token's `aud` checked), and a route that requires DPoP.
+AUD_PORT=$(free_port); AUD_ADMIN=$(free_port)
+AUD_TOKEN=$(audience_token "http://127.0.0.1:$AUD_PORT/")
+start_proxy aud "scopes: [read]" "$AUD_PORT" "$AUD_ADMIN" "resource: http://127.0.0.1:$AUD_PORT/"
+AUD_PID=$PROXY_PID
+DPOP_PORT=$(free_port); DPOP_ADMIN=$(free_port)
+DPOP_TOKEN=$(dpop_token ES256 "$WORK/dpop.pem")
+start_proxy dpop "scopes: [read], dpop: required" "$DPOP_PORT" "$DPOP_ADMIN"; DPOP_PID=$PROXY_PID
+# $1 proofs for the DPoP proxy's URL, into $WORK/proofs (made just before a measurement: a proof
+# is good for 60 s).
+dpop_proofs() {
+  python3 bench/dpop_proofs.py proofs --key "$WORK/dpop.pem" --token "$DPOP_TOKEN" \
+    --url "http://127.0.0.1:$DPOP_PORT/" -n "$1" --out "$WORK/proofs"
+}
 TLS_PORT=$(free_port); TLS_ADMIN=$(free_port)
 start_proxy tls "scopes: [read]" "$TLS_PORT" "$TLS_ADMIN" "tls: { cert_file: $CERT, key_file: $KEY }"
 TLS_PID=$PROXY_PID
@@ -116,6 +139,17 @@ for port in "$HELLO_PORT" "$NGINX_PORT" "$NJS_PORT" "$BARE_PORT" "$OFF_PORT" "$O
   code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$port/")
   [ "$code" = 200 ] || { echo "warm-up on port $port: HTTP $code" >&2; cat "$WORK/nginx-error.log" >&2; exit 1; }
 done
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $AUD_TOKEN" "http://127.0.0.1:$AUD_PORT/")
+[ "$code" = 200 ] || { echo "warm-up on the audience proxy: HTTP $code" >&2; exit 1; }
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$AUD_PORT/")
+[ "$code" = 401 ] || { echo "audience proxy with a token for another API: HTTP $code, expected 401" >&2; exit 1; }
+dpop_proofs 1
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: DPoP $DPOP_TOKEN" -H "DPoP: $(cat "$WORK/proofs")" \
+  "http://127.0.0.1:$DPOP_PORT/")
+[ "$code" = 200 ] || { echo "warm-up on the DPoP proxy: HTTP $code" >&2; exit 1; }
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: DPoP $DPOP_TOKEN" -H "DPoP: $(cat "$WORK/proofs")" \
+  "http://127.0.0.1:$DPOP_PORT/")
+[ "$code" = 401 ] || { echo "DPoP proxy with a replayed proof: HTTP $code, expected 401" >&2; exit 1; }
 for port in "$NJS_TLS_PORT" "$TLS_PORT"; do
   for v in --http1.1 --http2; do
     got=$(curl -s -o /dev/null -w '%{http_code} %{http_version}' --cacert "$CERT" $v \
@@ -139,6 +173,8 @@ done
 cpu_ticks() { local t=0 p; for p in "$@"; do
   [ -e "/proc/$p/stat" ] || { echo "process $p of the box in the middle is gone" >&2; exit 1; }
   t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done; echo "$t"; }
+# The same, system (kernel) time only.
+sys_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{ print $15 }' "/proc/$p/stat"))); done; echo "$t"; }
 HZ=$(getconf CLK_TCK)
 rss_sampler() { # $@ pids: max summed VmRSS (kB) every 0.5 s; bash builtins only (no forks but
   local max=0 sum k v _ p #  sleep), so that sampling costs the machine next to nothing
@@ -164,9 +200,14 @@ saturate() { # $1 url, $2 pids of the box in the middle (empty for direct), $3 m
            -H "Authorization: Bearer $TOKEN" "$1") ;;
     h2) out=$(h2load -t1 -c1 -m"$STREAMS" -D"$DURATION" --log-file="$WORK/h2load.log" \
           -H "Authorization: Bearer $TOKEN" "$1") ;;
+    aud) out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -H "Authorization: Bearer $AUD_TOKEN" "$1") ;;
+    dpop) out=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s bench/dpop.lua "$1" -- \
+            "$DPOP_TOKEN" "$WORK/proofs" "$THREADS") ;;
   esac
   box1=$(cpu_ticks $2)
   if [ -n "$2" ]; then rm -f "$WORK/sampling"; wait "$sampler" || true; read -r rss < "$WORK/rss"; fi
+  [ "$3" = dpop ] && grep -q "proof wraps: 0" <<<"$out" || [ "$3" != dpop ] \
+    || echo "on-dpop saturation: proofs replayed (raise DPOP_SAT_RATE): $(grep 'proof wraps' <<<"$out")" >&2
   if [ "$3" = h2 ]; then
     read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py --h2load "$WORK/h2load.log" <<<"$out")
   else
@@ -174,12 +215,13 @@ saturate() { # $1 url, $2 pids of the box in the middle (empty for direct), $3 m
   fi
   echo "$rps $p50 $p99 $non2xx $errors $(( (box1 - box0) * 1000000 / (HZ * (total > 0 ? total : 1)) )) $rss"
 }
-# Fixed rate: "rps p50_ms p99_ms non2xx errors box_cpu_ms_per_1000_requests"
-# (CPU seconds per 1000 requests = vCPU per 1000 req/s, printed in thousandths)
+# Fixed rate: "rps p50_ms p99_ms non2xx errors box_cpu_ms_per_1000_requests box_kernel_ms_per_1000"
+# (CPU seconds per 1000 requests = vCPU per 1000 req/s, printed in thousandths; the kernel's part
+# of it beside)
 fixed() { # $1 url, $2 pids, $3 mode: keep | new | h2
-  local out box0 box1 rps p50 p99 non2xx total errors n
+  local out box0 box1 sys0 sys1 rps p50 p99 non2xx total errors n
   rm -f "$WORK/h2load.log"
-  box0=$(cpu_ticks $2)
+  box0=$(cpu_ticks $2); sys0=$(sys_ticks $2)
   case $3 in
     keep) out=$(h2load --h1 -t1 -c"$RATE_CONNS" --rps="$(python3 -c "print($RATE / $RATE_CONNS)")" \
             -D"$DURATION" --log-file="$WORK/h2load.log" -H "Authorization: Bearer $TOKEN" "$1") ;;
@@ -189,10 +231,21 @@ fixed() { # $1 url, $2 pids, $3 mode: keep | new | h2
            -H "Connection: close" -H "Authorization: Bearer $TOKEN" "$1") ;;
     h2) out=$(h2load -t1 -c1 -m"$STREAMS" --rps="$RATE" -D"$DURATION" --log-file="$WORK/h2load.log" \
           -H "Authorization: Bearer $TOKEN" "$1") ;;
+    aud) out=$(h2load --h1 -t1 -c"$RATE_CONNS" --rps="$(python3 -c "print($RATE / $RATE_CONNS)")" \
+            -D"$DURATION" --log-file="$WORK/h2load.log" -H "Authorization: Bearer $AUD_TOKEN" "$1") ;;
+    # Each connection waits RATE_CONNS * 1000 / RATE ms after an answer: about $RATE req/s.
+    dpop) out=$(wrk -t1 -c"$RATE_CONNS" -d"${DURATION}s" --latency -s bench/dpop.lua "$1" -- \
+            "$DPOP_TOKEN" "$WORK/proofs" 1 "$((RATE_CONNS * 1000 / RATE))") ;;
   esac
-  box1=$(cpu_ticks $2)
-  read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py --h2load "$WORK/h2load.log" <<<"$out")
-  echo "$rps $p50 $p99 $non2xx $errors $(( (box1 - box0) * 1000 * 1000 / (HZ * (total > 0 ? total : 1)) ))"
+  box1=$(cpu_ticks $2); sys1=$(sys_ticks $2)
+  if [ "$3" = dpop ]; then
+    read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py <<<"$out")
+  else
+    read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py --h2load "$WORK/h2load.log" <<<"$out")
+  fi
+  total=$((total > 0 ? total : 1))
+  echo "$rps $p50 $p99 $non2xx $errors $(( (box1 - box0) * 1000 * 1000 / (HZ * total) ))" \
+    "$(( (sys1 - sys0) * 1000 * 1000 / (HZ * total) ))"
 }
 metric() { # $1 metric name: its value on the checks-on proxy's admin /metrics
   curl -s "http://127.0.0.1:$ON_ADMIN/metrics" | awk -v m="$1" '$1 == m { print $2 }'
@@ -212,12 +265,18 @@ run_case() { # $1 case, $2 round
     off) url="http://127.0.0.1:$OFF_PORT/"; pids="$OFF_PID" ;;
     on) url="http://127.0.0.1:$ON_PORT/"; pids="$ON_PID" ;;
     on-ssf) url="http://127.0.0.1:$SSF_PORT/"; pids="$SSF_PID" ;;
+    on-aud) url="http://127.0.0.1:$AUD_PORT/"; pids="$AUD_PID" ;;
+    on-dpop) url="http://127.0.0.1:$DPOP_PORT/"; pids="$DPOP_PID" ;;
     njs-tls*|njs-h2) url="https://127.0.0.1:$NJS_TLS_PORT/"; pids="$NGINX_WORKERS" ;;
     on-tls*|on-h2) url="https://127.0.0.1:$TLS_PORT/"; pids="$TLS_PID" ;;
     *) echo "unknown case $1" >&2; exit 1 ;;
   esac
-  case $1 in *-new) mode=new ;; *-h2) mode=h2 ;; esac
-  ROWS+="$1 $2 $(saturate "$url" "$pids" "$mode") $(fixed "$url" "$pids" "$mode")"$'\n'
+  case $1 in *-new) mode=new ;; *-h2) mode=h2 ;; on-aud) mode=aud ;; on-dpop) mode=dpop ;; esac
+  local sat
+  [ "$mode" = dpop ] && dpop_proofs "$((DPOP_SAT_RATE * DURATION))"
+  sat=$(saturate "$url" "$pids" "$mode")
+  [ "$mode" = dpop ] && dpop_proofs "$((RATE * DURATION * 11 / 10))"
+  ROWS+="$1 $2 $sat $(fixed "$url" "$pids" "$mode")"$'\n'
 }
 REVERSED=$(echo "$CASES" | tr ' ' '\n' | tac | tr '\n' ' ')
 for round in $(seq "$ROUNDS"); do # odd rounds in one order, even rounds in the reverse order
@@ -239,7 +298,8 @@ print("load before: $LOAD_BEFORE".replace("  ", " "))
 print("load after:  $LOAD_AFTER".replace("  ", " "))
 label = {"direct": "direct (hello)", "nginx": "nginx pass-through", "njs": "nginx + njs introspection",
          "bare": "bare Pingora", "off": "tokengate, checks off", "on": "tokengate, checks on",
-         "on-ssf": "tokengate on + revocation",
+         "on-ssf": "tokengate on + revocation", "on-aud": "tokengate on + audience",
+         "on-dpop": "tokengate on + DPoP (ES256)",
          "njs-tls": "TLS nginx + njs", "on-tls": "TLS tokengate on",
          "njs-tls-new": "TLS new conn nginx + njs", "on-tls-new": "TLS new conn tokengate on",
          "njs-h2": "h2 nginx + njs", "on-h2": "h2 tokengate on"}
@@ -258,12 +318,14 @@ big = lambda c, i: max(float(r[i]) for r in rows if r[0] == c)
 sat = {c: mean(c, 2) for c in cases}; sp99 = {c: mean(c, 4) for c in cases}
 cpu = {c: mean(c, 14) / 1000 for c in cases}; fp50 = {c: mean(c, 10) for c in cases}
 fp99 = {c: mean(c, 11) for c in cases}; rss = {c: big(c, 8) / 1024 for c in cases}
+kern = {c: mean(c, 15) / 1000 for c in cases}
 print()
-print(f"{'means':<27}{'sat req/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'| vCPU/1k req/s':>15}{'p50 ms':>8}{'p99 ms':>8}{'max RSS MB':>11}")
+print(f"{'means':<27}{'sat req/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'| vCPU/1k req/s':>15}{'kernel':>8}{'p50 ms':>8}{'p99 ms':>8}{'max RSS MB':>11}")
 for c in cases:
     mid = c != "direct"
     print(f"{label[c]:<27}{sat[c]:>10.0f}{mean(c, 3):>8.3f}{sp99[c]:>8.3f}"
-          f"{f'{cpu[c]:.3f}' if mid else '-':>15}{fp50[c]:>8.3f}{fp99[c]:>8.3f}{f'{rss[c]:.1f}' if mid else '-':>11}")
+          f"{f'{cpu[c]:.3f}' if mid else '-':>15}{f'{kern[c]:.3f}' if mid else '-':>8}{fp50[c]:>8.3f}{fp99[c]:>8.3f}"
+          f"{f'{rss[c]:.1f}' if mid else '-':>11}")
 def verdict(ok): return "met" if ok else "MISSED"
 print()
 if "on" in cases and "njs" in cases:
@@ -283,6 +345,10 @@ for on, njs, what in [("on-tls", "njs-tls", "TLS keep-alive"), ("on-tls-new", "n
 if "on" in cases and "on-ssf" in cases:
     r = cpu["on-ssf"] / cpu["on"]
     print(f"revocation stream on / off  CPU per 1000 req/s = {r:.2f}x  (goal 0.97-1.03x)  {verdict(0.97 <= r <= 1.03)}")
+for c in ("on-aud", "on-dpop"):
+    if "on" in cases and c in cases:
+        print(f"{label[c]} / checks on  CPU per 1000 req/s = {cpu[c] / cpu['on']:.2f}x,"
+              f" saturation {sat[c] / sat['on']:.2f}x, p99 at the fixed rate {fp99[c] / fp99['on']:.2f}x")
 if "on" in cases and "bare" in cases:
     r = sat["on"] / sat["bare"]
     print(f"checks on / bare  saturation req/s   = {r:.2f}x  (goal >= 0.95x)  {verdict(r >= 0.95)}"

@@ -25,6 +25,7 @@ use bytes::{BufMut, BytesMut};
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, HttpServerOptions, ServerApp};
 use pingora::listeners::tls::Acceptor;
 use pingora::listeners::{ALPN, L4BufferSettings, ListenerConfig};
+use pingora::prelude::fast_timeout::fast_timeout;
 use pingora::protocols::http::ServerSession;
 use pingora::protocols::http::v2::server::{H2Options, default_h2_options};
 use pingora::protocols::l4::stream::Stream as L4Stream;
@@ -435,6 +436,9 @@ impl<A: HttpServerApp> Guarded<A> {
 impl<A> Guarded<A> {
     /// Reads one request head within `head_timeout`: counted from now on a new connection, from
     /// the first byte on a kept-alive one (which may first sit idle for `keepalive_timeout`).
+    /// Both are Pingora's timers (10 ms steps, one clock thread), as its own reads use: a tokio
+    /// timer per request woke the runtime's I/O driver (an eventfd write, 0.3 a request) each
+    /// time it became the earliest.
     async fn read_head(&self, stream: &mut Stream, first: bool, shutdown: &ShutdownWatch) -> Head {
         let mut stopping = shutdown.clone();
         let stopping = stopping.wait_for(|stop| *stop);
@@ -447,7 +451,7 @@ impl<A> Guarded<A> {
             head.reserve(HEAD_CHUNK);
             tokio::select! {
                 biased;
-                read = tokio::time::timeout(self.limits.keepalive_timeout, stream.read_buf(&mut head)) => {
+                read = fast_timeout(self.limits.keepalive_timeout, stream.read_buf(&mut head)) => {
                     match read {
                         Ok(Ok(n)) if n > 0 => {}
                         _ => return Head::Gone,
@@ -475,7 +479,7 @@ impl<A> Guarded<A> {
             let mut window = (&mut head).limit(room);
             tokio::select! {
                 biased;
-                read = tokio::time::timeout_at(deadline, stream.read_buf(&mut window)) => {
+                read = fast_timeout(deadline.saturating_duration_since(tokio::time::Instant::now()), stream.read_buf(&mut window)) => {
                     match read {
                         Ok(Ok(n)) if n > 0 => {}
                         Ok(_) => return Head::Gone,

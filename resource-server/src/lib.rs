@@ -83,7 +83,8 @@ pub use ssf::{RawRevocation, Receiver, RevocationSettings};
 
 use sha2::{Digest, Sha256};
 
-/// SHA-256 of a token: the only form in which a token is kept (cache key) or named (logs).
+/// SHA-256 of a token: how a token is named (logs) and how the JWT validator keys its cache. (The
+/// introspection cache keys tokens by a keyed hash instead: `checker::CacheKeys`.)
 pub fn token_digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
