@@ -359,10 +359,7 @@ mod tests {
             assert!(access[1].contains(field), "{field} in {}", access[1]);
         }
         // Every access line has a request id; an untrusted client's is not kept.
-        assert!(
-            access.iter().all(|l| l.contains("request_id=")),
-            "{text}"
-        );
+        assert!(access.iter().all(|l| l.contains("request_id=")), "{text}");
         assert!(!text.contains("from-an-untrusted-client"), "{text}");
         assert!(
             !text.contains("s3cret"),
@@ -374,13 +371,14 @@ mod tests {
     async fn a_request_id_is_kept_only_from_the_proxy_that_proves_itself() {
         let (out, _guard) = captured();
         let secret = "a-proxy-secret-0123456789";
-        let app = Router::new()
-            .route("/ok", get(|| async { "fine" }))
-            .layer(RequestLog::with_access(
-                AccessLog::new(Default::default()),
-                Vec::new(),
-                Some(ProxySecret::new(secret).unwrap()),
-            ));
+        let app =
+            Router::new()
+                .route("/ok", get(|| async { "fine" }))
+                .layer(RequestLog::with_access(
+                    AccessLog::new(Default::default()),
+                    Vec::new(),
+                    Some(ProxySecret::new(secret).unwrap()),
+                ));
         let request = |proof: &str| {
             axum::http::Request::builder()
                 .uri("/ok")
@@ -390,7 +388,9 @@ mod tests {
                 .unwrap()
         };
         app.clone().oneshot(request(secret)).await.unwrap();
-        app.oneshot(request("not-the-proxy-secret-0123")).await.unwrap();
+        app.oneshot(request("not-the-proxy-secret-0123"))
+            .await
+            .unwrap();
         let text = out.text();
         let access: Vec<&str> = text
             .lines()

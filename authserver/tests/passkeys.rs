@@ -484,6 +484,42 @@ async fn registering_and_removing_passkeys_need_a_signed_in_user_and_csrf() {
         .await;
     assert_eq!(refused.status, StatusCode::BAD_REQUEST);
     assert_eq!(fx.store.passkeys_of(alice.id).await.unwrap().len(), 2);
+    // A sign-in older than 10 minutes (a stolen cookie, perhaps) adds no passkey, removes none
+    // and makes no recovery codes: the user signs in again first.
+    let age = |seconds: i64| {
+        sqlx::query(&format!(
+            "UPDATE sessions SET created_at = created_at + ({seconds})"
+        ))
+        .execute(fx.store.pool())
+    };
+    age(-700).await.unwrap();
+    let stale = [
+        (
+            "/accounts/two-factor/passkeys/options/",
+            fields(&[("csrf_token", &token)]),
+        ),
+        ("/accounts/two-factor/passkeys/", remove(&key.id, &token)),
+        (
+            "/accounts/two-factor/",
+            fields(&[("action", "recovery-codes"), ("csrf_token", &token)]),
+        ),
+    ];
+    for (path, form) in &stale {
+        let refused = fx.post(path, Some(&session), form).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::FORBIDDEN,
+            "{path}: {}",
+            refused.body
+        );
+        assert!(
+            refused.body.contains("sign in again"),
+            "{path}: {}",
+            refused.body
+        );
+    }
+    assert_eq!(fx.store.passkeys_of(alice.id).await.unwrap().len(), 2);
+    age(700).await.unwrap();
     // New recovery codes (shown once), then both passkeys removed: the codes go with the last.
     let codes = fx
         .post(

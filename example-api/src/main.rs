@@ -53,6 +53,7 @@ async fn main() -> ExitCode {
         };
     }
     resource_server::logging::init();
+    resource_server::open_files::raise_to_hard_limit();
     if let Some(format) = config.log_format {
         resource_server::logging::set_format(format);
     }

@@ -21,8 +21,8 @@ use resource_server::{CertThumbprint, EncodedIdentity, Outcome, Refusal};
 
 use crate::ingress::{Cidr, ForwardAuthConfig, original};
 use crate::metrics::{FORWARD_AUTH, UNMATCHED};
-use resource_server::request_id;
 use crate::state::{Routing, SharedState};
+use resource_server::request_id;
 
 /// The decision endpoint (a Pingora `ServeHttp` app).
 pub struct ForwardAuth {

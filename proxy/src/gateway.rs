@@ -30,9 +30,9 @@ use crate::drain::InFlight;
 use crate::h2_conn::{ANSWERED_IDLE, BodyClock};
 use crate::headers::{is_identity_header, names_to_strip};
 use crate::metrics::{Outcome, UNMATCHED};
-use resource_server::request_id;
 use crate::state::{Routing, SharedState};
 use crate::tls::PeerCert;
+use resource_server::request_id;
 
 /// The proxy's `ProxyHttp` implementation.
 pub struct Gateway {
@@ -614,7 +614,11 @@ fn waits_for_body(req: &RequestHeader) -> bool {
 async fn read_first_body_piece(session: &mut Session) -> Result<()> {
     session.enable_retry_buffering();
     // A body that stops or a stream reset is the client's doing (no error-level line).
-    while let Some(piece) = session.read_request_body().await.map_err(|e| e.into_down())? {
+    while let Some(piece) = session
+        .read_request_body()
+        .await
+        .map_err(|e| e.into_down())?
+    {
         if !piece.is_empty() {
             break;
         }

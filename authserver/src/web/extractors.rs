@@ -27,6 +27,7 @@ impl FromRequestParts<AppState> for SignedIn {
                 csrf_token: session.csrf_token,
                 session_cookie,
                 amr: session.amr,
+                signed_in_at: session.signed_in_at,
             }),
             Ok(None) => Err(Redirect::to(&login_url(come_back(parts).as_deref())).into_response()),
             Err(error) => Err(error.into_response()),
@@ -45,6 +46,7 @@ impl FromRequestParts<AppState> for Operator {
             form_token,
             session_cookie,
             amr,
+            ..
         } = SignedIn::from_request_parts(parts, state).await?;
         if is_operator(&user)
             && state.settings.require_mfa_for_staff

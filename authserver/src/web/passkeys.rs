@@ -9,7 +9,7 @@
 
 use super::forms::FormData;
 use super::second_factor::{self, PENDING_COOKIE, TWO_FACTOR_PAGE};
-use super::session::{SignedIn, cookie, login_url, may_sign_in};
+use super::session::{SIGN_IN_AGAIN, SignedIn, cookie, login_url, may_sign_in};
 use super::{WebError, WebResult, csrf, see_other};
 use crate::AppState;
 use crate::client_ip::ClientAddress;
@@ -83,6 +83,9 @@ async fn registration_options(
     form: FormData,
 ) -> WebResult {
     csrf::verify_token(&signed_in.form_token, &form)?;
+    if !signed_in.signed_in_recently() {
+        return Ok(json_refusal(StatusCode::FORBIDDEN, SIGN_IN_AGAIN));
+    }
     let rp = relying_party(&state)?;
     let user = &signed_in.user;
     let challenge = state
@@ -137,6 +140,11 @@ async fn passkeys_submitted(
 ) -> WebResult {
     csrf::verify_token(&signed_in.form_token, &form)?;
     let user_id = signed_in.user.id;
+    if !signed_in.signed_in_recently() {
+        let status = StatusCode::FORBIDDEN;
+        return second_factor::two_factor_view(&state, &signed_in, status, Some(SIGN_IN_AGAIN))
+            .await;
+    }
     match form.get("action") {
         Some("add") => match register(&state, &signed_in, &form).await? {
             Ok(()) => Ok(see_other(TWO_FACTOR_PAGE)),

@@ -5,7 +5,9 @@
 //! codes, or removes the factor, and lists, adds and removes their passkeys.
 
 use super::forms::FormData;
-use super::session::{SignedIn, append_cookie, cookie, login_url, safe_next, set_cookie};
+use super::session::{
+    SIGN_IN_AGAIN, SignedIn, append_cookie, cookie, login_url, safe_next, set_cookie,
+};
 use super::templates::{LoginCodePage, Nav, PasskeyRow, TwoFactorPage};
 use super::{WebError, WebResult, csrf, render, see_other};
 use crate::AppState;
@@ -414,6 +416,12 @@ async fn two_factor_submitted(
     csrf::verify_token(&signed_in.form_token, &form)?;
     let user_id = signed_in.user.id;
     let code = form.text("code");
+    // Removing the app's factor asks for a code of it; adding one, or new recovery codes, a
+    // recent sign-in.
+    if form.get("action") != Some("remove") && !signed_in.signed_in_recently() {
+        let status = StatusCode::FORBIDDEN;
+        return two_factor_view(&state, &signed_in, status, Some(SIGN_IN_AGAIN)).await;
+    }
     if form.get("action") == Some("recovery-codes") {
         return new_recovery_codes(&state, &signed_in).await;
     }

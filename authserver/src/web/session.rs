@@ -116,6 +116,24 @@ pub(crate) struct SignedIn {
     pub session_cookie: String,
     /// How the session signed in (RFC 8176 values, space-separated).
     pub amr: String,
+    /// When the session signed in (Unix seconds).
+    pub signed_in_at: i64,
+}
+
+/// How recent a sign-in must be to add a second factor (a passkey, an authenticator app) or
+/// replace the recovery codes, as GitHub's "sudo mode" asks again: a stolen session cookie alone
+/// cannot make itself a lasting way in (a passkey signs in without the password) or lock the
+/// user out.
+pub(crate) const RECENT_SIGN_IN: i64 = 600;
+
+/// What the page says when the sign-in is older than [`RECENT_SIGN_IN`].
+pub(crate) const SIGN_IN_AGAIN: &str = "To change your second factors, sign in again first: your sign-in must be less than 10 minutes old.";
+
+impl SignedIn {
+    /// Whether the session signed in within [`RECENT_SIGN_IN`].
+    pub fn signed_in_recently(&self) -> bool {
+        crate::domain::now() - self.signed_in_at <= RECENT_SIGN_IN
+    }
 }
 
 /// A signed-in operator (see [`is_operator`]), their session's secret and the CSRF token their
