@@ -486,13 +486,10 @@ async fn registering_and_removing_passkeys_need_a_signed_in_user_and_csrf() {
     assert_eq!(fx.store.passkeys_of(alice.id).await.unwrap().len(), 2);
     // A sign-in older than 10 minutes (a stolen cookie, perhaps) adds no passkey, removes none
     // and makes no recovery codes: the user signs in again first.
-    let age = |seconds: i64| {
-        sqlx::query(&format!(
-            "UPDATE sessions SET created_at = created_at + ({seconds})"
-        ))
+    sqlx::query("UPDATE sessions SET created_at = created_at - 700")
         .execute(fx.store.pool())
-    };
-    age(-700).await.unwrap();
+        .await
+        .unwrap();
     let stale = [
         (
             "/accounts/two-factor/passkeys/options/",
@@ -519,7 +516,10 @@ async fn registering_and_removing_passkeys_need_a_signed_in_user_and_csrf() {
         );
     }
     assert_eq!(fx.store.passkeys_of(alice.id).await.unwrap().len(), 2);
-    age(700).await.unwrap();
+    sqlx::query("UPDATE sessions SET created_at = created_at + 700")
+        .execute(fx.store.pool())
+        .await
+        .unwrap();
     // New recovery codes (shown once), then both passkeys removed: the codes go with the last.
     let codes = fx
         .post(
