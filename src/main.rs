@@ -38,9 +38,11 @@ async fn main() -> ExitCode {
     // Arguments first: `--help`, `--version` or a typo never start anything.
     let Args {} = clap::Parser::parse();
     resource_server::logging::init();
-    resource_server::open_files::raise_to_hard_limit();
     let stack = match tokengate::StackConfig::load() {
-        Ok(config) => tokengate::start(config).await,
+        Ok(config) => {
+            resource_server::open_files::raise_to_hard_limit();
+            tokengate::start(config).await
+        }
         Err(error) => Err(error),
     };
     let stack = match stack {

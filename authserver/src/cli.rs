@@ -463,6 +463,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let store = crate::server::open_store(&mut settings).await?;
     match command {
         Command::Serve => {
+            resource_server::open_files::raise_to_hard_limit();
             let listener = tokio::net::TcpListener::bind(settings.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", settings.listen))?;

@@ -1,4 +1,5 @@
-//! The open-file soft limit raised to the hard limit at start, by every binary that serves.
+//! The open-file soft limit raised to the hard limit by every binary once it is about to serve
+//! (after its configuration is read: a command that only reports an error writes nothing more).
 
 /// Raises the soft limit on open files to the hard limit, and says so in one line: each client
 /// connection is a descriptor, and systemd's and many containers' soft default (1,024) is below
@@ -10,7 +11,7 @@ pub fn raise_to_hard_limit() {
         return;
     };
     if soft >= hard {
-        tracing::info!(limit = soft, "open-file limit already at its hard limit");
+        tracing::debug!(limit = soft, "open-file limit already at its hard limit");
         return;
     }
     match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
