@@ -151,6 +151,19 @@ impl ProxyHttp for Gateway {
             .await;
         match verdict {
             Ok(allow) => {
+                // Decided first: a request whose body then never starts is still counted and
+                // logged with its route.
+                let index = allow.route.index();
+                let target = routing.routes.get(index);
+                routing.series(Some(index)).request(Outcome::Allow);
+                ctx.route = Some(index);
+                ctx.decision = Some(Outcome::Allow);
+                ctx.identity = allow.identity;
+                ctx.cors = allow.route.cors.clone();
+                ctx.upstream = target
+                    .and_then(|t| t.upstream.as_ref())
+                    .map(|u| u.0.clone());
+                ctx.routing = Some(routing);
                 if session.is_upgrade_req() {
                     // A WebSocket may sit silent for long: once upgraded, the body idle timeout
                     // would cut it (and Pingora would write an HTTP error into the WebSocket
@@ -169,17 +182,6 @@ impl ProxyHttp for Gateway {
                         }
                     }
                 }
-                let index = allow.route.index();
-                let target = routing.routes.get(index);
-                routing.series(Some(index)).request(Outcome::Allow);
-                ctx.route = Some(index);
-                ctx.decision = Some(Outcome::Allow);
-                ctx.identity = allow.identity;
-                ctx.cors = allow.route.cors.clone();
-                ctx.upstream = target
-                    .and_then(|t| t.upstream.as_ref())
-                    .map(|u| u.0.clone());
-                ctx.routing = Some(routing);
                 Ok(false)
             }
             Err(denial) => {
