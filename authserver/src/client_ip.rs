@@ -96,14 +96,18 @@ impl fmt::Display for IpRange {
     }
 }
 
+/// Whether `ip` is in `trusted` (an IPv4-mapped IPv6 address as its IPv4 address).
+pub fn is_trusted(ip: IpAddr, trusted: &[IpRange]) -> bool {
+    trusted.iter().any(|range| range.contains(ip))
+}
+
 /// The client behind `peer`: the peer itself unless it is trusted (a `proven` peer, one that
 /// carried the proxy's secret, is trusted whatever its address); then the `X-Forwarded-For`
 /// entries (every header line, in order) from right to left, skipping trusted proxies. An entry
 /// that is not an address stops the walk at the last trusted hop.
 pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpRange], proven: bool) -> IpAddr {
-    let is_trusted = |ip: IpAddr| trusted.iter().any(|range| range.contains(ip));
     let mut client = peer.to_canonical();
-    let mut hop_trusted = proven || is_trusted(client);
+    let mut hop_trusted = proven || is_trusted(client, trusted);
     for line in headers.get_all("x-forwarded-for").iter().rev() {
         let Ok(text) = line.to_str() else {
             return client;
@@ -117,7 +121,7 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[IpRange], proven:
                 return client;
             };
             client = ip;
-            hop_trusted = is_trusted(client);
+            hop_trusted = is_trusted(client, trusted);
         }
     }
     client

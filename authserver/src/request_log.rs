@@ -18,7 +18,7 @@ use pin_project_lite::pin_project;
 use resource_server::access_log::{AccessLine, AccessLog};
 use resource_server::request_id;
 
-use crate::client_ip::{IpRange, ProxySecret, trusted_for};
+use crate::client_ip::{IpRange, ProxySecret, is_trusted, trusted_for};
 use tower::{Layer, Service};
 
 /// The cause of a failed response, for the log only (never sent).
@@ -108,7 +108,7 @@ impl RequestLog {
             .extensions()
             .get::<ConnectInfo<std::net::SocketAddr>>()
             .map(|ConnectInfo(peer)| peer.ip());
-        let trusted = proven || peer.is_some_and(|ip| ranges.iter().any(|r| r.contains(ip)));
+        let trusted = proven || peer.is_some_and(|ip| is_trusted(ip, ranges));
         request_id::of(request.headers(), trusted)
     }
 }
@@ -406,6 +406,56 @@ mod tests {
             !access[1].contains("req-from-the-proxy") && access[1].contains("request_id="),
             "{}",
             access[1]
+        );
+    }
+
+    /// Without a proxy secret, a request id is kept from a peer in the trusted ranges (an
+    /// IPv4-mapped address as its IPv4 one) and replaced from any other.
+    #[tokio::test]
+    async fn a_request_id_is_kept_only_from_a_trusted_peer() {
+        let (out, _guard) = captured();
+        let app =
+            Router::new()
+                .route("/ok", get(|| async { "fine" }))
+                .layer(RequestLog::with_access(
+                    AccessLog::new(Default::default()),
+                    vec!["127.0.0.0/8".parse().unwrap()],
+                    None,
+                ));
+        for (peer, id) in [
+            ("127.0.0.1:1", "from-loopback"),
+            ("[::ffff:127.0.0.1]:1", "from-mapped-loopback"),
+            ("10.0.0.1:1", "from-elsewhere"),
+        ] {
+            let mut request = axum::http::Request::builder()
+                .uri("/ok")
+                .header("x-request-id", id)
+                .body(Body::empty())
+                .unwrap();
+            let peer: std::net::SocketAddr = peer.parse().unwrap();
+            request.extensions_mut().insert(ConnectInfo(peer));
+            app.clone().oneshot(request).await.unwrap();
+        }
+        let text = out.text();
+        let access: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("access: request"))
+            .collect();
+        assert_eq!(access.len(), 3, "{text}");
+        assert!(
+            access[0].contains("request_id=\"from-loopback\""),
+            "{}",
+            access[0]
+        );
+        assert!(
+            access[1].contains("request_id=\"from-mapped-loopback\""),
+            "{}",
+            access[1]
+        );
+        assert!(
+            !access[2].contains("from-elsewhere") && access[2].contains("request_id="),
+            "{}",
+            access[2]
         );
     }
 }
