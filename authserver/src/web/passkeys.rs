@@ -8,8 +8,8 @@
 //! issuer's origin.
 
 use super::forms::FormData;
-use super::second_factor::{self, PENDING_COOKIE, TWO_FACTOR_PAGE};
-use super::session::{SIGN_IN_AGAIN, SignedIn, cookie, login_url, may_sign_in};
+use super::second_factor::{self, TWO_FACTOR_PAGE};
+use super::session::{SIGN_IN_AGAIN, SignedIn, login_url, may_sign_in};
 use super::{WebError, WebResult, csrf, see_other};
 use crate::AppState;
 use crate::client_ip::ClientAddress;
@@ -288,17 +288,9 @@ async fn binding(
     mode: Mode,
 ) -> Result<Option<(String, Option<User>)>, WebError> {
     Ok(match mode {
-        Mode::SecondFactor => {
-            let Some(token) = cookie(headers, PENDING_COOKIE) else {
-                return Ok(None);
-            };
-            state
-                .store
-                .pending_sign_in(token)
-                .await?
-                .filter(may_sign_in)
-                .map(|user| (token.to_owned(), Some(user)))
-        }
+        Mode::SecondFactor => second_factor::pending_user(state, headers)
+            .await?
+            .map(|(token, user)| (token, Some(user))),
         Mode::Passwordless => {
             csrf::login_binding(state, headers).map(|binding| (binding.to_owned(), None))
         }

@@ -88,17 +88,30 @@ pub(super) fn next_of(next: Option<&str>) -> String {
         .to_owned()
 }
 
+/// The pending sign-in this request's cookie names (the cookie and its user), if its user may
+/// still sign in: the code page, the code and a passkey at the factor step all start here.
+pub(super) async fn pending_user(
+    state: &AppState,
+    headers: &HeaderMap,
+) -> Result<Option<(String, User)>, WebError> {
+    let Some(token) = cookie(headers, PENDING_COOKIE) else {
+        return Ok(None);
+    };
+    Ok(state
+        .store
+        .pending_sign_in(token)
+        .await?
+        .filter(super::session::may_sign_in)
+        .map(|user| (token.to_owned(), user)))
+}
+
 async fn code_page(
     State(state): State<AppState>,
     headers: HeaderMap,
     Query(query): Query<NextQuery>,
 ) -> WebResult {
     let next = next_of(query.next.as_deref());
-    let pending = match cookie(&headers, PENDING_COOKIE) {
-        Some(token) => state.store.pending_sign_in(token).await?,
-        None => None,
-    };
-    let Some(user) = pending else {
+    let Some((_, user)) = pending_user(&state, &headers).await? else {
         return Ok(see_other(&login_url(Some(&next))));
     };
     code_form(&state, &headers, &user, StatusCode::OK, next, None).await
@@ -256,12 +269,7 @@ async fn code_submitted(
 ) -> WebResult {
     csrf::verify_login(&state, &headers, &form).await?;
     let next = next_of(form.get("next"));
-    let token = cookie(&headers, PENDING_COOKIE).map(str::to_owned);
-    let user = match &token {
-        Some(token) => state.store.pending_sign_in(token).await?,
-        None => None,
-    };
-    let (Some(token), Some(user)) = (token, user.filter(super::session::may_sign_in)) else {
+    let Some((token, user)) = pending_user(&state, &headers).await? else {
         return Ok(see_other(&login_url(Some(&next))));
     };
     let code = form.text("code");
