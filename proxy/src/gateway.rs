@@ -134,11 +134,17 @@ impl ProxyHttp for Gateway {
             return Ok(true);
         }
         // The origin the client sent the request to, which a DPoP proof's `htu` names: the
-        // listener's scheme (https behind TLS) and the request's `Host` (`:authority`).
+        // listener's scheme (https behind TLS) and the request's `Host` (`:authority`), or, from
+        // a trusted peer in front (`trusted_peers:`), its `X-Forwarded-Proto`/`-Host`, as
+        // forward-auth takes them.
         let tls = session
             .digest()
             .is_some_and(|digest| digest.ssl_digest.is_some());
-        let seen = SeenAs::Listener(if tls { "https" } else { "http" });
+        let scheme = if tls { "https" } else { "http" };
+        let seen = match trusted {
+            true => SeenAs::Forwarded(scheme),
+            false => SeenAs::Listener(scheme),
+        };
         let verdict = routing
             .gate
             .authorize_from(
