@@ -62,9 +62,14 @@ impl RelyingParty {
         if host.is_empty() {
             return None;
         }
+        // A browser's origin leaves out the scheme's default port (RFC 6454 §6.1), so an issuer
+        // written `https://h:443` must too, or no assertion would ever match it.
+        let default_port = if scheme == "https" { ":443" } else { ":80" };
+        let authority = authority.to_ascii_lowercase();
+        let authority = authority.strip_suffix(default_port).unwrap_or(&authority);
         Some(RelyingParty {
             id: host.to_ascii_lowercase(),
-            origin: format!("{scheme}://{}", authority.to_ascii_lowercase()),
+            origin: format!("{scheme}://{authority}"),
         })
     }
 
@@ -583,6 +588,15 @@ mod tests {
             (local.id.as_str(), local.origin.as_str()),
             ("localhost", "http://localhost:8001")
         );
+        for (issuer, origin) in [
+            ("https://Login.Example.com:443/auth", "https://login.example.com"),
+            ("http://localhost:80", "http://localhost"),
+            ("https://login.example.com:8443", "https://login.example.com:8443"),
+            ("http://[::1]:80/x", "http://[::1]"),
+        ] {
+            let rp = RelyingParty::from_issuer(issuer).unwrap();
+            assert_eq!(rp.origin, origin, "{issuer}");
+        }
         for bad in ["ftp://x", "https://", "no scheme", "https://user@host/"] {
             assert_eq!(RelyingParty::from_issuer(bad), None, "{bad}");
         }
