@@ -26,12 +26,17 @@ pub enum ApiError {
     /// 400 `{"detail": ...}` (an unparseable body).
     BadRequest(String),
     /// 405 `{"detail": "Method \"X\" not allowed."}`, with `Allow`.
-    MethodNotAllowed { method: Method, allow: &'static str },
+    MethodNotAllowed {
+        method: Method,
+        allow: &'static str,
+    },
     /// 413.
     TooLarge,
     /// 415 `{"detail": "Unsupported media type \"x\" in request."}`.
     UnsupportedMediaType(String),
     /// 500; the cause is logged (by `authserver::request_log`), never sent.
+    /// The database pool stayed full: 503 with `Retry-After`.
+    Busy,
     Internal(String),
 }
 
@@ -44,7 +49,10 @@ impl ApiError {
 
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> ApiError {
-        ApiError::Internal(format!("storage failed: {error}"))
+        match error {
+            StoreError::Busy => ApiError::Busy,
+            other => ApiError::Internal(format!("storage failed: {other}")),
+        }
     }
 }
 
@@ -76,6 +84,17 @@ impl IntoResponse for ApiError {
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 format!("Unsupported media type \"{media}\" in request."),
             ),
+            ApiError::Busy => {
+                let mut response = detail(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "The server is busy; try again shortly.".into(),
+                );
+                response.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(StoreError::RETRY_AFTER),
+                );
+                response
+            }
             ApiError::Internal(cause) => with_error(
                 detail(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -84,5 +103,18 @@ impl IntoResponse for ApiError {
                 cause,
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full database pool answers 503 with `Retry-After`, not a 500.
+    #[test]
+    fn a_full_pool_is_503_with_retry_after() {
+        let response = ApiError::from(StoreError::Busy).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
     }
 }

@@ -21,6 +21,7 @@ impl Status for OAuthError {
             OAuthError::Forbidden => StatusCode::FORBIDDEN,
             OAuthError::Throttled => StatusCode::TOO_MANY_REQUESTS,
             OAuthError::PostOnly => StatusCode::METHOD_NOT_ALLOWED,
+            OAuthError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             OAuthError::Server(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
         }
@@ -39,6 +40,7 @@ impl From<StoreError> for OAuthError {
             StoreError::UnstorableText => OAuthError::InvalidRequest(
                 "A parameter holds a character that is not allowed.".into(),
             ),
+            StoreError::Busy => OAuthError::Unavailable,
             other => OAuthError::Server(other.into()),
         }
     }
@@ -81,6 +83,12 @@ impl IntoResponse for OAuthError {
             OAuthError::PostOnly => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
             }
+            OAuthError::Unavailable => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(StoreError::RETRY_AFTER),
+                );
+            }
             // RFC 9449 §8: the nonce in `DPoP-Nonce`, and no `WWW-Authenticate` (§5).
             OAuthError::UseDpopNonce(nonce) => {
                 if let Ok(value) = HeaderValue::from_str(&nonce) {
@@ -91,5 +99,37 @@ impl IntoResponse for OAuthError {
             _ => {}
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full database pool is the server's overload, not a fault and not the client's: 503
+    /// `temporarily_unavailable` with `Retry-After`, nothing logged as a server error.
+    #[tokio::test]
+    async fn a_full_pool_is_503_with_retry_after() {
+        let error = OAuthError::from(StoreError::from(sqlx::Error::PoolTimedOut));
+        let response = error.into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        assert!(
+            response
+                .extensions()
+                .get::<crate::request_log::ResponseError>()
+                .is_none()
+        );
+        let body = axum::body::to_bytes(response.into_body(), 4096)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"], "temporarily_unavailable");
+
+        let other = OAuthError::from(StoreError::from(sqlx::Error::PoolClosed));
+        assert_eq!(
+            other.into_response().status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }

@@ -30,6 +30,9 @@ pub enum OAuthError {
     /// A DPoP proof without the server nonce it requires (RFC 9449 §8, `use_dpop_nonce`): the
     /// nonce to retry with rides in the `DPoP-Nonce` header.
     UseDpopNonce(String),
+    /// The server is overloaded (its database pool stayed full): 503 with `Retry-After`,
+    /// `temporarily_unavailable` (RFC 6749 §4.1.2.1's code).
+    Unavailable,
     Server(anyhow::Error),
 }
 
@@ -47,6 +50,7 @@ impl OAuthError {
             OAuthError::Forbidden => "insufficient_scope",
             OAuthError::InvalidDpopProof(_) => "invalid_dpop_proof",
             OAuthError::UseDpopNonce(_) => "use_dpop_nonce",
+            OAuthError::Unavailable => "temporarily_unavailable",
             OAuthError::Server(_) => "server_error",
         }
     }
@@ -74,6 +78,7 @@ impl OAuthError {
             OAuthError::PostOnly => {
                 Some("Use POST with an application/x-www-form-urlencoded body.".into())
             }
+            OAuthError::Unavailable => Some("The server is busy; try again shortly.".into()),
             OAuthError::Server(_) => None,
         }
     }

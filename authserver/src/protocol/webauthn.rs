@@ -589,9 +589,15 @@ mod tests {
             ("localhost", "http://localhost:8001")
         );
         for (issuer, origin) in [
-            ("https://Login.Example.com:443/auth", "https://login.example.com"),
+            (
+                "https://Login.Example.com:443/auth",
+                "https://login.example.com",
+            ),
             ("http://localhost:80", "http://localhost"),
-            ("https://login.example.com:8443", "https://login.example.com:8443"),
+            (
+                "https://login.example.com:8443",
+                "https://login.example.com:8443",
+            ),
             ("http://[::1]:80/x", "http://[::1]"),
         ] {
             let rp = RelyingParty::from_issuer(issuer).unwrap();

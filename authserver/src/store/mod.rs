@@ -107,10 +107,19 @@ pub enum StoreError {
     /// registration could take its use (nothing was stored).
     #[error("the initial access token is expired or used up")]
     InitialAccessTokenSpent,
+    /// No database connection came free within the pool's wait: the server is overloaded, not
+    /// broken, so callers answer 503 with `Retry-After` ([`StoreError::RETRY_AFTER`]).
+    #[error("the database is busy: no connection came free in time")]
+    Busy,
     #[error("database error: {0}")]
     Database(sqlx::Error),
     #[error(transparent)]
     Other(#[from] anyhow::Error),
+}
+
+impl StoreError {
+    /// Seconds a client is asked to wait after [`StoreError::Busy`].
+    pub const RETRY_AFTER: u32 = 1;
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -457,6 +466,7 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Database(db) if db.code().as_deref() == Some("22021") => {
                 StoreError::UnstorableText
             }
+            sqlx::Error::PoolTimedOut => StoreError::Busy,
             _ => StoreError::Database(error),
         }
     }

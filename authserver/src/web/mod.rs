@@ -178,6 +178,8 @@ pub(crate) enum WebError {
     /// 403 for a signed-in user: the page keeps their header.
     Forbidden(Box<templates::Nav>),
     Csrf,
+    /// The database pool stayed full: 503 with `Retry-After`.
+    Busy,
     Internal(String),
 }
 
@@ -185,6 +187,7 @@ impl From<StoreError> for WebError {
     fn from(error: StoreError) -> Self {
         match error {
             StoreError::UnstorableText => WebError::BadRequest,
+            StoreError::Busy => WebError::Busy,
             other => WebError::Internal(other.to_string()),
         }
     }
@@ -214,6 +217,11 @@ impl IntoResponse for WebError {
                 "Forbidden",
                 "CSRF verification failed: the form was stale or did not come from this site. Reload the page and try again.",
             ),
+            WebError::Busy => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Busy",
+                "The server is busy. Try again in a moment.",
+            ),
             WebError::Internal(error) => {
                 cause = Some(error);
                 (
@@ -223,7 +231,7 @@ impl IntoResponse for WebError {
                 )
             }
         };
-        let response = render(
+        let mut response = render(
             status,
             &templates::ErrorPage {
                 nav,
@@ -231,6 +239,12 @@ impl IntoResponse for WebError {
                 message,
             },
         );
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(StoreError::RETRY_AFTER),
+            );
+        }
         match cause {
             Some(error) => with_error(response, error),
             None => response,
