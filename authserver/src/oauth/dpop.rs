@@ -19,6 +19,8 @@ pub const NONCE_PERIOD: i64 = 120;
 pub struct DpopState {
     pub replay: ReplayCache,
     pub nonces: std::sync::Arc<Nonces>,
+    /// The token endpoint's URLs a proof's `htu` may name, normalised once.
+    token_endpoint_urls: Vec<String>,
 }
 
 impl DpopState {
@@ -33,14 +35,14 @@ impl DpopState {
         DpopState {
             replay: ReplayCache::new(REPLAY_CAPACITY, dpop::DEFAULT_WINDOW),
             nonces: std::sync::Arc::new(nonces),
+            token_endpoint_urls: token_endpoint_urls(settings),
         }
     }
 }
 
 /// The token endpoint's URLs a proof's `htu` may name: under the issuer, and under the mTLS
 /// alias when there is one.
-fn token_endpoint_urls(state: &AppState) -> Vec<String> {
-    let settings = &state.settings;
+fn token_endpoint_urls(settings: &crate::config::Settings) -> Vec<String> {
     std::iter::once(&settings.issuer)
         .chain(settings.mtls_endpoint_base.as_ref())
         .filter_map(|base| dpop::normalize_htu(&format!("{base}/o/token/")))
@@ -65,11 +67,10 @@ pub async fn proven_key(
         .to_str()
         .map_err(|_| OAuthError::InvalidDpopProof("The DPoP proof is not a compact JWS."))?;
     let now = now();
-    let htu = token_endpoint_urls(state);
     let nonces = state.dpop.nonces.as_ref();
     let expected = Expected {
         htm: "POST",
-        htu: &htu,
+        htu: &state.dpop.token_endpoint_urls,
         access_token: None,
         nonces: state.settings.dpop_nonce_required.then_some(nonces),
         now,
