@@ -44,6 +44,8 @@ enum Refusal {
     Token(&'static str),
     /// Too many registrations from this address.
     Throttled,
+    /// The database pool stayed full (503, `Retry-After`).
+    Busy,
     Server(anyhow::Error),
 }
 
@@ -63,6 +65,7 @@ impl From<StoreError> for Refusal {
                 code: "invalid_client_metadata",
                 description: "A value holds a character that cannot be stored.".into(),
             }),
+            StoreError::Busy => Refusal::Busy,
             other => Refusal::Server(other.into()),
         }
     }
@@ -91,6 +94,11 @@ impl IntoResponse for Refusal {
                 "too_many_requests",
                 "Too many registrations from this address; try again later.".to_owned(),
             ),
+            Refusal::Busy => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "temporarily_unavailable",
+                "The server is busy; try again shortly.".to_owned(),
+            ),
             Refusal::Server(error) => {
                 let body = json!({ "error": "server_error" });
                 let response =
@@ -112,6 +120,12 @@ impl IntoResponse for Refusal {
             }
             StatusCode::TOO_MANY_REQUESTS => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
+            }
+            StatusCode::SERVICE_UNAVAILABLE => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(StoreError::RETRY_AFTER),
+                );
             }
             _ => {}
         }
