@@ -3,7 +3,7 @@
 
 Two keys from `cryptography`: Ed25519 (what tokengate's authserver signs with) and RSA 2048 (what
 Keycloak, Auth0, Entra ID, Okta and Google sign with, RS256). Their JWKS is written by Authlib
-(`authlib.jose`, as resource-server/tests/support/jwt_tokens.py does); the RFC 9068 access tokens
+(`authlib.jose`, as test-support/src/jwt_tokens.py does); the RFC 9068 access tokens
 (`typ: at+jwt`, iss, aud, sub, client_id, iat, exp, jti, scope `read`) are signed with
 `cryptography` directly: the JWS is a fixed header, a compact JSON payload and the signature, the
 same bytes Authlib produces, but fast enough for a few hundred thousand tokens (RSA signing, about

@@ -33,7 +33,7 @@ LAYERS = {
         ["gate"],
     ],
     "authserver": [
-        ["secrets", "private_files", "key_encryption", "client_ip", "http_server", "request_log", "mtls"],
+        ["secrets", "private_files", "key_encryption", "client_ip", "request_log", "mtls"],
         ["domain"],
         ["config", "protocol", "store"],
         ["jwt", "throttle", "validation", "purge", "metrics"],
@@ -41,6 +41,12 @@ LAYERS = {
         ["oauth"],
         ["server", "cli", "testing"],
         ["web"],
+    ],
+    "http-serving": [
+        ["redact", "request_log", "server", "shutdown"],
+    ],
+    "test-support": [
+        ["ed25519_jwt", "fake_server", "jwks", "pki", "ssf_transmitter"],
     ],
     "example-api": [
         ["error", "id"],

@@ -60,7 +60,7 @@ async fn main() -> ExitCode {
         stack.first_run.as_ref(),
     );
     println!("{banner}");
-    authserver::shutdown_signal().await;
+    http_serving::shutdown_signal().await;
     tracing::info!("shutting down: draining the proxy, then the servers behind it");
     stack.shutdown().await;
     ExitCode::SUCCESS

@@ -7,9 +7,9 @@
 //! Needs Debian's `chromium` (or `$CHROMIUM`), `node`, and `npm ci` in `tests/browser/`; without
 //! them the test prints a skip notice, or fails when `CI` is set.
 
-use authserver::testing::free_port;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use test_support::free_port;
 
 use authserver::config::Settings;
 use authserver::domain::ClientType;

@@ -35,7 +35,7 @@ impl Drop for TempDir {
 /// The stack: the authorization server (its issuer the front door), the example API behind the
 /// proxy, and the proxy introspecting tokens.
 pub async fn front(store: &Store, configure: impl FnOnce(&mut Settings)) -> Front {
-    let port = testing::free_port();
+    let port = test_support::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let mut settings = Settings::for_tests("unused");
     settings.set_issuer(base.clone());

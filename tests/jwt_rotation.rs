@@ -5,12 +5,12 @@
 
 mod common;
 
-use authserver::testing::free_port;
 use common::{password_grant, stack_config};
 use reqwest::StatusCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
+use test_support::free_port;
 
 /// Part `index` of a JWT (0 the header, 1 the claims), decoded.
 fn part(token: &str, index: usize) -> serde_json::Value {

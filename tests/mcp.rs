@@ -14,9 +14,10 @@ mod common;
 
 use authserver::config::{DynamicRegistration, Settings};
 use authserver::store::{GrantType, ResourceInput};
-use authserver::testing::{self, free_port};
+use authserver::testing;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
+use test_support::free_port;
 
 const CLIENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients");
 

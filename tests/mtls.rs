@@ -8,8 +8,7 @@
 //! and refuses (401 `invalid_token`) with another or none; a forged certificate header sent to
 //! the authorization server without the proxy secret is ignored.
 
-#[path = "../proxy/tests/common/pki.rs"]
-mod pki;
+use test_support::pki;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -166,7 +165,7 @@ impl Stack {
 /// The front door, its listener's `client_auth` as given. With `aliases`, the authorization
 /// server announces the front door as its `mtls_endpoint_base`.
 async fn stack(store: &Store, pki: &Pki, bundle: &Path, client_auth: &str, aliases: bool) -> Stack {
-    let port = authserver::testing::free_port();
+    let port = test_support::free_port();
     // The authorization server, believing the proxy's forwarded certificate with its secret.
     let mut settings = Settings::for_tests("unused");
     settings.proxy_secret = Some(ProxySecret::new(AUTH_SECRET).unwrap());

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use authserver::config::Settings;
 use authserver::registration;
 use authserver::store::GrantType;
-use authserver::testing::{self, free_port};
+use authserver::testing;
 use reqwest::StatusCode;
+use test_support::free_port;
 
 /// Writes `secret` to `path` the way the kubelet updates a Secret volume: whole, then swapped in.
 fn write_secret(path: &std::path::Path, secret: &str) {

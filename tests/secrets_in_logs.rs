@@ -9,12 +9,12 @@
 //! The access lines of the proxy and the authorization server (issue 27) are checked for their
 //! fields, as text and as JSON (`LOG_FORMAT=json`), in the same logs.
 
-use authserver::testing::free_port;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use test_support::free_port;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;

@@ -4,12 +4,13 @@ mod operators;
 mod prompt;
 mod resources;
 
-use crate::config::{Settings, redact_url};
+use crate::config::Settings;
 use crate::jwt::{KeySet, KeyState, rotation};
+use crate::serve;
 use crate::store::{Store, now};
-use crate::{serve, shutdown_signal};
 use anyhow::{Context, bail};
 use clap::{Args, CommandFactory, Parser, Subcommand};
+use http_serving::{redact_url, shutdown_signal};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 

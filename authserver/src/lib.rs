@@ -5,7 +5,6 @@ pub mod cli;
 pub mod client_ip;
 pub mod config;
 pub mod domain;
-pub mod http_server;
 pub mod jwt;
 pub mod key_encryption;
 pub mod metrics;
@@ -19,6 +18,7 @@ pub mod request_log;
 pub mod secrets;
 pub mod server;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod throttle;
 pub mod validation;
@@ -30,7 +30,7 @@ use config::Settings;
 use std::sync::Arc;
 use store::Store;
 
-pub use server::{open, serve, shutdown_signal};
+pub use server::{open, serve};
 
 /// What every handler shares: one record, so that the clones every request makes (the router's,
 /// each extractor's) are one reference count each.
@@ -76,7 +76,7 @@ impl AppState {
 
 /// The whole HTTP surface of the authorization server.
 pub fn app(state: AppState) -> Router {
-    let log = request_log::RequestLog::with_access(
+    let log = request_log::with_access(
         resource_server::access_log::AccessLog::new(state.settings.access_log),
         state.settings.trusted_proxies.clone(),
         state.settings.proxy_secret.clone(),

@@ -1,29 +1,22 @@
-//! Errors logged in one place, and the access line: a response carries the error behind it in
-//! its extensions ([`with_error`], where the response is made; nothing is logged there), and the
-//! one middleware [`LogRequests`] of the authorization server and the example API logs it, then
-//! writes the request's access line (`resource_server::access_log`).
+//! The authorization server's part of the request log: the access line. The middleware that
+//! logs a response's error ([`http_serving::request_log`]) hands each request to [`AccessLines`],
+//! which gives it its id and writes its access line (`resource_server::access_log`) with what
+//! the handler noted: the caller ([`with_caller`], [`note_user`]) and the outcome ([`Outcome`]).
 
-use std::convert::Infallible;
-use std::fmt::Display;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
-use axum::extract::{ConnectInfo, MatchedPath, Request};
-use axum::http::{Extensions, HeaderValue, Method, Uri};
+use axum::extract::{ConnectInfo, Request};
+use axum::http::{Extensions, HeaderValue};
 use axum::response::Response;
-use pin_project_lite::pin_project;
+use http_serving::request_log::{Access, Seen};
 use resource_server::access_log::{AccessLine, AccessLog};
 use resource_server::request_id;
 
 use crate::client_ip::{IpRange, ProxySecret, is_trusted, trusted_for};
-use tower::{Layer, Service};
 
-/// The cause of a failed response, for the log only (never sent).
-#[derive(Clone, Debug)]
-pub struct ResponseError(pub Arc<str>);
+/// The middleware of the authorization server: errors and access lines.
+pub type RequestLog = http_serving::RequestLog<AccessLines>;
 
 /// The outcome of a refused request, as the access line's `decision` (an OAuth error code such
 /// as `invalid_grant`).
@@ -38,14 +31,6 @@ pub struct Caller {
     pub user: Option<String>,
 }
 
-/// `response`, carrying `error` for [`LogRequests`] to log.
-pub fn with_error(mut response: Response, error: impl Display) -> Response {
-    response
-        .extensions_mut()
-        .insert(ResponseError(error.to_string().into()));
-    response
-}
-
 /// `response`, naming its caller for the access line: the client id and the user's id.
 pub fn with_caller(mut response: Response, client_id: &str, user: Option<&str>) -> Response {
     response.extensions_mut().insert(Caller {
@@ -58,7 +43,7 @@ pub fn with_caller(mut response: Response, client_id: &str, user: Option<&str>) 
 /// Where an extractor that signs the visitor in notes who it is ([`note_user`]), for a response
 /// that names no [`Caller`] itself (the views).
 #[derive(Clone, Default)]
-struct CallerSlot(Arc<OnceLock<String>>);
+pub struct CallerSlot(Arc<OnceLock<String>>);
 
 /// Notes the signed-in user (by id) of the request whose extensions these are.
 pub fn note_user(request: &Extensions, user_id: i64) {
@@ -67,39 +52,31 @@ pub fn note_user(request: &Extensions, user_id: i64) {
     }
 }
 
-/// What [`LogRequests`] writes: errors, and the access line of the authorization server (none
-/// for the example API, whose requests the proxy in front logs). As a layer (`Router::layer`),
-/// it wraps every route in [`LogRequests`].
+/// Errors and the access lines `access` wants, each with the request's id: its `X-Request-Id`
+/// when it came from a `trusted` proxy (or one proving the proxy `secret`, which then is the
+/// only proof), else a new one.
+pub fn with_access(
+    access: AccessLog,
+    trusted: Vec<IpRange>,
+    secret: Option<ProxySecret>,
+) -> RequestLog {
+    http_serving::RequestLog::with(AccessLines {
+        access: Arc::new(access),
+        trust: Arc::new((trusted, secret)),
+    })
+}
+
+/// The access lines of the authorization server, each with the request's id. What only the
+/// access line needs (the start time, the slot for the user) is taken only while the access log
+/// is active.
 #[derive(Clone)]
-pub struct RequestLog {
-    access: Option<Arc<AccessLog>>,
+pub struct AccessLines {
+    access: Arc<AccessLog>,
     /// Whose `X-Request-Id` an access line keeps ([`request_id`]).
     trust: Arc<(Vec<IpRange>, Option<ProxySecret>)>,
 }
 
-impl RequestLog {
-    /// Errors only.
-    pub fn errors_only() -> RequestLog {
-        RequestLog {
-            access: None,
-            trust: Arc::default(),
-        }
-    }
-
-    /// Errors and the access lines `access` wants, each with the request's id: its
-    /// `X-Request-Id` when it came from a `trusted` proxy (or one proving the proxy `secret`, which
-    /// then is the only proof), else a new one.
-    pub fn with_access(
-        access: AccessLog,
-        trusted: Vec<IpRange>,
-        secret: Option<ProxySecret>,
-    ) -> RequestLog {
-        RequestLog {
-            access: Some(Arc::new(access)),
-            trust: Arc::new((trusted, secret)),
-        }
-    }
-
+impl AccessLines {
     /// The request's id for its access line.
     fn id_of(&self, request: &Request) -> HeaderValue {
         let (ranges, secret) = &*self.trust;
@@ -113,128 +90,42 @@ impl RequestLog {
     }
 }
 
-impl<S> Layer<S> for RequestLog {
-    type Service = LogRequests<S>;
+impl Access for AccessLines {
+    /// The access log, the slot for the user, the start and the request id.
+    type Begun = (Arc<AccessLog>, CallerSlot, Instant, HeaderValue);
 
-    fn layer(&self, inner: S) -> LogRequests<S> {
-        LogRequests {
-            inner,
-            log: self.clone(),
+    fn begin(&self, request: &mut Request) -> Option<Self::Begun> {
+        if !self.access.active() {
+            return None;
         }
-    }
-}
-
-/// The middleware: logs the error a response carries at error level, and writes the access line
-/// if the access log wants this request. What only the access line needs (the start time, the
-/// slot for the user) is taken only while the access log is active. A service of its own rather
-/// than `axum::middleware::from_fn`, which boxes the route and the future of every request.
-#[derive(Clone)]
-pub struct LogRequests<S> {
-    inner: S,
-    log: RequestLog,
-}
-
-impl<S> Service<Request> for LogRequests<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible>,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Logged<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
+        let slot = CallerSlot::default();
+        request.extensions_mut().insert(slot.clone());
+        let id = self.id_of(request);
+        Some((self.access.clone(), slot, Instant::now(), id))
     }
 
-    fn call(&mut self, mut request: Request) -> Self::Future {
-        let access = self
-            .log
-            .access
-            .as_ref()
-            .filter(|access| access.active())
-            .cloned();
-        let slot = access.is_some().then(|| {
-            let slot = CallerSlot::default();
-            request.extensions_mut().insert(slot.clone());
-            (slot, Instant::now(), self.log.id_of(&request))
-        });
-        // A clone of the URI and of the matched route shares their bytes: nothing is copied.
-        let asked = Asked {
-            method: request.method().clone(),
-            uri: request.uri().clone(),
-            route: request.extensions().get::<MatchedPath>().cloned(),
-            access: access.zip(slot),
-        };
-        Logged {
-            answer: self.inner.call(request),
-            asked: Some(asked),
+    fn end((access, slot, start, id): Self::Begun, seen: &Seen<'_>, response: &Response) {
+        if !access.wants(seen.status) {
+            return;
         }
-    }
-}
-
-/// What [`Logged`] keeps of the request until its response.
-struct Asked {
-    method: Method,
-    uri: Uri,
-    route: Option<MatchedPath>,
-    /// The access log, the slot for the user, the start and the request id, while the access log
-    /// is active.
-    access: Option<(Arc<AccessLog>, (CallerSlot, Instant, HeaderValue))>,
-}
-
-pin_project! {
-    /// The response of a route, logged once it is ready.
-    pub struct Logged<F> {
-        #[pin]
-        answer: F,
-        asked: Option<Asked>,
-    }
-}
-
-impl<F: Future<Output = Result<Response, Infallible>>> Future for Logged<F> {
-    type Output = Result<Response, Infallible>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        let Ok(response) = ready!(this.answer.poll(cx));
-        if let Some(asked) = this.asked.take() {
-            asked.log(&response);
+        let caller = response.extensions().get::<Caller>();
+        AccessLine {
+            server: "authserver",
+            method: seen.method.as_str(),
+            path: seen.path,
+            route: seen.route,
+            decision: response.extensions().get::<Outcome>().map(|o| o.0),
+            client_id: caller.and_then(|c| c.client_id.as_deref()),
+            user: caller
+                .and_then(|c| c.user.as_deref())
+                .or_else(|| slot.0.get().map(String::as_str)),
+            status: seen.status,
+            upstream_status: None,
+            request_id: id.to_str().ok(),
+            latency: start.elapsed(),
+            ..AccessLine::default()
         }
-        Poll::Ready(Ok(response))
-    }
-}
-
-impl Asked {
-    fn log(self, response: &Response) {
-        let status = response.status().as_u16();
-        let path = self.uri.path();
-        let route = self.route.as_ref().map(MatchedPath::as_str);
-        let method = &self.method;
-        if let Some(ResponseError(error)) = response.extensions().get() {
-            tracing::error!(%error, %method, path, route, status, "request failed");
-        }
-        if let Some((access, (slot, start, id))) = self.access
-            && access.wants(status)
-        {
-            let caller = response.extensions().get::<Caller>();
-            AccessLine {
-                server: "authserver",
-                method: method.as_str(),
-                path,
-                route,
-                decision: response.extensions().get::<Outcome>().map(|o| o.0),
-                client_id: caller.and_then(|c| c.client_id.as_deref()),
-                user: caller
-                    .and_then(|c| c.user.as_deref())
-                    .or_else(|| slot.0.get().map(String::as_str)),
-                status,
-                upstream_status: None,
-                request_id: id.to_str().ok(),
-                latency: start.elapsed(),
-                ..AccessLine::default()
-            }
-            .emit();
-        }
+        .emit();
     }
 }
 
@@ -303,7 +194,7 @@ mod tests {
                 "/ok",
                 get(|| async { with_caller("fine".into_response(), "app-1", Some("7")) }),
             )
-            .layer(RequestLog::with_access(
+            .layer(with_access(
                 AccessLog::new(Default::default()),
                 Vec::new(),
                 None,
@@ -371,14 +262,13 @@ mod tests {
     async fn a_request_id_is_kept_only_from_the_proxy_that_proves_itself() {
         let (out, _guard) = captured();
         let secret = "a-proxy-secret-0123456789";
-        let app =
-            Router::new()
-                .route("/ok", get(|| async { "fine" }))
-                .layer(RequestLog::with_access(
-                    AccessLog::new(Default::default()),
-                    Vec::new(),
-                    Some(ProxySecret::new(secret).unwrap()),
-                ));
+        let app = Router::new()
+            .route("/ok", get(|| async { "fine" }))
+            .layer(with_access(
+                AccessLog::new(Default::default()),
+                Vec::new(),
+                Some(ProxySecret::new(secret).unwrap()),
+            ));
         let request = |proof: &str| {
             axum::http::Request::builder()
                 .uri("/ok")
@@ -414,14 +304,13 @@ mod tests {
     #[tokio::test]
     async fn a_request_id_is_kept_only_from_a_trusted_peer() {
         let (out, _guard) = captured();
-        let app =
-            Router::new()
-                .route("/ok", get(|| async { "fine" }))
-                .layer(RequestLog::with_access(
-                    AccessLog::new(Default::default()),
-                    vec!["127.0.0.0/8".parse().unwrap()],
-                    None,
-                ));
+        let app = Router::new()
+            .route("/ok", get(|| async { "fine" }))
+            .layer(with_access(
+                AccessLog::new(Default::default()),
+                vec!["127.0.0.0/8".parse().unwrap()],
+                None,
+            ));
         for (peer, id) in [
             ("127.0.0.1:1", "from-loopback"),
             ("[::ffff:127.0.0.1]:1", "from-mapped-loopback"),

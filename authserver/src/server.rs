@@ -2,10 +2,11 @@
 //! the tests do it: storage with every storage setting, the key-encryption key, the signing keys
 //! the registered applications need, then the state and the serve loop.
 
-use crate::config::{self, Settings, redact_url};
+use crate::config::{self, Settings};
 use crate::store::Store;
-use crate::{AppState, app, http_server, jwt, metrics, oauth, protocol, purge};
+use crate::{AppState, app, jwt, metrics, oauth, protocol, purge};
 use anyhow::{Context, bail};
+use http_serving::{Limits, redact_url};
 use std::future::Future;
 
 /// Opens the storage `settings` name with every storage setting (the token cache's capacity),
@@ -115,7 +116,7 @@ pub async fn ready(state: AppState) -> anyhow::Result<AppState> {
 }
 
 /// Serves the app on `listener` until `shutdown` completes, then drains in-flight requests
-/// (with the limits of [`http_server::Limits::DEFAULT`]). Meanwhile purges expired data every
+/// (with the limits of [`Limits::DEFAULT`]). Meanwhile purges expired data every
 /// `purge_interval` ([`purge::spawn_periodic`]), pushes revocation events, and serves
 /// `/metrics` on `metrics_listen` when set.
 pub async fn serve(
@@ -141,33 +142,10 @@ pub async fn serve(
         store.close_polls();
     };
     let pusher = oauth::ssf_push::spawn_pusher(state.clone());
-    let served =
-        http_server::serve(listener, app(state), http_server::Limits::DEFAULT, shutdown).await;
+    let served = http_serving::serve(listener, app(state), Limits::DEFAULT, shutdown).await;
     for task in [purge, metrics].into_iter().flatten() {
         task.abort();
     }
     pusher.abort();
     served
-}
-
-/// Resolves on Ctrl-C or SIGTERM (how Kubernetes stops a pod).
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
 }

@@ -1,5 +1,7 @@
 //! Helpers for tests across the workspace: fresh stores on SQLite and, when `DATABASE_URL`
-//! names one, on PostgreSQL (each in a schema of its own), and a server on a loopback port.
+//! names one, on PostgreSQL (each in a schema of its own), and a server on a loopback port. For
+//! tests only (feature `testing`, which the crates whose tests use it enable in their
+//! `[dev-dependencies]`); fixtures that need no authserver internals are in `test-support`.
 
 use crate::config::Settings;
 use crate::key_encryption::KeyEncryption;
@@ -183,15 +185,6 @@ pub async fn application(
     )
 }
 
-/// The `Authorization` value of HTTP Basic client authentication.
-pub fn basic_auth(client_id: &str, secret: &str) -> String {
-    use base64::Engine;
-    format!(
-        "Basic {}",
-        base64::engine::general_purpose::STANDARD.encode(format!("{client_id}:{secret}"))
-    )
-}
-
 /// An active user with this password.
 pub async fn user(store: &Store, username: &str, password: &str) -> crate::store::User {
     let new = NewUser {
@@ -250,24 +243,5 @@ pub async fn spawn_server(store: Store, settings: Settings, addr: SocketAddr) ->
         base_url: format!("http://{addr}"),
         stop: Some(stop),
         task,
-    }
-}
-
-/// A loopback port nothing listens on, for a server another process starts later (the binary,
-/// node's pages, nginx, the proxy): below the kernel's ephemeral range (32768 and up), from
-/// which `bind(0)` and every outgoing connection of the servers under test draw theirs; one of
-/// those once took a port `bind(0)` had handed out before node could bind it. Each call in a
-/// process hands out another port.
-pub fn free_port() -> u16 {
-    use std::sync::atomic::{AtomicU16, Ordering};
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let start = 20_000 + (std::process::id().wrapping_mul(37) % 11_000) as u16;
-    let _ = NEXT.compare_exchange(0, start, Ordering::SeqCst, Ordering::SeqCst);
-    loop {
-        let port = NEXT.fetch_add(1, Ordering::SeqCst);
-        assert!(port < 32_768, "no free port below the ephemeral range");
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
     }
 }

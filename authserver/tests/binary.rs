@@ -3,10 +3,10 @@
 
 mod support;
 
-use authserver::testing::free_port;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::binary::{BIN, run};
+use test_support::free_port;
 
 fn temp_db() -> String {
     let dir = std::env::temp_dir().join(format!(

@@ -11,11 +11,11 @@ mod support;
 use authserver::config::Settings;
 use authserver::store::{GrantType, Store};
 use authserver::testing;
-use authserver::testing::free_port;
 use serde_json::Value;
 use std::process::Command;
 use support::browser::{browser_available, run_scenario, run_script, screenshot_dir};
 use support::staff;
+use test_support::free_port;
 
 async fn start(store: Store) -> testing::RunningServer {
     let mut settings = Settings::for_tests("unused");

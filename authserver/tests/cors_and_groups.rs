@@ -4,12 +4,13 @@
 
 use authserver::config::{AccessTokenFormat, CorsOrigins, Settings};
 use authserver::store::GrantType;
-use authserver::testing::{self, basic_auth};
+use authserver::testing;
 use authserver::{AppState, app};
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
 use base64::Engine;
 use serde_json::Value;
+use test_support::basic_auth;
 use tower::ServiceExt;
 
 const APP: &str = "http://localhost:5173";

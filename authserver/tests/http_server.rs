@@ -2,9 +2,9 @@
 //! shutdown, and the socket peer as the client's address.
 
 use authserver::config::Settings;
-use authserver::http_server::{Limits, serve};
 use authserver::store::GrantType;
 use authserver::{AppState, app, testing};
+use http_serving::{Limits, serve};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -95,7 +95,7 @@ async fn a_body_sent_in_chunks_reaches_the_handler_whole() {
     let (id, secret) = testing::application(&store, GrantType::ClientCredentials, false).await;
     let server = start_on(store, QUICK).await;
     let mut stream = TcpStream::connect(server.addr).await.unwrap();
-    let basic = testing::basic_auth(&id, &secret);
+    let basic = test_support::basic_auth(&id, &secret);
     let head = format!("{TOKEN_HEAD}Authorization: {basic}\r\nTransfer-Encoding: chunked\r\n\r\n");
     stream.write_all(head.as_bytes()).await.unwrap();
     // Three chunks written apart, so the server reads them as three frames: a lost or
@@ -295,7 +295,7 @@ async fn the_socket_peer_decides_whose_forwarded_for_is_believed() {
         let store = testing::sqlite_store().await;
         testing::user(&store, "alice", "wonderland").await;
         let (id, secret) = testing::application(&store, GrantType::Password, false).await;
-        let basic = testing::basic_auth(&id, &secret);
+        let basic = test_support::basic_auth(&id, &secret);
         let mut settings = Settings::for_tests("unused");
         if !trust_loopback {
             settings.trusted_proxies.clear();

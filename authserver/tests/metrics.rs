@@ -12,7 +12,7 @@ use std::io::Write as _;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_on_an_address_of_their_own_parse_with_the_prometheus_parser() {
-    let metrics_addr: std::net::SocketAddr = ([127, 0, 0, 1], testing::free_port()).into();
+    let metrics_addr: std::net::SocketAddr = ([127, 0, 0, 1], test_support::free_port()).into();
     let store = testing::store().await;
     testing::user(&store, "alice", "wonderland").await;
     let (client, secret) = testing::application(&store, GrantType::Password, true).await;

@@ -2,11 +2,12 @@
 
 use authserver::config::Settings;
 use authserver::store::{ApplicationInput, GrantType, Store};
-use authserver::testing::{self, basic_auth};
+use authserver::testing;
 use authserver::{AppState, app};
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::Value;
+use test_support::basic_auth;
 use tower::ServiceExt;
 
 struct Fixture {

@@ -348,7 +348,7 @@ async fn in_chromium_every_view_works_with_each_request_on_the_other_replica() {
     testing::user(&store, "alice", "wonderland").await;
     let (password_client, password_secret) =
         testing::application(&store, GrantType::Password, false).await;
-    let client_port = authserver::testing::free_port();
+    let client_port = test_support::free_port();
     let redirect_uri = format!("http://127.0.0.1:{client_port}/callback");
     let consenting = consenting_client(&store, "Browser client", &redirect_uri).await;
     let (front, replicas) = replicated(&database_url).await;

@@ -6,10 +6,11 @@
 use authserver::AppState;
 use authserver::config::{AccessTokenFormat, Settings};
 use authserver::store::{GrantType, ResourceInput, Store};
-use authserver::testing::{self, basic_auth};
+use authserver::testing;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::Value;
+use test_support::basic_auth;
 
 const ORDERS: &str = "https://orders.example/";
 const BILLING: &str = "https://billing.example/api";

@@ -866,7 +866,7 @@ async fn old_events_and_idle_streams_are_purged() {
 
 /// The `authserver` binary serving `db` on a free port, its `ssf_poll_timeout` at 20 s.
 async fn serve_binary(db: &str) -> (std::process::Child, String) {
-    let port = authserver::testing::free_port();
+    let port = test_support::free_port();
     let child = support::binary::command(&["serve", "--database-url", db])
         .env("AUTHSERVER_LISTEN", format!("127.0.0.1:{port}"))
         .env("AUTHSERVER_ISSUER", ISSUER)

@@ -91,7 +91,7 @@ async fn pyotp_enrols_and_signs_in_with_totp_and_recovery_codes() {
     let http = reqwest::Client::new();
     let grant = |username: &'static str, password: &'static str| {
         http.post(format!("{}/o/token/", server.base_url))
-            .header("Authorization", testing::basic_auth(&id, &secret))
+            .header("Authorization", test_support::basic_auth(&id, &secret))
             .form(&[
                 ("grant_type", "password"),
                 ("username", username),

@@ -7,10 +7,11 @@ use std::time::Duration;
 use authserver::config::Settings;
 use authserver::registration;
 use authserver::store::{GrantType, Store};
-use authserver::testing::{self, basic_auth};
+use authserver::testing;
 use authserver::{AppState, app};
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
+use test_support::basic_auth;
 use tower::ServiceExt;
 
 /// The token endpoint's status for a client-credentials request authenticated by this pair.

@@ -38,7 +38,7 @@ async fn fixture() -> Fixture {
         .collect();
     Fixture {
         state: AppState::new(settings, store),
-        basic: testing::basic_auth(&id, &secret),
+        basic: test_support::basic_auth(&id, &secret),
         client: (id, secret),
     }
 }

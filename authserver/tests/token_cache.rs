@@ -15,11 +15,11 @@ mod support;
 use authserver::config::Settings;
 use authserver::store::{ApplicationInput, ClientType, GrantType, NewTokens, Store, UserUpdate};
 use authserver::testing;
-use authserver::testing::free_port;
 use rand::{Rng, SeedableRng};
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use test_support::free_port;
 
 /// The propagation bound asserted across PostgreSQL replicas: the goal is under 100 ms (the run
 /// prints the largest lag it saw); the assertion leaves room for a loaded CI machine.

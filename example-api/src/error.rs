@@ -2,11 +2,11 @@
 
 use std::collections::BTreeMap;
 
-use authserver::request_log::with_error;
 use authserver::store::StoreError;
 use axum::Json;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use http_serving::with_error;
 use serde_json::json;
 
 /// Per-field messages of a `400`: `{"username": ["This field is required."]}`.
@@ -34,9 +34,9 @@ pub enum ApiError {
     TooLarge,
     /// 415 `{"detail": "Unsupported media type \"x\" in request."}`.
     UnsupportedMediaType(String),
-    /// 500; the cause is logged (by `authserver::request_log`), never sent.
     /// The database pool stayed full: 503 with `Retry-After`.
     Busy,
+    /// 500; the cause is logged (by `http_serving::request_log`), never sent.
     Internal(String),
 }
 

@@ -57,7 +57,7 @@ impl AppState {
             .map_err(|error| {
                 anyhow::anyhow!(
                     "cannot open {}: {error}",
-                    authserver::config::redact_url(&config.database_url)
+                    http_serving::redact_url(&config.database_url)
                 )
             })?;
         Ok(AppState::new(store, guard))
@@ -74,12 +74,12 @@ pub fn app(state: AppState) -> Router {
         ))
         .route("/readyz", axum::routing::get(guard::readyz))
         .route("/metrics", axum::routing::get(guard::metrics))
-        .layer(authserver::request_log::RequestLog::errors_only())
+        .layer(http_serving::RequestLog::errors_only())
         .with_state(state)
 }
 
 /// Serves [`app`] on `listener` until `shutdown` completes, then drains in-flight requests
-/// (the authorization server's server loop: header and body deadlines, bodies over
+/// (http-serving's server loop, as the authorization server's: header and body deadlines, bodies over
 /// [`payload::MAX_BODY`] refused at once). Refuses a non-loopback listener when the guard
 /// trusts identity headers (or checks nothing) and `allow_non_loopback` was not set.
 pub async fn serve(
@@ -96,11 +96,11 @@ pub async fn serve(
             ),
         ));
     }
-    let limits = authserver::http_server::Limits {
+    let limits = http_serving::Limits {
         max_body: payload::MAX_BODY,
-        ..authserver::http_server::Limits::DEFAULT
+        ..http_serving::Limits::DEFAULT
     };
-    authserver::http_server::serve(listener, app(state), limits, shutdown).await
+    http_serving::serve(listener, app(state), limits, shutdown).await
 }
 
 /// Connects, binds the configured address and serves until Ctrl-C or SIGTERM.
@@ -118,7 +118,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     if config.gate.token_source == resource_server::TokenSource::Unchecked {
         tracing::warn!("token_source none: NO authentication or scope checks (benchmarks only)");
     }
-    serve(listener, state, authserver::shutdown_signal()).await?;
+    serve(listener, state, http_serving::shutdown_signal()).await?;
     Ok(())
 }
 

@@ -104,7 +104,7 @@ fn config_errors_name_file_key_and_value_and_exit_non_zero() {
 #[test]
 fn starts_and_serves_behind_the_proxy() {
     // A free port for the binary.
-    let port = authserver::testing::free_port();
+    let port = test_support::free_port();
     let dir =
         std::env::temp_dir().join(format!("example-api-bin-db-{}-{port}", std::process::id()));
     let db = format!("sqlite://{}/db.sqlite", dir.display());

@@ -4,8 +4,7 @@
 
 mod support;
 
-#[path = "../../resource-server/tests/support/fake_server.rs"]
-mod fake_server;
+use test_support::fake_server;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

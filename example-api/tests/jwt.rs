@@ -5,8 +5,7 @@
 
 mod support;
 
-#[path = "../../resource-server/tests/support/jwks.rs"]
-mod jwks;
+use test_support::jwks;
 
 use std::sync::OnceLock;
 

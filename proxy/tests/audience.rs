@@ -7,8 +7,7 @@
 
 mod common;
 
-#[path = "../../resource-server/tests/support/ed25519_jwt.rs"]
-mod ed25519_jwt;
+use test_support::ed25519_jwt;
 
 use std::collections::BTreeMap;
 

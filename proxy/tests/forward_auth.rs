@@ -15,7 +15,6 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::pki::Pki;
 use common::{
     Introspector, ROUTES, config_yaml, echo_upstream, echoed, free_port, start_proxy,
     two_free_ports,
@@ -24,6 +23,7 @@ use resource_server::CertThumbprint;
 use resource_server::client_cert::der_from_escaped_pem;
 use resource_server::identity::encode;
 use serde_json::Value;
+use test_support::pki::Pki;
 
 struct Nginx(Child, std::path::PathBuf);
 

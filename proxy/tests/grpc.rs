@@ -8,9 +8,9 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use common::pki::Pki;
 use common::{Introspector, config_yaml, echo_upstream, start_proxy, two_free_ports};
 use serde_json::Value;
+use test_support::pki::Pki;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/grpc/echo.py");
 

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::pki::Pki;
 use common::{Collected, config_yaml, echo_upstream, temp_path, two_free_ports};
 use serde_json::Value;
+use test_support::pki::Pki;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 

@@ -6,8 +6,7 @@
 
 mod common;
 
-#[path = "../../resource-server/tests/support/fake_server.rs"]
-mod fake_server;
+use test_support::fake_server;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

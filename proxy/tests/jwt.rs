@@ -6,8 +6,7 @@
 
 mod common;
 
-#[path = "../../resource-server/tests/support/jwks.rs"]
-mod jwks;
+use test_support::jwks;
 
 use std::sync::Arc;
 use std::sync::OnceLock;

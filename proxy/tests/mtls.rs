@@ -8,20 +8,19 @@
 
 mod common;
 
-#[path = "../../resource-server/tests/support/jwks.rs"]
-mod jwks;
+use test_support::jwks;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::pki::Pki;
 use common::{echo_upstream, echoed, serve, start_proxy, two_free_ports, unix_now};
 use resource_server::CertThumbprint;
 use resource_server::client_cert::der_from_escaped_pem;
 use resource_server::identity::encode;
 use serde_json::{Value, json};
+use test_support::pki::Pki;
 
 const SECRET: &str = "an-upstream-proxy-secret-of-40-characters";
 

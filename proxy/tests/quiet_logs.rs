@@ -9,8 +9,8 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::pki::Pki;
 use common::{Collected, config_yaml, echo_upstream, free_port, temp_path, two_free_ports};
+use test_support::pki::Pki;
 
 const BIN: &str = env!("CARGO_BIN_EXE_proxy");
 

@@ -4,8 +4,7 @@
 //! "degraded" and the metrics say unhealthy.
 
 mod common;
-#[path = "../../resource-server/tests/support/ssf_transmitter.rs"]
-mod ssf_transmitter;
+use test_support::ssf_transmitter;
 
 use std::time::{Duration, Instant};
 

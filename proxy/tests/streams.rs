@@ -11,9 +11,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::pki::Pki;
 use common::{INTROSPECTOR_TOKEN, Introspector, start_proxy, two_free_ports};
 use serde_json::Value;
+use test_support::pki::Pki;
 
 const PEERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/streams/peers.py");
 

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::pki::Pki;
 use common::{Introspector, ROUTES, config_yaml, echo_upstream, start_proxy, two_free_ports};
+use test_support::pki::Pki;
 
 /// A proxy configuration on free ports with `extra` top-level YAML (a `tls:` section).
 async fn yaml_with(extra: &str) -> (String, u16, u16) {

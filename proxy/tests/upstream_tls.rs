@@ -7,8 +7,8 @@ mod common;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-use common::pki::Pki;
 use common::{Introspector, config_yaml, echo_upstream, start_proxy, two_free_ports};
+use test_support::pki::Pki;
 
 const HTTPS_SERVER: &str = r#"
 import http.server, ssl, sys

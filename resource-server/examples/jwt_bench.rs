@@ -3,8 +3,7 @@
 //!
 //! `cargo run --release -p resource-server --example jwt_bench` (needs python3 with Authlib).
 
-#[path = "../tests/support/jwks.rs"]
-mod jwks;
+use test_support::jwks;
 
 use std::time::{Duration, Instant};
 

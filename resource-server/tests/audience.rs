@@ -4,10 +4,8 @@
 //! locally validated JWTs, and both together. And the refusal's challenge points to the
 //! resource's metadata.
 
-#[path = "support/ed25519_jwt.rs"]
-mod ed25519_jwt;
-#[path = "support/fake_server.rs"]
-mod fake_server;
+use test_support::ed25519_jwt;
+use test_support::fake_server;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -1,7 +1,6 @@
 //! TokenChecker against a real (tiny) HTTP/1.1 introspection server on 127.0.0.1:0.
 
-#[path = "support/fake_server.rs"]
-mod fake_server;
+use test_support::fake_server;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

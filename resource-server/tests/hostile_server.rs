@@ -4,8 +4,7 @@
 //! audience + `decide`, and the counters: nothing is ever allowed, unreadable answers are 503 and counted as malformed,
 //! answers that say "not for you" are 401.
 
-#[path = "support/fake_server.rs"]
-mod fake_server;
+use test_support::fake_server;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -3,8 +3,7 @@
 //! their scopes, the adversarial corpus refused with 401 `invalid_token`, refetches bounded,
 //! rotation, background refresh and failing closed.
 
-#[path = "support/jwks.rs"]
-mod jwks;
+use test_support::jwks;
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -2,8 +2,7 @@
 //! at a time on the backoff schedule instead of one call per request, stale answers within the
 //! grace (and the revocation bound they imply), recovery within half a second, and the counters.
 
-#[path = "support/fake_server.rs"]
-mod fake_server;
+use test_support::fake_server;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};

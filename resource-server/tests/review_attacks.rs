@@ -4,8 +4,7 @@
 //! or the key was replaced under the same `kid` (the cache now remembers the verifying key
 //! itself). The others are attacks that held.
 
-#[path = "support/ed25519_jwt.rs"]
-mod ed25519_jwt;
+use test_support::ed25519_jwt;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

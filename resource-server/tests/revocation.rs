@@ -4,8 +4,7 @@
 //! forged SET refused and counted; a lost stream flushed and recreated; a stream down longer than
 //! the bound falling back to the short TTL; a stream-updated event pausing the stream.
 
-#[path = "support/ssf_transmitter.rs"]
-mod ssf_transmitter;
+use test_support::ssf_transmitter;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};

@@ -3,10 +3,11 @@
 //! [`crate::request_log`] to log.
 
 pub use crate::protocol::OAuthError;
-use crate::request_log::{Outcome, with_error};
+use crate::request_log::Outcome;
 use crate::store::StoreError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use http_serving::with_error;
 use serde_json::json;
 
 /// How the HTTP layer answers each error.
@@ -117,7 +118,7 @@ mod tests {
         assert!(
             response
                 .extensions()
-                .get::<crate::request_log::ResponseError>()
+                .get::<http_serving::request_log::ResponseError>()
                 .is_none()
         );
         let body = axum::body::to_bytes(response.into_body(), 4096)

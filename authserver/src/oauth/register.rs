@@ -9,7 +9,7 @@ use crate::client_ip::ClientAddress;
 use crate::config::DynamicRegistration;
 use crate::registration::dynamic::{self, Checked, MAX_BODY, MetadataError};
 use crate::registration::{self, RegistrationError};
-use crate::request_log::{Outcome, with_error};
+use crate::request_log::Outcome;
 use crate::secrets;
 use crate::store::{Application, DynamicRecord, StoreError};
 use crate::throttle::{FAILURE_WINDOW, Registering};
@@ -19,6 +19,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use http_serving::with_error;
 use resource_server::bearer::{Bearer, bearer_token};
 use serde_json::{Map, Value, json};
 

@@ -21,7 +21,6 @@ pub use csrf::CsrfKey;
 pub use session::{SESSION_COOKIE, safe_next};
 
 use crate::AppState;
-use crate::request_log::with_error;
 use crate::store::StoreError;
 use askama::Template;
 use axum::Router;
@@ -29,6 +28,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::map_response;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
+use http_serving::with_error;
 
 const STYLESHEET: &str = include_str!("../../static/style.css");
 const SCRIPT: &str = include_str!("../../static/app.js");

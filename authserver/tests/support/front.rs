@@ -3,7 +3,6 @@
 //! every request to the other replica than the request before it, whatever the connection, and
 //! records where each went.
 
-use authserver::testing::free_port;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderName, Method, StatusCode, header};
@@ -13,6 +12,7 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use test_support::free_port;
 
 /// One `authserver serve` process; killed when dropped.
 pub struct ReplicaProcess {

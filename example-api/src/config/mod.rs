@@ -262,7 +262,7 @@ impl Validator<'_> {
         {
             return Err(Self::invalid(
                 picked.origin,
-                authserver::config::redact_url(&database_url),
+                http_serving::redact_url(&database_url),
                 "must start with sqlite: or postgres://",
             ));
         }

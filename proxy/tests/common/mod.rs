@@ -2,8 +2,6 @@
 //! received, a configuration file on free ports, and a running proxy.
 #![allow(dead_code)]
 
-pub mod pki;
-
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::PathBuf;

@@ -2,8 +2,8 @@
 //! §8.1.1 stream creation, RFC 8936 poll delivery with long polls and acknowledgements, RFC 8417
 //! SETs signed with its own Ed25519 key, CAEP events), plus an RFC 6749 client-credentials token
 //! endpoint and an RFC 7662 introspection endpoint, on a real HTTP server (axum) on 127.0.0.1:0.
-//! It shares no code with the authorization server nor with the receiver. Shared with the proxy's
-//! tests (`#[path]`).
+//! It shares no code with the authorization server nor with the receiver (resource-server's and
+//! the proxy's revocation tests).
 
 #![allow(dead_code)]
 

@@ -1,5 +1,5 @@
 //! JWT access tokens signed here with Ed25519 keys, and a JWKS file of their public keys that a
-//! test may rewrite. Shared by the tests of local JWT validation (`#[path]`).
+//! test may rewrite, for the tests of local JWT validation.
 
 #![allow(dead_code)]
 

@@ -40,8 +40,7 @@ pub struct Corpus {
 impl Corpus {
     /// Runs `jwt_tokens.py` (python3 with Authlib).
     pub fn generate(issuer: &str, audience: &str) -> Corpus {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../resource-server/tests/support/jwt_tokens.py");
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/jwt_tokens.py");
         let out = std::process::Command::new("python3")
             .arg(&script)
             .args([issuer, audience])

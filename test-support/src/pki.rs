@@ -27,6 +27,7 @@ fn openssl(dir: &Path, args: &[&str]) {
 
 impl Pki {
     /// A fresh directory with `ca.pem`/`ca.key` (ECDSA P-256, as the benches use).
+    #[allow(clippy::new_without_default)] // Runs openssl and makes files: no default value.
     pub fn new() -> Pki {
         let dir = std::env::temp_dir().join(format!(
             "tokengate-tls-{}-{}",

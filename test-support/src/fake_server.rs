@@ -1,6 +1,5 @@
 //! A tiny HTTP/1.1 introspection server on 127.0.0.1:0 that answers whatever a test tells it,
-//! well-formed or hostile. Shared with the example API's tests (`#[path]`), hence no crate deps
-//! beyond tokio.
+//! well-formed or hostile (raw bytes over tokio, so that nothing parses or fixes up the answer).
 
 #![allow(dead_code)]
 
