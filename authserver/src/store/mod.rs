@@ -39,6 +39,7 @@ mod tokens;
 mod users;
 
 pub use applications::{Application, ApplicationInput, ClientType, GrantType};
+pub use bus::LISTENER_NAME as CHANGE_LISTENER;
 pub use client_cache::CLIENT_CACHE_TTL;
 pub use codes::{CodeOutcome, CodeRecord, NewCode};
 pub use consents::AuthorizedApplication;
@@ -60,7 +61,6 @@ pub use resources::ResourceInput;
 pub use sessions::{NewSession, Session};
 pub use sqlite_changes::FOREIGN_COMMIT_BOUND;
 pub use timing::call_durations;
-pub use bus::LISTENER_NAME as CHANGE_LISTENER;
 pub use token_cache::{DEFAULT_TOKEN_CACHE_CAPACITY, Introspected};
 pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenKind, TokenRecord};
 pub use users::{Guarded, NewUser, User, UserUpdate};

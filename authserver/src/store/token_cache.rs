@@ -25,8 +25,8 @@ use crate::secrets;
 use bytes::Bytes;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The default capacity in entries (about 1.5 KiB each, 75 MiB in all: docs/scaling.md).

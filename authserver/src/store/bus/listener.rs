@@ -58,9 +58,8 @@ struct Stores {
 impl Stores {
     /// The caches and bells of the stores still open.
     fn live(&mut self) -> Vec<(Arc<ClientCache>, Arc<Notify>)> {
-        self.subscribed.retain(|(clients, bell)| {
-            clients.strong_count() > 0 && bell.strong_count() > 0
-        });
+        self.subscribed
+            .retain(|(clients, bell)| clients.strong_count() > 0 && bell.strong_count() > 0);
         self.subscribed
             .iter()
             .filter_map(|(clients, bell)| Some((clients.upgrade()?, bell.upgrade()?)))
@@ -108,7 +107,11 @@ impl Bus {
     /// Adds a store's application cache and event bell to what changes reach; the cache is in
     /// use while the listener listens (at once when there is none).
     pub(in crate::store) fn subscribe(&self, clients: &Arc<ClientCache>, bell: &Arc<Notify>) {
-        let mut stores = self.fanout.stores.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut stores = self
+            .fanout
+            .stores
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if stores.heard {
             clients.set_listening(stores.listening);
         }
@@ -136,7 +139,11 @@ impl Fanout {
         if !clients && !bells {
             return;
         }
-        let stores = self.stores.lock().unwrap_or_else(PoisonError::into_inner).live();
+        let stores = self
+            .stores
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .live();
         for (cache, bell) in stores {
             if clients {
                 cache.forget_all();
