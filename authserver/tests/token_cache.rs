@@ -472,10 +472,10 @@ fn counted(text: &str) -> (u64, u64) {
     (count("hit"), count("miss"))
 }
 
-/// How many connections listen for token changes (every store's, this test's included).
+/// How many connections listen for changes (one per process: this test's and each replica's).
 async fn listeners(store: &Store) -> i64 {
     sqlx::query_scalar("SELECT COUNT(*) FROM pg_stat_activity WHERE application_name = $1")
-        .bind(authserver::store::TOKEN_CACHE_LISTENER)
+        .bind(authserver::store::CHANGE_LISTENER)
         .fetch_one(store.pool())
         .await
         .unwrap()
@@ -501,7 +501,7 @@ async fn two_postgresql_replicas_answer_exactly_through_changes_and_a_lost_chann
         let killed: Vec<bool> = sqlx::query_scalar(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
         )
-        .bind(authserver::store::TOKEN_CACHE_LISTENER)
+        .bind(authserver::store::CHANGE_LISTENER)
         .fetch_all(store.pool())
         .await
         .unwrap();

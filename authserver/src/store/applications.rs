@@ -1,5 +1,6 @@
 //! Registered client applications; their secrets are kept only as SHA-256 digests.
 
+use super::bus::Change;
 use super::hot::{self, Hot};
 use super::timing::{StoreOp, StoreTimer};
 use super::{Store, StoreResult, conflict, now};
@@ -212,22 +213,22 @@ impl Store {
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
         let (app, narrowed) = self.update_in(&mut tx, id, input).await?;
-        self.announce_application_change(tx).await?;
-        if let Some(event) = &narrowed {
-            self.ring_events(event);
+        self.commit_announcing(tx, &[Change::Application]).await?;
+        if let Some(appended) = &narrowed {
+            self.changed(appended);
         }
         Ok(app)
     }
 
     /// Updates application `id` to `input` in `tx`: the application as it is now (None: no such
     /// application), and the event logged when the change took from its tokens what they may
-    /// carry (to ring once committed).
+    /// carry (announced: to deliver once committed, [`Store::changed`]).
     pub(super) async fn update_in(
         &self,
         tx: &mut sqlx::Transaction<'_, sqlx::Any>,
         id: i64,
         input: &ApplicationInput,
-    ) -> StoreResult<(Option<Application>, Option<super::Revocation>)> {
+    ) -> StoreResult<(Option<Application>, Option<Change>)> {
         let lock = match self.backend {
             super::Backend::Postgres => " FOR UPDATE",
             super::Backend::Sqlite => "",
@@ -266,8 +267,7 @@ impl Store {
                 let event = super::Revocation::Client {
                     client_id: before.try_get(3)?,
                 };
-                super::events::append(tx, self.backend, &event).await?;
-                narrowed = Some(event);
+                narrowed = Some(self.append_event(tx, &event).await?);
             }
         }
         Ok((row.as_ref().map(from_row).transpose()?, narrowed))
@@ -283,7 +283,7 @@ impl Store {
         let _exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
         let done = set_tls_client_auth_in(&mut tx, id, auth).await?;
-        self.announce_application_change(tx).await?;
+        self.commit_announcing(tx, &[Change::Application]).await?;
         Ok(done)
     }
 
@@ -316,7 +316,7 @@ impl Store {
         .await?
         .rows_affected()
             == 1;
-        self.announce_application_change(tx).await?;
+        self.commit_announcing(tx, &[Change::Application]).await?;
         Ok(done.then_some(secret))
     }
 
@@ -336,7 +336,7 @@ impl Store {
         if done == 0 {
             tx.commit().await?;
         } else {
-            self.announce_application_change(tx).await?;
+            self.commit_announcing(tx, &[Change::Application]).await?;
         }
         Ok(done)
     }
@@ -364,12 +364,13 @@ impl Store {
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?;
-        let event = client_id
-            .clone()
-            .map(|client_id| super::Revocation::Client { client_id });
-        if let Some(event) = &event {
-            super::events::append(&mut tx, self.backend, event).await?;
-        }
+        let appended = match client_id {
+            Some(client_id) => Some(
+                self.append_event(&mut tx, &super::Revocation::Client { client_id })
+                    .await?,
+            ),
+            None => None,
+        };
         sqlx::query("DELETE FROM tokens WHERE application_id = $1")
             .bind(id)
             .execute(&mut *tx)
@@ -378,28 +379,11 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        self.announce_application_change(tx).await?;
-        if let Some(event) = &event {
-            self.ring_events(event);
+        self.commit_announcing(tx, &[Change::Application]).await?;
+        if let Some(appended) = &appended {
+            self.changed(appended);
         }
         Ok(done.rows_affected() == 1)
-    }
-
-    /// Commits a change to the applications, announcing it to every other process on PostgreSQL
-    /// (delivered with the commit), and empties this process's client cache.
-    pub(super) async fn announce_application_change(
-        &self,
-        mut tx: sqlx::Transaction<'_, sqlx::Any>,
-    ) -> StoreResult<()> {
-        if self.backend == super::Backend::Postgres {
-            super::client_cache::announce(&mut tx).await?;
-        }
-        // Scopes and permissions are in introspection answers: every token cache hears the
-        // applications' channel and empties itself (this one below).
-        tx.commit().await?;
-        self.clients.forget_all();
-        self.evicted(&super::token_cache::Eviction::All);
-        Ok(())
     }
 }
 

@@ -1,11 +1,11 @@
 //! The short cache of applications by client id, emptied at once by any change to an
 //! application wherever it is made.
 //!
-//! On PostgreSQL: by this process itself, and by every other process when PostgreSQL delivers
-//! the notification the change's transaction sends (channel [`super::channels::APPLICATIONS`]). The cache is used only
-//! while this process is listening; a listening connection that breaks empties it and turns it
-//! off until it listens again. What remains is a connection that died without either side
-//! noticing: then an entry lives at most [`CLIENT_CACHE_TTL`].
+//! On PostgreSQL: by this process itself, and by every other process when its listener hears the
+//! change's notification ([`super::bus::Change::Application`]). The cache is used only while
+//! this process is listening; a listening connection that breaks empties it and turns it off
+//! until it listens again. What remains is a connection that died without either side noticing:
+//! then an entry lives at most [`CLIENT_CACHE_TTL`].
 //!
 //! On SQLite: a lookup first asks the database whether any connection other than the hot path's
 //! writer, of any process, has committed (`PRAGMA data_version`: a read transaction that, when
@@ -36,7 +36,7 @@ pub(super) struct ClientCache {
 
 impl ClientCache {
     /// A cache in use from the start (`listening`: SQLite, which asks before each lookup), or
-    /// only once [`listen`] hears the other processes (PostgreSQL).
+    /// only once the bus's listener hears the other processes (PostgreSQL).
     pub(super) fn new(listening: bool) -> ClientCache {
         ClientCache {
             entries: moka::future::Cache::builder()
@@ -87,74 +87,10 @@ impl ClientCache {
         self.entries.invalidate_all();
     }
 
-    fn set_listening(&self, listening: bool) {
+    /// Empties the cache, and uses it from now on when `listening` (the bus's listener hears
+    /// the other processes) or not.
+    pub(super) fn set_listening(&self, listening: bool) {
         self.forget_all();
         self.listening.store(listening, Ordering::Release);
     }
-}
-
-/// Listens for [`super::channels::APPLICATIONS`] on a connection of its own and empties `cache` on every
-/// notification; turns the cache off while it cannot listen. Ends when the task is aborted.
-pub(super) fn listen(url: String, cache: Arc<ClientCache>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        // However the task ends (its runtime shut down under it included), the cache is off.
-        let _off = Off(cache.clone());
-        let mut listener = None;
-        loop {
-            let Some(active) = listener.as_mut() else {
-                match connect(&url).await {
-                    Ok(connected) => {
-                        listener = Some(connected);
-                        cache.set_listening(true);
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot listen for application changes; reading applications from the database on every request until it can");
-                        tokio::time::sleep(RETRY).await;
-                    }
-                }
-                continue;
-            };
-            match active.try_recv().await {
-                Ok(Some(_)) => cache.forget_all(),
-                // The connection broke and was opened again: what was said meanwhile is lost.
-                Ok(None) => cache.forget_all(),
-                Err(error) => {
-                    cache.set_listening(false);
-                    tracing::warn!(%error, "lost the connection that listens for application changes");
-                    listener = None;
-                    tokio::time::sleep(RETRY).await;
-                }
-            }
-        }
-    })
-}
-
-/// Turns the cache off when dropped: nobody listens any more.
-struct Off(Arc<ClientCache>);
-
-impl Drop for Off {
-    fn drop(&mut self) {
-        self.0.set_listening(false);
-    }
-}
-
-/// How long to wait before listening again after a failure.
-const RETRY: Duration = Duration::from_secs(1);
-
-async fn connect(url: &str) -> sqlx::Result<sqlx::postgres::PgListener> {
-    let mut listener = sqlx::postgres::PgListener::connect(url).await?;
-    let channel = super::channels::name(&mut listener, super::channels::APPLICATIONS).await?;
-    listener.listen(&channel).await?;
-    Ok(listener)
-}
-
-/// Announces a change to the applications in the transaction that makes it (PostgreSQL delivers
-/// it when that transaction commits, and never if it does not).
-pub(super) async fn announce(connection: &mut sqlx::AnyConnection) -> sqlx::Result<()> {
-    sqlx::query(super::channels::NOTIFY)
-        .bind(super::channels::APPLICATIONS)
-        .bind("")
-        .execute(connection)
-        .await
-        .map(drop)
 }

@@ -2,7 +2,7 @@
 //! authorization for the same or fewer scopes skips the consent page; withdrawn from the
 //! "Authorized applications" page, which also revokes the tokens the application holds.
 
-use super::events::{self, Revocation};
+use super::Revocation;
 use super::tokens::revoke_user_families;
 use super::{Store, StoreResult, now};
 use sqlx::Row;
@@ -97,16 +97,19 @@ impl Store {
                 .bind(application_id)
                 .fetch_optional(&mut *tx)
                 .await?;
-        let event = client_id.map(|client_id| Revocation::Consent {
-            sub: user_id.to_string(),
-            client_id,
-        });
-        if let Some(event) = &event {
-            events::append(&mut tx, self.backend, event).await?;
-        }
+        let appended = match client_id {
+            Some(client_id) => {
+                let event = Revocation::Consent {
+                    sub: user_id.to_string(),
+                    client_id,
+                };
+                Some(self.append_event(&mut tx, &event).await?)
+            }
+            None => None,
+        };
         tx.commit().await?;
-        if let Some(event) = &event {
-            self.ring_events(event);
+        if let Some(appended) = &appended {
+            self.changed(appended);
         }
         Ok(done.rows_affected() == 1)
     }

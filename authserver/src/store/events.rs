@@ -6,19 +6,16 @@
 //! a poll that never reached its receiver, and an event that commits after a later-numbered one
 //! (two PostgreSQL replicas) is still delivered, since no cursor moves past it.
 //!
-//! Waiting polls are woken by [`EventBell`]: in process by the store that committed the event,
-//! and, on PostgreSQL, by the notification every appending transaction sends on [`super::channels::EVENTS`]
-//! (delivered with its commit to every replica's listener). A lost notification delays delivery
-//! until the poll's own timeout, when the log is read again.
+//! Waiting polls are woken by [`EventBell`]: every appended event is a change of the bus
+//! ([`super::bus::Change::Appended`]), delivered in process after its commit and, on PostgreSQL,
+//! to every replica's listener. A lost notification delays delivery until the poll's own
+//! timeout, when the log is read again.
 
-use super::{Backend, Store, StoreResult, now};
+use super::{Store, StoreResult, now};
 use crate::secrets;
 use sqlx::Row;
 use std::sync::Arc;
 use tokio::sync::Notify;
-
-/// How long a listener that lost its connection waits before listening again.
-const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What ended, and whose tokens: one logged event.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +73,11 @@ impl Revocation {
         }
     }
 
-    fn from_columns(event_type: &str, format: &str, subject: String) -> Option<Revocation> {
+    pub(super) fn from_columns(
+        event_type: &str,
+        format: &str,
+        subject: String,
+    ) -> Option<Revocation> {
         Some(match (event_type, format) {
             ("session-revoked", "jwt_id") => Revocation::Family { jti: subject },
             ("session-revoked", "iss_sub") => Revocation::User { sub: subject },
@@ -189,23 +190,6 @@ pub fn family_jti(family: &str) -> String {
 
 const INSERT: &str = "INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at, stream_id) VALUES ($1, $2, $3, $4, $5) RETURNING id";
 
-/// The notification payload of an appended event: `<id> <type> <format> <subject>`.
-fn payload(id: i64, event: &Revocation) -> String {
-    let (event_type, format, subject) = event.columns();
-    format!("{id} {event_type} {format} {subject}")
-}
-
-/// An event read back from its notification payload: its id and what it says.
-pub(super) fn parse_payload(payload: &str) -> Option<(i64, Revocation)> {
-    let mut parts = payload.splitn(4, ' ');
-    let id = parts.next()?.parse().ok()?;
-    let (event_type, format, subject) = (parts.next()?, parts.next()?, parts.next()?);
-    Some((
-        id,
-        Revocation::from_columns(event_type, format, subject.to_owned())?,
-    ))
-}
-
 /// The events logged after `position`, in order (PostgreSQL: the token cache catching up);
 /// None for an event this version does not know.
 pub(super) async fn logged_after(
@@ -227,58 +211,33 @@ pub(super) async fn logged_after(
     Ok(events)
 }
 
-/// Appends `event` in the transaction `tx` (announced on PostgreSQL when it commits); the
-/// caller calls [`Store::ring_events`] after the commit.
-pub(super) async fn append(
-    tx: &mut sqlx::AnyConnection,
-    backend: Backend,
-    event: &Revocation,
-) -> StoreResult<()> {
+/// Appends `event` in the transaction `tx`: its id. Writers append through
+/// [`Store::append_event`], which announces it.
+pub(super) async fn append(tx: &mut sqlx::AnyConnection, event: &Revocation) -> StoreResult<i64> {
     let (event_type, format, subject) = event.columns();
-    let id: i64 = sqlx::query_scalar(INSERT)
+    Ok(sqlx::query_scalar(INSERT)
         .bind(event_type)
         .bind(format)
         .bind(subject)
         .bind(now())
         .bind(event.stream())
         .fetch_one(&mut *tx)
-        .await?;
-    // Announced on [`super::channels::EVENTS`] with its [`payload`]: polls only wake on it, the token cache
-    // evicts what it names ([`super::token_cache`]).
-    if backend == Backend::Postgres {
-        notify_appended(tx, id, event).await?;
-    }
-    Ok(())
-}
-
-/// Announces the event `id`, appended in this transaction (PostgreSQL): by [`append`], or by a
-/// database function that appends it (the example API's `delete_ordinary_user`).
-pub(super) async fn notify_appended(
-    tx: &mut sqlx::AnyConnection,
-    id: i64,
-    event: &Revocation,
-) -> StoreResult<()> {
-    sqlx::query(super::channels::NOTIFY)
-        .bind(super::channels::EVENTS)
-        .bind(payload(id, event))
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
+        .await?)
 }
 
 /// [`append`] on the SQLite hot path's writer connection, in the savepoint of the job that
-/// revokes (its [`Undo::Savepoint`](super::sqlite_local::Undo)).
+/// revokes (its [`Undo::Savepoint`](super::sqlite_local::Undo)): its id.
 pub(super) fn append_sqlite(
     connection: &rusqlite::Connection,
     event: &Revocation,
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<i64> {
     let (event_type, format, subject) = event.columns();
     connection
         .prepare_cached(
             "INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at) VALUES (?1, ?2, ?3, ?4)",
         )?
-        .execute(rusqlite::params![event_type, format, subject, now()])
-        .map(drop)
+        .execute(rusqlite::params![event_type, format, subject, now()])?;
+    Ok(connection.last_insert_rowid())
 }
 
 /// The columns of [`append`] for a statement of the PostgreSQL hot path that appends itself.
@@ -286,51 +245,31 @@ pub(super) fn columns(event: &Revocation) -> (&'static str, &'static str, String
     event.columns()
 }
 
-/// Where the events of other processes are heard from: PostgreSQL's notifications, or a SQLite
-/// file's change counter.
-pub(super) enum BellSource {
-    Postgres(String),
-    Sqlite(std::path::PathBuf),
-}
-
 /// How often a SQLite server looks for events another process appended (the command line's
 /// `user delete`): they reach the waiting polls, so every sidecar, within this and a poll.
 pub const SQLITE_EVENT_WATCH: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Wakes the polls waiting for events.
+/// Wakes the polls waiting for events (rung by the bus, [`super::bus`]).
 pub(super) struct EventBell {
-    notify: Arc<Notify>,
+    pub(super) notify: Arc<Notify>,
     /// Rung when a push stream is created.
     push: Arc<Notify>,
     /// Set when the server stops: waiting polls answer at once.
     closing: std::sync::atomic::AtomicBool,
-    /// PostgreSQL: the task listening on [`super::channels::EVENTS`].
-    listener: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl EventBell {
-    pub(super) fn new(source: BellSource) -> EventBell {
+    /// A bell; for a SQLite database file, also rung by other processes' events, seen by a
+    /// watch of the file ([`watch_sqlite`]).
+    pub(super) fn new(sqlite_file: Option<std::path::PathBuf>) -> EventBell {
         let notify = Arc::new(Notify::new());
-        let listener = match source {
-            BellSource::Postgres(url) => Some(listen(url, notify.clone())),
-            BellSource::Sqlite(path) => {
-                watch_sqlite(path, Arc::downgrade(&notify));
-                None
-            }
-        };
+        if let Some(path) = sqlite_file {
+            watch_sqlite(path, Arc::downgrade(&notify));
+        }
         EventBell {
             notify,
             push: Arc::new(Notify::new()),
             closing: std::sync::atomic::AtomicBool::new(false),
-            listener,
-        }
-    }
-}
-
-impl Drop for EventBell {
-    fn drop(&mut self) {
-        if let Some(listener) = &self.listener {
-            listener.abort();
         }
     }
 }
@@ -378,45 +317,6 @@ fn watch_sqlite(path: std::path::PathBuf, notify: std::sync::Weak<Notify>) {
     }
 }
 
-/// Listens on [`super::channels::EVENTS`] and wakes every waiting poll on each notification, and on every
-/// reconnection (what was said meanwhile is lost; the polls read the log again).
-fn listen(url: String, notify: Arc<Notify>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut listener: Option<sqlx::postgres::PgListener> = None;
-        loop {
-            let Some(active) = listener.as_mut() else {
-                let connected = async {
-                    let mut l = sqlx::postgres::PgListener::connect(&url).await?;
-                    let channel = super::channels::name(&mut l, super::channels::EVENTS).await?;
-                    l.listen(&channel).await?;
-                    Ok::<_, sqlx::Error>(l)
-                }
-                .await;
-                match connected {
-                    Ok(connected) => {
-                        listener = Some(connected);
-                        notify.notify_waiters();
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot listen for revocation events; waiting polls see them at their timeout");
-                        tokio::time::sleep(RETRY).await;
-                    }
-                }
-                continue;
-            };
-            match active.try_recv().await {
-                Ok(_) => notify.notify_waiters(),
-                Err(error) => {
-                    tracing::warn!(%error, "lost the connection that listens for revocation events");
-                    listener = None;
-                    notify.notify_waiters();
-                    tokio::time::sleep(RETRY).await;
-                }
-            }
-        }
-    })
-}
-
 const STREAM_COLUMNS: &str = "stream_id, client_id, events_requested, after_event, created_at, push_url, push_authorization, status, status_reason";
 
 fn stream_from_row(row: &sqlx::any::AnyRow) -> StoreResult<StreamRecord> {
@@ -459,14 +359,6 @@ impl Store {
         .await?)
     }
 
-    /// After a commit that appended `event`: evicts what it concerns from this process's token
-    /// cache and wakes this process's waiting polls.
-    pub(super) fn ring_events(&self, event: &Revocation) {
-        self.token_cache
-            .evict(&super::token_cache::Eviction::of(event));
-        self.events.notify.notify_waiters();
-    }
-
     /// What waiting polls wait on: create its `notified()` future before reading the log.
     pub fn event_bell(&self) -> Arc<Notify> {
         self.events.notify.clone()
@@ -502,10 +394,10 @@ impl Store {
     pub async fn log_event(&self, event: &Revocation) -> StoreResult<()> {
         let exclusive = self.exclusive().await?;
         let mut tx = self.writer.begin().await?;
-        append(&mut tx, self.backend, event).await?;
+        let appended = self.append_event(&mut tx, event).await?;
         tx.commit().await?;
         drop(exclusive);
-        self.ring_events(event);
+        self.changed(&appended);
         Ok(())
     }
 
@@ -857,17 +749,6 @@ mod tests {
             let (t, f, s) = event.columns();
             assert_eq!(Revocation::from_columns(t, f, s), Some(event));
         }
-    }
-
-    #[test]
-    fn events_survive_their_notification() {
-        let event = Revocation::Consent {
-            sub: "7".into(),
-            client_id: "c d".into(),
-        };
-        assert_eq!(parse_payload(&payload(42, &event)), Some((42, event)));
-        assert_eq!(parse_payload(""), None);
-        assert_eq!(parse_payload("x session-revoked jwt_id j"), None);
     }
 
     #[test]

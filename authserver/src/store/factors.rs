@@ -3,7 +3,7 @@
 //! spent once), the sign-ins that wait for a second factor, and the removal of factors (one by its
 //! user; all of them by an operator). The passkeys themselves: [`super::passkeys`].
 
-use super::events::{self, Revocation};
+use super::Revocation;
 use super::tokens::revoke_user_families;
 use super::{Store, StoreResult, User, now};
 use crate::secrets;
@@ -284,10 +284,10 @@ impl Store {
             sub: user_id.to_string(),
         };
         revoke_user_families(&mut tx, user_id, None).await?;
-        events::append(&mut tx, self.backend, &event).await?;
+        let appended = self.append_event(&mut tx, &event).await?;
         tx.commit().await?;
         drop(exclusive);
-        self.ring_events(&event);
+        self.changed(&appended);
         Ok(had > 0)
     }
 

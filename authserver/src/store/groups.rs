@@ -1,6 +1,6 @@
 //! Groups of users and their memberships.
 
-use super::token_cache::Eviction;
+use super::bus::Change;
 use super::{Store, StoreResult, User, conflict};
 use serde::Serialize;
 use sqlx::Row;
@@ -53,7 +53,7 @@ impl Store {
             .fetch_optional(&mut *tx)
             .await
             .map_err(conflict("a group with that name"))?;
-        self.commit_evicting(tx, &Eviction::All).await?;
+        self.commit_announcing(tx, &[Change::EveryToken]).await?;
         row.as_ref().map(from_row).transpose()
     }
 
@@ -68,7 +68,7 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-        self.commit_evicting(tx, &Eviction::All).await?;
+        self.commit_announcing(tx, &[Change::EveryToken]).await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -106,7 +106,7 @@ impl Store {
         .bind(group_id)
         .execute(&mut *tx)
         .await?;
-        self.commit_evicting(tx, &Eviction::User(user_id)).await
+        self.commit_announcing(tx, &[Change::User(user_id)]).await
     }
 
     pub async fn remove_member(&self, group_id: i64, user_id: i64) -> StoreResult<()> {
@@ -117,6 +117,6 @@ impl Store {
             .bind(group_id)
             .execute(&mut *tx)
             .await?;
-        self.commit_evicting(tx, &Eviction::User(user_id)).await
+        self.commit_announcing(tx, &[Change::User(user_id)]).await
     }
 }

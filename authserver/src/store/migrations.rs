@@ -632,6 +632,13 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         user_id BIGINT REFERENCES users(id) ON DELETE CASCADE,
         expires_at BIGINT NOT NULL)",
     ),
+    (
+        25,
+        // A client's streams by its id: creating a stream counts the client's streams, and the
+        // count scanned the whole table (creating n streams took time quadratic in n).
+        "CREATE INDEX IF NOT EXISTS ssf_streams_client ON ssf_streams (client_id)",
+        "CREATE INDEX IF NOT EXISTS ssf_streams_client ON ssf_streams (client_id)",
+    ),
 ];
 
 /// Applies every migration not yet recorded in `schema_migrations`. On PostgreSQL an advisory

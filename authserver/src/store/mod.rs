@@ -11,7 +11,7 @@ macro_rules! application_columns {
 
 pub mod api_role;
 mod applications;
-mod channels;
+mod bus;
 mod client_cache;
 mod codes;
 mod consents;
@@ -39,6 +39,7 @@ mod tokens;
 mod users;
 
 pub use applications::{Application, ApplicationInput, ClientType, GrantType};
+pub use bus::LISTENER_NAME as CHANGE_LISTENER;
 pub use client_cache::CLIENT_CACHE_TTL;
 pub use codes::{CodeOutcome, CodeRecord, NewCode};
 pub use consents::AuthorizedApplication;
@@ -60,9 +61,7 @@ pub use resources::ResourceInput;
 pub use sessions::{NewSession, Session};
 pub use sqlite_changes::FOREIGN_COMMIT_BOUND;
 pub use timing::call_durations;
-pub use token_cache::{
-    APPLICATION_NAME as TOKEN_CACHE_LISTENER, DEFAULT_TOKEN_CACHE_CAPACITY, Introspected,
-};
+pub use token_cache::{DEFAULT_TOKEN_CACHE_CAPACITY, Introspected};
 pub use tokens::{IssuedTokens, NewTokens, RefreshOutcome, TokenKind, TokenRecord};
 pub use users::{Guarded, NewUser, User, UserUpdate};
 
@@ -145,24 +144,17 @@ pub struct Shared {
     /// Applications by client id: every token and introspection request authenticates a
     /// client. Emptied at once by a change made anywhere ([`client_cache`]).
     clients: Arc<client_cache::ClientCache>,
-    /// The task that listens for other processes' changes to applications (PostgreSQL).
-    listener: Option<tokio::task::JoinHandle<()>>,
+    /// This process's changes of the database: what delivers every change to the caches and
+    /// waiting polls of the stores open on it, and hears the other processes' ([`bus`]).
+    bus: Arc<bus::Bus>,
     /// Introspection lookups by token digest, kept exact by every change ([`token_cache`]);
-    /// shared with the other stores of this process on the same database.
-    token_cache: Arc<token_cache::SharedCache>,
+    /// shared with the other stores of this process on the same database (the bus's).
+    token_cache: Arc<token_cache::TokenCache>,
     /// The key-encryption keys of the signing keys, once given
     /// ([`Store::use_key_encryption`]); without them no signing key is stored or read.
     key_encryption: std::sync::OnceLock<Arc<crate::key_encryption::KeyEncryption>>,
     /// Wakes the polls waiting for revocation events ([`events`]).
     events: events::EventBell,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        if let Some(listener) = &self.listener {
-            listener.abort();
-        }
-    }
 }
 
 impl std::ops::Deref for Store {
@@ -270,16 +262,18 @@ impl Store {
                 Hot::Postgres(Arc::new(hot::postgres_groups::PgHot::new(pool)))
             }
         };
-        let clients = Arc::new(client_cache::ClientCache::new(backend == Backend::Sqlite));
-        let listener = (backend == Backend::Postgres)
-            .then(|| client_cache::listen(url.clone(), clients.clone()));
-        // Before the token cache, whose listener reads the revocation log from the start.
+        // Before the bus, whose listener reads the revocation log from the start.
         migrations::run(&writer, backend).await?;
-        let token_cache = token_cache::of_database(&url, &hot, capacity);
-        let bell = match &hot {
-            Hot::Sqlite(local) => events::BellSource::Sqlite(local.path().to_owned()),
-            Hot::Postgres(_) => events::BellSource::Postgres(url.clone()),
+        let (bus, sqlite_file) = match &hot {
+            Hot::Sqlite(local) => (
+                bus::of_database(&url, None, capacity),
+                Some(local.path().to_owned()),
+            ),
+            Hot::Postgres(pg) => (bus::of_database(&url, Some(&pg.pool), capacity), None),
         };
+        let clients = Arc::new(client_cache::ClientCache::new(backend == Backend::Sqlite));
+        let events = events::EventBell::new(sqlite_file);
+        bus.subscribe(&clients, &events.notify);
         let store = Store {
             shared: Arc::new(Shared {
                 pool,
@@ -287,10 +281,10 @@ impl Store {
                 backend,
                 hot,
                 clients,
-                listener,
-                token_cache,
+                token_cache: bus.token_cache(),
+                bus,
                 key_encryption: std::sync::OnceLock::new(),
-                events: events::EventBell::new(bell),
+                events,
             }),
         };
         Ok(store)

@@ -4,6 +4,7 @@
 //! registration. What decides the values is [`crate::registration`].
 
 use super::applications::{set_secret_in, set_tls_client_auth_in};
+use super::bus::Change;
 use super::oidc::set_oidc_client_in;
 use super::signing_keys::StoredSigningKey;
 use super::{Application, ApplicationInput, OidcClient, Store, StoreError, StoreResult, now};
@@ -122,7 +123,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        self.announce_application_change(tx).await?;
+        self.commit_announcing(tx, &[Change::Application]).await?;
         Ok(app)
     }
 
@@ -164,9 +165,9 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
-        self.announce_application_change(tx).await?;
-        if let Some(event) = &narrowed {
-            self.ring_events(event);
+        self.commit_announcing(tx, &[Change::Application]).await?;
+        if let Some(appended) = &narrowed {
+            self.changed(appended);
         }
         Ok(Some(app))
     }

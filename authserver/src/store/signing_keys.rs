@@ -275,13 +275,14 @@ impl Store {
         let event = super::Revocation::SigningKey {
             kid: kid.to_owned(),
         };
-        if deleted {
-            super::events::append(&mut tx, self.backend, &event).await?;
-        }
+        let appended = match deleted {
+            true => Some(self.append_event(&mut tx, &event).await?),
+            false => None,
+        };
         tx.commit().await?;
         drop(exclusive);
-        if deleted {
-            self.ring_events(&event);
+        if let Some(appended) = &appended {
+            self.changed(appended);
         }
         Ok(deleted)
     }

@@ -2,16 +2,13 @@
 //! record with its user and application as they were read, and the user's group names when the
 //! token carries the `groups` scope. Expiry is checked when answering, never cached.
 //!
-//! Kept exact by evicting what every change concerns, on every replica: the store evicts in
-//! process after each commit that changes an answer, and on PostgreSQL every such commit also
-//! notifies one of three channels, which a listener of this process (connection named
-//! [`APPLICATION_NAME`]) reads in commit order: the revocation log's own channel (the event, with
-//! its id, in the payload; the highest id heard is the resumption position), the applications'
-//! channel (any change to an application empties the cache), and [`super::channels::TOKENS`] for the changes
-//! that are no revocation (a user's row or groups, a refresh token spent). A lookup that read the
-//! database before an eviction never keeps what it read (the generation check of [`keep`]).
+//! Kept exact by evicting what every change concerns, on every replica: each change that alters
+//! an answer is a [`super::bus::Change`], delivered in process after its commit and, on
+//! PostgreSQL, to every other process's listener ([`super::bus`]); the highest revocation event
+//! id heard is the listener's resumption position. A lookup that read the database before an
+//! eviction never keeps what it read (the generation check of [`keep`]).
 //!
-//! A process has one cache per database, shared by every store it opens on it ([`of_database`]).
+//! A process has one cache per database, shared by every store it opens on it (the bus's).
 //!
 //! While the listener is not listening (not yet, or its connection lost) the cache is empty and
 //! unused; it is used again once the listener listens and has read the log from its position.
@@ -22,27 +19,20 @@
 //!
 //! [`keep`]: TokenCache::keep
 
-use super::hot::Hot;
-use super::{Backend, Revocation, Store, StoreResult, TokenRecord};
+use super::{Revocation, Store, StoreResult, TokenRecord};
 use crate::domain::GROUPS_SCOPE;
 use crate::secrets;
 use bytes::Bytes;
-use std::collections::BTreeMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-/// The `application_name` of the listening connection (operators can find it in
-/// `pg_stat_activity`).
-pub const APPLICATION_NAME: &str = "tokengate-token-cache";
 /// The default capacity in entries (about 1.5 KiB each, 75 MiB in all: docs/scaling.md).
 pub const DEFAULT_TOKEN_CACHE_CAPACITY: u64 = 50_000;
 /// The longest an entry lives.
 const TTL: Duration = Duration::from_secs(30);
-/// How long the listener waits before listening again after a failure.
-const RETRY: Duration = Duration::from_millis(200);
 
 /// What introspection answers from: the token as stored, joined.
 #[derive(Debug)]
@@ -94,24 +84,6 @@ impl Eviction {
                 Err(_) => Eviction::All,
             },
             Revocation::SigningKey { .. } | Revocation::Verification { .. } => Eviction::Nothing,
-        }
-    }
-
-    /// The payload announcing it on [`super::channels::TOKENS`].
-    pub(super) fn payload(&self) -> String {
-        match self {
-            Eviction::User(id) => format!("user {id}"),
-            Eviction::StoredFamily(family) => format!("family {family}"),
-            _ => "all".to_owned(),
-        }
-    }
-
-    /// A [`super::channels::TOKENS`] payload read back; anything unknown empties the cache.
-    fn parse(payload: &str) -> Eviction {
-        match payload.split_once(' ') {
-            Some(("user", id)) => id.parse().map_or(Eviction::All, Eviction::User),
-            Some(("family", family)) => Eviction::StoredFamily(family.to_owned()),
-            _ => Eviction::All,
         }
     }
 
@@ -184,12 +156,14 @@ pub(super) struct TokenCache {
     usable: AtomicBool,
     /// The id of the newest revocation event heard (PostgreSQL).
     position: AtomicI64,
+    /// The most entries it holds.
+    capacity: u64,
 }
 
 impl TokenCache {
     /// A cache of at most `capacity` entries (0: none), used at once when `in_process` (SQLite:
-    /// every change is made here or seen by the store's probe) and otherwise once [`listen`]
-    /// listens.
+    /// every change is made here or seen by the store's probe) and otherwise once the bus's
+    /// listener listens ([`TokenCache::set_usable`]).
     pub(super) fn new(capacity: u64, in_process: bool) -> TokenCache {
         TokenCache::with_ttl(capacity, in_process, TTL)
     }
@@ -205,6 +179,7 @@ impl TokenCache {
             generation: AtomicU64::new(0),
             usable: AtomicBool::new(in_process && capacity > 0),
             position: AtomicI64::new(0),
+            capacity,
         }
     }
 
@@ -260,9 +235,22 @@ impl TokenCache {
         }
     }
 
-    fn set_usable(&self, usable: bool) {
+    /// Empties the cache, and uses it from now on when `usable` (the listener listens and has
+    /// caught up) or not (it does not listen).
+    pub(super) fn set_usable(&self, usable: bool) {
         self.evict(&Eviction::All);
-        self.usable.store(usable, Ordering::Release);
+        self.usable
+            .store(usable && self.capacity > 0, Ordering::Release);
+    }
+
+    /// The id of the newest revocation event heard (0: none yet).
+    pub(super) fn position(&self) -> i64 {
+        self.position.load(Ordering::Acquire)
+    }
+
+    /// The revocation event `id` was heard (or read while catching up).
+    pub(super) fn heard_event(&self, id: i64) {
+        self.position.fetch_max(id, Ordering::AcqRel);
     }
 
     /// The number of entries, once pending maintenance has run.
@@ -271,192 +259,6 @@ impl TokenCache {
         self.entries.run_pending_tasks().await;
         self.entries.entry_count()
     }
-}
-
-/// This process's token cache of one database, shared by every store opened on it (so that a
-/// change made through any of them evicts at once for all), with its listener (PostgreSQL).
-pub(super) struct SharedCache {
-    cache: Arc<TokenCache>,
-    listener: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl std::ops::Deref for SharedCache {
-    type Target = TokenCache;
-
-    fn deref(&self) -> &TokenCache {
-        &self.cache
-    }
-}
-
-impl Drop for SharedCache {
-    fn drop(&mut self) {
-        if let Some(listener) = &self.listener {
-            listener.abort();
-        }
-    }
-}
-
-/// This process's cache of the database at `url`: the one a store opened on it already uses,
-/// else a new one of `capacity` entries (listening, on PostgreSQL, through `hot`'s pool for its
-/// catch-up reads).
-pub(super) fn of_database(url: &str, hot: &Hot, capacity: u64) -> Arc<SharedCache> {
-    static CACHES: Mutex<BTreeMap<String, Weak<SharedCache>>> = Mutex::new(BTreeMap::new());
-    let mut caches = CACHES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    caches.retain(|_, cache| cache.strong_count() > 0);
-    if let Some(shared) = caches.get(url).and_then(Weak::upgrade) {
-        return shared;
-    }
-    let cache = Arc::new(TokenCache::new(capacity, matches!(hot, Hot::Sqlite(_))));
-    let listener = match hot {
-        Hot::Postgres(pool) if capacity > 0 => Some(listen(
-            url.to_owned(),
-            pool.pool.clone(),
-            cache.clone(),
-            capacity,
-        )),
-        _ => None,
-    };
-    let shared = Arc::new(SharedCache { cache, listener });
-    caches.insert(url.to_owned(), Arc::downgrade(&shared));
-    shared
-}
-
-/// Listens on the three channels on a connection of its own and evicts what each notification
-/// concerns; keeps the cache unused while it is not listening. Ends when the task is aborted.
-fn listen(
-    url: String,
-    pool: sqlx::PgPool,
-    cache: Arc<TokenCache>,
-    capacity: u64,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let _off = Off(cache.clone());
-        let mut listener: Option<(sqlx::postgres::PgListener, Channels)> = None;
-        loop {
-            let Some((active, channels)) = listener.as_mut() else {
-                match connect(&url, &pool, &cache).await {
-                    Ok(connected) => {
-                        listener = Some(connected);
-                        cache.usable.store(capacity > 0, Ordering::Release);
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot listen for token changes; introspection reads the database until it can");
-                        tokio::time::sleep(RETRY).await;
-                    }
-                }
-                continue;
-            };
-            match active.try_recv().await {
-                Ok(Some(notification)) => heard(
-                    &cache,
-                    channels,
-                    notification.channel(),
-                    notification.payload(),
-                ),
-                // The connection broke and was opened again: what was said meanwhile is lost.
-                Ok(None) => {
-                    cache.set_usable(false);
-                    listener = None;
-                }
-                Err(error) => {
-                    cache.set_usable(false);
-                    tracing::warn!(%error, "lost the connection that listens for token changes; introspection reads the database until it listens again");
-                    listener = None;
-                    tokio::time::sleep(RETRY).await;
-                }
-            }
-        }
-    })
-}
-
-/// The names of the three channels listened on, in this schema ([`super::channels`]).
-struct Channels {
-    events: String,
-    tokens: String,
-}
-
-/// Evicts what one notification concerns.
-fn heard(cache: &TokenCache, channels: &Channels, channel: &str, payload: &str) {
-    let eviction = if channel == channels.events {
-        match super::events::parse_payload(payload) {
-            Some((id, event)) => {
-                cache.position.fetch_max(id, Ordering::AcqRel);
-                Eviction::of(&event)
-            }
-            None => Eviction::All,
-        }
-    } else if channel == channels.tokens {
-        Eviction::parse(payload)
-    } else {
-        Eviction::All
-    };
-    cache.evict(&eviction);
-}
-
-/// Turns the cache off when dropped: nobody listens any more.
-struct Off(Arc<TokenCache>);
-
-impl Drop for Off {
-    fn drop(&mut self) {
-        self.0.set_usable(false);
-    }
-}
-
-/// Listens on the channels, then reads the events logged after the position (or, the first
-/// time, takes the newest as the position), evicting what they concern: the cache (emptied when
-/// the connection was lost) is then used again.
-async fn connect(
-    url: &str,
-    pool: &sqlx::PgPool,
-    cache: &TokenCache,
-) -> sqlx::Result<(sqlx::postgres::PgListener, Channels)> {
-    let options: sqlx::postgres::PgConnectOptions = url.parse()?;
-    let listening_pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(options.application_name(APPLICATION_NAME))
-        .await?;
-    let mut listener = sqlx::postgres::PgListener::connect_with(&listening_pool).await?;
-    let channels = Channels {
-        events: super::channels::name(&mut listener, super::channels::EVENTS).await?,
-        tokens: super::channels::name(&mut listener, super::channels::TOKENS).await?,
-    };
-    let applications = super::channels::name(&mut listener, super::channels::APPLICATIONS).await?;
-    listener
-        .listen_all([
-            channels.events.as_str(),
-            applications.as_str(),
-            channels.tokens.as_str(),
-        ])
-        .await?;
-    let position = cache.position.load(Ordering::Acquire);
-    if position == 0 {
-        let newest: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(id), 0) FROM ssf_events")
-            .fetch_one(pool)
-            .await?;
-        cache.position.fetch_max(newest, Ordering::AcqRel);
-    } else {
-        for (id, event) in super::events::logged_after(pool, position).await? {
-            cache.position.fetch_max(id, Ordering::AcqRel);
-            cache.evict(&event.as_ref().map_or(Eviction::All, Eviction::of));
-        }
-    }
-    Ok((listener, channels))
-}
-
-/// Announces `eviction` to every other process in the transaction that makes the change
-/// (delivered with its commit); the caller evicts in process after the commit.
-pub(super) async fn announce(
-    connection: &mut sqlx::AnyConnection,
-    eviction: &Eviction,
-) -> sqlx::Result<()> {
-    sqlx::query(super::channels::NOTIFY)
-        .bind(super::channels::TOKENS)
-        .bind(eviction.payload())
-        .execute(connection)
-        .await
-        .map(drop)
 }
 
 impl Store {
@@ -503,36 +305,6 @@ impl Store {
             self.token_cache.keep(generation, key, entry.clone()).await;
         }
         Ok((Some(entry), false))
-    }
-
-    /// Announces `eviction` to the other processes in the transaction of its change
-    /// (PostgreSQL); [`Store::evicted`] follows the commit.
-    pub(super) async fn announce_eviction(
-        &self,
-        tx: &mut sqlx::AnyConnection,
-        eviction: &Eviction,
-    ) -> StoreResult<()> {
-        if self.backend == Backend::Postgres {
-            announce(tx, eviction).await?;
-        }
-        Ok(())
-    }
-
-    /// After the commit of a change: evicts what it concerns from this process's token cache.
-    pub(super) fn evicted(&self, eviction: &Eviction) {
-        self.token_cache.evict(eviction);
-    }
-
-    /// Commits `tx`, a change that alters introspection answers as `eviction` says, announced.
-    pub(super) async fn commit_evicting(
-        &self,
-        mut tx: sqlx::Transaction<'_, sqlx::Any>,
-        eviction: &Eviction,
-    ) -> StoreResult<()> {
-        self.announce_eviction(&mut tx, eviction).await?;
-        tx.commit().await?;
-        self.evicted(eviction);
-        Ok(())
     }
 }
 
@@ -606,14 +378,6 @@ mod tests {
         cache.keep(cache.generation(), digest(1), entry(1)).await;
         assert!(cache.get(&digest(1)).await.is_none());
         assert_eq!(cache.entry_count().await, 0);
-    }
-
-    #[test]
-    fn payloads_survive_the_channel() {
-        for eviction in [Eviction::User(7), Eviction::StoredFamily("f x".into())] {
-            assert_eq!(Eviction::parse(&eviction.payload()), eviction);
-        }
-        assert_eq!(Eviction::parse("garbage"), Eviction::All);
     }
 
     /// The bound holds with 1M distinct tokens, and the memory an entry takes (printed; run

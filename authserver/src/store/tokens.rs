@@ -5,6 +5,7 @@
 //! joins that table and every insert into a family checks it, so a token issued concurrently with
 //! the revocation (a refresh racing a reuse or an RFC 7009 request) is dead as well.
 
+use super::bus::Change;
 use super::hot::{self, Hot, NewRow};
 use super::sqlite_local::Undo;
 use super::timing::{StoreOp, StoreTimer};
@@ -278,9 +279,7 @@ impl Store {
         }
         // The spent token and its access token are no longer active (on PostgreSQL the claim
         // announced it to the other processes).
-        self.evicted(&super::token_cache::Eviction::StoredFamily(
-            record.family.clone(),
-        ));
+        self.changed(&Change::Spent(record.family.clone()));
         Ok(RefreshOutcome::Claimed(Box::new(record)))
     }
 
@@ -304,7 +303,8 @@ impl Store {
         let event = Revocation::Family {
             jti: super::family_jti(family),
         };
-        let revoked = match &self.hot {
+        // The appended event's id, when this call revoked the family.
+        let appended = match &self.hot {
             Hot::Sqlite(local) => {
                 let family = family.to_owned();
                 let event = event.clone();
@@ -312,21 +312,21 @@ impl Store {
                 local
                     .write(Undo::Savepoint, move |conn| {
                         let database = super::sqlite_error::database;
-                        let revoked =
-                            hot::sqlite::revoke_family(conn, &family, at).map_err(database)?;
-                        if revoked {
-                            super::events::append_sqlite(conn, &event).map_err(database)?;
+                        if !hot::sqlite::revoke_family(conn, &family, at).map_err(database)? {
+                            return Ok(None);
                         }
-                        Ok(revoked)
+                        super::events::append_sqlite(conn, &event)
+                            .map(Some)
+                            .map_err(database)
                     })
                     .await
             }
             Hot::Postgres(pool) => hot::postgres::revoke_family(pool, family, at, &event).await,
         }?;
-        if revoked {
-            self.ring_events(&event);
+        if let Some(id) = appended {
+            self.changed(&Change::Appended { id, event });
         }
-        Ok(revoked)
+        Ok(appended.is_some())
     }
 
     /// RFC 7009: revokes the token and its family if it was issued to `application_id`;

@@ -1,9 +1,9 @@
 //! Users: the resource owners of the password grant, the operators and the example API's users.
 
-use super::events::{self, Revocation};
+use super::Revocation;
+use super::bus::Change;
 use super::hot::{self, Hot};
 use super::timing::{StoreOp, StoreTimer};
-use super::token_cache::Eviction;
 use super::tokens::revoke_user_families;
 use super::{Backend, Store, StoreResult, conflict, now};
 use crate::secrets;
@@ -300,24 +300,23 @@ impl Store {
         let deactivated = row.is_some() && update.is_active == Some(false);
         // A new username or state changes what introspection says of the user's tokens.
         let changed = row.is_some() && !set.is_empty();
-        let eviction = Eviction::User(id);
+        let mut changes = Vec::new();
         if changed {
-            self.announce_eviction(&mut tx, &eviction).await?;
+            let change = Change::User(id);
+            self.announce(&mut tx, &change).await?;
+            changes.push(change);
         }
-        let event = Revocation::User {
-            sub: id.to_string(),
-        };
         if deactivated {
             revoke_user_families(&mut tx, id, None).await?;
-            events::append(&mut tx, self.backend, &event).await?;
+            let event = Revocation::User {
+                sub: id.to_string(),
+            };
+            changes.push(self.append_event(&mut tx, &event).await?);
         }
         tx.commit().await?;
         drop(exclusive);
-        if deactivated {
-            self.ring_events(&event);
-        }
-        if changed {
-            self.evicted(&eviction);
+        for change in &changes {
+            self.changed(change);
         }
         if row.is_some()
             && let Some(password) = &update.password
@@ -352,12 +351,13 @@ impl Store {
         let event = Revocation::Password {
             sub: id.to_string(),
         };
-        if changed {
-            events::append(&mut tx, self.backend, &event).await?;
-        }
+        let appended = match changed {
+            true => Some(self.append_event(&mut tx, &event).await?),
+            false => None,
+        };
         tx.commit().await?;
-        if changed {
-            self.ring_events(&event);
+        if let Some(appended) = &appended {
+            self.changed(appended);
         }
         Ok(changed)
     }
@@ -391,15 +391,20 @@ impl Store {
         let event = Revocation::User {
             sub: id.to_string(),
         };
-        let deleted = if self.backend == Backend::Postgres && reach == Reach::Ordinary {
+        let appended = if self.backend == Backend::Postgres && reach == Reach::Ordinary {
+            // The function appends the event; it is announced here, as any other.
             let appended: Option<i64> = sqlx::query_scalar("SELECT delete_ordinary_user($1)")
                 .bind(id)
                 .fetch_one(&mut *tx)
                 .await?;
-            if let Some(event_id) = appended {
-                events::notify_appended(&mut tx, event_id, &event).await?;
+            match appended {
+                Some(id) => {
+                    let change = Change::Appended { id, event };
+                    self.announce(&mut tx, &change).await?;
+                    Some(change)
+                }
+                None => None,
             }
-            appended.is_some()
         } else {
             let done = sqlx::query(&format!(
                 "DELETE FROM users WHERE id = $1 AND {}",
@@ -408,18 +413,17 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
-            let deleted = done.rows_affected() == 1;
-            if deleted {
-                events::append(&mut tx, self.backend, &event).await?;
+            match done.rows_affected() == 1 {
+                true => Some(self.append_event(&mut tx, &event).await?),
+                false => None,
             }
-            deleted
         };
         tx.commit().await?;
         drop(exclusive);
-        if deleted {
-            self.ring_events(&event);
+        if let Some(appended) = &appended {
+            self.changed(appended);
         }
-        Ok(deleted)
+        Ok(appended.is_some())
     }
 
     pub async fn count_users(&self) -> StoreResult<i64> {

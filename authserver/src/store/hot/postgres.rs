@@ -8,7 +8,7 @@
 //! refresh-token claims wait for the flush as before, so none is forgotten.
 
 use super::{ApplicationColumns, NewRow, UserColumns};
-use crate::store::channels::channel_of;
+use crate::store::bus::{Channel, notify_appended, notify_spent};
 use crate::store::split_scopes;
 use crate::store::{StoreError, StoreResult, TokenKind, TokenRecord};
 use sqlx::postgres::PgRow;
@@ -126,8 +126,8 @@ pub(in crate::store) async fn insert_tokens(
 }
 
 /// Spends the refresh token `id` unless it is spent or its family revoked, and revokes its
-/// access token in the same statement, announcing it to the token caches
-/// ([`crate::store::token_cache`]). Whether this call spent it.
+/// access token in the same statement, announcing it ([`crate::store::bus::Change::Spent`]).
+/// Whether this call spent it.
 pub(in crate::store) async fn claim(conn: &mut sqlx::PgConnection, id: i64) -> StoreResult<bool> {
     let claimed: i64 = sqlx::query_scalar(concat!(
         "WITH claimed AS (
@@ -136,51 +136,49 @@ pub(in crate::store) async fn claim(conn: &mut sqlx::PgConnection, id: i64) -> S
             RETURNING access_token_id, family),
         spent AS (
             UPDATE tokens SET revoked = 1 WHERE id IN (SELECT access_token_id FROM claimed))
-        SELECT COUNT(*) + 0 * (SELECT COUNT(pg_notify(",
-        channel_of!("$2"),
-        ", 'family ' || family)) FROM claimed)
+        SELECT COUNT(*) + 0 * (SELECT COUNT(",
+        notify_spent!("$2", "family"),
+        ") FROM claimed)
         FROM claimed",
     ))
     .bind(id)
-    .bind(crate::store::channels::TOKENS)
+    .bind(Channel::Tokens.base())
     .fetch_one(conn)
     .await?;
     Ok(claimed == 1)
 }
 
-/// Records the family as revoked and appends `event` to the revocation log, announcing it, in
-/// one statement; false (and nothing appended) when it was revoked already.
+/// Records the family as revoked and appends `event` to the revocation log, announcing it
+/// ([`crate::store::bus::Change::Appended`]), in one statement: the event's id; None (and
+/// nothing appended) when the family was revoked already.
 pub(in crate::store) async fn revoke_family(
     pool: &PgPool,
     family: &str,
     at: i64,
     event: &crate::store::Revocation,
-) -> StoreResult<bool> {
+) -> StoreResult<Option<i64>> {
     let (event_type, format, subject) = crate::store::events::columns(event);
-    // The notification's payload is the event's (`crate::store::events`): id, type, format,
-    // subject.
-    let revoked: i64 = sqlx::query_scalar(concat!(
+    let appended: Option<i64> = sqlx::query_scalar(concat!(
         "WITH revoked AS (
             INSERT INTO revoked_families (family, revoked_at) VALUES ($1, $2)
             ON CONFLICT (family) DO NOTHING RETURNING family),
         logged AS (
             INSERT INTO ssf_events (event_type, subject_format, subject, occurred_at)
             SELECT $3, $4, $5, $2 FROM revoked RETURNING id)
-        SELECT (SELECT COUNT(*) FROM revoked)
-            + 0 * (SELECT COUNT(pg_notify(",
-        channel_of!("$6"),
-        ", id::text || ' ' || $3 || ' ' || $4 || ' ' || $5))
-                FROM logged)",
+        SELECT (SELECT id FROM logged)
+            + 0 * (SELECT COUNT(",
+        notify_appended!("$6", "id", "$3", "$4", "$5"),
+        ") FROM logged)",
     ))
     .bind(family)
     .bind(at)
     .bind(event_type)
     .bind(format)
     .bind(subject)
-    .bind(crate::store::channels::EVENTS)
+    .bind(Channel::Events.base())
     .fetch_one(pool)
     .await?;
-    Ok(revoked == 1)
+    Ok(appended)
 }
 
 /// The user with this username, with their password hash.

@@ -19,7 +19,7 @@
 use super::group_writer::{GroupWriter, WriterKind};
 use super::{NewRow, postgres};
 use crate::store::StoreResult;
-use crate::store::channels::channel_of;
+use crate::store::bus::{Channel, notify_spent};
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{Connection, PgPool, Postgres, Row};
@@ -409,9 +409,9 @@ const CLAIM_GROUP: &str = concat!(
     spent AS (
         UPDATE tokens SET revoked = 1 WHERE id IN (SELECT access_token_id FROM claimed))
     SELECT id FROM claimed,
-        (SELECT COUNT(pg_notify(",
-    channel_of!("$2"),
-    ", 'family ' || family)) FROM claimed) AS announced"
+        (SELECT COUNT(",
+    notify_spent!("$2", "family"),
+    ") FROM claimed) AS announced"
 );
 
 /// Claims each refresh token: whether that call spent it (a token named twice in the group is
@@ -429,7 +429,7 @@ pub(in crate::store) async fn claim_group(
         async |conn, ids| {
             let claimed: Vec<i64> = sqlx::query_scalar(CLAIM_GROUP)
                 .bind(ids)
-                .bind(crate::store::channels::TOKENS)
+                .bind(Channel::Tokens.base())
                 .fetch_all(conn)
                 .await?;
             let mut unspent: std::collections::HashSet<i64> = claimed.into_iter().collect();
@@ -842,7 +842,7 @@ mod tests {
         // The group's statement itself (no one-by-one retry) spends a token named twice once.
         let spent: Vec<i64> = sqlx::query_scalar(CLAIM_GROUP)
             .bind(vec![h, h])
-            .bind(crate::store::channels::TOKENS)
+            .bind(Channel::Tokens.base())
             .fetch_all(&pool)
             .await
             .expect("one statement");
