@@ -337,7 +337,7 @@ mod tests {
                 front_door: "127.0.0.1:9000".parse().unwrap(),
                 authserver: "127.0.0.1:9001".parse().unwrap(),
                 api: "127.0.0.1:9002".parse().unwrap(),
-                proof: "proof",
+                proof: "a-per-start-proof-secret",
                 client: ("id", "secret"),
             };
             let decided = proxy_decisions(&proxy, &authserver, parts).unwrap();

@@ -553,7 +553,8 @@ fn client_secret_picks(raw: &RawIntrospection, env: &GateEnv<'_>) -> (Picked, Pi
 /// How the gate authenticates to the introspection endpoint: `auth_token`, or `client_id` and
 /// the client secret. The two kinds are layered as one value: the kind given by the higher
 /// layer wins (`<PREFIX>_AUTH_TOKEN` replaces the file's client credentials, the stack's client
-/// replaces a token of the file or the environment); both in one layer are refused.
+/// replaces a token of the file or the environment); both in the file are refused, and in the
+/// environment the token wins (as documented since the variable exists).
 fn credentials(
     raw: &RawIntrospection,
     file: &str,
@@ -564,7 +565,9 @@ fn credentials(
     let (text, secret_file) = client_secret_picks(raw, env);
     let client_layer = id.layer.max(text.layer).max(secret_file.layer);
     if let Some(t) = &token.value {
-        if token.layer > client_layer {
+        // `<PREFIX>_AUTH_TOKEN` is the environment's final word: it replaces client credentials
+        // of the environment too.
+        if token.layer > client_layer || (token.layer == Layer::Env && client_layer == Layer::Env) {
             return Ok(ClientAuth::Bearer(t.clone()));
         }
         if token.layer == client_layer {

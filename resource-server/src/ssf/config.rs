@@ -492,7 +492,9 @@ mod tests {
         );
         // The stack's text wins over both.
         let stack = Overrides::from([("revocation.client_secret", "stack")]);
-        let s = run_layers(Some(&both), &[], &stack, None).unwrap().unwrap();
+        let s = run_layers(Some(&both), &[], &stack, Some(("p", "s")))
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (s.client_secret.as_str(), s.client_secret_file),
             ("stack", None)
