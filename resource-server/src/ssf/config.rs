@@ -264,7 +264,7 @@ pub fn resolve(
         return Err(ConfigError::key(
             file,
             "revocation.fallback_ttl",
-            &shown(&raw.fallback_ttl),
+            shown(&raw.fallback_ttl),
             "must not exceed healthy_max_ttl",
         ));
     }
@@ -272,7 +272,7 @@ pub fn resolve(
         return Err(ConfigError::key(
             file,
             "revocation.unhealthy_after",
-            &shown(&raw.unhealthy_after),
+            shown(&raw.unhealthy_after),
             "at least 1s (it also bounds one long poll)",
         ));
     }
@@ -280,7 +280,7 @@ pub fn resolve(
         return Err(ConfigError::key(
             file,
             "revocation.remember",
-            &shown(&raw.remember),
+            shown(&raw.remember),
             "must be at least healthy_max_ttl (and should outlast every token)",
         ));
     }
