@@ -191,14 +191,6 @@ pub async fn proxy_secret(
     Ok(secret)
 }
 
-/// The file holding the secret the signing keys are encrypted with when the settings give none
-/// (in the data directory), created on the first start (a random secret, mode 0600; never
-/// replacing a file that is there, also when two stacks start at once). The stack then hands it
-/// to the authorization server as its `secrets_system_file`.
-pub fn ensure_secret_file(file: &Path) -> anyhow::Result<()> {
-    authserver::key_encryption::kept_in(file, "the stack's secret file").map(drop)
-}
-
 /// A client_credentials application that may introspect and use the revocation stream: what a
 /// resource server or the proxy checks tokens with.
 fn introspection_client(name: &str) -> ApplicationInput {

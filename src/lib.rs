@@ -98,8 +98,8 @@ pub const SECRETS_SYSTEM_FILE: &str = authserver::key_encryption::KEPT_FILE_NAME
 /// free port), then the proxy in front of both.
 ///
 /// What the stack decides for its parts (the per-start proxy secret, the front door's port and
-/// the issuer that follows it, the key-encryption secret's file, where the two servers really
-/// listen, the proxy's introspection client) is handed to each part as the override layer of
+/// the issuer that follows it, where the two servers really listen, the proxy's introspection
+/// client) is handed to each part as the override layer of
 /// its settings, and each validates again: nothing validated is edited afterwards, and an error
 /// names the key "set by the stack".
 pub async fn start(config: StackConfig) -> anyhow::Result<Stack> {
@@ -131,13 +131,10 @@ pub async fn start(config: StackConfig) -> anyhow::Result<Stack> {
         tracing::info!(%issuer, "the issuer (and a defaulted JWT audience) follows the front door's address");
         decided.set("issuer", issuer);
     }
-    if config.authserver.key_encryption.is_none() {
-        let file = config.data_dir.join(SECRETS_SYSTEM_FILE);
-        bootstrap::ensure_secret_file(&file)?;
-        decided.set("secrets_system_file", file.display().to_string());
-    }
     let mut settings = config.authserver.with_overrides(&decided)?;
-    let store = authserver::server::open_store(&mut settings).await?;
+    // Given no key-encryption secret, the one the data directory keeps, by the standalone
+    // server's rule (`authserver::server::kept_secret`).
+    let store = authserver::server::open_store(&mut settings, Some(&config.data_dir)).await?;
     let first_run = bootstrap::first_run(&store, &settings).await?;
     let secret_file = config.data_dir.join(PROXY_SECRET_FILE);
     let proxy_client_id = bootstrap::proxy_client_id(
@@ -238,7 +235,8 @@ struct ProxyParts<'a> {
 /// The proxy's settings the stack decides, as overrides of its file's keys (kept on every rule
 /// reload): the front door's port; the `authserver` and `api` upstreams where those servers
 /// listen, proven to with the per-start secret; introspection and the revocation stream at the
-/// authorization server, with the stack's own client; and, when the proxy's file names no
+/// authorization server, with the stack's own client (the stream's `token_url` and `jwks_uri`
+/// there too when the file names none: a URL the file names is the operator's and stays); and, when the proxy's file names no
 /// `resource`, the front door as a protected resource (RFC 9728) whose `resource` is the audience
 /// the authorization server gives tokens requested without `resource` (its
 /// `access_token_audience`: by default its issuer, the front door's URL), so that such tokens
@@ -272,8 +270,9 @@ fn proxy_decisions(
         ("introspection.client_id", client_id.to_owned()),
         ("introspection.client_secret", client_secret.to_owned()),
     ]);
-    // The revocation stream comes from the same authserver, with the same client.
-    if proxy.gate.revocation.is_some() {
+    // The revocation stream comes from the same authserver, with the same client; its token
+    // endpoint and JWKS too, unless the proxy's file names them (then the file's stay).
+    if let Some(revocation) = &proxy.gate.revocation {
         decided
             .set(
                 "revocation.configuration_url",
@@ -281,6 +280,18 @@ fn proxy_decisions(
             )
             .set("revocation.client_id", client_id)
             .set("revocation.client_secret", client_secret);
+        if revocation.token_url.is_none() {
+            decided.set(
+                "revocation.token_url",
+                at_authserver(authserver::oauth::TOKEN_PATH),
+            );
+        }
+        if revocation.jwks_uri.is_none() {
+            decided.set(
+                "revocation.jwks_uri",
+                at_authserver(authserver::oauth::JWKS_PATH),
+            );
+        }
     }
     let gate = &proxy.gate;
     let audience = &authserver.access_token_audience;
@@ -309,8 +320,52 @@ fn front_door_issuer(issuer: &str, defaulted: bool, front_door: SocketAddr) -> O
 }
 #[cfg(test)]
 mod tests {
-    use super::{default_data_dir, front_door_issuer};
+    use super::{ProxyParts, default_data_dir, front_door_issuer, proxy_decisions};
     use std::path::PathBuf;
+
+    /// The revocation stream's token endpoint and JWKS follow the stack's authorization server
+    /// when the proxy's file names neither (they were left to discovery through the issuer's
+    /// URL), and a URL the file names stays as written.
+    #[test]
+    fn the_streams_urls_follow_the_stacks_authserver_unless_the_file_names_them() {
+        let shipped = include_str!("../config/proxy.yaml");
+        let decide = |extra: &str| {
+            let text = shipped.replace("revocation:\n", &format!("revocation:\n{extra}"));
+            let proxy = proxy::config::parse_config(&text, "p.yaml", |_| None).unwrap();
+            let authserver = authserver::config::Settings::from_yaml("", "a.yaml").unwrap();
+            let parts = ProxyParts {
+                front_door: "127.0.0.1:9000".parse().unwrap(),
+                authserver: "127.0.0.1:9001".parse().unwrap(),
+                api: "127.0.0.1:9002".parse().unwrap(),
+                proof: "a-per-start-proof-secret",
+                client: ("id", "secret"),
+            };
+            let decided = proxy_decisions(&proxy, &authserver, parts).unwrap();
+            let get = |key: &str| decided.get(key).map(str::to_owned);
+            let proxy = proxy.with_overrides(&decided).unwrap();
+            let r = proxy.gate.revocation.unwrap();
+            (get("revocation.token_url"), r.token_url, r.jwks_uri)
+        };
+        let (_, token_url, jwks_uri) = decide("");
+        assert_eq!(
+            (token_url.as_deref(), jwks_uri.as_deref()),
+            (
+                Some("http://127.0.0.1:9001/o/token/"),
+                Some("http://127.0.0.1:9001/.well-known/jwks.json")
+            )
+        );
+        let named =
+            "  token_url: https://idp.example/token\n  jwks_uri: https://idp.example/jwks\n";
+        let (decided, token_url, jwks_uri) = decide(named);
+        assert_eq!(decided, None);
+        assert_eq!(
+            (token_url.as_deref(), jwks_uri.as_deref()),
+            (
+                Some("https://idp.example/token"),
+                Some("https://idp.example/jwks")
+            )
+        );
+    }
 
     #[test]
     fn a_loopback_issuer_follows_the_front_door() {

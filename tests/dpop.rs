@@ -38,7 +38,8 @@ pub async fn front(store: &Store, configure: impl FnOnce(&mut Settings)) -> Fron
     let port = test_support::free_port();
     let base = format!("http://127.0.0.1:{port}");
     let mut settings = Settings::for_tests("unused");
-    settings.set_issuer(base.clone());
+    settings.issuer = base.clone();
+    settings.access_token_audience = base.clone();
     configure(&mut settings);
     let auth_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let auth_addr = auth_listener.local_addr().unwrap();

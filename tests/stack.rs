@@ -291,6 +291,37 @@ async fn a_second_stack_on_the_same_data_leaves_the_first_serving() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A stack whose data directory lost its key-encryption secret, on a database that holds
+/// signing keys, makes no new secret (one would open none of them) and says which settings to
+/// give: the standalone server's rule (`authserver::server::kept_secret`). The stack used to make
+/// a new secret file there whatever the database held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_secret_is_not_replaced_on_a_database_holding_signing_keys() {
+    let dir = std::env::temp_dir().join(format!(
+        "tg-stack-{}",
+        authserver::secrets::random_client_id()
+    ));
+    let database_url = format!("sqlite://{}/authserver.db", dir.display());
+    let stack = tokengate::start(config(&database_url, &[])).await.unwrap();
+    authserver::jwt::KeyRing::new()
+        .keys_with_signer(&stack.store, authserver::jwt::Alg::EdDSA)
+        .await
+        .unwrap();
+    stack.shutdown().await;
+    let kek = dir.join(tokengate::SECRETS_SYSTEM_FILE);
+    std::fs::remove_file(&kek).unwrap();
+    let error = match tokengate::start(config(&database_url, &[])).await {
+        Ok(_) => panic!("started without the secret of its signing keys"),
+        Err(error) => format!("{error:#}"),
+    };
+    assert!(
+        error.contains("AUTHSERVER_SECRETS_SYSTEM") && error.contains("signing keys"),
+        "{error}"
+    );
+    assert!(!kek.exists(), "a new secret was made: {}", kek.display());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// A fresh token through each stack's front door works: each proxy introspects with credentials
 /// that still open its client.
 async fn each_serves(stacks: &[&tokengate::Stack], run: &tokengate::FirstRun) {

@@ -461,7 +461,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             file.display()
         );
     }
-    let store = crate::server::open_store(&mut settings).await?;
+    let store = crate::server::open_store(&mut settings, None).await?;
     match command {
         Command::Serve => {
             resource_server::open_files::raise_to_hard_limit();

@@ -199,8 +199,9 @@ pub struct Settings {
     /// Whether `issuer` was left to default (`http://` and the listen address), so that it
     /// follows the address actually bound ([`Settings::follow_bound_address`]).
     pub issuer_is_listen: bool,
-    /// Whether `access_token_audience` was left to default, so that it follows the issuer when
-    /// [`Settings::set_issuer`] moves it (the stack's front door).
+    /// Whether `access_token_audience` was left to default, so that it follows the issuer to
+    /// the bound address ([`Settings::follow_bound_address`]; the stack's front door is an
+    /// override of the issuer, which the defaulted audience follows when validated).
     pub access_token_audience_is_issuer: bool,
     /// The `Cache-Control: max-age` of the JWKS, seconds; `keys rotate` waits longer than this
     /// before a new key signs.
@@ -517,21 +518,16 @@ impl Settings {
         if !self.issuer_is_listen {
             return;
         }
-        self.set_issuer(format!("http://{bound}"));
+        self.issuer = format!("http://{bound}");
+        if self.access_token_audience_is_issuer {
+            self.access_token_audience = self.issuer.clone();
+        }
         if !bound.ip().is_loopback() {
             tracing::warn!(
                 issuer = %self.issuer,
                 "the issuer defaults to the listen address: set issuer (AUTHSERVER_ISSUER) to the URL clients use"
             );
         }
-    }
-
-    /// Moves the issuer; the audience follows it when it was left to default.
-    pub fn set_issuer(&mut self, issuer: String) {
-        if self.access_token_audience_is_issuer {
-            self.access_token_audience = issuer.clone();
-        }
-        self.issuer = issuer;
     }
 
     /// Settings for tests: the example scopes, an in-memory database unless one is given.
@@ -934,33 +930,37 @@ impl Source<'_> {
         Ok(out)
     }
 
-    /// The key-encryption keys: `AUTHSERVER_SECRETS_SYSTEM`, or the file of
-    /// `secrets_system_file`, not both.
+    /// The key-encryption keys: `AUTHSERVER_SECRETS_SYSTEM` (never in the file), or the file of
+    /// `secrets_system_file` (one secret a line, the owner's only:
+    /// [`crate::key_encryption::owner_only`]), by the one rule of
+    /// [`resource_server::layers::secret_or_file`]: the higher layer wins, both in one layer are
+    /// refused.
     fn key_encryption(
         &self,
         from_file: Option<String>,
     ) -> Result<Option<Arc<KeyEncryption>>, ConfigError> {
-        let (file_origin, secrets_file) = self.pick("secrets_system_file", from_file);
-        match ((self.layers.env)(SECRETS_VAR), secrets_file) {
-            (Some(_), Some(path)) => Err(fail(
-                &format!("environment variable {SECRETS_VAR}"),
-                format!("set either it or {file_origin} (\"{path}\"), not both"),
-            )),
-            (Some(text), None) => {
-                let origin = format!("environment variable {SECRETS_VAR}");
-                let secrets: Vec<&str> = list_items(&text).collect();
-                let kek = KeyEncryption::from_secrets(&secrets, &origin)
-                    .map_err(|problem| fail(&origin, problem))?;
-                Ok(Some(Arc::new(kek)))
+        let text = self.layers.pick("secrets_system", Some(SECRETS_VAR), None);
+        let file = self.layered("secrets_system_file", from_file);
+        let file_origin = file.origin.clone();
+        let Some(secret) =
+            resource_server::layers::secret_or_file("the key-encryption secrets", text, file)?
+        else {
+            return Ok(None);
+        };
+        let kek = match &secret.path {
+            Some(path) => {
+                let origin = format!("{file_origin}: file {}", path.display());
+                crate::key_encryption::owner_only(path)
+                    .and_then(|()| KeyEncryption::from_text(&secret.text, &origin))
+                    .map_err(|problem| fail(&origin, problem))?
             }
-            (None, Some(path)) => {
-                let origin = format!("{file_origin}: file {path}");
-                let kek = KeyEncryption::from_file(Path::new(&path), &origin)
-                    .map_err(|problem| fail(&origin, problem))?;
-                Ok(Some(Arc::new(kek)))
+            None => {
+                let secrets: Vec<&str> = list_items(&secret.text).collect();
+                KeyEncryption::from_secrets(&secrets, &secret.origin)
+                    .map_err(|problem| fail(&secret.origin, problem))?
             }
-            (None, None) => Ok(None),
-        }
+        };
+        Ok(Some(Arc::new(kek)))
     }
 }
 
@@ -1299,6 +1299,71 @@ mod tests {
         assert_eq!(given.issuer, "https://auth.example.com");
     }
 
+    /// `AUTHSERVER_SECRETS_SYSTEM` and `secrets_system_file` follow the one rule of a secret or
+    /// its file: the environment wins over the file (both used to be refused whatever their
+    /// layers), both in the environment are refused, and the file must be the owner's only.
+    #[test]
+    fn the_key_encryption_secrets_follow_the_one_rule() {
+        use std::os::unix::fs::PermissionsExt;
+        const A: &str = "a-secret-of-at-least-thirty-two-characters";
+        const B: &str = "another-secret-of-thirty-two-characters-or-more";
+        let dir = std::env::temp_dir().join(format!("tg-kek-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secrets-system");
+        std::fs::write(&path, format!("{B}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let yaml = format!("secrets_system_file: {}", path.display());
+        let ids = |s: &Settings| {
+            let kek = s.key_encryption.as_ref().unwrap();
+            kek.ids()
+                .iter()
+                .map(|id| id.to_string())
+                .collect::<Vec<_>>()
+        };
+        let of = |secret: &str| {
+            KeyEncryption::from_secrets(&[secret], "t")
+                .unwrap()
+                .ids()
+                .iter()
+                .map(|id| id.to_string())
+                .collect::<Vec<_>>()
+        };
+        let env_a = |key: &str| (key == SECRETS_VAR).then(|| A.to_owned());
+        let from_file = Settings::validate(&Document::new("c.yaml", &yaml), &|_| None, false);
+        assert_eq!(ids(&from_file.unwrap()), of(B));
+        let s = Settings::validate(&Document::new("c.yaml", &yaml), &env_a, false).unwrap();
+        assert_eq!(ids(&s), of(A), "the environment wins over the file");
+        let file_var = path.display().to_string();
+        let both = |key: &str| match key {
+            SECRETS_VAR => Some(A.to_owned()),
+            "AUTHSERVER_SECRETS_SYSTEM_FILE" => Some(file_var.clone()),
+            _ => None,
+        };
+        let err = Settings::validate(&Document::new("c.yaml", ""), &both, false)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "environment variable AUTHSERVER_SECRETS_SYSTEM_FILE: environment variable \
+             AUTHSERVER_SECRETS_SYSTEM is set too: give the key-encryption secrets once, as text \
+             or as a file"
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = Settings::validate(&Document::new("c.yaml", &yaml), &|_| None, false)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!(
+                "c.yaml: key \"secrets_system_file\": file {0}: mode 0644: group or others may \
+                 read it; make it the owner's only (chmod 600 {0})",
+                path.display()
+            )
+        );
+        assert!(!err.contains(B));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn access_token_format_audience_and_jwks_max_age() {
         let s = Settings::from_yaml("issuer: https://auth.example/", "x.yaml").unwrap();
@@ -1313,12 +1378,15 @@ mod tests {
         assert_eq!(s.access_token_format, AccessTokenFormat::Jwt);
         assert_eq!(s.access_token_audience, "https://api.example");
         assert_eq!(s.jwks_max_age, 60);
-        // A moved issuer takes a defaulted audience along, never a configured one.
-        let mut moved = s.clone();
-        moved.set_issuer("http://127.0.0.1:9100".into());
+        // A moved issuer (the stack's override) takes a defaulted audience along, never a
+        // configured one.
+        let issuer = Overrides::from([("issuer", "http://127.0.0.1:9100")]);
+        let moved = s.with_overrides(&issuer).unwrap();
         assert_eq!(moved.access_token_audience, "https://api.example");
-        let mut moved = Settings::from_yaml("", "x.yaml").unwrap();
-        moved.set_issuer("http://127.0.0.1:9100".into());
+        let moved = Settings::from_yaml("", "x.yaml")
+            .unwrap()
+            .with_overrides(&issuer)
+            .unwrap();
         assert_eq!(moved.issuer, "http://127.0.0.1:9100");
         assert_eq!(moved.access_token_audience, "http://127.0.0.1:9100");
         let err = Settings::from_yaml("access_token_format: JWT", "c.yaml").unwrap_err();

@@ -50,6 +50,25 @@ pub fn kept_in(
     Ok(std::sync::Arc::new(kek))
 }
 
+/// Refuses a key-encryption secret file that group or others may read or write, as ssh refuses
+/// such a private key ("UNPROTECTED PRIVATE KEY FILE") and PostgreSQL its server key: whoever
+/// reads it opens every signing key of the database. The message names the mode and the fix,
+/// never the secret. (Kubernetes: mount the Secret with `defaultMode: 0400`.)
+pub fn owner_only(path: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match std::fs::metadata(path) {
+        Ok(meta) => meta.permissions().mode() & 0o777,
+        Err(error) => return Err(format!("cannot read: {error}")),
+    };
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "mode {mode:04o}: group or others may read it; make it the owner's only (chmod 600 {})",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
 /// The KEKs of the configured secrets, the first one encrypting.
 pub struct KeyEncryption {
     keks: Vec<Kek>,
@@ -118,9 +137,16 @@ impl KeyEncryption {
         })
     }
 
-    /// The KEKs of the secrets in the file at `path`, one a line (blank lines skipped).
+    /// The KEKs of the secrets in the file at `path`, one a line (blank lines skipped); a file
+    /// group or others may read or write is refused ([`owner_only`]).
     pub fn from_file(path: &std::path::Path, origin: &str) -> Result<KeyEncryption, String> {
+        owner_only(path)?;
         let text = resource_server::secret_file::read(path)?;
+        KeyEncryption::from_text(&text, origin)
+    }
+
+    /// The KEKs of the secrets in `text` (a file's), one a line (blank lines skipped).
+    pub fn from_text(text: &str, origin: &str) -> Result<KeyEncryption, String> {
         let secrets: Vec<&str> = text
             .lines()
             .map(str::trim)
@@ -266,6 +292,36 @@ mod tests {
             old.open("kid-1", &id, &STANDARD.encode(altered)),
             Err(OpenError::Altered)
         );
+    }
+
+    /// A secret file group or others may read is refused, naming its mode (it was read
+    /// whatever its mode); the owner's own file is read.
+    #[test]
+    fn a_secret_file_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("tg-kek-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("secrets-system");
+        std::fs::write(&path, format!("{A}\n{B}\n")).unwrap();
+        for mode in [0o644, 0o640, 0o604, 0o620] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = KeyEncryption::from_file(&path, "test").unwrap_err();
+            assert_eq!(
+                err,
+                format!(
+                    "mode {mode:04o}: group or others may read it; make it the owner's only \
+                     (chmod 600 {})",
+                    path.display()
+                )
+            );
+            assert!(!err.contains(A));
+        }
+        for mode in [0o600, 0o400] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let kek = KeyEncryption::from_file(&path, "test").unwrap();
+            assert_eq!(kek.ids().len(), 2);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

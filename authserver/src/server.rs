@@ -11,9 +11,13 @@ use std::future::Future;
 
 /// Opens the storage `settings` name with every storage setting (the token cache's capacity),
 /// and installs the key-encryption key when the settings have one (sealing signing keys stored
-/// in the clear); on SQLite without one, the secret kept beside the database ([`kept_secret`]).
-/// What every command that reads or writes the database starts with.
-pub async fn open_store(settings: &mut Settings) -> anyhow::Result<Store> {
+/// in the clear); without one, the secret kept in `keep_in` (the stack's data directory) or, when
+/// that is `None`, beside a SQLite database ([`kept_secret`]). What every command that reads or
+/// writes the database starts with.
+pub async fn open_store(
+    settings: &mut Settings,
+    keep_in: Option<&std::path::Path>,
+) -> anyhow::Result<Store> {
     let store =
         Store::connect_with_token_cache(&settings.database_url, settings.token_cache_capacity)
             .await
@@ -24,7 +28,16 @@ pub async fn open_store(settings: &mut Settings) -> anyhow::Result<Store> {
                 )
             })?;
     if settings.key_encryption.is_none() {
-        settings.key_encryption = kept_secret(&settings.database_url, &store).await?;
+        let kept = match keep_in {
+            Some(dir) => Some((dir.to_path_buf(), "the secret file in the data directory")),
+            None => crate::store::sqlite_file(&settings.database_url).map(|database| {
+                let dir = database.parent().unwrap_or(std::path::Path::new(""));
+                (dir.to_path_buf(), "the secret file beside the database")
+            }),
+        };
+        if let Some((dir, what)) = kept {
+            settings.key_encryption = kept_secret(&dir, what, &store).await?;
+        }
     }
     if let Some(kek) = &settings.key_encryption {
         let sealed = store.use_key_encryption(kek.clone()).await?;
@@ -39,35 +52,31 @@ pub async fn open_store(settings: &mut Settings) -> anyhow::Result<Store> {
     Ok(store)
 }
 
-/// The key-encryption secret of a server given none (neither `AUTHSERVER_SECRETS_SYSTEM` nor
-/// `AUTHSERVER_SECRETS_SYSTEM_FILE`): on SQLite, the file `secrets-system` beside the database,
-/// made on first use as the stack makes it in its data directory, so that a server started
-/// with no setting signs JWTs and its revocation stream works (as Keycloak's does). Not when the
-/// database already holds signing keys sealed without that file (a new secret would not open
-/// them: [`ready`] then names the settings), and never on PostgreSQL, whose replicas must share
-/// one secret the operator gives them (as ZITADEL's master key): there the stream is off and
-/// the server says so in one line.
-async fn kept_secret(
-    database_url: &str,
+/// The one rule for the key-encryption secret of a server given none (neither
+/// `AUTHSERVER_SECRETS_SYSTEM` nor `AUTHSERVER_SECRETS_SYSTEM_FILE`), the stack's and a standalone
+/// server's: the file `secrets-system` in `dir` (the stack's data directory; a standalone
+/// server's SQLite database's directory), made on first use, so that a server started with no
+/// setting signs JWTs and its revocation stream works (as Keycloak's does). Not made when the
+/// database already holds signing keys (a new secret would not open them: [`ready`] then names
+/// the settings). A standalone server on PostgreSQL has no such directory: its replicas must
+/// share one secret the operator gives them (as ZITADEL's master key), so there the stream is
+/// off and the server says so in one line. `what` names the file in messages.
+pub async fn kept_secret(
+    dir: &std::path::Path,
+    what: &str,
     store: &Store,
 ) -> anyhow::Result<Option<std::sync::Arc<crate::key_encryption::KeyEncryption>>> {
-    let Some(database) = crate::store::sqlite_file(database_url) else {
-        return Ok(None);
-    };
-    let file = database
-        .parent()
-        .unwrap_or(std::path::Path::new(""))
-        .join(crate::key_encryption::KEPT_FILE_NAME);
+    let file = dir.join(crate::key_encryption::KEPT_FILE_NAME);
     if !file.exists() && store.has_signing_keys().await? {
         return Ok(None);
     }
-    let kek = crate::key_encryption::kept_in(&file, "the secret file beside the database")?;
+    let kek = crate::key_encryption::kept_in(&file, what)?;
     Ok(Some(kek))
 }
 
 /// Opens the server: [`open_store`], then [`ready`].
 pub async fn open(mut settings: Settings) -> anyhow::Result<AppState> {
-    let store = open_store(&mut settings).await?;
+    let store = open_store(&mut settings, None).await?;
     ready(AppState::new(settings, store)).await
 }
 

@@ -843,7 +843,8 @@ async fn authlib_registers_a_client_and_uses_it() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     drop(listener);
-    settings.set_issuer(format!("http://{addr}"));
+    settings.issuer = format!("http://{addr}");
+    settings.access_token_audience = settings.issuer.clone();
     let server = testing::spawn_server(store.clone(), settings, addr).await;
     let token = "authlib-initial-access-token-0123456789abcdef";
     issue(&store, token, now() + 3600, Some(1)).await;

@@ -125,6 +125,9 @@ async fn a_missing_or_wrong_secret_stops_the_server_naming_the_setting_never_the
             authserver::secrets::random_client_id()
         ));
         std::fs::write(&file, format!("{NEW}\n")).unwrap();
+        // The owner's only: a file others may read is refused before its secret is tried.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         let from_file = bare_command(&["serve"])
             .arg("--database-url")
             .arg(&db)

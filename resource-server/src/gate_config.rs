@@ -5,10 +5,12 @@
 //! [`crate::Gate::build`] makes the gate.
 //!
 //! The variables, for a binary whose prefix is `PROXY` or `EXAMPLE_API`:
-//! `<PREFIX>_TOKEN_SOURCE`, `<PREFIX>_INTROSPECTION_URL`, `<PREFIX>_AUTH_TOKEN` (replaces any
+//! `<PREFIX>_TOKEN_SOURCE`, `<PREFIX>_INTROSPECTION_URL`, `<PREFIX>_AUTH_TOKEN` (replaces the
 //! client credentials of the file), `<PREFIX>_CLIENT_ID`, `<PREFIX>_CLIENT_SECRET`,
-//! `<PREFIX>_RESOURCE`, `<PREFIX>_AUTHORIZATION_SERVERS` (comma-separated). Empty values are
-//! ignored. The `revocation:` section's variables are in [`crate::ssf::config`].
+//! `<PREFIX>_CLIENT_SECRET_FILE`, `<PREFIX>_RESOURCE`, `<PREFIX>_AUTHORIZATION_SERVERS`
+//! (comma-separated). Empty values are ignored. Each key is read by the one precedence
+//! ([`GateEnv::pick`]: the stack's override, the variable, the file), a secret or its file by
+//! [`secret_or_file`]. The `revocation:` section's variables are in [`crate::ssf::config`].
 //!
 //! One audience for every token source: `audience` (one identifier or a list; default: the
 //! `resource`). `introspection.audience` and `jwt.audience` are its old spellings, still read
@@ -25,6 +27,7 @@ use crate::forwarded::ProxySecret;
 use crate::introspection::{ClientAuth, IntrospectionSettings};
 use crate::jwt::JwtSettings;
 use crate::jwt::raw::RawJwt;
+use crate::layers::{Layer, Layers, Picked, Secret, secret_or_file};
 use crate::protected_resource::{ResourceSettings, check_issuer, check_resource};
 use crate::rules::{RouteSpec, Rules};
 use crate::settings::{RawIntrospection, SettingError};
@@ -150,42 +153,52 @@ pub struct GateConfig {
 /// process environment, or a map in tests), and the overrides of the embedding process.
 pub struct GateEnv<'a> {
     pub prefix: &'a str,
-    pub layers: &'a crate::layers::Layers<'a>,
+    pub layers: &'a Layers<'a>,
 }
 
-/// Each gate variable (after the prefix) and the file's key it stands for.
-const GATE_KEYS: [(&str, &str); 14] = [
-    ("TOKEN_SOURCE", "token_source"),
-    ("RESOURCE", "resource"),
-    ("AUTHORIZATION_SERVERS", "authorization_servers"),
-    ("INTROSPECTION_URL", "introspection.url"),
-    ("AUTH_TOKEN", "introspection.auth_token"),
-    ("CLIENT_ID", "introspection.client_id"),
-    ("CLIENT_SECRET", "introspection.client_secret"),
-    ("CLIENT_SECRET_FILE", "introspection.client_secret_file"),
-    ("REVOCATION", "revocation.enabled"),
-    ("REVOCATION_URL", "revocation.configuration_url"),
-    ("REVOCATION_REPLICA_URLS", "revocation.replica_urls"),
-    ("REVOCATION_CLIENT_ID", "revocation.client_id"),
-    ("REVOCATION_CLIENT_SECRET", "revocation.client_secret"),
+/// Each of the gate's keys that has an environment variable, and the variable after the prefix.
+/// Keys not listed (`audience`, `revocation.token_url`...) come from the file or the stack.
+const GATE_VARS: [(&str, &str); 14] = [
+    ("token_source", "TOKEN_SOURCE"),
+    ("resource", "RESOURCE"),
+    ("authorization_servers", "AUTHORIZATION_SERVERS"),
+    ("introspection.url", "INTROSPECTION_URL"),
+    ("introspection.auth_token", "AUTH_TOKEN"),
+    ("introspection.client_id", "CLIENT_ID"),
+    ("introspection.client_secret", "CLIENT_SECRET"),
+    ("introspection.client_secret_file", "CLIENT_SECRET_FILE"),
+    ("revocation.enabled", "REVOCATION"),
+    ("revocation.configuration_url", "REVOCATION_URL"),
+    ("revocation.replica_urls", "REVOCATION_REPLICA_URLS"),
+    ("revocation.client_id", "REVOCATION_CLIENT_ID"),
+    ("revocation.client_secret", "REVOCATION_CLIENT_SECRET"),
     (
-        "REVOCATION_CLIENT_SECRET_FILE",
         "revocation.client_secret_file",
+        "REVOCATION_CLIENT_SECRET_FILE",
     ),
 ];
 
 impl GateEnv<'_> {
-    /// The key `<PREFIX>_<name>` stands for, by the one precedence
-    /// ([`crate::layers::Layers::pick`]): its override, else the variable when set and not
-    /// empty; with the origin messages name.
-    fn var(&self, name: &str) -> Option<(String, String)> {
-        let var = format!("{}_{name}", self.prefix);
-        let key = GATE_KEYS
+    /// The file's `key` by the one precedence ([`Layers::pick`]): the stack's override, else
+    /// the variable `<PREFIX>_<VAR>` when the key has one (set and not empty), else
+    /// `from_file`; with its origin and layer.
+    pub fn pick(&self, key: &str, from_file: Option<String>) -> Picked {
+        let var = GATE_VARS
             .iter()
-            .find(|(n, _)| *n == name)
-            .map_or(name, |(_, key)| key);
-        self.layers.given(key, Some(&var))
+            .find(|(k, _)| *k == key)
+            .map(|(_, name)| format!("{}_{name}", self.prefix));
+        self.layers.pick(key, var.as_deref(), from_file)
     }
+}
+
+/// A value of the file that is there and not empty.
+fn given(value: &Option<String>) -> Option<String> {
+    value.clone().filter(|v| !v.is_empty())
+}
+
+/// A bad value, named by where it came from.
+fn bad(picked: &Picked, value: impl fmt::Display, problem: impl Into<String>) -> ConfigError {
+    ConfigError::at(picked.origin.clone(), value, problem)
 }
 
 /// A bad gate value: named by its origin when it came from the environment or an override, else
@@ -250,16 +263,10 @@ impl GateConfig {
             self.audience = Some(RawAudience::One(audience));
         }
         let setting = |e: SettingError| ConfigError::setting(file, e, None);
-        let token_source = match env.var("TOKEN_SOURCE") {
-            Some((var, value)) => value
-                .parse()
-                .map_err(|m: String| invalid(file, "token_source", Some(var), value, m))?,
-            None => match &self.token_source {
-                Some(value) => value
-                    .parse()
-                    .map_err(|m: String| invalid(file, "token_source", None, value, m))?,
-                None => default_source,
-            },
+        let source = env.pick("token_source", self.token_source.clone());
+        let token_source = match &source.value {
+            Some(value) => value.parse().map_err(|m: String| bad(&source, value, m))?,
+            None => default_source,
         };
         let jwt = self
             .jwt
@@ -284,29 +291,7 @@ impl GateConfig {
             Some(raw) => raw.policy().map_err(setting)?.leeway,
             None => crate::AnswerPolicy::DEFAULT_LEEWAY,
         };
-        // The revocation stream's credentials default to the introspection client's, even when
-        // <PREFIX>_AUTH_TOKEN replaces them for introspection.
-        let shared = self.introspection.as_ref().and_then(|raw| {
-            let pick = |name: &str, file: &Option<String>| {
-                env.var(name)
-                    .map(|(_, v)| v)
-                    .or_else(|| file.clone().filter(|v| !v.is_empty()))
-            };
-            let from_file = || {
-                secret_file(raw, file, env)
-                    .ok()
-                    .flatten()
-                    .map(|(_, _, secret)| secret)
-            };
-            Some((
-                pick("CLIENT_ID", &raw.client_id)?,
-                env.var("CLIENT_SECRET")
-                    .map(|(_, v)| v)
-                    .or_else(from_file)
-                    .or_else(|| raw.client_secret.clone().filter(|v| !v.is_empty()))?,
-            ))
-        });
-        let introspection = match (token_source.uses_introspection(), self.introspection) {
+        let introspection = match (token_source.uses_introspection(), &self.introspection) {
             (false, _) => None,
             (true, Some(raw)) => Some(introspection(raw, file, env)?),
             (true, None) => {
@@ -322,31 +307,27 @@ impl GateConfig {
                 ));
             }
         };
+        // The revocation stream's credentials default to the introspection client's (its id and
+        // its secret, text or file), even when an auth_token replaces them for introspection.
+        let shared = || -> Result<Option<(String, Secret)>, ConfigError> {
+            let Some(raw) = &self.introspection else {
+                return Ok(None);
+            };
+            let Some(id) = env
+                .pick("introspection.client_id", given(&raw.client_id))
+                .value
+            else {
+                return Ok(None);
+            };
+            Ok(client_secret(raw, env)?.map(|secret| (id, secret)))
+        };
         let revocation = if token_source.checks_tokens() {
-            let shared = shared
-                .as_ref()
-                .map(|(id, secret)| (id.as_str(), secret.as_str()));
-            let mut revocation =
-                crate::ssf::config::resolve(self.revocation, &|name| env.var(name), shared)
-                    .map_err(|(error, env)| ConfigError::setting(file, error, env.as_deref()))?;
-            // Sharing the introspection client's secret from its file: read it again too.
-            if let (
-                Some(r),
-                Some(ClientAuth::ClientSecret {
-                    client_id,
-                    client_secret,
-                    secret_file: Some(path),
-                }),
-            ) = (
-                revocation.as_mut(),
-                introspection.as_ref().map(|i| &i.settings.auth),
-            ) && r.client_secret_file.is_none()
-                && r.client_id == *client_id
-                && r.client_secret == *client_secret
-            {
-                r.client_secret_file = Some(path.clone());
-            }
-            revocation
+            crate::ssf::config::resolve(
+                self.revocation.take(),
+                file,
+                &|key, from_file| env.pick(key, from_file),
+                &shared,
+            )?
         } else {
             None
         };
@@ -372,21 +353,14 @@ fn resource(
     file: &str,
     env: &GateEnv<'_>,
 ) -> Result<Option<ResourceSettings>, ConfigError> {
-    let (resource_env, resource) = match env.var("RESOURCE") {
-        Some((var, value)) => (Some(var), Some(value)),
-        None => (None, config.resource.clone()),
+    let picked = env.pick("resource", config.resource.clone());
+    // The file gives a list, a variable or an override a comma-separated one.
+    let servers_from = env.pick("authorization_servers", None);
+    let servers: Option<Vec<String>> = match &servers_from.value {
+        Some(value) => Some(value.split(',').map(|s| s.trim().to_owned()).collect()),
+        None => config.authorization_servers.as_ref().map(OneOrMany::to_vec),
     };
-    let (servers_env, servers) = match env.var("AUTHORIZATION_SERVERS") {
-        Some((var, value)) => (
-            Some(var),
-            Some(value.split(',').map(|s| s.trim().to_owned()).collect()),
-        ),
-        None => (
-            None,
-            config.authorization_servers.as_ref().map(OneOrMany::to_vec),
-        ),
-    };
-    let Some(resource) = resource else {
+    let Some(resource) = picked.value.clone() else {
         let described = [
             ("authorization_servers", servers.is_some()),
             ("resource_name", config.resource_name.is_some()),
@@ -402,28 +376,19 @@ fn resource(
         }
         return Ok(None);
     };
-    check_resource(&resource)
-        .map_err(|problem| invalid(file, "resource", resource_env, &resource, problem))?;
+    check_resource(&resource).map_err(|problem| bad(&picked, &resource, problem))?;
     let authorization_servers = match servers {
         Some(list) => {
             if list.is_empty() {
-                return Err(invalid(
-                    file,
-                    "authorization_servers",
-                    servers_env,
+                return Err(bad(
+                    &servers_from,
                     "[]",
                     "empty: leave the key out for the issuer of jwt or introspection",
                 ));
             }
-            if let Some(bad) = list.iter().find(|s| check_issuer(s).is_err()) {
-                let problem = check_issuer(bad).unwrap_err();
-                return Err(invalid(
-                    file,
-                    "authorization_servers",
-                    servers_env,
-                    bad,
-                    problem,
-                ));
+            if let Some(bad_server) = list.iter().find(|s| check_issuer(s).is_err()) {
+                let problem = check_issuer(bad_server).unwrap_err();
+                return Err(bad(&servers_from, bad_server, problem));
             }
             list
         }
@@ -542,19 +507,14 @@ fn audience(
 /// The `introspection:` section with its environment variables: endpoint, credentials, then the
 /// timeouts, cache and policy with the one set of defaults ([`RawIntrospection::resolve`]).
 fn introspection(
-    raw: RawIntrospection,
+    raw: &RawIntrospection,
     file: &str,
     env: &GateEnv<'_>,
 ) -> Result<IntrospectionConfig, ConfigError> {
-    let (url_env, url) = match env.var("INTROSPECTION_URL") {
-        Some((var, value)) => (Some(var), Some(value)),
-        None => (None, raw.url.clone()),
-    };
-    let Some(url) = url else {
-        return Err(invalid(
-            file,
-            "introspection.url",
-            url_env,
+    let picked = env.pick("introspection.url", raw.url.clone());
+    let Some(url) = picked.value.clone() else {
+        return Err(bad(
+            &picked,
             "(missing)",
             "the introspection endpoint's URL is required",
         ));
@@ -563,116 +523,88 @@ fn introspection(
         && url.len() > "https://".len()
         && !url.contains(char::is_whitespace);
     if !url_ok {
-        return Err(invalid(
-            file,
-            "introspection.url",
-            url_env,
-            url,
-            "expected an http:// or https:// URL",
-        ));
+        return Err(bad(&picked, url, "expected an http:// or https:// URL"));
     }
-    let auth = credentials(&raw, file, env)?;
+    let auth = credentials(raw, file, env)?;
     let (settings, cache) = raw
         .resolve(url, auth)
         .map_err(|e| ConfigError::setting(file, e, None))?;
     Ok(IntrospectionConfig { settings, cache })
 }
 
-/// The introspection client secret from `introspection.client_secret_file` (or env
-/// `<PREFIX>_CLIENT_SECRET_FILE`): the variable it came from, the file and the secret.
-fn secret_file(
-    raw: &RawIntrospection,
-    file: &str,
-    env: &GateEnv<'_>,
-) -> Result<Option<(Option<String>, std::path::PathBuf, String)>, ConfigError> {
-    let (var, path) = match env.var("CLIENT_SECRET_FILE") {
-        Some((var, path)) => (Some(var), path),
-        None => match raw.client_secret_file.clone().filter(|p| !p.is_empty()) {
-            Some(path) => (None, path),
-            None => return Ok(None),
-        },
-    };
-    let path = std::path::PathBuf::from(path);
-    let secret = crate::introspection::read_secret_file(&path).map_err(|problem| {
-        invalid(
-            file,
-            "introspection.client_secret_file",
-            var.clone(),
-            path.display().to_string(),
-            problem,
-        )
-    })?;
-    Ok(Some((var, path, secret)))
+/// The introspection client's secret, `client_secret` or `client_secret_file` (env
+/// `<PREFIX>_CLIENT_SECRET`, `<PREFIX>_CLIENT_SECRET_FILE`), by the one rule of
+/// [`secret_or_file`]: the higher layer wins, both in one layer are refused.
+fn client_secret(raw: &RawIntrospection, env: &GateEnv<'_>) -> Result<Option<Secret>, ConfigError> {
+    let (text, file) = client_secret_picks(raw, env);
+    secret_or_file("the introspection client's secret", text, file)
 }
 
-/// How the gate authenticates to the introspection endpoint. `<PREFIX>_AUTH_TOKEN` is the
-/// deployment's final word: it replaces whatever credentials the file gives.
+fn client_secret_picks(raw: &RawIntrospection, env: &GateEnv<'_>) -> (Picked, Picked) {
+    (
+        env.pick("introspection.client_secret", given(&raw.client_secret)),
+        env.pick(
+            "introspection.client_secret_file",
+            given(&raw.client_secret_file),
+        ),
+    )
+}
+
+/// How the gate authenticates to the introspection endpoint: `auth_token`, or `client_id` and
+/// the client secret. The two kinds are layered as one value: the kind given by the higher
+/// layer wins (`<PREFIX>_AUTH_TOKEN` replaces the file's client credentials, the stack's client
+/// replaces a token of the file or the environment); both in the file are refused, and in the
+/// environment the token wins (as documented since the variable exists).
 fn credentials(
     raw: &RawIntrospection,
     file: &str,
     env: &GateEnv<'_>,
 ) -> Result<ClientAuth, ConfigError> {
-    if let Some((_, token)) = env.var("AUTH_TOKEN") {
-        return Ok(ClientAuth::Bearer(token));
+    let token = env.pick("introspection.auth_token", given(&raw.auth_token));
+    let id = env.pick("introspection.client_id", given(&raw.client_id));
+    let (text, secret_file) = client_secret_picks(raw, env);
+    let client_layer = id.layer.max(text.layer).max(secret_file.layer);
+    if let Some(t) = &token.value {
+        // `<PREFIX>_AUTH_TOKEN` is the environment's final word: it replaces client credentials
+        // of the environment too.
+        if token.layer > client_layer || (token.layer == Layer::Env && client_layer == Layer::Env) {
+            return Ok(ClientAuth::Bearer(t.clone()));
+        }
+        if token.layer == client_layer {
+            return Err(bad(
+                &token,
+                "(hidden)",
+                "set either auth_token or client_id + client_secret, not both",
+            ));
+        }
     }
-    let pick = |name: &str, from_file: &Option<String>| match env.var(name) {
-        Some((var, value)) => Some((Some(var), value)),
-        None => from_file
-            .clone()
-            .filter(|v| !v.is_empty())
-            .map(|v| (None, v)),
-    };
-    let token = raw.auth_token.clone().filter(|t| !t.is_empty());
-    let id = pick("CLIENT_ID", &raw.client_id);
-    let from_file = secret_file(raw, file, env)?;
-    if from_file.is_some() && raw.client_secret.as_ref().is_some_and(|s| !s.is_empty()) {
-        return Err(invalid(
-            file,
-            "introspection.client_secret_file",
-            None,
-            "(hidden)",
-            "set either client_secret or client_secret_file, not both",
-        ));
-    }
-    // `<PREFIX>_CLIENT_SECRET` replaces the file: nothing to read again then.
-    let (secret, secret_path) = match (env.var("CLIENT_SECRET"), from_file) {
-        (Some((var, value)), _) => (Some((Some(var), value)), None),
-        (None, Some((var, path, secret))) => (Some((var, secret)), Some(path)),
-        (None, None) => (pick("CLIENT_SECRET", &raw.client_secret), None),
-    };
+    let secret = secret_or_file("the introspection client's secret", text, secret_file)?;
     let prefix = env.prefix;
-    match (token, id, secret) {
-        (Some(t), None, None) => Ok(ClientAuth::Bearer(t)),
-        (None, Some((_, client_id)), Some((_, client_secret))) => Ok(ClientAuth::ClientSecret {
+    match (id.value.clone(), secret) {
+        (Some(client_id), Some(secret)) => Ok(ClientAuth::ClientSecret {
             client_id,
-            client_secret,
-            secret_file: secret_path,
+            client_secret: secret.text,
+            secret_file: secret.path,
         }),
-        (Some(_), _, _) => Err(invalid(
-            file,
-            "introspection.auth_token",
-            None,
-            "(hidden)",
-            "set either auth_token or client_id + client_secret, not both",
-        )),
-        (None, Some((var, client_id)), None) => Err(invalid(
+        (Some(client_id), None) => Err(invalid(
             file,
             "introspection.client_secret",
             None,
             "(missing)",
             format!(
                 "client_id {client_id:?}{} needs client_secret (or env {prefix}_CLIENT_SECRET)",
-                var.map(|v| format!(" (from {v})")).unwrap_or_default()
+                match id.layer {
+                    Layer::File | Layer::Absent => String::new(),
+                    _ => format!(" (from {})", id.origin),
+                }
             ),
         )),
-        (None, None, Some((var, _))) => Err(invalid(
-            file,
-            "introspection.client_id",
-            var,
+        (None, Some(_)) => Err(bad(
+            &id,
             "(missing)",
             format!("client_secret needs client_id (or env {prefix}_CLIENT_ID)"),
         )),
-        (None, None, None) => Err(invalid(
+        (None, None) => Err(invalid(
             file,
             "introspection",
             None,
@@ -783,6 +715,90 @@ mod tests {
         );
     }
 
+    /// The stack's introspection client (overrides) wins over an `auth_token` of the environment
+    /// or the file: `PROXY_AUTH_TOKEN` used to replace it, and every request was denied.
+    #[test]
+    fn the_stacks_client_wins_over_an_auth_token_from_below() {
+        let stack = Overrides::from([
+            ("introspection.client_id", "stack-id"),
+            ("introspection.client_secret", "stack-secret"),
+        ]);
+        let stack_client = ClientAuth::ClientSecret {
+            client_id: "stack-id".into(),
+            client_secret: "stack-secret".into(),
+            secret_file: None,
+        };
+        let auth = |yaml: &str, vars: &[(&str, &str)], overrides: &Overrides| {
+            resolve_layers(yaml, vars, overrides)
+                .unwrap()
+                .introspection
+                .unwrap()
+                .settings
+                .auth
+        };
+        let from_env = [
+            ("PROXY_AUTH_TOKEN", "env-token"),
+            ("PROXY_CLIENT_SECRET", "env-secret"),
+        ];
+        assert_eq!(auth(URL, &from_env, &stack), stack_client);
+        let token_file = "introspection: {url: 'http://a/i/', auth_token: file-token}";
+        assert_eq!(auth(token_file, &[], &stack), stack_client);
+        // Without the stack: the environment's token replaces the file's client, as documented.
+        assert_eq!(
+            auth(URL, &[("PROXY_AUTH_TOKEN", "t")], &Overrides::default()),
+            ClientAuth::Bearer("t".into())
+        );
+        // A token and a client in one layer are refused.
+        let e = resolve(
+            "introspection: {url: 'http://a/i/', auth_token: t, client_id: c, client_secret: s}",
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(origin(e), "g.yaml: key \"introspection.auth_token\"");
+    }
+
+    /// Every key with a variable is read through the one precedence, by its key: the override,
+    /// then `<PREFIX>_<VAR>`, then the file.
+    #[test]
+    fn each_gate_key_is_picked_by_the_one_precedence() {
+        for (key, var) in GATE_VARS {
+            let var = format!("PROXY_{var}");
+            let env = |name: &str| (name == var).then(|| "from-env".to_owned());
+            let none = Overrides::default();
+            let layers = Layers::new("g.yaml", &env, &none);
+            let gate = GateEnv {
+                prefix: "PROXY",
+                layers: &layers,
+            };
+            let p = gate.pick(key, Some("from-file".into()));
+            assert_eq!(
+                (p.origin, p.value.as_deref()),
+                (format!("environment variable {var}"), Some("from-env"))
+            );
+            let stack = Overrides::from([(key, "from-stack")]);
+            let layers = Layers::new("g.yaml", &env, &stack);
+            let gate = GateEnv {
+                prefix: "PROXY",
+                layers: &layers,
+            };
+            assert_eq!(
+                gate.pick(key, Some("from-file".into())).value.as_deref(),
+                Some("from-stack")
+            );
+            let nothing = |_: &str| None;
+            let layers = Layers::new("g.yaml", &nothing, &none);
+            let gate = GateEnv {
+                prefix: "PROXY",
+                layers: &layers,
+            };
+            let p = gate.pick(key, Some("from-file".into()));
+            assert_eq!(
+                (p.origin, p.layer),
+                (format!("g.yaml: key \"{key}\""), Layer::File)
+            );
+        }
+    }
+
     /// Where the message says the bad value came from.
     fn origin(e: ConfigError) -> String {
         match e {
@@ -882,9 +898,28 @@ mod tests {
         ));
         let both = format!("{}, client_secret: s}}", yaml.trim_end_matches('}'));
         let e = resolve(&both, &[]).unwrap_err().to_string();
-        assert!(
-            e.contains("client_secret_file") && e.contains("not both"),
-            "{e}"
+        assert_eq!(
+            e,
+            "g.yaml: key \"introspection.client_secret_file\": g.yaml: key \
+             \"introspection.client_secret\" is set too: give the introspection client's secret \
+             once, as text or as a file"
+        );
+        // A file named by the environment wins over the file's text (it was refused as both).
+        let text = "introspection: {url: 'http://a/i/', client_id: c, client_secret: s}";
+        let path_text = path.display().to_string();
+        let auth = resolve(text, &[("PROXY_CLIENT_SECRET_FILE", &path_text)])
+            .unwrap()
+            .introspection
+            .unwrap()
+            .settings
+            .auth;
+        assert_eq!(
+            auth,
+            ClientAuth::ClientSecret {
+                client_id: "c".into(),
+                client_secret: "from-file".into(),
+                secret_file: Some(path.clone()),
+            }
         );
         for (content, problem) in [
             ("\n \n".to_owned(), "empty"),

@@ -167,6 +167,8 @@ pub struct Secret {
     pub text: String,
     /// The file it was read from, if any (read again when the secret is refused, say).
     pub path: Option<std::path::PathBuf>,
+    /// The layer that gave it (or named its file).
+    pub layer: Layer,
 }
 
 impl fmt::Debug for Secret {
@@ -174,6 +176,7 @@ impl fmt::Debug for Secret {
         f.debug_struct("Secret")
             .field("origin", &self.origin)
             .field("path", &self.path)
+            .field("layer", &self.layer)
             .finish_non_exhaustive()
     }
 }
@@ -207,6 +210,7 @@ pub fn secret_or_file(
             origin: text.origin,
             text: text_value,
             path: None,
+            layer: text.layer,
         }));
     }
     let path = file.value.unwrap_or_default();
@@ -216,6 +220,7 @@ pub fn secret_or_file(
         origin: format!("{} ({path})", file.origin),
         text: secret,
         path: Some(path.into()),
+        layer: file.layer,
     }))
 }
 

@@ -41,7 +41,7 @@ use serde::Serialize;
 pub fn router(state: &AppState) -> Router<AppState> {
     let settings = &state.settings;
     let token = Router::new()
-        .route("/o/token/", post_only(post(token::token)))
+        .route(TOKEN_PATH, post_only(post(token::token)))
         .route("/o/revoke_token/", post_only(post(revoke::revoke)));
     let documents = Router::new()
         .route(cors::METADATA_PATH, get(metadata::metadata))
@@ -73,6 +73,8 @@ fn post_only(route: MethodRouter<AppState>) -> MethodRouter<AppState> {
 
 /// Where the JWKS is served (under the issuer), announced as `jwks_uri`.
 pub const JWKS_PATH: &str = "/.well-known/jwks.json";
+/// The token endpoint (RFC 6749 §3.2).
+pub const TOKEN_PATH: &str = "/o/token/";
 /// The token introspection endpoint (RFC 7662).
 pub const INTROSPECTION_PATH: &str = "/o/introspect/";
 

@@ -5,16 +5,20 @@
 //! (the transmitter's `/.well-known/ssf-configuration`; alone it turns the receiver on with the
 //! defaults), `<PREFIX>_REVOCATION_CLIENT_ID`, `<PREFIX>_REVOCATION_CLIENT_SECRET` or
 //! `<PREFIX>_REVOCATION_CLIENT_SECRET_FILE`, `<PREFIX>_REVOCATION_REPLICA_URLS` (comma-separated),
-//! and `<PREFIX>_REVOCATION=off`. Credentials not given
-//! are the introspection client's (`client_id` + `client_secret`).
+//! and `<PREFIX>_REVOCATION=off`, each read by the one precedence (the stack's override, the
+//! variable, the file); `client_secret` or `client_secret_file` by
+//! [`crate::layers::secret_or_file`]. Credentials not given are the introspection client's
+//! (`client_id` and its secret, text or file).
 
 use std::fmt;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::config_error::{ConfigError, key_origin};
+use crate::layers::{Picked, Secret, secret_or_file};
 use crate::revoked::Lifetimes;
-use crate::settings::{RawDuration, SettingError, duration};
+use crate::settings::{RawDuration, duration};
 
 /// The `revocation:` section as written. `Debug` redacts the secret.
 #[derive(Default, Deserialize)]
@@ -132,132 +136,113 @@ impl RevocationSettings {
     }
 }
 
-/// A setting that does not do, and where it came from when not the file (an environment
-/// variable, an override).
-pub type Invalid = (SettingError, Option<String>);
-
-fn invalid(field: &str, env: Option<String>, value: &str, problem: &str) -> Invalid {
-    (
-        SettingError {
-            field: format!("revocation.{field}"),
-            value: value.to_owned(),
-            problem: problem.to_owned(),
-        },
-        env,
-    )
-}
-
 fn is_url(url: &str) -> bool {
     (url.starts_with("http://") || url.starts_with("https://"))
         && url.len() > "https://".len()
         && !url.contains(char::is_whitespace)
 }
 
-/// Resolves the section (if any) with the layers above the file (`var` gives the value for
-/// `<PREFIX>_<name>`, with its origin: an override, or the variable when set and not empty) and the introspection client's credentials. `Ok(None)`: no
-/// receiver.
+/// A value of the file that is there and not empty.
+fn given(value: &Option<String>) -> Option<String> {
+    value.clone().filter(|v| !v.is_empty())
+}
+
+/// The stream's credentials to fall back on: the introspection client's id and secret, if any.
+pub type Shared<'a> = dyn Fn() -> Result<Option<(String, Secret)>, ConfigError> + 'a;
+
+/// Resolves the section (if any) of the file named `file` with the layers above it: `pick`
+/// gives a key's value by the one precedence ([`crate::layers::Layers::pick`]: the stack's
+/// override, the variable, the file), and `shared` the introspection client's credentials, asked
+/// for only when the section gives no credentials of its own. `Ok(None)`: no receiver.
 pub fn resolve(
     raw: Option<RawRevocation>,
-    var: &dyn Fn(&str) -> Option<(String, String)>,
-    fallback: Option<(&str, &str)>,
-) -> Result<Option<RevocationSettings>, Invalid> {
-    if let Some((name, value)) = var("REVOCATION") {
-        match value.as_str() {
-            "off" | "false" | "0" => return Ok(None),
-            "on" | "true" | "1" => {}
-            _ => return Err(invalid("enabled", Some(name), &value, "expected on or off")),
-        }
+    file: &str,
+    pick: &dyn Fn(&str, Option<String>) -> Picked,
+    shared: &Shared<'_>,
+) -> Result<Option<RevocationSettings>, ConfigError> {
+    let enabled = pick(
+        "revocation.enabled",
+        raw.as_ref()
+            .and_then(|r| r.enabled)
+            .map(|on| on.to_string()),
+    );
+    match enabled.value.as_deref() {
+        None | Some("on" | "true" | "1") => {}
+        Some("off" | "false" | "0") => return Ok(None),
+        Some(other) => return Err(bad(&enabled, other, "expected on or off")),
     }
-    let url_env = var("REVOCATION_URL");
+    let url = pick(
+        "revocation.configuration_url",
+        raw.as_ref().and_then(|r| r.configuration_url.clone()),
+    );
     let raw = match raw {
         Some(raw) => raw,
-        None if url_env.is_some() => RawRevocation::default(),
+        // A variable (or the stack) naming the transmitter turns the receiver on.
+        None if url.value.is_some() => RawRevocation::default(),
         None => return Ok(None),
     };
-    if raw.enabled == Some(false) {
-        return Ok(None);
-    }
-    let (env, url) = match url_env {
-        Some((name, value)) => (Some(name), Some(value)),
-        None => (None, raw.configuration_url.clone()),
-    };
-    let Some(configuration_url) = url else {
-        return Err(invalid(
-            "configuration_url",
-            None,
+    let Some(configuration_url) = url.value.clone() else {
+        return Err(bad(
+            &url,
             "(missing)",
             "the transmitter's /.well-known/ssf-configuration URL is required",
         ));
     };
     if !is_url(&configuration_url) {
-        return Err(invalid(
-            "configuration_url",
-            env,
+        return Err(bad(
+            &url,
             &configuration_url,
             "expected an http:// or https:// URL",
         ));
     }
-    let replica_urls = match var("REVOCATION_REPLICA_URLS") {
-        Some((name, list)) => (
-            Some(name),
-            list.split(',')
-                .map(|u| u.trim().to_owned())
-                .filter(|u| !u.is_empty())
-                .collect(),
-        ),
-        None => (None, raw.replica_urls.clone().unwrap_or_default()),
+    // The file gives a list, a variable a comma-separated one.
+    let replicas = pick("revocation.replica_urls", None);
+    let replica_urls: Vec<String> = match &replicas.value {
+        Some(list) => list
+            .split(',')
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+            .collect(),
+        None => raw.replica_urls.clone().unwrap_or_default(),
     };
-    if let Some(bad) = replica_urls.1.iter().find(|u| !is_url(u)) {
-        return Err(invalid(
-            "replica_urls",
-            replica_urls.0,
-            bad,
-            "expected http:// or https:// URLs",
-        ));
+    if let Some(wrong) = replica_urls.iter().find(|u| !is_url(u)) {
+        return Err(bad(&replicas, wrong, "expected http:// or https:// URLs"));
     }
-    let replica_urls = replica_urls.1;
-    for (key, value) in [("token_url", &raw.token_url), ("jwks_uri", &raw.jwks_uri)] {
-        if let Some(v) = value
+    let token_url = pick("revocation.token_url", raw.token_url.clone());
+    let jwks_uri = pick("revocation.jwks_uri", raw.jwks_uri.clone());
+    for picked in [&token_url, &jwks_uri] {
+        if let Some(v) = &picked.value
             && !is_url(v)
         {
-            return Err(invalid(key, None, v, "expected an http:// or https:// URL"));
+            return Err(bad(picked, v, "expected an http:// or https:// URL"));
         }
     }
-    let client_id = var("REVOCATION_CLIENT_ID")
-        .map(|(_, v)| v)
-        .or(raw.client_id.clone().filter(|v| !v.is_empty()))
-        .or(fallback.map(|(id, _)| id.to_owned()));
-    let secret_file = match var("REVOCATION_CLIENT_SECRET_FILE") {
-        Some((name, path)) => Some((Some(name), path)),
-        None => raw.client_secret_file.clone().map(|p| (None, p)),
-    };
-    let own_file = match (var("REVOCATION_CLIENT_SECRET"), &secret_file) {
-        (None, Some((_, path))) => Some(std::path::PathBuf::from(path)),
-        _ => None,
-    };
-    let secret = match (var("REVOCATION_CLIENT_SECRET"), secret_file) {
-        (Some((_, v)), _) => Some(v),
-        (None, Some((name, path))) => Some(
-            crate::introspection::read_secret_file(std::path::Path::new(&path))
-                .map_err(|problem| invalid("client_secret_file", name, &path, &problem))?,
+    let mut client_id = pick("revocation.client_id", given(&raw.client_id)).value;
+    let mut secret = secret_or_file(
+        "the revocation stream's client secret",
+        pick("revocation.client_secret", given(&raw.client_secret)),
+        pick(
+            "revocation.client_secret_file",
+            given(&raw.client_secret_file),
         ),
-        (None, None) => raw
-            .client_secret
-            .clone()
-            .filter(|v| !v.is_empty())
-            .or(fallback.map(|(_, s)| s.to_owned())),
-    };
-    let (Some(client_id), Some(client_secret)) = (client_id, secret) else {
-        return Err(invalid(
-            "client_id",
-            None,
+    )?;
+    if (client_id.is_none() || secret.is_none())
+        && let Some((shared_id, shared_secret)) = shared()?
+    {
+        client_id.get_or_insert(shared_id);
+        secret.get_or_insert(shared_secret);
+    }
+    let (Some(client_id), Some(secret)) = (client_id, secret) else {
+        return Err(ConfigError::at(
+            key_origin(file, "revocation.client_id"),
             "(missing)",
             "set client_id + client_secret (or client_secret_file), or give the introspection \
              section client credentials to share",
         ));
     };
     let d = |key: &str, value: &Option<RawDuration>, default| {
-        duration(&format!("revocation.{key}"), value.as_ref(), default).map_err(|e| (e, None))
+        duration(&format!("revocation.{key}"), value.as_ref(), default)
+            .map_err(|e| ConfigError::setting(file, e, None))
     };
     let defaults = Lifetimes::default();
     let lifetimes = Lifetimes {
@@ -276,26 +261,26 @@ pub fn resolve(
     };
     let shown = |v: &Option<RawDuration>| v.as_ref().map(ToString::to_string).unwrap_or_default();
     if lifetimes.fallback_ttl > lifetimes.healthy_max_ttl {
-        return Err(invalid(
-            "fallback_ttl",
-            None,
-            &shown(&raw.fallback_ttl),
+        return Err(ConfigError::key(
+            file,
+            "revocation.fallback_ttl",
+            shown(&raw.fallback_ttl),
             "must not exceed healthy_max_ttl",
         ));
     }
     if lifetimes.unhealthy_after < Duration::from_secs(1) {
-        return Err(invalid(
-            "unhealthy_after",
-            None,
-            &shown(&raw.unhealthy_after),
+        return Err(ConfigError::key(
+            file,
+            "revocation.unhealthy_after",
+            shown(&raw.unhealthy_after),
             "at least 1s (it also bounds one long poll)",
         ));
     }
     if lifetimes.remember < lifetimes.healthy_max_ttl {
-        return Err(invalid(
-            "remember",
-            None,
-            &shown(&raw.remember),
+        return Err(ConfigError::key(
+            file,
+            "revocation.remember",
+            shown(&raw.remember),
             "must be at least healthy_max_ttl (and should outlast every token)",
         ));
     }
@@ -308,36 +293,79 @@ pub fn resolve(
         configuration_url,
         replica_urls,
         client_id,
-        client_secret,
-        client_secret_file: own_file,
-        token_url: raw.token_url,
+        client_secret: secret.text,
+        client_secret_file: secret.path,
+        token_url: token_url.value,
         audience,
-        jwks_uri: raw.jwks_uri,
+        jwks_uri: jwks_uri.value,
         lifetimes,
         timeout: RevocationSettings::DEFAULT_TIMEOUT,
     }))
 }
 
+/// A bad value, named by where it came from.
+fn bad(picked: &Picked, value: impl fmt::Display, problem: &str) -> ConfigError {
+    ConfigError::at(picked.origin.clone(), value, problem)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layers::{Layer, Layers, Overrides};
     use std::collections::HashMap;
+
+    /// The variable a key of the section has in these tests (`PROXY_REVOCATION_<KEY>`, but
+    /// `PROXY_REVOCATION` and `PROXY_REVOCATION_URL`).
+    fn var_of(key: &str) -> String {
+        match key.trim_start_matches("revocation.") {
+            "enabled" => "PROXY_REVOCATION".into(),
+            "configuration_url" => "PROXY_REVOCATION_URL".into(),
+            other => format!("PROXY_REVOCATION_{}", other.to_uppercase()),
+        }
+    }
+
+    fn run_layers(
+        yaml: Option<&str>,
+        vars: &[(&str, &str)],
+        overrides: &Overrides,
+        fallback: Option<(&str, &str)>,
+    ) -> Result<Option<RevocationSettings>, ConfigError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (format!("PROXY_{k}"), v.to_string()))
+            .collect();
+        let env = move |name: &str| vars.get(name).cloned();
+        let layers = Layers::new("r.yaml", &env, overrides);
+        let pick = |key: &str, from_file| layers.pick(key, Some(&var_of(key)), from_file);
+        let shared = || {
+            Ok(fallback.map(|(id, secret)| {
+                let secret = Secret {
+                    origin: "the introspection client".into(),
+                    text: secret.into(),
+                    path: None,
+                    layer: Layer::File,
+                };
+                (id.to_owned(), secret)
+            }))
+        };
+        let raw = yaml.map(|y| serde_yaml_ng::from_str::<RawRevocation>(y).unwrap());
+        resolve(raw, "r.yaml", &pick, &shared)
+    }
 
     fn run(
         yaml: Option<&str>,
         vars: &[(&str, &str)],
         fallback: Option<(&str, &str)>,
-    ) -> Result<Option<RevocationSettings>, Invalid> {
-        let vars: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (format!("PROXY_{k}"), v.to_string()))
-            .collect();
-        let var = move |name: &str| {
-            let k = format!("PROXY_{name}");
-            vars.get(&k).cloned().map(|v| (k, v))
-        };
-        let raw = yaml.map(|y| serde_yaml_ng::from_str::<RawRevocation>(y).unwrap());
-        resolve(raw, &var, fallback)
+    ) -> Result<Option<RevocationSettings>, ConfigError> {
+        run_layers(yaml, vars, &Overrides::default(), fallback)
+    }
+
+    /// Where the message says the bad value came from.
+    fn origin(r: Result<Option<RevocationSettings>, ConfigError>) -> String {
+        match r.unwrap_err() {
+            ConfigError::Invalid { origin, .. } => origin,
+            other => panic!("{other}"),
+        }
     }
 
     #[test]
@@ -385,37 +413,55 @@ mod tests {
 
     #[test]
     fn what_does_not_do_is_named() {
-        let field = |r: Result<Option<RevocationSettings>, Invalid>| {
-            let (e, env) = r.unwrap_err();
-            (e.field, env)
-        };
+        let key = |k: &str| format!("r.yaml: key \"revocation.{k}\"");
+        assert_eq!(origin(run(Some("{}"), &[], None)), key("configuration_url"));
         assert_eq!(
-            field(run(Some("{}"), &[], None)).0,
-            "revocation.configuration_url"
+            origin(run(None, &[("REVOCATION_URL", "ftp://x")], None)),
+            "environment variable PROXY_REVOCATION_URL"
         );
         assert_eq!(
-            field(run(None, &[("REVOCATION_URL", "ftp://x")], None)),
-            (
-                "revocation.configuration_url".into(),
-                Some("PROXY_REVOCATION_URL".into())
-            )
-        );
-        assert_eq!(
-            field(run(Some("{configuration_url: 'http://a/c'}"), &[], None)).0,
-            "revocation.client_id"
+            origin(run(Some("{configuration_url: 'http://a/c'}"), &[], None)),
+            key("client_id")
         );
         let y = "{configuration_url: 'http://a/c', fallback_ttl: 2h}";
         assert_eq!(
-            field(run(Some(y), &[], Some(("p", "s")))).0,
-            "revocation.fallback_ttl"
+            origin(run(Some(y), &[], Some(("p", "s")))),
+            key("fallback_ttl")
         );
         let y = "{configuration_url: 'http://a/c', unhealthy_after: 0s}";
         assert_eq!(
-            field(run(Some(y), &[], Some(("p", "s")))).0,
-            "revocation.unhealthy_after"
+            origin(run(Some(y), &[], Some(("p", "s")))),
+            key("unhealthy_after")
         );
-        // Its own file is kept, to be read again before each token request.
-        let own = std::env::temp_dir().join(format!("ssf-secret-{}", std::process::id()));
+        let y = "{configuration_url: 'http://a/c', client_secret_file: /nonexistent/x}";
+        assert_eq!(
+            origin(run(Some(y), &[], Some(("p", "s")))),
+            key("client_secret_file")
+        );
+        let vars = [("REVOCATION_REPLICA_URLS", "http://c/x,c:8001")];
+        assert_eq!(
+            origin(run(
+                Some("{configuration_url: 'http://a/c'}"),
+                &vars,
+                Some(("p", "s"))
+            )),
+            "environment variable PROXY_REVOCATION_REPLICA_URLS"
+        );
+        assert_eq!(
+            origin(run(None, &[("REVOCATION", "maybe")], None)),
+            "environment variable PROXY_REVOCATION"
+        );
+    }
+
+    /// `client_secret` and `client_secret_file` follow the one rule of
+    /// [`crate::layers::secret_or_file`]: both in the file are refused (the file used to win
+    /// silently), a later layer wins over an earlier one, and the file read is kept to be read
+    /// again before each token request (rotation).
+    #[test]
+    fn the_secret_and_its_file_follow_the_one_rule() {
+        let dir = std::env::temp_dir().join(format!("ssf-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let own = dir.join("s");
         std::fs::write(&own, "own\n").unwrap();
         let y = format!(
             "{{configuration_url: 'http://a/c', client_secret_file: '{}'}}",
@@ -423,41 +469,61 @@ mod tests {
         );
         let s = run(Some(&y), &[], Some(("p", "s"))).unwrap().unwrap();
         assert_eq!(
-            (s.client_secret.as_str(), s.client_secret_file),
-            ("own", Some(own.clone()))
+            (s.client_id.as_str(), s.client_secret.as_str()),
+            ("p", "own")
         );
-        let s = run(
-            Some(&y),
-            &[("REVOCATION_CLIENT_SECRET", "env")],
-            Some(("p", "s")),
-        )
-        .unwrap()
-        .unwrap();
+        assert_eq!(s.client_secret_file, Some(own.clone()));
+        // The environment's text wins over the file's file: nothing to read again.
+        let vars = [("REVOCATION_CLIENT_SECRET", "env")];
+        let s = run(Some(&y), &vars, Some(("p", "s"))).unwrap().unwrap();
         assert_eq!(
             (s.client_secret.as_str(), s.client_secret_file),
             ("env", None)
         );
-        std::fs::remove_file(&own).unwrap();
-        let y = "{configuration_url: 'http://a/c', client_secret_file: /nonexistent/x}";
+        // Both in the file: refused, naming the file and both keys.
+        let both = format!("{}, client_secret: t}}", y.trim_end_matches('}'));
+        let e = run(Some(&both), &[], Some(("p", "s")))
+            .unwrap_err()
+            .to_string();
         assert_eq!(
-            field(run(Some(y), &[], Some(("p", "s")))).0,
-            "revocation.client_secret_file"
+            e,
+            "r.yaml: key \"revocation.client_secret_file\": r.yaml: key \"revocation.client_secret\" \
+             is set too: give the revocation stream's client secret once, as text or as a file"
         );
-        let vars = [("REVOCATION_REPLICA_URLS", "http://c/x,c:8001")];
+        // The stack's text wins over both.
+        let stack = Overrides::from([("revocation.client_secret", "stack")]);
+        let s = run_layers(Some(&both), &[], &stack, Some(("p", "s")))
+            .unwrap()
+            .unwrap();
         assert_eq!(
-            field(run(
-                Some("{configuration_url: 'http://a/c'}"),
-                &vars,
-                Some(("p", "s"))
-            )),
-            (
-                "revocation.replica_urls".into(),
-                Some("PROXY_REVOCATION_REPLICA_URLS".into())
-            )
+            (s.client_secret.as_str(), s.client_secret_file),
+            ("stack", None)
         );
+        // A file named by the environment wins over the file's text.
+        let text = "{configuration_url: 'http://a/c', client_id: r, client_secret: t}";
+        let path = own.display().to_string();
+        let vars = [("REVOCATION_CLIENT_SECRET_FILE", path.as_str())];
+        let s = run(Some(text), &vars, None).unwrap().unwrap();
+        assert_eq!(s.client_secret, "own");
+        assert_eq!(s.client_secret_file, Some(own.clone()));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_stack_decides_the_token_and_jwks_urls_over_none_in_the_file() {
+        let y = "{configuration_url: 'http://a/c', token_url: 'http://file/t'}";
+        let stack = Overrides::from([("revocation.jwks_uri", "http://stack/j")]);
+        let s = run_layers(Some(y), &[], &stack, Some(("p", "s")))
+            .unwrap()
+            .unwrap();
         assert_eq!(
-            field(run(None, &[("REVOCATION", "maybe")], None)),
-            ("revocation.enabled".into(), Some("PROXY_REVOCATION".into()))
+            (s.token_url.as_deref(), s.jwks_uri.as_deref()),
+            (Some("http://file/t"), Some("http://stack/j"))
+        );
+        let bad = Overrides::from([("revocation.token_url", "ftp://x")]);
+        assert_eq!(
+            origin(run_layers(Some(y), &[], &bad, Some(("p", "s")))),
+            "key \"revocation.token_url\" set by the stack"
         );
     }
 }
