@@ -932,7 +932,7 @@ impl Source<'_> {
 
     /// The key-encryption keys: `AUTHSERVER_SECRETS_SYSTEM` (never in the file), or the file of
     /// `secrets_system_file` (one secret a line, the owner's only:
-    /// [`crate::key_encryption::owner_only`]), by the one rule of
+    /// [`crate::key_encryption::not_world_readable`]), by the one rule of
     /// [`resource_server::layers::secret_or_file`]: the higher layer wins, both in one layer are
     /// refused.
     fn key_encryption(
@@ -950,7 +950,7 @@ impl Source<'_> {
         let kek = match &secret.path {
             Some(path) => {
                 let origin = format!("{file_origin}: file {}", path.display());
-                crate::key_encryption::owner_only(path)
+                crate::key_encryption::not_world_readable(path)
                     .and_then(|()| KeyEncryption::from_text(&secret.text, &origin))
                     .map_err(|problem| fail(&origin, problem))?
             }

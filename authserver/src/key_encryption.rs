@@ -50,19 +50,22 @@ pub fn kept_in(
     Ok(std::sync::Arc::new(kek))
 }
 
-/// Refuses a key-encryption secret file that group or others may read or write, as ssh refuses
-/// such a private key ("UNPROTECTED PRIVATE KEY FILE") and PostgreSQL its server key: whoever
-/// reads it opens every signing key of the database. The message names the mode and the fix,
-/// never the secret. (Kubernetes: mount the Secret with `defaultMode: 0400`.)
-pub fn owner_only(path: &std::path::Path) -> Result<(), String> {
+/// Refuses a key-encryption secret file that others may read or its group write, as PostgreSQL
+/// refuses such a server key: whoever reads it opens every signing key of the database. The
+/// message names the mode and the fix, never the secret. Group read passes (a Kubernetes Secret
+/// in a pod with `fsGroup` is 0440).
+pub fn not_world_readable(path: &std::path::Path) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let mode = match std::fs::metadata(path) {
         Ok(meta) => meta.permissions().mode() & 0o777,
         Err(error) => return Err(format!("cannot read: {error}")),
     };
-    if mode & 0o077 != 0 {
+    // Group read is let through, as PostgreSQL does for its key files: Kubernetes makes a
+    // Secret mounted in a pod with `fsGroup` 0440 whatever its `defaultMode`.
+    if mode & 0o037 != 0 {
         return Err(format!(
-            "mode {mode:04o}: group or others may read it; make it the owner's only (chmod 600 {})",
+            "mode {mode:04o}: others may read it or its group may write it; make it the owner's \
+             (chmod 600 {}, or 640 to share it with a group)",
             path.display()
         ));
     }
@@ -138,9 +141,9 @@ impl KeyEncryption {
     }
 
     /// The KEKs of the secrets in the file at `path`, one a line (blank lines skipped); a file
-    /// group or others may read or write is refused ([`owner_only`]).
+    /// others may read or its group write is refused ([`not_world_readable`]).
     pub fn from_file(path: &std::path::Path, origin: &str) -> Result<KeyEncryption, String> {
-        owner_only(path)?;
+        not_world_readable(path)?;
         let text = resource_server::secret_file::read(path)?;
         KeyEncryption::from_text(&text, origin)
     }
@@ -294,8 +297,8 @@ mod tests {
         );
     }
 
-    /// A secret file group or others may read is refused, naming its mode (it was read
-    /// whatever its mode); the owner's own file is read.
+    /// A secret file others may read (or its group write) is refused, naming its mode (it was
+    /// read whatever its mode); the owner's own file, or one its group may read, is read.
     #[test]
     fn a_secret_file_others_may_read_is_refused() {
         use std::os::unix::fs::PermissionsExt;
@@ -303,20 +306,21 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("secrets-system");
         std::fs::write(&path, format!("{A}\n{B}\n")).unwrap();
-        for mode in [0o644, 0o640, 0o604, 0o620] {
+        for mode in [0o644, 0o604, 0o620, 0o660, 0o602] {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
             let err = KeyEncryption::from_file(&path, "test").unwrap_err();
             assert_eq!(
                 err,
                 format!(
-                    "mode {mode:04o}: group or others may read it; make it the owner's only \
-                     (chmod 600 {})",
+                    "mode {mode:04o}: others may read it or its group may write it; make it the \
+                     owner's (chmod 600 {}, or 640 to share it with a group)",
                     path.display()
                 )
             );
             assert!(!err.contains(A));
         }
-        for mode in [0o600, 0o400] {
+        // 0440 is what Kubernetes makes of a Secret mounted with `fsGroup`.
+        for mode in [0o600, 0o400, 0o640, 0o440] {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
             let kek = KeyEncryption::from_file(&path, "test").unwrap();
             assert_eq!(kek.ids().len(), 2);

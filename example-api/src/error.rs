@@ -26,10 +26,7 @@ pub enum ApiError {
     /// 400 `{"detail": ...}` (an unparseable body).
     BadRequest(String),
     /// 405 `{"detail": "Method \"X\" not allowed."}`, with `Allow`.
-    MethodNotAllowed {
-        method: Method,
-        allow: &'static str,
-    },
+    MethodNotAllowed { method: Method, allow: &'static str },
     /// 413.
     TooLarge,
     /// 415 `{"detail": "Unsupported media type \"x\" in request."}`.
