@@ -1355,8 +1355,9 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "c.yaml: key \"secrets_system_file\": file {0}: mode 0644: group or others may \
-                 read it; make it the owner's only (chmod 600 {0})",
+                "c.yaml: key \"secrets_system_file\": file {0}: mode 0644: others may read it \
+                 or its group may write it; make it the owner's (chmod 600 {0}, or 640 to share \
+                 it with a group)",
                 path.display()
             )
         );

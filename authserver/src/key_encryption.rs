@@ -62,7 +62,7 @@ pub fn not_world_readable(path: &std::path::Path) -> Result<(), String> {
     };
     // Group read is let through, as PostgreSQL does for its key files: Kubernetes makes a
     // Secret mounted in a pod with `fsGroup` 0440 whatever its `defaultMode`.
-    if mode & 0o037 != 0 {
+    if mode & 0o027 != 0 {
         return Err(format!(
             "mode {mode:04o}: others may read it or its group may write it; make it the owner's \
              (chmod 600 {}, or 640 to share it with a group)",
@@ -306,7 +306,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("secrets-system");
         std::fs::write(&path, format!("{A}\n{B}\n")).unwrap();
-        for mode in [0o644, 0o604, 0o620, 0o660, 0o602] {
+        for mode in [0o644, 0o604, 0o620, 0o660, 0o602, 0o444] {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
             let err = KeyEncryption::from_file(&path, "test").unwrap_err();
             assert_eq!(

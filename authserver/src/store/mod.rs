@@ -460,9 +460,31 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Database(db) if db.code().as_deref() == Some("22021") => {
                 StoreError::UnstorableText
             }
-            sqlx::Error::PoolTimedOut => StoreError::Busy,
+            sqlx::Error::PoolTimedOut => {
+                warn_busy();
+                StoreError::Busy
+            }
             _ => StoreError::Database(error),
         }
+    }
+}
+
+/// One warning line at most every 10 s while the database pool stays full (its 503s carry no
+/// error for the request log, and an overloaded server must not also flood its log).
+fn warn_busy() {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LAST_WARNED: AtomicI64 = AtomicI64::new(0);
+    let now = now();
+    let last = LAST_WARNED.load(Ordering::Relaxed);
+    if now - last >= 10
+        && LAST_WARNED
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(
+            wait_seconds = ACQUIRE_TIMEOUT.as_secs(),
+            "no database connection came free in time: answering 503 with Retry-After"
+        );
     }
 }
 
