@@ -328,7 +328,7 @@ impl ProxyHttp for Gateway {
         }
         // One plain map instead (names not parsed, room made once), at the cost of one copy of
         // the head; Pingora then writes standard names titled (`Host`) and others in lower case.
-        let mut parts = upstream_request.as_owned_parts();
+        let mut parts = plain_parts(upstream_request);
         rewrite(&mut parts.headers, ctx, client)?;
         *upstream_request = RequestHeader::from(parts);
         Ok(())
@@ -646,6 +646,26 @@ fn rewrite(head: &mut impl UpstreamHead, ctx: &RequestCtx, client: Option<IpAddr
         head.set(&X_FORWARDED_FOR, forwarded)?;
     }
     Ok(())
+}
+
+/// `req` as [`RequestHeader::as_owned_parts`] gives it, but its headers copied into a map made
+/// with room for the [`SET_AT_MOST`] that [`rewrite`] sets (a clone has none: it would grow).
+fn plain_parts(req: &RequestHeader) -> http::request::Parts {
+    let Ok(mut headers) = http::HeaderMap::try_with_capacity(req.headers.len() + SET_AT_MOST)
+    else {
+        return req.as_owned_parts();
+    };
+    for (name, value) in &req.headers {
+        // Fewer than the map was made for: cannot fail.
+        let _ = headers.try_append(name.clone(), value.clone());
+    }
+    let mut parts = http::Request::new(()).into_parts().0;
+    parts.method = req.method.clone();
+    parts.uri = req.uri.clone();
+    parts.version = req.version;
+    parts.headers = headers;
+    parts.extensions = req.extensions.clone();
+    parts
 }
 
 /// Whether `req`'s head is kept whole through [`RequestHeader::as_owned_parts`] and back (all but

@@ -265,7 +265,9 @@ async fn header_names_reach_the_upstream_in_lower_case_unless_preserved() {
         );
         async move {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", listen)).await.unwrap();
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", listen))
+                .await
+                .unwrap();
             s.write_all(raw.as_bytes()).await.unwrap();
             let mut answer = Vec::new();
             s.read_to_end(&mut answer).await.unwrap();
@@ -279,13 +281,25 @@ async fn header_names_reach_the_upstream_in_lower_case_unless_preserved() {
     };
     let echo = send("/read").await;
     assert_eq!(echoed_names(&echo, "x-client-note"), ["x-client-note"]);
-    assert_eq!(echoed_names(&echo, "host"), ["Host"], "standard names titled");
-    assert_eq!(echoed(&echo, "x-auth-username"), ["alice"], "spoofed one stripped");
+    assert_eq!(
+        echoed_names(&echo, "host"),
+        ["Host"],
+        "standard names titled"
+    );
+    assert_eq!(
+        echoed(&echo, "x-auth-username"),
+        ["alice"],
+        "spoofed one stripped"
+    );
     assert_eq!(echoed_names(&echo, "x-forwarded-for"), ["x-forwarded-for"]);
     assert_eq!(echoed(&echo, "authorization"), Vec::<String>::new());
     let echo = send("/kept").await;
     assert_eq!(echoed_names(&echo, "x-client-note"), ["X-Client-Note"]);
-    assert_eq!(echoed(&echo, "x-auth-username"), ["alice"], "spoofed one stripped");
+    assert_eq!(
+        echoed(&echo, "x-auth-username"),
+        ["alice"],
+        "spoofed one stripped"
+    );
     assert_eq!(echoed_names(&echo, "x-forwarded-for"), ["X-Forwarded-For"]);
     assert_eq!(echoed(&echo, "authorization"), Vec::<String>::new());
     drop(client);

@@ -215,8 +215,8 @@ impl JwtValidator {
             .max_capacity(settings.cache_capacity)
             .expire_after(UntilExp)
             .build_with_hasher(KeyHash);
-        let cache_keys =
-            TokenKeys::random().ok_or("no randomness for the key of the cache of verified tokens")?;
+        let cache_keys = TokenKeys::random()
+            .ok_or("no randomness for the key of the cache of verified tokens")?;
         Ok(JwtValidator {
             inner: Arc::new(Inner {
                 settings,
