@@ -41,8 +41,15 @@
 #        njs-h2 on-h2", DPOP_SAT_RATE=8000,
 #        NGINX, SKIP_BUILD=1 (use the binaries as built: target/dist/{proxy,examples/bare},
 #        target/release/{authserver,examples/hello}, or the paths in PROXY, BARE, AUTH, HELLO))
+#        CONFIG=2x2: issue 42's second, independent configuration (2 nginx workers, 2 proxy threads,
+#        64 connections at the fixed rate too): WORKERS=2 RATE_CONNS=64 unless set
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case ${CONFIG:-} in
+  2x2) WORKERS=${WORKERS:-2}; RATE_CONNS=${RATE_CONNS:-64} ;;
+  "") ;;
+  *) echo "CONFIG=$CONFIG: expected 2x2 or nothing" >&2; exit 1 ;;
+esac
 DURATION=${1:-10}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}

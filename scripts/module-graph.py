@@ -23,7 +23,7 @@ ROOT = pathlib.Path(os.environ.get("MODULE_GRAPH_ROOT") or pathlib.Path(__file__
 # layers below it, never one above. `lib.rs`/`main.rs` stand above everything.
 LAYERS = {
     "resource-server": [
-        ["metrics", "bounded_body", "secret_file"],
+        ["metrics", "bounded_body", "secret_file", "token_key"],
         ["bearer", "claims", "cors", "identity", "policy", "process", "introspection", "outage", "yaml", "config_error", "layers", "revoked", "dpop"],
         ["rules"],
         ["decision", "checker", "forwarded", "client_cert", "protected_resource"],

@@ -201,7 +201,7 @@ fn reply(
     status: StatusCode,
     challenge: Option<String>,
     body: String,
-    identity: &[(&'static str, header::HeaderValue)],
+    identity: &[(&'static str, header::HeaderName, header::HeaderValue)],
 ) -> Response<Vec<u8>> {
     let mut resp = Response::new(body.into_bytes());
     *resp.status_mut() = status;
@@ -221,8 +221,8 @@ fn reply(
     if let Some(v) = challenge.and_then(|c| header::HeaderValue::from_str(&c).ok()) {
         headers.insert(header::WWW_AUTHENTICATE, v);
     }
-    for (name, value) in identity {
-        headers.insert(*name, value.clone());
+    for (_, name, value) in identity {
+        headers.insert(name.clone(), value.clone());
     }
     resp
 }

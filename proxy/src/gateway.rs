@@ -19,7 +19,7 @@ use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::prelude::{HttpPeer, Session};
 use pingora::proxy::{FailToProxy, ProxyHttp};
 use pingora::upstreams::peer::Peer as _;
-use pingora::{Error, ErrorSource, ErrorType, Result};
+use pingora::{Error, ErrorSource, ErrorType, OrErr as _, Result};
 use resource_server::access_log::AccessLine;
 use resource_server::cors::{self, CorsPolicy, Preflight};
 use resource_server::dpop_gate::SeenAs;
@@ -313,48 +313,24 @@ impl ProxyHttp for Gateway {
         upstream_request: &mut RequestHeader,
         ctx: &mut RequestCtx,
     ) -> Result<()> {
-        for name in names_to_strip(&upstream_request.headers, is_identity_header) {
-            upstream_request.remove_header(&name);
+        let client = session
+            .client_addr()
+            .and_then(|a| a.as_inet())
+            .map(|a| a.ip());
+        let preserve_case = ctx
+            .upstream
+            .as_ref()
+            .is_some_and(|u| u.preserve_header_case);
+        if preserve_case || !target_in_uri(upstream_request) {
+            // Pingora's head: every name's spelling kept, each insert parsing its name into two
+            // maps (the names' and the values').
+            return rewrite(upstream_request, ctx, client);
         }
-        // Removed before the inserts below: one header fewer for the map to grow for.
-        let up = ctx.upstream.as_ref();
-        if !up.is_some_and(|u| u.pass_authorization) {
-            upstream_request.remove_header(&http::header::AUTHORIZATION);
-        }
-        if let Some(identity) = &ctx.identity {
-            // Encoded once per token: a clone of each value is a reference count.
-            for (name, value) in &identity.headers {
-                upstream_request.insert_header(*name, value.clone())?;
-            }
-        }
-        if let Some(id) = ctx.request_id.clone() {
-            upstream_request.insert_header(request_id::X_REQUEST_ID, id)?;
-        }
-        if let Some(secret) = up.and_then(|u| u.proxy_secret.clone()) {
-            upstream_request.insert_header(resource_server::PROXY_SECRET_HEADER, secret)?;
-            // The verified client certificate, for an upstream that believes the proxy: the
-            // authorization server (mTLS client authentication) or a gate behind the proxy.
-            if let Some(cert) = ctx.client_cert.clone() {
-                upstream_request.insert_header(resource_server::CLIENT_CERT_HEADER, cert)?;
-            }
-        }
-        match up.and_then(|u| u.host.clone()) {
-            Some(host) => upstream_request.insert_header(http::header::HOST, host)?,
-            None if !upstream_request.headers.contains_key(http::header::HOST) => {
-                if let Some(up) = up {
-                    let first = &up.addresses[0];
-                    upstream_request.insert_header(http::header::HOST, first.to_string())?;
-                }
-            }
-            None => {}
-        }
-        if let Some(client) = session.client_addr().and_then(|a| a.as_inet()) {
-            let forwarded = forwarded_for(
-                upstream_request.headers.get_all(&X_FORWARDED_FOR_NAME),
-                client.ip(),
-            );
-            upstream_request.insert_header(X_FORWARDED_FOR, forwarded)?;
-        }
+        // One plain map instead (names not parsed, room made once), at the cost of one copy of
+        // the head; Pingora then writes standard names titled (`Host`) and others in lower case.
+        let mut parts = plain_parts(upstream_request);
+        rewrite(&mut parts.headers, ctx, client)?;
+        *upstream_request = RequestHeader::from(parts);
         Ok(())
     }
 
@@ -552,9 +528,157 @@ fn failure_answer(e: &Error) -> (u16, &'static str) {
     }
 }
 
-const X_FORWARDED_FOR: &str = "X-Forwarded-For";
-/// For lookups: parsed once, not on every request.
-const X_FORWARDED_FOR_NAME: http::HeaderName = http::HeaderName::from_static("x-forwarded-for");
+/// The headers the proxy sets upstream, each as spelled in Pingora's case-keeping head and made
+/// into a [`HeaderName`] once (for a plain map: no parse).
+const X_FORWARDED_FOR: (&str, HeaderName) = (
+    "X-Forwarded-For",
+    HeaderName::from_static("x-forwarded-for"),
+);
+const X_REQUEST_ID: (&str, HeaderName) = (
+    request_id::X_REQUEST_ID,
+    HeaderName::from_static(request_id::X_REQUEST_ID),
+);
+const PROXY_SECRET: (&str, HeaderName) = (
+    resource_server::PROXY_SECRET_HEADER,
+    HeaderName::from_static(resource_server::PROXY_SECRET_HEADER),
+);
+const CLIENT_CERT: (&str, HeaderName) = (
+    resource_server::CLIENT_CERT_HEADER,
+    HeaderName::from_static(resource_server::CLIENT_CERT_HEADER),
+);
+const HOST: (&str, HeaderName) = ("Host", http::header::HOST);
+/// The most headers [`rewrite`] sets: the identity headers, the request id, the proxy secret, the
+/// client certificate, `Host` and `X-Forwarded-For`.
+const SET_AT_MOST: usize = resource_server::IDENTITY_HEADERS.len() + 5;
+
+/// A request head as the proxy rewrites it for its upstream: Pingora's [`RequestHeader`] (each
+/// name's spelling kept in a second map) or a plain [`http::HeaderMap`].
+trait UpstreamHead {
+    fn map(&self) -> &http::HeaderMap;
+    fn remove(&mut self, name: &HeaderName);
+    /// Room for `n` more headers, where the head can make it.
+    fn reserve(&mut self, n: usize);
+    /// Sets `name` (as spelled, and parsed) to `value` alone.
+    fn set(&mut self, name: &(&'static str, HeaderName), value: HeaderValue) -> Result<()>;
+}
+
+impl UpstreamHead for RequestHeader {
+    fn map(&self) -> &http::HeaderMap {
+        &self.headers
+    }
+    fn remove(&mut self, name: &HeaderName) {
+        self.remove_header(name);
+    }
+    /// Pingora 0.9 gives no way to make room in its maps.
+    fn reserve(&mut self, _: usize) {}
+    fn set(&mut self, name: &(&'static str, HeaderName), value: HeaderValue) -> Result<()> {
+        self.insert_header(name.0, value)
+    }
+}
+
+impl UpstreamHead for http::HeaderMap {
+    fn map(&self) -> &http::HeaderMap {
+        self
+    }
+    fn remove(&mut self, name: &HeaderName) {
+        http::HeaderMap::remove(self, name);
+    }
+    fn reserve(&mut self, n: usize) {
+        // Past `http`'s limit (32,768 headers) the inserts below fail instead.
+        let _ = self.try_reserve(n);
+    }
+    fn set(&mut self, name: &(&'static str, HeaderName), value: HeaderValue) -> Result<()> {
+        self.try_insert(name.1.clone(), value)
+            .or_err(ErrorType::InvalidHTTPHeader, "too many request headers")
+            .map(drop)
+    }
+}
+
+/// Rewrites `head` for the upstream: removes the identity headers a client sent (in every
+/// spelling, [`is_identity_header`]) and, unless the upstream takes it, `Authorization`; sets the
+/// caller's identity, the request id, the proxy secret and the client certificate (for an
+/// upstream with a secret), `Host` (the upstream's `host:`, or its first address when the client
+/// sent none) and `X-Forwarded-For` (`client` appended).
+fn rewrite(head: &mut impl UpstreamHead, ctx: &RequestCtx, client: Option<IpAddr>) -> Result<()> {
+    for name in names_to_strip(head.map(), is_identity_header) {
+        head.remove(&name);
+    }
+    // Removed before the inserts below: one header fewer for the map to grow for.
+    let up = ctx.upstream.as_ref();
+    if !up.is_some_and(|u| u.pass_authorization) {
+        head.remove(&http::header::AUTHORIZATION);
+    }
+    head.reserve(SET_AT_MOST);
+    if let Some(identity) = &ctx.identity {
+        // Encoded once per token: a clone of each value is a reference count.
+        for (spelled, name, value) in &identity.headers {
+            head.set(&(*spelled, name.clone()), value.clone())?;
+        }
+    }
+    if let Some(id) = ctx.request_id.clone() {
+        head.set(&X_REQUEST_ID, id)?;
+    }
+    if let Some(secret) = up.and_then(|u| u.proxy_secret.clone()) {
+        head.set(&PROXY_SECRET, secret)?;
+        // The verified client certificate, for an upstream that believes the proxy: the
+        // authorization server (mTLS client authentication) or a gate behind the proxy.
+        if let Some(cert) = ctx.client_cert.clone() {
+            head.set(&CLIENT_CERT, cert)?;
+        }
+    }
+    match up.and_then(|u| u.host.clone()) {
+        Some(host) => head.set(&HOST, host)?,
+        None if !head.map().contains_key(http::header::HOST) => {
+            if let Some(up) = up {
+                let first = up.addresses[0].to_string();
+                let first = HeaderValue::try_from(first)
+                    .or_err(ErrorType::InvalidHTTPHeader, "upstream address as Host")?;
+                head.set(&HOST, first)?;
+            }
+        }
+        None => {}
+    }
+    if let Some(client) = client {
+        let forwarded = forwarded_for(head.map().get_all(&X_FORWARDED_FOR.1), client);
+        // Visible ASCII: the client's lines were valid header values, and an address.
+        let forwarded = HeaderValue::from_maybe_shared(Bytes::from(forwarded))
+            .or_err(ErrorType::InvalidHTTPHeader, "X-Forwarded-For")?;
+        head.set(&X_FORWARDED_FOR, forwarded)?;
+    }
+    Ok(())
+}
+
+/// `req` as [`RequestHeader::as_owned_parts`] gives it, but its headers copied into a map made
+/// with room for the [`SET_AT_MOST`] that [`rewrite`] sets (a clone has none: it would grow).
+fn plain_parts(req: &RequestHeader) -> http::request::Parts {
+    let Ok(mut headers) = http::HeaderMap::try_with_capacity(req.headers.len() + SET_AT_MOST)
+    else {
+        return req.as_owned_parts();
+    };
+    for (name, value) in &req.headers {
+        // Fewer than the map was made for: cannot fail.
+        let _ = headers.try_append(name.clone(), value.clone());
+    }
+    let mut parts = http::Request::new(()).into_parts().0;
+    parts.method = req.method.clone();
+    parts.uri = req.uri.clone();
+    parts.version = req.version;
+    parts.headers = headers;
+    parts.extensions = req.extensions.clone();
+    parts
+}
+
+/// Whether `req`'s head is kept whole through [`RequestHeader::as_owned_parts`] and back (all but
+/// its names' spelling): an HTTP/1.x request whose target its URI holds (origin form), not a target
+/// Pingora keeps apart (absolute form, `CONNECT`, not UTF-8).
+fn target_in_uri(req: &RequestHeader) -> bool {
+    req.version != http::Version::HTTP_2
+        && req.uri.scheme().is_none()
+        && req
+            .uri
+            .path_and_query()
+            .is_some_and(|pq| std::ptr::eq(pq.as_str().as_ptr(), req.raw_path().as_ptr()))
+}
 
 /// Whether a response is complete with its head: `HEAD`, `204`, `304`, or `Content-Length: 0`
 /// (an informational or upgrade answer is not the end).
@@ -784,10 +908,25 @@ mod tests {
     }
 
     #[test]
+    fn only_a_target_the_uri_holds_takes_the_plain_map() {
+        let origin = RequestHeader::build("GET", b"/a?b=1", None).unwrap();
+        assert!(target_in_uri(&origin));
+        let back = RequestHeader::from(origin.as_owned_parts());
+        assert_eq!(back.raw_path(), b"/a?b=1", "the same target written");
+        for kept_apart in [&b"http://example.com/a"[..], b"/\xff"] {
+            let req = RequestHeader::build("GET", kept_apart, None).unwrap();
+            assert!(!target_in_uri(&req), "{kept_apart:?}");
+        }
+        let mut h2 = origin.clone();
+        h2.set_version(http::Version::HTTP_2);
+        assert!(!target_in_uri(&h2));
+    }
+
+    #[test]
     fn forwarded_for_joins_every_line_and_appends_the_peer() {
         let mut headers = HeaderMap::new();
         let peer: IpAddr = "127.0.0.1".parse().unwrap();
-        let joined = |h: &HeaderMap, peer| forwarded_for(h.get_all(X_FORWARDED_FOR), peer);
+        let joined = |h: &HeaderMap, peer| forwarded_for(h.get_all(&X_FORWARDED_FOR.1), peer);
         assert_eq!(joined(&headers, peer), b"127.0.0.1");
         for ip in ["0.0.0.0", "10.200.9.255", "192.168.100.1", "1.20.3.40"] {
             assert_eq!(joined(&headers, ip.parse().unwrap()), ip.as_bytes());

@@ -230,6 +230,85 @@ async fn spoofed_identity_headers_never_reach_the_upstream() {
     f.stop().await;
 }
 
+/// The upstream's header names as received, with `name` (any case) among them.
+fn echoed_names(echo: &Value, name: &str) -> Vec<String> {
+    echo["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h[0].as_str().unwrap().to_owned())
+        .filter(|n| n.eq_ignore_ascii_case(name))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn header_names_reach_the_upstream_in_lower_case_unless_preserved() {
+    let introspector = Introspector::start().await;
+    let upstream = common::echo_upstream().await;
+    let (listen, admin) = common::two_free_ports();
+    let yaml = common::config_yaml(listen, admin, &introspector.url(), upstream, common::ROUTES)
+        .replace(
+            "api: { address",
+            "kept: { address: \"UPSTREAM\", preserve_header_case: true }\n  api: { address",
+        )
+        .replace("UPSTREAM", &upstream.to_string())
+        .replace(
+            "upstream: api, scopes: [read] }",
+            "upstream: api, scopes: [read] }\n  - { name: kept, path: /kept, upstream: kept, scopes: [read] }",
+        );
+    let (handle, path) = common::start_proxy("case", &yaml).await;
+    let client = reqwest::Client::new();
+    // reqwest (hyper) writes names in lower case: a raw request keeps the client's spelling.
+    let send = |path: &str| {
+        let raw = format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer read\r\nX-Client-Note: kept\r\nX-Auth-Username: mallory\r\nConnection: close\r\n\r\n"
+        );
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", listen))
+                .await
+                .unwrap();
+            s.write_all(raw.as_bytes()).await.unwrap();
+            let mut answer = Vec::new();
+            s.read_to_end(&mut answer).await.unwrap();
+            let answer = String::from_utf8(answer).unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+            let body = answer.split_once("\r\n\r\n").unwrap().1;
+            // Chunked or not: the JSON object is the body's one `{...}`.
+            let json = &body[body.find('{').unwrap()..=body.rfind('}').unwrap()];
+            serde_json::from_str::<Value>(json).unwrap()
+        }
+    };
+    let echo = send("/read").await;
+    assert_eq!(echoed_names(&echo, "x-client-note"), ["x-client-note"]);
+    assert_eq!(
+        echoed_names(&echo, "host"),
+        ["Host"],
+        "standard names titled"
+    );
+    assert_eq!(
+        echoed(&echo, "x-auth-username"),
+        ["alice"],
+        "spoofed one stripped"
+    );
+    assert_eq!(echoed_names(&echo, "x-forwarded-for"), ["x-forwarded-for"]);
+    assert_eq!(echoed(&echo, "authorization"), Vec::<String>::new());
+    let echo = send("/kept").await;
+    assert_eq!(echoed_names(&echo, "x-client-note"), ["X-Client-Note"]);
+    assert_eq!(
+        echoed(&echo, "x-auth-username"),
+        ["alice"],
+        "spoofed one stripped"
+    );
+    assert_eq!(echoed_names(&echo, "x-forwarded-for"), ["X-Forwarded-For"]);
+    assert_eq!(echoed(&echo, "authorization"), Vec::<String>::new());
+    drop(client);
+    let _ = std::fs::remove_file(path);
+    tokio::task::spawn_blocking(move || handle.shutdown_now())
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn authorization_is_stripped_or_passed_per_upstream() {
     let f = Fixture::start().await;

@@ -20,7 +20,7 @@ impl std::fmt::Debug for Bearer {
         match self {
             Bearer::Missing => f.write_str("Missing"),
             Bearer::Token(t) => {
-                let id = crate::token_log_id(&crate::token_digest(t));
+                let id = crate::token_log_id(t);
                 write!(f, "Token(sha256:{id}…)")
             }
             Bearer::Malformed(r) => f.debug_tuple("Malformed").field(r).finish(),

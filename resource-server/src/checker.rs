@@ -1,11 +1,10 @@
 //! [`TokenChecker`]: introspection through a moka cache keyed by a keyed hash of the token
-//! ([`CacheKeys`]), with request coalescing, per-entry lifetimes, a stale grace and one probe at a time during outages
+//! ([`crate::token_key`]), with request coalescing, per-entry lifetimes, a stale grace and one probe at a time during outages
 //! ([`crate::outage`]), rate-limited failure logs, the answer policy applied once per answer,
 //! and metrics. With a revocation stream ([`crate::revoked`]), answers live up to its
 //! `healthy_max_ttl` while it is healthy and are served up to its `fallback_ttl` of age otherwise;
 //! events evict them by `jti`, subject or client, and a flush makes every earlier answer unusable.
 
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -22,83 +21,8 @@ use crate::metrics::Scrape;
 use crate::outage::{FAILURE_LOG_INTERVAL, LogLimiter, PROBE_BACKOFF, ProbeGate, Summary};
 use crate::policy::AnswerPolicy;
 use crate::revoked::{Revoked, Subject};
-use crate::{token_digest, token_log_id};
-
-/// A token's cache key ([`CacheKeys::of`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Key(u128);
-
-/// How a token becomes its cache key: SipHash-2-4 with a 128-bit output, under a 128-bit key
-/// drawn at random for each checker, never written anywhere.
-///
-/// Why not the token's SHA-256, as before: it is the cost of a cache hit that matters (it was
-/// about 4,000 of a proxied request's instructions where SHA-256 runs in software, as on CPUs
-/// without SHA extensions; SipHash costs a few hundred). Why this is as safe for a cache that
-/// maps a token to its introspection answer:
-/// - The token is still never kept: an entry holds 16 bytes of a keyed hash, not the token.
-/// - A wrong answer needs two tokens with one key. SipHash is a pseudorandom function: without
-///   the key (drawn in this process, never logged or sent) an attacker cannot compute keys or
-///   search for a collision offline, and online each try costs an introspection call; by chance,
-///   with a million cached tokens, the odds of any collision are about 2^-88.
-/// - Where a token must be named outside the process (a log line), its SHA-256 prefix is used
-///   ([`crate::token_log_id`]), computed only for that line.
-struct CacheKeys(siphasher::sip128::SipHasher24);
-
-impl CacheKeys {
-    /// Keys under a random SipHash key (from the operating system's generator).
-    fn random() -> Result<Self, CheckerError> {
-        use ring::rand::SecureRandom as _;
-        let mut key = [0u8; 16];
-        ring::rand::SystemRandom::new()
-            .fill(&mut key)
-            .map_err(|_| CheckerError::Settings("no randomness for the cache's key".into()))?;
-        Ok(CacheKeys(siphasher::sip128::SipHasher24::new_with_key(
-            &key,
-        )))
-    }
-
-    fn of(&self, token: &str) -> Key {
-        Key(self.0.hash(token.as_bytes()).as_u128())
-    }
-}
-
-/// moka's hasher for [`Key`]s: a key is already a keyed hash, its low 64 bits are the hash (no
-/// second SipHash over it at each lookup).
-#[derive(Clone, Copy, Debug, Default)]
-struct KeyHash;
-
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl BuildHasher for KeyHash {
-    type Hasher = KeyHasher;
-    fn build_hasher(&self) -> KeyHasher {
-        KeyHasher::default()
-    }
-}
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write_u128(&mut self, n: u128) {
-        self.0 ^= n as u64;
-    }
-    /// Only [`Key`] is hashed here (by `write_u128`); anything else still spreads over 64 bits.
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-}
-
-/// Both caches' type.
-type KeyCache<V> = Cache<Key, V, KeyHash>;
-
-/// The first 8 hex digits of the token's SHA-256, for a log line.
-fn log_id(token: &str) -> String {
-    token_log_id(&token_digest(token))
-}
+use crate::token_key::{KeyCache, KeyHash, TokenKey as Key, TokenKeys};
+use crate::token_log_id;
 
 /// Cache behaviour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -341,7 +265,7 @@ struct Inner {
     policy: AnswerPolicy,
     settings: CacheSettings,
     /// How tokens become keys of both caches.
-    keys: CacheKeys,
+    keys: TokenKeys,
     fresh: Option<KeyCache<Fresh>>,
     /// Active answers kept past their cache life for the stale grace (only when it is on).
     stale: Option<KeyCache<Stale>>,
@@ -428,7 +352,9 @@ impl TokenChecker {
         Ok(TokenChecker {
             inner: Arc::new(Inner {
                 introspector,
-                keys: CacheKeys::random()?,
+                keys: TokenKeys::random().ok_or_else(|| {
+                    CheckerError::Settings("no randomness for the cache's key".into())
+                })?,
                 policy: i.policy,
                 settings: c,
                 fresh,
@@ -611,7 +537,7 @@ impl TokenChecker {
                 None => Arc::new(c),
                 Some(why) => {
                     inner.metrics.refused.fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(token = %log_id(token), reason = why.as_str(), "active introspection answer refused");
+                    tracing::info!(token = %token_log_id(token), reason = why.as_str(), "active introspection answer refused");
                     Arc::new(Claims::inactive())
                 }
             },
@@ -632,7 +558,7 @@ impl TokenChecker {
                 }
                 if let Some(summary) = inner.failure_log.failure(finished) {
                     tracing::warn!(
-                        token = %log_id(token),
+                        token = %token_log_id(token),
                         failures = summary.failures,
                         "{}",
                         failure_line(&summary, &error)
@@ -662,7 +588,7 @@ impl TokenChecker {
             .store(false, Ordering::Relaxed);
         let ttl = self.ttl_for(&claims, now_ms);
         tracing::debug!(
-            token = %log_id(token),
+            token = %token_log_id(token),
             active = claims.active,
             ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
             "token introspected"
@@ -730,7 +656,7 @@ impl TokenChecker {
             && !entry.claims.is_expired_at(unix_millis() / 1000)
         {
             inner.metrics.stale_served.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(token = %log_id(token), "authorization server unavailable; serving a stale answer");
+            tracing::debug!(token = %token_log_id(token), "authorization server unavailable; serving a stale answer");
             return Ok(entry.claims);
         }
         Err(Unavailable)
@@ -770,27 +696,6 @@ mod tests {
             c,
         )
         .unwrap()
-    }
-
-    #[test]
-    fn cache_keys_are_keyed_per_checker_and_never_the_token() {
-        let one = CacheKeys::random().unwrap();
-        let other = CacheKeys::random().unwrap();
-        let token = "a-token-of-some-length-0123456789abcdefghijklmnopqrstuvwxyz";
-        assert_eq!(one.of(token), one.of(token), "one token, one key");
-        assert_ne!(one.of(token), one.of("another-token"));
-        assert_ne!(
-            one.of(token),
-            other.of(token),
-            "another process (another random key) has other keys: none can be computed outside"
-        );
-        // The key is no function of the token alone: not its SHA-256 (or a part of it).
-        let Key(k) = one.of(token);
-        let digest = token_digest(token);
-        assert_ne!(&k.to_le_bytes()[..], &digest[..16]);
-        assert_ne!(&k.to_be_bytes()[..], &digest[..16]);
-        // moka's hash of a key is the key's low 64 bits (no second hash).
-        assert_eq!(KeyHash.hash_one(Key(k)), k as u64);
     }
 
     #[test]

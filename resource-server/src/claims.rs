@@ -365,7 +365,10 @@ mod tests {
         let values: Vec<_> = id
             .headers
             .iter()
-            .map(|(n, v)| (*n, v.to_str().unwrap()))
+            .map(|(n, parsed, v)| {
+                assert_eq!(parsed.as_str(), *n);
+                (*n, v.to_str().unwrap())
+            })
             .collect();
         let expected = id.identity.headers();
         let expected: Vec<_> = expected.iter().map(|(n, v)| (*n, v.as_str())).collect();

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 
 /// The latest time accepted in `exp`, `iat` and `nbf` (of a token, and in `X-Auth-Expires`):
 /// 9999-12-31T23:59:59Z, unix seconds.
@@ -44,8 +44,9 @@ pub struct Identity {
 #[derive(Debug, PartialEq, Eq)]
 pub struct EncodedIdentity {
     pub identity: Identity,
-    /// [`Identity::headers`], in its order.
-    pub headers: Vec<(&'static str, HeaderValue)>,
+    /// [`Identity::headers`], in its order: each name as written (lower case) and made into a
+    /// [`HeaderName`] once (a clone is a copy: no parse, no allocation per request), its value.
+    pub headers: Vec<(&'static str, HeaderName, HeaderValue)>,
 }
 
 impl std::ops::Deref for EncodedIdentity {
@@ -93,7 +94,7 @@ impl Identity {
             .map(|(name, value)| {
                 // `encode` writes visible ASCII, joined by spaces; `exp` is decimal digits.
                 let value = HeaderValue::try_from(value).expect("identity headers are valid");
-                (name, value)
+                (name, HeaderName::from_static(name), value)
             })
             .collect();
         Arc::new(EncodedIdentity {

@@ -59,6 +59,7 @@ pub mod rules;
 pub mod secret_file;
 pub mod settings;
 pub mod ssf;
+mod token_key;
 pub mod yaml;
 
 pub use audience::{Audience, RawAudience, WRONG_AUDIENCE};
@@ -83,13 +84,15 @@ pub use ssf::{RawRevocation, Receiver, RevocationSettings};
 
 use sha2::{Digest, Sha256};
 
-/// SHA-256 of a token: how a token is named (logs) and how the JWT validator keys its cache. (The
-/// introspection cache keys tokens by a keyed hash instead: `checker::CacheKeys`.)
+/// SHA-256 of a token (or of other text): how a token is named in logs ([`token_log_id`]) and
+/// how a JWKS key's material is fingerprinted. (Both caches of checked tokens key them by a keyed
+/// hash instead: `token_key::TokenKeys`.)
 pub fn token_digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
-/// The first 8 hex digits of a token's SHA-256: the most of a token that may appear in a log.
-pub fn token_log_id(digest: &[u8; 32]) -> String {
-    hex::encode(&digest[..4])
+/// The first 8 hex digits of a token's SHA-256: the most of a token that may appear in a log
+/// (computed for the line only).
+pub fn token_log_id(token: &str) -> String {
+    hex::encode(&token_digest(token)[..4])
 }

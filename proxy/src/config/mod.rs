@@ -236,6 +236,9 @@ pub struct Upstream {
     /// TLS to this upstream (ALPN h2 and http/1.1); `None`: cleartext.
     pub tls: Option<UpstreamTls>,
     pub host: Option<HeaderValue>,
+    /// Header names sent as the client spelled them (`preserve_header_case`); else standard
+    /// names titled and others in lower case.
+    pub preserve_header_case: bool,
     pub connect_timeout: Duration,
     pub read_timeout: Option<Duration>,
     /// Sent in `X-Tokengate-Proxy-Secret` on every request to this upstream (a sensitive
@@ -1004,6 +1007,7 @@ impl Validator<'_> {
             h2c: u.h2c,
             tls,
             host,
+            preserve_header_case: u.preserve_header_case,
             connect_timeout,
             read_timeout: read_timeout.filter(|d| !d.is_zero()),
             proxy_secret,

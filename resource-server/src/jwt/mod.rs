@@ -6,7 +6,7 @@
 //! `typ` is accepted (`at+jwt` by default); a key of the set ([`keys`]) has its `kid` and fits its
 //! algorithm; the signature verifies (`jsonwebtoken`'s ring backend for RSA and ECDSA,
 //! `ed25519-dalek` for EdDSA); and its claims pass RFC 9068's checks ([`claims`]). Verified
-//! tokens are cached by SHA-256 until `exp`, with the key that verified them (its published `kid`
+//! tokens are cached until `exp` under a keyed hash of the token ([`crate::token_key`]), with the key that verified them (its published `kid`
 //! and a fingerprint of its material): once that key has left the JWKS, or been replaced under
 //! the same `kid`, the cached token is no longer accepted. With no key known at all (the JWKS
 //! could not be fetched) every token is refused with 503.
@@ -32,7 +32,8 @@ use serde_json::Value;
 use crate::claims::Claims;
 use crate::decision::Credential;
 use crate::decision::{EXPIRED_TOKEN, NOT_YET_VALID_TOKEN};
-use crate::{token_digest, token_log_id};
+use crate::token_key::{KeyCache, KeyHash, TokenKey, TokenKeys};
+use crate::token_log_id;
 pub use claims::ClaimRules;
 use header::{Header, HeaderError};
 use jwks::KeyStore;
@@ -158,8 +159,8 @@ struct Verified {
 
 struct UntilExp;
 
-impl Expiry<[u8; 32], Verified> for UntilExp {
-    fn expire_after_create(&self, _: &[u8; 32], v: &Verified, _: Instant) -> Option<Duration> {
+impl Expiry<TokenKey, Verified> for UntilExp {
+    fn expire_after_create(&self, _: &TokenKey, v: &Verified, _: Instant) -> Option<Duration> {
         Some(v.ttl)
     }
 }
@@ -167,7 +168,9 @@ impl Expiry<[u8; 32], Verified> for UntilExp {
 struct Inner {
     settings: JwtSettings,
     keys: Arc<KeyStore>,
-    cache: Cache<[u8; 32], Verified>,
+    /// Verified tokens, by [`TokenKeys::of`] under `keys`.
+    cache: KeyCache<Verified>,
+    cache_keys: TokenKeys,
     metrics: Arc<JwtMetrics>,
     /// `kid`s withdrawn by the revocation stream: never accepted again, published or not.
     withdrawn: std::sync::RwLock<Vec<String>>,
@@ -211,12 +214,15 @@ impl JwtValidator {
         let cache = Cache::builder()
             .max_capacity(settings.cache_capacity)
             .expire_after(UntilExp)
-            .build();
+            .build_with_hasher(KeyHash);
+        let cache_keys = TokenKeys::random()
+            .ok_or("no randomness for the key of the cache of verified tokens")?;
         Ok(JwtValidator {
             inner: Arc::new(Inner {
                 settings,
                 keys: Arc::new(keys),
                 cache,
+                cache_keys,
                 metrics,
                 withdrawn: Default::default(),
                 any_withdrawn: Default::default(),
@@ -298,8 +304,8 @@ impl JwtValidator {
     /// Verifies `token`: its claims, or why it is refused.
     pub async fn validate(&self, token: &str) -> Credential {
         let inner = &*self.inner;
-        let digest = token_digest(token);
-        if let Some(hit) = inner.cache.get(&digest).await {
+        let key = inner.cache_keys.of(token);
+        if let Some(hit) = inner.cache.get(&key).await {
             let key_still_known = (hit.generation == inner.keys.generation()
                 || inner.keys.keys().holds(hit.kid.as_deref(), &hit.key))
                 && !self.withdrawn(hit.kid.as_deref());
@@ -308,18 +314,18 @@ impl JwtValidator {
                 return Credential::Checked(hit.claims);
             }
             // Its key left the JWKS: verified again (and refused) below.
-            inner.cache.invalidate(&digest).await;
+            inner.cache.invalidate(&key).await;
         }
         let (outcome, result) = self.verify(token).await;
         inner.metrics.record(outcome);
         match result {
             Ok(verified) => {
                 let claims = verified.claims.clone();
-                inner.cache.insert(digest, verified).await;
+                inner.cache.insert(key, verified).await;
                 Credential::Checked(claims)
             }
             Err(credential) => {
-                tracing::debug!(token = %token_log_id(&digest), outcome = outcome.as_str(), "JWT refused");
+                tracing::debug!(token = %token_log_id(token), outcome = outcome.as_str(), "JWT refused");
                 credential
             }
         }
