@@ -6,7 +6,7 @@ mod common;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Introspector, config_yaml, echo_upstream, temp_path};
+use common::{Introspector, config_yaml, temp_path};
 
 const BIN: &str = env!("CARGO_BIN_EXE_proxy");
 
@@ -84,7 +84,21 @@ fn a_bad_configuration_at_start_exits_non_zero_without_panicking() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_an_in_flight_request_and_exits_zero() {
     let introspector = Introspector::start().await;
-    let upstream = echo_upstream().await;
+    // An upstream that says when the request reached it, so SIGTERM comes while it is in flight
+    // (a fixed pause lost the race on a loaded machine: the request had not connected yet).
+    let arrived = std::sync::Arc::new(tokio::sync::Notify::new());
+    let upstream = {
+        let arrived = arrived.clone();
+        common::serve(move |_| {
+            let arrived = arrived.clone();
+            async move {
+                arrived.notify_one();
+                tokio::time::sleep(Duration::from_millis(800)).await;
+                (200, serde_json::json!({}))
+            }
+        })
+        .await
+    };
     let (listen, admin) = common::two_free_ports();
     let path = temp_path("sigterm");
     std::fs::write(
@@ -114,10 +128,11 @@ async fn sigterm_drains_an_in_flight_request_and_exits_zero() {
     let slow = tokio::spawn(
         client
             .get(format!("http://127.0.0.1:{listen}/public/slow"))
-            .header("x-test-delay-ms", "800")
             .send(),
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::timeout(Duration::from_secs(10), arrived.notified())
+        .await
+        .expect("the request reaches the upstream");
     let killed = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
