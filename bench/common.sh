@@ -60,15 +60,17 @@ YAML
 # (the password-grant client's `id:secret`) and TOKEN (the user's, scope `read`).
 start_authserver() {
   local pw cc
+  # A key-encryption secret for every command on $DB (the revocation stream signs its events;
+  # without one it is off): a command without it would keep a secret file of its own beside the
+  # database, which cannot read keys the server made.
+  export AUTHSERVER_SECRETS_SYSTEM=${AUTHSERVER_SECRETS_SYSTEM:-bench-secret-$(head -c 24 /dev/urandom | base64 | tr -d '/+=')}
   $AUTH migrate --database-url "$DB" >/dev/null
   echo bench-password | $AUTH user create --username bench --database-url "$DB" >/dev/null
   pw=$($AUTH app create --name bench-client --scopes '*' --database-url "$DB" --json)
   cc=$($AUTH app create --name proxy --scopes '*' --grant-type client-credentials --introspect --ssf --database-url "$DB" --json)
   CC_ID=$(field "$cc" client_id); CC_SECRET=$(field "$cc" client_secret)
   AUTH_PORT=$(free_port)
-  # A key-encryption secret: the revocation stream signs its events (without one it is off).
-  AUTHSERVER_SECRETS_SYSTEM=${AUTHSERVER_SECRETS_SYSTEM:-bench-secret-$(head -c 24 /dev/urandom | base64 | tr -d '/+=')} \
-    AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
+  AUTHSERVER_LISTEN=127.0.0.1:$AUTH_PORT RUST_LOG=warn $AUTH serve --database-url "$DB" & PIDS+=($!)
   wait_http "http://127.0.0.1:$AUTH_PORT/healthz"
   PW_CLIENT="$(field "$pw" client_id):$(field "$pw" client_secret)"
   TOKEN=$(curl -s -u "$PW_CLIENT" -d grant_type=password \
