@@ -138,25 +138,11 @@ mod tests {
     use axum::body::Body;
     use axum::response::IntoResponse;
     use axum::routing::get;
-    use std::sync::Mutex;
+    use test_support::LogBuffer;
     use tower::ServiceExt;
 
-    /// What the subscriber of [`captured`] wrote.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    fn captured() -> (Captured, tracing::subscriber::DefaultGuard) {
-        let out = Captured::default();
+    fn captured() -> (LogBuffer, tracing::subscriber::DefaultGuard) {
+        let out = LogBuffer::default();
         let writer = out.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
@@ -164,12 +150,6 @@ mod tests {
             .with_writer(move || writer.clone())
             .finish();
         (out, tracing::subscriber::set_default(subscriber))
-    }
-
-    impl Captured {
-        fn text(&self) -> String {
-            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-        }
     }
 
     #[test]

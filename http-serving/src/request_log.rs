@@ -192,26 +192,11 @@ mod tests {
     use axum::http::StatusCode;
     use axum::response::IntoResponse;
     use axum::routing::get;
-    use std::sync::Mutex;
     use tower::ServiceExt;
-
-    /// What the subscriber of [`captured`] wrote.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
 
     #[tokio::test]
     async fn errors_only_logs_a_carried_error_once_and_nothing_else() {
-        let out = Captured::default();
+        let out = test_support::LogBuffer::default();
         let writer = out.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
@@ -240,7 +225,7 @@ mod tests {
         assert_eq!(failed.status(), 500);
         assert_eq!(app.oneshot(request("/ok")).await.unwrap().status(), 200);
 
-        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let text = out.text();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 1, "{text}");
         for field in [

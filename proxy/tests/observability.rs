@@ -5,8 +5,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{
@@ -14,26 +13,13 @@ use common::{
     two_free_ports,
 };
 use serde_json::Value;
+use test_support::LogBuffer;
 
-/// Every log line written by this test binary.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The captured lines (the subscriber is installed at the first call).
-fn captured() -> &'static Captured {
-    static LOG: OnceLock<Captured> = OnceLock::new();
+/// Every log line written by this test binary (the subscriber is installed at the first call).
+fn captured() -> &'static LogBuffer {
+    static LOG: OnceLock<LogBuffer> = OnceLock::new();
     LOG.get_or_init(|| {
-        let log = Captured::default();
+        let log = LogBuffer::default();
         let writer = log.clone();
         tracing_subscriber::fmt()
             .json()
@@ -47,8 +33,8 @@ fn captured() -> &'static Captured {
 
 /// The access lines captured so far whose `path` is `path` (each test uses paths of its own).
 fn access_lines(path: &str) -> Vec<Value> {
-    let bytes = captured().0.lock().unwrap().clone();
-    String::from_utf8_lossy(&bytes)
+    captured()
+        .text()
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|l| l["target"] == "access" && l["path"] == path)

@@ -5,8 +5,11 @@
 pub mod ed25519_jwt;
 pub mod fake_server;
 pub mod jwks;
+pub mod log_buffer;
 pub mod pki;
 pub mod ssf_transmitter;
+
+pub use log_buffer::LogBuffer;
 
 /// A loopback port nothing listens on, for a server another process starts later (the binary,
 /// node's pages, nginx, the proxy): below the kernel's ephemeral range (32768 and up), from

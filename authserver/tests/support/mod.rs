@@ -13,8 +13,8 @@ use authserver::config::Settings;
 use authserver::store::{NewTokens, NewUser, Store};
 use authserver::testing::{self, RunningServer};
 use serde_json::Value;
-use std::io::Write;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
+use test_support::LogBuffer;
 
 /// An HTTP client that shows redirects instead of following them, as a browser test needs.
 pub fn browser_client() -> reqwest::Client {
@@ -105,33 +105,25 @@ pub fn new_tokens(app_id: i64, user_id: i64, family: Option<String>) -> NewToken
 }
 
 /// Every log line of this test binary, at INFO and above, once [`capture_logs`] has run.
-static LOG: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+static LOG: OnceLock<LogBuffer> = OnceLock::new();
 
 /// Installs the global subscriber that writes into [`LOG`], once per test binary.
 pub fn capture_logs() {
-    static INSTALLED: OnceLock<()> = OnceLock::new();
-    struct Capture;
-    impl Write for Capture {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            LOG.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    INSTALLED.get_or_init(|| {
+    LOG.get_or_init(|| {
+        let log = LogBuffer::default();
+        let writer = log.clone();
         tracing_subscriber::fmt()
-            .with_writer(|| Capture)
+            .with_writer(move || writer.clone())
             .with_ansi(false)
             .with_max_level(tracing::Level::INFO)
             .init();
+        log
     });
 }
 
 /// What this test binary has logged so far.
 pub fn logged() -> String {
-    String::from_utf8_lossy(&LOG.lock().unwrap()).into_owned()
+    LOG.get().map(LogBuffer::text).unwrap_or_default()
 }
 
 /// A staff user (a superuser if `superuser`) who signs in with `password`.
