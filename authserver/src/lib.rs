@@ -47,6 +47,9 @@ pub struct Shared {
     pub(crate) csrf_key: Arc<web::CsrfKey>,
     /// DPoP's replay cache and nonces at the token endpoint (RFC 9449).
     pub dpop: Arc<oauth::DpopState>,
+    /// This server as a WebAuthn relying party (from the issuer, once); `None` when the issuer
+    /// names no host, and passkeys are off.
+    pub(crate) relying_party: Option<protocol::webauthn::RelyingParty>,
 }
 
 impl std::ops::Deref for AppState {
@@ -64,12 +67,14 @@ impl AppState {
     /// [`AppState::new`] with this key ring (a test's shorter key cache).
     pub fn with_keys(settings: Settings, store: Store, keys: jwt::KeyRing) -> Self {
         let dpop = Arc::new(oauth::DpopState::new(&settings));
+        let relying_party = protocol::webauthn::RelyingParty::from_issuer(&settings.issuer);
         AppState(Arc::new(Shared {
             settings: Arc::new(settings),
             store,
             keys: Arc::new(keys),
             csrf_key: Arc::default(),
             dpop,
+            relying_party,
         }))
     }
 }

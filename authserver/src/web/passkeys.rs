@@ -54,8 +54,8 @@ pub(super) fn router() -> Router<AppState> {
 }
 
 /// This server as a relying party; passkeys are off (404) when the issuer names no host.
-fn relying_party(state: &AppState) -> Result<RelyingParty, WebError> {
-    RelyingParty::from_issuer(&state.settings.issuer).ok_or(WebError::NotFound)
+fn relying_party(state: &AppState) -> Result<&RelyingParty, WebError> {
+    state.relying_party.as_ref().ok_or(WebError::NotFound)
 }
 
 /// The user handle of `user_id`'s credentials: the id's 8 bytes, big-endian (no name or email).
