@@ -195,7 +195,7 @@ async fn register(
     };
     let checked = async {
         let json = webauthn::decode(&form.text("client_data"), webauthn::MAX_CLIENT_DATA)?;
-        let client = webauthn::client_data(&rp, Ceremony::Create, &json)?;
+        let client = webauthn::client_data(rp, Ceremony::Create, &json)?;
         let owner = state
             .store
             .take_passkey_challenge(
@@ -212,7 +212,7 @@ async fn register(
             &form.text("attestation_object"),
             webauthn::MAX_ATTESTATION_OBJECT,
         )?;
-        Ok(webauthn::registration(&rp, &id, &object, false)?)
+        Ok(webauthn::registration(rp, &id, &object, false)?)
     };
     let credential = match checked.await {
         Ok(credential) => credential,
@@ -376,7 +376,7 @@ async fn sign_in(
     let rp = relying_party(&state)?;
     let checked = async {
         let json = webauthn::decode(&form.text("client_data"), webauthn::MAX_CLIENT_DATA)?;
-        let client = webauthn::client_data(&rp, Ceremony::Get, &json)?;
+        let client = webauthn::client_data(rp, Ceremony::Get, &json)?;
         let purpose = match mode {
             Mode::SecondFactor => ChallengePurpose::SecondFactor,
             Mode::Passwordless => ChallengePurpose::Passwordless,
@@ -414,7 +414,7 @@ async fn sign_in(
         )?;
         let signature = webauthn::decode(&form.text("signature"), webauthn::MAX_SIGNATURE)?;
         let assertion = webauthn::assertion(
-            &rp,
+            rp,
             &client,
             &data,
             &signature,
