@@ -32,13 +32,16 @@ pub enum Throttled {
     SignIn,
     /// Dynamic client registration (RFC 7591), per address.
     Registration,
+    /// Sign-in passkey challenges (`/accounts/login/passkey/options/`), per address.
+    PasskeyOptions,
 }
 
 impl Throttled {
-    const ALL: [Throttled; 3] = [
+    const ALL: [Throttled; 4] = [
         Throttled::PasswordGrant,
         Throttled::SignIn,
         Throttled::Registration,
+        Throttled::PasskeyOptions,
     ];
 
     fn as_str(self) -> &'static str {
@@ -46,6 +49,7 @@ impl Throttled {
             Throttled::PasswordGrant => "password_grant",
             Throttled::SignIn => "sign_in",
             Throttled::Registration => "registration",
+            Throttled::PasskeyOptions => "passkey_options",
         }
     }
 }
@@ -58,7 +62,7 @@ pub struct Metrics {
     /// Active, inactive.
     introspections: [Counter; 2],
     /// By [`Throttled::ALL`] position.
-    throttled: [Counter; 3],
+    throttled: [Counter; 4],
     /// Introspection lookups answered by the token cache (hit), read from the database (miss).
     token_cache: [Counter; 2],
     registry: Registry,

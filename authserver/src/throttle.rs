@@ -191,35 +191,67 @@ impl Throttle {
 /// Dynamic client registrations (RFC 7591) allowed from one address within
 /// [`FAILURE_WINDOW`].
 pub const MAX_REGISTRATIONS_PER_ADDRESS: i64 = 10;
+/// Sign-in passkey challenges (`POST /accounts/login/passkey/options/`, each a stored row)
+/// made for one address within [`FAILURE_WINDOW`]: one per press of a passkey button, so a
+/// person needs a few, and people behind one NAT share them.
+pub const MAX_PASSKEY_CHALLENGES_PER_ADDRESS: i64 = 60;
 
-/// A registration from `address` that may go ahead: it holds the address's one place among the
-/// registrations under way in this process until it is dropped.
-pub struct Registering {
+/// What is counted per client address when it goes ahead (not only when it fails), and
+/// refused past its limit within [`FAILURE_WINDOW`].
+#[derive(Clone, Copy, Debug)]
+pub enum PerAddress {
+    /// Dynamic client registrations: [`MAX_REGISTRATIONS_PER_ADDRESS`].
+    Registration,
+    /// Sign-in passkey challenges: [`MAX_PASSKEY_CHALLENGES_PER_ADDRESS`].
+    PasskeyChallenge,
+}
+
+impl PerAddress {
+    fn prefix(self) -> &'static str {
+        match self {
+            PerAddress::Registration => "register",
+            PerAddress::PasskeyChallenge => "passkey",
+        }
+    }
+
+    pub fn limit(self) -> i64 {
+        match self {
+            PerAddress::Registration => MAX_REGISTRATIONS_PER_ADDRESS,
+            PerAddress::PasskeyChallenge => MAX_PASSKEY_CHALLENGES_PER_ADDRESS,
+        }
+    }
+}
+
+/// A request from an address that may go ahead: it holds the address's one place among the
+/// requests of its kind under way in this process until it is dropped.
+pub struct Turn {
     bucket: String,
     _under_way: UnderWay,
 }
 
-impl Registering {
-    /// Waits for the address's turn, then counts its registrations; None when it had
-    /// [`MAX_REGISTRATIONS_PER_ADDRESS`] within the window. The same store table and window as
-    /// failed sign-ins, under a bucket of its own.
-    pub async fn check(store: &Store, address: Option<IpAddr>) -> StoreResult<Option<Registering>> {
+impl Turn {
+    /// Waits for the address's turn, then counts its requests of this kind; None when it had
+    /// the kind's limit within the window. The same store table and window as failed sign-ins,
+    /// under a bucket of its own (`register:<address>`, `passkey:<address>`).
+    pub async fn check(
+        store: &Store,
+        kind: PerAddress,
+        address: Option<IpAddr>,
+    ) -> StoreResult<Option<Turn>> {
         let client = address.map_or_else(|| "unknown".to_owned(), client_bucket);
-        let bucket = format!("register:{client}");
+        let bucket = format!("{}:{client}", kind.prefix());
         let under_way = UnderWay::enter(&bucket, 1).await;
         let [count, _] = store
             .count_login_failures([&bucket, &bucket], FAILURE_WINDOW)
             .await?;
-        Ok(
-            (count < MAX_REGISTRATIONS_PER_ADDRESS).then_some(Registering {
-                bucket,
-                _under_way: under_way,
-            }),
-        )
+        Ok((count < kind.limit()).then_some(Turn {
+            bucket,
+            _under_way: under_way,
+        }))
     }
 
-    /// Counts a registration that was stored.
-    pub async fn registered(self, store: &Store) -> StoreResult<()> {
+    /// Counts a request that went ahead (a registration stored, a challenge made).
+    pub async fn counted(self, store: &Store) -> StoreResult<()> {
         store
             .record_login_failure(std::slice::from_ref(&self.bucket), FAILURE_WINDOW)
             .await

@@ -586,3 +586,74 @@ async fn wrong_passkey_answers_count_in_the_second_factor_throttle() {
     assert!(set_cookie(&throttled.headers, "tokengate_session").is_none());
     fx.server.stop().await;
 }
+
+/// The sign-in options make a stored challenge for anyone with a sign-in page's cookie, so an
+/// address gets [`authserver::throttle::MAX_PASSKEY_CHALLENGES_PER_ADDRESS`] of them per window,
+/// then 429 with `Retry-After` and no more rows; another address is still served. (The test
+/// server trusts loopback as a proxy: `X-Forwarded-For` names the client.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_passkey_options_are_limited_per_address() {
+    let fx = Fixture::start(testing::store().await, |_| {}).await;
+    let key = SoftKey::new(b"alice-key");
+    let (reply, _) = register(&fx, &fx.alice().await, &key, "k").await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.body);
+    let sign_in = start_sign_in(&fx, None).await;
+    let options_from = |address: &str| {
+        let form = fields(&[("csrf_token", &sign_in.token), ("mode", "passwordless")]);
+        let request = fx
+            .http
+            .post(fx.url("/accounts/login/passkey/options/"))
+            .header("X-Forwarded-For", address)
+            .form(&form);
+        fx.send(request, Some(&sign_in.cookies))
+    };
+    let challenges = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM passkey_challenges WHERE purpose <> 'register'",
+        )
+        .fetch_one(fx.store.pool())
+        .await
+        .unwrap()
+    };
+    let limit = authserver::throttle::MAX_PASSKEY_CHALLENGES_PER_ADDRESS;
+    for i in 0..limit {
+        let reply = options_from("198.51.100.7").await;
+        assert_eq!(reply.status, StatusCode::OK, "request {i}: {}", reply.body);
+    }
+    assert_eq!(challenges().await, limit);
+    let refused = options_from("198.51.100.7").await;
+    assert_eq!(
+        refused.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.headers["retry-after"], "900");
+    assert!(
+        refused.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("Too many")
+    );
+    assert_eq!(challenges().await, limit, "no row for a refused request");
+    // The second-factor mode shares the address's count.
+    let pending = start_sign_in(&fx, Some("alice")).await;
+    let form = fields(&[("csrf_token", &pending.token), ("mode", "second-factor")]);
+    let request = fx
+        .http
+        .post(fx.url("/accounts/login/passkey/options/"))
+        .header("X-Forwarded-For", "198.51.100.7")
+        .form(&form);
+    let refused = fx.send(request, Some(&pending.cookies)).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        refused.body
+    );
+    // Another address is served, with the same cookie.
+    let other = options_from("198.51.100.8").await;
+    assert_eq!(other.status, StatusCode::OK, "{}", other.body);
+    assert!(other.json()["challenge"].is_string());
+    fx.server.stop().await;
+}

@@ -1,7 +1,7 @@
 //! Dynamic client registration: `POST /o/register` (RFC 7591) and, on each client's
 //! `registration_client_uri`, RFC 7592 read, update and delete with its registration access
 //! token. Routed only when `dynamic_registration` is not `off`; every registration goes through
-//! [`crate::registration`], rate-limited per client address ([`crate::throttle::Registering`]).
+//! [`crate::registration`], rate-limited per client address ([`crate::throttle::Turn`]).
 //! A client's mistake is a 400 with an RFC 7591 error, a wrong caller a 401, never a 500.
 
 use crate::AppState;
@@ -12,7 +12,7 @@ use crate::registration::{self, RegistrationError};
 use crate::request_log::Outcome;
 use crate::secrets;
 use crate::store::{Application, DynamicRecord, StoreError};
-use crate::throttle::{FAILURE_WINDOW, Registering};
+use crate::throttle::{FAILURE_WINDOW, PerAddress, Turn};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -208,7 +208,7 @@ async fn register(
         }
         _ => None,
     };
-    let Some(turn) = Registering::check(&state.store, address).await? else {
+    let Some(turn) = Turn::check(&state.store, PerAddress::Registration, address).await? else {
         tracing::warn!(address = ?address, "dynamic registration refused: too many from this address");
         crate::metrics::METRICS.throttled(crate::metrics::Throttled::Registration);
         return Err(Refusal::Throttled);
@@ -232,7 +232,7 @@ async fn register(
     };
     let registered =
         registration::create(&state.store, &state.keys, &state.settings, create).await?;
-    turn.registered(&state.store).await?;
+    turn.counted(&state.store).await?;
     let app = registered.app;
     tracing::info!(client_id = %app.client_id, "client registered itself (RFC 7591)");
     let mut body = answer(&state, &app, metadata, app.created_at);

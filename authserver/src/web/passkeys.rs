@@ -15,11 +15,11 @@ use crate::AppState;
 use crate::client_ip::ClientAddress;
 use crate::protocol::webauthn::{self, Ceremony, RelyingParty, WebauthnError};
 use crate::store::{ChallengePurpose, NewPasskey, StoreError, User};
-use crate::throttle::Throttle;
+use crate::throttle::{FAILURE_WINDOW, PerAddress, Throttle, Turn};
 use axum::Json;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::{Value, json};
@@ -299,9 +299,12 @@ async fn binding(
 
 /// `POST /accounts/login/passkey/options/`: the `PublicKeyCredentialRequestOptions` of a
 /// sign-in: the pending user's passkeys (`mode=second-factor`), or any discoverable one with
-/// user verification (`mode=passwordless`).
+/// user verification (`mode=passwordless`). Anyone with a sign-in page's cookie may ask, so the
+/// challenges (each a stored row) are limited per client address
+/// ([`PerAddress::PasskeyChallenge`]): past it, 429 with `Retry-After`.
 async fn sign_in_options(
     State(state): State<AppState>,
+    ClientAddress(address): ClientAddress,
     headers: HeaderMap,
     form: FormData,
 ) -> WebResult {
@@ -328,6 +331,18 @@ async fn sign_in_options(
             "You have no passkey.",
         ));
     }
+    let Some(turn) = Turn::check(&state.store, PerAddress::PasskeyChallenge, address).await? else {
+        tracing::warn!(address = ?address, "passkey options refused: too many from this address");
+        crate::metrics::METRICS.throttled(crate::metrics::Throttled::PasskeyOptions);
+        let mut response = json_refusal(
+            StatusCode::TOO_MANY_REQUESTS,
+            "Too many passkey sign-ins from this address; try again later.",
+        );
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
+        return Ok(response);
+    };
     let challenge = state
         .store
         .start_passkey_challenge(
@@ -337,6 +352,7 @@ async fn sign_in_options(
             CHALLENGE_LIFETIME,
         )
         .await?;
+    turn.counted(&state.store).await?;
     Ok(Json(json!({
         "challenge": challenge,
         "rpId": rp.id,
