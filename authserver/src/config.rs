@@ -932,9 +932,9 @@ impl Source<'_> {
 
     /// The key-encryption keys: `AUTHSERVER_SECRETS_SYSTEM` (never in the file), or the file of
     /// `secrets_system_file` (one secret a line, the owner's only:
-    /// [`crate::key_encryption::not_world_readable`]), by the one rule of
-    /// [`resource_server::layers::secret_or_file`]: the higher layer wins, both in one layer are
-    /// refused.
+    /// [`crate::key_encryption::not_world_readable`], checked before the file is read), by the
+    /// one rule of [`resource_server::layers::secret_or_file`]: the higher layer wins, both in
+    /// one layer are refused.
     fn key_encryption(
         &self,
         from_file: Option<String>,
@@ -942,16 +942,23 @@ impl Source<'_> {
         let text = self.layers.pick("secrets_system", Some(SECRETS_VAR), None);
         let file = self.layered("secrets_system_file", from_file);
         let file_origin = file.origin.clone();
-        let Some(secret) =
-            resource_server::layers::secret_or_file("the key-encryption secrets", text, file)?
+        let origin_of = |path: &std::path::Path| format!("{file_origin}: file {}", path.display());
+        let Some(secret) = resource_server::layers::secret_or_checked_file(
+            "the key-encryption secrets",
+            text,
+            file,
+            |path| {
+                crate::key_encryption::not_world_readable(path)
+                    .map_err(|problem| fail(&origin_of(path), problem))
+            },
+        )?
         else {
             return Ok(None);
         };
         let kek = match &secret.path {
             Some(path) => {
-                let origin = format!("{file_origin}: file {}", path.display());
-                crate::key_encryption::not_world_readable(path)
-                    .and_then(|()| KeyEncryption::from_text(&secret.text, &origin))
+                let origin = origin_of(path);
+                KeyEncryption::from_text(&secret.text, &origin)
                     .map_err(|problem| fail(&origin, problem))?
             }
             None => {
@@ -1362,6 +1369,13 @@ mod tests {
             )
         );
         assert!(!err.contains(B));
+        // The mode is checked before the file is read: an empty file others may read is refused
+        // for its mode, not for being empty.
+        std::fs::write(&path, "").unwrap();
+        let err = Settings::validate(&Document::new("c.yaml", &yaml), &|_| None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(": mode 0644: others may read it"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

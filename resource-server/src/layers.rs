@@ -190,6 +190,17 @@ pub fn secret_or_file(
     text: Picked,
     file: Picked,
 ) -> Result<Option<Secret>, ConfigError> {
+    secret_or_checked_file(what, text, file, |_| Ok(()))
+}
+
+/// [`secret_or_file`], the file (when it is the one used) given to `check` before it is read:
+/// its mode, say, so that a file others may read is refused before its secret is in memory.
+pub fn secret_or_checked_file(
+    what: &str,
+    text: Picked,
+    file: Picked,
+    check: impl FnOnce(&Path) -> Result<(), ConfigError>,
+) -> Result<Option<Secret>, ConfigError> {
     let use_file = match (&text.value, &file.value) {
         (None, None) => return Ok(None),
         (Some(_), Some(_)) if text.layer == file.layer => {
@@ -214,6 +225,7 @@ pub fn secret_or_file(
         }));
     }
     let path = file.value.unwrap_or_default();
+    check(Path::new(&path))?;
     let secret = crate::secret_file::read(Path::new(&path))
         .map_err(|problem| ConfigError::at(file.origin.clone(), &path, problem))?;
     Ok(Some(Secret {
