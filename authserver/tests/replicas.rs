@@ -72,9 +72,10 @@ async fn a_token_request_for_an_application_deleted_elsewhere_is_invalid_client(
             (GrantType::ClientCredentials, &CLIENT_CREDENTIALS[..]),
         ] {
             let what = format!("{backend:?}, {grant:?}");
-            // The channel that empties client caches is the database's, not the schema's (issue
-            // 37): a test in another schema changing an application at that moment empties B's
-            // cache too, and the stale entry this test needs is gone. Tried again, then.
+            // The channel that empties client caches is the schema's (the change bus): other
+            // tests' changes do not reach B, but this test's own do, when they please: the
+            // notification of the application's creation on A, heard by B after the warm-up,
+            // empties B's cache, and the stale entry this test needs is gone. Tried again, then.
             let mut attempts = 0;
             let client = loop {
                 attempts += 1;
@@ -141,9 +142,10 @@ async fn other_endpoints_do_not_fail_for_an_application_deleted_elsewhere() {
         let stale = delete(&a, &client).await;
         // Its tokens went with it: a refresh is refused (the token is unknown now; or, where B
         // reads the deletion, the client is).
-        // The client-cache channel is the database's, not the schema's (issue 37): another
-        // test's change in another schema may empty B's cache first, and then B reads the
-        // deletion too. Either refusal, never a 500.
+        // The client-cache channel is the schema's (the change bus), so only this test's own
+        // changes reach B, but when they please: the notification of an application created
+        // on A above may empty B's cache first, and then B reads the deletion too. Either
+        // refusal, never a 500.
         let reply = server
             .post(
                 "/o/token/",
