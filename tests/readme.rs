@@ -8,6 +8,7 @@
 mod common;
 
 use common::stack_config;
+use test_support::free_port;
 
 /// The text of README.md under `heading`, up to the next `## ` heading.
 fn section(heading: &str) -> String {
@@ -102,15 +103,6 @@ fn binaries() -> std::path::PathBuf {
         assert!(built.success(), "cargo build -p authserver -p proxy");
     }
     dir
-}
-
-/// A free port on loopback.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// "Put tokengate in front of your service", run as written with the real binaries on `PATH`,

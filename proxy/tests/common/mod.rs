@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener as StdListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,23 +16,13 @@ use tokio::net::{TcpListener, TcpStream};
 /// The bearer token the proxy must present to the stand-in introspection endpoint.
 pub const INTROSPECTOR_TOKEN: &str = "introspector-secret-token";
 
-/// A free port on loopback (bound, then released).
-pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+/// A free port on loopback, below the ephemeral range (the workspace's one).
+pub use test_support::free_port;
 
-/// Two distinct free ports: the system may hand the same one out twice once it is released.
+/// Two free ports (the proxy's listener and its admin one): distinct, as every call of
+/// [`free_port`] in a process hands out another.
 pub fn two_free_ports() -> (u16, u16) {
-    let first = free_port();
-    loop {
-        let second = free_port();
-        if second != first {
-            return (first, second);
-        }
-    }
+    (free_port(), free_port())
 }
 
 /// One HTTP/1.1 request as read by the stand-in servers.
