@@ -32,7 +32,7 @@ pub enum Throttled {
     SignIn,
     /// Dynamic client registration (RFC 7591), per address.
     Registration,
-    /// Sign-in passkey challenges (`/accounts/login/passkey/options/`), per address.
+    /// Password-less sign-in passkey challenges (`/accounts/login/passkey/options/`), per address.
     PasskeyOptions,
 }
 

@@ -191,9 +191,10 @@ impl Throttle {
 /// Dynamic client registrations (RFC 7591) allowed from one address within
 /// [`FAILURE_WINDOW`].
 pub const MAX_REGISTRATIONS_PER_ADDRESS: i64 = 10;
-/// Sign-in passkey challenges (`POST /accounts/login/passkey/options/`, each a stored row)
-/// made for one address within [`FAILURE_WINDOW`]: one per press of a passkey button, so a
-/// person needs a few, and people behind one NAT share them.
+/// Password-less sign-in passkey challenges (`POST /accounts/login/passkey/options/`
+/// `mode=passwordless`, each a stored row) made for one address within [`FAILURE_WINDOW`]: one
+/// per press of a passkey button, so a person needs a few, and people behind one NAT share them.
+/// (The second factor's are not counted: they are bound to a pending sign-in.)
 pub const MAX_PASSKEY_CHALLENGES_PER_ADDRESS: i64 = 60;
 
 /// What is counted per client address when it goes ahead (not only when it fails), and
@@ -202,7 +203,7 @@ pub const MAX_PASSKEY_CHALLENGES_PER_ADDRESS: i64 = 60;
 pub enum PerAddress {
     /// Dynamic client registrations: [`MAX_REGISTRATIONS_PER_ADDRESS`].
     Registration,
-    /// Sign-in passkey challenges: [`MAX_PASSKEY_CHALLENGES_PER_ADDRESS`].
+    /// Password-less sign-in passkey challenges: [`MAX_PASSKEY_CHALLENGES_PER_ADDRESS`].
     PasskeyChallenge,
 }
 

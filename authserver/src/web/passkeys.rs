@@ -299,9 +299,11 @@ async fn binding(
 
 /// `POST /accounts/login/passkey/options/`: the `PublicKeyCredentialRequestOptions` of a
 /// sign-in: the pending user's passkeys (`mode=second-factor`), or any discoverable one with
-/// user verification (`mode=passwordless`). Anyone with a sign-in page's cookie may ask, so the
-/// challenges (each a stored row) are limited per client address
-/// ([`PerAddress::PasskeyChallenge`]): past it, 429 with `Retry-After`.
+/// user verification (`mode=passwordless`). Anyone with a sign-in page's cookie may ask for the
+/// password-less ones, so those challenges (each a stored row) are limited per client address
+/// ([`PerAddress::PasskeyChallenge`]): past it, 429 with `Retry-After`. The second factor's are
+/// not: they need a pending sign-in (a right password, throttled on its own) and are bound to it,
+/// and a limit per address would let anyone behind the same NAT lock its user out of the step.
 async fn sign_in_options(
     State(state): State<AppState>,
     ClientAddress(address): ClientAddress,
@@ -331,17 +333,23 @@ async fn sign_in_options(
             "You have no passkey.",
         ));
     }
-    let Some(turn) = Turn::check(&state.store, PerAddress::PasskeyChallenge, address).await? else {
-        tracing::warn!(address = ?address, "passkey options refused: too many from this address");
-        crate::metrics::METRICS.throttled(crate::metrics::Throttled::PasskeyOptions);
-        let mut response = json_refusal(
-            StatusCode::TOO_MANY_REQUESTS,
-            "Too many passkey sign-ins from this address; try again later.",
-        );
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
-        return Ok(response);
+    let turn = match &user {
+        Some(_) => None,
+        None => match Turn::check(&state.store, PerAddress::PasskeyChallenge, address).await? {
+            Some(turn) => Some(turn),
+            None => {
+                tracing::warn!(address = ?address, "passkey options refused: too many from this address");
+                crate::metrics::METRICS.throttled(crate::metrics::Throttled::PasskeyOptions);
+                let mut response = json_refusal(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Too many passkey sign-ins from this address; try again later.",
+                );
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(FAILURE_WINDOW));
+                return Ok(response);
+            }
+        },
     };
     let challenge = state
         .store
@@ -352,7 +360,9 @@ async fn sign_in_options(
             CHALLENGE_LIFETIME,
         )
         .await?;
-    turn.counted(&state.store).await?;
+    if let Some(turn) = turn {
+        turn.counted(&state.store).await?;
+    }
     Ok(Json(json!({
         "challenge": challenge,
         "rpId": rp.id,
