@@ -12,12 +12,14 @@ use clap::Parser;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc 3 gives freed memory back to the system 1 s after it is freed, and only when its
-/// arena is used again: the memory of 2,000 slow connections stayed after they closed (issue 21,
-/// proxy/tests/slow_clients.rs). 10 ms (mimalloc 2's default) gives it back within a moment.
-/// mimalloc reads its options from the environment before `main` runs, so [`main`] re-executes
-/// the binary with this set when the operator has not set it.
-const PURGE_DELAY: (&str, &str) = ("MIMALLOC_PURGE_DELAY", "10");
+/// mimalloc gives memory freed for its `purge_delay` (1 s) back to the system only when a thread
+/// of the process frees a page after that: an idle sidecar kept the memory of a burst of 2,000
+/// slow connections (issue 21, proxy/tests/slow_clients.rs). A thread of ours frees one every
+/// [`GIVE_BACK_EVERY`]: a block over mimalloc's 512 KiB limit for shared pages gets a page of its
+/// own, and freeing a page purges what has expired. (A purge delay of 10 ms did it without the
+/// thread, but the pages the proxy frees and takes again under load were given back and faulted
+/// in anew: about 3 page faults and 40 % more CPU per proxied request, bench/proxy.sh.)
+const GIVE_BACK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[derive(Parser)]
 #[command(
@@ -67,7 +69,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    purge_freed_memory_promptly();
+    give_back_freed_memory();
     let config =
         match proxy::config::load_named_or_default(args.config.as_deref(), "--config/PROXY_CONFIG")
         {
@@ -117,22 +119,20 @@ fn warn_about_scopes(gate: &resource_server::GateSettings) {
     }
 }
 
-/// Re-executes this binary with [`PURGE_DELAY`] set, unless it is set already (by the operator,
-/// or by this re-execution). Returns only if that is so or the re-execution failed.
-fn purge_freed_memory_promptly() {
-    use std::os::unix::process::CommandExt;
-    let (var, value) = PURGE_DELAY;
-    if std::env::var_os(var).is_some() {
-        return;
+/// Starts the thread of [`GIVE_BACK_EVERY`].
+fn give_back_freed_memory() {
+    const PAGE_OF_ITS_OWN: usize = 1 << 20;
+    let spawned = std::thread::Builder::new()
+        .name("give-back-mem".into())
+        .spawn(|| {
+            loop {
+                std::thread::sleep(GIVE_BACK_EVERY);
+                drop(std::hint::black_box(Vec::<u8>::with_capacity(
+                    PAGE_OF_ITS_OWN,
+                )));
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::warn!(%error, "cannot start the thread that gives freed memory back to the system");
     }
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    let mut argv = std::env::args_os();
-    let mut command = std::process::Command::new(exe);
-    if let Some(arg0) = argv.next() {
-        command.arg0(arg0);
-    }
-    let error = command.args(argv).env(var, value).exec();
-    tracing::warn!(%error, "cannot re-execute with {var}={value}: memory freed after a burst of connections may not be given back");
 }
