@@ -46,7 +46,7 @@ AUTH=${AUTH:-$BIN/authserver}
 HELLO=${HELLO:-$BIN/examples/hello}
 NGINX=${NGINX:-/usr/sbin/nginx}
 WORKERS=1
-WORK_STEALING=true
+WORK_STEALING=false
 for tool in valgrind callgrind_control h2load; do
   command -v $tool >/dev/null || { echo "missing $tool (apt-get install valgrind nghttp2-client)" >&2; exit 1; }
 done

@@ -19,7 +19,7 @@
 # Goals (reported, not asserted): jwt-hit within 5 % of intro-hit (req/s >= 0.95x), jwt-miss
 # and jwt-miss-rs >= 0.5x jwt-hit.
 # Usage: bench/jwt.sh [seconds per measurement]   (env: CONNS=64, THREADS=2 (wrk), WORKERS=1
-#        (proxy threads), WORK_STEALING=true, ROUNDS=2, TOKENS_PER_SECOND=20000 (distinct tokens
+#        (proxy threads), WORK_STEALING=false (the binary's default), ROUNDS=2, TOKENS_PER_SECOND=20000 (distinct tokens
 #        minted per second of a miss round), RS_TOKENS_PER_SECOND=12000 (the same for RS256: about
 #        1 ms of CPU each to mint), CASES="off intro-hit jwt-hit jwt-miss jwt-miss-rs",
 #        SKIP_BUILD=1 (use the binaries as built), PROXY= AUTH= HELLO=)
@@ -29,7 +29,7 @@ DURATION=${1:-10}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 WORKERS=${WORKERS:-1}
-WORK_STEALING=${WORK_STEALING:-true}
+WORK_STEALING=${WORK_STEALING:-false}
 ROUNDS=${ROUNDS:-2}
 TOKENS_PER_SECOND=${TOKENS_PER_SECOND:-20000}
 RS_TOKENS_PER_SECOND=${RS_TOKENS_PER_SECOND:-12000}

@@ -36,7 +36,7 @@
 # process on loopback; every listener is on 127.0.0.1. The middle boxes get the same CPU budget:
 # $WORKERS nginx worker processes, $WORKERS proxy threads (work_stealing: $WORK_STEALING).
 # Usage: bench/proxy.sh [seconds per measurement]   (env: CONNS=64, THREADS=2 (wrk), WORKERS=1,
-#        WORK_STEALING=true, RATE=2000, RATE_CONNS=40, NEW_RATE=500, STREAMS=100, ROUNDS=2,
+#        WORK_STEALING=false (the binary's default), RATE=2000, RATE_CONNS=40, NEW_RATE=500, STREAMS=100, ROUNDS=2,
 #        CASES="direct nginx njs bare off on on-ssf on-aud on-dpop njs-tls on-tls njs-tls-new on-tls-new
 #        njs-h2 on-h2", DPOP_SAT_RATE=8000,
 #        NGINX, SKIP_BUILD=1 (use the binaries as built: target/dist/{proxy,examples/bare},
@@ -54,7 +54,7 @@ DURATION=${1:-10}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 WORKERS=${WORKERS:-1}
-WORK_STEALING=${WORK_STEALING:-true}
+WORK_STEALING=${WORK_STEALING:-false}
 RATE=${RATE:-2000}
 RATE_CONNS=${RATE_CONNS:-40}
 NEW_RATE=${NEW_RATE:-500}

@@ -151,7 +151,9 @@ pub fn spawn_with(mut config: ProxyConfig, signals: Signals) -> Result<ProxyHand
     let mut server_conf = ServerConf {
         version: 1,
         threads: config.threads,
-        work_stealing: config.work_stealing,
+        // A process of its own: nginx's model, each thread its own runtime (less CPU per request
+        // than one work-stealing pool, bench/proxy.sh); inside another program: the shared pool.
+        work_stealing: config.work_stealing.unwrap_or(signals == Signals::Ignore),
         // The drain happens before Pingora hears of the stop (StopWatch), so Pingora's own
         // grace period, which sleeps whether or not anything is in flight, is not used.
         grace_period_seconds: Some(0),

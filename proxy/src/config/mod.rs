@@ -75,9 +75,13 @@ pub struct ProxyConfig {
     /// The `connections:` section: head deadline, idle timeouts and caps of both listeners.
     pub connections: ConnectionLimits,
     pub threads: usize,
-    /// Whether the proxy's threads share one work-stealing runtime (default) or each run a
-    /// single-threaded one (`false`: one proxy per process only, see `config/proxy.yaml`).
-    pub work_stealing: bool,
+    /// Whether the proxy's threads share one work-stealing runtime or each run a single-threaded
+    /// one, like nginx workers. Unset: single-threaded ones for a proxy that owns its process (the
+    /// `proxy` binary, [`crate::Signals::Handle`]), the shared one for a proxy started inside
+    /// another program ([`crate::spawn`]): Pingora 0.9 keeps the single-threaded runtimes' handles
+    /// in thread-locals that outlive their threads, so a second proxy started in the same process
+    /// after one stopped may be handed a stopped runtime.
+    pub work_stealing: Option<bool>,
     pub grace_period: Duration,
     pub shutdown_timeout: Duration,
     /// The gate: token source, introspection, JWT and routes. Swapped on reload together with
@@ -114,7 +118,7 @@ pub struct RestartSettings<'a> {
     pub forward_auth: &'a Option<ForwardAuthConfig>,
     pub connections: &'a ConnectionLimits,
     pub threads: &'a usize,
-    pub work_stealing: &'a bool,
+    pub work_stealing: &'a Option<bool>,
     pub grace_period: &'a Duration,
     pub shutdown_timeout: &'a Duration,
     pub introspection: &'a Option<resource_server::IntrospectionConfig>,
@@ -670,7 +674,7 @@ impl Validator<'_> {
             forward_auth,
             connections,
             threads,
-            work_stealing: raw.work_stealing.unwrap_or(true),
+            work_stealing: raw.work_stealing,
             grace_period,
             shutdown_timeout,
             gate,

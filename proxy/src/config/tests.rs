@@ -50,7 +50,10 @@ fn good_file() {
     let c = parse(GOOD).unwrap();
     assert_eq!(c.listen, "127.0.0.1:8000".parse().unwrap());
     assert_eq!(c.threads, 1, "a sidecar defaults to one thread");
-    assert!(c.work_stealing, "on Pingora's work-stealing runtime");
+    assert_eq!(
+        c.work_stealing, None,
+        "the runtime follows how the proxy is run"
+    );
     assert_eq!(c.grace_period, Duration::from_secs(5));
     let cache = c.gate.introspection.as_ref().unwrap().cache;
     assert_eq!(cache.max_ttl, Duration::from_secs(30));
@@ -88,9 +91,9 @@ fn the_shipped_example_is_valid() {
 #[test]
 fn threads_and_work_stealing_are_read_and_bounded() {
     let c = parse(&format!("threads: 4\nwork_stealing: true\n{GOOD}")).unwrap();
-    assert_eq!((c.threads, c.work_stealing), (4, true));
+    assert_eq!((c.threads, c.work_stealing), (4, Some(true)));
     let c = parse(&format!("threads: 2\nwork_stealing: false\n{GOOD}")).unwrap();
-    assert_eq!((c.threads, c.work_stealing), (2, false));
+    assert_eq!((c.threads, c.work_stealing), (2, Some(false)));
     let e = error(&format!("threads: 0\n{GOOD}"));
     assert!(e.contains("key \"threads\": 0: expected 1 to 256"), "{e}");
     let e = error(&format!("work_stealing: sometimes\n{GOOD}"));
