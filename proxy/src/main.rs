@@ -12,13 +12,21 @@ use clap::Parser;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// mimalloc gives memory freed for its `purge_delay` (1 s) back to the system only when a thread
-/// of the process frees a page after that: an idle sidecar kept the memory of a burst of 2,000
-/// slow connections (issue 21, proxy/tests/slow_clients.rs). A thread of ours frees one every
-/// [`GIVE_BACK_EVERY`]: a block over mimalloc's 512 KiB limit for shared pages gets a page of its
-/// own, and freeing a page purges what has expired. (A purge delay of 10 ms did it without the
-/// thread, but the pages the proxy frees and takes again under load were given back and faulted
-/// in anew: about 3 page faults and 40 % more CPU per proxied request, bench/proxy.sh.)
+/// mimalloc gives memory back to the system once it has been free for its `purge_delay`, and
+/// only when a page is freed after that. Two settings of the `proxy` binary keep the sidecar in its
+/// memory budget:
+/// - [`PURGE_DELAY`]: 250 ms instead of mimalloc 3's 1 s. Under the stall attack of
+///   `proxy/tests/h2_stalls.rs` 1 s held about 20 MiB more at the peak (171–179 MiB against
+///   151–153, release); 10 ms (mimalloc 2's default, used before) gave pages back so eagerly that
+///   every proxied request faulted about 3 of them in again (2,900 minor faults per 1000
+///   requests, 20 % of the proxy's CPU; 250 ms: about 350, 1 s: about 80). mimalloc reads it
+///   from the environment before `main` runs, so [`main`] re-executes the binary with it set
+///   when the operator has not set it.
+/// - [`GIVE_BACK_EVERY`]: an idle sidecar frees no page, so the memory of a burst of 2,000 slow
+///   connections stayed (issue 21, `proxy/tests/slow_clients.rs`). A thread of ours frees one
+///   that often: a block over mimalloc's 512 KiB limit for shared pages gets a page of its own,
+///   and freeing a page purges what has expired.
+const PURGE_DELAY: (&str, &str) = ("MIMALLOC_PURGE_DELAY", "250");
 const GIVE_BACK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[derive(Parser)]
@@ -69,6 +77,7 @@ fn main() -> ExitCode {
             }
         };
     }
+    purge_freed_memory_promptly();
     give_back_freed_memory();
     let config =
         match proxy::config::load_named_or_default(args.config.as_deref(), "--config/PROXY_CONFIG")
@@ -117,6 +126,26 @@ fn warn_about_scopes(gate: &resource_server::GateSettings) {
         }
         Checked::NotChecked(note) => eprintln!("note: {note}"),
     }
+}
+
+/// Re-executes this binary with [`PURGE_DELAY`] set, unless it is set already (by the operator,
+/// or by this re-execution). Returns only if that is so or the re-execution failed.
+fn purge_freed_memory_promptly() {
+    use std::os::unix::process::CommandExt;
+    let (var, value) = PURGE_DELAY;
+    if std::env::var_os(var).is_some() {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    let mut argv = std::env::args_os();
+    let mut command = std::process::Command::new(exe);
+    if let Some(arg0) = argv.next() {
+        command.arg0(arg0);
+    }
+    let error = command.args(argv).env(var, value).exec();
+    tracing::warn!(%error, "cannot re-execute with {var}={value}: memory freed during a burst of connections is given back later");
 }
 
 /// Starts the thread of [`GIVE_BACK_EVERY`].
