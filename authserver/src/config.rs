@@ -5,6 +5,7 @@
 use crate::client_ip::{IpRange, ProxySecret};
 use crate::domain::INTROSPECTION_SCOPE;
 use crate::key_encryption::{KeyEncryption, SECRETS_VAR};
+use crate::store::{DEFAULT_ACQUIRE_TIMEOUT, PoolSettings};
 use http_serving::redact_url;
 use resource_server::access_log::{AccessLogSettings, RawAccessLog};
 pub use resource_server::layers::{Document, Overrides};
@@ -16,6 +17,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The config file as written (mirror of the YAML; every key optional with a named default).
 #[derive(Debug, Default, Deserialize)]
@@ -24,6 +26,8 @@ struct RawSettings {
     listen: Option<String>,
     issuer: Option<String>,
     database_url: Option<String>,
+    database_max_connections: Option<i64>,
+    database_acquire_timeout: Option<RawDuration>,
     scopes: Option<BTreeMap<String, String>>,
     default_scopes: Option<Vec<String>>,
     access_token_lifetime: Option<RawDuration>,
@@ -96,10 +100,12 @@ fn list_items(text: &str) -> impl Iterator<Item = &str> {
 }
 
 /// The keys of the file, each overridable by `AUTHSERVER_<KEY>` (except `scopes`, a map).
-const KEYS: [&str; 28] = [
+const KEYS: [&str; 30] = [
     "listen",
     "issuer",
     "database_url",
+    "database_max_connections",
+    "database_acquire_timeout",
     "scopes",
     "default_scopes",
     "access_token_lifetime",
@@ -176,6 +182,11 @@ pub struct Settings {
     pub listen: SocketAddr,
     pub issuer: String,
     pub database_url: String,
+    /// `database_max_connections` (1 to 1000; default 4 on SQLite, where it sizes the readers'
+    /// pool and the cold path's writer stays one connection, 8 on PostgreSQL) and
+    /// `database_acquire_timeout` (100ms to 60s, default 10s: how long a request waits for a
+    /// connection of any pool before it is answered `503`).
+    pub database_pools: PoolSettings,
     /// Scope name to description, in name order.
     pub scopes: BTreeMap<String, String>,
     pub default_scopes: Vec<String>,
@@ -292,6 +303,11 @@ const DEFAULT_JWKS_MAX_AGE: i64 = 300;
 const DEFAULT_AUTHORIZATION_CODE_LIFETIME: i64 = 60;
 pub const DEFAULT_PURGE_INTERVAL: i64 = 3600;
 const DEFAULT_SSF_POLL_TIMEOUT: i64 = 25;
+/// The bounds of `database_max_connections`.
+const DATABASE_MAX_CONNECTIONS: std::ops::RangeInclusive<u32> = 1..=1000;
+/// The bounds of `database_acquire_timeout`.
+const DATABASE_ACQUIRE_TIMEOUT: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(100)..=Duration::from_secs(60);
 
 /// The one configuration error of every binary (`resource_server::config_error`).
 pub use resource_server::ConfigError;
@@ -390,6 +406,8 @@ impl Settings {
         let (listen, issuer, issuer_is_listen) =
             source.listen_and_issuer(raw.listen, raw.issuer)?;
         let database_url = source.database_url(raw.database_url)?;
+        let database_pools =
+            source.database_pools(raw.database_max_connections, raw.database_acquire_timeout)?;
         let scopes = declared_scopes(raw.scopes, file)?;
         let default_scopes = source.default_scopes(raw.default_scopes, &scopes)?;
         let access_token_lifetime = source.lifetime(
@@ -482,6 +500,7 @@ impl Settings {
             issuer,
             issuer_is_listen,
             database_url,
+            database_pools,
             scopes,
             default_scopes,
             access_token_lifetime,
@@ -537,6 +556,7 @@ impl Settings {
             issuer: "http://127.0.0.1:8000".into(),
             issuer_is_listen: false,
             database_url: database_url.into(),
+            database_pools: PoolSettings::default(),
             scopes: example_scopes(),
             default_scopes: vec!["read".into(), "write".into(), "groups".into()],
             access_token_lifetime: DEFAULT_ACCESS_TOKEN_LIFETIME,
@@ -677,6 +697,64 @@ impl Source<'_> {
             ));
         }
         Ok(database_url)
+    }
+
+    /// `database_max_connections` (a whole number in [`DATABASE_MAX_CONNECTIONS`]; default the
+    /// backend's, [`crate::store::default_max_connections`]) and `database_acquire_timeout` (a
+    /// duration in [`DATABASE_ACQUIRE_TIMEOUT`]; default [`DEFAULT_ACQUIRE_TIMEOUT`]).
+    fn database_pools(
+        &self,
+        max_connections: Option<i64>,
+        acquire_timeout: Option<RawDuration>,
+    ) -> Result<PoolSettings, ConfigError> {
+        let (origin, max) = self.pick(
+            "database_max_connections",
+            max_connections.map(|n| n.to_string()),
+        );
+        let max_connections = max
+            .map(|text| {
+                text.trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| DATABASE_MAX_CONNECTIONS.contains(n))
+                    .ok_or_else(|| {
+                        fail(
+                            &origin,
+                            format!(
+                                "\"{text}\" is not a number of connections from {} to {} \
+                                 (default 4 on SQLite, 8 on PostgreSQL)",
+                                DATABASE_MAX_CONNECTIONS.start(),
+                                DATABASE_MAX_CONNECTIONS.end()
+                            ),
+                        )
+                    })
+            })
+            .transpose()?;
+        let (origin, wait) = self.pick(
+            "database_acquire_timeout",
+            acquire_timeout.map(|v| v.to_string()),
+        );
+        let acquire_timeout = match wait {
+            None => DEFAULT_ACQUIRE_TIMEOUT,
+            Some(text) => resource_server::settings::parse_duration(&text)
+                .and_then(|wait| {
+                    if DATABASE_ACQUIRE_TIMEOUT.contains(&wait) {
+                        Ok(wait)
+                    } else {
+                        Err("must be from 100ms to 60s".to_owned())
+                    }
+                })
+                .map_err(|problem| {
+                    fail(
+                        &origin,
+                        format!("\"{text}\" is not a wait ({problem}; like 500ms, 10s or 30s)"),
+                    )
+                })?,
+        };
+        Ok(PoolSettings {
+            max_connections,
+            acquire_timeout,
+        })
     }
 
     /// `default_scopes` (a YAML list in the file; commas and/or spaces in the environment), each
@@ -1646,6 +1724,81 @@ mod tests {
             "{err}"
         );
         assert!(check_environment(["AUTHSERVER_PURGE_INTERVAL"]).is_ok());
+    }
+
+    #[test]
+    fn database_pool_size_and_wait_from_the_file_or_the_environment() {
+        let default = Settings::from_yaml("", "c.yaml").unwrap().database_pools;
+        assert_eq!(default, PoolSettings::default());
+        assert_eq!(default.max_connections, None, "the backend's default");
+        assert_eq!(default.acquire_timeout, Duration::from_secs(10));
+        let s = Settings::from_yaml(
+            "database_max_connections: 32\ndatabase_acquire_timeout: 500ms",
+            "c.yaml",
+        )
+        .unwrap();
+        assert_eq!(s.database_pools.max_connections, Some(32));
+        assert_eq!(s.database_pools.acquire_timeout, Duration::from_millis(500));
+        let s = Settings::from_yaml("database_acquire_timeout: 60", "c.yaml").unwrap();
+        assert_eq!(s.database_pools.acquire_timeout, Duration::from_secs(60));
+        let env = |key: &str| match key {
+            "AUTHSERVER_DATABASE_MAX_CONNECTIONS" => Some("1000".to_owned()),
+            "AUTHSERVER_DATABASE_ACQUIRE_TIMEOUT" => Some("100ms".to_owned()),
+            _ => None,
+        };
+        let yaml = "database_max_connections: 2\ndatabase_acquire_timeout: 5s";
+        let s = Settings::validate(&Document::new("c.yaml", yaml), &env, false).unwrap();
+        assert_eq!(
+            s.database_pools,
+            PoolSettings {
+                max_connections: Some(1000),
+                acquire_timeout: Duration::from_millis(100),
+            },
+            "the environment wins over the file"
+        );
+        assert!(
+            check_environment([
+                "AUTHSERVER_DATABASE_MAX_CONNECTIONS",
+                "AUTHSERVER_DATABASE_ACQUIRE_TIMEOUT"
+            ])
+            .is_ok()
+        );
+        let err = Settings::from_yaml("database_max_connections: 0", "c.yaml").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "c.yaml: key \"database_max_connections\": \"0\" is not a number of connections \
+             from 1 to 1000 (default 4 on SQLite, 8 on PostgreSQL)"
+        );
+        for bad in ["1001", "-1", "many"] {
+            let env =
+                |key: &str| (key == "AUTHSERVER_DATABASE_MAX_CONNECTIONS").then(|| bad.to_owned());
+            let err = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap_err();
+            assert!(
+                err.to_string().starts_with(&format!(
+                    "environment variable AUTHSERVER_DATABASE_MAX_CONNECTIONS: \"{bad}\" is not \
+                     a number of connections from 1 to 1000"
+                )),
+                "{err}"
+            );
+        }
+        let err = Settings::from_yaml("database_acquire_timeout: 2m", "c.yaml").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "c.yaml: key \"database_acquire_timeout\": \"2m\" is not a wait (must be from \
+             100ms to 60s; like 500ms, 10s or 30s)"
+        );
+        for bad in ["99ms", "0", "61s", "10x"] {
+            let env =
+                |key: &str| (key == "AUTHSERVER_DATABASE_ACQUIRE_TIMEOUT").then(|| bad.to_owned());
+            let err = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap_err();
+            assert!(
+                err.to_string().starts_with(&format!(
+                    "environment variable AUTHSERVER_DATABASE_ACQUIRE_TIMEOUT: \"{bad}\" is not \
+                     a wait ("
+                )),
+                "{err}"
+            );
+        }
     }
 
     #[test]

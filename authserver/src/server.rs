@@ -9,24 +9,27 @@ use anyhow::{Context, bail};
 use http_serving::{Limits, redact_url};
 use std::future::Future;
 
-/// Opens the storage `settings` name with every storage setting (the token cache's capacity),
-/// and installs the key-encryption key when the settings have one (sealing signing keys stored
-/// in the clear); without one, the secret kept in `keep_in` (the stack's data directory) or, when
-/// that is `None`, beside a SQLite database ([`kept_secret`]). What every command that reads or
-/// writes the database starts with.
+/// Opens the storage `settings` name with every storage setting (the token cache's capacity, the
+/// pools' size and wait), and installs the key-encryption key when the settings have one
+/// (sealing signing keys stored in the clear); without one, the secret kept in `keep_in` (the
+/// stack's data directory) or, when that is `None`, beside a SQLite database ([`kept_secret`]).
+/// What every command that reads or writes the database starts with.
 pub async fn open_store(
     settings: &mut Settings,
     keep_in: Option<&std::path::Path>,
 ) -> anyhow::Result<Store> {
-    let store =
-        Store::connect_with_token_cache(&settings.database_url, settings.token_cache_capacity)
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot open the database {}",
-                    redact_url(&settings.database_url)
-                )
-            })?;
+    let store = Store::connect_with(
+        &settings.database_url,
+        settings.token_cache_capacity,
+        settings.database_pools,
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "cannot open the database {}",
+            redact_url(&settings.database_url)
+        )
+    })?;
     if settings.key_encryption.is_none() {
         let kept = match keep_in {
             Some(dir) => Some((dir.to_path_buf(), "the secret file in the data directory")),

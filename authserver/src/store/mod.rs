@@ -177,11 +177,21 @@ impl Store {
     /// Connects to `sqlite:…` or `postgres://…`, creating the SQLite file and its folder when
     /// missing, and applies the migrations that have not run yet.
     pub async fn connect(database_url: &str) -> StoreResult<Store> {
-        Store::connect_with_token_cache(database_url, DEFAULT_TOKEN_CACHE_CAPACITY).await
+        Store::connect_with(
+            database_url,
+            DEFAULT_TOKEN_CACHE_CAPACITY,
+            PoolSettings::default(),
+        )
+        .await
     }
 
-    /// [`Store::connect`] with a token cache of `capacity` entries (0: none).
-    pub async fn connect_with_token_cache(database_url: &str, capacity: u64) -> StoreResult<Store> {
+    /// [`Store::connect`] with a token cache of `capacity` entries (0: none) and the pools sized
+    /// by `pools` (the settings `database_max_connections` and `database_acquire_timeout`).
+    pub async fn connect_with(
+        database_url: &str,
+        capacity: u64,
+        pools: PoolSettings,
+    ) -> StoreResult<Store> {
         install_default_drivers();
         let backend = if database_url.starts_with("postgres") {
             Backend::Postgres
@@ -196,14 +206,14 @@ impl Store {
             Some(file) => file.url.clone(),
             None => database_url.to_owned(),
         };
-        let max_connections = match backend {
-            Backend::Sqlite => 4,
-            Backend::Postgres => 8,
-        };
+        let max_connections = pools
+            .max_connections
+            .unwrap_or_else(|| default_max_connections(backend));
+        let acquire_timeout = pools.acquire_timeout;
         let options = |max_connections: u32| {
             AnyPoolOptions::new()
                 .max_connections(max_connections)
-                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .acquire_timeout(acquire_timeout)
                 .test_before_acquire(false)
                 .before_acquire(|conn, meta| {
                     Box::pin(async move { ping_if_idle(conn, meta).await })
@@ -252,7 +262,7 @@ impl Store {
             None => {
                 let pool = PgPoolOptions::new()
                     .max_connections(16)
-                    .acquire_timeout(ACQUIRE_TIMEOUT)
+                    .acquire_timeout(acquire_timeout)
                     .test_before_acquire(false)
                     .before_acquire(|conn, meta| {
                         Box::pin(async move { ping_if_idle(conn, meta).await })
@@ -327,7 +337,37 @@ impl Store {
     }
 }
 
-const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How the cold path's pool is sized and how long any pool's caller waits for a connection
+/// (the settings `database_max_connections` and `database_acquire_timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    /// The most connections of the cold path's pool (on SQLite its readers': the cold path's
+    /// writer stays one connection); `None`: [`default_max_connections`] of the backend. The
+    /// hot path's PostgreSQL pool keeps its own 16.
+    pub max_connections: Option<u32>,
+    /// How long a request waits for a connection of any pool before it is answered `503`.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PoolSettings {
+    fn default() -> PoolSettings {
+        PoolSettings {
+            max_connections: None,
+            acquire_timeout: DEFAULT_ACQUIRE_TIMEOUT,
+        }
+    }
+}
+
+/// The cold path's pool size when `database_max_connections` is not set.
+pub fn default_max_connections(backend: Backend) -> u32 {
+    match backend {
+        Backend::Sqlite => 4,
+        Backend::Postgres => 8,
+    }
+}
+
+/// How long a request waits for a pooled connection when `database_acquire_timeout` is not set.
+pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the first connection to PostgreSQL may take before the server is called silent.
 const FIRST_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -482,8 +522,8 @@ fn warn_busy() {
             .is_ok()
     {
         tracing::warn!(
-            wait_seconds = ACQUIRE_TIMEOUT.as_secs(),
-            "no database connection came free in time: answering 503 with Retry-After"
+            "no database connection came free within database_acquire_timeout: answering 503 \
+             with Retry-After (database_max_connections sizes the pool)"
         );
     }
 }
@@ -493,5 +533,51 @@ fn conflict(what: &'static str) -> impl Fn(sqlx::Error) -> StoreError {
     move |error| match &error {
         sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Conflict(what),
         _ => StoreError::from(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_pools_are_sized_and_wait_as_the_settings_say() {
+        let mut urls = vec![crate::testing::sqlite_url()];
+        urls.extend(crate::testing::postgres_schema_url().await);
+        for url in urls {
+            let mut settings = crate::config::Settings::for_tests(&url);
+            let wait = Duration::from_millis(1500);
+            settings.database_pools = PoolSettings {
+                max_connections: Some(3),
+                acquire_timeout: wait,
+            };
+            let store = crate::server::open_store(&mut settings, None)
+                .await
+                .unwrap();
+            let options = store.pool().options();
+            assert_eq!(options.get_max_connections(), 3, "{url}");
+            assert_eq!(options.get_acquire_timeout(), wait, "{url}");
+            match &store.hot {
+                Hot::Sqlite(_) => {
+                    let writer = store.writer.options();
+                    assert_eq!(writer.get_max_connections(), 1, "SQLite's one writer");
+                    assert_eq!(writer.get_acquire_timeout(), wait);
+                }
+                Hot::Postgres(pg) => {
+                    let hot = pg.pool.options();
+                    assert_eq!(hot.get_max_connections(), 16, "the hot path's own pool");
+                    assert_eq!(hot.get_acquire_timeout(), wait);
+                }
+            }
+            let defaulted = Store::connect(&url).await.unwrap();
+            assert_eq!(
+                defaulted.pool().options().get_max_connections(),
+                default_max_connections(defaulted.backend())
+            );
+            assert_eq!(
+                defaulted.pool().options().get_acquire_timeout(),
+                DEFAULT_ACQUIRE_TIMEOUT
+            );
+        }
     }
 }

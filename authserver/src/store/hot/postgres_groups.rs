@@ -107,7 +107,7 @@ fn tokens_connection(pool: &PgPool) -> PgPool {
         .options([("synchronous_commit", "off")]);
     PgPoolOptions::new()
         .max_connections(1)
-        .acquire_timeout(crate::store::ACQUIRE_TIMEOUT)
+        .acquire_timeout(pool.options().get_acquire_timeout())
         .test_before_acquire(false)
         .connect_lazy_with(options)
 }
@@ -159,7 +159,7 @@ impl HeldConnection {
         }) = held.take()
         {
             if last_used.elapsed() <= crate::store::PING_AFTER_IDLE
-                || tokio::time::timeout(crate::store::ACQUIRE_TIMEOUT, conn.ping())
+                || tokio::time::timeout(self.pool.options().get_acquire_timeout(), conn.ping())
                     .await
                     .is_ok_and(|pinged| pinged.is_ok())
             {
@@ -207,8 +207,9 @@ impl HeldConnection {
             });
         } else {
             // In the background: the group's callers are not kept waiting for the goodbye.
+            let wait = self.pool.options().get_acquire_timeout();
             tokio::spawn(async move {
-                let closing = tokio::time::timeout(crate::store::ACQUIRE_TIMEOUT, conn.close());
+                let closing = tokio::time::timeout(wait, conn.close());
                 if let Ok(Err(error)) = closing.await {
                     tracing::debug!(%error, "closing a writer's connection at the end of its lifetime");
                 }
