@@ -155,7 +155,7 @@ impl ListenerGate {
             refused: AtomicU64::new(0),
             head_timeouts: AtomicU64::new(0),
             tls_failures: AtomicU64::new(0),
-            h2: H2Watch::new(body_idle),
+            h2: H2Watch::new(body_idle, max),
             waiting: None,
             refused_logged: AtomicU64::new(0),
             next_log_ms: AtomicU64::new(0),

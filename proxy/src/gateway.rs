@@ -27,7 +27,7 @@ use resource_server::{EncodedIdentity, MetadataAnswer, Refusal};
 
 use crate::balance::{Lease, Pool, http_peer};
 use crate::drain::InFlight;
-use crate::h2_conn::{ANSWERED_IDLE, BodyClock};
+use crate::h2_conn::{ANSWERED_IDLE, BodyClock, StreamSlot};
 use crate::headers::{is_identity_header, names_to_strip};
 use crate::metrics::{Outcome, UNMATCHED};
 use crate::state::{Routing, SharedState};
@@ -68,6 +68,8 @@ pub struct RequestCtx {
     /// An HTTP/2 stream's request body, still to come: its progress, for the connection's
     /// deadline ([`crate::h2_conn`]).
     body_clock: Option<Arc<BodyClock>>,
+    /// An HTTP/2 stream's place in the listener's stream budget ([`crate::h2_conn::H2Watch`]).
+    h2_stream: Option<StreamSlot>,
     /// Counts the request as in flight for the drain until the context is dropped (Pingora
     /// makes the context once the request head is read, and drops it once the answer is sent).
     _in_flight: InFlight,
@@ -93,11 +95,28 @@ impl ProxyHttp for Gateway {
             cors: None,
             client_cert: None,
             body_clock: None,
+            h2_stream: None,
             _in_flight: self.shared.drain.enter(),
         }
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        if session.is_http2() {
+            // Every stream holds memory until it ends (a stalled body for `body_idle_timeout`):
+            // past the listener's budget, the stream is answered at once.
+            ctx.h2_stream = self.shared.listeners[0].h2.stream();
+            if ctx.h2_stream.is_none() {
+                let refusal = Refusal {
+                    status: 503,
+                    www_authenticate: None,
+                    body: r#"{"detail":"too many requests in progress, retry"}"#.to_owned(),
+                };
+                let retry = [(http::header::RETRY_AFTER, HeaderValue::from_static("1"))];
+                let grpc = is_grpc(session.req_header());
+                write_refusal(session, refusal, grpc, &retry).await?;
+                return Ok(true);
+            }
+        }
         let routing = self.shared.routing();
         let client_cert = PeerCert::of(session.digest());
         ctx.client_cert = client_cert.map(|c| c.escaped_pem.clone());

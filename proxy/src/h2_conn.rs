@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -42,6 +42,23 @@ pub struct H2Watch {
     conns: Mutex<HashMap<usize, Weak<Conn>>>,
     preface_timeouts: AtomicU64,
     body_timeouts: AtomicU64,
+    /// HTTP/2 streams being served now, across the listener's connections, and the most at once
+    /// (`connections.max`): each costs about 27 KiB (Pingora's task and session) for as long as
+    /// it lasts, a stalled body up to `body_idle_timeout`, and 100 per connection times
+    /// `connections.max` connections would be gigabytes.
+    streams: AtomicUsize,
+    max_streams: usize,
+    streams_refused: AtomicU64,
+}
+
+/// A stream counted in [`H2Watch`]'s budget until dropped.
+#[derive(Debug)]
+pub struct StreamSlot(Arc<H2Watch>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.streams.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// The streams of one connection whose bodies are awaited, and the connection's reader to wake
@@ -140,13 +157,33 @@ fn key(digest: &Arc<protocols::SocketDigest>) -> usize {
 }
 
 impl H2Watch {
-    pub fn new(idle: Duration) -> Arc<H2Watch> {
+    /// `max_streams`: HTTP/2 streams served at once across the listener.
+    pub fn new(idle: Duration, max_streams: usize) -> Arc<H2Watch> {
         Arc::new(H2Watch {
             idle,
             conns: Mutex::default(),
             preface_timeouts: AtomicU64::new(0),
             body_timeouts: AtomicU64::new(0),
+            streams: AtomicUsize::new(0),
+            max_streams,
+            streams_refused: AtomicU64::new(0),
         })
+    }
+
+    /// A place for one more stream, or `None` when `max_streams` are being served (counted in
+    /// [`H2Watch::streams_refused`]).
+    pub fn stream(self: &Arc<Self>) -> Option<StreamSlot> {
+        if self.streams.fetch_add(1, Ordering::AcqRel) >= self.max_streams {
+            self.streams.fetch_sub(1, Ordering::AcqRel);
+            self.streams_refused.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(StreamSlot(self.clone()))
+    }
+
+    /// Streams refused because `max_streams` were being served.
+    pub fn streams_refused(&self) -> u64 {
+        self.streams_refused.load(Ordering::Relaxed)
     }
 
     /// Connections closed because their client preface did not arrive within `head_timeout`.

@@ -105,5 +105,10 @@ fn collect_listeners(gates: &[Arc<ListenerGate>], s: &mut Scrape) -> std::fmt::R
         "h2_body_timeouts",
         "HTTP/2 connections closed because a request body stopped for connections.body_idle_timeout",
         by_listener(|g| g.h2.body_timeouts()),
+    )?;
+    s.counters(
+        "h2_streams_refused",
+        "HTTP/2 streams answered 503 because connections.max streams were being served",
+        by_listener(|g| g.h2.streams_refused()),
     )
 }

@@ -211,6 +211,49 @@ async fn many_streams_without_a_body_get_no_upstream_connection() {
         .unwrap();
 }
 
+/// HTTP/2 streams across the listener are bounded by `connections.max`: each holds memory until
+/// it ends (a stalled body up to `body_idle_timeout`), so past the budget a stream is answered
+/// `503` at once and counted, and the budget comes back as streams end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_past_the_listeners_budget_are_answered_503_at_once() {
+    if !common::have_h2() {
+        return;
+    }
+    let upstream = Upstream::default();
+    let addr = upstream.start().await;
+    let (listen, admin) = two_free_ports();
+    let yaml = format!(
+        "{}\nh2c: true\nconnections: {{ max: 30, body_idle_timeout: 5s }}\n",
+        config_yaml(listen, admin, "http://127.0.0.1:9/", addr, ROUTES),
+    );
+    let (handle, path) = start_proxy("h2-stream-budget", &yaml).await;
+
+    let result = many_streams(listen, 50, 0, Duration::from_secs(1)).await;
+    assert_eq!(result["responses"], 20, "{result}");
+    assert_eq!(result["statuses"]["503"], 20, "{result}");
+    assert_eq!(result["refused"], 0, "{result}");
+    assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0, "{result}");
+    let metrics = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("tokengate_proxy_h2_streams_refused_total{listener=\"proxy\"} 20"),
+        "{metrics}"
+    );
+    // The first connection is gone (the client closed it): its 30 places are free again.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = many_streams(listen, 30, 0, Duration::from_secs(1)).await;
+    assert_eq!(again["responses"], 0, "{again}");
+
+    let _ = std::fs::remove_file(path);
+    tokio::task::spawn_blocking(move || handle.shutdown_now())
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http1_upstream_connection_is_released_once_answered() {
     // A body, then an answer complete with its head (no body filter follows it).

@@ -3,8 +3,9 @@ sends STREAMS requests `POST PATH` at once, before the server's SETTINGS arrive 
 would: the client library's own stream limit is not yet known), each declaring a 100-byte body
 of which only the first FIRST bytes come (on the first 100 streams, those the server may accept),
 the rest never. Reads for at most HOLD seconds, then prints one JSON line: the responses
-received, the streams refused (RST_STREAM REFUSED_STREAM), and after how many seconds from the
-first response the server closed the connection (null: not within HOLD)."""
+received (and how many of each status), the streams refused (RST_STREAM REFUSED_STREAM), and
+after how many seconds from the first response the server closed the connection (null: not
+within HOLD)."""
 
 import json
 import socket
@@ -34,7 +35,7 @@ def main():
         if first and i < 100:
             conn.send_data(stream_id, b"x" * first, end_stream=False)
     sock.sendall(conn.data_to_send())
-    result = {"responses": 0, "refused": 0, "other_resets": 0, "closed_after": None}
+    result = {"responses": 0, "statuses": {}, "refused": 0, "other_resets": 0, "closed_after": None}
     first_response = None
     started = time.monotonic()
     while time.monotonic() - started < hold:
@@ -56,6 +57,8 @@ def main():
         for event in events:
             if isinstance(event, h2.events.ResponseReceived):
                 result["responses"] += 1
+                status = dict(event.headers).get(b":status", b"?").decode()
+                result["statuses"][status] = result["statuses"].get(status, 0) + 1
                 if first_response is None:
                     first_response = time.monotonic()
             elif isinstance(event, h2.events.StreamReset):
