@@ -618,26 +618,29 @@ async fn sign_in_passkey_options_are_limited_per_address() {
         .await
         .unwrap()
     };
+    // A refusal at the limit: 429, Retry-After the window, an error naming it.
+    let assert_refused = |refused: &Reply| {
+        assert_eq!(
+            refused.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{}",
+            refused.body
+        );
+        assert_eq!(refused.headers["retry-after"], "900");
+        assert!(
+            refused.json()["error"]
+                .as_str()
+                .unwrap()
+                .contains("Too many")
+        );
+    };
     let limit = authserver::throttle::MAX_PASSKEY_CHALLENGES_PER_ADDRESS;
     for i in 0..limit {
         let reply = options_from("198.51.100.7").await;
         assert_eq!(reply.status, StatusCode::OK, "request {i}: {}", reply.body);
     }
     assert_eq!(challenges().await, limit);
-    let refused = options_from("198.51.100.7").await;
-    assert_eq!(
-        refused.status,
-        StatusCode::TOO_MANY_REQUESTS,
-        "{}",
-        refused.body
-    );
-    assert_eq!(refused.headers["retry-after"], "900");
-    assert!(
-        refused.json()["error"]
-            .as_str()
-            .unwrap()
-            .contains("Too many")
-    );
+    assert_refused(&options_from("198.51.100.7").await);
     assert_eq!(challenges().await, limit, "no row for a refused request");
     // The second-factor mode is not limited per address, and does not count.
     let pending = start_sign_in(&fx, Some("alice")).await;
@@ -661,13 +664,7 @@ async fn sign_in_passkey_options_are_limited_per_address() {
         );
     }
     assert_eq!(challenges().await, limit + 2);
-    let refused = options_from("198.51.100.7").await;
-    assert_eq!(
-        refused.status,
-        StatusCode::TOO_MANY_REQUESTS,
-        "{}",
-        refused.body
-    );
+    assert_refused(&options_from("198.51.100.7").await);
     // Another address is served, with the same cookie.
     let other = options_from("198.51.100.8").await;
     assert_eq!(other.status, StatusCode::OK, "{}", other.body);

@@ -233,12 +233,7 @@ async fn streams_past_the_listeners_budget_are_answered_503_at_once() {
     assert_eq!(result["statuses"]["503"], 20, "{result}");
     assert_eq!(result["refused"], 0, "{result}");
     assert_eq!(upstream.accepted.load(Ordering::SeqCst), 0, "{result}");
-    let metrics = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::admin_metrics(admin).await;
     assert!(
         metrics.contains("tokengate_proxy_h2_streams_refused_total{listener=\"proxy\"} 20"),
         "{metrics}"

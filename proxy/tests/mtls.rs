@@ -387,13 +387,9 @@ async fn a_bound_jwt_stands_only_with_its_certificate() {
 }
 
 async fn metric(admin: u16, series: &str) -> u64 {
-    let text = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+    common::admin_metrics(admin)
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
+        .lines()
         .find_map(|l| l.strip_prefix(series))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)

@@ -250,12 +250,7 @@ print(round(time.time() - start, 1))
             "sent {send:?}: closed after {secs} s"
         );
     }
-    let metrics = reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::admin_metrics(admin).await;
     assert!(
         metrics.contains("tokengate_proxy_head_timeouts_total{listener=\"proxy\"} 2"),
         "{metrics}"

@@ -310,6 +310,16 @@ routes:
   - { name: pass, prefix: /pass/, upstream: open, scopes: [read] }
 "#;
 
+/// The `/metrics` text of the admin listener on 127.0.0.1:`admin`.
+pub async fn admin_metrics(admin: u16) -> String {
+    reqwest::get(format!("http://127.0.0.1:{admin}/metrics"))
+        .await
+        .expect("metrics response")
+        .text()
+        .await
+        .expect("metrics body")
+}
+
 /// A configuration file for the proxy on free ports.
 pub fn config_yaml(
     listen: u16,
@@ -402,14 +412,7 @@ impl Fixture {
 
     /// The admin listener's `/metrics` text.
     pub async fn metrics(&self) -> String {
-        self.client
-            .get(self.admin_url("/metrics"))
-            .send()
-            .await
-            .expect("metrics response")
-            .text()
-            .await
-            .expect("metrics body")
+        admin_metrics(self.proxy.admin_addr().port()).await
     }
 
     /// GET `path` with an optional bearer token.
