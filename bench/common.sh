@@ -112,9 +112,11 @@ nginx_conf() {
 }
 
 # Callgrind runs (bench/instructions.sh, bench/authserver_instructions.sh): starts "$@" under
-# callgrind (output $WORK/cg.$CASE, dumps numbered .1, .2); sets BOX_PID.
+# callgrind (output $WORK/cg.$CASE, dumps numbered .1, .2); sets BOX_PID. mimalloc's settings as
+# our binaries set them (resource-server/src/allocator.rs): unset, they re-execute themselves with
+# them, and the new program would run outside valgrind (the empty profile of an earlier session).
 under_callgrind() {
-  valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.$CASE" "$@" 2>"$WORK/valgrind-$CASE.log" &
+  MIMALLOC_PURGE_DELAY=250 MIMALLOC_ALLOW_THP=0 valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.$CASE" "$@" 2>"$WORK/valgrind-$CASE.log" &
   BOX_PID=$!; PIDS+=($BOX_PID)
 }
 # The instructions counted in callgrind dump $1.

@@ -119,9 +119,7 @@ for CASE in $CASES; do
       [ "$CASE" = on-aud ] && extra="resource: http://127.0.0.1:$AUD_PORT/"
       case $CASE in on-dpop*) access="scopes: [read], dpop: required" ;; esac
       proxy_yaml "$CASE" "$access" "$PORT" "$ADMIN" "$extra"
-      # MIMALLOC_PURGE_DELAY set as the proxy sets it: unset, it re-executes itself with it, and
-      # the new program would run outside valgrind (the empty profile of an earlier session).
-      MIMALLOC_PURGE_DELAY=250 RUST_LOG=warn under_callgrind "$PROXY" --config "$WORK/proxy-$CASE.yaml" ;;
+      RUST_LOG=warn under_callgrind "$PROXY" --config "$WORK/proxy-$CASE.yaml" ;;
     bare) under_callgrind "$BARE" "127.0.0.1:$PORT" "127.0.0.1:$HELLO_PORT" "$WORKERS" "$WORK_STEALING" ;;
     njs|njs-tls)
       NJS_PORT=$PORT NJS_TLS_PORT=$(free_port) NGINX_PORT=$(free_port)

@@ -42,7 +42,8 @@
 #        NGINX, SKIP_BUILD=1 (use the binaries as built: target/dist/{proxy,examples/bare},
 #        target/release/{authserver,examples/hello}, or the paths in PROXY, BARE, AUTH, HELLO))
 #        PERF=1: perf record (cpu-clock) on the box during each fixed-rate measurement, for the
-#        kernel's share of its CPU as perf samples it (needs perf, linux-perf)
+#        kernel's share of its CPU as perf samples it, and perf stat of its system calls per
+#        request (needs perf, linux-perf)
 #        CONFIG=2x2: issue 42's second, independent configuration (2 nginx workers, 2 proxy threads,
 #        64 connections at the fixed rate too): WORKERS=2 RATE_CONNS=64 unless set
 set -euo pipefail
@@ -184,6 +185,8 @@ cpu_ticks() { local t=0 p; for p in "$@"; do
   t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done; echo "$t"; }
 # The same, system (kernel) time only.
 sys_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{ print $15 }' "/proc/$p/stat"))); done; echo "$t"; }
+# Minor page faults so far (a page the allocator gave back and touched again costs one).
+minor_faults() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{ print $10 }' "/proc/$p/stat"))); done; echo "$t"; }
 HZ=$(getconf CLK_TCK)
 rss_sampler() { # $@ pids: max summed VmRSS (kB) every 0.5 s; bash builtins only (no forks but
   local max=0 sum k v _ p #  sleep), so that sampling costs the machine next to nothing
@@ -227,15 +230,17 @@ saturate() { # $1 url, $2 pids of the box in the middle (empty for direct), $3 m
 # Fixed rate: "rps p50_ms p99_ms non2xx errors box_cpu_ms_per_1000_requests box_kernel_ms_per_1000"
 # (CPU seconds per 1000 requests = vCPU per 1000 req/s, printed in thousandths; the kernel's part
 # of it beside, from the scheduler's accounting) and, with PERF=1, the kernel's share of the box's
-# `perf record -e cpu-clock` samples in percent ("-" without)
+# `perf record -e cpu-clock` samples in percent and the system calls it made ("-" without)
 fixed() { # $1 url, $2 pids, $3 mode: keep | new | h2
-  local out box0 box1 sys0 sys1 rps p50 p99 non2xx total errors n perf_pid="" kernel=-
+  local out box0 box1 sys0 sys1 flt0 flt1 rps p50 p99 non2xx total errors n perf_pid="" stat_pid="" kernel=- calls=-
   rm -f "$WORK/h2load.log"
   if [ -n "${PERF:-}" ] && [ -n "$2" ]; then
     perf record -q -e cpu-clock -F 997 -p "$(echo $2 | tr ' ' ',')" -o "$WORK/perf.data" \
       -- sleep "$DURATION" 2>/dev/null & perf_pid=$!
+    perf stat -x, -e raw_syscalls:sys_enter -p "$(echo $2 | tr ' ' ',')" -o "$WORK/syscalls" \
+      -- sleep "$DURATION" 2>/dev/null & stat_pid=$!
   fi
-  box0=$(cpu_ticks $2); sys0=$(sys_ticks $2)
+  box0=$(cpu_ticks $2); sys0=$(sys_ticks $2); flt0=$(minor_faults $2)
   case $3 in
     keep) out=$(h2load --h1 -t1 -c"$RATE_CONNS" --rps="$(python3 -c "print($RATE / $RATE_CONNS)")" \
             -D"$DURATION" --log-file="$WORK/h2load.log" -H "Authorization: Bearer $TOKEN" "$1") ;;
@@ -251,11 +256,13 @@ fixed() { # $1 url, $2 pids, $3 mode: keep | new | h2
     dpop) out=$(wrk -t1 -c"$RATE_CONNS" -d"${DURATION}s" --latency -s bench/dpop.lua "$1" -- \
             "$DPOP_TOKEN" "$WORK/proofs" 1 "$((RATE_CONNS * 1000 / RATE))") ;;
   esac
-  box1=$(cpu_ticks $2); sys1=$(sys_ticks $2)
+  box1=$(cpu_ticks $2); sys1=$(sys_ticks $2); flt1=$(minor_faults $2)
   if [ -n "$perf_pid" ]; then
     wait "$perf_pid" || true
     kernel=$(perf report -i "$WORK/perf.data" --stdio --sort dso -g none 2>/dev/null \
       | awk '/\[kernel/ { sub("%", "", $1); s += $1 } END { printf "%.1f", s }')
+    wait "$stat_pid" || true
+    calls=$(awk -F, '/raw_syscalls:sys_enter/ { print $1 }' "$WORK/syscalls")
   fi
   if [ "$3" = dpop ]; then
     read -r rps p50 p99 non2xx total errors < <(python3 bench/wrk_stats.py <<<"$out")
@@ -264,7 +271,8 @@ fixed() { # $1 url, $2 pids, $3 mode: keep | new | h2
   fi
   total=$((total > 0 ? total : 1))
   echo "$rps $p50 $p99 $non2xx $errors $(( (box1 - box0) * 1000 * 1000 / (HZ * total) ))" \
-    "$(( (sys1 - sys0) * 1000 * 1000 / (HZ * total) ))" "$kernel"
+    "$(( (sys1 - sys0) * 1000 * 1000 / (HZ * total) ))" "$kernel" \
+    "$([ "$calls" = - ] && echo - || echo $((calls * 1000 / total)))" "$(( (flt1 - flt0) * 1000 / total ))"
 }
 metric() { # $1 metric name: its value on the checks-on proxy's admin /metrics
   curl -s "http://127.0.0.1:$ON_ADMIN/metrics" | awk -v m="$1" '$1 == m { print $2 }'
@@ -339,6 +347,8 @@ cpu = {c: mean(c, 14) / 1000 for c in cases}; fp50 = {c: mean(c, 10) for c in ca
 fp99 = {c: mean(c, 11) for c in cases}; rss = {c: big(c, 8) / 1024 for c in cases}
 kern = {c: mean(c, 15) / 1000 for c in cases}
 perf = {c: mean(c, 16) for c in cases if all(r[16] != "-" for r in rows if r[0] == c)}
+calls = {c: mean(c, 17) / 1000 for c in cases if all(r[17] != "-" for r in rows if r[0] == c)}
+faults = {c: mean(c, 18) for c in cases}
 print()
 print(f"{'means':<27}{'sat req/s':>10}{'p50 ms':>8}{'p99 ms':>8}{'| vCPU/1k req/s':>15}{'kernel':>8}{'p50 ms':>8}{'p99 ms':>8}{'max RSS MB':>11}")
 for c in cases:
@@ -349,6 +359,11 @@ for c in cases:
 if perf:
     print("kernel time by perf (cpu-clock samples of the box at the fixed rate, PERF=1): "
           + "; ".join(f"{label[c]} {perf[c]:.1f} % = {cpu[c] * perf[c] / 100:.3f} vCPU/1k req/s" for c in perf))
+print("minor page faults of the box per 1000 requests at the fixed rate: "
+      + "; ".join(f"{label[c]} {faults[c]:.0f}" for c in cases if c != "direct"))
+if calls:
+    print("system calls per request at the fixed rate (perf stat raw_syscalls:sys_enter, PERF=1): "
+          + "; ".join(f"{label[c]} {calls[c]:.2f}" for c in calls))
 def verdict(ok): return "met" if ok else "MISSED"
 print()
 if "on" in cases and "njs" in cases:

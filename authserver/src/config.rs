@@ -5,7 +5,7 @@
 use crate::client_ip::{IpRange, ProxySecret};
 use crate::domain::INTROSPECTION_SCOPE;
 use crate::key_encryption::{KeyEncryption, SECRETS_VAR};
-use crate::store::{DEFAULT_ACQUIRE_TIMEOUT, PoolSettings};
+use crate::store::{Backend, DEFAULT_ACQUIRE_TIMEOUT, PoolSettings, default_max_connections};
 use http_serving::redact_url;
 use resource_server::access_log::{AccessLogSettings, RawAccessLog};
 pub use resource_server::layers::{Document, Overrides};
@@ -700,7 +700,7 @@ impl Source<'_> {
     }
 
     /// `database_max_connections` (a whole number in [`DATABASE_MAX_CONNECTIONS`]; default the
-    /// backend's, [`crate::store::default_max_connections`]) and `database_acquire_timeout` (a
+    /// backend's, [`default_max_connections`]) and `database_acquire_timeout` (a
     /// duration in [`DATABASE_ACQUIRE_TIMEOUT`]; default [`DEFAULT_ACQUIRE_TIMEOUT`]).
     fn database_pools(
         &self,
@@ -722,9 +722,11 @@ impl Source<'_> {
                             &origin,
                             format!(
                                 "\"{text}\" is not a number of connections from {} to {} \
-                                 (default 4 on SQLite, 8 on PostgreSQL)",
+                                 (default {} on SQLite, {} on PostgreSQL)",
                                 DATABASE_MAX_CONNECTIONS.start(),
-                                DATABASE_MAX_CONNECTIONS.end()
+                                DATABASE_MAX_CONNECTIONS.end(),
+                                default_max_connections(Backend::Sqlite),
+                                default_max_connections(Backend::Postgres)
                             ),
                         )
                     })
@@ -741,7 +743,12 @@ impl Source<'_> {
                     if DATABASE_ACQUIRE_TIMEOUT.contains(&wait) {
                         Ok(wait)
                     } else {
-                        Err("must be from 100ms to 60s".to_owned())
+                        // Duration's Debug: "100ms", "60s".
+                        Err(format!(
+                            "must be from {:?} to {:?}",
+                            DATABASE_ACQUIRE_TIMEOUT.start(),
+                            DATABASE_ACQUIRE_TIMEOUT.end()
+                        ))
                     }
                 })
                 .map_err(|problem| {

@@ -159,6 +159,8 @@ async fn the_server_works_over_a_real_socket_with_a_third_party_client() {
     let mut server = Command::new(BIN)
         .args(["serve", "--database-url", &db])
         .env("AUTHSERVER_LISTEN", format!("127.0.0.1:{port}"))
+        .env_remove("MIMALLOC_PURGE_DELAY")
+        .env_remove("MIMALLOC_ALLOW_THP")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -179,6 +181,16 @@ async fn the_server_works_over_a_real_socket_with_a_third_party_client() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ready, "the server did not come up");
+    // It re-executed itself with mimalloc's settings (resource_server::allocator), none of which
+    // the test set.
+    let environ = std::fs::read(format!("/proc/{}/environ", server.id())).unwrap();
+    for (var, value) in resource_server::allocator::SETTINGS {
+        let want = format!("{var}={value}");
+        assert!(
+            environ.split(|b| *b == 0).any(|v| v == want.as_bytes()),
+            "{want} not in the server's environment"
+        );
+    }
     // Issue 37: the issuer, left to default, is the address the server listens on (the shipped
     // settings named the stack's front door, 127.0.0.1:8000, whatever the listen address).
     let metadata: serde_json::Value = http

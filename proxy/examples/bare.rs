@@ -1,6 +1,7 @@
 //! The smallest Pingora reverse proxy: `upstream_peer` only, no checks, no headers, no metrics.
 //! bench/proxy.sh runs it next to the tokengate proxy to show what tokengate adds on top of
-//! Pingora. Same allocator and runtime settings as the proxy binary, so only our code differs.
+//! Pingora. Same allocator, allocator settings ([`resource_server::allocator`]) and runtime
+//! settings as the proxy binary, so only our code differs.
 //!
 //! `bare LISTEN UPSTREAM [THREADS] [WORK_STEALING]`, e.g. `bare 127.0.0.1:9000 127.0.0.1:8002 1 false`
 
@@ -31,6 +32,7 @@ impl ProxyHttp for Bare {
 }
 
 fn main() {
+    resource_server::allocator::apply();
     let mut args = std::env::args().skip(1);
     let usage = "usage: bare LISTEN UPSTREAM [THREADS] [WORK_STEALING]";
     let listen = args.next().expect(usage);

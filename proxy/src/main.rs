@@ -8,26 +8,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 /// mimalloc instead of glibc's malloc: fewer cycles per request in malloc/free, which a
-/// profile of the proxy under load puts at ~12 % with glibc (issue 14, bench/proxy.sh).
+/// profile of the proxy under load puts at ~12 % with glibc (issue 14, bench/proxy.sh); run with
+/// the settings of [`resource_server::allocator`].
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-/// mimalloc gives memory back to the system once it has been free for its `purge_delay`, and
-/// only when a page is freed after that. Two settings of the `proxy` binary keep the sidecar in its
-/// memory budget:
-/// - [`PURGE_DELAY`]: 250 ms instead of mimalloc 3's 1 s. Under the stall attack of
-///   `proxy/tests/h2_stalls.rs` 1 s held about 20 MiB more at the peak (171–179 MiB against
-///   151–153, release); 10 ms (mimalloc 2's default, used before) gave pages back so eagerly that
-///   every proxied request faulted about 3 of them in again (2,900 minor faults per 1000
-///   requests, 20 % of the proxy's CPU; 250 ms: about 350, 1 s: about 80). mimalloc reads it
-///   from the environment before `main` runs, so [`main`] re-executes the binary with it set
-///   when the operator has not set it.
-/// - [`GIVE_BACK_EVERY`]: an idle sidecar frees no page, so the memory of a burst of 2,000 slow
-///   connections stayed (issue 21, `proxy/tests/slow_clients.rs`). A thread of ours frees one
-///   that often: a block over mimalloc's 512 KiB limit for shared pages gets a page of its own,
-///   and freeing a page purges what has expired.
-const PURGE_DELAY: (&str, &str) = ("MIMALLOC_PURGE_DELAY", "250");
-const GIVE_BACK_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[derive(Parser)]
 #[command(
@@ -77,8 +61,7 @@ fn main() -> ExitCode {
             }
         };
     }
-    purge_freed_memory_promptly();
-    give_back_freed_memory();
+    resource_server::allocator::apply();
     let config =
         match proxy::config::load_named_or_default(args.config.as_deref(), "--config/PROXY_CONFIG")
         {
@@ -125,43 +108,5 @@ fn warn_about_scopes(gate: &resource_server::GateSettings) {
             }
         }
         Checked::NotChecked(note) => eprintln!("note: {note}"),
-    }
-}
-
-/// Re-executes this binary with [`PURGE_DELAY`] set, unless it is set already (by the operator,
-/// or by this re-execution). Returns only if that is so or the re-execution failed.
-fn purge_freed_memory_promptly() {
-    use std::os::unix::process::CommandExt;
-    let (var, value) = PURGE_DELAY;
-    if std::env::var_os(var).is_some() {
-        return;
-    }
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    let mut argv = std::env::args_os();
-    let mut command = std::process::Command::new(exe);
-    if let Some(arg0) = argv.next() {
-        command.arg0(arg0);
-    }
-    let error = command.args(argv).env(var, value).exec();
-    tracing::warn!(%error, "cannot re-execute with {var}={value}: memory freed during a burst of connections is given back later");
-}
-
-/// Starts the thread of [`GIVE_BACK_EVERY`].
-fn give_back_freed_memory() {
-    const PAGE_OF_ITS_OWN: usize = 1 << 20;
-    let spawned = std::thread::Builder::new()
-        .name("give-back-mem".into())
-        .spawn(|| {
-            loop {
-                std::thread::sleep(GIVE_BACK_EVERY);
-                drop(std::hint::black_box(Vec::<u8>::with_capacity(
-                    PAGE_OF_ITS_OWN,
-                )));
-            }
-        });
-    if let Err(error) = spawned {
-        tracing::warn!(%error, "cannot start the thread that gives freed memory back to the system");
     }
 }

@@ -1,5 +1,5 @@
-//! The `proxy` binary: `--check-config`, a bad configuration at start, and SIGTERM draining an
-//! in-flight request.
+//! The `proxy` binary: `--check-config`, a bad configuration at start, SIGTERM draining an
+//! in-flight request, and the allocator settings it runs with.
 
 mod common;
 
@@ -227,6 +227,59 @@ fn outside_the_repository_the_shipped_configuration_is_compiled_in() {
     let _ = std::fs::remove_dir_all(&empty);
     assert!(seen.contains("the shipped configuration"), "{seen}");
     assert!(seen.contains("proxy listening"), "{seen}");
+}
+
+/// The `proxy` binary re-executes itself with mimalloc's settings
+/// ([`resource_server::allocator::SETTINGS`]: a 250 ms purge delay, no transparent huge pages)
+/// where the operator has not set them, and keeps the operator's value where they have.
+#[test]
+fn the_binary_runs_with_its_allocator_settings_unless_the_operator_set_them() {
+    for (operator, want_thp) in [(None, "0"), (Some("1"), "1")] {
+        let mut command = Command::new(BIN);
+        command
+            .env_remove("PROXY_CONFIG")
+            .env_remove("MIMALLOC_PURGE_DELAY")
+            .env_remove("MIMALLOC_ALLOW_THP")
+            .env("PROXY_LISTEN", "127.0.0.1:0")
+            .env("PROXY_ADMIN_LISTEN", "127.0.0.1:0")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(value) = operator {
+            command.env("MIMALLOC_ALLOW_THP", value);
+        }
+        let mut child = command.spawn().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        // Listening: the re-execution (same process id) is done.
+        let listening = std::thread::spawn(move || {
+            use std::io::BufRead;
+            std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+                .any(|line| line.contains("proxy listening"))
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !listening.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let environ = std::fs::read(format!("/proc/{}/environ", child.id())).unwrap_or_default();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(listening.join().unwrap(), "the proxy never listened");
+        let environ: Vec<_> = environ
+            .split(|b| *b == 0)
+            .map(String::from_utf8_lossy)
+            .collect();
+        for want in [
+            "MIMALLOC_PURGE_DELAY=250".to_string(),
+            format!("MIMALLOC_ALLOW_THP={want_thp}"),
+        ] {
+            assert!(
+                environ.iter().any(|var| *var == want),
+                "operator's value {operator:?}: {want} not in {environ:?}"
+            );
+        }
+    }
 }
 
 #[test]

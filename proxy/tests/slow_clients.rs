@@ -50,7 +50,8 @@ impl Proxy {
                 .arg("--config")
                 .arg(&config)
                 .env("RUST_LOG", "info")
-                .env_remove("MIMALLOC_PURGE_DELAY"),
+                .env_remove("MIMALLOC_PURGE_DELAY")
+                .env_remove("MIMALLOC_ALLOW_THP"),
         );
         let stderr = process.stderr.clone();
         let proxy = Proxy {

@@ -28,6 +28,7 @@
 //! `jwt:` section, [`gate_config`] the gate's keys together.
 
 pub mod access_log;
+pub mod allocator;
 pub mod audience;
 pub mod bearer;
 pub mod bounded_body;
