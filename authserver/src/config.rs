@@ -1733,6 +1733,14 @@ mod tests {
         assert!(check_environment(["AUTHSERVER_PURGE_INTERVAL"]).is_ok());
     }
 
+    /// The error of loading the settings with only `var` set to `value` in the environment.
+    fn error_with_env(var: &str, value: &str) -> String {
+        let env = |key: &str| (key == var).then(|| value.to_owned());
+        Settings::load_with_env(Some(Path::new("/dev/null")), env)
+            .unwrap_err()
+            .to_string()
+    }
+
     #[test]
     fn database_pool_size_and_wait_from_the_file_or_the_environment() {
         let default = Settings::from_yaml("", "c.yaml").unwrap().database_pools;
@@ -1777,11 +1785,9 @@ mod tests {
              from 1 to 1000 (default 4 on SQLite, 8 on PostgreSQL)"
         );
         for bad in ["1001", "-1", "many"] {
-            let env =
-                |key: &str| (key == "AUTHSERVER_DATABASE_MAX_CONNECTIONS").then(|| bad.to_owned());
-            let err = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap_err();
+            let err = error_with_env("AUTHSERVER_DATABASE_MAX_CONNECTIONS", bad);
             assert!(
-                err.to_string().starts_with(&format!(
+                err.starts_with(&format!(
                     "environment variable AUTHSERVER_DATABASE_MAX_CONNECTIONS: \"{bad}\" is not \
                      a number of connections from 1 to 1000"
                 )),
@@ -1795,11 +1801,9 @@ mod tests {
              100ms to 60s; like 500ms, 10s or 30s)"
         );
         for bad in ["99ms", "0", "61s", "10x"] {
-            let env =
-                |key: &str| (key == "AUTHSERVER_DATABASE_ACQUIRE_TIMEOUT").then(|| bad.to_owned());
-            let err = Settings::load_with_env(Some(Path::new("/dev/null")), env).unwrap_err();
+            let err = error_with_env("AUTHSERVER_DATABASE_ACQUIRE_TIMEOUT", bad);
             assert!(
-                err.to_string().starts_with(&format!(
+                err.starts_with(&format!(
                     "environment variable AUTHSERVER_DATABASE_ACQUIRE_TIMEOUT: \"{bad}\" is not \
                      a wait ("
                 )),

@@ -183,13 +183,10 @@ async fn the_server_works_over_a_real_socket_with_a_third_party_client() {
     assert!(ready, "the server did not come up");
     // It re-executed itself with mimalloc's settings (resource_server::allocator), none of which
     // the test set.
-    let environ = std::fs::read(format!("/proc/{}/environ", server.id())).unwrap();
+    let environment = test_support::environment_of(server.id());
     for (var, value) in resource_server::allocator::SETTINGS {
         let want = format!("{var}={value}");
-        assert!(
-            environ.split(|b| *b == 0).any(|v| v == want.as_bytes()),
-            "{want} not in the server's environment"
-        );
+        assert!(environment.contains(&want), "{want} not in {environment:?}");
     }
     // Issue 37: the issuer, left to default, is the address the server listens on (the shipped
     // settings named the stack's front door, 127.0.0.1:8000, whatever the listen address).

@@ -104,7 +104,7 @@ impl ProxyHttp for Gateway {
         if session.is_http2() {
             // Every stream holds memory until it ends (a stalled body for `body_idle_timeout`):
             // past the listener's budget, the stream is answered at once.
-            ctx.h2_stream = self.shared.listeners[0].h2.stream();
+            ctx.h2_stream = self.shared.proxy_h2().stream();
             if ctx.h2_stream.is_none() {
                 let refusal = Refusal {
                     status: 503,
@@ -198,7 +198,7 @@ impl ProxyHttp for Gateway {
                 if session.is_http2() {
                     // Pingora bounds HTTP/2 writes (zero windows included) only if asked, and
                     // reads not at all: the connection watches the body instead.
-                    let h2 = &self.shared.listeners[0].h2;
+                    let h2 = self.shared.proxy_h2();
                     session.set_write_timeout(Some(h2.idle));
                     if !session.is_body_done() {
                         ctx.body_clock = h2.body(session.digest());
@@ -512,7 +512,7 @@ impl Gateway {
         match &ctx.body_clock {
             Some(clock) => clock.answered(),
             None if !session.is_http2() && !session.was_upgraded() => {
-                let idle = self.shared.listeners[0].h2.idle;
+                let idle = self.shared.proxy_h2().idle;
                 session.set_read_timeout(Some(idle.min(ANSWERED_IDLE)));
             }
             None => {}

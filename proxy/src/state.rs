@@ -17,6 +17,7 @@ use crate::balance::Pool;
 use crate::config::{ConfigError, ProxyConfig, reload_config};
 use crate::downstream::ListenerGate;
 use crate::drain::Drain;
+use crate::h2_conn::H2Watch;
 use crate::metrics::{ProxyMetrics, RouteSeries, UNMATCHED, UpstreamSeries};
 use crate::tls::CertStore;
 
@@ -120,6 +121,11 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The proxy listener's HTTP/2 watch: its stream budget, body deadlines and idle timeout.
+    pub fn proxy_h2(&self) -> &Arc<H2Watch> {
+        &self.listeners[0].h2
+    }
+
     /// The state `config` describes, its gate built (the introspection client, the JWT
     /// validator): an error names what could not be built.
     pub fn new(config: ProxyConfig) -> Result<Shared, String> {

@@ -30,6 +30,17 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// The environment process `pid` runs with (`/proc/<pid>/environ`), as `NAME=value` entries;
+/// empty once it is gone.
+pub fn environment_of(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| String::from_utf8_lossy(entry).into_owned())
+        .collect()
+}
+
 /// The `Authorization` value of HTTP Basic client authentication.
 pub fn basic_auth(client_id: &str, secret: &str) -> String {
     use base64::Engine;
