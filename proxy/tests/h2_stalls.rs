@@ -56,12 +56,7 @@ impl Proxy {
     }
 
     async fn metric(&self, name: &str) -> u64 {
-        let text = reqwest::get(format!("http://127.0.0.1:{}/metrics", self.admin))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = common::admin_metrics(self.admin).await;
         let key = format!("{name}{{listener=\"proxy\"}} ");
         text.lines()
             .find_map(|l| l.strip_prefix(&key))
